@@ -1,0 +1,23 @@
+// The tensor allocator: 64-byte aligned host memory with live and peak byte counts.
+// Peak counts are how mixtrain measures the memory saved by mixed precision.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mixtrain {
+
+struct MemoryStats {
+  int64_t live_bytes = 0;  // bytes held by tensors now
+  int64_t peak_bytes = 0;  // most bytes held at once since the last reset_peak_memory()
+  int64_t allocations = 0;
+};
+
+void* allocate_bytes(size_t bytes);
+void free_bytes(void* ptr, size_t bytes);
+
+MemoryStats memory_stats();
+// Starts a new peak window at the current live count.
+void reset_peak_memory();
+
+}  // namespace mixtrain

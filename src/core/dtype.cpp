@@ -1,0 +1,46 @@
+#include "mixtrain/core/dtype.h"
+
+#include <array>
+
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+
+namespace {
+constexpr std::array<DTypeTraits, kNumDTypes> kTable = {{
+    {DType::kFloat32, "float32", "F32", 4, true},
+    {DType::kFloat16, "float16", "F16", 2, true},
+    {DType::kBFloat16, "bfloat16", "BF16", 2, true},
+    {DType::kInt32, "int32", "I32", 4, false},
+    {DType::kUInt8, "uint8", "U8", 1, false},
+}};
+// Every enumerator has a row, in enumerator order.
+static_assert(kTable.size() == kNumDTypes);
+static_assert(kTable[static_cast<int>(DType::kUInt8)].dtype == DType::kUInt8);
+}  // namespace
+
+const DTypeTraits& traits(DType dtype) { return kTable[static_cast<size_t>(dtype)]; }
+
+DType parse_dtype(std::string_view name) {
+  for (const auto& t : kTable)
+    if (name == t.name) return t.dtype;
+  if (name == "f32" || name == "fp32" || name == "float") return DType::kFloat32;
+  if (name == "f16" || name == "fp16" || name == "half") return DType::kFloat16;
+  if (name == "bf16") return DType::kBFloat16;
+  MIXTRAIN_FAIL(kInvalidInput, "unknown dtype '" << name << "'",
+                "valid dtypes are float32, float16, bfloat16, int32, uint8");
+}
+
+DType parse_safetensors_dtype(std::string_view tag) {
+  for (const auto& t : kTable)
+    if (tag == t.safetensors) return t.dtype;
+  MIXTRAIN_FAIL(kInvalidInput, "unsupported safetensors dtype '" << tag << "'",
+                "mixtrain reads F32, F16, BF16, I32 and U8 tensors");
+}
+
+void throw_unsupported_dtype(const char* op, DType dtype) {
+  MIXTRAIN_FAIL(kInvalidInput, op << ": dtype " << dtype_name(dtype) << " is not supported",
+                "this operation takes float32, float16 or bfloat16 tensors");
+}
+
+}  // namespace mixtrain
