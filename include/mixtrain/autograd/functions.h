@@ -1,0 +1,36 @@
+// Differentiable functions on Vars. Each runs the forward op from mixtrain::ops and, when recording,
+// tapes the matching backward op. Gradients of an input arrive in that input's dtype.
+#pragma once
+
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/random.h"
+#include "mixtrain/ops/elementwise.h"
+
+namespace mixtrain {
+
+// Converts to dtype; the gradient is converted back (so a float32 variable read as float16
+// receives its gradient in float32).
+Var cast(const Var& x, DType dtype);
+// op(a) x op(b), float32 accumulation, result in a's dtype.
+Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+// Dense product: x (B, in) times kernel (in, out) plus bias. kernel_compute is the kernel read in x's dtype
+// (a cached cast of the float32 variable `kernel`); the kernel's gradient is computed in float32 and added
+// straight to `kernel`. bias may be undefined.
+Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const Var& bias);
+Var add(const Var& a, const Var& b);
+Var scale(const Var& x, float s);
+Var bias_add(const Var& x, const Var& bias);
+Var activation(const Var& x, ops::Activation a);
+Var softmax(const Var& x);
+Var log_softmax(const Var& x);
+// Inverted dropout with a mask drawn from rng; identity when rate is 0.
+Var dropout(const Var& x, float rate, Rng& rng);
+Var reshape(const Var& x, const Shape& shape);
+// Scalar float32 losses and reductions.
+Var sparse_categorical_crossentropy(const Var& pred, const Tensor& labels, bool from_logits);
+Var categorical_crossentropy(const Var& pred, const Tensor& targets, bool from_logits);
+Var mean_squared_error(const Var& pred, const Tensor& target);
+Var sum(const Var& x);
+Var mean(const Var& x);
+
+}  // namespace mixtrain

@@ -1,0 +1,81 @@
+// The core Keras layers: Dense, Activation, Dropout, Softmax, Flatten.
+#pragma once
+
+#include "mixtrain/nn/layer.h"
+#include "mixtrain/ops/elementwise.h"
+
+namespace mixtrain {
+
+// y = activation(x kernel + bias). kernel (in, units) and bias (units,) are variables in the variable dtype;
+// the product runs in the compute dtype with float32 accumulation, the bias is added in float32.
+class Dense : public Layer {
+ public:
+  explicit Dense(int64_t units, std::string_view activation = "linear", DTypeArg dtype = std::nullopt,
+                 bool use_bias = true);
+  std::string class_name() const override { return "Dense"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  int64_t units() const { return units_; }
+  const Var& kernel() const { return kernel_; }
+  const Var& bias() const { return bias_; }
+
+ protected:
+  void build_impl(const Shape& input_shape, Rng& rng) override;
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  int64_t units_;
+  ops::Activation activation_;
+  bool use_bias_;
+  Var kernel_;
+  Var bias_;
+};
+
+class Activation : public Layer {
+ public:
+  explicit Activation(std::string_view activation, DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Activation"; }
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  ops::Activation activation_;
+};
+
+// Inverted dropout in training; identity in inference.
+class Dropout : public Layer {
+ public:
+  explicit Dropout(float rate, DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Dropout"; }
+  float rate() const { return rate_; }
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  float rate_;
+};
+
+// Softmax over the last axis, computed in float32 whatever the policy; the output is in the compute dtype,
+// so `Softmax(dtype_arg("float32"))` gives float32 probabilities under a mixed policy, as Keras advises.
+class Softmax : public Layer {
+ public:
+  explicit Softmax(DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Softmax"; }
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override;
+};
+
+// (batch, d1, d2, ...) -> (batch, d1 * d2 * ...).
+class Flatten : public Layer {
+ public:
+  explicit Flatten(DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Flatten"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override;
+};
+
+}  // namespace mixtrain

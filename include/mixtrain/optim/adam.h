@@ -1,0 +1,59 @@
+// Adam and AdamW, Keras formulation (bias correction folded into the step size, epsilon outside the sqrt):
+//   t = iterations + 1
+//   alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+//   m += (g - m) * (1 - beta1);  v += (g^2 - v) * (1 - beta2)              (slots "m", "v")
+//   w -= alpha * m / (sqrt(v) + epsilon)
+// AdamW first applies decoupled weight decay, w = w - w * weight_decay * lr, then the Adam step.
+// Scalars (alpha, 1 - beta) are computed in double and rounded once; per-element math is float32.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mixtrain/optim/optimizer.h"
+
+namespace mixtrain {
+
+struct AdamOptions {
+  // Doubles, so 1 - beta rounds to float32 the way Keras's Python floats do (1 - 0.9 -> 0.1f exactly).
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  float epsilon = 1e-7f;  // Keras default (PyTorch uses 1e-8)
+};
+
+class Adam : public Optimizer {
+ public:
+  explicit Adam(float learning_rate = 0.001f, AdamOptions options = {});
+
+  std::string name() const override { return "adam"; }
+  const AdamOptions& options() const { return options_; }
+
+ protected:
+  void update(float* value, const float* grad, int64_t n, const std::string& var_key) override;
+  std::vector<std::string> slot_names() const override;
+  // The Adam step on one variable, shared with AdamW.
+  void adam_step(float* value, const float* grad, int64_t n, const std::string& var_key);
+
+ private:
+  AdamOptions options_;
+};
+
+class AdamW : public Adam {
+ public:
+  // weight_decay 0.004 is the Keras default. Variables whose name contains any string in
+  // exclude_from_weight_decay (e.g. "bias", "gamma") get the Adam step without decay.
+  explicit AdamW(float learning_rate = 0.001f, float weight_decay = 0.004f, AdamOptions options = {},
+                 std::vector<std::string> exclude_from_weight_decay = {});
+
+  std::string name() const override { return "adamw"; }
+  float weight_decay() const { return weight_decay_; }
+
+ protected:
+  void update(float* value, const float* grad, int64_t n, const std::string& var_key) override;
+
+ private:
+  float weight_decay_;
+  std::vector<std::string> exclude_;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,92 @@
+// Optimizer: the base of SGD, Adam and AdamW. Variables and optimizer state are float32 (the "master weights");
+// gradients arrive as float32 tensors. Keras 3 semantics: one apply() is one update and advances iterations().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "mixtrain/autograd/var.h"
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain {
+
+// Named tensors, as written to and read from checkpoints.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+ public:
+  explicit Optimizer(float learning_rate);
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update: vars[i] -= f(grads[i]). grads[i] is float32 with vars[i]'s shape, or undefined (that variable is
+  // left alone, like a None gradient in Keras). Variables must be float32 and trainable. Calls bump_version() on
+  // each updated variable so cached low-precision copies refresh. Throws Error on a mismatch before changing anything.
+  virtual void apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars);
+
+  virtual float learning_rate() const { return learning_rate_; }
+  virtual void set_learning_rate(float learning_rate);
+
+  // Number of applied updates (Adam's bias correction and learning-rate schedules read it).
+  virtual int64_t iterations() const { return iterations_; }
+  // Sets the update count, for resuming and for wrappers that count skipped steps as iterations.
+  virtual void set_iterations(int64_t iterations);
+
+  // When set, gradients are rescaled so their global L2 norm is at most this value before each update
+  // (Keras global_clipnorm). The gradients given to apply() must already be unscaled.
+  virtual std::optional<float> global_clipnorm() const { return global_clipnorm_; }
+  virtual void set_global_clipnorm(std::optional<float> clip_norm);
+
+  // "sgd", "adam", "adamw".
+  virtual std::string name() const = 0;
+
+  // Everything needed to resume bit-identically: "iterations" (int32, shape (1,)), "learning_rate" (float32, (1,)),
+  // and one float32 tensor per slot keyed "<variable name>/<slot name>", e.g. "dense/kernel/m". A variable without a
+  // name is keyed "var_<i>" by its position i in the vars given to apply(). Tensors are copies.
+  virtual NamedTensors state() const;
+  // Restores state(); slots for variables not updated yet are kept until their first update. Throws Error on an
+  // unknown slot name, a missing "iterations" entry or a wrong dtype; the optimizer is unchanged when it throws.
+  virtual void load_state(const NamedTensors& state);
+
+ protected:
+  // The update rule for one variable: `value` and `grad` are float32 with n elements; slot(var_key, ...) gives its
+  // state. Called once per variable per apply(), after validation and clipping, with iterations() not yet advanced.
+  virtual void update(float* value, const float* grad, int64_t n, const std::string& var_key) = 0;
+  // Slot names this optimizer keeps per variable ("momentum"; "m", "v"). apply() creates them as zeros with the
+  // variable's shape before the first update; load_state() accepts only these names.
+  virtual std::vector<std::string> slot_names() const = 0;
+
+  // The float32 slot `slot` of the variable keyed var_key (it has the variable's element count).
+  float* slot(const std::string& var_key, const std::string& slot);
+
+  // Name of variable i in checkpoints: its own name, or "var_<i>" when it has none.
+  static std::string var_key(const Var& var, size_t index);
+
+ private:
+  float learning_rate_;
+  int64_t iterations_ = 0;
+  std::optional<float> global_clipnorm_;
+  std::map<std::string, Tensor> slots_;  // key "<var key>/<slot>"; sorted, so state() order is stable
+};
+
+// Creates "sgd", "adam" or "adamw" with default hyperparameters and the given learning rate.
+// Throws Error (kInvalidInput) listing the valid names otherwise.
+std::unique_ptr<Optimizer> make_optimizer(std::string_view name, float learning_rate);
+
+// The global L2 norm sqrt(sum of g^2 over all tensors), accumulated in double. Accepts float32, float16 and bfloat16
+// tensors; undefined tensors are skipped. Infinite or NaN if any element is.
+float global_norm(const std::vector<Tensor>& grads);
+
+// When global_norm(grads) > clip_norm, replaces each tensor by a new float32 tensor g * (clip_norm / norm); the
+// caller's original storage is never written. A non-finite norm turns every gradient to NaN (as Keras does), so a
+// loss-scaling wrapper or the caller sees the overflow instead of a silently clipped step.
+void clip_by_global_norm(std::vector<Tensor>& grads, float clip_norm);
+
+}  // namespace mixtrain

@@ -1,0 +1,140 @@
+// LossScaleOptimizer: dynamic loss scaling for float16 training (Keras 3 semantics, plus a floor, a ceiling,
+// hysteresis and a stuck-at-floor alarm).
+//
+// float16 gradients underflow (below 6e-8 they become 0). Multiplying the loss by a large scale S multiplies every
+// gradient by S and keeps them representable; the optimizer divides them by S again before the update. If S is too
+// large, some gradient overflows to inf: that step is skipped (variables and optimizer state untouched) and S is
+// halved. After dynamic_growth_steps finite steps in a row S doubles, probing for the largest safe scale.
+//
+// Typical loop:
+//   LossScaleOptimizer opt(make_optimizer("adam", 1e-3f));
+//   Tensor scaled_loss = opt.scale_loss(loss);        // backward from the scaled loss
+//   opt.apply(scaled_grads, vars);                     // unscales, checks, updates or skips, adjusts the scale
+// Custom loops that clip or inspect unscaled gradients:
+//   bool finite;
+//   auto g = opt.get_unscaled_gradients(scaled_grads, &finite);
+//   clip_by_global_norm(g, 1.0f);
+//   opt.apply_unscaled(g, vars, finite);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/optim/optimizer.h"
+
+namespace mixtrain {
+
+struct LossScaleOptions {
+  // Starting scale (Keras: 2^15). Must lie within [min_scale, max_scale] in dynamic mode.
+  float initial_scale = 32768.0f;
+  // Finite steps in a row after which the scale doubles (Keras: 2000).
+  int64_t dynamic_growth_steps = 2000;
+  // false: fixed-scale mode. The scale stays initial_scale forever; non-finite steps are still skipped.
+  bool dynamic = true;
+  // The scale never halves below this. May be below 1: some models need scales like 1e-3 (Keras 3 has no floor
+  // and can reach 0; tf.keras stops at 1). 2^-14 keeps 1/scale = 2^14 exactly representable.
+  float min_scale = 1.0f / 16384.0f;
+  // The scale never doubles above this (2^24, as Apex), nor to a non-finite value.
+  float max_scale = 16777216.0f;
+  // Overflows tolerated before halving; every overflow still skips its step. The tolerance is spent once and
+  // refills each time a growth interval completes, so one spurious overflow after a growth does not undo it
+  // (DeepSpeed's hysteresis). 1 = halve on every overflow (Keras).
+  int hysteresis = 1;
+  // After this many consecutive skipped steps with the scale already at min_scale (or any scale in fixed mode),
+  // on_event fires once and stuck_at_floor() becomes true until a finite step. Lowering the scale cannot fix a
+  // NaN that comes from the forward pass or the data; this makes such endless skipping visible. 0 disables.
+  int64_t floor_alarm_steps = 50;
+  // false (Keras 3): a skipped step does not advance iterations(), so learning-rate schedules and Adam's bias
+  // correction count only applied updates. true (tf.keras 2): every step, skipped or not, advances iterations(),
+  // keeping schedules aligned with the step count and batches seen.
+  bool skipped_steps_advance_iterations = false;
+  // Receives human-readable notices (currently: the stuck-at-floor alarm). May be empty.
+  std::function<void(const std::string&)> on_event = nullptr;
+};
+
+class LossScaleOptimizer : public Optimizer {
+ public:
+  // Wraps `inner` (which must not itself be a LossScaleOptimizer). Throws Error on invalid options.
+  explicit LossScaleOptimizer(std::unique_ptr<Optimizer> inner, LossScaleOptions options = {});
+
+  // The current loss scale S.
+  float loss_scale() const { return scale_; }
+  // Same value, under the name Keras uses for a static scale factor.
+  float scale_loss_factor() const { return scale_; }
+  // loss * S as a new float32 tensor (float16/bfloat16 losses are converted first so the product cannot overflow).
+  Tensor scale_loss(const Tensor& loss) const;
+
+  // One step from SCALED gradients (float32, float16 or bfloat16; undefined = no gradient for that variable).
+  // Each tensor is unscaled into float32 (g * (1/S), 1/S computed in double and rounded once) and checked for
+  // inf/NaN in the same pass. All finite: the inner optimizer applies them and the growth counter advances.
+  // Otherwise the step is skipped: variables and inner state stay bit-identical, and the scale backs off.
+  void apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) override;
+
+  // Unscales without applying, for custom loops. *all_finite (if not null) says whether every element is finite.
+  std::vector<Tensor> get_unscaled_gradients(const std::vector<Tensor>& scaled, bool* all_finite) const;
+  // The second half of apply(): takes float32 gradients that are already unscaled (and perhaps clipped), and
+  // applies or skips them according to all_finite, updating the scale exactly as apply() does.
+  void apply_unscaled(const std::vector<Tensor>& grads, const std::vector<Var>& vars, bool all_finite);
+
+  // Whether the most recent step was skipped.
+  bool last_step_skipped() const { return last_step_skipped_; }
+  // Skipped steps since construction (or as restored by load_state).
+  int64_t skipped_steps() const { return skipped_steps_; }
+  // Finite steps since the last skipped one.
+  int64_t good_steps_in_a_row() const { return good_steps_in_a_row_; }
+  // The smallest scale used so far.
+  float min_scale_seen() const { return min_scale_seen_; }
+  // True once the floor alarm has fired, until the next finite step.
+  bool stuck_at_floor() const { return stuck_at_floor_; }
+
+  Optimizer& inner() { return *inner_; }
+  const Optimizer& inner() const { return *inner_; }
+  const LossScaleOptions& options() const { return options_; }
+
+  // Learning rate, iterations and clipping belong to the inner optimizer (clipping sees unscaled gradients).
+  float learning_rate() const override { return inner_->learning_rate(); }
+  void set_learning_rate(float learning_rate) override { inner_->set_learning_rate(learning_rate); }
+  int64_t iterations() const override { return inner_->iterations(); }
+  void set_iterations(int64_t iterations) override { inner_->set_iterations(iterations); }
+  std::optional<float> global_clipnorm() const override { return inner_->global_clipnorm(); }
+  void set_global_clipnorm(std::optional<float> clip_norm) override { inner_->set_global_clipnorm(clip_norm); }
+
+  std::string name() const override { return "loss_scale_optimizer"; }
+
+  // The inner optimizer's state plus "loss_scale/scale" (float32) and the counters "loss_scale/counter",
+  // "loss_scale/hysteresis_left", "loss_scale/skipped_steps", "loss_scale/good_steps_in_a_row",
+  // "loss_scale/floor_skips", "loss_scale/last_step_skipped", "loss_scale/stuck_at_floor" (int32, shape (1,)) and
+  // "loss_scale/min_scale_seen" (float32): a checkpoint resumes bit-identically.
+  NamedTensors state() const override;
+  // Restores state(); "loss_scale/scale" and "loss_scale/counter" are required. Unchanged when it throws.
+  void load_state(const NamedTensors& state) override;
+
+ protected:
+  // apply() is overridden whole; the base per-variable hook is never reached.
+  void update(float* value, const float* grad, int64_t n, const std::string& var_key) override;
+  std::vector<std::string> slot_names() const override { return {}; }
+
+ private:
+  void check_pairs(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const;
+  // Unscales into float32; stops at the first non-finite tensor when stop_early (the step is skipped anyway).
+  std::vector<Tensor> unscale(const std::vector<Tensor>& scaled, bool stop_early, bool* all_finite) const;
+  void finish_step(const std::vector<Tensor>& unscaled, const std::vector<Var>& vars, bool all_finite);
+  void set_scale(float scale);
+
+  std::unique_ptr<Optimizer> inner_;
+  LossScaleOptions options_;
+  float scale_;
+  int64_t counter_ = 0;          // finite steps since the last growth or skip
+  int64_t hysteresis_left_;      // overflows still tolerated before halving
+  int64_t skipped_steps_ = 0;
+  int64_t good_steps_in_a_row_ = 0;
+  int64_t floor_skips_ = 0;      // consecutive skipped steps taken at the floor
+  bool last_step_skipped_ = false;
+  bool stuck_at_floor_ = false;
+  float min_scale_seen_;
+};
+
+}  // namespace mixtrain

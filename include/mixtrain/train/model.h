@@ -1,0 +1,68 @@
+// Model: a Sequential stack that trains, as a Keras model: compile(), fit(), evaluate(), predict().
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "mixtrain/nn/sequential.h"
+#include "mixtrain/optim/optimizer.h"
+#include "mixtrain/train/callbacks.h"
+#include "mixtrain/train/history.h"
+#include "mixtrain/train/losses.h"
+
+namespace mixtrain {
+
+struct FitOptions {
+  int epochs = 1;
+  int64_t batch_size = 32;
+  // Fraction of the training rows (the last ones, before shuffling, as Keras) held out for validation.
+  double validation_split = 0.0;
+  // Explicit validation data; takes precedence over validation_split.
+  std::optional<std::pair<Tensor, Tensor>> validation_data;
+  bool shuffle = true;
+  std::vector<Callback*> callbacks;
+};
+
+struct EvaluateResult {
+  double loss = 0;
+  double accuracy = 0;  // only for sparse_categorical_crossentropy
+};
+
+class Model : public Sequential {
+ public:
+  // seed fixes initialisation, shuffling and dropout: two runs with one seed give identical weights.
+  explicit Model(std::string name = "sequential", uint64_t seed = 0);
+
+  // Configures training. Under a float16 compute policy the optimizer is wrapped in a
+  // LossScaleOptimizer (never twice) when auto_scale_loss is set, as Keras does; metrics: "accuracy".
+  void compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics = {},
+               bool auto_scale_loss = true);
+  bool compiled() const { return optimizer_ != nullptr; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const Loss& loss() const { return *loss_; }
+
+  // Trains on x (N, features...) float32 and y (N,) int32 or (N, k) float.
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  EvaluateResult evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 256);
+  // Model outputs for x in float32, computed batch by batch without recording gradients.
+  Tensor predict(const Tensor& x, int64_t batch_size = 256);
+
+  // One optimisation step on a batch; returns {"loss", "accuracy"?, "loss_scale"?}.
+  Logs train_step(const Tensor& x, const Tensor& y);
+
+  // Set by callbacks to end fit() after the current epoch (or step, for TerminateOnNaN).
+  bool stop_training = false;
+  uint64_t seed() const { return seed_; }
+  // Builds with the model's initialisation stream if not built yet.
+  void build_for(const Shape& sample_shape);
+
+ private:
+  uint64_t seed_;
+  Rng init_rng_, shuffle_rng_, dropout_rng_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<Loss> loss_;
+  bool track_accuracy_ = false;
+};
+
+}  // namespace mixtrain

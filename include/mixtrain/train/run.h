@@ -1,0 +1,49 @@
+// A complete training run as the CLI performs it: build the named model under a policy, fit it on a
+// data set with a seed, evaluate on the test split, and measure speed and memory. `train` runs one;
+// a comparison runs several on identical data, initial weights and dropout masks.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/data/dataset.h"
+#include "mixtrain/train/model.h"
+
+namespace mixtrain {
+
+struct RunConfig {
+  std::string model = "mlp";             // "mlp": Dense(hidden..., relu) then a float32 Dense(num_classes) output
+  std::vector<int64_t> hidden = {256, 128};
+  std::string policy = "float32";        // a DTypePolicy name
+  int epochs = 5;
+  int64_t batch_size = 32;
+  float learning_rate = 1e-3f;
+  std::string optimizer = "adam";        // "adam", "adamw", "sgd"
+  uint64_t seed = 1;
+  double validation_split = 0.1;         // last fraction of the training rows, as Keras
+  std::string loss_scale = "dynamic";    // float16 compute only: "dynamic", "none", or a fixed value
+};
+
+struct RunResult {
+  History history;
+  EvaluateResult test;
+  double steps_per_second = 0;
+  double samples_per_second = 0;
+  int64_t peak_memory_bytes = 0;  // allocator peak during fit(), above what was live before it
+  std::string compute_dtype;
+  // Loss-scale summary (float16 compute with dynamic or fixed scaling).
+  bool loss_scaled = false;
+  double initial_scale = 0, final_scale = 0, min_scale_seen = 0;
+  int64_t skipped_steps = 0;
+};
+
+// Validates cfg (names, positive epochs / batch size / learning rate); throws Error naming the field.
+void validate_run_config(const RunConfig& cfg);
+// Builds (not yet trained) the model cfg names, under cfg.policy, for num_features inputs and num_classes outputs.
+std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes);
+// Builds, compiles, fits and evaluates. progress: where the progress bar goes (nullptr: silent).
+RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive);
+
+}  // namespace mixtrain

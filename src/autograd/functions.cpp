@@ -1,0 +1,182 @@
+#include "mixtrain/autograd/functions.h"
+
+#include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/softmax.h"
+
+namespace mixtrain {
+
+namespace {
+// A new Var for an op's output; it requires grad when the op is recorded.
+Var output(Tensor value, bool recorded) { return Var(std::move(value), recorded); }
+
+// Var is a handle: a copy accumulates into the same gradient.
+void give(Var input, const Tensor& g) {
+  if (input.defined() && input.requires_grad() && g.defined()) input.accumulate_grad(g);
+}
+}  // namespace
+
+Var cast(const Var& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  const bool rec = should_record({&x});
+  Var out = output(x.value().to(dtype), rec);
+  if (rec) {
+    record_backward(out, [x, out]() { give(x, out.grad()); });  // accumulate_grad converts the dtype
+  }
+  return out;
+}
+
+Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
+  const bool rec = should_record({&a, &b});
+  Var out = output(ops::matmul(a.value(), b.value(), trans_a, trans_b), rec);
+  if (rec) {
+    record_backward(out, [a, b, out, trans_a, trans_b]() {
+      auto g = ops::matmul_backward(out.grad(), a.value(), b.value(), trans_a, trans_b, a.requires_grad(),
+                                    b.requires_grad());
+      give(a, g.da);
+      give(b, g.db);
+    });
+  }
+  return out;
+}
+
+Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const Var& bias) {
+  const bool rec = should_record({&x, &kernel, &bias});
+  Var out = output(ops::linear(x.value(), kernel_compute, bias.defined() ? bias.value() : Tensor()), rec);
+  if (rec) {
+    record_backward(out, [x, kernel, kernel_compute, bias, out]() {
+      auto g = ops::linear_backward(out.grad(), x.value(), kernel_compute, x.requires_grad(),
+                                    bias.defined() && bias.requires_grad());
+      give(x, g.dx);
+      give(kernel, g.dw);
+      give(bias, g.dbias);
+    });
+  }
+  return out;
+}
+
+Var add(const Var& a, const Var& b) {
+  const bool rec = should_record({&a, &b});
+  Var out = output(ops::add(a.value(), b.value()), rec);
+  if (rec) {
+    record_backward(out, [a, b, out]() {
+      give(a, out.grad());
+      give(b, out.grad());
+    });
+  }
+  return out;
+}
+
+Var scale(const Var& x, float s) {
+  const bool rec = should_record({&x});
+  Var out = output(ops::scale(x.value(), s), rec);
+  if (rec) record_backward(out, [x, out, s]() { give(x, ops::scale(out.grad(), s)); });
+  return out;
+}
+
+Var bias_add(const Var& x, const Var& bias) {
+  const bool rec = should_record({&x, &bias});
+  Var out = output(ops::bias_add(x.value(), bias.value()), rec);
+  if (rec) {
+    record_backward(out, [x, bias, out]() {
+      give(x, out.grad());
+      if (bias.requires_grad()) give(bias, ops::sum_rows(out.grad()));
+    });
+  }
+  return out;
+}
+
+Var activation(const Var& x, ops::Activation a) {
+  if (a == ops::Activation::kLinear) return x;
+  const bool rec = should_record({&x});
+  Var out = output(ops::activation(x.value(), a), rec);
+  if (rec) {
+    // relu and gelu differentiate from the input; sigmoid and tanh from the output.
+    record_backward(out, [x, out, a]() {
+      give(x, ops::activation_backward(out.grad(), x.value(), out.value(), a));
+    });
+  }
+  return out;
+}
+
+Var softmax(const Var& x) {
+  const bool rec = should_record({&x});
+  Var out = output(ops::softmax(x.value()), rec);
+  if (rec) record_backward(out, [x, out]() { give(x, ops::softmax_backward(out.grad(), out.value())); });
+  return out;
+}
+
+Var log_softmax(const Var& x) {
+  const bool rec = should_record({&x});
+  Var out = output(ops::log_softmax(x.value()), rec);
+  if (rec) record_backward(out, [x, out]() { give(x, ops::log_softmax_backward(out.grad(), out.value())); });
+  return out;
+}
+
+Var dropout(const Var& x, float rate, Rng& rng) {
+  MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "dropout: rate must be in [0, 1), got " << rate);
+  if (rate == 0.0f) return x;
+  Tensor mask = Tensor::empty(x.shape(), DType::kUInt8);
+  uint8_t* m = mask.data<uint8_t>();
+  for (int64_t i = 0; i < mask.numel(); ++i) m[i] = rng.uniform() >= rate;
+  const bool rec = should_record({&x});
+  Var out = output(ops::dropout(x.value(), mask, rate), rec);
+  if (rec) record_backward(out, [x, out, mask, rate]() { give(x, ops::dropout_backward(out.grad(), mask, rate)); });
+  return out;
+}
+
+Var reshape(const Var& x, const Shape& shape) {
+  const bool rec = should_record({&x});
+  Var out = output(x.value().reshape(shape), rec);
+  if (rec) record_backward(out, [x, out]() { give(x, out.grad().reshape(x.shape())); });
+  return out;
+}
+
+Var sparse_categorical_crossentropy(const Var& pred, const Tensor& labels, bool from_logits) {
+  const bool rec = should_record({&pred});
+  Var out = output(ops::sparse_categorical_crossentropy(pred.value(), labels, from_logits), rec);
+  if (rec) {
+    record_backward(out, [pred, labels, from_logits, out]() {
+      give(pred, ops::sparse_categorical_crossentropy_backward(pred.value(), labels, from_logits, out.grad().item()));
+    });
+  }
+  return out;
+}
+
+Var categorical_crossentropy(const Var& pred, const Tensor& targets, bool from_logits) {
+  const bool rec = should_record({&pred});
+  Var out = output(ops::categorical_crossentropy(pred.value(), targets, from_logits), rec);
+  if (rec) {
+    record_backward(out, [pred, targets, from_logits, out]() {
+      give(pred, ops::categorical_crossentropy_backward(pred.value(), targets, from_logits, out.grad().item()));
+    });
+  }
+  return out;
+}
+
+Var mean_squared_error(const Var& pred, const Tensor& target) {
+  const bool rec = should_record({&pred});
+  Var out = output(ops::mean_squared_error(pred.value(), target), rec);
+  if (rec) {
+    record_backward(out, [pred, target, out]() {
+      give(pred, ops::mean_squared_error_backward(pred.value(), target, out.grad().item()));
+    });
+  }
+  return out;
+}
+
+Var sum(const Var& x) {
+  const bool rec = should_record({&x});
+  Var out = output(ops::sum(x.value()), rec);
+  if (rec) record_backward(out, [x, out]() { give(x, ops::sum_backward(x.value(), out.grad().item())); });
+  return out;
+}
+
+Var mean(const Var& x) {
+  const bool rec = should_record({&x});
+  Var out = output(ops::mean(x.value()), rec);
+  if (rec) record_backward(out, [x, out]() { give(x, ops::mean_backward(x.value(), out.grad().item())); });
+  return out;
+}
+
+}  // namespace mixtrain

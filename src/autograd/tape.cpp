@@ -1,0 +1,51 @@
+#include "mixtrain/autograd/tape.h"
+
+#include <vector>
+
+namespace mixtrain {
+
+namespace {
+struct Node {
+  Var output;
+  std::function<void()> backward_fn;
+};
+thread_local std::vector<Node> t_tape;
+thread_local bool t_grad_enabled = true;
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+
+void record_backward(const Var& output, std::function<void()> backward_fn) {
+  t_tape.push_back(Node{output, std::move(backward_fn)});
+}
+
+bool should_record(std::initializer_list<const Var*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Var* v : inputs)
+    if (v && v->defined() && v->requires_grad()) return true;
+  return false;
+}
+
+void backward(const Var& root, float seed) {
+  MIXTRAIN_CHECK(root.defined() && root.value().numel() == 1,
+                 "backward: the root must be a scalar, got " << root.value().describe());
+  Var r = root;
+  r.set_grad(Tensor::full(root.shape(), root.dtype(), seed));
+  // Take the tape so closures that record (they should not) cannot disturb the replay.
+  std::vector<Node> tape;
+  tape.swap(t_tape);
+  NoGradGuard no_grad;
+  for (auto it = tape.rbegin(); it != tape.rend(); ++it) {
+    if (it->output.has_grad()) it->backward_fn();
+    // Every consumer of this output was recorded later and has already run: its gradient is final.
+    it->output.zero_grad();
+  }
+}
+
+void clear_tape() { t_tape.clear(); }
+size_t tape_size() { return t_tape.size(); }
+
+}  // namespace mixtrain

@@ -1,0 +1,62 @@
+// The interface between the portable GEMM driver (gemm.cpp: checks, blocking, threads) and the code for
+// one instruction set (packing and the register-blocked micro-kernel).
+//
+// Each instruction set lives in its own translation unit compiled with its own flags. Those files must not
+// call inline functions from shared headers (half.h, <algorithm>, ...): the linker keeps one copy of an
+// inline function, and if it kept one compiled for AVX-512 the scalar path would crash on an older CPU.
+// They use intrinsics (always inlined) and their own internal helpers only; this header holds plain data.
+#pragma once
+
+#include <cstdint>
+
+#include "mixtrain/core/dtype.h"
+
+namespace mixtrain::kernels::cpu {
+
+// One operand as stored in memory, seen as the matrix X (rows, k) the GEMM needs: op(A) with rows = m,
+// or op(B) transposed with rows = n. Element (r, p) is at data[r * ld + p] when k_contiguous,
+// otherwise at data[p * ld + r].
+struct PackSource {
+  const void* data;
+  int64_t ld;
+  DType dtype;  // float32, float16 or bfloat16
+  bool k_contiguous;
+};
+
+// What happens to a finished float32 tile T (mr, nr): out = (T + add) + bias, rounded to out_dtype.
+// Pointers are already offset to the tile's first element; add and bias are optional (nullptr).
+struct Epilogue {
+  const void* add;  // (mr, nr) with row stride ld_add: the partial sum so far, or the old C
+  DType add_dtype;
+  int64_t ld_add;
+  void* out;  // (mr, nr) with row stride ld_out
+  DType out_dtype;
+  int64_t ld_out;
+  const float* bias;  // (nr), added to every row
+};
+
+struct GemmBackend {
+  const char* name;
+  int mr, nr;          // micro-tile: C rows x C columns held in registers
+  int64_t mc, kc, nc;  // cache blocks: mc, nc multiples of mr, nr
+
+  // Packs rows [r0, r0 + rows) and k range [p0, p0 + kc) of src into float32 panels of `width` rows
+  // (width is mr for A, nr for B): panel q is (kc, width) at dst + q * kc * width, element (p, r) at
+  // [p * width + r]; rows past the end of the last panel are zero. dst is 64-byte aligned.
+  void (*pack)(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int width, float* dst);
+
+  // a: packed A panel (kc, mr); b: packed B panel (kc, nr). Computes the float32 tile a^T b in the
+  // order p = 0, 1, ..., kc - 1 and hands its top-left (mr_used, nr_used) corner to the epilogue.
+  void (*micro_kernel)(int64_t kc, const float* a, const float* b, int mr_used, int nr_used, const Epilogue& ep);
+};
+
+// Plain data, so selecting a path never runs code compiled for an instruction set the CPU lacks.
+extern const GemmBackend kScalarBackend;
+extern const GemmBackend kAvx2Backend;
+extern const GemmBackend kAvx512Backend;
+
+// The epilogue for a tile held in memory (mr, nr) with row stride ld_tile; the vector paths use it for
+// tiles cut by the right edge of C. Same arithmetic as theirs: (tile + add) + bias, then one rounding.
+void scalar_epilogue(const float* tile, int64_t ld_tile, int mr, int nr, const Epilogue& ep);
+
+}  // namespace mixtrain::kernels::cpu

@@ -1,0 +1,333 @@
+// GEMM driver: argument checks, choice of instruction-set path, Goto/BLIS cache blocking and threads.
+// The per-ISA code (packing, micro-kernel) is behind cpu::GemmBackend.
+//
+// Each thread owns a rectangle of C and runs, for each column block jc (nc wide) and k block pc (kc deep):
+//   pack op(B)[pc.., jc..] into (kc, nr) panels (lives in L3),
+//   pack about mc rows of op(A)[.., pc..] into (kc, mr) panels (lives in L2),
+//   and run the micro-kernel on every (mr, nr) tile, the B panel staying in L1 across the rows.
+// Each C element is the sum over k blocks in order, each block summed p = 0..kc-1 in float32, so the
+// result is the same whatever the number of threads or the split of rows and columns among them.
+#include "mixtrain/kernels/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cpu/gemm_backend.h"
+#include "kernels/gemm_internal.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/kernels/cpu_features.h"
+
+namespace mixtrain::kernels {
+namespace {
+
+using cpu::Epilogue;
+using cpu::GemmBackend;
+using cpu::PackSource;
+
+// ---- path selection ----
+
+enum Level : int { kLevelScalar = 0, kLevelAvx2 = 1, kLevelAvx512 = 2 };
+const GemmBackend* const kBackends[] = {&cpu::kScalarBackend, &cpu::kAvx2Backend, &cpu::kAvx512Backend};
+
+int parse_level(const char* name) {
+  if (std::strcmp(name, "scalar") == 0) return kLevelScalar;
+  if (std::strcmp(name, "avx2") == 0) return kLevelAvx2;
+  if (std::strcmp(name, "avx512") == 0) return kLevelAvx512;
+  return -1;
+}
+
+int best_level() {
+  static const int level = [] {
+    const CpuFeatures& f = cpu_features();
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) return kLevelAvx512;
+    if (f.avx2 && f.fma && f.f16c) return kLevelAvx2;
+    return kLevelScalar;
+  }();
+  return level;
+}
+
+// -1 when MIXTRAIN_ISA is unset.
+int env_level() {
+  static const int level = [] {
+    const char* env = std::getenv("MIXTRAIN_ISA");
+    if (env == nullptr || *env == '\0') return -1;
+    const int parsed = parse_level(env);
+    if (parsed < 0)
+      MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_ISA='" << env << "' names no GEMM path",
+                    "set MIXTRAIN_ISA to scalar, avx2 or avx512, or unset it");
+    return parsed;
+  }();
+  return level;
+}
+
+std::atomic<int> g_test_level{-1};
+
+const GemmBackend& active_backend() {
+  int wanted = g_test_level.load(std::memory_order_relaxed);
+  if (wanted < 0) wanted = env_level();
+  const int level = wanted < 0 ? best_level() : std::min(wanted, best_level());
+  return *kBackends[level];
+}
+
+// ---- buffers ----
+
+// Grows, never shrinks: GEMMs in a training loop repeat their shapes, and fresh pages cost a fault each.
+struct AlignedBuffer {
+  float* data = nullptr;
+  size_t capacity = 0;  // floats
+  AlignedBuffer() = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer() { std::free(data); }
+  // nullptr when out of memory (callers inside a parallel region must not throw).
+  float* get(size_t floats) {
+    if (floats > capacity) {
+      std::free(data);
+      capacity = (floats + 15) / 16 * 16;  // aligned_alloc wants a multiple of the alignment
+      data = static_cast<float*>(std::aligned_alloc(64, capacity * sizeof(float)));
+      if (data == nullptr) capacity = 0;
+    }
+    return data;
+  }
+};
+
+thread_local AlignedBuffer t_a_panels;  // (mc / mr) panels of (kc, mr)
+thread_local AlignedBuffer t_b_panels;  // (nc / nr) panels of (kc, nr)
+thread_local AlignedBuffer t_partial;   // (slab rows, nc) float32 partial sums when C is 16-bit
+
+// Largest float32 scratch per thread for partial sums of a 16-bit C; wide C is then done in narrower
+// column blocks.
+constexpr int64_t kPartialFloats = int64_t{2} << 20;  // 8 MiB
+// Below this many multiply-adds a second thread costs more to wake than it saves.
+constexpr int64_t kMinParallelMacs = int64_t{64} * 64 * 64;
+// Packing one element (load, widen, store) costs about as much as this many multiply-adds.
+constexpr int64_t kPackCostInMacs = 8;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Problem {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  DType ab_dtype;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  DType c_dtype;
+  void* c;
+  int64_t ldc;
+  bool accumulate;
+  const float* bias;
+};
+
+void* c_at(const Problem& p, int64_t i, int64_t j) {
+  return static_cast<char*>(p.c) + (i * p.ldc + j) * static_cast<int64_t>(dtype_size(p.c_dtype));
+}
+
+// k = 0: no products, C = [C] + [bias], rounded like any other result.
+void gemm_no_products(const Problem& p) {
+  constexpr int kChunk = 256;
+  const float zeros[kChunk] = {};
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; j += kChunk) {
+      Epilogue ep{};
+      ep.add = p.accumulate ? c_at(p, i, j) : nullptr;
+      ep.add_dtype = p.c_dtype;
+      ep.out = c_at(p, i, j);
+      ep.out_dtype = p.c_dtype;
+      ep.bias = p.bias ? p.bias + j : nullptr;
+      cpu::scalar_epilogue(zeros, kChunk, 1, static_cast<int>(std::min<int64_t>(kChunk, p.n - j)), ep);
+    }
+  }
+}
+
+// The rectangle of C one thread computes, start inclusive, end exclusive.
+struct Slab {
+  int64_t i0, i1, j0, j1;
+};
+
+// Threads split C into a tm x tn grid of slabs, each computed from start to finish by one thread with
+// its own packed copies of A and B: no thread ever waits for another until the end. Picks the grid
+// whose busiest thread has the least work, counting its packing (a row split packs all of B in every
+// thread, a column split all of A); ties go to splitting rows.
+void split_among_threads(int threads, int64_t m, int64_t n, const GemmBackend& be, int* tm, int* tn) {
+  const int64_t row_panels = ceil_div(m, be.mr), col_panels = ceil_div(n, be.nr);
+  int64_t best = -1;
+  for (int rows = threads; rows >= 1; --rows) {
+    if (threads % rows != 0) continue;
+    const int cols = threads / rows;
+    const int64_t slab_m = ceil_div(row_panels, rows) * be.mr, slab_n = ceil_div(col_panels, cols) * be.nr;
+    const int64_t cost = slab_m * slab_n + kPackCostInMacs * (slab_m * ceil_div(slab_n, be.nc) + slab_n);
+    if (best < 0 || cost < best) {
+      best = cost;
+      *tm = rows;
+      *tn = cols;
+    }
+  }
+}
+
+// Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
+// on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
+// bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
+// only once.
+void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc, float* a_panels,
+              float* b_panels, float* partial) {
+  const int64_t mr = be.mr, nr = be.nr, kc = be.kc;
+  const PackSource src_a{p.a, p.lda, p.ab_dtype, !p.trans_a};
+  const PackSource src_b{p.b, p.ldb, p.ab_dtype, p.trans_b};
+  const int64_t row_panels = ceil_div(s.i1 - s.i0, mr);
+  // Rows in chunks of at most mc, all about the same size so no chunk is a thin leftover.
+  const int64_t chunks = ceil_div(row_panels, be.mc / mr);
+
+  for (int64_t jc = s.j0; jc < s.j1; jc += nc) {
+    const int64_t nc_cur = std::min(nc, s.j1 - jc);
+    const int64_t col_panels = ceil_div(nc_cur, nr);
+    for (int64_t pc = 0; pc < p.k; pc += kc) {
+      const int64_t kc_cur = std::min(kc, p.k - pc);
+      const bool first = pc == 0, last = pc + kc_cur == p.k;
+      be.pack(src_b, jc, nc_cur, pc, kc_cur, static_cast<int>(nr), b_panels);
+
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        const int64_t q0 = row_panels * ch / chunks, q1 = row_panels * (ch + 1) / chunks;
+        const int64_t chunk_i0 = s.i0 + q0 * mr;
+        be.pack(src_a, chunk_i0, std::min(s.i0 + q1 * mr, s.i1) - chunk_i0, pc, kc_cur, static_cast<int>(mr),
+                a_panels);
+        auto tile = [&](int64_t cq, int64_t rq) {
+          const int64_t j = jc + cq * nr;
+          const int nr_used = static_cast<int>(std::min(nr, jc + nc_cur - j));
+            const int64_t i = s.i0 + rq * mr;
+            const int mr_used = static_cast<int>(std::min(mr, s.i1 - i));
+            Epilogue ep{};
+            ep.bias = (last && p.bias) ? p.bias + j : nullptr;
+            void* c_tile = c_at(p, i, j);
+            const void* old_c = (first && p.accumulate) ? c_tile : nullptr;
+            if (partial == nullptr) {  // C is float32, or a single k block: C itself holds the sum
+              ep.out = c_tile;
+              ep.out_dtype = p.c_dtype;
+              ep.ld_out = p.ldc;
+              ep.add = first ? old_c : c_tile;
+              ep.add_dtype = p.c_dtype;
+              ep.ld_add = p.ldc;
+            } else {
+              float* part = partial + (i - s.i0) * nc + (j - jc);
+              ep.out = last ? c_tile : part;
+              ep.out_dtype = last ? p.c_dtype : DType::kFloat32;
+              ep.ld_out = last ? p.ldc : nc;
+              ep.add = first ? old_c : part;
+              ep.add_dtype = first ? p.c_dtype : DType::kFloat32;
+              ep.ld_add = first ? p.ldc : nc;
+            }
+            be.micro_kernel(kc_cur, a_panels + (rq - q0) * kc_cur * mr, b_panels + cq * kc_cur * nr, mr_used,
+                            nr_used, ep);
+        };
+        if (getenv("TSWAP")) {
+          for (int64_t rq = q0; rq < q1; ++rq)
+            for (int64_t cq = 0; cq < col_panels; ++cq) tile(cq, rq);
+        } else {
+          for (int64_t cq = 0; cq < col_panels; ++cq)
+            for (int64_t rq = q0; rq < q1; ++rq) tile(cq, rq);
+        }
+      }
+    }
+  }
+}
+
+void gemm_blocked(const GemmBackend& be_in, const Problem& p) {
+  GemmBackend be = be_in;  // TUNE-HACK
+  if (getenv("TMC")) be.mc = atoi(getenv("TMC"));
+  if (getenv("TKC")) be.kc = atoi(getenv("TKC"));
+  if (getenv("TNC")) be.nc = atoi(getenv("TNC"));
+  int threads = omp_get_max_threads();
+  if (p.m * p.n * p.k < kMinParallelMacs) threads = 1;
+  int tm = 1, tn = 1;
+  split_among_threads(threads, p.m, p.n, be, &tm, &tn);
+  // A 16-bit C cannot hold partial sums (that would round twice): they go to float32 scratch.
+  const bool need_partial = p.c_dtype != DType::kFloat32 && p.k > be.kc;
+  std::atomic<bool> out_of_memory{false};
+
+#pragma omp parallel num_threads(threads)
+  {
+    // The runtime may give fewer threads than asked (nested regions); then threads take several slabs.
+    for (int slab = omp_get_thread_num(); slab < tm * tn; slab += omp_get_num_threads()) {
+      const int ti = slab / tn, tj = slab % tn;
+      const int64_t row_panels = ceil_div(p.m, be.mr), col_panels = ceil_div(p.n, be.nr);
+      const Slab s{row_panels * ti / tm * be.mr, std::min(p.m, row_panels * (ti + 1) / tm * be.mr),
+                   col_panels * tj / tn * be.nr, std::min(p.n, col_panels * (tj + 1) / tn * be.nr)};
+      if (s.i0 >= s.i1 || s.j0 >= s.j1) continue;
+      int64_t nc = std::min(be.nc, ceil_div(s.j1 - s.j0, be.nr) * be.nr);
+      if (need_partial) nc = std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / (s.i1 - s.i0) / be.nr * be.nr));
+      float* a_panels = t_a_panels.get(static_cast<size_t>(be.mc * be.kc));
+      float* b_panels = t_b_panels.get(static_cast<size_t>(be.kc * nc));
+      float* partial = need_partial ? t_partial.get(static_cast<size_t>((s.i1 - s.i0) * nc)) : nullptr;
+      if (a_panels == nullptr || b_panels == nullptr || (need_partial && partial == nullptr)) {
+        out_of_memory = true;  // no exceptions out of a parallel region
+        continue;
+      }
+      run_slab(be, p, s, nc, a_panels, b_panels, partial);
+    }
+  }
+  if (out_of_memory)
+    MIXTRAIN_FAIL(kInternal, "gemm: out of memory for packing buffers (m=" << p.m << ", n=" << p.n << ", k=" << p.k << ")",
+                  "free memory or use smaller matrices");
+}
+
+void check_args(const Problem& p) {
+  if (p.m < 0 || p.n < 0 || p.k < 0)
+    MIXTRAIN_FAIL(kInvalidInput, "gemm: negative size (m=" << p.m << ", n=" << p.n << ", k=" << p.k << ")",
+                  "sizes are element counts and must be >= 0");
+  if (!is_float(p.ab_dtype)) throw_unsupported_dtype("gemm (A and B)", p.ab_dtype);
+  if (!is_float(p.c_dtype)) throw_unsupported_dtype("gemm (C)", p.c_dtype);
+  if (p.m > 0 && p.k > 0) {
+    const int64_t rows = p.trans_a ? p.k : p.m, cols = p.trans_a ? p.m : p.k;
+    if (p.a == nullptr) MIXTRAIN_FAIL(kInvalidInput, "gemm: A is null", "pass the matrix A (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    if (p.lda < cols)
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: lda=" << p.lda << " is shorter than a row of A (" << rows << ", " << cols << ")"
+                                                << (p.trans_a ? ", stored transposed" : ""),
+                    "lda is the distance between rows of A in elements, at least " + std::to_string(cols));
+  }
+  if (p.n > 0 && p.k > 0) {
+    const int64_t rows = p.trans_b ? p.n : p.k, cols = p.trans_b ? p.k : p.n;
+    if (p.b == nullptr) MIXTRAIN_FAIL(kInvalidInput, "gemm: B is null", "pass the matrix B (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    if (p.ldb < cols)
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: ldb=" << p.ldb << " is shorter than a row of B (" << rows << ", " << cols << ")"
+                                                << (p.trans_b ? ", stored transposed" : ""),
+                    "ldb is the distance between rows of B in elements, at least " + std::to_string(cols));
+  }
+  if (p.m > 0 && p.n > 0) {
+    if (p.c == nullptr) MIXTRAIN_FAIL(kInvalidInput, "gemm: C is null", "pass the matrix C (" + std::to_string(p.m) + ", " + std::to_string(p.n) + ")");
+    if (p.ldc < p.n)
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: ldc=" << p.ldc << " is shorter than a row of C (" << p.m << ", " << p.n << ")",
+                    "ldc is the distance between rows of C in elements, at least " + std::to_string(p.n));
+  }
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a, int64_t lda,
+          const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc, bool accumulate, const float* bias) {
+  const Problem p{trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, accumulate, bias};
+  check_args(p);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return gemm_no_products(p);
+  gemm_blocked(active_backend(), p);
+}
+
+const char* gemm_isa() { return active_backend().name; }
+
+const char* set_gemm_isa_for_testing(const char* isa) {
+  int level = -1;
+  if (isa != nullptr) {
+    level = parse_level(isa);
+    if (level < 0)
+      MIXTRAIN_FAIL(kInvalidInput, "unknown GEMM path '" << isa << "'", "use scalar, avx2 or avx512");
+  }
+  g_test_level.store(level, std::memory_order_relaxed);
+  return gemm_isa();
+}
+
+}  // namespace mixtrain::kernels

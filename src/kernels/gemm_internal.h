@@ -1,0 +1,11 @@
+// Hooks of the kernels layer that only its tests use.
+#pragma once
+
+namespace mixtrain::kernels {
+
+// Forces the GEMM path ("scalar", "avx2" or "avx512"), never above what this CPU supports, so tests can
+// run every path in one process; nullptr returns to the default (MIXTRAIN_ISA, else the best path).
+// Returns gemm_isa() afterwards, which callers compare to what they asked for to see if the CPU has it.
+const char* set_gemm_isa_for_testing(const char* isa);
+
+}  // namespace mixtrain::kernels

@@ -1,0 +1,61 @@
+#include "mixtrain/nn/layers.h"
+
+namespace mixtrain {
+
+Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool use_bias)
+    : Layer("dense", std::move(dtype)), units_(units), activation_(ops::parse_activation(activation)), use_bias_(use_bias) {
+  MIXTRAIN_CHECK(units > 0, "Dense: units must be positive, got " << units);
+}
+
+Shape Dense::compute_output_shape(const Shape& input_shape) const {
+  std::vector<int64_t> dims = input_shape.dims();
+  MIXTRAIN_CHECK(!dims.empty(), "Dense '" << name() << "': input needs a feature dimension");
+  dims.back() = units_;
+  return Shape(dims);
+}
+
+void Dense::build_impl(const Shape& input_shape, Rng& rng) {
+  MIXTRAIN_CHECK(input_shape.rank() == 1,
+                 "Dense '" << name() << "' expects inputs shaped (batch, features), got per-sample shape "
+                           << input_shape << "; add a Flatten layer first");
+  kernel_ = add_weight("kernel", {input_shape[0], units_}, Initializer::kGlorotUniform, rng);
+  if (use_bias_) bias_ = add_weight("bias", {units_}, Initializer::kZeros, rng);
+}
+
+Var Dense::call(const Var& x, const CallContext&) {
+  MIXTRAIN_CHECK(x.value().rank() == 2 && x.shape()[1] == kernel_.shape()[0],
+                 "Dense '" << name() << "' expects (batch, " << kernel_.shape()[0] << "), got " << x.value().describe());
+  // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
+  Var bias = bias_;
+  if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
+  return activation(linear(x, kernel_, read_weight(kernel_), bias), activation_);
+}
+
+Activation::Activation(std::string_view activation, DTypeArg dtype)
+    : Layer("activation", std::move(dtype)), activation_(ops::parse_activation(activation)) {}
+
+Var Activation::call(const Var& x, const CallContext&) { return activation(x, activation_); }
+
+Dropout::Dropout(float rate, DTypeArg dtype) : Layer("dropout", std::move(dtype)), rate_(rate) {
+  MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "Dropout: rate must be in [0, 1), got " << rate);
+}
+
+Var Dropout::call(const Var& x, const CallContext& ctx) {
+  if (!ctx.training || rate_ == 0.0f) return x;
+  MIXTRAIN_CHECK(ctx.rng, "Dropout '" << name() << "': training call without a random generator");
+  return dropout(x, rate_, *ctx.rng);
+}
+
+Softmax::Softmax(DTypeArg dtype) : Layer("softmax", std::move(dtype)) {}
+
+Var Softmax::call(const Var& x, const CallContext&) { return softmax(x); }
+
+Flatten::Flatten(DTypeArg dtype) : Layer("flatten", std::move(dtype)) {}
+
+Shape Flatten::compute_output_shape(const Shape& input_shape) const { return Shape{input_shape.numel()}; }
+
+Var Flatten::call(const Var& x, const CallContext&) {
+  return reshape(x, Shape{x.shape()[0], x.value().numel() / std::max<int64_t>(x.shape()[0], 1)});
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,156 @@
+#include "mixtrain/ops/elementwise.h"
+
+#include <cmath>
+
+namespace mixtrain::ops {
+
+namespace {
+
+// Applies fn(i, load(a[i]), ...) -> float over every element and stores into out (dtype of out).
+template <typename Fn>
+Tensor map_unary(const Tensor& x, const char* op, Fn&& fn) {
+  MIXTRAIN_CHECK(x.defined(), op << ": input is undefined");
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  const int64_t n = x.numel();
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+#pragma omp parallel for if (n > (1 << 16)) schedule(static)
+    for (int64_t i = 0; i < n; ++i) yp[i] = from_float<T>(fn(i, to_float(xp[i])));
+  });
+  return y;
+}
+
+template <typename Fn>
+Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, Fn&& fn) {
+  MIXTRAIN_CHECK(a.defined() && b.defined() && a.shape() == b.shape(),
+                 op << ": shapes differ: " << a.describe() << " and " << b.describe());
+  Tensor y = Tensor::empty(a.shape(), a.dtype());
+  const int64_t n = a.numel();
+  Tensor bc = b.to(a.dtype());
+  dispatch_float(a.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* ap = a.data<T>();
+    const T* bp = bc.data<T>();
+    T* yp = y.data<T>();
+#pragma omp parallel for if (n > (1 << 16)) schedule(static)
+    for (int64_t i = 0; i < n; ++i) yp[i] = from_float<T>(fn(to_float(ap[i]), to_float(bp[i])));
+  });
+  return y;
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+}  // namespace
+
+Activation parse_activation(std::string_view name) {
+  if (name.empty() || name == "linear" || name == "none") return Activation::kLinear;
+  if (name == "relu") return Activation::kRelu;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "sigmoid") return Activation::kSigmoid;
+  if (name == "tanh") return Activation::kTanh;
+  MIXTRAIN_FAIL(kInvalidInput, "unknown activation '" << name << "'", "valid activations: linear, relu, gelu, sigmoid, tanh");
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kLinear: return "linear";
+    case Activation::kRelu: return "relu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kSigmoid: return "sigmoid";
+    case Activation::kTanh: return "tanh";
+  }
+  return "?";
+}
+
+Tensor activation(const Tensor& x, Activation a) {
+  switch (a) {
+    case Activation::kLinear: return x;
+    case Activation::kRelu:       // NaN passes through (NaN < 0 is false), so a poisoned input is never hidden from TerminateOnNaN.
+      return map_unary(x, "relu", [](int64_t, float v) { return v < 0.0f ? 0.0f : v; });
+    case Activation::kGelu:
+      return map_unary(x, "gelu", [](int64_t, float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
+    case Activation::kSigmoid:
+      // Split by sign so exp never overflows.
+      return map_unary(x, "sigmoid", [](int64_t, float v) {
+        if (v >= 0) return 1.0f / (1.0f + std::exp(-v));
+        const float e = std::exp(v);
+        return e / (1.0f + e);
+      });
+    case Activation::kTanh: return map_unary(x, "tanh", [](int64_t, float v) { return std::tanh(v); });
+  }
+  return x;
+}
+
+Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, Activation a) {
+  switch (a) {
+    case Activation::kLinear: return dy.to(x.dtype());
+    case Activation::kRelu: return map_binary(dy, x, "relu_backward", [](float d, float v) { return v > 0 ? d : 0.0f; });
+    case Activation::kGelu:
+      return map_binary(dy, x, "gelu_backward", [](float d, float v) {
+        const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+        const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+        return d * (cdf + v * pdf);
+      });
+    case Activation::kSigmoid:
+      return map_binary(dy, y, "sigmoid_backward", [](float d, float s) { return d * s * (1.0f - s); });
+    case Activation::kTanh:
+      return map_binary(dy, y, "tanh_backward", [](float d, float t) { return d * (1.0f - t * t); });
+  }
+  return dy;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return map_binary(a, b, "add", [](float u, float v) { return u + v; });
+}
+
+Tensor scale(const Tensor& a, float s) {
+  return map_unary(a, "scale", [s](int64_t, float v) { return v * s; });
+}
+
+Tensor bias_add(const Tensor& x, const Tensor& bias) {
+  MIXTRAIN_CHECK(x.rank() == 2 && bias.numel() == x.dim(1),
+                 "bias_add: bias " << bias.describe() << " does not match " << x.describe());
+  const std::vector<float> b = bias.to_floats();
+  const int64_t cols = x.dim(1);
+  return map_unary(x, "bias_add", [&](int64_t i, float v) { return v + b[static_cast<size_t>(i % cols)]; });
+}
+
+Tensor sum_rows(const Tensor& dy) {
+  MIXTRAIN_CHECK(dy.rank() == 2, "sum_rows: expected a 2-D tensor, got " << dy.describe());
+  const int64_t rows = dy.dim(0), cols = dy.dim(1);
+  Tensor out = Tensor::zeros({cols}, DType::kFloat32);
+  float* o = out.data<float>();
+  dispatch_float(dy.dtype(), "sum_rows", [&](auto tag) {
+    using T = decltype(tag);
+    const T* d = dy.data<T>();
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) o[j] += to_float(d[i * cols + j]);
+  });
+  return out;
+}
+
+Tensor dropout(const Tensor& x, const Tensor& mask, float rate) {
+  MIXTRAIN_CHECK(mask.dtype() == DType::kUInt8 && mask.numel() == x.numel(),
+                 "dropout: mask " << mask.describe() << " does not match " << x.describe());
+  const float keep_scale = 1.0f / (1.0f - rate);
+  const uint8_t* m = mask.data<uint8_t>();
+  return map_unary(x, "dropout", [&](int64_t i, float v) { return m[i] ? v * keep_scale : 0.0f; });
+}
+
+Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate) { return dropout(dy, mask, rate); }
+
+int64_t count_nonfinite(const Tensor& x) {
+  int64_t bad = 0;
+  const int64_t n = x.numel();
+  dispatch_float(x.dtype(), "count_nonfinite", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(to_float(p[i]));
+  });
+  return bad;
+}
+
+}  // namespace mixtrain::ops

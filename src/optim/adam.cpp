@@ -1,0 +1,65 @@
+#include "mixtrain/optim/adam.h"
+
+#include <cmath>
+
+namespace mixtrain {
+
+namespace {
+// Below this many elements a thread team costs more than it saves.
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+}  // namespace
+
+Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate), options_(options) {
+  MIXTRAIN_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0, "adam: beta1 must be in [0, 1), got " << options.beta1);
+  MIXTRAIN_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, "adam: beta2 must be in [0, 1), got " << options.beta2);
+  MIXTRAIN_CHECK(std::isfinite(options.epsilon) && options.epsilon > 0.0f,
+                 "adam: epsilon must be finite and > 0, got " << options.epsilon);
+}
+
+std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
+
+void Adam::update(float* value, const float* grad, int64_t n, const std::string& var_key) {
+  adam_step(value, grad, n, var_key);
+}
+
+void Adam::adam_step(float* w, const float* g, int64_t n, const std::string& var_key) {
+  const double t = static_cast<double>(iterations() + 1);
+  const double bias1 = 1.0 - std::pow(options_.beta1, t);
+  const double bias2 = 1.0 - std::pow(options_.beta2, t);
+  const float alpha = static_cast<float>(static_cast<double>(learning_rate()) * std::sqrt(bias2) / bias1);
+  const float one_minus_b1 = static_cast<float>(1.0 - options_.beta1);
+  const float one_minus_b2 = static_cast<float>(1.0 - options_.beta2);
+  const float eps = options_.epsilon;
+  float* m = slot(var_key, "m");
+  float* v = slot(var_key, "v");
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] += (g[i] - m[i]) * one_minus_b1;
+    v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
+    w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + eps);
+  }
+}
+
+AdamW::AdamW(float learning_rate, float weight_decay, AdamOptions options,
+             std::vector<std::string> exclude_from_weight_decay)
+    : Adam(learning_rate, options), weight_decay_(weight_decay), exclude_(std::move(exclude_from_weight_decay)) {
+  MIXTRAIN_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0f,
+                 "adamw: weight_decay must be finite and >= 0, got " << weight_decay);
+}
+
+void AdamW::update(float* w, const float* g, int64_t n, const std::string& var_key) {
+  bool decay = weight_decay_ != 0.0f;
+  for (const std::string& s : exclude_) {
+    if (var_key.find(s) != std::string::npos) decay = false;
+  }
+  if (decay) {
+    const float wd = weight_decay_;
+    const float lr = learning_rate();
+    // Same association as Keras (w - w * wd * lr) so results match it bit for bit in float32.
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+    for (int64_t i = 0; i < n; ++i) w[i] = w[i] - w[i] * wd * lr;
+  }
+  adam_step(w, g, n, var_key);
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,192 @@
+#include "mixtrain/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "mixtrain/optim/adam.h"
+#include "mixtrain/optim/sgd.h"
+
+namespace mixtrain {
+
+namespace {
+
+bool has_slot_prefix(const std::string& key, std::string* var, std::string* slot) {
+  const auto pos = key.rfind('/');
+  if (pos == std::string::npos || pos == 0 || pos + 1 == key.size()) return false;
+  *var = key.substr(0, pos);
+  *slot = key.substr(pos + 1);
+  return true;
+}
+
+Tensor scalar_int(int64_t value) {
+  MIXTRAIN_CHECK(value >= 0 && value <= std::numeric_limits<int32_t>::max(),
+                 "optimizer counter " << value << " does not fit the int32 checkpoint entry");
+  return Tensor::from_ints({1}, {static_cast<int32_t>(value)});
+}
+
+}  // namespace
+
+Optimizer::Optimizer(float learning_rate) { set_learning_rate(learning_rate); }
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::set_learning_rate(float learning_rate) {
+  MIXTRAIN_CHECK(std::isfinite(learning_rate) && learning_rate >= 0.0f,
+                 "learning rate must be finite and >= 0, got " << learning_rate);
+  learning_rate_ = learning_rate;
+}
+
+void Optimizer::set_iterations(int64_t iterations) {
+  MIXTRAIN_CHECK(iterations >= 0, "iterations must be >= 0, got " << iterations);
+  iterations_ = iterations;
+}
+
+void Optimizer::set_global_clipnorm(std::optional<float> clip_norm) {
+  MIXTRAIN_CHECK(!clip_norm || (std::isfinite(*clip_norm) && *clip_norm > 0.0f),
+                 "global_clipnorm must be finite and > 0, got " << *clip_norm);
+  global_clipnorm_ = clip_norm;
+}
+
+std::string Optimizer::var_key(const Var& var, size_t index) {
+  return var.name().empty() ? "var_" + std::to_string(index) : var.name();
+}
+
+void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
+  MIXTRAIN_CHECK(grads.size() == vars.size(),
+                 name() << ".apply: " << grads.size() << " gradients for " << vars.size() << " variables");
+  // Validate everything first so a bad call leaves variables and state untouched.
+  std::vector<std::string> keys(vars.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Var& v = vars[i];
+    MIXTRAIN_CHECK(v.defined(), name() << ".apply: variable " << i << " is undefined");
+    keys[i] = var_key(v, i);
+    if (!grads[i].defined()) continue;
+    if (v.dtype() != DType::kFloat32) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    name() << ".apply: variable '" << keys[i] << "' is " << v.value().describe()
+                           << "; optimizers update float32 variables",
+                    "create variables in the policy's variable_dtype (float32)");
+    }
+    if (!v.trainable()) {
+      MIXTRAIN_FAIL(kInvalidInput, name() << ".apply: variable '" << keys[i] << "' is not trainable",
+                    "pass only trainable variables to the optimizer");
+    }
+    if (grads[i].dtype() != DType::kFloat32 || grads[i].shape() != v.shape()) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    name() << ".apply: gradient " << grads[i].describe() << " does not match variable '" << keys[i]
+                           << "' " << v.value().describe(),
+                    "gradients must be float32 with the variable's shape; unscale and convert low-precision "
+                    "gradients first (LossScaleOptimizer does this)");
+    }
+    if (!seen.insert(keys[i]).second) {
+      MIXTRAIN_FAIL(kInvalidInput, name() << ".apply: two variables share the name '" << keys[i] << "'",
+                    "give each variable a unique name; optimizer state is keyed by name");
+    }
+    for (const std::string& s : slot_names()) {
+      auto it = slots_.find(keys[i] + "/" + s);
+      // A restored slot whose size differs belongs to another model: refuse rather than read out of bounds.
+      if (it != slots_.end() && it->second.numel() != v.value().numel()) {
+        MIXTRAIN_FAIL(kInvalidInput,
+                      name() << ": slot '" << it->first << "' " << it->second.describe() << " does not match variable "
+                             << v.value().describe(),
+                      "the loaded optimizer state comes from a different model");
+      }
+    }
+  }
+  // Slots have the variable's shape, so checkpoints read naturally; restored ones are reshaped on first use.
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    for (const std::string& s : slot_names()) {
+      Tensor& t = slots_[keys[i] + "/" + s];
+      if (!t.defined()) {
+        t = Tensor::zeros(vars[i].shape(), DType::kFloat32);
+      } else if (t.shape() != vars[i].shape()) {
+        t = t.reshape(vars[i].shape());
+      }
+    }
+  }
+  std::vector<Tensor> g = grads;
+  if (global_clipnorm_) clip_by_global_norm(g, *global_clipnorm_);
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!g[i].defined()) continue;
+    Var v = vars[i];
+    update(v.mutable_value().data<float>(), g[i].data<float>(), v.value().numel(), keys[i]);
+    v.bump_version();
+  }
+  ++iterations_;
+}
+
+float* Optimizer::slot(const std::string& var_key, const std::string& slot) {
+  auto it = slots_.find(var_key + "/" + slot);
+  if (it == slots_.end()) {
+    MIXTRAIN_FAIL(kInternal, name() << ": slot '" << var_key << "/" << slot << "' was not created",
+                  "slot_names() must list every slot update() reads");
+  }
+  return it->second.data<float>();
+}
+
+NamedTensors Optimizer::state() const {
+  NamedTensors out;
+  out.emplace_back("iterations", scalar_int(iterations_));
+  out.emplace_back("learning_rate", Tensor::from_floats({1}, {learning_rate_}));
+  for (const auto& [k, t] : slots_) out.emplace_back(k, t.clone());
+  return out;
+}
+
+void Optimizer::load_state(const NamedTensors& state) {
+  const std::vector<std::string> known = slot_names();
+  std::optional<int64_t> iterations;
+  std::optional<float> lr;
+  std::map<std::string, Tensor> slots;
+  for (const auto& [key, t] : state) {
+    MIXTRAIN_CHECK(t.defined(), name() << ".load_state: entry '" << key << "' is undefined");
+    if (key == "iterations") {
+      MIXTRAIN_CHECK(t.dtype() == DType::kInt32 && t.numel() == 1,
+                     name() << ".load_state: 'iterations' must be one int32, got " << t.describe());
+      iterations = t.to_ints()[0];
+      MIXTRAIN_CHECK(*iterations >= 0, name() << ".load_state: negative iterations " << *iterations);
+      continue;
+    }
+    if (key == "learning_rate") {
+      MIXTRAIN_CHECK(t.dtype() == DType::kFloat32 && t.numel() == 1,
+                     name() << ".load_state: 'learning_rate' must be one float32, got " << t.describe());
+      lr = t.at(0);
+      continue;
+    }
+    std::string var, slot_name;
+    if (!has_slot_prefix(key, &var, &slot_name) ||
+        std::find(known.begin(), known.end(), slot_name) == known.end()) {
+      std::string valid;
+      for (const auto& s : known) valid += (valid.empty() ? "" : ", ") + s;
+      MIXTRAIN_FAIL(kInvalidInput,
+                    name() << ".load_state: unknown entry '" << key << "' (expected iterations, learning_rate or "
+                           << "<variable>/<slot> with slot one of: " << valid << ")",
+                    "the state was saved by a different optimizer");
+    }
+    MIXTRAIN_CHECK(t.dtype() == DType::kFloat32,
+                   name() << ".load_state: slot '" << key << "' must be float32, got " << t.describe());
+    slots[key] = t.clone();
+  }
+  if (!iterations) {
+    MIXTRAIN_FAIL(kInvalidInput, name() << ".load_state: no 'iterations' entry",
+                  "pass the output of state() from the same kind of optimizer");
+  }
+  if (lr) set_learning_rate(*lr);
+  iterations_ = *iterations;
+  slots_ = std::move(slots);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(std::string_view name, float learning_rate) {
+  if (name == "sgd") return std::make_unique<Sgd>(learning_rate);
+  if (name == "adam") return std::make_unique<Adam>(learning_rate);
+  if (name == "adamw") return std::make_unique<AdamW>(learning_rate);
+  MIXTRAIN_FAIL(kInvalidInput, "unknown optimizer '" << name << "'; valid names: sgd, adam, adamw",
+                "use one of: sgd, adam, adamw");
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,289 @@
+#include "mixtrain/precision/loss_scale_optimizer.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace mixtrain {
+
+namespace {
+
+// Below this many elements a thread team costs more than it saves.
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+constexpr const char* kPrefix = "loss_scale/";
+
+float checked_inner_lr(const std::unique_ptr<Optimizer>& inner) {
+  MIXTRAIN_CHECK(inner != nullptr, "LossScaleOptimizer: the inner optimizer is null");
+  return inner->learning_rate();
+}
+
+// out[i] = x[i] * inv in float32; returns true if any result is inf or NaN. The exponent-bits test is exact and
+// vectorizes, and testing the unscaled value also catches a finite scaled gradient that overflows when the scale
+// is below 1.
+template <typename T>
+bool unscale_span(const T* x, float* out, int64_t n, float inv) {
+  uint32_t bad = 0;
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static) reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = to_float(x[i]) * inv;
+    out[i] = v;
+    bad |= static_cast<uint32_t>((float_bits(v) & 0x7F800000u) == 0x7F800000u);
+  }
+  return bad != 0;
+}
+
+Tensor int_entry(int64_t value) {
+  MIXTRAIN_CHECK(value >= 0 && value <= std::numeric_limits<int32_t>::max(),
+                 "LossScaleOptimizer: counter " << value << " does not fit the int32 checkpoint entry");
+  return Tensor::from_ints({1}, {static_cast<int32_t>(value)});
+}
+
+}  // namespace
+
+LossScaleOptimizer::LossScaleOptimizer(std::unique_ptr<Optimizer> inner, LossScaleOptions options)
+    : Optimizer(checked_inner_lr(inner)), inner_(std::move(inner)), options_(std::move(options)) {
+  if (dynamic_cast<const LossScaleOptimizer*>(inner_.get()) != nullptr) {
+    MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer",
+                  "wrap the plain optimizer once; two wrappers would scale the loss twice");
+  }
+  const LossScaleOptions& o = options_;
+  MIXTRAIN_CHECK(std::isfinite(o.initial_scale) && o.initial_scale > 0.0f,
+                 "LossScaleOptimizer: initial_scale must be finite and > 0, got " << o.initial_scale);
+  if (o.dynamic) {
+    MIXTRAIN_CHECK(std::isfinite(o.min_scale) && o.min_scale > 0.0f,
+                   "LossScaleOptimizer: min_scale must be finite and > 0, got " << o.min_scale);
+    MIXTRAIN_CHECK(std::isfinite(o.max_scale) && o.max_scale >= o.min_scale,
+                   "LossScaleOptimizer: max_scale must be finite and >= min_scale, got " << o.max_scale);
+    MIXTRAIN_CHECK(o.initial_scale >= o.min_scale && o.initial_scale <= o.max_scale,
+                   "LossScaleOptimizer: initial_scale " << o.initial_scale << " is outside [min_scale "
+                                                        << o.min_scale << ", max_scale " << o.max_scale << "]");
+  }
+  MIXTRAIN_CHECK(o.dynamic_growth_steps >= 1,
+                 "LossScaleOptimizer: dynamic_growth_steps must be >= 1, got " << o.dynamic_growth_steps);
+  MIXTRAIN_CHECK(o.hysteresis >= 1, "LossScaleOptimizer: hysteresis must be >= 1, got " << o.hysteresis);
+  MIXTRAIN_CHECK(o.floor_alarm_steps >= 0,
+                 "LossScaleOptimizer: floor_alarm_steps must be >= 0 (0 disables), got " << o.floor_alarm_steps);
+  scale_ = o.initial_scale;
+  min_scale_seen_ = scale_;
+  hysteresis_left_ = o.hysteresis;
+}
+
+Tensor LossScaleOptimizer::scale_loss(const Tensor& loss) const {
+  MIXTRAIN_CHECK(loss.defined() && is_float(loss.dtype()),
+                 "scale_loss: the loss must be a floating-point tensor, got "
+                     << (loss.defined() ? loss.describe() : std::string("an undefined tensor")));
+  Tensor src = loss.to(DType::kFloat32);
+  Tensor out = Tensor::empty(loss.shape(), DType::kFloat32);
+  const float* s = src.data<float>();
+  float* d = out.data<float>();
+  for (int64_t i = 0; i < loss.numel(); ++i) d[i] = s[i] * scale_;
+  return out;
+}
+
+void LossScaleOptimizer::check_pairs(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const {
+  MIXTRAIN_CHECK(grads.size() == vars.size(),
+                 "LossScaleOptimizer.apply: " << grads.size() << " gradients for " << vars.size() << " variables");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    MIXTRAIN_CHECK(vars[i].defined(), "LossScaleOptimizer.apply: variable " << i << " is undefined");
+    if (!grads[i].defined()) continue;
+    // Checked here as well as in the inner optimizer, because a skipped step never reaches the inner check.
+    if (!is_float(grads[i].dtype()) || grads[i].shape() != vars[i].shape()) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "LossScaleOptimizer.apply: gradient " << grads[i].describe() << " does not match variable '"
+                                                          << vars[i].name() << "' " << vars[i].value().describe(),
+                    "pass one floating-point gradient per variable, with the variable's shape");
+    }
+  }
+}
+
+std::vector<Tensor> LossScaleOptimizer::unscale(const std::vector<Tensor>& scaled, bool stop_early,
+                                                bool* all_finite) const {
+  // 1/S in double, rounded once: exact for the power-of-two scales dynamic scaling produces.
+  const float inv = static_cast<float>(1.0 / static_cast<double>(scale_));
+  std::vector<Tensor> out(scaled.size());
+  bool finite = true;
+  for (size_t i = 0; i < scaled.size(); ++i) {
+    const Tensor& g = scaled[i];
+    if (!g.defined()) continue;
+    MIXTRAIN_CHECK(is_float(g.dtype()), "LossScaleOptimizer: gradient " << g.describe() << " is not floating-point");
+    out[i] = Tensor::empty(g.shape(), DType::kFloat32);
+    float* dst = out[i].data<float>();
+    const bool bad = dispatch_float(g.dtype(), "unscale", [&](auto tag) {
+      using T = decltype(tag);
+      return unscale_span(g.data<T>(), dst, g.numel(), inv);
+    });
+    if (bad) {
+      finite = false;
+      if (stop_early) break;
+    }
+  }
+  if (all_finite != nullptr) *all_finite = finite;
+  return out;
+}
+
+std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(const std::vector<Tensor>& scaled,
+                                                               bool* all_finite) const {
+  return unscale(scaled, /*stop_early=*/false, all_finite);
+}
+
+void LossScaleOptimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
+  check_pairs(grads, vars);
+  bool finite = true;
+  std::vector<Tensor> unscaled = unscale(grads, /*stop_early=*/true, &finite);
+  finish_step(unscaled, vars, finite);
+}
+
+void LossScaleOptimizer::apply_unscaled(const std::vector<Tensor>& grads, const std::vector<Var>& vars,
+                                        bool all_finite) {
+  check_pairs(grads, vars);
+  finish_step(grads, vars, all_finite);
+}
+
+void LossScaleOptimizer::set_scale(float scale) {
+  scale_ = scale;
+  min_scale_seen_ = std::min(min_scale_seen_, scale);
+}
+
+void LossScaleOptimizer::finish_step(const std::vector<Tensor>& unscaled, const std::vector<Var>& vars,
+                                     bool all_finite) {
+  if (all_finite) {
+    // The inner optimizer validates and may throw; bookkeeping follows only a successful update.
+    inner_->apply(unscaled, vars);
+    last_step_skipped_ = false;
+    ++good_steps_in_a_row_;
+    floor_skips_ = 0;
+    stuck_at_floor_ = false;
+    if (options_.dynamic && ++counter_ >= options_.dynamic_growth_steps) {
+      counter_ = 0;
+      hysteresis_left_ = options_.hysteresis;
+      const float grown = scale_ * 2.0f;
+      if (std::isfinite(grown) && grown <= options_.max_scale) set_scale(grown);
+    }
+    return;
+  }
+
+  // Skipped: nothing reaches the inner optimizer, so variables and slots stay bit-identical.
+  const bool at_floor = !options_.dynamic || scale_ <= options_.min_scale;
+  last_step_skipped_ = true;
+  ++skipped_steps_;
+  good_steps_in_a_row_ = 0;
+  counter_ = 0;
+  if (options_.skipped_steps_advance_iterations) inner_->set_iterations(inner_->iterations() + 1);
+  if (options_.dynamic) {
+    hysteresis_left_ = std::max<int64_t>(hysteresis_left_ - 1, 0);
+    // min_scale > 0 is enforced, so the scale can never reach 0 (Keras 3's 0/0 = NaN trap).
+    if (hysteresis_left_ == 0) set_scale(std::max(scale_ * 0.5f, options_.min_scale));
+  }
+  floor_skips_ = at_floor ? floor_skips_ + 1 : 0;
+  if (options_.floor_alarm_steps > 0 && floor_skips_ == options_.floor_alarm_steps && !stuck_at_floor_) {
+    stuck_at_floor_ = true;
+    std::ostringstream msg;
+    msg << "LossScaleOptimizer: " << floor_skips_ << " consecutive steps skipped with the loss scale at "
+        << (options_.dynamic ? "its minimum " : "its fixed value ") << scale_
+        << ". The gradients are inf/NaN even at this scale, so lowering it cannot help: the inf/NaN most likely "
+           "comes from the forward pass, the loss or the data, not from float16 gradient overflow. Training is not "
+           "progressing. Check the inputs and the loss for inf/NaN, keep softmax, normalization and the loss in "
+           "float32, or use the mixed_bfloat16 or float32 policy.";
+    if (options_.on_event) options_.on_event(msg.str());
+  }
+}
+
+void LossScaleOptimizer::update(float*, const float*, int64_t, const std::string&) {
+  MIXTRAIN_FAIL(kInternal, "LossScaleOptimizer::update is not used; apply() forwards to the inner optimizer", "");
+}
+
+NamedTensors LossScaleOptimizer::state() const {
+  NamedTensors out = inner_->state();
+  for (const auto& [k, t] : out) {
+    if (k.rfind(kPrefix, 0) == 0) {
+      MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer: inner state entry '" << k << "' collides with its own keys",
+                    "rename the variable so its name does not start with 'loss_scale/'");
+    }
+  }
+  out.emplace_back("loss_scale/scale", Tensor::from_floats({1}, {scale_}));
+  out.emplace_back("loss_scale/counter", int_entry(counter_));
+  out.emplace_back("loss_scale/hysteresis_left", int_entry(hysteresis_left_));
+  out.emplace_back("loss_scale/skipped_steps", int_entry(skipped_steps_));
+  out.emplace_back("loss_scale/good_steps_in_a_row", int_entry(good_steps_in_a_row_));
+  out.emplace_back("loss_scale/floor_skips", int_entry(floor_skips_));
+  out.emplace_back("loss_scale/last_step_skipped", int_entry(last_step_skipped_ ? 1 : 0));
+  out.emplace_back("loss_scale/stuck_at_floor", int_entry(stuck_at_floor_ ? 1 : 0));
+  out.emplace_back("loss_scale/min_scale_seen", Tensor::from_floats({1}, {min_scale_seen_}));
+  return out;
+}
+
+void LossScaleOptimizer::load_state(const NamedTensors& state) {
+  NamedTensors inner_state;
+  std::map<std::string, Tensor> own;
+  for (const auto& [k, t] : state) {
+    if (k.rfind(kPrefix, 0) == 0) {
+      own[k.substr(std::string(kPrefix).size())] = t;
+    } else {
+      inner_state.emplace_back(k, t);
+    }
+  }
+  auto get_float = [&](const std::string& key, bool required, float fallback) {
+    auto it = own.find(key);
+    if (it == own.end()) {
+      if (required) {
+        MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer.load_state: missing '" << kPrefix << key << "'",
+                      "pass the output of LossScaleOptimizer::state()");
+      }
+      return fallback;
+    }
+    const Tensor& t = it->second;
+    MIXTRAIN_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.numel() == 1,
+                   "LossScaleOptimizer.load_state: '" << kPrefix << key << "' must be one float32");
+    const float v = t.at(0);
+    own.erase(it);
+    return v;
+  };
+  auto get_int = [&](const std::string& key, bool required, int64_t fallback) -> int64_t {
+    auto it = own.find(key);
+    if (it == own.end()) {
+      if (required) {
+        MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer.load_state: missing '" << kPrefix << key << "'",
+                      "pass the output of LossScaleOptimizer::state()");
+      }
+      return fallback;
+    }
+    const Tensor& t = it->second;
+    MIXTRAIN_CHECK(t.defined() && t.dtype() == DType::kInt32 && t.numel() == 1,
+                   "LossScaleOptimizer.load_state: '" << kPrefix << key << "' must be one int32");
+    const int64_t v = t.to_ints()[0];
+    MIXTRAIN_CHECK(v >= 0, "LossScaleOptimizer.load_state: '" << kPrefix << key << "' is negative (" << v << ")");
+    own.erase(it);
+    return v;
+  };
+  const float scale = get_float("scale", true, 0.0f);
+  MIXTRAIN_CHECK(std::isfinite(scale) && scale > 0.0f,
+                 "LossScaleOptimizer.load_state: the saved scale " << scale << " is not finite and positive");
+  const int64_t counter = get_int("counter", true, 0);
+  const int64_t hysteresis_left = get_int("hysteresis_left", false, options_.hysteresis);
+  const int64_t skipped = get_int("skipped_steps", false, 0);
+  const int64_t good = get_int("good_steps_in_a_row", false, 0);
+  const int64_t floor_skips = get_int("floor_skips", false, 0);
+  const bool last_skipped = get_int("last_step_skipped", false, 0) != 0;
+  const bool stuck = get_int("stuck_at_floor", false, 0) != 0;
+  const float min_seen = get_float("min_scale_seen", false, scale);
+  if (!own.empty()) {
+    MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer.load_state: unknown entry '" << kPrefix << own.begin()->first
+                                                                                   << "'",
+                  "pass the output of LossScaleOptimizer::state()");
+  }
+  inner_->load_state(inner_state);  // validates the rest; throws before anything of ours changes
+  scale_ = scale;
+  counter_ = counter;
+  hysteresis_left_ = hysteresis_left;
+  skipped_steps_ = skipped;
+  good_steps_in_a_row_ = good;
+  floor_skips_ = floor_skips;
+  last_step_skipped_ = last_skipped;
+  stuck_at_floor_ = stuck;
+  min_scale_seen_ = min_seen;
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,105 @@
+#include "mixtrain/train/run.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <ostream>
+
+#include "mixtrain/core/allocator.h"
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/precision/loss_scale_optimizer.h"
+
+namespace mixtrain {
+
+void validate_run_config(const RunConfig& cfg) {
+  MIXTRAIN_CHECK(cfg.model == "mlp", "unknown model '" << cfg.model << "'; valid models: mlp");
+  DTypePolicy::from_name(cfg.policy);  // throws with the valid names
+  MIXTRAIN_CHECK(cfg.epochs > 0, "--epochs must be a positive integer, got " << cfg.epochs);
+  MIXTRAIN_CHECK(cfg.batch_size > 0, "--batch-size must be a positive integer, got " << cfg.batch_size);
+  MIXTRAIN_CHECK(cfg.learning_rate > 0, "--lr must be positive, got " << cfg.learning_rate);
+  MIXTRAIN_CHECK(cfg.validation_split >= 0 && cfg.validation_split < 1,
+                 "--validation-split must be in [0, 1), got " << cfg.validation_split);
+  for (int64_t h : cfg.hidden) MIXTRAIN_CHECK(h > 0, "--hidden sizes must be positive, got " << h);
+  make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
+  if (cfg.loss_scale != "dynamic" && cfg.loss_scale != "none") {
+    char* end = nullptr;
+    const double v = std::strtod(cfg.loss_scale.c_str(), &end);
+    MIXTRAIN_CHECK(end && *end == '\0' && v > 0 && std::isfinite(v),
+                   "--loss-scale must be dynamic, none or a positive number, got '" << cfg.loss_scale << "'");
+  }
+}
+
+std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes) {
+  validate_run_config(cfg);
+  // The policy applies to layers created while it is global, as in Keras; the previous one is restored.
+  const DTypePolicy previous = global_policy();
+  set_global_policy(cfg.policy);
+  auto model = std::make_unique<Model>(cfg.model, cfg.seed);
+  for (int64_t h : cfg.hidden) model->emplace<Dense>(h, "relu");
+  // Output logits in float32: the loss and softmax then never see float16 values.
+  model->emplace<Dense>(num_classes, "linear", dtype_arg("float32"));
+  set_global_policy(previous);
+  model->build_for(Shape{num_features});
+  return model;
+}
+
+RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
+  auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes));
+  std::unique_ptr<Optimizer> opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
+  const bool float16_compute = DTypePolicy::from_name(cfg.policy).compute_dtype() == DType::kFloat16;
+  bool auto_scale = true;
+  if (float16_compute && cfg.loss_scale == "none") auto_scale = false;
+  if (float16_compute && cfg.loss_scale != "dynamic" && cfg.loss_scale != "none") {
+    LossScaleOptions o;
+    o.dynamic = false;
+    o.initial_scale = std::strtof(cfg.loss_scale.c_str(), nullptr);
+    opt = std::make_unique<LossScaleOptimizer>(std::move(opt), o);
+  }
+  model->compile(std::move(opt), Loss("sparse_categorical_crossentropy", /*from_logits=*/true), {"accuracy"},
+                 auto_scale);
+  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&model->optimizer());
+
+  RunResult r;
+  r.compute_dtype = dtype_name(DTypePolicy::from_name(cfg.policy).compute_dtype());
+  if (scaler) {
+    r.loss_scaled = true;
+    r.initial_scale = scaler->loss_scale();
+  }
+  if (progress) model->summary(*progress);
+  ProgressBarLogger bar(progress ? *progress : std::cout, interactive);
+  TerminateOnNaN nan_guard;
+  FitOptions fo;
+  fo.epochs = cfg.epochs;
+  fo.batch_size = cfg.batch_size;
+  fo.callbacks.push_back(&nan_guard);
+  if (progress) fo.callbacks.push_back(&bar);
+  // Split off the validation rows (the last ones, as Keras) before measuring, so the peak counts what
+  // training holds (batches, activations, gradients, optimizer state), not copies of the data set.
+  Tensor x = data.train.x, y = data.train.y;
+  if (cfg.validation_split > 0) {
+    const int64_t n = x.dim(0);
+    const int64_t n_train = n - static_cast<int64_t>(static_cast<double>(n) * cfg.validation_split);
+    MIXTRAIN_CHECK(n_train > 0 && n_train < n, "--validation-split " << cfg.validation_split << " leaves " << n_train
+                                                                      << " of " << n << " rows for training");
+    fo.validation_data = std::make_pair(x.slice_rows(n_train, n), y.slice_rows(n_train, n));
+    x = x.slice_rows(0, n_train);
+    y = y.slice_rows(0, n_train);
+  }
+
+  const int64_t live_before = memory_stats().live_bytes;
+  reset_peak_memory();
+  r.history = model->fit(x, y, fo);
+  r.peak_memory_bytes = memory_stats().peak_bytes - live_before;
+  r.test = model->evaluate(data.test.x, data.test.y);
+  const double secs = r.history.train_seconds;
+  r.steps_per_second = secs > 0 ? static_cast<double>(r.history.steps) / secs : 0;
+  r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;
+  if (scaler) {
+    r.final_scale = scaler->loss_scale();
+    r.min_scale_seen = scaler->min_scale_seen();
+    r.skipped_steps = scaler->skipped_steps();
+  }
+  return r;
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,131 @@
+#include "mixtrain/data/csv.h"
+
+#include <gtest/gtest.h>
+
+#include "test_files.h"
+
+namespace mixtrain {
+namespace {
+
+using testing::contains;
+using testing::error_of;
+using testing::TempDir;
+using testing::write_text;
+
+// Writes text to a fresh file and returns the error load_csv throws for it, checking it names the file.
+Error csv_error(const TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.file(name);
+  write_text(path, text);
+  Error e = error_of([&] { load_csv(path); });
+  EXPECT_TRUE(contains(e.what(), "'" + path + "'")) << e.what();
+  return e;
+}
+
+TEST(Csv, ParsesCrlfWhitespaceAndTrailingBlankLines) {
+  TempDir dir;
+  const std::string path = dir.file("iris.csv");
+  write_text(path, "a, b ,label\r\n1,2,0\r\n 3.5 , -4e1 , 2 \r\n\r\n+0.25,1e-3,1.0\r\n\r\n\n  \n");
+  const Dataset d = load_csv(path);
+  EXPECT_EQ(d.x.shape(), (Shape{3, 2}));
+  EXPECT_EQ(d.x.dtype(), DType::kFloat32);
+  EXPECT_EQ(d.x.to_floats(), (std::vector<float>{1.0f, 2.0f, 3.5f, -40.0f, 0.25f, 0.001f}));
+  EXPECT_EQ(d.y.dtype(), DType::kInt32);
+  EXPECT_EQ(d.y.to_ints(), (std::vector<int32_t>{0, 2, 1}));
+  EXPECT_EQ(d.num_classes, 3);
+  EXPECT_EQ(d.sample_shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(d.source, path);
+}
+
+TEST(Csv, ByteOrderMarkAndQuotedCells) {
+  TempDir dir;
+  const std::string path = dir.file("quoted.csv");
+  write_text(path, "\xEF\xBB\xBF\"f 1\",\"f,2\",\"y\"\n\"1.5\",2,\"4\"\n0,\"-7\",0");
+  const Dataset d = load_csv(path);
+  EXPECT_EQ(d.x.to_floats(), (std::vector<float>{1.5f, 2.0f, 0.0f, -7.0f}));
+  EXPECT_EQ(d.y.to_ints(), (std::vector<int32_t>{4, 0}));
+  EXPECT_EQ(d.num_classes, 5);
+  // The quoted comma belongs to the column name, which errors then quote.
+  const Error e = csv_error(dir, "q2.csv", "\"f,1\",y\nabc,0\n");
+  EXPECT_TRUE(contains(e.what(), "line 2, column 1 'f,1': 'abc' is not a number")) << e.what();
+}
+
+TEST(Csv, NonNumericCellNamesLineColumnAndText) {
+  TempDir dir;
+  const Error e = csv_error(dir, "bad.csv", "a,b,label\n1,2,0\n\n1,x7,1\n");
+  EXPECT_TRUE(contains(e.what(), "line 4, column 2 'b': 'x7' is not a number")) << e.what();
+  EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+  const Error empty_cell = csv_error(dir, "hole.csv", "a,b,label\n1,,0\n");
+  EXPECT_TRUE(contains(empty_cell.what(), "line 2, column 2 'b': '' is not a number")) << empty_cell.what();
+  const Error nan = csv_error(dir, "nan.csv", "a,label\nnan,0\n");
+  EXPECT_TRUE(contains(nan.what(), "line 2, column 1 'a': 'nan' is not a finite float32 number")) << nan.what();
+  const Error huge = csv_error(dir, "huge.csv", "a,label\n1,0\n1e39,0\n");
+  EXPECT_TRUE(contains(huge.what(), "line 3, column 1 'a': '1e39' is not a finite float32 number")) << huge.what();
+}
+
+TEST(Csv, RaggedRowsGiveLineNumber) {
+  TempDir dir;
+  const Error short_row = csv_error(dir, "short.csv", "a,b,label\r\n1,2,0\r\n1,2\r\n");
+  EXPECT_TRUE(contains(short_row.what(), "line 3 has 2 cells but the header has 3 columns")) << short_row.what();
+  const Error long_row = csv_error(dir, "long.csv", "a,b,label\n1,2,3,0\n");
+  EXPECT_TRUE(contains(long_row.what(), "line 2 has 4 cells but the header has 3 columns")) << long_row.what();
+}
+
+TEST(Csv, BadLabels) {
+  TempDir dir;
+  const Error frac = csv_error(dir, "frac.csv", "a,label\n1,0\n2,0.5\n");
+  EXPECT_TRUE(contains(frac.what(), "line 3, column 2 'label': '0.5' is not an integer")) << frac.what();
+  EXPECT_TRUE(contains(frac.hint(), "integer class ids")) << frac.hint();
+  const Error neg = csv_error(dir, "neg.csv", "a,label\n1,-1\n");
+  EXPECT_TRUE(contains(neg.what(), "line 2, column 2 'label': '-1' is negative")) << neg.what();
+  const Error name = csv_error(dir, "name.csv", "a,species\n1,setosa\n");
+  EXPECT_TRUE(contains(name.what(), "line 2, column 2 'species': 'setosa' is not a number")) << name.what();
+  const Error big = csv_error(dir, "big.csv", "a,label\n1,65536\n");
+  EXPECT_TRUE(contains(big.what(), "'65536' is too large")) << big.what();
+  // The largest id allowed still loads.
+  write_text(dir.file("max.csv"), "a,label\n1,65535\n");
+  EXPECT_EQ(load_csv(dir.file("max.csv")).num_classes, 65536);
+}
+
+TEST(Csv, EmptyHeaderOnlyAndHeaderless) {
+  TempDir dir;
+  EXPECT_TRUE(contains(csv_error(dir, "empty.csv", "").what(), "is empty"));
+  EXPECT_TRUE(contains(csv_error(dir, "blank.csv", "\r\n \n\t\n").what(), "is empty"));
+  const Error header_only = csv_error(dir, "header.csv", "a,b,label\r\n\r\n");
+  EXPECT_TRUE(contains(header_only.what(), "has a header but no data rows")) << header_only.what();
+  const Error headerless = csv_error(dir, "numbers.csv", "1,2,0\n3,4,1\n");
+  EXPECT_TRUE(contains(headerless.what(), "line 1 holds numbers where the header row")) << headerless.what();
+  const Error one_column = csv_error(dir, "one.csv", "label\n0\n");
+  EXPECT_TRUE(contains(one_column.what(), "line 1: the header has 1 column")) << one_column.what();
+  const Error quote = csv_error(dir, "quote.csv", "a,label\n\"1,0\n");
+  EXPECT_TRUE(contains(quote.what(), "line 2: a quoted cell is not closed")) << quote.what();
+}
+
+TEST(Csv, MissingFileIsAnIoError) {
+  TempDir dir;
+  const Error e = error_of([&] { load_csv(dir.file("absent.csv")); });
+  EXPECT_EQ(e.kind(), ErrorKind::kIo);
+  EXPECT_TRUE(contains(e.what(), "CSV file '" + dir.file("absent.csv") + "' does not exist")) << e.what();
+}
+
+TEST(Csv, SplitsHoldOutATestPart) {
+  TempDir dir;
+  std::string text = "x,label\n";
+  for (int i = 0; i < 10; ++i) text += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
+  write_text(dir.file("ten.csv"), text);
+  const DataSplits s = load_csv_splits(dir.file("ten.csv"), 0.2, 3);
+  EXPECT_FALSE(s.test_from_files);
+  EXPECT_EQ(s.train.size(), 8);
+  EXPECT_EQ(s.test.size(), 2);
+  EXPECT_EQ(s.train.num_classes, 2);
+  EXPECT_EQ(s.test.num_classes, 2);
+  std::vector<float> all = s.train.x.to_floats();
+  const std::vector<float> test = s.test.x.to_floats();
+  all.insert(all.end(), test.begin(), test.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  for (int64_t r = 0; r < s.test.size(); ++r)
+    EXPECT_EQ(s.test.y.at(r), static_cast<float>(static_cast<int>(s.test.x.at(r)) % 2));
+}
+
+}  // namespace
+}  // namespace mixtrain

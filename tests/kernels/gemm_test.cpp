@@ -1,0 +1,262 @@
+// gemm() on every instruction-set path this CPU has, against a float64 reference computed from the
+// same rounded inputs: all transpose cases, input dtypes, output dtypes, accumulate and bias, odd shapes.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm_internal.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/half.h"
+#include "mixtrain/kernels/gemm.h"
+
+namespace mixtrain::kernels {
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+// A row-major matrix of any float dtype; padding columns (ld > cols) hold NaN, so a kernel that reads
+// them poisons its result.
+struct Matrix {
+  DType dtype;
+  int64_t rows, cols, ld;
+  std::vector<unsigned char> bytes;
+
+  Matrix(DType d, int64_t r, int64_t c, int64_t pad)
+      : dtype(d), rows(r), cols(c), ld(c + pad), bytes(static_cast<size_t>(r * (c + pad)) * dtype_size(d)) {
+    for (int64_t i = 0; i < r * ld; ++i) set_flat(i, NAN);
+  }
+  void set_flat(int64_t i, float v) {
+    switch (dtype) {
+      case DType::kFloat16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_half_bits(v);
+        break;
+      case DType::kBFloat16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_bf16_bits(v);
+        break;
+      default:
+        reinterpret_cast<float*>(bytes.data())[i] = v;
+    }
+  }
+  double get(int64_t r, int64_t c) const {
+    const int64_t i = r * ld + c;
+    switch (dtype) {
+      case DType::kFloat16:
+        return half_bits_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      case DType::kBFloat16:
+        return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      default:
+        return reinterpret_cast<const float*>(bytes.data())[i];
+    }
+  }
+  void fill_uniform(std::mt19937& rng) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) set_flat(r * ld + c, dist(rng));
+  }
+  void* data() { return bytes.data(); }
+};
+
+// Unit roundoff (half an ulp at 1, relative) of each output dtype.
+double unit_roundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return std::ldexp(1.0, -11);
+    case DType::kBFloat16:
+      return std::ldexp(1.0, -8);
+    default:
+      return std::ldexp(1.0, -24);
+  }
+}
+
+// Error bound for one element of C. The float32 result sums k products plus C and bias, k + 2 terms in
+// some order; any such float32 sum is within gamma_(k+2) ~ (k + 2) * 2^-24 of the exact one, relative to
+// the sum of the terms' magnitudes `abs_sum` (FMA or not, whatever the blocking). Then C is rounded once
+// into its dtype: relative error unit_roundoff(c_dtype), plus, for float16, up to half the smallest
+// subnormal (2^-25) in absolute terms when the result is tiny.
+double tolerance(int64_t k, double abs_sum, double exact, DType c_dtype) {
+  const double accumulation = 1.01 * static_cast<double>(k + 2) * std::ldexp(1.0, -24) * abs_sum;
+  const double u = unit_roundoff(c_dtype);
+  const double subnormal_floor = c_dtype == DType::kFloat16 ? std::ldexp(1.0, -25) : 0.0;
+  return accumulation + u * (std::fabs(exact) + accumulation) + subnormal_floor;
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+// Everything for one (shape, transposes, input dtype): runs every output dtype, accumulate and bias
+// combination and checks each element of C and that C's padding columns are untouched.
+void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DType ab, std::mt19937& rng) {
+  const int64_t m = s.m, n = s.n, k = s.k;
+  const int64_t pad = (m + n + k) % 3 == 0 ? 0 : 3;  // some cases with ld > cols
+  Matrix a(ab, trans_a ? k : m, trans_a ? m : k, pad);
+  Matrix b(ab, trans_b ? n : k, trans_b ? k : n, pad);
+  a.fill_uniform(rng);
+  b.fill_uniform(rng);
+  std::vector<float> bias(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& x : bias) x = dist(rng);
+
+  // Exact products of the rounded inputs, and the sum of their magnitudes, in float64.
+  std::vector<double> product(static_cast<size_t>(m * n)), magnitude(static_cast<size_t>(m * n));  // (m, n)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = trans_a ? a.get(p, i) : a.get(i, p);
+        const double y = trans_b ? b.get(j, p) : b.get(p, j);
+        sum += x * y;
+        mag += std::fabs(x * y);
+      }
+      product[i * n + j] = sum;
+      magnitude[i * n + j] = mag;
+    }
+  }
+
+  for (DType c_dtype : kFloatTypes) {
+    for (bool accumulate : {false, true}) {
+      for (bool with_bias : {false, true}) {
+        std::ostringstream where;
+        where << isa << " m=" << m << " n=" << n << " k=" << k << " trans_a=" << trans_a << " trans_b=" << trans_b
+              << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype) << " accumulate=" << accumulate
+              << " bias=" << with_bias;
+        Matrix c(c_dtype, m, n, 2);
+        if (accumulate) c.fill_uniform(rng);  // otherwise C is NaN and must not be read
+        const Matrix c_before = c;
+        gemm(trans_a, trans_b, m, n, k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c.data(), c.ld, accumulate,
+             with_bias ? bias.data() : nullptr);
+
+        int failures = 0;
+        for (int64_t i = 0; i < m && failures < 5; ++i) {
+          for (int64_t j = 0; j < n && failures < 5; ++j) {
+            double exact = product[i * n + j], abs_sum = magnitude[i * n + j];
+            if (accumulate) {
+              exact += c_before.get(i, j);
+              abs_sum += std::fabs(c_before.get(i, j));
+            }
+            if (with_bias) {
+              exact += bias[j];
+              abs_sum += std::fabs(bias[j]);
+            }
+            const double got = c.get(i, j);
+            const double tol = tolerance(k, abs_sum, exact, c_dtype);
+            if (!(std::fabs(got - exact) <= tol)) {
+              ADD_FAILURE() << where.str() << ": C[" << i << "][" << j << "] = " << got << ", expected " << exact
+                            << " +- " << tol;
+              ++failures;
+            }
+          }
+        }
+        const size_t elem = dtype_size(c_dtype);
+        for (int64_t i = 0; i < m; ++i) {  // padding columns keep their bytes
+          const size_t off = static_cast<size_t>(i * c.ld + n) * elem;
+          ASSERT_EQ(std::memcmp(c.bytes.data() + off, c_before.bytes.data() + off, 2 * elem), 0)
+              << where.str() << ": wrote past column n in row " << i;
+        }
+        ASSERT_EQ(failures, 0);
+      }
+    }
+  }
+}
+
+// Runs a test once per path; skips paths this CPU lacks.
+class GemmPath : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (std::strcmp(set_gemm_isa_for_testing(GetParam()), GetParam()) != 0)
+      GTEST_SKIP() << "this CPU has no " << GetParam() << " path";
+  }
+  void TearDown() override { set_gemm_isa_for_testing(nullptr); }
+};
+
+TEST_P(GemmPath, OddShapesAllTransposesAndDtypes) {
+  const int64_t sizes[] = {1, 7, 17, 31, 129};
+  std::vector<Shape3> shapes;
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes) shapes.push_back({m, n, k});
+  shapes.push_back({1000, 33, 257});  // k past one cache block, many row panels, both threads
+  std::mt19937 rng(1234);
+  for (const Shape3& s : shapes)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        for (DType ab : kFloatTypes) check_all_outputs(GetParam(), s, trans_a, trans_b, ab, rng);
+}
+
+TEST_P(GemmPath, EmptyInnerDimensionGivesBiasAndOldC) {
+  std::mt19937 rng(7);
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true})
+      for (DType ab : kFloatTypes) check_all_outputs(GetParam(), {5, 19, 0}, trans_a, trans_b, ab, rng);
+}
+
+TEST_P(GemmPath, SeveralColumnAndDepthBlocks) {
+  // n past the widest column block, k over two block boundaries: partial sums carried between blocks,
+  // through a float32 workspace when C is 16-bit.
+  std::mt19937 rng(99);
+  for (DType ab : kFloatTypes) check_all_outputs(GetParam(), {5, 4133, 600}, false, ab == DType::kFloat16, ab, rng);
+}
+
+// Each element is summed in the same order whatever the team size, so the bits match.
+TEST_P(GemmPath, OneAndTwoThreadsGiveIdenticalBits) {
+  const int saved = omp_get_max_threads();
+  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 300}, {129, 515, 257}};
+  std::mt19937 rng(5);
+  for (const Shape3& s : shapes) {
+    for (DType ab : kFloatTypes) {
+      for (DType c_dtype : kFloatTypes) {
+        Matrix a(ab, s.m, s.k, 0), b(ab, s.n, s.k, 0);
+        a.fill_uniform(rng);
+        b.fill_uniform(rng);
+        std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
+        Matrix c1(c_dtype, s.m, s.n, 0);
+        c1.fill_uniform(rng);
+        Matrix c2 = c1;
+        omp_set_num_threads(1);
+        gemm(false, true, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(), c1.ld, true,
+             bias.data());
+        omp_set_num_threads(2);
+        gemm(false, true, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(), c2.ld, true,
+             bias.data());
+        EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                                      << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype);
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, GemmPath, ::testing::Values("scalar", "avx2", "avx512"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+TEST(Gemm, RejectsBadArguments) {
+  float a[4] = {}, b[4] = {}, c[4] = {};
+  const auto f32 = DType::kFloat32;
+  EXPECT_THROW(gemm(false, false, -1, 2, 2, f32, a, 2, b, 2, f32, c, 2, false, nullptr), Error);
+  EXPECT_THROW(gemm(false, false, 2, 2, 2, f32, a, 1, b, 2, f32, c, 2, false, nullptr), Error);  // lda < k
+  EXPECT_THROW(gemm(true, false, 2, 2, 3, f32, a, 1, b, 2, f32, c, 2, false, nullptr), Error);   // lda < m
+  EXPECT_THROW(gemm(false, true, 2, 2, 2, f32, a, 2, b, 1, f32, c, 2, false, nullptr), Error);   // ldb < k
+  EXPECT_THROW(gemm(false, false, 2, 2, 2, f32, a, 2, b, 2, f32, c, 1, false, nullptr), Error);  // ldc < n
+  EXPECT_THROW(gemm(false, false, 2, 2, 2, f32, nullptr, 2, b, 2, f32, c, 2, false, nullptr), Error);
+  EXPECT_THROW(gemm(false, false, 2, 2, 2, DType::kInt32, a, 2, b, 2, f32, c, 2, false, nullptr), Error);
+  EXPECT_THROW(gemm(false, false, 2, 2, 2, f32, a, 2, b, 2, DType::kUInt8, c, 2, false, nullptr), Error);
+  // Empty products need no pointers.
+  EXPECT_NO_THROW(gemm(false, false, 0, 0, 5, f32, nullptr, 5, nullptr, 0, f32, nullptr, 0, false, nullptr));
+  try {
+    gemm(false, false, 2, 2, 2, f32, a, 1, b, 2, f32, c, 2, false, nullptr);
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("lda=1"), std::string::npos) << e.message();
+    EXPECT_FALSE(e.hint().empty());
+  }
+}
+
+TEST(Gemm, UnknownTestPathIsAnError) { EXPECT_THROW(set_gemm_isa_for_testing("sse9"), Error); }
+
+}  // namespace
+}  // namespace mixtrain::kernels

@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/train/model.h"
+
+namespace mixtrain {
+namespace {
+
+// Three Gaussian blobs in 8 dimensions: separable, so a small MLP must reach high accuracy.
+std::pair<Tensor, Tensor> blobs(int64_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> x(static_cast<size_t>(n * 8));
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = static_cast<int32_t>(i % 3);
+    for (int64_t j = 0; j < 8; ++j) x[i * 8 + j] = 0.7f * r.normal() + (j % 3 == y[i] ? 2.0f : 0.0f);
+  }
+  return {Tensor::from_floats({n, 8}, x), Tensor::from_ints({n}, y)};
+}
+
+std::unique_ptr<Model> small_mlp(uint64_t seed, float dropout = 0.0f) {
+  auto m = std::make_unique<Model>("mlp", seed);
+  m->emplace<Dense>(16, "relu");
+  if (dropout > 0) m->emplace<Dropout>(dropout);
+  m->emplace<Dense>(3);
+  m->compile(make_optimizer("adam", 0.01f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  return m;
+}
+
+TEST(Model, FitLearnsSeparableBlobs) {
+  auto [x, y] = blobs(600, 1);
+  auto [tx, ty] = blobs(300, 2);
+  auto m = small_mlp(7);
+  FitOptions o;
+  o.epochs = 5;
+  o.batch_size = 32;
+  o.validation_split = 0.2;
+  History h = m->fit(x, y, o);
+  ASSERT_EQ(h.history["loss"].size(), 5u);
+  ASSERT_EQ(h.history["val_accuracy"].size(), 5u);
+  EXPECT_LT(h.history["loss"].back(), h.history["loss"].front());
+  EXPECT_EQ(h.steps, 5 * 15);  // 480 training rows in batches of 32
+  EXPECT_EQ(h.step_loss.size(), 75u);
+  EvaluateResult r = m->evaluate(tx, ty);
+  EXPECT_GT(r.accuracy, 0.95);
+  Tensor p = m->predict(tx);
+  EXPECT_EQ(p.shape(), (Shape{300, 3}));
+}
+
+TEST(Model, SameSeedGivesBitIdenticalWeightsOtherSeedDoesNot) {
+  auto [x, y] = blobs(300, 3);
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 16;
+  auto run = [&](uint64_t seed) {
+    auto m = small_mlp(seed, 0.3f);
+    m->fit(x, y, o);
+    std::vector<float> all;
+    for (const Var& w : m->weights()) {
+      auto v = w.value().to_floats();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const auto a = run(11), b = run(11), c = run(12);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Model, EarlyStoppingStopsAndRestoresBestWeights) {
+  auto [x, y] = blobs(300, 4);
+  auto m = small_mlp(5);
+  // min_delta so large that no epoch after the first counts as an improvement.
+  EarlyStopping es("val_loss", /*patience=*/1, /*min_delta=*/1e9, /*restore_best_weights=*/true);
+  FitOptions o;
+  o.epochs = 10;
+  o.validation_split = 0.2;
+  o.callbacks = {&es};
+  History h = m->fit(x, y, o);
+  EXPECT_EQ(h.epoch.size(), 3u);  // epoch 0 best, epochs 1 and 2 wait, stop after epoch 2
+  EXPECT_EQ(es.stopped_epoch(), 2);
+}
+
+TEST(Model, TerminateOnNaNStopsAtTheFirstBadStep) {
+  auto [x, y] = blobs(64, 5);
+  x.data<float>()[3] = NAN;  // in the first row, which the unshuffled first batch holds
+  auto m = small_mlp(6);
+  TerminateOnNaN guard;
+  FitOptions o;
+  o.epochs = 3;
+  o.shuffle = false;
+  o.callbacks = {&guard};
+  History h = m->fit(x, y, o);
+  EXPECT_TRUE(guard.terminated());
+  EXPECT_EQ(h.steps, 1);
+}
+
+TEST(Model, CsvLoggerWritesOneRowPerEpoch) {
+  auto [x, y] = blobs(90, 6);
+  auto m = small_mlp(7);
+  const std::string path = (std::filesystem::temp_directory_path() / "mixtrain_csvlogger_test.csv").string();
+  CSVLogger log(path);
+  FitOptions o;
+  o.epochs = 2;
+  o.validation_split = 0.1;
+  o.callbacks = {&log};
+  m->fit(x, y, o);
+  std::ifstream f(path);
+  std::string header, row1, row2, extra;
+  std::getline(f, header);
+  std::getline(f, row1);
+  std::getline(f, row2);
+  for (std::string* line : {&header, &row1, &row2})
+    if (!line->empty() && line->back() == '\r') line->pop_back();  // rows end in CRLF, as RFC 4180
+  EXPECT_EQ(header, "epoch,loss,accuracy,val_loss,val_accuracy");
+  EXPECT_EQ(row1.rfind("0,", 0), 0u);
+  EXPECT_EQ(row2.rfind("1,", 0), 0u);
+  EXPECT_FALSE(std::getline(f, extra));
+  std::filesystem::remove(path);
+}
+
+TEST(Model, BadArgumentsAreErrors) {
+  auto [x, y] = blobs(30, 8);
+  auto m = small_mlp(1);
+  FitOptions o;
+  o.epochs = 0;
+  EXPECT_THROW(m->fit(x, y, o), Error);
+  o.epochs = 1;
+  o.batch_size = 0;
+  EXPECT_THROW(m->fit(x, y, o), Error);
+  EXPECT_THROW(m->fit(x, y.slice_rows(0, 10), FitOptions{}), Error);
+  Model uncompiled;
+  uncompiled.emplace<Dense>(2);
+  EXPECT_THROW(uncompiled.fit(x, y, FitOptions{}), Error);
+  EXPECT_THROW(Loss("hinge"), Error);
+}
+
+}  // namespace
+}  // namespace mixtrain

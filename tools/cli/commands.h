@@ -1,0 +1,23 @@
+// The subcommands of the mixtrain tool. Each returns the process exit status; errors are thrown as
+// mixtrain::Error and turned into a message and status 2 (bad input) by main().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/json.h"
+#include "mixtrain/data/dataset.h"
+#include "mixtrain/train/run.h"
+
+namespace mixtrain::cli {
+
+int train_command(const std::vector<std::string>& args);
+
+// --data fashion-mnist | PATH (IDX images or CSV), normalised with statistics of the training split.
+DataSplits load_data(const std::string& spec, const std::string& normalize, uint64_t seed);
+// The `train --json` object for one run.
+Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunResult& r);
+// Writes text to path through a temporary file and a rename, so a failure never leaves a partial file.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,46 @@
+// mixtrain: the command-line tool. The only place that turns errors into exit codes:
+// 2 for bad input (files, flags), 1 for internal errors.
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "mixtrain/core/error.h"
+
+namespace {
+const char* kUsage =
+    "usage: mixtrain <command> [flags]\n"
+    "commands:\n"
+    "  train   train a model on a data set and report its results\n"
+    "          --model mlp --data fashion-mnist|PATH --epochs N --batch-size B --lr X\n"
+    "          --optimizer adam|adamw|sgd --seed S --hidden 256,128\n"
+    "          --policy float32|float16|bfloat16|mixed_float16|mixed_bfloat16\n"
+    "          --loss-scale dynamic|none|VALUE --normalize standard|minmax|none\n"
+    "          --validation-split F --json FILE\n";
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (command == "train") return mixtrain::cli::train_command(args);
+    std::cerr << "mixtrain: error: unknown command '" << command << "' (valid commands: train; see mixtrain --help)\n";
+    return 2;
+  } catch (const mixtrain::Error& e) {
+    std::cerr << "mixtrain " << command << ": error: " << e.message();
+    if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";
+    std::cerr << "\n";
+    return e.kind() == mixtrain::ErrorKind::kInternal ? 1 : 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "mixtrain " << command << ": error: out of memory (try a smaller --batch-size)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "mixtrain " << command << ": internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,142 @@
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "args.h"
+#include "commands.h"
+#include "mixtrain/data/csv.h"
+#include "mixtrain/data/image_dataset.h"
+#include "mixtrain/data/normalize.h"
+#include "mixtrain/report/progress_bar.h"
+
+namespace mixtrain::cli {
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+constexpr double kHoldoutFraction = 1.0 / 7;  // as Fashion-MNIST's 60,000 / 10,000 train/test ratio
+
+Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+}  // namespace
+
+DataSplits load_data(const std::string& spec, const std::string& normalize, uint64_t seed) {
+  const bool is_csv = ends_with(spec, ".csv") || ends_with(spec, ".csv.gz");
+  DataSplits d;
+  if (spec == "fashion-mnist")
+    d = load_fashion_mnist();
+  else if (is_csv)
+    d = load_csv_splits(spec, kHoldoutFraction, seed);
+  else
+    d = load_idx_dataset(spec, kHoldoutFraction, seed);
+  // Images arrive scaled to [0, 1]; CSV features are standardised unless told otherwise.
+  const Normalization mode = parse_normalization(normalize.empty() ? (is_csv ? "standard" : "none") : normalize);
+  const Normalizer norm = Normalizer::fit(d.train.x, mode);
+  norm.apply(d.train.x);
+  norm.apply(d.test.x);
+  return d;
+}
+
+Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunResult& r) {
+  Json j = Json::object();
+  j["model"] = cfg.model;
+  j["data"] = data_spec;
+  j["policy"] = cfg.policy;
+  j["seed"] = static_cast<double>(cfg.seed);
+  Json epochs = Json::array();
+  const auto& h = r.history.history;
+  auto at = [&](const char* key, size_t i) {
+    auto it = h.find(key);
+    return it != h.end() && i < it->second.size() ? number_or_null(it->second[i]) : Json();
+  };
+  for (size_t i = 0; i < r.history.epoch.size(); ++i) {
+    Json e = Json::object();
+    e["epoch"] = r.history.epoch[i] + 1;
+    e["loss"] = at("loss", i);
+    e["accuracy"] = at("accuracy", i);
+    e["val_loss"] = at("val_loss", i);
+    e["val_accuracy"] = at("val_accuracy", i);
+    e["seconds"] = r.history.epoch_seconds[i];
+    if (r.loss_scaled) e["loss_scale"] = at("loss_scale", i);
+    epochs.push_back(e);
+  }
+  j["epochs"] = epochs;
+  Json steps = Json::array();
+  for (double v : r.history.step_loss) steps.push_back(number_or_null(v));
+  j["step_loss"] = steps;
+  j["test"] = Json::object({{"loss", number_or_null(r.test.loss)}, {"accuracy", number_or_null(r.test.accuracy)}});
+  j["steps_per_second"] = r.steps_per_second;
+  j["samples_per_second"] = r.samples_per_second;
+  j["peak_memory_bytes"] = static_cast<double>(r.peak_memory_bytes);
+  if (r.loss_scaled)
+    j["loss_scale"] = Json::object({{"initial", r.initial_scale},
+                                    {"final", r.final_scale},
+                                    {"min_seen", r.min_scale_seen},
+                                    {"skipped_steps", static_cast<double>(r.skipped_steps)}});
+  return j;
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) MIXTRAIN_FAIL(kIo, "cannot write '" << path << "'", "check that the directory exists and is writable");
+    f << text;
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      MIXTRAIN_FAIL(kIo, "writing '" << path << "' failed", "check free disk space");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    MIXTRAIN_FAIL(kIo, "cannot replace '" << path << "': " << ec.message(), "");
+  }
+}
+
+int train_command(const std::vector<std::string>& argv) {
+  Args a(argv, {"model", "data", "epochs", "batch-size", "lr", "optimizer", "seed", "policy", "normalize", "json",
+                "hidden", "validation-split", "loss-scale"});
+  RunConfig cfg;
+  cfg.model = a.str("model", cfg.model);
+  cfg.epochs = static_cast<int>(a.integer("epochs", cfg.epochs));
+  cfg.batch_size = a.integer("batch-size", cfg.batch_size);
+  cfg.learning_rate = static_cast<float>(a.number("lr", cfg.learning_rate));
+  cfg.optimizer = a.str("optimizer", cfg.optimizer);
+  const int64_t seed = a.integer("seed", static_cast<int64_t>(cfg.seed));
+  MIXTRAIN_CHECK(seed >= 0, "--seed must be a non-negative integer, got " << seed);
+  cfg.seed = static_cast<uint64_t>(seed);
+  cfg.policy = a.str("policy", cfg.policy);
+  cfg.hidden = a.int_list("hidden", cfg.hidden);
+  cfg.validation_split = a.number("validation-split", cfg.validation_split);
+  cfg.loss_scale = a.str("loss-scale", cfg.loss_scale);
+  validate_run_config(cfg);  // before the (slow) data load, so a typo fails at once
+  const std::string data_spec = a.str("data", "fashion-mnist");
+  const std::string json_path = a.str("json", "");
+  if (a.has("normalize")) parse_normalization(a.str("normalize", ""));  // fail before the data load
+
+  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg.seed);
+  std::cout << "data: " << data_spec << " — " << data.train.size() << " training and " << data.test.size()
+            << (data.test_from_files ? " test" : " held-out test") << " samples, " << data.train.num_features()
+            << " features, " << data.train.num_classes << " classes\n";
+  RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
+  std::printf("test: loss %.4f - accuracy %.4f\n", r.test.loss, r.test.accuracy);
+  std::printf("speed: %.1f steps/s, %.0f samples/s; peak memory %.1f MiB (%s compute)\n", r.steps_per_second,
+              r.samples_per_second, static_cast<double>(r.peak_memory_bytes) / (1 << 20), r.compute_dtype.c_str());
+  if (r.loss_scaled)
+    std::printf("loss scale: initial %g, final %g, min seen %g, skipped steps %lld\n", r.initial_scale, r.final_scale,
+                r.min_scale_seen, static_cast<long long>(r.skipped_steps));
+  if (!json_path.empty()) {
+    write_file_atomically(json_path, run_to_json(cfg, data_spec, r).dump(2) + "\n");
+    std::cout << "wrote " << json_path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace mixtrain::cli
