@@ -171,13 +171,17 @@ void split_among_threads(int threads, int64_t m, int64_t n, const GemmBackend& b
   }
 }
 
+// Depth of the k blocks: at most the backend's kc, and all equal, so a k just past kc does not leave a
+// thin last block that pays a full pass over C for a few products. Depends on k only, never on threads.
+int64_t k_block(const GemmBackend& be, int64_t k) { return ceil_div(k, ceil_div(k, be.kc)); }
+
 // Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
 // on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
 // bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
 // only once.
 void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc, float* a_panels,
               float* b_panels, float* partial) {
-  const int64_t mr = be.mr, nr = be.nr, kc = be.kc;
+  const int64_t mr = be.mr, nr = be.nr, kc = k_block(be, p.k);
   const PackSource src_a{p.a, p.lda, p.ab_dtype, !p.trans_a};
   const PackSource src_b{p.b, p.ldb, p.ab_dtype, p.trans_b};
   const int64_t row_panels = ceil_div(s.i1 - s.i0, mr);
@@ -197,9 +201,11 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
         const int64_t chunk_i0 = s.i0 + q0 * mr;
         be.pack(src_a, chunk_i0, std::min(s.i0 + q1 * mr, s.i1) - chunk_i0, pc, kc_cur, static_cast<int>(mr),
                 a_panels);
-        auto tile = [&](int64_t cq, int64_t rq) {
+        // Column panel outer, row panel inner: the B panel stays in cache while A panels stream past.
+        for (int64_t cq = 0; cq < col_panels; ++cq) {
           const int64_t j = jc + cq * nr;
           const int nr_used = static_cast<int>(std::min(nr, jc + nc_cur - j));
+          for (int64_t rq = q0; rq < q1; ++rq) {
             const int64_t i = s.i0 + rq * mr;
             const int mr_used = static_cast<int>(std::min(mr, s.i1 - i));
             Epilogue ep{};
@@ -224,24 +230,14 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
             }
             be.micro_kernel(kc_cur, a_panels + (rq - q0) * kc_cur * mr, b_panels + cq * kc_cur * nr, mr_used,
                             nr_used, ep);
-        };
-        if (getenv("TSWAP")) {
-          for (int64_t rq = q0; rq < q1; ++rq)
-            for (int64_t cq = 0; cq < col_panels; ++cq) tile(cq, rq);
-        } else {
-          for (int64_t cq = 0; cq < col_panels; ++cq)
-            for (int64_t rq = q0; rq < q1; ++rq) tile(cq, rq);
+          }
         }
       }
     }
   }
 }
 
-void gemm_blocked(const GemmBackend& be_in, const Problem& p) {
-  GemmBackend be = be_in;  // TUNE-HACK
-  if (getenv("TMC")) be.mc = atoi(getenv("TMC"));
-  if (getenv("TKC")) be.kc = atoi(getenv("TKC"));
-  if (getenv("TNC")) be.nc = atoi(getenv("TNC"));
+void gemm_blocked(const GemmBackend& be, const Problem& p) {
   int threads = omp_get_max_threads();
   if (p.m * p.n * p.k < kMinParallelMacs) threads = 1;
   int tm = 1, tn = 1;

@@ -174,6 +174,9 @@ void pack(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t k
 
 void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int nr_used, const Epilogue& ep) {
   __m256 c[kMR][2];  // (6, 16) tile of C in registers
+  // Every loop over c is unrolled so the compiler keeps c in registers (an array it cannot fully
+  // unroll stays on the stack, with a store per FMA).
+#pragma GCC unroll 6
   for (int i = 0; i < kMR; ++i) c[i][0] = c[i][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
     const __m256 b0 = _mm256_load_ps(b);
@@ -188,21 +191,20 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
     b += kNR;
   }
 
-  if (nr_used < kNR) {  // right edge of C: the shared epilogue handles any width
-    alignas(32) float tile[kMR * kNR];  // (MR, NR)
-    for (int i = 0; i < kMR; ++i) {
-      _mm256_store_ps(tile + i * kNR, c[i][0]);
-      _mm256_store_ps(tile + i * kNR + 8, c[i][1]);
-    }
-    return scalar_epilogue(tile, kNR, mr_used, nr_used, ep);
+  // The epilogue reads the tile from L1 rather than registers: indexing the accumulators by the
+  // run-time row count would make the compiler keep them on the stack inside the k loop.
+  alignas(32) float tile[kMR * kNR];  // (MR, NR)
+#pragma GCC unroll 6
+  for (int i = 0; i < kMR; ++i) {
+    _mm256_store_ps(tile + i * kNR, c[i][0]);
+    _mm256_store_ps(tile + i * kNR + 8, c[i][1]);
   }
+  if (nr_used < kNR) return scalar_epilogue(tile, kNR, mr_used, nr_used, ep);  // right edge of C
 
   // Epilogue: out = (tile + add) + bias, rounded once.
   const int64_t add_size = element_size(ep.add_dtype), out_size = element_size(ep.out_dtype);
-#pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) {
-    if (i >= mr_used) break;
-    __m256 v0 = c[i][0], v1 = c[i][1];
+  for (int i = 0; i < mr_used; ++i) {
+    __m256 v0 = _mm256_load_ps(tile + i * kNR), v1 = _mm256_load_ps(tile + i * kNR + 8);
     if (ep.add) {
       const char* row = static_cast<const char*>(ep.add) + i * ep.ld_add * add_size;
       v0 = _mm256_add_ps(v0, load8(row, ep.add_dtype));
@@ -221,6 +223,6 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
 }  // namespace
 
 // kc * 16 floats of B (16 KiB) stay in L1 across a row chunk, mc * kc floats of A (144 KiB) in L2.
-const GemmBackend kAvx2Backend = {"avx2", kMR, kNR, 144, 256, 4096, pack, micro_kernel};
+const GemmBackend kAvx2Backend = {"avx2", kMR, kNR, 72, 512, 4096, pack, micro_kernel};
 
 }  // namespace mixtrain::kernels::cpu

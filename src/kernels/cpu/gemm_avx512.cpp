@@ -183,6 +183,9 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
   }
 
   __m512 c[kMR][2];  // (12, 32) tile of C in registers
+  // Every loop over c is unrolled so the compiler keeps c in registers (an array it cannot fully
+  // unroll stays on the stack, with a store per FMA).
+#pragma GCC unroll 12
   for (int i = 0; i < kMR; ++i) c[i][0] = c[i][1] = _mm512_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_load_ps(b);
@@ -197,17 +200,24 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
     b += kNR;
   }
 
-  // Epilogue: out = (tile + add) + bias, rounded once.
+  // The epilogue reads the tile from L1 rather than registers: indexing the accumulators by the
+  // run-time row count would make the compiler keep them on the stack inside the k loop.
+  alignas(64) float tile[kMR * kNR];  // (MR, NR)
+#pragma GCC unroll 12
+  for (int i = 0; i < kMR; ++i) {
+    _mm512_store_ps(tile + i * kNR, c[i][0]);
+    _mm512_store_ps(tile + i * kNR + 16, c[i][1]);
+  }
+
+  // Epilogue: out = (tile + add) + bias, rounded once; masks cut the right edge of C.
   const __mmask16 m0 = first_lanes(nr_used), m1 = first_lanes(nr_used - 16);
   __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
   if (ep.bias) {
     bias0 = _mm512_maskz_loadu_ps(m0, ep.bias);
     bias1 = _mm512_maskz_loadu_ps(m1, ep.bias + 16);
   }
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) {
-    if (i >= mr_used) break;
-    __m512 v0 = c[i][0], v1 = c[i][1];
+  for (int i = 0; i < mr_used; ++i) {
+    __m512 v0 = _mm512_load_ps(tile + i * kNR), v1 = _mm512_load_ps(tile + i * kNR + 16);
     if (ep.add) {
       const char* row = static_cast<const char*>(ep.add) + i * ep.ld_add * add_size;
       v0 = _mm512_add_ps(v0, load16(row, ep.add_dtype, m0));
@@ -227,6 +237,6 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
 
 // kc * 32 floats of B (32 KiB) stay in the 48 KiB L1 across a row chunk; mc * kc floats of A
 // (240 KiB) in the 1 MiB L2; nc * kc floats of B (4 MiB) in L3.
-const GemmBackend kAvx512Backend = {"avx512", kMR, kNR, 240, 256, 4096, pack, micro_kernel};
+const GemmBackend kAvx512Backend = {"avx512", kMR, kNR, 120, 1024, 4096, pack, micro_kernel};
 
 }  // namespace mixtrain::kernels::cpu
