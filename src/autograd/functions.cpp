@@ -179,4 +179,15 @@ Var mean(const Var& x) {
   return out;
 }
 
+Var tap(const Var& x, std::function<void(const Tensor& grad)> on_grad) {
+  const bool rec = should_record({&x});
+  if (!rec) return x;
+  Var out = output(x.value(), true);
+  record_backward(out, [x, out, on_grad]() {
+    on_grad(out.grad());
+    give(x, out.grad());
+  });
+  return out;
+}
+
 }  // namespace mixtrain

@@ -2,9 +2,9 @@
 // The per-ISA code (packing, micro-kernel) is behind cpu::GemmBackend.
 //
 // Each thread owns a rectangle of C and runs, for each column block jc (nc wide) and k block pc (kc deep):
-//   pack op(B)[pc.., jc..] into (kc, nr) panels (lives in L3),
-//   pack about mc rows of op(A)[.., pc..] into (kc, mr) panels (lives in L2),
-//   and run the micro-kernel on every (mr, nr) tile, the B panel staying in L1 across the rows.
+//   pack op(B)[pc.., jc..] into (kc, nr) panels (the block lives in L3),
+//   pack about mc rows of op(A)[.., pc..] into (kc, mr) panels (they live in L2),
+//   and run the micro-kernel on every (mr, nr) tile, one B panel staying in cache across the rows.
 // Each C element is the sum over k blocks in order, each block summed p = 0..kc-1 in float32, so the
 // result is the same whatever the number of threads or the split of rows and columns among them.
 #include "mixtrain/kernels/gemm.h"
@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "kernels/cpu/gemm_backend.h"
@@ -138,8 +139,10 @@ void gemm_no_products(const Problem& p) {
       Epilogue ep{};
       ep.add = p.accumulate ? c_at(p, i, j) : nullptr;
       ep.add_dtype = p.c_dtype;
+      ep.ld_add = p.ldc;
       ep.out = c_at(p, i, j);
       ep.out_dtype = p.c_dtype;
+      ep.ld_out = p.ldc;
       ep.bias = p.bias ? p.bias + j : nullptr;
       cpu::scalar_epilogue(zeros, kChunk, 1, static_cast<int>(std::min<int64_t>(kChunk, p.n - j)), ep);
     }
@@ -256,7 +259,9 @@ void gemm_blocked(const GemmBackend& be, const Problem& p) {
                    col_panels * tj / tn * be.nr, std::min(p.n, col_panels * (tj + 1) / tn * be.nr)};
       if (s.i0 >= s.i1 || s.j0 >= s.j1) continue;
       int64_t nc = std::min(be.nc, ceil_div(s.j1 - s.j0, be.nr) * be.nr);
-      if (need_partial) nc = std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / (s.i1 - s.i0) / be.nr * be.nr));
+      if (need_partial) {
+        nc = std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / (s.i1 - s.i0) / be.nr * be.nr));
+      }
       float* a_panels = t_a_panels.get(static_cast<size_t>(be.mc * be.kc));
       float* b_panels = t_b_panels.get(static_cast<size_t>(be.kc * nc));
       float* partial = need_partial ? t_partial.get(static_cast<size_t>((s.i1 - s.i0) * nc)) : nullptr;
@@ -268,8 +273,15 @@ void gemm_blocked(const GemmBackend& be, const Problem& p) {
     }
   }
   if (out_of_memory)
-    MIXTRAIN_FAIL(kInternal, "gemm: out of memory for packing buffers (m=" << p.m << ", n=" << p.n << ", k=" << p.k << ")",
+    MIXTRAIN_FAIL(kInternal,
+                  "gemm: out of memory for packing buffers (m=" << p.m << ", n=" << p.n << ", k=" << p.k << ")",
                   "free memory or use smaller matrices");
+}
+
+std::string shape_text(int64_t rows, int64_t cols) {
+  std::ostringstream text;
+  text << "(" << rows << ", " << cols << ")";
+  return text.str();
 }
 
 void check_args(const Problem& p) {
@@ -280,32 +292,36 @@ void check_args(const Problem& p) {
   if (!is_float(p.c_dtype)) throw_unsupported_dtype("gemm (C)", p.c_dtype);
   if (p.m > 0 && p.k > 0) {
     const int64_t rows = p.trans_a ? p.k : p.m, cols = p.trans_a ? p.m : p.k;
-    if (p.a == nullptr) MIXTRAIN_FAIL(kInvalidInput, "gemm: A is null", "pass the matrix A (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    if (p.a == nullptr)
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: A is null", "pass A, stored " + shape_text(rows, cols));
     if (p.lda < cols)
-      MIXTRAIN_FAIL(kInvalidInput, "gemm: lda=" << p.lda << " is shorter than a row of A (" << rows << ", " << cols << ")"
-                                                << (p.trans_a ? ", stored transposed" : ""),
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: lda=" << p.lda << " is shorter than a row of A, stored "
+                                                << shape_text(rows, cols),
                     "lda is the distance between rows of A in elements, at least " + std::to_string(cols));
   }
   if (p.n > 0 && p.k > 0) {
     const int64_t rows = p.trans_b ? p.n : p.k, cols = p.trans_b ? p.k : p.n;
-    if (p.b == nullptr) MIXTRAIN_FAIL(kInvalidInput, "gemm: B is null", "pass the matrix B (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    if (p.b == nullptr)
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: B is null", "pass B, stored " + shape_text(rows, cols));
     if (p.ldb < cols)
-      MIXTRAIN_FAIL(kInvalidInput, "gemm: ldb=" << p.ldb << " is shorter than a row of B (" << rows << ", " << cols << ")"
-                                                << (p.trans_b ? ", stored transposed" : ""),
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: ldb=" << p.ldb << " is shorter than a row of B, stored "
+                                                << shape_text(rows, cols),
                     "ldb is the distance between rows of B in elements, at least " + std::to_string(cols));
   }
   if (p.m > 0 && p.n > 0) {
-    if (p.c == nullptr) MIXTRAIN_FAIL(kInvalidInput, "gemm: C is null", "pass the matrix C (" + std::to_string(p.m) + ", " + std::to_string(p.n) + ")");
+    if (p.c == nullptr)
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: C is null", "pass C, " + shape_text(p.m, p.n));
     if (p.ldc < p.n)
-      MIXTRAIN_FAIL(kInvalidInput, "gemm: ldc=" << p.ldc << " is shorter than a row of C (" << p.m << ", " << p.n << ")",
+      MIXTRAIN_FAIL(kInvalidInput, "gemm: ldc=" << p.ldc << " is shorter than a row of C " << shape_text(p.m, p.n),
                     "ldc is the distance between rows of C in elements, at least " + std::to_string(p.n));
   }
 }
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a, int64_t lda,
-          const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc, bool accumulate, const float* bias) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
+          int64_t lda, const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc, bool accumulate,
+          const float* bias) {
   const Problem p{trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, accumulate, bias};
   check_args(p);
   if (m == 0 || n == 0) return;

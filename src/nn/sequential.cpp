@@ -40,7 +40,16 @@ Shape Sequential::output_shape() const {
 
 Var Sequential::call(const Var& x, const CallContext& ctx) {
   Var h = x;
-  for (auto& l : layers_) h = (*l)(h, ctx);
+  for (auto& l : layers_) {
+    if (observer_) observer_->on_input(*l, h);
+    h = (*l)(h, ctx);
+    if (observer_) {
+      observer_->on_output(*l, h);
+      LayerObserver* obs = observer_;
+      const Layer* layer = l.get();
+      h = tap(h, [obs, layer](const Tensor& dy) { obs->on_gradient(*layer, dy); });
+    }
+  }
   return h;
 }
 

@@ -1,38 +1,14 @@
 #include "mixtrain/precision/hardware_check.h"
 
-#include <cstdint>
 #include <iostream>
 #include <mutex>
+#include <utility>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#define MIXTRAIN_X86 1
-#endif
+#include "mixtrain/kernels/cpu_features.h"
 
 namespace mixtrain {
 
 namespace {
-
-#ifdef MIXTRAIN_X86
-// CPUID bit positions (Intel SDM vol. 2A, CPUID leaf 07H; Linux cpufeatures names in comments).
-constexpr uint32_t kLeaf1EcxOsxsave = 1u << 27;     // OS uses XSAVE/XRSTOR, so XGETBV is available
-constexpr uint32_t kLeaf7EbxAvx512f = 1u << 16;     // avx512f
-constexpr uint32_t kLeaf7EdxAmxBf16 = 1u << 22;     // amx_bf16
-constexpr uint32_t kLeaf7EdxAvx512Fp16 = 1u << 23;  // avx512_fp16
-constexpr uint32_t kLeaf7EdxAmxTile = 1u << 24;     // amx_tile
-constexpr uint32_t kLeaf7s1EaxAvx512Bf16 = 1u << 5;  // avx512_bf16
-constexpr uint32_t kLeaf7s1EaxAmxFp16 = 1u << 21;    // amx_fp16
-constexpr uint32_t kLeaf1EcxF16c = 1u << 29;         // f16c (conversions only, not arithmetic)
-// XCR0 state components: SSE|AVX|opmask|ZMM_Hi256|Hi16_ZMM for AVX-512, XTILECFG|XTILEDATA for AMX.
-constexpr uint64_t kXcr0Avx512 = 0xE6;
-constexpr uint64_t kXcr0Amx = (uint64_t{1} << 17) | (uint64_t{1} << 18);
-
-uint64_t read_xcr0() {
-  uint32_t lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (static_cast<uint64_t>(hi) << 32) | lo;
-}
-#endif
 
 std::mutex& sink_mutex() {
   static std::mutex m;
@@ -47,57 +23,25 @@ std::function<void(const std::string&)>& sink() {
 }  // namespace
 
 PrecisionSupport check_cpu_precision_support() {
+  // cpu_features() counts an instruction set only when the OS also saves its registers (XCR0), so a
+  // feature the OS left disabled reads as absent here, as it does in /proc/cpuinfo.
+  const kernels::CpuFeatures& f = kernels::cpu_features();
   PrecisionSupport out;
-#ifdef MIXTRAIN_X86
-  uint32_t a = 0, b = 0, c = 0, d = 0;
-  const unsigned max_leaf = __get_cpuid_max(0, nullptr);
-  if (max_leaf < 7) {
-    out.float16_reason = out.bfloat16_reason = "this CPU is too old to report AVX-512 or AMX features";
-    return out;
-  }
-  __cpuid(1, a, b, c, d);
-  const bool osxsave = (c & kLeaf1EcxOsxsave) != 0;
-  if (c & kLeaf1EcxF16c) out.features.push_back("f16c");
-  const uint64_t xcr0 = osxsave ? read_xcr0() : 0;
-  const bool os_avx512 = (xcr0 & kXcr0Avx512) == kXcr0Avx512;
-  const bool os_amx = (xcr0 & kXcr0Amx) == kXcr0Amx;
+  const bool amx_tile = f.amx_bf16 || f.amx_fp16;
+  const std::pair<bool, const char*> listed[] = {
+      {f.f16c, "f16c"},       {f.avx512f, "avx512f"},   {f.avx512_fp16, "avx512_fp16"}, {f.avx512_bf16, "avx512_bf16"},
+      {amx_tile, "amx_tile"}, {f.amx_bf16, "amx_bf16"}, {f.amx_fp16, "amx_fp16"}};
+  for (const auto& [present, name] : listed)
+    if (present) out.features.push_back(name);
 
-  __cpuid_count(7, 0, a, b, c, d);
-  const uint32_t max_subleaf = a;
-  const bool avx512f = (b & kLeaf7EbxAvx512f) != 0;
-  const bool avx512_fp16 = avx512f && (d & kLeaf7EdxAvx512Fp16) != 0;
-  const bool amx_tile = (d & kLeaf7EdxAmxTile) != 0;
-  const bool amx_bf16 = amx_tile && (d & kLeaf7EdxAmxBf16) != 0;
-  bool avx512_bf16 = false, amx_fp16 = false;
-  if (max_subleaf >= 1) {
-    __cpuid_count(7, 1, a, b, c, d);
-    avx512_bf16 = avx512f && (a & kLeaf7s1EaxAvx512Bf16) != 0;
-    amx_fp16 = amx_tile && (a & kLeaf7s1EaxAmxFp16) != 0;
-  }
-  if (avx512f) out.features.push_back("avx512f");
-  if (avx512_fp16) out.features.push_back("avx512_fp16");
-  if (avx512_bf16) out.features.push_back("avx512_bf16");
-  if (amx_tile) out.features.push_back("amx_tile");
-  if (amx_bf16) out.features.push_back("amx_bf16");
-  if (amx_fp16) out.features.push_back("amx_fp16");
-
-  // The instruction sets are usable only when the OS saves their registers across context switches.
-  auto decide = [&](bool avx, bool amx, const char* avx_name, const char* amx_name, std::string* reason) {
-    if ((avx && os_avx512) || (amx && os_amx)) return true;
-    if (avx || amx) {
-      *reason = std::string("this CPU has ") + (avx ? avx_name : amx_name) +
-                " but the operating system has not enabled its register state (XCR0)";
-    } else {
-      *reason = std::string("this CPU has neither ") + avx_name + " nor " + amx_name;
-    }
+  auto decide = [](bool avx, bool amx, const char* avx_name, const char* amx_name, std::string* reason) {
+    if (avx || amx) return true;
+    *reason = std::string("this CPU has neither ") + avx_name + " nor " + amx_name +
+              " (or the operating system has not enabled their registers)";
     return false;
   };
-  out.fast_float16 = decide(avx512_fp16, amx_fp16, "AVX512-FP16", "AMX-FP16", &out.float16_reason);
-  out.fast_bfloat16 = decide(avx512_bf16, amx_bf16, "AVX512_BF16", "AMX-BF16", &out.bfloat16_reason);
-#else
-  out.float16_reason = out.bfloat16_reason = "this is not an x86-64 CPU; mixtrain's fast 16-bit CPU kernels need "
-                                             "AVX-512 or AMX";
-#endif
+  out.fast_float16 = decide(f.avx512_fp16, f.amx_fp16, "AVX512-FP16", "AMX-FP16", &out.float16_reason);
+  out.fast_bfloat16 = decide(f.avx512_bf16, f.amx_bf16, "AVX512_BF16", "AMX-BF16", &out.bfloat16_reason);
   return out;
 }
 
@@ -122,8 +66,9 @@ std::string precision_warning_text(std::string_view policy_name, const Precision
   } else {
     return "";
   }
-  msg += "Memory-bound work still halves its bytes with 16-bit types, so a memory-limited model may benefit anyway. "
-         "This message will only be logged once.";
+  msg +=
+      "Memory-bound work still halves its bytes with 16-bit types, so a memory-limited model may benefit anyway. "
+      "This message will only be logged once.";
   return msg;
 }
 

@@ -92,6 +92,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   MIXTRAIN_CHECK(compiled(), "fit: call compile() before fit()");
   check_xy(x_all, y_all, "fit");
   MIXTRAIN_CHECK(options.epochs > 0, "fit: epochs must be positive, got " << options.epochs);
+  MIXTRAIN_CHECK(options.initial_epoch >= 0, "fit: initial_epoch must be >= 0, got " << options.initial_epoch);
   MIXTRAIN_CHECK(options.batch_size > 0, "fit: batch_size must be positive, got " << options.batch_size);
   MIXTRAIN_CHECK(options.validation_split >= 0 && options.validation_split < 1,
                  "fit: validation_split must be in [0, 1), got " << options.validation_split);
@@ -120,7 +121,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   stop_training = false;
   History history;
   Logs epoch_logs;
-  for (int epoch = 0; epoch < options.epochs && !stop_training; ++epoch) {
+  for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     const auto epoch_start = Clock::now();
     for (Callback* cb : options.callbacks) cb->on_epoch_begin(epoch);
     std::vector<int64_t> order = options.shuffle ? shuffle_rng_.permutation(n) : std::vector<int64_t>();

@@ -1,7 +1,12 @@
 // cpu_features(): consistency of what cpuid reported, and the GEMM path that follows from it.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "mixtrain/kernels/cpu_features.h"
 #include "mixtrain/kernels/gemm.h"
@@ -20,7 +25,9 @@ TEST(CpuFeatures, IsConsistent) {
     EXPECT_TRUE(f.fma);
     EXPECT_TRUE(f.f16c);
   }
-  if (f.avx512bw || f.avx512vl || f.avx512dq || f.avx512_bf16 || f.avx512_fp16) EXPECT_TRUE(f.avx512f);
+  if (f.avx512bw || f.avx512vl || f.avx512dq || f.avx512_bf16 || f.avx512_fp16) {
+    EXPECT_TRUE(f.avx512f);
+  }
 }
 
 TEST(CpuFeatures, GemmPathMatchesFeatures) {
@@ -29,8 +36,38 @@ TEST(CpuFeatures, GemmPathMatchesFeatures) {
   const bool known = !std::strcmp(isa, "scalar") || !std::strcmp(isa, "avx2") || !std::strcmp(isa, "avx512");
   EXPECT_TRUE(known) << isa;
   // Never a path above what the CPU has, whatever MIXTRAIN_ISA says.
-  if (!std::strcmp(isa, "avx512")) EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
-  if (!std::strcmp(isa, "avx2")) EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
+  if (!std::strcmp(isa, "avx512")) {
+    EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+  }
+  if (!std::strcmp(isa, "avx2")) {
+    EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
+  }
+}
+
+int path_rank(const char* isa) {
+  if (!std::strcmp(isa, "avx512")) return 2;
+  if (!std::strcmp(isa, "avx2")) return 1;
+  return 0;
+}
+
+// MIXTRAIN_ISA is read once, at the first GEMM, so this test re-runs its own binary with the variable set;
+// in that child it checks the path is the one asked for, or a lower one when the CPU lacks it.
+TEST(GemmIsa, EnvironmentForcesALowerPath) {
+  if (const char* wanted = std::getenv("MIXTRAIN_ISA")) {
+    const CpuFeatures& f = cpu_features();
+    const int best = (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) ? 2
+                     : (f.avx2 && f.fma && f.f16c)                                              ? 1
+                                                                                                : 0;
+    EXPECT_EQ(path_rank(gemm_isa()), std::min(path_rank(wanted), best)) << wanted << " gave " << gemm_isa();
+    return;
+  }
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    const std::string command = std::string("MIXTRAIN_ISA=") + isa + " '" + self +
+                                "' --gtest_filter=GemmIsa.EnvironmentForcesALowerPath > /dev/null 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
 }
 
 }  // namespace

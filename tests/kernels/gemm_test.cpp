@@ -78,7 +78,7 @@ double unit_roundoff(DType dtype) {
 // some order; any such float32 sum is within gamma_(k+2) ~ (k + 2) * 2^-24 of the exact one, relative to
 // the sum of the terms' magnitudes `abs_sum` (FMA or not, whatever the blocking). Then C is rounded once
 // into its dtype: relative error unit_roundoff(c_dtype), plus, for float16, up to half the smallest
-// subnormal (2^-25) in absolute terms when the result is tiny.
+// subnormal (2^-25) in absolute terms when the result is tiny. The 1.01 covers gamma's second-order terms.
 double tolerance(int64_t k, double abs_sum, double exact, DType c_dtype) {
   const double accumulation = 1.01 * static_cast<double>(k + 2) * std::ldexp(1.0, -24) * abs_sum;
   const double u = unit_roundoff(c_dtype);
@@ -197,16 +197,17 @@ TEST_P(GemmPath, EmptyInnerDimensionGivesBiasAndOldC) {
 }
 
 TEST_P(GemmPath, SeveralColumnAndDepthBlocks) {
-  // n past the widest column block, k over two block boundaries: partial sums carried between blocks,
-  // through a float32 workspace when C is 16-bit.
+  // n past the widest column block (2048 on every path) and k over several k blocks (at most 1024 deep):
+  // partial sums carried from block to block, through float32 scratch when C is 16-bit.
   std::mt19937 rng(99);
-  for (DType ab : kFloatTypes) check_all_outputs(GetParam(), {5, 4133, 600}, false, ab == DType::kFloat16, ab, rng);
+  for (DType ab : kFloatTypes) check_all_outputs(GetParam(), {5, 4133, 2100}, false, ab == DType::kFloat16, ab, rng);
 }
 
 // Each element is summed in the same order whatever the team size, so the bits match.
 TEST_P(GemmPath, OneAndTwoThreadsGiveIdenticalBits) {
   const int saved = omp_get_max_threads();
-  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 300}, {129, 515, 257}};
+  // Rows split between threads; columns split (a single row panel); odd edges; several k blocks.
+  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 300}, {129, 515, 257}, {70, 300, 2100}};
   std::mt19937 rng(5);
   for (const Shape3& s : shapes) {
     for (DType ab : kFloatTypes) {
@@ -230,6 +231,41 @@ TEST_P(GemmPath, OneAndTwoThreadsGiveIdenticalBits) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// C = 1 x row: each C element is one product, 0 + 1 * x, so the output is exactly x rounded once into
+// C's dtype, which must match half.h bit for bit on every path: ties to even, subnormals, overflow to
+// infinity, NaN (kept NaN, quiet, same sign and top payload bits).
+TEST_P(GemmPath, RoundsIntoCDtypeExactlyLikeHalfConversions) {
+  std::mt19937 rng(11);
+  std::vector<float> row;  // (1, n)
+  for (int i = 0; i < 20000; ++i) row.push_back(bits_float(static_cast<uint32_t>(rng())));
+  for (uint32_t h = 0; h < 0x10000; h += 7) {  // just above and below every 16-bit midpoint region
+    row.push_back(half_bits_to_float(static_cast<uint16_t>(h)) * (1.0f + 1.0f / 4096));
+    row.push_back(bf16_bits_to_float(static_cast<uint16_t>(h)) + 0.0f);
+  }
+  for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f, 65519.99f, 5.9604645e-08f,
+                  2.9802322e-08f, 2.9802326e-08f, 1e-40f, 3.3895314e+38f})
+    row.push_back(x);
+  const int64_t n = static_cast<int64_t>(row.size());
+  const float one = 1.0f;
+  for (DType c_dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    Matrix c(c_dtype, 1, n, 0);
+    gemm(false, false, 1, n, 1, DType::kFloat32, &one, 1, row.data(), n, c_dtype, c.data(), n, false, nullptr);
+    int failures = 0;
+    for (int64_t j = 0; j < n && failures < 5; ++j) {
+      const float exact = 0.0f + row[j];  // the kernel's sum starts at +0, so -0 becomes +0
+      Matrix want(c_dtype, 1, 1, 0);
+      want.set_flat(0, exact);
+      const size_t size = dtype_size(c_dtype);
+      if (std::memcmp(c.bytes.data() + j * size, want.bytes.data(), size) != 0) {
+        ADD_FAILURE() << GetParam() << " c=" << dtype_name(c_dtype) << ": " << exact << " (bits 0x" << std::hex
+                      << float_bits(exact) << std::dec << ") rounded to " << c.get(0, j) << ", expected "
+                      << want.get(0, 0);
+        ++failures;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, GemmPath, ::testing::Values("scalar", "avx2", "avx512"),

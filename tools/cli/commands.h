@@ -12,6 +12,8 @@
 namespace mixtrain::cli {
 
 int train_command(const std::vector<std::string>& args);
+// Prints what this machine offers for mixed precision; --json FILE also writes it as JSON.
+int doctor_command(const std::vector<std::string>& args);
 
 // --data fashion-mnist | PATH (IDX images or CSV), normalised with statistics of the training split.
 DataSplits load_data(const std::string& spec, const std::string& normalize, uint64_t seed);

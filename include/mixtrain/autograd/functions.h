@@ -32,5 +32,8 @@ Var categorical_crossentropy(const Var& pred, const Tensor& targets, bool from_l
 Var mean_squared_error(const Var& pred, const Tensor& target);
 Var sum(const Var& x);
 Var mean(const Var& x);
+// Identity whose backward calls on_grad with the gradient flowing through, then passes it on unchanged:
+// how inspection sees the gradients of intermediate activations.
+Var tap(const Var& x, std::function<void(const Tensor& grad)> on_grad);
 
 }  // namespace mixtrain

@@ -16,6 +16,8 @@ namespace mixtrain::kernels {
 // Products and sums accumulate in float32; C is rounded once, at the end. bias: float32, length n, or nullptr.
 // m, n or k may be 0 (k = 0 gives C = [C] + [bias]). C must not overlap A, B or bias.
 // Throws mixtrain::Error on negative sizes, too-small strides, null pointers or non-float dtypes.
+// Runs on up to omp_get_max_threads() OpenMP threads (OMP_NUM_THREADS); the bits of C do not depend on
+// how many. Each thread keeps its packing buffers between calls (at most about 17 MiB).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
           DType c_dtype, void* c, int64_t ldc, bool accumulate, const float* bias);

@@ -9,6 +9,27 @@
 
 namespace mixtrain {
 
+// Sees every layer's input, output and output gradient while a Sequential runs: the hook behind
+// inspection (per-layer range statistics) and the recovery guard.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  // x is the value entering the layer, before the layer casts it to its compute dtype.
+  virtual void on_input(const Layer& layer, const Var& x) {
+    (void)layer;
+    (void)x;
+  }
+  virtual void on_output(const Layer& layer, const Var& y) {
+    (void)layer;
+    (void)y;
+  }
+  // The gradient of the loss with respect to the layer's output, in the layer's compute dtype.
+  virtual void on_gradient(const Layer& layer, const Tensor& dy) {
+    (void)layer;
+    (void)dy;
+  }
+};
+
 class Sequential {
  public:
   explicit Sequential(std::string name = "sequential");
@@ -33,6 +54,9 @@ class Sequential {
   Shape output_shape() const;
 
   Var call(const Var& x, const CallContext& ctx = {});
+  // Observer for later calls (nullptr: none). Not owned.
+  void set_observer(LayerObserver* observer) { observer_ = observer; }
+  LayerObserver* observer() const { return observer_; }
 
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   Layer* layer(const std::string& name) const;
@@ -49,6 +73,7 @@ class Sequential {
   std::vector<std::unique_ptr<Layer>> layers_;
   bool built_ = false;
   Shape input_shape_;
+  LayerObserver* observer_ = nullptr;
 };
 
 }  // namespace mixtrain

@@ -21,7 +21,7 @@ struct PrecisionSupport {
   std::vector<std::string> features;
 };
 
-// Queries the CPU (cheap; no caching). On non-x86 CPUs both flags are false with a reason saying so.
+// Reads kernels::cpu_features() (detected once per process), so it agrees with the GEMM path selection.
 // AMX on Linux additionally needs a per-process permission request (arch_prctl) before first use; this check
 // reports what the hardware and OS support, not whether that request has been made.
 PrecisionSupport check_cpu_precision_support();

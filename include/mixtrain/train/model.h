@@ -14,7 +14,10 @@
 namespace mixtrain {
 
 struct FitOptions {
+  // fit() runs epochs initial_epoch .. epochs-1 (Keras semantics): to resume a run saved after k completed
+  // epochs, load the checkpoint and pass initial_epoch = k with the original epochs.
   int epochs = 1;
+  int initial_epoch = 0;
   int64_t batch_size = 32;
   // Fraction of the training rows (the last ones, before shuffling, as Keras) held out for validation.
   double validation_split = 0.0;
@@ -40,6 +43,7 @@ class Model : public Sequential {
                bool auto_scale_loss = true);
   bool compiled() const { return optimizer_ != nullptr; }
   Optimizer& optimizer() { return *optimizer_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
   const Loss& loss() const { return *loss_; }
 
   // Trains on x (N, features...) float32 and y (N,) int32 or (N, k) float.
@@ -56,6 +60,15 @@ class Model : public Sequential {
   uint64_t seed() const { return seed_; }
   // Builds with the model's initialisation stream if not built yet.
   void build_for(const Shape& sample_shape);
+
+  // The three random streams (initialisation, shuffling, dropout). A checkpoint saves and restores their
+  // states with the weights and optimizer state, so a resumed fit draws the same batches and masks.
+  Rng& init_rng() { return init_rng_; }
+  Rng& shuffle_rng() { return shuffle_rng_; }
+  Rng& dropout_rng() { return dropout_rng_; }
+  const Rng& init_rng() const { return init_rng_; }
+  const Rng& shuffle_rng() const { return shuffle_rng_; }
+  const Rng& dropout_rng() const { return dropout_rng_; }
 
  private:
   uint64_t seed_;

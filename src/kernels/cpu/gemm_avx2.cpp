@@ -18,7 +18,8 @@ inline int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 :
 
 // Lane i is all ones when i < n: the mask for vmaskmovps.
 inline __m256i first_lanes(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < 0 ? 0 : n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < 0 ? 0 : n)), lanes);
 }
 
 // Loads 8 consecutive elements of dtype D as float32.
@@ -29,7 +30,8 @@ inline __m256 load8(const void* p) {
   } else if constexpr (D == DType::kFloat16) {
     return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
   } else {  // bfloat16 is the top half of a float32
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))), 16));
+    const __m128i bits = _mm_loadu_si128(static_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
   }
 }
 
@@ -57,8 +59,10 @@ inline __m256 load8(const void* p, DType dtype) {
 inline __m128i to_bf16(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+  const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));  // ties go to the even neighbour
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+  const __m256i magnitude = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7F800000));
   const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
   const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);  // 8 x 32-bit, each <= 0xFFFF
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0x08));
@@ -222,7 +226,8 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
 
 }  // namespace
 
-// kc * 16 floats of B (16 KiB) stay in L1 across a row chunk, mc * kc floats of A (144 KiB) in L2.
-const GemmBackend kAvx2Backend = {"avx2", kMR, kNR, 72, 512, 4096, pack, micro_kernel};
+// The B panel in use (kc * 16 floats, 32 KiB) fits L1, the A chunk (mc * kc floats, 144 KiB) a 256 KiB
+// L2, the B block (kc * nc floats, 4 MiB) L3: sizes that suit AVX2 CPUs with small caches.
+const GemmBackend kAvx2Backend = {"avx2", kMR, kNR, 72, 512, 2048, pack, micro_kernel};
 
 }  // namespace mixtrain::kernels::cpu

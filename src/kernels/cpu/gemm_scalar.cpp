@@ -1,5 +1,6 @@
-// Portable GEMM path: plain C++ for any x86-64 (the compiler may still use SSE2). It is also the
-// reference the vector paths are compared with, so it favours clarity over speed.
+// Portable GEMM path: plain C++ for any x86-64 (the compiler may still use SSE2), for CPUs without
+// AVX2 and as the easiest path to read, so it favours clarity over speed. Its epilogue also finishes
+// the vector paths' tiles at the right edge of C.
 #include <algorithm>
 
 #include "kernels/cpu/gemm_backend.h"

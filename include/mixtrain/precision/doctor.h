@@ -1,0 +1,110 @@
+// `mixtrain doctor`: what this machine can do, and which dtype policy pays off on it. The CPU verdicts
+// come from timing mixtrain's own GEMM in each compute dtype, not from a feature list: a CPU may have
+// bfloat16 instructions that the kernels do not use, or convert 16-bit inputs so cheaply that they win
+// on memory traffic alone.
+//
+// Verdict rules (CPU):
+//   float32 is always "baseline".
+//   A mixed policy is "recommended (<dtype> GEMM measured Rx float32)" when its measured speedup R (shown
+//   with two decimals, and compared as shown) is >= kRecommendSpeedup, else
+//   "no benefit on this hardware: stay in float32 (<dtype> GEMM measured Rx float32)".
+//   16-bit activations also halve the bytes of memory-bound layers; the reason line says so, but the
+//   verdict rests on the GEMM, where training time goes.
+// GPUs are not measured (mixtrain's kernels run on the CPU); their lines follow the compute capability:
+//   float16 needs >= 7.0 (tensor cores), bfloat16 >= 8.0, otherwise the verdict is "unsupported".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixtrain/core/dtype.h"
+#include "mixtrain/core/json.h"
+#include "mixtrain/kernels/gpu_probe.h"
+
+namespace mixtrain {
+
+// A mixed policy is recommended from this GEMM speedup over float32 on: below it, the gain is within the
+// noise of a shared machine and does not pay for 16-bit rounding (and loss scaling, for float16).
+constexpr double kRecommendSpeedup = 1.15;
+
+// Below this share of its threads' time (DoctorReport::cpu_share), the measurement is flagged as noisy.
+constexpr double kBusyCpuShare = 0.8;
+
+struct CpuFeatureFlag {
+  const char* label;  // as people write it: "AVX512-FP16"
+  const char* key;    // as /proc/cpuinfo writes it: "avx512_fp16"
+  bool present;
+};
+
+struct CpuReport {
+  std::string model_name;  // brand string, or "unknown CPU"
+  std::string vendor;
+  int logical_cores = 1;  // logical processors this process may run on
+  int gemm_threads = 1;   // threads the GEMM uses (OpenMP)
+  std::string gemm_isa;   // "avx512", "avx2" or "scalar"
+  // AVX2, FMA, F16C, AVX-512F, AVX512-FP16, AVX512-BF16, AMX-BF16, AMX-FP16, in that order.
+  std::vector<CpuFeatureFlag> features;
+};
+
+// One timed square GEMM: C (n, n) = A (n, n) x B (n, n), A, B and C all in `dtype`, float32 accumulation.
+struct GemmMeasurement {
+  DType dtype = DType::kFloat32;
+  int64_t size = 0;         // n
+  int repetitions = 0;      // timed runs; the best one counts
+  double best_seconds = 0;  // fastest run
+  double gflops = 0;        // 2 n^3 / best_seconds / 1e9
+  double ratio = 0;         // gflops / float32 gflops at the same size (1 for float32)
+};
+
+struct PolicyVerdict {
+  std::string device;   // "cpu", or "gpu0", "gpu1", ...
+  std::string policy;   // "float32", "mixed_float16", "mixed_bfloat16"
+  std::string verdict;  // "baseline", "recommended (...)", "no benefit on this hardware: ...", "unsupported"
+  std::string reason;   // why, in a sentence or two
+  double speedup = 0;   // measured GEMM speedup over float32 (CPU lines; 0 where not measured)
+};
+
+struct DoctorReport {
+  CpuReport cpu;
+  kernels::GpuProbe gpu;
+  std::vector<GemmMeasurement> measurements;  // by size, then float32, float16, bfloat16
+  std::vector<PolicyVerdict> verdicts;        // cpu lines first, then each GPU's
+  double seconds_budget = 0;                  // what was asked for
+  double seconds_spent = 0;                   // wall time of the measurement
+  // CPU time this process got while the GEMMs ran, over their wall time x GEMM threads: about 1 on an idle
+  // machine; well below (see kBusyCpuShare) when other programs competed and the ratios are noisy.
+  double cpu_share = 0;
+  bool busy() const;  // cpu_share < kBusyCpuShare
+};
+
+// Inspects the CPU and the GPUs and times the GEMM for about `seconds` in total (the three dtypes
+// interleaved, so a load change on a shared machine hits them alike). At least two rounds of the
+// smallest size always run, so a tiny budget may be overrun; a larger size is skipped when it would
+// not fit. Throws mixtrain::Error (kInvalidInput) unless 0 < seconds <= 3600.
+DoctorReport run_doctor(double seconds = 1.0);
+
+// The GEMM speedup of `dtype` over float32: geometric mean of its ratios over the measured sizes
+// (1 for float32, 0 when the report has no measurement of it).
+double measured_speedup(const DoctorReport& report, DType dtype);
+
+// The CPU verdict string for a policy whose compute dtype is `dtype`, given its measured speedup;
+// see the rules at the top of this file.
+std::string cpu_verdict(DType dtype, double speedup);
+
+// The verdict lines of the GPUs in `probe` (three per GPU: float32, mixed_float16, mixed_bfloat16), from
+// their compute capability; see the rules at the top of this file.
+std::vector<PolicyVerdict> gpu_verdicts(const kernels::GpuProbe& probe);
+
+// "2.1", "0.93", "1.0": the speedup as it appears in verdicts (two decimals, one trailing zero dropped).
+std::string format_speedup(double speedup);
+
+// The report as a JSON object: cpu (with features), gpus (driver_found, status, devices), measurements,
+// verdicts, thresholds, seconds.
+Json doctor_to_json(const DoctorReport& report);
+
+// The report as a table for people, ending in a newline.
+std::string format_doctor(const DoctorReport& report);
+
+}  // namespace mixtrain

@@ -1,0 +1,88 @@
+// Training checkpoints: one safetensors file that resumes a fit() bit-identically.
+//
+// Contents (standard dtypes only, so any safetensors reader opens it):
+//   "<variable name>"       every model weight in its variable dtype, e.g. "dense/kernel" F32 (in, units)
+//   "optimizer/<key>"       Optimizer::state(), e.g. "optimizer/iterations", "optimizer/dense/kernel/m",
+//                           and for a LossScaleOptimizer "optimizer/loss_scale/scale", ...
+//   "rng/init", "rng/shuffle", "rng/dropout"
+//                           the Model's Rng states: U8 (4, 8), one row per uint64 word, little-endian bytes
+// __metadata__: "format" = "mixtrain-checkpoint-1", "epoch" (completed epochs), "seed", "config" (free-form),
+//   "optimizer" (the inner name under a loss-scale wrapper), "loss_scale_optimizer" ("true"/"false"),
+//   "layers" (layer names in order, comma-separated), "layer/<name>/policy", "input_shape" (JSON array).
+//
+// Resuming: build and compile the model exactly as before (same layers, policy, optimizer), call
+// load_checkpoint(), then fit(..., {.epochs = N, .initial_epoch = info.epoch}). Weights are matched by variable
+// name, and layer names are unique per process ("dense", "dense_1", ...), so build the model in a fresh process,
+// or in the same order of layer creation, as the saving process did.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "mixtrain/train/callbacks.h"
+
+namespace mixtrain {
+
+class Model;
+
+// The value of the "format" metadata entry of checkpoints this version writes and reads.
+inline constexpr const char* kCheckpointFormat = "mixtrain-checkpoint-1";
+
+struct CheckpointInfo {
+  // Completed epochs when saved; resume with FitOptions::initial_epoch = epoch.
+  int epoch = 0;
+  // Free-form text stored with the checkpoint (e.g. the RunConfig as JSON).
+  std::string config;
+  // Filled by load_checkpoint; save_checkpoint takes these from the model and ignores the fields here.
+  uint64_t seed = 0;
+  std::string optimizer;              // "adam", ...: the inner optimizer's name; empty when none was saved
+  bool loss_scale_optimizer = false;  // the optimizer was wrapped in a LossScaleOptimizer
+  std::map<std::string, std::string> metadata;  // the whole __metadata__ table
+};
+
+// Writes model weights, optimizer state (when compiled), Rng states and metadata to path atomically (an existing
+// file is replaced only by a complete new one). The model must be built. Throws Error (kInvalidInput) without
+// writing when a weight or a floating optimizer entry holds NaN or Inf, so a diverged run never overwrites a good
+// checkpoint; kIo when the file cannot be written.
+void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo& info);
+
+// Validates the whole file against the model, then restores weights, optimizer state and Rng states. Refuses,
+// with Error naming the file and the mismatch and leaving the model untouched: a wrong or missing format tag,
+// other layer names or policies, a missing, extra or differently shaped / typed weight, a different optimizer (or
+// loss-scale wrapping), optimizer slots that do not fit the model's variables, bad Rng entries. An unbuilt model
+// is first built for the saved input shape (it stays built if a later check fails). An uncompiled model, or a
+// checkpoint saved without an optimizer, restores weights and Rng states only and leaves any optimizer as it is:
+// compile before loading to resume training. Returns the stored info.
+CheckpointInfo load_checkpoint(const std::string& path, Model& model);
+
+// Whether every weight and every floating optimizer state entry of model is finite (what save_checkpoint requires).
+bool checkpoint_state_is_finite(const Model& model);
+
+// Saves a checkpoint at the end of every `period`-th epoch (epochs period, 2*period, ... counting from 1) with
+// CheckpointInfo::epoch = completed epochs. "{epoch}" in path is replaced by that number (as Keras'
+// ModelCheckpoint), e.g. "ckpt-{epoch}.safetensors"; without it each save replaces the previous file. When the
+// weights or optimizer state hold NaN/Inf the save is skipped with a warning on stderr and the previous file
+// stays as it was: no NaN reaches a saved checkpoint.
+class CheckpointCallback : public Callback {
+ public:
+  explicit CheckpointCallback(std::string path, int period = 1, std::string config = "");
+  void on_epoch_end(int epoch, const Logs& logs) override;
+
+  // The path written for a given number of completed epochs.
+  std::string path_for(int completed_epochs) const;
+  int saves() const { return saves_; }
+  int skipped_saves() const { return skipped_saves_; }
+  // The last file written; empty before the first save.
+  const std::string& last_saved_path() const { return last_saved_path_; }
+
+ private:
+  std::string path_;
+  int period_;
+  std::string config_;
+  int saves_ = 0;
+  int skipped_saves_ = 0;
+  std::string last_saved_path_;
+};
+
+}  // namespace mixtrain

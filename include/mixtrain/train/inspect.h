@@ -1,0 +1,36 @@
+// Per-layer numerics of a model under its policy: for each layer, how its activations and gradients fit
+// the layer's compute dtype (max |x|, overflow and underflow fractions, NaN and inf counts).
+// The model runs in a float32 shadow (same weights, every layer computing in float32), so the
+// statistics show what a float16 or bfloat16 copy of each value would lose, not values already broken.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mixtrain/precision/range_stats.h"
+#include "mixtrain/train/model.h"
+
+namespace mixtrain {
+
+struct LayerInspection {
+  std::string layer;          // layer name
+  std::string class_name;     // "Dense", ...
+  DType compute_dtype;        // the dtype the statistics are measured against
+  RangeStats inputs;          // values entering the layer (what its input cast sees)
+  RangeStats activations;     // the layer's outputs
+  RangeStats gradients;       // gradients of the loss w.r.t. the outputs, times the loss scale in use
+};
+
+// Runs `steps` batches of batch_size rows from (x, y) forward and backward without updating anything.
+// Gradients are multiplied by the model's current loss scale (1 without a LossScaleOptimizer), as the
+// real run would compute them. The model's policies and weights are unchanged afterwards.
+std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const Tensor& y, int64_t steps,
+                                            int64_t batch_size);
+
+// A fixed-width table, one row per layer: activation and gradient max |x|, overflow %, underflow %, NaN, inf.
+std::string format_inspection(const std::vector<LayerInspection>& layers);
+
+// Names of the layers whose inputs or activations do not fit their compute dtype (overflow, NaN or inf).
+std::vector<std::string> layers_that_break(const std::vector<LayerInspection>& layers);
+
+}  // namespace mixtrain

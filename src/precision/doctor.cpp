@@ -1,0 +1,430 @@
+#include "mixtrain/precision/doctor.h"
+
+#include <omp.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/half.h"
+#include "mixtrain/kernels/cpu_features.h"
+#include "mixtrain/kernels/gemm.h"
+
+namespace mixtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+constexpr int kNumMeasuredDTypes = 3;
+static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == kNumMeasuredDTypes);
+// Large enough to run at the GEMM's full speed, small enough that both fit in a one-second budget
+// on a two-core machine.
+constexpr int64_t kSizes[] = {512, 1024};
+// Each size but the last gets this share of the time still left; the last gets the rest.
+constexpr double kSizeShare = 0.35;
+constexpr double kMaxSeconds = 3600;
+constexpr size_t kTextWidth = 110;  // of the human report's wrapped lines
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A, B and C of one n x n GEMM in one dtype, filled with values in [-1, 1) (no subnormals, no overflow).
+struct Operands {
+  std::vector<unsigned char> a, b, c;  // (n, n) each, row-major
+
+  Operands(int64_t n, DType dtype, uint64_t seed) {
+    const size_t count = static_cast<size_t>(n * n), bytes = count * dtype_size(dtype);
+    a.resize(bytes);
+    b.resize(bytes);
+    c.resize(bytes);  // zeroed, so its pages are mapped before timing starts
+    fill(a.data(), count, dtype, seed);
+    fill(b.data(), count, dtype, seed + 1);
+  }
+
+  static void fill(unsigned char* out, size_t count, DType dtype, uint64_t state) {
+    for (size_t i = 0; i < count; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;  // 64-bit LCG (Knuth's MMIX)
+      const float v = static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
+      if (dtype == DType::kFloat32) {
+        reinterpret_cast<float*>(out)[i] = v;
+      } else {
+        const uint16_t bits = dtype == DType::kFloat16 ? float_to_half_bits(v) : float_to_bf16_bits(v);
+        reinterpret_cast<uint16_t*>(out)[i] = bits;
+      }
+    }
+  }
+};
+
+// CPU time of all threads of this process.
+double process_cpu_seconds() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Wall and process CPU time of the GEMMs timed so far.
+struct TimeUse {
+  double wall = 0, cpu = 0;
+};
+
+double time_gemm(int64_t n, DType dtype, Operands& ops, TimeUse* use) {
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = Clock::now();
+  kernels::gemm(false, false, n, n, n, dtype, ops.a.data(), n, ops.b.data(), n, dtype, ops.c.data(), n, false, nullptr);
+  const double wall = seconds_since(t0);
+  use->wall += wall;
+  use->cpu += process_cpu_seconds() - cpu0;
+  return wall;
+}
+
+// Times every size that fits in the budget; see run_doctor().
+std::vector<GemmMeasurement> measure_gemm(double seconds, double* spent, TimeUse* use) {
+  std::vector<GemmMeasurement> out;
+  const auto start = Clock::now();
+  const size_t num_sizes = sizeof(kSizes) / sizeof(kSizes[0]);
+  bool last = false;
+  for (size_t si = 0; si < num_sizes && !last; ++si) {
+    const int64_t n = kSizes[si];
+    last = si + 1 == num_sizes;
+    const double elapsed = seconds_since(start);
+    double size_end = last ? seconds : elapsed + (seconds - elapsed) * kSizeShare;
+
+    std::vector<Operands> ops;
+    for (int d = 0; d < kNumMeasuredDTypes; ++d) ops.emplace_back(n, kDTypes[d], 17 + 2 * static_cast<uint64_t>(d));
+    double best[kNumMeasuredDTypes];
+    for (double& b : best) b = std::numeric_limits<double>::infinity();
+    double best_round = std::numeric_limits<double>::infinity();  // all dtypes once
+    int rounds = 0;
+    // Interleaved, so a change in machine load hits every dtype alike; the first round also warms the
+    // threads and the packing buffers, and the best of the rounds counts.
+    for (;;) {
+      double round = 0;
+      for (int d = 0; d < kNumMeasuredDTypes; ++d) {
+        const double t = time_gemm(n, kDTypes[d], ops[d], use);
+        best[d] = std::min(best[d], t);
+        round += t;
+      }
+      best_round = std::min(best_round, round);
+      ++rounds;
+      const double now = seconds_since(start);
+      if (rounds < 2 || now < size_end) continue;
+      if (!last) {
+        // GEMM time grows as n^3, and two rounds are the least that gives a warm measurement. When the
+        // next size does not fit, this one gets the rest of the budget instead.
+        const double scale = static_cast<double>(kSizes[si + 1]) / static_cast<double>(n);
+        if (2 * best_round * scale * scale * scale > seconds - now) {
+          last = true;
+          size_end = seconds;
+          if (now < size_end) continue;
+        }
+      }
+      break;
+    }
+
+    const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    const double f32_gflops = flops / best[0] / 1e9;
+    for (int d = 0; d < kNumMeasuredDTypes; ++d) {
+      GemmMeasurement m;
+      m.dtype = kDTypes[d];
+      m.size = n;
+      m.repetitions = rounds;
+      m.best_seconds = best[d];
+      m.gflops = flops / best[d] / 1e9;
+      m.ratio = d == 0 ? 1.0 : m.gflops / f32_gflops;
+      out.push_back(m);
+    }
+  }
+  *spent = seconds_since(start);
+  return out;
+}
+
+CpuReport inspect_cpu() {
+  const kernels::CpuFeatures& f = kernels::cpu_features();
+  CpuReport r;
+  r.model_name = f.model_name.empty() ? "unknown CPU" : f.model_name;
+  r.vendor = f.vendor;
+  r.logical_cores = f.logical_cores;
+  r.gemm_threads = omp_get_max_threads();
+  r.gemm_isa = kernels::gemm_isa();
+  r.features = {{"AVX2", "avx2", f.avx2},
+                {"FMA", "fma", f.fma},
+                {"F16C", "f16c", f.f16c},
+                {"AVX-512F", "avx512f", f.avx512f},
+                {"AVX512-FP16", "avx512_fp16", f.avx512_fp16},
+                {"AVX512-BF16", "avx512_bf16", f.avx512_bf16},
+                {"AMX-BF16", "amx_bf16", f.amx_bf16},
+                {"AMX-FP16", "amx_fp16", f.amx_fp16}};
+  return r;
+}
+
+const char* policy_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return "mixed_float16";
+    case DType::kBFloat16:
+      return "mixed_bfloat16";
+    default:
+      return "float32";
+  }
+}
+
+// What the CPU itself offers for 16-bit arithmetic, whatever the kernels make of it.
+std::string hardware_clause(DType dtype) {
+  const kernels::CpuFeatures& f = kernels::cpu_features();
+  if (dtype == DType::kFloat16) {
+    if (f.avx512_fp16) return "this CPU has float16 arithmetic (AVX512-FP16)";
+    if (f.amx_fp16) return "this CPU has float16 tile arithmetic (AMX-FP16)";
+    return std::string("this CPU has no float16 arithmetic (neither AVX512-FP16 nor AMX-FP16)") +
+           (f.f16c ? ", only conversions to and from float32 (F16C)" : "");
+  }
+  if (f.avx512_bf16) return "this CPU has bfloat16 dot products (AVX512-BF16)";
+  if (f.amx_bf16) return "this CPU has bfloat16 tile arithmetic (AMX-BF16)";
+  return "this CPU has no bfloat16 arithmetic (neither AVX512-BF16 nor AMX-BF16)";
+}
+
+std::string sizes_text(const DoctorReport& r) {
+  std::string s;
+  int fewest = 0, most = 0;
+  for (const GemmMeasurement& m : r.measurements) {
+    if (m.dtype != DType::kFloat32) continue;
+    s += (s.empty() ? "" : ", ") + std::to_string(m.size);
+    fewest = fewest == 0 ? m.repetitions : std::min(fewest, m.repetitions);
+    most = std::max(most, m.repetitions);
+  }
+  return "n = " + s + ", best of " + std::to_string(fewest) + (most == fewest ? "" : " to " + std::to_string(most)) +
+         " runs";
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+std::string gib(int64_t bytes) { return fixed(static_cast<double>(bytes) / (1024.0 * 1024 * 1024), 1) + " GiB"; }
+
+std::string cc_text(const kernels::GpuInfo& g) { return std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor); }
+
+std::string busy_text(const DoctorReport& r) {
+  return "measured on a busy machine (the GEMM threads got " + fixed(100 * r.cpu_share, 0) +
+         "% of their time; other programs had the rest), so the ratios are noisy";
+}
+
+void add_cpu_verdicts(DoctorReport* r) {
+  double f32_gflops = 0;
+  int64_t f32_size = 0;
+  for (const GemmMeasurement& m : r->measurements)
+    if (m.dtype == DType::kFloat32) f32_gflops = m.gflops, f32_size = m.size;
+  const std::string path = r->cpu.gemm_isa + " path, " + std::to_string(r->cpu.gemm_threads) +
+                           (r->cpu.gemm_threads == 1 ? " thread" : " threads");
+  for (DType dtype : kDTypes) {
+    PolicyVerdict v;
+    v.device = "cpu";
+    v.policy = policy_of(dtype);
+    v.speedup = measured_speedup(*r, dtype);
+    v.verdict = cpu_verdict(dtype, v.speedup);
+    if (dtype == DType::kFloat32) {
+      v.reason = "float32 GEMM ran at " + fixed(f32_gflops, 1) + " GFLOP/s at n = " + std::to_string(f32_size) + " (" +
+                 path + "); the mixed policies are measured against it";
+    } else {
+      const bool recommended = v.verdict.rfind("recommended", 0) == 0;
+      v.reason = hardware_clause(dtype) + "; mixtrain's GEMM (" + path + ") with " + dtype_name(dtype) +
+                 " inputs ran " + format_speedup(v.speedup) + "x float32 (" + sizes_text(*r) +
+                 ", products and sums in float32)";
+      v.reason += recommended ? "; 16-bit activations also halve the traffic of memory-bound layers"
+                              : "; 16-bit activations would still halve the traffic of memory-bound layers and "
+                                "activation memory, which helps only a model limited by memory, not arithmetic";
+      if (recommended && dtype == DType::kFloat16) v.reason += "; train with loss scaling against float16 underflow";
+      if (r->busy()) v.reason += "; " + busy_text(*r);
+    }
+    r->verdicts.push_back(std::move(v));
+  }
+}
+
+// Words of `text` in lines of at most `width` characters (longer words get a line of their own), each line
+// indented by `indent` spaces and ended by a newline.
+std::string wrap(const std::string& text, size_t indent, size_t width) {
+  std::string out, line;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    start = end + 1;
+    if (word.empty()) continue;
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += std::string(indent, ' ') + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) out += std::string(indent, ' ') + line + "\n";
+  return out;
+}
+
+std::string pad(std::string s, size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+std::string pad_left(const std::string& s, size_t width) {
+  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
+}
+
+}  // namespace
+
+std::vector<PolicyVerdict> gpu_verdicts(const kernels::GpuProbe& probe) {
+  std::vector<PolicyVerdict> out;
+  for (size_t i = 0; i < probe.gpus.size(); ++i) {
+    const kernels::GpuInfo& g = probe.gpus[i];
+    const std::string device = "gpu" + std::to_string(i), cc = cc_text(g);
+    const std::string not_measured = "; not measured: mixtrain's kernels run on the CPU";
+    out.push_back({device, "float32", "baseline",
+                   g.name + ", " + gib(g.memory_bytes) + ", compute capability " + cc + not_measured, 0});
+    if (kernels::gpu_has_fast_float16(g))
+      out.push_back({device, "mixed_float16", "recommended (float16 tensor cores, compute capability " + cc + ")",
+                     "compute capability 7.0 and above has float16 tensor cores" + not_measured, 0});
+    else
+      out.push_back({device, "mixed_float16", "unsupported",
+                     "compute capability " + cc + " has no float16 tensor cores (they need 7.0)", 0});
+    if (kernels::gpu_has_bfloat16(g))
+      out.push_back({device, "mixed_bfloat16", "recommended (bfloat16 tensor cores, compute capability " + cc + ")",
+                     "compute capability 8.0 and above has bfloat16 arithmetic and tensor cores" + not_measured, 0});
+    else
+      out.push_back({device, "mixed_bfloat16", "unsupported",
+                     "compute capability " + cc + " has no bfloat16 arithmetic (it needs 8.0)", 0});
+  }
+  return out;
+}
+
+bool DoctorReport::busy() const { return cpu_share < kBusyCpuShare; }
+
+std::string format_speedup(double speedup) {
+  std::string s = fixed(speedup, 2);
+  if (s.size() >= 2 && s.back() == '0' && s[s.size() - 2] != '.') s.pop_back();
+  return s;
+}
+
+std::string cpu_verdict(DType dtype, double speedup) {
+  if (dtype == DType::kFloat32) return "baseline";
+  const std::string shown = format_speedup(speedup);
+  const std::string measured = std::string("(") + dtype_name(dtype) + " GEMM measured " + shown + "x float32)";
+  // Decided on the value as shown, so a verdict never contradicts its own number.
+  if (std::stod(shown) >= kRecommendSpeedup - 1e-9) return "recommended " + measured;
+  return "no benefit on this hardware: stay in float32 " + measured;
+}
+
+double measured_speedup(const DoctorReport& report, DType dtype) {
+  if (dtype == DType::kFloat32) return 1.0;
+  double log_sum = 0;
+  int count = 0;
+  for (const GemmMeasurement& m : report.measurements) {
+    if (m.dtype != dtype || !(m.ratio > 0)) continue;
+    log_sum += std::log(m.ratio);
+    ++count;
+  }
+  return count == 0 ? 0.0 : std::exp(log_sum / count);
+}
+
+DoctorReport run_doctor(double seconds) {
+  if (!(seconds > 0 && seconds <= kMaxSeconds))
+    MIXTRAIN_FAIL(kInvalidInput, "doctor: measurement time must be in (0, 3600] seconds, got " << seconds,
+                  "about 1 second is enough");
+  DoctorReport r;
+  r.cpu = inspect_cpu();
+  r.gpu = kernels::probe_gpus();
+  r.seconds_budget = seconds;
+  TimeUse use;
+  r.measurements = measure_gemm(seconds, &r.seconds_spent, &use);
+  r.cpu_share = use.wall > 0 ? use.cpu / (use.wall * r.cpu.gemm_threads) : 0;
+  add_cpu_verdicts(&r);
+  for (PolicyVerdict& v : gpu_verdicts(r.gpu)) r.verdicts.push_back(std::move(v));
+  return r;
+}
+
+Json doctor_to_json(const DoctorReport& r) {
+  Json j = Json::object();
+  Json features = Json::object();
+  for (const CpuFeatureFlag& f : r.cpu.features) features[f.key] = f.present;
+  j["cpu"] = Json::object({{"model_name", r.cpu.model_name},
+                           {"vendor", r.cpu.vendor},
+                           {"logical_cores", r.cpu.logical_cores},
+                           {"gemm_threads", r.cpu.gemm_threads},
+                           {"gemm_isa", r.cpu.gemm_isa},
+                           {"features", features}});
+  Json devices = Json::array();
+  for (const kernels::GpuInfo& g : r.gpu.gpus)
+    devices.push_back(Json::object({{"name", g.name},
+                                    {"memory_bytes", g.memory_bytes},
+                                    {"compute_capability", cc_text(g)},
+                                    {"fast_float16", kernels::gpu_has_fast_float16(g)},
+                                    {"bfloat16", kernels::gpu_has_bfloat16(g)}}));
+  j["gpus"] = Json::object({{"driver_found", r.gpu.driver_found}, {"status", r.gpu.status}, {"devices", devices}});
+  Json measurements = Json::array();
+  for (const GemmMeasurement& m : r.measurements)
+    measurements.push_back(Json::object({{"dtype", dtype_name(m.dtype)},
+                                         {"size", m.size},
+                                         {"repetitions", m.repetitions},
+                                         {"best_seconds", m.best_seconds},
+                                         {"gflops", m.gflops},
+                                         {"ratio", m.ratio}}));
+  j["measurements"] = measurements;
+  Json verdicts = Json::array();
+  for (const PolicyVerdict& v : r.verdicts) {
+    Json o = Json::object({{"device", v.device}, {"policy", v.policy}, {"verdict", v.verdict}, {"reason", v.reason}});
+    o["speedup"] = v.speedup > 0 ? Json(v.speedup) : Json();
+    verdicts.push_back(o);
+  }
+  j["verdicts"] = verdicts;
+  j["thresholds"] = Json::object({{"recommend_speedup", kRecommendSpeedup}});
+  j["seconds"] = Json::object({{"budget", r.seconds_budget}, {"spent", r.seconds_spent}});
+  j["cpu_share"] = r.cpu_share;
+  j["busy"] = r.busy();
+  return j;
+}
+
+std::string format_doctor(const DoctorReport& r) {
+  std::string s;
+  s += "CPU       " + r.cpu.model_name + (r.cpu.vendor.empty() ? "" : " (" + r.cpu.vendor + ")") + ", " +
+       std::to_string(r.cpu.logical_cores) + (r.cpu.logical_cores == 1 ? " logical core" : " logical cores") + "\n";
+  std::string flags;
+  for (const CpuFeatureFlag& f : r.cpu.features)
+    flags += (flags.empty() ? "" : "  ") + std::string(f.label) + (f.present ? " yes" : " no");
+  s += "features  " + flags + "\n";
+  s += "GEMM      " + r.cpu.gemm_isa + " path, " + std::to_string(r.cpu.gemm_threads) +
+       (r.cpu.gemm_threads == 1 ? " thread" : " threads") + "\n";
+  s += "GPU       " + r.gpu.status + "\n";
+  for (size_t i = 0; i < r.gpu.gpus.size(); ++i) {
+    const kernels::GpuInfo& g = r.gpu.gpus[i];
+    s += "          gpu" + std::to_string(i) + "  " + g.name + ", " + gib(g.memory_bytes) + ", compute capability " +
+         cc_text(g) + "\n";
+  }
+
+  s += "\nGEMM C = A x B, n x n, inputs and output in dtype, float32 accumulation (" + fixed(r.seconds_spent, 2) +
+       " s)\n";
+  s += "     n  dtype      GFLOP/s  vs float32  runs\n";
+  for (const GemmMeasurement& m : r.measurements)
+    s += pad_left(std::to_string(m.size), 6) + "  " + pad(dtype_name(m.dtype), 9) + pad_left(fixed(m.gflops, 1), 9) +
+         pad_left(fixed(m.ratio, 2) + "x", 12) + pad_left(std::to_string(m.repetitions), 6) + "\n";
+  if (r.busy()) s += "note: " + busy_text(r) + "; rerun on an idle machine, or with a longer --seconds\n";
+
+  s += "\nVerdicts (mixed policy recommended from " + format_speedup(kRecommendSpeedup) + "x float32 GEMM speed)\n";
+  size_t device_w = 6, policy_w = 6;
+  for (const PolicyVerdict& v : r.verdicts) {
+    device_w = std::max(device_w, v.device.size() + 2);
+    policy_w = std::max(policy_w, v.policy.size() + 2);
+  }
+  for (const PolicyVerdict& v : r.verdicts) {
+    s += pad(v.device, device_w) + pad(v.policy, policy_w) + v.verdict + "\n";
+    if (!v.reason.empty()) s += wrap(v.reason, device_w + policy_w + 2, kTextWidth);
+  }
+  return s;
+}
+
+}  // namespace mixtrain

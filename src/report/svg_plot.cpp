@@ -1,0 +1,372 @@
+#include "mixtrain/report/svg_plot.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Layout, in pixels.
+constexpr double kMarginLeft = 64;
+constexpr double kMarginRight = 20;
+constexpr double kMarginBottom = 44;
+constexpr double kTitleHeight = 26;
+constexpr double kLegendRowHeight = 18;
+constexpr double kLegendSwatch = 18;
+constexpr double kLegendCharWidth = 7;  // rough width of a 12px sans-serif character
+constexpr double kLegendGap = 18;
+
+// Pixel coordinate with at most two decimals and no trailing zeros: "64", "158.5", "12.25".
+std::string format_coord(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  std::string s = buf;
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  if (s == "-0") s = "0";
+  return s;
+}
+
+// <line x1=".." y1=".." x2=".." y2=".."/> with optional extra attributes (" stroke=\"red\"").
+std::string line_element(double x1, double y1, double x2, double y2, const std::string& extra = "") {
+  return "<line x1=\"" + format_coord(x1) + "\" y1=\"" + format_coord(y1) + "\" x2=\"" + format_coord(x2) +
+         "\" y2=\"" + format_coord(y2) + "\"" + extra + "/>\n";
+}
+
+// <text> with escaped content, anchored at (x, y) ("start", "middle" or "end").
+std::string text_element(const char* css_class, double x, double y, const char* anchor, const std::string& text,
+                         const std::string& extra = "") {
+  return std::string("<text class=\"") + css_class + "\" x=\"" + format_coord(x) + "\" y=\"" + format_coord(y) +
+         "\" text-anchor=\"" + anchor + "\"" + extra + ">" + html_escape(text) + "</text>\n";
+}
+
+std::string to_chars_string(double v, std::chars_format format) {
+  char buf[64];
+  const auto result = std::to_chars(buf, buf + sizeof buf, v, format);
+  return std::string(buf, result.ptr);
+}
+
+// Width of a legend entry: swatch, gap, text.
+double legend_entry_width(const Series& s) {
+  size_t code_points = 0;
+  for (unsigned char c : s.name) code_points += (c & 0xC0) != 0x80;
+  return kLegendSwatch + 6 + kLegendCharWidth * static_cast<double>(code_points);
+}
+
+struct LegendSlot {
+  double x, y;  // left end of the swatch, baseline of the row
+};
+
+// Lays the legend out left to right above the plot, wrapping to a new row when the plot width is used up.
+std::vector<LegendSlot> legend_slots(const std::vector<Series>& series, const ChartOptions& options, double left,
+                                     int* rows) {
+  std::vector<LegendSlot> slots;
+  const double right = options.width - kMarginRight;
+  const double top = options.title.empty() ? 8 : kTitleHeight;
+  double x = left;
+  int row = 0;
+  for (const Series& s : series) {
+    const double w = legend_entry_width(s);
+    if (x > left && x + w > right) {
+      x = left;
+      ++row;
+    }
+    slots.push_back({x, top + row * kLegendRowHeight + 12});
+    x += w + kLegendGap;
+  }
+  *rows = series.empty() ? 0 : row + 1;
+  return slots;
+}
+
+double transform(double v, bool log_y) {
+  if (!std::isfinite(v)) return kNaN;
+  if (log_y) return v > 0 ? std::log10(v) : kNaN;
+  return v;
+}
+
+// Ticks at whole numbers for an index axis whose nice step would fall below 1.
+std::vector<double> index_ticks(double lo, double hi) {
+  std::vector<double> ticks = nice_ticks(lo, hi);
+  if (ticks.size() < 2 || ticks[1] - ticks[0] >= 1 || lo != std::floor(lo)) return ticks;
+  ticks.clear();
+  const double last = std::max(std::ceil(hi), std::floor(lo) + 1);
+  for (double t = std::floor(lo); t <= last; t += 1) ticks.push_back(t);
+  return ticks;
+}
+
+}  // namespace
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  MIXTRAIN_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi,
+                 "nice_ticks: the range must be finite with lo <= hi, got [" << lo << ", " << hi << "]");
+  target = std::max(target, 1);
+  if (lo == hi) {
+    const double pad = lo == 0 ? 1 : std::fabs(lo) * 0.1;
+    lo -= pad;
+    hi += pad;
+  }
+  const double raw = (hi - lo) / target;
+  if (!std::isfinite(raw) || raw <= 0) return {lo, hi};
+  const double power = std::floor(std::log10(raw));
+  const double error = raw / std::pow(10.0, power);
+  const double factor = error >= std::sqrt(50.0) ? 10 : error >= std::sqrt(10.0) ? 5 : error >= std::sqrt(2.0) ? 2 : 1;
+  // A step below 1 is applied as a division by its (integral) inverse, so 3 / 5 gives exactly 0.6.
+  // The 1e-9 slack keeps a bound that is a tick up to rounding from adding one more tick.
+  std::vector<double> ticks;
+  if (power >= 0) {
+    const double step = factor * std::pow(10.0, power);
+    const double k0 = std::floor(lo / step + 1e-9), k1 = std::ceil(hi / step - 1e-9);
+    for (double k = k0; k <= k1; k += 1) ticks.push_back(k * step);
+  } else {
+    const double inverse = std::pow(10.0, -power) / factor;
+    if (!std::isfinite(inverse)) return {lo, hi};
+    const double k0 = std::floor(lo * inverse + 1e-9), k1 = std::ceil(hi * inverse - 1e-9);
+    for (double k = k0; k <= k1; k += 1) ticks.push_back(k / inverse);
+  }
+  for (double& t : ticks) {
+    if (t == 0) t = 0;  // no "-0"
+  }
+  return ticks;
+}
+
+std::vector<double> log_decade_ticks(double lo_exp, double hi_exp) {
+  MIXTRAIN_CHECK(std::isfinite(lo_exp) && std::isfinite(hi_exp) && lo_exp <= hi_exp,
+                 "log_decade_ticks: the range must be finite with lo <= hi, got [" << lo_exp << ", " << hi_exp << "]");
+  double a = std::floor(lo_exp + 1e-9), b = std::ceil(hi_exp - 1e-9);
+  if (a >= b) {
+    a -= 1;
+    b = a + 2;
+  }
+  const double every = std::ceil((b - a) / 8);
+  std::vector<double> ticks;
+  for (double t = a; t < b + every; t += every) {
+    ticks.push_back(t);
+    if (t >= b) break;
+  }
+  return ticks;
+}
+
+std::string format_tick(double value) {
+  if (value == 0) return "0";
+  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+  const double a = std::fabs(value);
+  if (a >= 1e-4 && a < 1e6) return to_chars_string(value, std::chars_format::fixed);
+  // "2.5e-05" -> "2.5e-5", "1e+06" -> "1e6".
+  std::string s = to_chars_string(value, std::chars_format::scientific);
+  const size_t e = s.find('e');
+  std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
+  std::string sign;
+  if (exponent[0] == '-' || exponent[0] == '+') {
+    if (exponent[0] == '-') sign = "-";
+    exponent.erase(0, 1);
+  }
+  exponent.erase(0, std::min(exponent.find_first_not_of('0'), exponent.size() - 1));
+  return mantissa + "e" + sign + exponent;
+}
+
+std::vector<SeriesPoint> series_points(const std::vector<double>& y, const ChartOptions& options) {
+  const size_t n = y.size();
+  std::vector<SeriesPoint> points;
+  const size_t max_points = options.max_points == 0 ? n : std::max<size_t>(options.max_points, 2);
+  if (n <= max_points) {
+    points.reserve(n);
+    for (size_t i = 0; i < n; ++i) points.push_back({static_cast<double>(i), transform(y[i], options.log_y)});
+    return points;
+  }
+  const size_t buckets = max_points / 2;
+  const size_t width = (n + buckets - 1) / buckets;
+  for (size_t start = 0; start < n; start += width) {
+    const size_t end = std::min(n, start + width);
+    size_t imin = end, imax = end, first_gap = end;
+    double vmin = 0, vmax = 0;
+    for (size_t i = start; i < end; ++i) {
+      const double v = transform(y[i], options.log_y);
+      if (std::isnan(v)) {
+        if (first_gap == end) first_gap = i;
+        continue;
+      }
+      if (imin == end || v < vmin) imin = i, vmin = v;
+      if (imax == end || v > vmax) imax = i, vmax = v;
+    }
+    // The kept points in index order, with the gap (if any) at its own index.
+    std::vector<SeriesPoint> kept;
+    if (imin != end) kept.push_back({static_cast<double>(imin), vmin});
+    if (imax != end && imax != imin) kept.push_back({static_cast<double>(imax), vmax});
+    if (first_gap != end) kept.push_back({static_cast<double>(first_gap), kNaN});
+    std::sort(kept.begin(), kept.end(), [](const SeriesPoint& a, const SeriesPoint& b) { return a.index < b.index; });
+    points.insert(points.end(), kept.begin(), kept.end());
+  }
+  return points;
+}
+
+namespace {
+
+// Everything line_chart_svg() places, computed once.
+struct Layout {
+  std::vector<std::vector<SeriesPoint>> points;  // per series
+  std::vector<double> x_ticks, y_ticks;          // y ticks are log10 exponents on a log axis
+  bool has_data = false;
+  std::vector<LegendSlot> legend;
+  PlotArea area{};
+};
+
+std::string y_tick_label(double tick, const ChartOptions& options) {
+  return format_tick(options.log_y ? std::pow(10.0, tick) : tick);
+}
+
+Layout make_layout(const std::vector<Series>& series, const ChartOptions& options) {
+  Layout layout;
+  size_t longest = 0;
+  double ymin = std::numeric_limits<double>::infinity(), ymax = -ymin;
+  for (const Series& s : series) {
+    layout.points.push_back(series_points(s.y, options));
+    longest = std::max(longest, s.y.size());
+    for (const SeriesPoint& p : layout.points.back()) {
+      if (std::isnan(p.value)) continue;
+      ymin = std::min(ymin, p.value);
+      ymax = std::max(ymax, p.value);
+    }
+  }
+  layout.has_data = ymin <= ymax;
+  if (!layout.has_data) ymin = 0, ymax = 1;
+  const double x_last = options.x_first + (longest > 1 ? static_cast<double>(longest - 1) : 0);
+  layout.x_ticks = index_ticks(options.x_first, x_last);
+  layout.y_ticks = options.log_y ? log_decade_ticks(ymin, ymax) : nice_ticks(ymin, ymax);
+
+  // The left margin fits the longest y tick label between the rotated axis label and the axis.
+  size_t label_chars = 0;
+  for (double t : layout.y_ticks) label_chars = std::max(label_chars, y_tick_label(t, options).size());
+  const double left = std::max(kMarginLeft, 34 + kLegendCharWidth * static_cast<double>(label_chars));
+  int rows = 0;
+  layout.legend = legend_slots(series, options, left, &rows);
+  const double top = (options.title.empty() ? 8 : kTitleHeight) + rows * kLegendRowHeight + 10;
+  layout.area = {left, top, std::max(1.0, options.width - left - kMarginRight),
+                 std::max(1.0, options.height - top - kMarginBottom)};
+  return layout;
+}
+
+}  // namespace
+
+PlotArea plot_area(const std::vector<Series>& series, const ChartOptions& options) {
+  return make_layout(series, options).area;
+}
+
+std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options) {
+  MIXTRAIN_CHECK(options.width > 0 && options.height > 0,
+                 "line_chart_svg: width and height must be positive, got " << options.width << "x" << options.height);
+  const Layout layout = make_layout(series, options);
+  const PlotArea& area = layout.area;
+  const double x0 = layout.x_ticks.front(), x1 = layout.x_ticks.back();
+  const double y0 = layout.y_ticks.front(), y1 = layout.y_ticks.back();
+  auto px = [&](double x) { return area.left + (x - x0) / (x1 - x0) * area.width; };
+  auto py = [&](double v) { return area.top + (y1 - v) / (y1 - y0) * area.height; };
+  const double bottom = area.top + area.height, right = area.left + area.width;
+  const double center_x = area.left + area.width / 2, center_y = area.top + area.height / 2;
+
+  const std::string w = std::to_string(options.width), h = std::to_string(options.height);
+  const std::string title = html_escape(options.title);
+  std::string svg = "<svg class=\"chart\" width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w + " " + h +
+                    "\" role=\"img\" aria-label=\"" + title +
+                    "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  svg += "<rect width=\"" + w + "\" height=\"" + h + "\" fill=\"#ffffff\"/>\n";
+  if (!options.title.empty()) {
+    svg += "<title>" + title + "</title>\n";
+    svg += text_element("chart-title", options.width / 2.0, 18, "middle", options.title,
+                        " font-size=\"14\" font-weight=\"bold\"");
+  }
+
+  svg += "<g class=\"grid\" stroke=\"#e3e3e3\" stroke-width=\"1\">\n";
+  for (double t : layout.x_ticks) svg += line_element(px(t), area.top, px(t), bottom);
+  for (double t : layout.y_ticks) svg += line_element(area.left, py(t), right, py(t));
+  svg += "</g>\n<g class=\"axes\" stroke=\"#444444\" stroke-width=\"1\">\n";
+  svg += line_element(area.left, bottom, right, bottom);
+  svg += line_element(area.left, area.top, area.left, bottom);
+  svg += "</g>\n<g class=\"tick-labels\" fill=\"#333333\">\n";
+  for (double t : layout.x_ticks) svg += text_element("x-tick", px(t), bottom + 16, "middle", format_tick(t));
+  for (double t : layout.y_ticks) {
+    svg += text_element("y-tick", area.left - 6, py(t) + 4, "end", y_tick_label(t, options));
+  }
+  svg += "</g>\n";
+  if (!options.x_label.empty()) {
+    svg += text_element("x-label", center_x, options.height - 8.0, "middle", options.x_label, " fill=\"#333333\"");
+  }
+  if (!options.y_label.empty()) {
+    const std::string rotate = " fill=\"#333333\" transform=\"rotate(-90 16 " + format_coord(center_y) + ")\"";
+    svg += text_element("y-label", 16, center_y, "middle", options.y_label, rotate);
+  }
+  if (!layout.has_data) {
+    svg += text_element("no-data", center_x, center_y, "middle", "no finite values", " fill=\"#888888\"");
+  }
+
+  svg += "<g class=\"legend\">\n";
+  for (size_t i = 0; i < series.size(); ++i) {
+    const LegendSlot& slot = layout.legend[i];
+    const double swatch_width = std::max(3.0, series[i].stroke_width);
+    svg += line_element(slot.x, slot.y - 4, slot.x + kLegendSwatch, slot.y - 4,
+                        " stroke=\"" + html_escape(series[i].color) + "\" stroke-width=\"" +
+                            format_coord(swatch_width) + "\"");
+    svg += text_element("legend-label", slot.x + kLegendSwatch + 6, slot.y, "start", series[i].name);
+  }
+  svg += "</g>\n";
+
+  // The lines: one polyline per unbroken run of finite points, a dot for a run of one.
+  svg += "<g class=\"lines\" fill=\"none\" stroke-linejoin=\"round\" stroke-linecap=\"round\">\n";
+  for (size_t i = 0; i < series.size(); ++i) {
+    const std::string name = html_escape(series[i].name), color = html_escape(series[i].color);
+    std::vector<std::pair<double, double>> run;  // pixel coordinates
+    auto flush = [&] {
+      if (run.size() == 1) {
+        svg += "<circle class=\"point\" data-series=\"" + name + "\" cx=\"" + format_coord(run[0].first) +
+               "\" cy=\"" + format_coord(run[0].second) + "\" r=\"" +
+               format_coord(std::max(2.0, series[i].stroke_width)) + "\" fill=\"" + color + "\"/>\n";
+      } else if (run.size() > 1) {
+        svg += "<polyline class=\"series\" data-series=\"" + name + "\" stroke=\"" + color + "\" stroke-width=\"" +
+               format_coord(series[i].stroke_width) + "\" points=\"";
+        for (size_t k = 0; k < run.size(); ++k) {
+          if (k) svg += ' ';
+          svg += format_coord(run[k].first) + "," + format_coord(run[k].second);
+        }
+        svg += "\"/>\n";
+      }
+      run.clear();
+    };
+    for (const SeriesPoint& p : layout.points[i]) {
+      if (std::isnan(p.value)) {
+        flush();
+      } else {
+        run.emplace_back(px(options.x_first + p.index), py(p.value));
+      }
+    }
+    flush();
+  }
+  svg += "</g>\n</svg>\n";
+  return svg;
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,314 @@
+#include "mixtrain/train/checkpoint.h"
+
+#include <charconv>
+#include <cmath>
+#include <iostream>
+#include <set>
+#include <string_view>
+
+#include "mixtrain/core/json.h"
+#include "mixtrain/io/safetensors.h"
+#include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/train/model.h"
+
+namespace mixtrain {
+
+namespace {
+
+constexpr std::string_view kOptimizerPrefix = "optimizer/";
+constexpr std::string_view kRngPrefix = "rng/";
+constexpr const char* kRebuildHint =
+    "build and compile the model exactly as the run that saved the checkpoint (same layers in the same order, "
+    "same policy, same optimizer)";
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+struct RngSlot {
+  const char* key;
+  Rng& (*get)(Model&);
+};
+// Order is part of the format only through the names; kept stable for readable files.
+const RngSlot kRngSlots[] = {
+    {"rng/init", [](Model& m) -> Rng& { return m.init_rng(); }},
+    {"rng/shuffle", [](Model& m) -> Rng& { return m.shuffle_rng(); }},
+    {"rng/dropout", [](Model& m) -> Rng& { return m.dropout_rng(); }},
+};
+
+// U8 (4, 8): word i in row i, least significant byte first (safetensors has no U64 in our dtype table).
+Tensor encode_rng(const Rng& rng) {
+  const std::vector<uint64_t> words = rng.state();
+  Tensor t = Tensor::empty(Shape{4, 8}, DType::kUInt8);
+  uint8_t* p = t.data<uint8_t>();
+  for (size_t w = 0; w < 4; ++w)
+    for (int b = 0; b < 8; ++b) p[w * 8 + b] = static_cast<uint8_t>(words[w] >> (8 * b));
+  return t;
+}
+
+std::vector<uint64_t> decode_rng(const Tensor& t) {
+  const uint8_t* p = t.data<uint8_t>();
+  std::vector<uint64_t> words(4, 0);
+  for (size_t w = 0; w < 4; ++w)
+    for (int b = 0; b < 8; ++b) words[w] |= static_cast<uint64_t>(p[w * 8 + b]) << (8 * b);
+  return words;
+}
+
+bool tensor_is_finite(const Tensor& t) {
+  if (!t.defined() || !is_float(t.dtype())) return true;
+  for (float v : t.to_floats())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+// {"adam", false} or {"adam", true} for a LossScaleOptimizer around Adam.
+std::pair<std::string, bool> optimizer_identity(const Optimizer& opt) {
+  if (const auto* ls = dynamic_cast<const LossScaleOptimizer*>(&opt)) return {ls->inner().name(), true};
+  return {opt.name(), false};
+}
+
+std::string layer_list(const Model& model) {
+  std::string out;
+  for (const auto& l : model.layers()) out += (out.empty() ? "" : ",") + l->name();
+  return out;
+}
+
+// A JSON array of the per-sample dimensions, e.g. "[28,28,1]".
+std::string shape_json(const Shape& s) {
+  std::string out = "[";
+  for (int i = 0; i < s.rank(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+template <typename Int>
+bool parse_int(const std::string& text, Int* out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
+  return ec == std::errc() && ptr == end && !text.empty();
+}
+
+}  // namespace
+
+bool checkpoint_state_is_finite(const Model& model) {
+  for (const Var& w : model.weights())
+    if (!tensor_is_finite(w.value())) return false;
+  if (model.compiled())
+    for (const auto& [key, t] : model.optimizer().state())
+      if (!tensor_is_finite(t)) return false;
+  return true;
+}
+
+void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo& info) {
+  MIXTRAIN_CHECK(model.built(), "save_checkpoint('" << path << "'): the model is not built; train it or call "
+                                                    << "build_for() first");
+  MIXTRAIN_CHECK(info.epoch >= 0, "save_checkpoint('" << path << "'): epoch must be >= 0, got " << info.epoch);
+  if (!checkpoint_state_is_finite(model)) {
+    MIXTRAIN_FAIL(kInvalidInput,
+                  "save_checkpoint('" << path << "'): the model's weights or optimizer state contain NaN or Inf; "
+                                      << "nothing was written",
+                  "training diverged: resume from an earlier checkpoint with a lower learning rate, or use loss "
+                  "scaling under float16");
+  }
+  NamedTensors tensors;
+  for (const Var& w : model.weights()) {
+    const std::string& name = w.name();
+    if (name.empty() || starts_with(name, kOptimizerPrefix) || starts_with(name, kRngPrefix)) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "save_checkpoint('" << path << "'): weight name '" << name << "' is empty or uses a reserved "
+                                        << "prefix (optimizer/, rng/)",
+                    "give every layer a name that does not start with 'optimizer' or 'rng'");
+    }
+    tensors.emplace_back(name, w.value());
+  }
+  std::map<std::string, std::string> meta;
+  meta["format"] = kCheckpointFormat;
+  meta["epoch"] = std::to_string(info.epoch);
+  meta["seed"] = std::to_string(model.seed());
+  meta["config"] = info.config;
+  meta["layers"] = layer_list(model);
+  meta["input_shape"] = shape_json(model.input_shape());
+  for (const auto& l : model.layers()) meta["layer/" + l->name() + "/policy"] = l->dtype_policy().name();
+  if (model.compiled()) {
+    const auto [name, wrapped] = optimizer_identity(model.optimizer());
+    meta["optimizer"] = name;
+    meta["loss_scale_optimizer"] = wrapped ? "true" : "false";
+    for (auto& [key, t] : model.optimizer().state()) tensors.emplace_back(std::string(kOptimizerPrefix) + key, t);
+  } else {
+    meta["optimizer"] = "";
+    meta["loss_scale_optimizer"] = "false";
+  }
+  for (const RngSlot& r : kRngSlots) tensors.emplace_back(r.key, encode_rng(r.get(model)));
+  save_safetensors(path, tensors, meta);
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
+  const SafetensorsFile file = load_safetensors(path);
+  auto meta = [&](const std::string& key) -> const std::string* {
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? nullptr : &it->second;
+  };
+#define CKPT_FAIL(stream_expr, hint) MIXTRAIN_FAIL(kInvalidInput, "checkpoint '" << path << "': " << stream_expr, hint)
+
+  // 1. Everything known before the model is built: format, layers, policies, optimizer, counters, Rng entries.
+  const std::string* format = meta("format");
+  if (!format) CKPT_FAIL("not a mixtrain checkpoint (no 'format' metadata)", "pass a file written by save_checkpoint");
+  if (*format != kCheckpointFormat) {
+    CKPT_FAIL("format '" << *format << "' is not supported (expected '" << kCheckpointFormat << "')",
+              "the file was written by another version of mixtrain");
+  }
+  const std::string* layers = meta("layers");
+  if (!layers || *layers != layer_list(model)) {
+    CKPT_FAIL("saved layers [" << (layers ? *layers : "") << "] differ from the model's [" << layer_list(model) << "]",
+              kRebuildHint);
+  }
+  for (const auto& l : model.layers()) {
+    const std::string* policy = meta("layer/" + l->name() + "/policy");
+    if (!policy || *policy != l->dtype_policy().name()) {
+      CKPT_FAIL("layer '" << l->name() << "' was saved under policy '" << (policy ? *policy : "?")
+                          << "' but the model's is '" << l->dtype_policy().name() << "'",
+                kRebuildHint);
+    }
+  }
+  CheckpointInfo info;
+  const std::string* epoch = meta("epoch");
+  const std::string* seed = meta("seed");
+  if (!epoch || !parse_int(*epoch, &info.epoch) || info.epoch < 0)
+    CKPT_FAIL("'epoch' metadata '" << (epoch ? *epoch : "") << "' is not a non-negative integer", "");
+  if (!seed || !parse_int(*seed, &info.seed))
+    CKPT_FAIL("'seed' metadata '" << (seed ? *seed : "") << "' is not an unsigned integer", "");
+  if (const std::string* config = meta("config")) info.config = *config;
+  if (const std::string* opt = meta("optimizer")) info.optimizer = *opt;
+  const std::string* wrapped = meta("loss_scale_optimizer");
+  if (wrapped && *wrapped != "true" && *wrapped != "false")
+    CKPT_FAIL("'loss_scale_optimizer' metadata must be true or false, got '" << *wrapped << "'", "");
+  info.loss_scale_optimizer = wrapped && *wrapped == "true";
+  info.metadata = file.metadata;
+
+  NamedTensors opt_state;
+  for (const auto& [key, t] : file.tensors)
+    if (starts_with(key, kOptimizerPrefix)) opt_state.emplace_back(key.substr(kOptimizerPrefix.size()), t);
+  const bool restore_optimizer = model.compiled() && !info.optimizer.empty();
+  if (restore_optimizer) {
+    const auto [name, is_wrapped] = optimizer_identity(model.optimizer());
+    if (name != info.optimizer || is_wrapped != info.loss_scale_optimizer) {
+      auto describe = [](const std::string& n, bool w) { return w ? "loss_scale_optimizer(" + n + ")" : n; };
+      CKPT_FAIL("saved optimizer " << describe(info.optimizer, info.loss_scale_optimizer)
+                                   << " differs from the model's " << describe(name, is_wrapped),
+                kRebuildHint);
+    }
+    if (opt_state.empty()) CKPT_FAIL("metadata names optimizer '" << info.optimizer << "' but no optimizer/ entries", "");
+  }
+
+  std::vector<std::vector<uint64_t>> rng_states;
+  for (const RngSlot& r : kRngSlots) {
+    if (!file.contains(r.key)) CKPT_FAIL("no '" << r.key << "' entry", "pass a file written by save_checkpoint");
+    const Tensor& t = file.get(r.key);
+    if (t.dtype() != DType::kUInt8 || t.shape() != Shape{4, 8})
+      CKPT_FAIL("'" << r.key << "' is " << t.describe() << ", expected uint8 (4, 8)", "");
+    rng_states.push_back(decode_rng(t));
+    bool all_zero = true;
+    for (uint64_t w : rng_states.back()) all_zero = all_zero && w == 0;
+    // xoshiro256** never leaves the all-zero state: such an entry is corrupt.
+    if (all_zero) CKPT_FAIL("'" << r.key << "' is the all-zero state, which no generator reaches", "");
+  }
+
+  // 2. Weights: an unbuilt model is built for the saved input shape first (validation needs its variables).
+  if (!model.built()) {
+    const std::string* input_shape = meta("input_shape");
+    if (!input_shape) CKPT_FAIL("the model is not built and no 'input_shape' metadata says how to build it", "");
+    std::vector<int64_t> dims;
+    const Json parsed = Json::parse(*input_shape, path + " input_shape");
+    for (const Json& d : parsed.as_array()) dims.push_back(d.as_int64());
+    model.build_for(Shape(dims));
+  }
+  const std::vector<Var> weights = model.weights();
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [key, t] : file.tensors) by_name[key] = &t;
+  std::vector<Tensor> values;
+  std::set<std::string> used;
+  for (const Var& w : weights) {
+    auto it = by_name.find(w.name());
+    if (it == by_name.end()) CKPT_FAIL("no weight '" << w.name() << "' (the model has it)", kRebuildHint);
+    const Tensor& t = *it->second;
+    if (t.dtype() != w.dtype() || t.shape() != w.shape()) {
+      CKPT_FAIL("weight '" << w.name() << "' is " << t.describe() << " but the model's is " << w.value().describe(),
+                kRebuildHint);
+    }
+    values.push_back(t.clone());
+    used.insert(w.name());
+  }
+  for (const auto& [key, t] : file.tensors) {
+    if (starts_with(key, kOptimizerPrefix) || starts_with(key, kRngPrefix) || used.count(key)) continue;
+    CKPT_FAIL("weight '" << key << "' " << t.describe() << " has no variable in the model", kRebuildHint);
+  }
+
+  // 3. Optimizer slots must belong to the model's trainable variables, with their shapes.
+  if (restore_optimizer) {
+    std::map<std::string, Shape> trainable;
+    for (const Var& w : model.trainable_weights()) trainable[w.name()] = w.shape();
+    for (const auto& [key, t] : opt_state) {
+      if (key == "iterations" || key == "learning_rate" || starts_with(key, "loss_scale/")) continue;
+      const auto slash = key.rfind('/');
+      const std::string var = slash == std::string::npos ? key : key.substr(0, slash);
+      auto it = trainable.find(var);
+      if (it == trainable.end())
+        CKPT_FAIL("optimizer entry '" << key << "' belongs to no trainable variable of the model", kRebuildHint);
+      if (t.shape() != it->second) {
+        CKPT_FAIL("optimizer entry '" << key << "' is " << t.describe() << " but variable '" << var << "' is "
+                                      << it->second,
+                  kRebuildHint);
+      }
+    }
+  }
+
+  // 4. Apply. load_state is the only step that can still throw, and it leaves the optimizer unchanged when it does.
+  if (restore_optimizer) {
+    try {
+      model.optimizer().load_state(opt_state);
+    } catch (const Error& e) {
+      CKPT_FAIL(e.message(), e.hint());
+    }
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    Var w = weights[i];
+    w.set_value(values[i]);  // bumps the version, so cached compute-dtype casts refresh
+  }
+  for (size_t i = 0; i < std::size(kRngSlots); ++i) kRngSlots[i].get(model).set_state(rng_states[i]);
+#undef CKPT_FAIL
+  return info;
+}
+
+CheckpointCallback::CheckpointCallback(std::string path, int period, std::string config)
+    : path_(std::move(path)), period_(period), config_(std::move(config)) {
+  MIXTRAIN_CHECK(!path_.empty(), "CheckpointCallback: path is empty");
+  MIXTRAIN_CHECK(period_ > 0, "CheckpointCallback: period must be positive, got " << period_);
+}
+
+std::string CheckpointCallback::path_for(int completed_epochs) const {
+  std::string out = path_;
+  const std::string token = "{epoch}", value = std::to_string(completed_epochs);
+  for (size_t pos = out.find(token); pos != std::string::npos; pos = out.find(token, pos + value.size()))
+    out.replace(pos, token.size(), value);
+  return out;
+}
+
+void CheckpointCallback::on_epoch_end(int epoch, const Logs& logs) {
+  (void)logs;
+  MIXTRAIN_CHECK(model_ != nullptr, "CheckpointCallback: no model (fit() sets it)");
+  const int completed = epoch + 1;
+  if (completed % period_ != 0) return;
+  const std::string path = path_for(completed);
+  if (!checkpoint_state_is_finite(*model_)) {
+    ++skipped_saves_;
+    std::cerr << "warning: epoch " << completed << ": weights or optimizer state contain NaN or Inf; checkpoint '"
+              << path << "' not written"
+              << (last_saved_path_.empty() ? "" : " (the last good one is '" + last_saved_path_ + "')") << "\n";
+    return;
+  }
+  CheckpointInfo info;
+  info.epoch = completed;
+  info.config = config_;
+  save_checkpoint(path, *model_, info);
+  ++saves_;
+  last_saved_path_ = path;
+}
+
+}  // namespace mixtrain

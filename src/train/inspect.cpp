@@ -1,0 +1,114 @@
+#include "mixtrain/train/inspect.h"
+
+#include <cstdio>
+#include <map>
+
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/precision/loss_scale_optimizer.h"
+
+namespace mixtrain {
+
+namespace {
+class StatsObserver : public LayerObserver {
+ public:
+  explicit StatsObserver(std::map<const Layer*, LayerInspection>& out, const std::map<const Layer*, DType>& real)
+      : out_(out), real_(real) {}
+  void on_input(const Layer& l, const Var& x) override { out_[&l].inputs.merge(range_stats(x.value(), real_.at(&l))); }
+  void on_output(const Layer& l, const Var& y) override {
+    out_[&l].activations.merge(range_stats(y.value(), real_.at(&l)));
+  }
+  void on_gradient(const Layer& l, const Tensor& dy) override {
+    out_[&l].gradients.merge(range_stats(dy, real_.at(&l)));
+  }
+
+ private:
+  std::map<const Layer*, LayerInspection>& out_;
+  const std::map<const Layer*, DType>& real_;
+};
+
+std::string pct(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, f == 0 ? "0" : f < 1e-4 ? "<0.01%%" : "%.2f%%", f * 100);
+  return b;
+}
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+}  // namespace
+
+std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const Tensor& y, int64_t steps,
+                                            int64_t batch_size) {
+  MIXTRAIN_CHECK(model.compiled(), "inspect: compile the model first");
+  MIXTRAIN_CHECK(steps > 0 && batch_size > 0, "inspect: steps and batch size must be positive");
+  MIXTRAIN_CHECK(x.defined() && y.defined() && x.dim(0) == y.dim(0) && x.dim(0) > 0,
+                 "inspect: x " << x.describe() << " and y " << y.describe() << " need the same, non-zero row count");
+  model.build_for(Shape(std::vector<int64_t>(x.shape().dims().begin() + 1, x.shape().dims().end())));
+  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&model.optimizer());
+  const float scale = scaler ? scaler->loss_scale() : 1.0f;
+
+  // Switch every layer to float32 compute for the shadow run, remembering the real policies.
+  std::map<const Layer*, DType> real;
+  std::map<const Layer*, DTypePolicy> saved;
+  std::map<const Layer*, LayerInspection> stats;
+  for (auto& l : model.layers()) {
+    real[l.get()] = l->compute_dtype();
+    saved.emplace(l.get(), l->dtype_policy());
+    stats[l.get()] = LayerInspection{l->name(), l->class_name(), l->compute_dtype(), {}, {}, {}};
+    l->set_dtype_policy(DTypePolicy::from_name("float32"));
+  }
+  StatsObserver obs(stats, real);
+  LayerObserver* previous = model.observer();
+  model.set_observer(&obs);
+  try {
+    const int64_t n = x.dim(0);
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t begin = (s * batch_size) % n, end = std::min(n, begin + batch_size);
+      Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
+      clear_tape();
+      Var out = model.call(Var(is_float(xb.dtype()) ? xb : xb.to(DType::kFloat32)), CallContext{});
+      backward(model.loss()(out, yb), scale);
+      for (Var w : model.weights()) w.zero_grad();
+    }
+  } catch (...) {
+    model.set_observer(previous);
+    for (auto& l : model.layers()) l->set_dtype_policy(saved.at(l.get()));
+    throw;
+  }
+  model.set_observer(previous);
+  for (auto& l : model.layers()) l->set_dtype_policy(saved.at(l.get()));
+  std::vector<LayerInspection> out;
+  for (auto& l : model.layers()) out.push_back(stats.at(l.get()));
+  return out;
+}
+
+std::string format_inspection(const std::vector<LayerInspection>& layers) {
+  std::string s;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-22s %-9s | %-10s %-9s %-9s %-5s %-5s | %-10s %-9s %-9s %-5s %-5s\n", "layer",
+                "compute", "act max", "overflow", "underflow", "nan", "inf", "grad max", "overflow", "underflow",
+                "nan", "inf");
+  s += line;
+  s += std::string(118, '-') + "\n";
+  for (const LayerInspection& l : layers) {
+    const RangeStats &a = l.activations, &g = l.gradients;
+    std::snprintf(line, sizeof line, "%-22s %-9s | %-10s %-9s %-9s %-5lld %-5lld | %-10s %-9s %-9s %-5lld %-5lld\n",
+                  (l.layer + " (" + l.class_name + ")").substr(0, 22).c_str(), dtype_name(l.compute_dtype),
+                  num(a.max_abs).c_str(), pct(a.overflow_fraction()).c_str(), pct(a.underflow_fraction()).c_str(),
+                  static_cast<long long>(a.nan), static_cast<long long>(a.inf), num(g.max_abs).c_str(),
+                  pct(g.overflow_fraction()).c_str(), pct(g.underflow_fraction()).c_str(),
+                  static_cast<long long>(g.nan), static_cast<long long>(g.inf));
+    s += line;
+  }
+  return s;
+}
+
+std::vector<std::string> layers_that_break(const std::vector<LayerInspection>& layers) {
+  std::vector<std::string> out;
+  for (const LayerInspection& l : layers)
+    if (l.compute_dtype != DType::kFloat32 && (l.inputs.breaks() || l.activations.breaks())) out.push_back(l.layer);
+  return out;
+}
+
+}  // namespace mixtrain

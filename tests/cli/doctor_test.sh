@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `mixtrain doctor`: a human report on stdout, a --json object with the documented fields, and exit
+# status 2 for bad flags without leaving a file behind.
+set -eu
+bin="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$bin" doctor --seconds 0.3 --json "$tmp/doctor.json" >"$tmp/out"
+cat "$tmp/out"
+for want in "CPU" "features" "AVX512-FP16" "GPU" "GFLOP/s" "float32" "baseline" "mixed_float16" "mixed_bfloat16"; do
+  grep -qF -- "$want" "$tmp/out" || { echo "FAIL: doctor output lacks '$want'"; exit 1; }
+done
+
+python3 - "$tmp/doctor.json" <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+for k in ["cpu", "gpus", "measurements", "verdicts", "thresholds", "seconds"]:
+    assert k in r, k
+cpu = r["cpu"]
+for k in ["model_name", "vendor", "logical_cores", "gemm_threads", "gemm_isa", "features"]:
+    assert k in cpu, k
+for f in ["avx2", "fma", "f16c", "avx512f", "avx512_fp16", "avx512_bf16", "amx_bf16", "amx_fp16"]:
+    assert isinstance(cpu["features"][f], bool), f
+assert cpu["gemm_isa"] in ("avx512", "avx2", "scalar"), cpu["gemm_isa"]
+g = r["gpus"]
+assert isinstance(g["driver_found"], bool) and g["status"] and isinstance(g["devices"], list), g
+ms = r["measurements"]
+assert {m["dtype"] for m in ms} == {"float32", "float16", "bfloat16"}, ms
+for m in ms:
+    assert math.isfinite(m["gflops"]) and m["gflops"] > 0, m
+    assert math.isfinite(m["ratio"]) and m["ratio"] > 0, m
+    if m["dtype"] == "float32":
+        assert m["ratio"] == 1, m
+cpu_lines = {v["policy"]: v for v in r["verdicts"] if v["device"] == "cpu"}
+assert set(cpu_lines) == {"float32", "mixed_float16", "mixed_bfloat16"}, cpu_lines
+assert cpu_lines["float32"]["verdict"] == "baseline", cpu_lines["float32"]
+threshold = r["thresholds"]["recommend_speedup"]
+for policy, dtype in [("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16")]:
+    v = cpu_lines[policy]
+    shown = f"{v['speedup']:.2f}"
+    if shown.endswith("0") and not shown.endswith(".0"):
+        shown = shown[:-1]
+    tail = f"({dtype} GEMM measured {shown}x float32)"
+    if float(shown) >= threshold - 1e-9:
+        assert v["verdict"] == "recommended " + tail, v
+    else:
+        assert v["verdict"] == "no benefit on this hardware: stay in float32 " + tail, v
+print("doctor json ok:", {p: v["verdict"] for p, v in cpu_lines.items()})
+PY
+
+# Bad flags and an unwritable --json path: exit 2, a one-line error, no JSON file left behind.
+expect_bad() {
+  set +e
+  "$bin" doctor "$@" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  set -e
+  [ $rc -eq 2 ] || { echo "FAIL: doctor $* exited $rc, expected 2"; cat "$tmp/err"; exit 1; }
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || { echo "FAIL: doctor $*: error is not one line"; cat "$tmp/err"; exit 1; }
+  [ ! -e "$tmp/bad.json" ] || { echo "FAIL: doctor $* wrote a JSON file"; exit 1; }
+  echo "ok: doctor $* -> $(cat "$tmp/err")"
+}
+expect_bad --seconds 0 --json "$tmp/bad.json"
+expect_bad --seconds -1 --json "$tmp/bad.json"
+expect_bad --seconds abc --json "$tmp/bad.json"
+expect_bad --bogus 1 --json "$tmp/bad.json"
+expect_bad --json
+expect_bad --seconds 0.05 --json "$tmp/no-such-dir/bad.json"
+ls "$tmp/no-such-dir" 2>/dev/null && { echo "FAIL: a directory appeared"; exit 1; }
+echo "doctor cli ok"

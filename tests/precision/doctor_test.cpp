@@ -1,0 +1,146 @@
+// run_doctor(): a short real measurement on this machine, and the verdict rules on made-up speedups.
+#include "mixtrain/precision/doctor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+namespace {
+
+TEST(Doctor, VerdictStringsFollowTheThreshold) {
+  EXPECT_EQ(cpu_verdict(DType::kFloat32, 1.0), "baseline");
+  EXPECT_EQ(cpu_verdict(DType::kFloat32, 3.0), "baseline");
+  EXPECT_EQ(cpu_verdict(DType::kFloat16, 2.1), "recommended (float16 GEMM measured 2.1x float32)");
+  EXPECT_EQ(cpu_verdict(DType::kFloat16, 0.93),
+            "no benefit on this hardware: stay in float32 (float16 GEMM measured 0.93x float32)");
+  EXPECT_EQ(cpu_verdict(DType::kBFloat16, 1.5), "recommended (bfloat16 GEMM measured 1.5x float32)");
+  EXPECT_EQ(cpu_verdict(DType::kBFloat16, 1.0),
+            "no benefit on this hardware: stay in float32 (bfloat16 GEMM measured 1.0x float32)");
+  // At the threshold, and just either side of it as shown with two decimals.
+  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.15), "recommended (float16 GEMM measured 1.15x float32)");
+  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.1499), "recommended (float16 GEMM measured 1.15x float32)");
+  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.144),
+            "no benefit on this hardware: stay in float32 (float16 GEMM measured 1.14x float32)");
+}
+
+TEST(Doctor, SpeedupFormatting) {
+  EXPECT_EQ(format_speedup(2.1), "2.1");
+  EXPECT_EQ(format_speedup(0.93), "0.93");
+  EXPECT_EQ(format_speedup(1.0), "1.0");
+  EXPECT_EQ(format_speedup(12.345), "12.35");
+  EXPECT_EQ(format_speedup(0.5), "0.5");
+}
+
+TEST(Doctor, SpeedupIsGeometricMeanOverSizes) {
+  DoctorReport r;
+  r.measurements = {{DType::kFloat32, 512, 3, 1e-3, 100, 1.0},
+                    {DType::kFloat16, 512, 3, 2e-3, 50, 0.5},
+                    {DType::kFloat32, 1024, 3, 8e-3, 100, 1.0},
+                    {DType::kFloat16, 1024, 3, 4e-3, 200, 2.0}};
+  EXPECT_DOUBLE_EQ(measured_speedup(r, DType::kFloat32), 1.0);
+  EXPECT_NEAR(measured_speedup(r, DType::kFloat16), 1.0, 1e-12);
+  EXPECT_EQ(measured_speedup(r, DType::kBFloat16), 0.0);  // not measured
+}
+
+TEST(Doctor, RejectsBadBudgets) {
+  EXPECT_THROW(run_doctor(0), Error);
+  EXPECT_THROW(run_doctor(-1), Error);
+  EXPECT_THROW(run_doctor(std::nan("")), Error);
+  EXPECT_THROW(run_doctor(1e9), Error);
+}
+
+TEST(Doctor, MeasuresEveryDTypeOnThisMachine) {
+  const DoctorReport r = run_doctor(0.2);
+  EXPECT_FALSE(r.cpu.model_name.empty());
+  EXPECT_GE(r.cpu.logical_cores, 1);
+  EXPECT_GE(r.cpu.gemm_threads, 1);
+  EXPECT_EQ(r.cpu.features.size(), 8u);
+  EXPECT_FALSE(r.gpu.status.empty());
+  EXPECT_GT(r.seconds_spent, 0);
+  EXPECT_LT(r.seconds_spent, 30);  // a small budget stays small, even on a loaded machine
+
+  ASSERT_GE(r.measurements.size(), 3u);
+  ASSERT_EQ(r.measurements.size() % 3, 0u);
+  for (size_t i = 0; i < r.measurements.size(); ++i) {
+    const GemmMeasurement& m = r.measurements[i];
+    const DType expected[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+    EXPECT_EQ(m.dtype, expected[i % 3]);
+    EXPECT_EQ(m.size, r.measurements[i - i % 3].size);
+    EXPECT_GE(m.repetitions, 2);
+    EXPECT_TRUE(std::isfinite(m.gflops) && m.gflops > 0) << dtype_name(m.dtype) << " " << m.gflops;
+    EXPECT_TRUE(std::isfinite(m.ratio) && m.ratio > 0) << dtype_name(m.dtype) << " " << m.ratio;
+    if (m.dtype == DType::kFloat32) {
+      EXPECT_EQ(m.ratio, 1.0);
+    }
+    EXPECT_NEAR(m.gflops, 2.0 * m.size * m.size * m.size / m.best_seconds / 1e9, 1e-9 * m.gflops);
+  }
+
+  // One CPU line per policy, each consistent with its measured speedup; GPU lines after them.
+  ASSERT_GE(r.verdicts.size(), 3u);
+  const char* policies[] = {"float32", "mixed_float16", "mixed_bfloat16"};
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  for (int i = 0; i < 3; ++i) {
+    const PolicyVerdict& v = r.verdicts[i];
+    EXPECT_EQ(v.device, "cpu");
+    EXPECT_EQ(v.policy, policies[i]);
+    EXPECT_DOUBLE_EQ(v.speedup, measured_speedup(r, dtypes[i]));
+    EXPECT_EQ(v.verdict, cpu_verdict(dtypes[i], v.speedup));
+    EXPECT_FALSE(v.reason.empty());
+    if (i == 0) continue;
+    const bool recommended = std::stod(format_speedup(v.speedup)) >= kRecommendSpeedup - 1e-9;
+    EXPECT_EQ(v.verdict.rfind(recommended ? "recommended (" : "no benefit on this hardware: stay in float32 (", 0), 0u)
+        << v.verdict;
+  }
+  EXPECT_EQ(r.verdicts[0].verdict, "baseline");
+  EXPECT_EQ(r.verdicts.size(), 3 + 3 * r.gpu.gpus.size());
+  for (size_t i = 3; i < r.verdicts.size(); ++i) EXPECT_EQ(r.verdicts[i].device.rfind("gpu", 0), 0u);
+
+  const Json j = doctor_to_json(r);
+  for (const char* key : {"cpu", "gpus", "measurements", "verdicts", "thresholds", "seconds"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_TRUE(j.at("cpu").at("features").at("avx2").is_bool());
+  EXPECT_EQ(j.at("verdicts").at(0).at("verdict").as_string(), "baseline");
+  EXPECT_EQ(Json::parse(j.dump(2), "doctor json"), j);
+
+  const std::string text = format_doctor(r);
+  EXPECT_NE(text.find(r.cpu.gemm_isa + " path"), std::string::npos) << text;
+  EXPECT_NE(text.find("AVX512-FP16"), std::string::npos) << text;
+  EXPECT_NE(text.find(r.gpu.status), std::string::npos) << text;
+  EXPECT_NE(text.find(r.verdicts[1].verdict), std::string::npos) << text;
+}
+
+TEST(Doctor, GpuLinesFollowComputeCapability) {
+  kernels::GpuProbe probe;
+  probe.driver_found = true;
+  probe.gpus = {
+      {"Pascal", int64_t{8} << 30, 6, 1}, {"Turing", int64_t{16} << 30, 7, 5}, {"Hopper", int64_t{141} << 30, 9, 0}};
+  const std::vector<PolicyVerdict> v = gpu_verdicts(probe);
+  ASSERT_EQ(v.size(), 9u);
+  const char* expected[9][3] = {
+      {"gpu0", "float32", "baseline"},
+      {"gpu0", "mixed_float16", "unsupported"},
+      {"gpu0", "mixed_bfloat16", "unsupported"},
+      {"gpu1", "float32", "baseline"},
+      {"gpu1", "mixed_float16", "recommended (float16 tensor cores, compute capability 7.5)"},
+      {"gpu1", "mixed_bfloat16", "unsupported"},
+      {"gpu2", "float32", "baseline"},
+      {"gpu2", "mixed_float16", "recommended (float16 tensor cores, compute capability 9.0)"},
+      {"gpu2", "mixed_bfloat16", "recommended (bfloat16 tensor cores, compute capability 9.0)"},
+  };
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].device, expected[i][0]);
+    EXPECT_EQ(v[i].policy, expected[i][1]);
+    EXPECT_EQ(v[i].verdict, expected[i][2]);
+    EXPECT_FALSE(v[i].reason.empty());
+  }
+  EXPECT_NE(v[6].reason.find("Hopper, 141.0 GiB"), std::string::npos) << v[6].reason;
+  EXPECT_TRUE(gpu_verdicts(kernels::GpuProbe{}).empty());
+}
+
+}  // namespace
+}  // namespace mixtrain
