@@ -80,17 +80,21 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   return t;
 }
 
-Tensor Tensor::gather_rows(const std::vector<int64_t>& indices) const {
+Tensor Tensor::gather_rows(const std::vector<int64_t>& indices) const { return gather_rows(indices, dtype_); }
+
+Tensor Tensor::gather_rows(const std::vector<int64_t>& indices, DType dtype) const {
   MIXTRAIN_CHECK(rank() >= 1, "gather_rows: " << describe() << " has no rows");
   std::vector<int64_t> dims = shape_.dims();
   dims[0] = static_cast<int64_t>(indices.size());
-  Tensor t = empty(Shape(dims), dtype_);
-  const size_t row_bytes = dim(0) ? nbytes() / static_cast<size_t>(dim(0)) : 0;
+  Tensor t = empty(Shape(dims), dtype);
+  const int64_t row_elems = dim(0) ? numel() / dim(0) : 0;
+  const size_t src_row_bytes = static_cast<size_t>(row_elems) * dtype_size(dtype_);
+  const size_t dst_row_bytes = static_cast<size_t>(row_elems) * dtype_size(dtype);
   char* dst = static_cast<char*>(t.raw());
   const char* src = static_cast<const char*>(raw());
   for (size_t i = 0; i < indices.size(); ++i) {
     MIXTRAIN_CHECK(indices[i] >= 0 && indices[i] < dim(0), "gather_rows: row " << indices[i] << " out of range");
-    std::memcpy(dst + i * row_bytes, src + indices[i] * row_bytes, row_bytes);
+    convert_elements(src + indices[i] * src_row_bytes, dtype_, dst + i * dst_row_bytes, dtype, row_elems);
   }
   return t;
 }

@@ -116,6 +116,9 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
 
   const int64_t n = x.dim(0);
   const int64_t steps = (n + options.batch_size - 1) / options.batch_size;
+  // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
+  // copy anyway, and the float32 batch would never be needed.
+  const DType batch_dtype = is_float(x.dtype()) && !layers_.empty() ? layers_.front()->compute_dtype() : x.dtype();
   for (Callback* cb : options.callbacks) cb->set_model(this);
   for (Callback* cb : options.callbacks) cb->on_train_begin(options.epochs, steps);
   stop_training = false;
@@ -133,7 +136,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     for (int64_t s = 0; s < steps && !stop_training; ++s) {
       const int64_t begin = s * options.batch_size, end = std::min(n, begin + options.batch_size);
       std::vector<int64_t> idx(order.begin() + begin, order.begin() + end);
-      Logs step_logs = train_step(x.gather_rows(idx), y.gather_rows(idx));
+      Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), y.gather_rows(idx));
       const double rows = static_cast<double>(end - begin);
       history.step_loss.push_back(log_value(step_logs, "loss"));
       if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
@@ -157,6 +158,39 @@ TEST_F(MixedPrecisionTest, InjectedOverflowSkipsTheStepLeavingStateBitIdentical)
   m.train_step(x, y);
   EXPECT_FALSE(scaler.last_step_skipped());
   EXPECT_NE(snapshot(), before);
+}
+
+// One training step of the Fashion-MNIST-shaped MLP (784-256-128-10, Adam) at batch 4096: its peak
+// memory (the allocator's count above what was live before fit, i.e. the data set) must drop to at most
+// 0.65x float32's under mixed_float16: 16-bit batches, activations and activation gradients.
+int64_t step_peak_bytes(const char* policy) {
+  Tensor x = Tensor::full({4096, 784}, DType::kFloat32, 0.5f);
+  Tensor y = Tensor::from_ints({4096}, std::vector<int32_t>(4096, 3));
+  set_global_policy(policy);
+  Model m("mlp", 1);
+  m.emplace<Dense>(256, "relu");
+  m.emplace<Dense>(128, "relu");
+  m.emplace<Dense>(10, "linear", dtype_arg("float32"));
+  set_global_policy("float32");
+  m.compile(make_optimizer("adam", 1e-3f), Loss("sparse_categorical_crossentropy", true));
+  m.build_for(Shape{784});
+  FitOptions o;
+  o.epochs = 1;
+  o.batch_size = 4096;
+  const int64_t live = memory_stats().live_bytes;
+  reset_peak_memory();
+  m.fit(x, y, o);
+  return memory_stats().peak_bytes - live;
+}
+
+TEST_F(MixedPrecisionTest, Batch4096StepPeakMemoryDropsBelow065OfFloat32) {
+  const int64_t f32 = step_peak_bytes("float32");
+  const int64_t f16 = step_peak_bytes("mixed_float16");
+  const int64_t bf16 = step_peak_bytes("mixed_bfloat16");
+  std::printf("batch-4096 step peak: float32 %.1f MB, mixed_float16 %.1f MB (%.2fx), mixed_bfloat16 %.1f MB (%.2fx)\n",
+              f32 / 1e6, f16 / 1e6, static_cast<double>(f16) / f32, bf16 / 1e6, static_cast<double>(bf16) / f32);
+  EXPECT_LE(static_cast<double>(f16), 0.65 * static_cast<double>(f32));
+  EXPECT_LE(static_cast<double>(bf16), 0.65 * static_cast<double>(f32));
 }
 
 }  // namespace

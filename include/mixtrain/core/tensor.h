@@ -70,6 +70,9 @@ class Tensor {
   Tensor slice_rows(int64_t begin, int64_t end) const;
   // Copies the rows listed in indices (first dimension), in that order.
   Tensor gather_rows(const std::vector<int64_t>& indices) const;
+  // The same rows converted to dtype while copying, with no intermediate copy in this tensor's dtype
+  // (a float16 model's batch never exists in float32).
+  Tensor gather_rows(const std::vector<int64_t>& indices, DType dtype) const;
 
   std::vector<float> to_floats() const;
   std::vector<int32_t> to_ints() const;
