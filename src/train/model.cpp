@@ -59,6 +59,12 @@ void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector
   }
 }
 
+void Model::enable_dynamic_loss_scaling() {
+  MIXTRAIN_CHECK(compiled(), "enable_dynamic_loss_scaling: compile the model first");
+  if (!dynamic_cast<LossScaleOptimizer*>(optimizer_.get()))
+    optimizer_ = std::make_unique<LossScaleOptimizer>(std::move(optimizer_));
+}
+
 void Model::build_for(const Shape& sample_shape) {
   if (!built()) build(sample_shape, init_rng_);
 }
@@ -116,54 +122,88 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
 
   const int64_t n = x.dim(0);
   const int64_t steps = (n + options.batch_size - 1) / options.batch_size;
-  // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
-  // copy anyway, and the float32 batch would never be needed.
-  const DType batch_dtype = is_float(x.dtype()) && !layers_.empty() ? layers_.front()->compute_dtype() : x.dtype();
   for (Callback* cb : options.callbacks) cb->set_model(this);
   for (Callback* cb : options.callbacks) cb->on_train_begin(options.epochs, steps);
   stop_training = false;
   History history;
   Logs epoch_logs;
-  for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
-    const auto epoch_start = Clock::now();
-    for (Callback* cb : options.callbacks) cb->on_epoch_begin(epoch);
-    std::vector<int64_t> order = options.shuffle ? shuffle_rng_.permutation(n) : std::vector<int64_t>();
-    if (!options.shuffle)
-      for (int64_t i = 0; i < n; ++i) order.push_back(i);
-    Logs sums;
-    int64_t seen = 0;
-    const auto train_start = Clock::now();
-    for (int64_t s = 0; s < steps && !stop_training; ++s) {
-      const int64_t begin = s * options.batch_size, end = std::min(n, begin + options.batch_size);
-      std::vector<int64_t> idx(order.begin() + begin, order.begin() + end);
-      Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), y.gather_rows(idx));
-      const double rows = static_cast<double>(end - begin);
-      history.step_loss.push_back(log_value(step_logs, "loss"));
-      if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));
-      ++history.steps;
-      history.samples += end - begin;
-      // Running means weighted by rows, as Keras reports; the loss scale is the latest value.
-      if (sums.empty())
-        for (auto& [k, v] : step_logs) sums.emplace_back(k, 0.0);
-      for (size_t i = 0; i < sums.size(); ++i)
-        sums[i].second = sums[i].first == "loss_scale" ? step_logs[i].second : sums[i].second + step_logs[i].second * rows;
-      seen += end - begin;
-      Logs running;
-      for (auto& [k, v] : sums) running.emplace_back(k, k == "loss_scale" ? v : v / static_cast<double>(seen));
-      for (Callback* cb : options.callbacks) cb->on_train_batch_end(s + 1, running);
-      epoch_logs = running;
+  RecoveryGuard* guard = options.recovery;
+  FitPosition pos;  // epoch, step within it, row order and running sums
+  pos.epoch = options.initial_epoch;
+  auto epoch_start = Clock::now();
+  while (pos.epoch < options.epochs && !stop_training) {
+    if (pos.step == 0 && pos.order.empty()) {  // a new epoch (a rollback restores its order instead)
+      epoch_start = Clock::now();
+      for (Callback* cb : options.callbacks) cb->on_epoch_begin(pos.epoch);
+      pos.order.clear();
+      if (options.shuffle) pos.order = shuffle_rng_.permutation(n);
+      else
+        for (int64_t i = 0; i < n; ++i) pos.order.push_back(i);
+      pos.sums.clear();
+      pos.seen = 0;
     }
-    history.train_seconds += seconds_since(train_start);
+    if (guard && guard->healthy() && (pos.step == 0 || pos.step % guard->snapshot_every() == 0)) {
+      pos.history_steps = history.step_loss.size();
+      pos.history_scales = history.step_loss_scale.size();
+      pos.history_samples = history.samples;
+      guard->snapshot(*this, pos);
+    }
+    const int64_t begin = pos.step * options.batch_size, end = std::min(n, begin + options.batch_size);
+    const std::vector<int64_t> idx(pos.order.begin() + begin, pos.order.begin() + end);
+    // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
+    // copy anyway, and the float32 batch would never be needed.
+    const DType batch_dtype = is_float(x.dtype()) ? layers_.front()->compute_dtype() : x.dtype();
+    const auto step_start = Clock::now();
+    Tensor yb = y.gather_rows(idx);
+    Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), yb);
+    history.train_seconds += seconds_since(step_start);
+    history.step_loss.push_back(log_value(step_logs, "loss"));
+    if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));
+    ++history.steps;
+    history.samples += end - begin;
+    if (guard && guard->after_step(
+                     *this, step_logs, [&] { return std::make_pair(x.gather_rows(idx, DType::kFloat32), yb); },
+                     history.steps)) {
+      pos = guard->restore(*this);
+      history.step_loss.resize(pos.history_steps);
+      history.step_loss_scale.resize(pos.history_scales);
+      history.samples = pos.history_samples;
+      // A snapshot from an earlier epoch: forget the epochs after it.
+      while (!history.epoch.empty() && history.epoch.back() >= pos.epoch) {
+        history.epoch.pop_back();
+        history.epoch_seconds.pop_back();
+        for (auto& [k, v] : history.history)
+          if (!v.empty()) v.pop_back();
+      }
+      continue;
+    }
+    // Running means weighted by rows, as Keras reports; the loss scale is the latest value.
+    const double rows = static_cast<double>(end - begin);
+    if (pos.sums.empty())
+      for (auto& [k, v] : step_logs) pos.sums.emplace_back(k, 0.0);
+    for (size_t i = 0; i < pos.sums.size() && i < step_logs.size(); ++i)
+      pos.sums[i].second =
+          pos.sums[i].first == "loss_scale" ? step_logs[i].second : pos.sums[i].second + step_logs[i].second * rows;
+    pos.seen += end - begin;
+    Logs running;
+    for (auto& [k, v] : pos.sums) running.emplace_back(k, k == "loss_scale" ? v : v / static_cast<double>(pos.seen));
+    for (Callback* cb : options.callbacks) cb->on_train_batch_end(pos.step + 1, running);
+    epoch_logs = running;
+    if (++pos.step < steps && !stop_training) continue;
+
+    // End of the epoch (or of training, when a callback stopped it).
     if (val_x.defined()) {
       EvaluateResult v = evaluate(val_x, val_y, std::max<int64_t>(options.batch_size, 256));
       epoch_logs.emplace_back("val_loss", v.loss);
       if (track_accuracy_) epoch_logs.emplace_back("val_accuracy", v.accuracy);
     }
-    history.epoch.push_back(epoch);
+    history.epoch.push_back(pos.epoch);
     for (auto& [k, v] : epoch_logs) history.history[k].push_back(v);
-    const double secs = seconds_since(epoch_start);
-    history.epoch_seconds.push_back(secs);
-    for (Callback* cb : options.callbacks) cb->on_epoch_end(epoch, epoch_logs);
+    history.epoch_seconds.push_back(seconds_since(epoch_start));
+    for (Callback* cb : options.callbacks) cb->on_epoch_end(pos.epoch, epoch_logs);
+    ++pos.epoch;
+    pos.step = 0;
+    pos.order.clear();
   }
   for (Callback* cb : options.callbacks) cb->on_train_end(epoch_logs);
   return history;

@@ -10,6 +10,7 @@
 #include "mixtrain/train/callbacks.h"
 #include "mixtrain/train/history.h"
 #include "mixtrain/train/losses.h"
+#include "mixtrain/train/recovery.h"
 
 namespace mixtrain {
 
@@ -25,6 +26,8 @@ struct FitOptions {
   std::optional<std::pair<Tensor, Tensor>> validation_data;
   bool shuffle = true;
   std::vector<Callback*> callbacks;
+  // When set, non-finite steps are handled by the recovery ladder (see train/recovery.h). Not owned.
+  RecoveryGuard* recovery = nullptr;
 };
 
 struct EvaluateResult {
@@ -43,6 +46,9 @@ class Model : public Sequential {
                bool auto_scale_loss = true);
   bool compiled() const { return optimizer_ != nullptr; }
   Optimizer& optimizer() { return *optimizer_; }
+  // Wraps the optimizer in a dynamic LossScaleOptimizer unless it already is one (the recovery ladder's
+  // first rung); the inner optimizer keeps its state.
+  void enable_dynamic_loss_scaling();
   const Optimizer& optimizer() const { return *optimizer_; }
   const Loss& loss() const { return *loss_; }
 

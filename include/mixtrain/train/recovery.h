@@ -1,0 +1,89 @@
+// RecoveryGuard: the recovery ladder for mixed precision, applied by Model::fit one rung at a time.
+//   1. A non-finite loss or gradient: make sure dynamic loss scaling is on, roll back to the last good
+//      in-memory snapshot (weights, optimizer and loss-scale state, random streams, data position), continue.
+//   2. Still failing (max_consecutive_failures bad steps in a row, or the loss scale stuck at its floor):
+//      inspect the failing batch (the statistics of `mixtrain inspect`), switch only the layers whose
+//      inputs or outputs overflow or turn NaN in their compute dtype to float32, roll back, continue.
+//      Repeated while it finds new layers to switch.
+//   3. Still failing, or no layer to blame: switch the whole model to float32, roll back, continue.
+//   In float32 and still failing: stop training (nothing more to try) and say so.
+// Every action is printed and recorded. A rollback restores the snapshot bit for bit.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/random.h"
+#include "mixtrain/optim/optimizer.h"
+#include "mixtrain/train/history.h"
+
+namespace mixtrain {
+
+class Model;
+
+struct RecoveryEvent {
+  int64_t step = 0;                 // global training step (1-based) at which the action was taken
+  std::string action;               // "enable_loss_scaling", "rollback", "layers_to_float32", "model_to_float32", "give_up"
+  std::string reason;
+  std::vector<std::string> layers;  // layers switched, for layers_to_float32 / model_to_float32
+};
+
+struct RecoveryOptions {
+  int64_t snapshot_every = 50;            // steps between snapshots while training is healthy
+  int64_t max_consecutive_failures = 20;  // skipped or non-finite steps in a row before climbing a rung
+  std::ostream* log = nullptr;            // where actions are printed (nullptr: std::cerr)
+};
+
+// Where fit() was when a snapshot was taken: enough to replay the same batches in the same order.
+struct FitPosition {
+  int epoch = 0;
+  int64_t step = 0;                 // step within the epoch
+  std::vector<int64_t> order;       // the epoch's row order
+  Logs sums;                        // the epoch's running sums
+  int64_t seen = 0;
+  size_t history_steps = 0;         // History::step_loss size
+  size_t history_scales = 0;        // History::step_loss_scale size
+  int64_t history_samples = 0;
+};
+
+class RecoveryGuard {
+ public:
+  explicit RecoveryGuard(RecoveryOptions options = {});
+
+  // Called by fit(): keeps an in-memory snapshot of the model's training state at `position`.
+  void snapshot(Model& model, const FitPosition& position);
+  bool has_snapshot() const { return has_snapshot_; }
+  int64_t snapshot_every() const { return options_.snapshot_every; }
+  // True while no bad step happened since the last snapshot (a snapshot is only taken of a good state).
+  bool healthy() const { return consecutive_failures_ == 0; }
+  // Called by fit() after each step with that step's logs and batch; returns true when fit() must roll
+  // back (call restore()). global_step is 1-based.
+  // batch() gives the step's rows in float32 (only called when a rung needs to inspect them).
+  bool after_step(Model& model, const Logs& step_logs, const std::function<std::pair<Tensor, Tensor>()>& batch,
+                  int64_t global_step);
+  // Restores the snapshot into the model and returns where fit() resumes.
+  const FitPosition& restore(Model& model);
+  // True after the last rung failed: fit() stops.
+  bool gave_up() const { return gave_up_; }
+
+  const std::vector<RecoveryEvent>& events() const { return events_; }
+
+ private:
+  void record(RecoveryEvent event);
+
+  RecoveryOptions options_;
+  bool has_snapshot_ = false;
+  FitPosition position_;
+  std::vector<Tensor> weights_;
+  NamedTensors optimizer_state_;
+  bool optimizer_was_scaled_ = false;
+  std::vector<uint64_t> shuffle_state_, dropout_state_;
+  int64_t consecutive_failures_ = 0;
+  int rung_ = 0;
+  bool gave_up_ = false;
+  std::vector<RecoveryEvent> events_;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,133 @@
+#include "mixtrain/train/recovery.h"
+
+#include <cmath>
+#include <iostream>
+
+#include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/train/inspect.h"
+#include "mixtrain/train/model.h"
+
+namespace mixtrain {
+
+namespace {
+bool all_finite(const Model& m) {
+  for (const Var& w : m.weights())
+    for (float v : w.value().to_floats())
+      if (!std::isfinite(v)) return false;
+  return true;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+}  // namespace
+
+RecoveryGuard::RecoveryGuard(RecoveryOptions options) : options_(options) {}
+
+void RecoveryGuard::snapshot(Model& model, const FitPosition& position) {
+  // Only a good state is worth returning to.
+  if (!all_finite(model)) return;
+  position_ = position;
+  weights_.clear();
+  for (const Var& w : model.weights()) weights_.push_back(w.value().clone());
+  optimizer_state_ = model.optimizer().state();
+  optimizer_was_scaled_ = dynamic_cast<LossScaleOptimizer*>(&model.optimizer()) != nullptr;
+  shuffle_state_ = model.shuffle_rng().state();
+  dropout_state_ = model.dropout_rng().state();
+  has_snapshot_ = true;
+}
+
+const FitPosition& RecoveryGuard::restore(Model& model) {
+  MIXTRAIN_CHECK(has_snapshot_, "RecoveryGuard: no snapshot to roll back to");
+  std::vector<Var> ws = model.weights();
+  for (size_t i = 0; i < ws.size(); ++i) ws[i].set_value(weights_[i]);
+  Optimizer& opt = model.optimizer();
+  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&opt);
+  // A snapshot taken before loss scaling was switched on holds the inner optimizer's state only.
+  if (scaler && !optimizer_was_scaled_)
+    scaler->inner().load_state(optimizer_state_);
+  else
+    opt.load_state(optimizer_state_);
+  model.shuffle_rng().set_state(shuffle_state_);
+  model.dropout_rng().set_state(dropout_state_);
+  consecutive_failures_ = 0;
+  return position_;
+}
+
+void RecoveryGuard::record(RecoveryEvent e) {
+  std::ostream& out = options_.log ? *options_.log : std::cerr;
+  out << "recovery: step " << e.step << ": " << e.action;
+  if (!e.layers.empty()) out << " [" << join(e.layers) << "]";
+  out << " — " << e.reason << "\n";
+  events_.push_back(std::move(e));
+}
+
+bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
+                               const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step) {
+  if (gave_up_) return false;
+  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&model.optimizer());
+  const bool loss_finite = std::isfinite(log_value(step_logs, "loss", NAN));
+  const bool skipped = scaler && scaler->last_step_skipped();
+  // Without a scaler a non-finite loss has already been applied: the weights may be poisoned.
+  const bool bad = !loss_finite || skipped;
+  if (!bad) {
+    consecutive_failures_ = 0;
+    return false;
+  }
+  ++consecutive_failures_;
+
+  // Rung 1: dynamic loss scaling on, roll back.
+  if (!scaler) {
+    model.enable_dynamic_loss_scaling();
+    record({global_step, "enable_loss_scaling", "non-finite loss or gradients without loss scaling", {}});
+    record({global_step, "rollback", "back to the last good snapshot (step " + std::to_string(position_.step) +
+                                         " of epoch " + std::to_string(position_.epoch + 1) + ")", {}});
+    rung_ = std::max(rung_, 1);
+    return has_snapshot_;
+  }
+  // With a scaler, occasional skipped steps are its normal work; climb only when they persist.
+  const bool stuck = scaler->stuck_at_floor();
+  if (consecutive_failures_ < options_.max_consecutive_failures && !stuck) return false;
+  const std::string why = stuck ? "the loss scale is stuck at its floor"
+                                : std::to_string(consecutive_failures_) + " non-finite steps in a row";
+
+  // Rung 2: switch the layers that break in their compute dtype on this batch.
+  std::vector<std::string> culprits;
+  if (rung_ < 3) {
+    const auto [x, y] = batch();
+    const std::vector<LayerInspection> stats = inspect_layers(model, x, y, 1, x.dim(0));
+    culprits = layers_that_break(stats);
+  }
+  if (!culprits.empty()) {
+    for (const std::string& name : culprits) model.layer(name)->set_dtype_policy(DTypePolicy::from_name("float32"));
+    record({global_step, "layers_to_float32", why + "; these layers overflow or turn NaN in 16 bits", culprits});
+    rung_ = std::max(rung_, 2);
+  } else if (rung_ < 3) {
+    std::vector<std::string> switched;
+    for (auto& l : model.layers())
+      if (l->compute_dtype() != DType::kFloat32) {
+        switched.push_back(l->name());
+        l->set_dtype_policy(DTypePolicy::from_name("float32"));
+      }
+    if (switched.empty()) {
+      gave_up_ = true;
+      record({global_step, "give_up", why + " with every layer already in float32: stopping", {}});
+      model.stop_training = true;
+      return false;
+    }
+    record({global_step, "model_to_float32", why + "; no single layer to blame", switched});
+    rung_ = 3;
+  } else {
+    gave_up_ = true;
+    record({global_step, "give_up", why + " after reverting the model to float32: stopping", {}});
+    model.stop_training = true;
+    return false;
+  }
+  record({global_step, "rollback", "back to the last good snapshot (step " + std::to_string(position_.step) +
+                                       " of epoch " + std::to_string(position_.epoch + 1) + ")", {}});
+  return has_snapshot_;
+}
+
+}  // namespace mixtrain
