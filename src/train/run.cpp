@@ -6,8 +6,10 @@
 #include <ostream>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/core/json.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/train/checkpoint.h"
 
 namespace mixtrain {
 
@@ -86,6 +88,23 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
     y = y.slice_rows(0, n_train);
   }
 
+  if (!cfg.resume_path.empty()) {
+    const CheckpointInfo info = load_checkpoint(cfg.resume_path, *model);
+    fo.initial_epoch = std::min(info.epoch, cfg.epochs);
+    r.initial_epoch = fo.initial_epoch;
+    if (progress)
+      *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch << " of " << cfg.epochs << "\n";
+  }
+  std::unique_ptr<CheckpointCallback> saver;
+  if (!cfg.save_path.empty()) {
+    saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg));
+    fo.callbacks.push_back(saver.get());
+  }
+  RecoveryOptions ro;
+  ro.log = progress;
+  RecoveryGuard guard(ro);
+  if (cfg.recover) fo.recovery = &guard;
+
   const int64_t live_before = memory_stats().live_bytes;
   reset_peak_memory();
   r.history = model->fit(x, y, fo);
@@ -94,12 +113,38 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   const double secs = r.history.train_seconds;
   r.steps_per_second = secs > 0 ? static_cast<double>(r.history.steps) / secs : 0;
   r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;
+  r.recovery = guard.events();
+  for (auto& l : model->layers()) r.layer_compute_dtypes.emplace_back(l->name(), dtype_name(l->compute_dtype()));
+  // Recovery may have switched loss scaling on during training.
+  scaler = dynamic_cast<LossScaleOptimizer*>(&model->optimizer());
+  if (scaler && !r.loss_scaled) {
+    r.loss_scaled = true;
+    r.initial_scale = LossScaleOptions{}.initial_scale;
+  }
   if (scaler) {
     r.final_scale = scaler->loss_scale();
     r.min_scale_seen = scaler->min_scale_seen();
     r.skipped_steps = scaler->skipped_steps();
   }
   return r;
+}
+
+std::string run_config_json(const RunConfig& cfg) {
+  Json j = Json::object();
+  j["model"] = cfg.model;
+  Json hidden = Json::array();
+  for (int64_t h : cfg.hidden) hidden.push_back(h);
+  j["hidden"] = hidden;
+  j["policy"] = cfg.policy;
+  j["epochs"] = cfg.epochs;
+  j["batch_size"] = cfg.batch_size;
+  j["learning_rate"] = cfg.learning_rate;
+  j["optimizer"] = cfg.optimizer;
+  j["seed"] = static_cast<double>(cfg.seed);
+  j["validation_split"] = cfg.validation_split;
+  j["loss_scale"] = cfg.loss_scale;
+  j["recover"] = cfg.recover;
+  return j.dump();
 }
 
 }  // namespace mixtrain

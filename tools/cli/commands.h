@@ -2,8 +2,11 @@
 // mixtrain::Error and turned into a message and status 2 (bad input) by main().
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
+
+#include "args.h"
 
 #include "mixtrain/core/json.h"
 #include "mixtrain/data/dataset.h"
@@ -14,6 +17,16 @@ namespace mixtrain::cli {
 int train_command(const std::vector<std::string>& args);
 // Prints what this machine offers for mixed precision; --json FILE also writes it as JSON.
 int doctor_command(const std::vector<std::string>& args);
+
+int compare_command(const std::vector<std::string>& args);
+int inspect_command(const std::vector<std::string>& args);
+
+// The flags every training command shares (model, data, epochs, policy, ...), and the RunConfig they give,
+// validated (names, ranges) before any data is read.
+const std::set<std::string>& run_flags();
+RunConfig run_config_from(const Args& args);
+Json recovery_to_json(const std::vector<RecoveryEvent>& events);
+void print_run_summary(const RunResult& r);
 
 // --data fashion-mnist | PATH (IDX images or CSV), normalised with statistics of the training split.
 DataSplits load_data(const std::string& spec, const std::string& normalize, uint64_t seed);

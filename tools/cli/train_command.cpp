@@ -72,6 +72,10 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   j["steps_per_second"] = r.steps_per_second;
   j["samples_per_second"] = r.samples_per_second;
   j["peak_memory_bytes"] = static_cast<double>(r.peak_memory_bytes);
+  j["recovery"] = recovery_to_json(r.recovery);
+  Json layers = Json::object();
+  for (auto& [name, dtype] : r.layer_compute_dtypes) layers[name] = dtype;
+  j["layer_compute_dtypes"] = layers;
   if (r.loss_scaled)
     j["loss_scale"] = Json::object({{"initial", r.initial_scale},
                                     {"final", r.final_scale},
@@ -100,9 +104,14 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
-int train_command(const std::vector<std::string>& argv) {
-  Args a(argv, {"model", "data", "epochs", "batch-size", "lr", "optimizer", "seed", "policy", "normalize", "json",
-                "hidden", "validation-split", "loss-scale"});
+const std::set<std::string>& run_flags() {
+  static const std::set<std::string> flags = {"model",  "data",      "epochs",    "batch-size",       "lr",
+                                              "optimizer", "seed",   "policy",    "normalize",        "hidden",
+                                              "validation-split", "loss-scale"};
+  return flags;
+}
+
+RunConfig run_config_from(const Args& a) {
   RunConfig cfg;
   cfg.model = a.str("model", cfg.model);
   cfg.epochs = static_cast<int>(a.integer("epochs", cfg.epochs));
@@ -116,22 +125,53 @@ int train_command(const std::vector<std::string>& argv) {
   cfg.hidden = a.int_list("hidden", cfg.hidden);
   cfg.validation_split = a.number("validation-split", cfg.validation_split);
   cfg.loss_scale = a.str("loss-scale", cfg.loss_scale);
+  cfg.recover = a.has("recover");
   validate_run_config(cfg);  // before the (slow) data load, so a typo fails at once
-  const std::string data_spec = a.str("data", "fashion-mnist");
-  const std::string json_path = a.str("json", "");
-  if (a.has("normalize")) parse_normalization(a.str("normalize", ""));  // fail before the data load
+  if (a.has("normalize")) parse_normalization(a.str("normalize", ""));
+  return cfg;
+}
 
-  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg.seed);
-  std::cout << "data: " << data_spec << " — " << data.train.size() << " training and " << data.test.size()
-            << (data.test_from_files ? " test" : " held-out test") << " samples, " << data.train.num_features()
-            << " features, " << data.train.num_classes << " classes\n";
-  RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
+Json recovery_to_json(const std::vector<RecoveryEvent>& events) {
+  Json arr = Json::array();
+  for (const RecoveryEvent& e : events) {
+    Json layers = Json::array();
+    for (const std::string& l : e.layers) layers.push_back(l);
+    arr.push_back(Json::object(
+        {{"step", static_cast<double>(e.step)}, {"action", e.action}, {"reason", e.reason}, {"layers", layers}}));
+  }
+  return arr;
+}
+
+void print_run_summary(const RunResult& r) {
   std::printf("test: loss %.4f - accuracy %.4f\n", r.test.loss, r.test.accuracy);
   std::printf("speed: %.1f steps/s, %.0f samples/s; peak memory %.1f MiB (%s compute)\n", r.steps_per_second,
               r.samples_per_second, static_cast<double>(r.peak_memory_bytes) / (1 << 20), r.compute_dtype.c_str());
   if (r.loss_scaled)
     std::printf("loss scale: initial %g, final %g, min seen %g, skipped steps %lld\n", r.initial_scale, r.final_scale,
                 r.min_scale_seen, static_cast<long long>(r.skipped_steps));
+  if (!r.recovery.empty()) {
+    std::printf("recovery: %zu actions; layers now:", r.recovery.size());
+    for (auto& [name, dtype] : r.layer_compute_dtypes) std::printf(" %s=%s", name.c_str(), dtype.c_str());
+    std::printf("\n");
+  }
+}
+
+int train_command(const std::vector<std::string>& argv) {
+  std::set<std::string> flags = run_flags();
+  flags.insert({"json", "save", "resume"});
+  Args a(argv, flags, {"recover"});
+  RunConfig cfg = run_config_from(a);
+  cfg.save_path = a.str("save", "");
+  cfg.resume_path = a.str("resume", "");
+  const std::string data_spec = a.str("data", "fashion-mnist");
+  const std::string json_path = a.str("json", "");
+
+  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg.seed);
+  std::cout << "data: " << data_spec << " — " << data.train.size() << " training and " << data.test.size()
+            << (data.test_from_files ? " test" : " held-out test") << " samples, " << data.train.num_features()
+            << " features, " << data.train.num_classes << " classes\n";
+  RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
+  print_run_summary(r);
   if (!json_path.empty()) {
     write_file_atomically(json_path, run_to_json(cfg, data_spec, r).dump(2) + "\n");
     std::cout << "wrote " << json_path << "\n";

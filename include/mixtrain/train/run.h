@@ -24,6 +24,9 @@ struct RunConfig {
   uint64_t seed = 1;
   double validation_split = 0.1;         // last fraction of the training rows, as Keras
   std::string loss_scale = "dynamic";    // float16 compute only: "dynamic", "none", or a fixed value
+  bool recover = false;                  // run the recovery ladder (train/recovery.h)
+  std::string save_path;                 // checkpoint written after every epoch (empty: none)
+  std::string resume_path;               // checkpoint to resume from (empty: start fresh)
 };
 
 struct RunResult {
@@ -37,6 +40,9 @@ struct RunResult {
   bool loss_scaled = false;
   double initial_scale = 0, final_scale = 0, min_scale_seen = 0;
   int64_t skipped_steps = 0;
+  std::vector<RecoveryEvent> recovery;   // actions of the recovery ladder, in order
+  std::vector<std::pair<std::string, std::string>> layer_compute_dtypes;  // after training (recovery may change them)
+  int initial_epoch = 0;                 // > 0 when resumed from a checkpoint
 };
 
 // Validates cfg (names, positive epochs / batch size / learning rate); throws Error naming the field.
@@ -45,5 +51,7 @@ void validate_run_config(const RunConfig& cfg);
 std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes);
 // Builds, compiles, fits and evaluates. progress: where the progress bar goes (nullptr: silent).
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive);
+// cfg as a JSON string (stored in checkpoints).
+std::string run_config_json(const RunConfig& cfg);
 
 }  // namespace mixtrain

@@ -1,0 +1,69 @@
+// mixtrain inspect: per-layer numerics under a policy — how activations and gradients fit the compute dtype.
+#include <iostream>
+
+#include "commands.h"
+#include "mixtrain/train/inspect.h"
+
+namespace mixtrain::cli {
+
+int inspect_command(const std::vector<std::string>& argv) {
+  std::set<std::string> flags = run_flags();
+  flags.insert({"steps", "json"});
+  Args a(argv, flags);
+  RunConfig cfg = run_config_from(a);
+  const int64_t steps = a.integer("steps", 10);
+  MIXTRAIN_CHECK(steps > 0, "--steps must be a positive integer, got " << steps);
+  const std::string data_spec = a.str("data", "fashion-mnist");
+  const bool train_first = a.has("epochs");
+  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg.seed);
+
+  auto model = build_model(cfg, data.train.num_features(), data.train.num_classes);
+  model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate),
+                 Loss("sparse_categorical_crossentropy", /*from_logits=*/true), {"accuracy"});
+  if (train_first) {
+    // Inspect the model as it is after --epochs of training rather than at initialisation.
+    FitOptions fo;
+    fo.epochs = cfg.epochs;
+    fo.batch_size = cfg.batch_size;
+    model->fit(data.train.x, data.train.y, fo);
+  }
+  const std::vector<LayerInspection> layers =
+      inspect_layers(*model, data.train.x, data.train.y, steps, cfg.batch_size);
+  std::cout << "policy " << cfg.policy << ", " << steps << " batches of " << cfg.batch_size
+            << (train_first ? " after " + std::to_string(cfg.epochs) + " epochs" : " at initialisation")
+            << "; values measured in float32 against each layer's compute dtype\n"
+            << "(overflow: rounds to inf; underflow: non-zero but below the smallest normal, so subnormal or zero)\n\n"
+            << format_inspection(layers);
+  const std::vector<std::string> broken = layers_that_break(layers);
+  if (!broken.empty()) {
+    std::cout << "\nlayers that do not fit their compute dtype:";
+    for (const auto& b : broken) std::cout << " " << b;
+    std::cout << " (train with --recover, or create them with dtype float32)\n";
+  }
+  const std::string json_path = a.str("json", "");
+  if (!json_path.empty()) {
+    auto stats_json = [](const RangeStats& s) {
+      return Json::object({{"max_abs", s.max_abs},
+                           {"overflow_fraction", s.overflow_fraction()},
+                           {"underflow_fraction", s.underflow_fraction()},
+                           {"nan", static_cast<double>(s.nan)},
+                           {"inf", static_cast<double>(s.inf)},
+                           {"count", static_cast<double>(s.count)}});
+    };
+    Json arr = Json::array();
+    for (const LayerInspection& l : layers)
+      arr.push_back(Json::object({{"layer", l.layer},
+                                  {"class", l.class_name},
+                                  {"compute_dtype", dtype_name(l.compute_dtype)},
+                                  {"inputs", stats_json(l.inputs)},
+                                  {"activations", stats_json(l.activations)},
+                                  {"gradients", stats_json(l.gradients)}}));
+    Json j = Json::object({{"policy", cfg.policy}, {"data", data_spec}, {"steps", static_cast<double>(steps)},
+                           {"layers", arr}});
+    write_file_atomically(json_path, j.dump(2) + "\n");
+    std::cout << "wrote " << json_path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace mixtrain::cli
