@@ -73,7 +73,8 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   FitOptions fo;
   fo.epochs = cfg.epochs;
   fo.batch_size = cfg.batch_size;
-  fo.callbacks.push_back(&nan_guard);
+  // The recovery ladder handles non-finite steps itself; without it a NaN loss ends training (Keras' TerminateOnNaN).
+  if (!cfg.recover) fo.callbacks.push_back(&nan_guard);
   if (progress) fo.callbacks.push_back(&bar);
   // Split off the validation rows (the last ones, as Keras) before measuring, so the peak counts what
   // training holds (batches, activations, gradients, optimizer state), not copies of the data set.
