@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake ninja-build libgtest-dev libbenchmark-dev zlib1g-dev dataset-fashion-mnist python3)
+packages=(g++ cmake ninja-build libgtest-dev libbenchmark-dev zlib1g-dev dataset-fashion-mnist python3 chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

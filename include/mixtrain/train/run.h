@@ -18,7 +18,9 @@ struct RunConfig {
   std::vector<int64_t> hidden = {256, 128};
   std::string policy = "float32";        // a DTypePolicy name
   int epochs = 5;
-  int64_t batch_size = 32;
+  // 128 rather than Keras' 32: at 5 epochs the final test accuracy of batch-32 Adam swings by about
+  // half a point with the last few updates, which hides the float32 / mixed comparison in noise.
+  int64_t batch_size = 128;
   float learning_rate = 1e-3f;
   std::string optimizer = "adam";        // "adam", "adamw", "sgd"
   uint64_t seed = 1;
