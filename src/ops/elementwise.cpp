@@ -1,42 +1,54 @@
 #include "mixtrain/ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mixtrain::ops {
 
 namespace {
 
-// Applies fn(i, load(a[i]), ...) -> float over every element and stores into out (dtype of out).
+// Elements are converted to float32 in blocks (vectorised conversion), computed in float32, and rounded
+// back once; fn(i, v) or fn(u, v) returns the float32 result for flat index i.
+constexpr int64_t kBlock = 2048;
+
 template <typename Fn>
 Tensor map_unary(const Tensor& x, const char* op, Fn&& fn) {
-  MIXTRAIN_CHECK(x.defined(), op << ": input is undefined");
+  MIXTRAIN_CHECK(x.defined() && is_float(x.dtype()), op << ": expected a floating tensor, got " << x.describe());
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   const int64_t n = x.numel();
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = x.data<T>();
-    T* yp = y.data<T>();
+  const size_t esize = dtype_size(x.dtype());
+  const char* xp = static_cast<const char*>(x.raw());
+  char* yp = static_cast<char*>(y.raw());
 #pragma omp parallel for if (n > (1 << 16)) schedule(static)
-    for (int64_t i = 0; i < n; ++i) yp[i] = from_float<T>(fn(i, to_float(xp[i])));
-  });
+  for (int64_t b = 0; b < n; b += kBlock) {
+    float buf[kBlock];
+    const int64_t m = std::min(kBlock, n - b);
+    convert_elements(xp + b * esize, x.dtype(), buf, DType::kFloat32, m);
+    for (int64_t i = 0; i < m; ++i) buf[i] = fn(b + i, buf[i]);
+    convert_elements(buf, DType::kFloat32, yp + b * esize, y.dtype(), m);
+  }
   return y;
 }
 
 template <typename Fn>
 Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, Fn&& fn) {
-  MIXTRAIN_CHECK(a.defined() && b.defined() && a.shape() == b.shape(),
-                 op << ": shapes differ: " << a.describe() << " and " << b.describe());
+  MIXTRAIN_CHECK(a.defined() && b.defined() && a.shape() == b.shape() && is_float(a.dtype()) && is_float(b.dtype()),
+                 op << ": shapes or dtypes do not fit: " << a.describe() << " and " << b.describe());
   Tensor y = Tensor::empty(a.shape(), a.dtype());
   const int64_t n = a.numel();
-  Tensor bc = b.to(a.dtype());
-  dispatch_float(a.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* ap = a.data<T>();
-    const T* bp = bc.data<T>();
-    T* yp = y.data<T>();
+  const size_t ea = dtype_size(a.dtype()), eb = dtype_size(b.dtype());
+  const char* ap = static_cast<const char*>(a.raw());
+  const char* bp = static_cast<const char*>(b.raw());
+  char* yp = static_cast<char*>(y.raw());
 #pragma omp parallel for if (n > (1 << 16)) schedule(static)
-    for (int64_t i = 0; i < n; ++i) yp[i] = from_float<T>(fn(to_float(ap[i]), to_float(bp[i])));
-  });
+  for (int64_t blk = 0; blk < n; blk += kBlock) {
+    float ua[kBlock], ub[kBlock];
+    const int64_t m = std::min(kBlock, n - blk);
+    convert_elements(ap + blk * ea, a.dtype(), ua, DType::kFloat32, m);
+    convert_elements(bp + blk * eb, b.dtype(), ub, DType::kFloat32, m);
+    for (int64_t i = 0; i < m; ++i) ua[i] = fn(ua[i], ub[i]);
+    convert_elements(ua, DType::kFloat32, yp + blk * ea, y.dtype(), m);
+  }
   return y;
 }
 

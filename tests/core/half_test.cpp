@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "mixtrain/core/half.h"
+#include "mixtrain/core/random.h"
+#include "mixtrain/core/tensor.h"
 
 namespace mixtrain {
 namespace {
@@ -74,6 +76,35 @@ TEST(Float16, OverflowUnderflowAndSpecials) {
   EXPECT_EQ(float_to_half_bits(std::ldexp(1.5f, -25)), 0x0001);
   EXPECT_EQ(float_to_half_bits(1e-10f), 0x0000);
   EXPECT_TRUE(std::isnan(half_bits_to_float(float_to_half_bits(NAN))));
+}
+
+// The array conversion (F16C where the CPU has it) must agree bit for bit with the scalar code: on every
+// half pattern, on every midpoint and its neighbours, and on random floats across the whole range.
+TEST(Float16, ArrayConversionMatchesScalarBitForBit) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> decoded(65536);
+  convert_elements(all.data(), DType::kFloat16, decoded.data(), DType::kFloat32, 65536);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float want = half_bits_to_float(static_cast<uint16_t>(h));
+    ASSERT_EQ(float_bits(decoded[h]), float_bits(want)) << h;
+  }
+  std::vector<float> probes;
+  for (uint32_t h = 0; h < 0x7C00; ++h) {
+    const float lo = half_bits_to_float(static_cast<uint16_t>(h)), hi = half_bits_to_float(static_cast<uint16_t>(h + 1));
+    const float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);
+    for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY), lo}) {
+      probes.push_back(f);
+      probes.push_back(-f);
+    }
+  }
+  Rng r(9);
+  for (int i = 0; i < 200000; ++i) probes.push_back(bits_float(static_cast<uint32_t>(r.next_u64())));
+  probes.push_back(NAN);
+  probes.push_back(INFINITY);
+  std::vector<uint16_t> encoded(probes.size());
+  convert_elements(probes.data(), DType::kFloat32, encoded.data(), DType::kFloat16, static_cast<int64_t>(probes.size()));
+  for (size_t i = 0; i < probes.size(); ++i) ASSERT_EQ(encoded[i], float_to_half_bits(probes[i])) << probes[i];
 }
 
 TEST(BFloat16, EveryBitPatternDecodesAndRoundTrips) {
