@@ -20,6 +20,7 @@ int doctor_command(const std::vector<std::string>& args);
 
 int compare_command(const std::vector<std::string>& args);
 int inspect_command(const std::vector<std::string>& args);
+int bench_command(const std::vector<std::string>& args);
 
 // The flags every training command shares (model, data, epochs, policy, ...), and the RunConfig they give,
 // validated (names, ranges) before any data is read.

@@ -35,8 +35,9 @@ int main(int argc, char** argv) {
     if (command == "doctor") return mixtrain::cli::doctor_command(args);
     if (command == "compare") return mixtrain::cli::compare_command(args);
     if (command == "inspect") return mixtrain::cli::inspect_command(args);
+    if (command == "bench") return mixtrain::cli::bench_command(args);
     std::cerr << "mixtrain: error: unknown command '" << command
-              << "' (valid commands: train, compare, inspect, doctor; see mixtrain --help)\n";
+              << "' (valid commands: train, compare, inspect, doctor, bench; see mixtrain --help)\n";
     return 2;
   } catch (const mixtrain::Error& e) {
     std::cerr << "mixtrain " << command << ": error: " << e.message();
