@@ -14,6 +14,11 @@ Var output(Tensor value, bool recorded) { return Var(std::move(value), recorded)
 void give(Var input, const Tensor& g) {
   if (input.defined() && input.requires_grad() && g.defined()) input.accumulate_grad(g);
 }
+// For a gradient freshly computed by the backward op and shared with nothing: the first one is kept
+// as the Var's gradient without a copy.
+void give_fresh(Var input, Tensor g) {
+  if (input.defined() && input.requires_grad() && g.defined()) input.accumulate_grad_owned(std::move(g));
+}
 }  // namespace
 
 Var cast(const Var& x, DType dtype) {
@@ -33,8 +38,8 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
     record_backward(out, [a, b, out, trans_a, trans_b]() {
       auto g = ops::matmul_backward(out.grad(), a.value(), b.value(), trans_a, trans_b, a.requires_grad(),
                                     b.requires_grad());
-      give(a, g.da);
-      give(b, g.db);
+      give_fresh(a, g.da);
+      give_fresh(b, g.db);
     });
   }
   return out;
@@ -47,9 +52,9 @@ Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const 
     record_backward(out, [x, kernel, kernel_compute, bias, out]() {
       auto g = ops::linear_backward(out.grad(), x.value(), kernel_compute, x.requires_grad(),
                                     bias.defined() && bias.requires_grad());
-      give(x, g.dx);
-      give(kernel, g.dw);
-      give(bias, g.dbias);
+      give_fresh(x, g.dx);
+      give_fresh(kernel, g.dw);
+      give_fresh(bias, g.dbias);
     });
   }
   return out;
@@ -93,7 +98,7 @@ Var activation(const Var& x, ops::Activation a) {
   if (rec) {
     // relu and gelu differentiate from the input; sigmoid and tanh from the output.
     record_backward(out, [x, out, a]() {
-      give(x, ops::activation_backward(out.grad(), x.value(), out.value(), a));
+      give_fresh(x, ops::activation_backward(out.grad(), x.value(), out.value(), a));
     });
   }
   return out;
@@ -102,14 +107,14 @@ Var activation(const Var& x, ops::Activation a) {
 Var softmax(const Var& x) {
   const bool rec = should_record({&x});
   Var out = output(ops::softmax(x.value()), rec);
-  if (rec) record_backward(out, [x, out]() { give(x, ops::softmax_backward(out.grad(), out.value())); });
+  if (rec) record_backward(out, [x, out]() { give_fresh(x, ops::softmax_backward(out.grad(), out.value())); });
   return out;
 }
 
 Var log_softmax(const Var& x) {
   const bool rec = should_record({&x});
   Var out = output(ops::log_softmax(x.value()), rec);
-  if (rec) record_backward(out, [x, out]() { give(x, ops::log_softmax_backward(out.grad(), out.value())); });
+  if (rec) record_backward(out, [x, out]() { give_fresh(x, ops::log_softmax_backward(out.grad(), out.value())); });
   return out;
 }
 
@@ -121,7 +126,7 @@ Var dropout(const Var& x, float rate, Rng& rng) {
   for (int64_t i = 0; i < mask.numel(); ++i) m[i] = rng.uniform() >= rate;
   const bool rec = should_record({&x});
   Var out = output(ops::dropout(x.value(), mask, rate), rec);
-  if (rec) record_backward(out, [x, out, mask, rate]() { give(x, ops::dropout_backward(out.grad(), mask, rate)); });
+  if (rec) record_backward(out, [x, out, mask, rate]() { give_fresh(x, ops::dropout_backward(out.grad(), mask, rate)); });
   return out;
 }
 
@@ -137,7 +142,7 @@ Var sparse_categorical_crossentropy(const Var& pred, const Tensor& labels, bool 
   Var out = output(ops::sparse_categorical_crossentropy(pred.value(), labels, from_logits), rec);
   if (rec) {
     record_backward(out, [pred, labels, from_logits, out]() {
-      give(pred, ops::sparse_categorical_crossentropy_backward(pred.value(), labels, from_logits, out.grad().item()));
+      give_fresh(pred, ops::sparse_categorical_crossentropy_backward(pred.value(), labels, from_logits, out.grad().item()));
     });
   }
   return out;
@@ -148,7 +153,7 @@ Var categorical_crossentropy(const Var& pred, const Tensor& targets, bool from_l
   Var out = output(ops::categorical_crossentropy(pred.value(), targets, from_logits), rec);
   if (rec) {
     record_backward(out, [pred, targets, from_logits, out]() {
-      give(pred, ops::categorical_crossentropy_backward(pred.value(), targets, from_logits, out.grad().item()));
+      give_fresh(pred, ops::categorical_crossentropy_backward(pred.value(), targets, from_logits, out.grad().item()));
     });
   }
   return out;
@@ -159,7 +164,7 @@ Var mean_squared_error(const Var& pred, const Tensor& target) {
   Var out = output(ops::mean_squared_error(pred.value(), target), rec);
   if (rec) {
     record_backward(out, [pred, target, out]() {
-      give(pred, ops::mean_squared_error_backward(pred.value(), target, out.grad().item()));
+      give_fresh(pred, ops::mean_squared_error_backward(pred.value(), target, out.grad().item()));
     });
   }
   return out;

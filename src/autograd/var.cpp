@@ -16,6 +16,14 @@ void Var::set_value(Tensor value) {
   bump_version();
 }
 
+void Var::accumulate_grad_owned(Tensor g) {
+  if (!impl_->grad.defined() && g.dtype() == dtype() && g.shape() == shape()) {
+    impl_->grad = std::move(g);
+    return;
+  }
+  accumulate_grad(g);
+}
+
 void Var::accumulate_grad(const Tensor& g) {
   MIXTRAIN_CHECK(g.shape() == shape(), "gradient " << g.describe() << " does not match variable '" << impl_->name
                                                    << "' " << impl_->value.describe());

@@ -39,6 +39,9 @@ class Var {
   bool has_grad() const { return impl_->grad.defined(); }
   // Adds g (any floating dtype, converted to this Var's dtype) to the gradient.
   void accumulate_grad(const Tensor& g);
+  // Same, for a gradient no one else holds: when it is the first and already in this Var's dtype it
+  // becomes the gradient without a copy.
+  void accumulate_grad_owned(Tensor g);
   void set_grad(Tensor g) { impl_->grad = std::move(g); }
   void zero_grad() { impl_->grad = Tensor(); }
 
