@@ -1,3 +1,4 @@
+#include <iostream>
 #include "mixtrain/precision/loss_scale_optimizer.h"
 
 #include <algorithm>
@@ -187,7 +188,10 @@ void LossScaleOptimizer::finish_step(const std::vector<Tensor>& unscaled, const 
            "comes from the forward pass, the loss or the data, not from float16 gradient overflow. Training is not "
            "progressing. Check the inputs and the loss for inf/NaN, keep softmax, normalization and the loss in "
            "float32, or use the mixed_bfloat16 or float32 policy.";
-    if (options_.on_event) options_.on_event(msg.str());
+    if (options_.on_event)
+      options_.on_event(msg.str());
+    else
+      std::cerr << "warning: " << msg.str() << "\n";  // never silent: a run that stopped updating must be seen
   }
 }
 
