@@ -26,6 +26,8 @@ int bench_command(const std::vector<std::string>& args);
 // validated (names, ranges) before any data is read.
 const std::set<std::string>& run_flags();
 RunConfig run_config_from(const Args& args);
+// --batch-size auto [--memory-budget SIZE]: picks the largest batch whose step fits, for cfg's policy.
+void resolve_batch_size(RunConfig& cfg, const Args& args, const DataSplits& data);
 Json recovery_to_json(const std::vector<RecoveryEvent>& events);
 void print_run_summary(const RunResult& r);
 

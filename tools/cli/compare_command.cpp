@@ -71,10 +71,13 @@ int compare_command(const std::vector<std::string>& argv) {
     report.notes.push_back(w);
   });
   std::vector<RunResult> results;
+  std::vector<RunConfig> configs;
   for (const std::string& p : policies) {
     RunConfig c = base;
     c.policy = p;
     std::cout << "\n=== " << p << " ===\n";
+    resolve_batch_size(c, a, data);  // per policy: 16-bit activations leave room for a larger batch
+    configs.push_back(c);
     results.push_back(run_training(c, data, &std::cout, stdout_is_terminal()));
     print_run_summary(results.back());
     report.runs.push_back(to_policy_run(p, results.back()));
@@ -103,9 +106,7 @@ int compare_command(const std::vector<std::string>& argv) {
   j["baseline"] = policies[baseline];
   Json runs = Json::object();
   for (size_t i = 0; i < results.size(); ++i) {
-    RunConfig c = base;
-    c.policy = policies[i];
-    Json r = run_to_json(c, data_spec, results[i]);
+    Json r = run_to_json(configs[i], data_spec, results[i]);
     const PolicyRun& p = report.runs[i];
     r["verdict"] = p.verdict;
     r["speedup"] = std::isfinite(p.speedup) ? Json(p.speedup) : Json();

@@ -12,6 +12,7 @@
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
 #include "mixtrain/report/progress_bar.h"
+#include "mixtrain/train/batch_size.h"
 
 namespace mixtrain::cli {
 
@@ -47,6 +48,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   j["data"] = data_spec;
   j["policy"] = cfg.policy;
   j["seed"] = static_cast<double>(cfg.seed);
+  j["batch_size"] = cfg.batch_size;
   Json epochs = Json::array();
   const auto& h = r.history.history;
   auto at = [&](const char* key, size_t i) {
@@ -107,15 +109,35 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 const std::set<std::string>& run_flags() {
   static const std::set<std::string> flags = {"model",  "data",      "epochs",    "batch-size",       "lr",
                                               "optimizer", "seed",   "policy",    "normalize",        "hidden",
-                                              "validation-split", "loss-scale"};
+                                              "validation-split", "loss-scale", "memory-budget"};
   return flags;
+}
+
+bool auto_batch_size(const Args& a) { return a.str("batch-size", "") == "auto"; }
+
+void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
+  if (!auto_batch_size(a)) return;
+  const int64_t budget =
+      a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget") : default_memory_budget();
+  const int64_t rows = data.train.size() - static_cast<int64_t>(static_cast<double>(data.train.size()) * cfg.validation_split);
+  const BatchSizeSearch s = find_max_batch_size(cfg, data.train.num_features(),
+                                                std::max(data.train.num_classes, data.test.num_classes), budget, rows);
+  cfg.batch_size = s.batch_size;
+  std::printf("batch size auto (%s): %lld rows, one step peaks at %.1f MiB of a %.1f MiB budget (%zu trial steps)\n",
+              cfg.policy.c_str(), static_cast<long long>(s.batch_size), static_cast<double>(s.peak_bytes) / (1 << 20),
+              static_cast<double>(budget) / (1 << 20), s.trials.size());
 }
 
 RunConfig run_config_from(const Args& a) {
   RunConfig cfg;
   cfg.model = a.str("model", cfg.model);
   cfg.epochs = static_cast<int>(a.integer("epochs", cfg.epochs));
-  cfg.batch_size = a.integer("batch-size", cfg.batch_size);
+  // "auto" is resolved once the data set is known (resolve_batch_size).
+  cfg.batch_size = auto_batch_size(a) ? cfg.batch_size : a.integer("batch-size", cfg.batch_size);
+  if (a.has("memory-budget")) {
+    MIXTRAIN_CHECK(auto_batch_size(a), "--memory-budget needs --batch-size auto");
+    parse_memory_size(a.str("memory-budget", ""), "--memory-budget");
+  }
   cfg.learning_rate = static_cast<float>(a.number("lr", cfg.learning_rate));
   cfg.optimizer = a.str("optimizer", cfg.optimizer);
   const int64_t seed = a.integer("seed", static_cast<int64_t>(cfg.seed));
@@ -170,6 +192,7 @@ int train_command(const std::vector<std::string>& argv) {
   std::cout << "data: " << data_spec << " — " << data.train.size() << " training and " << data.test.size()
             << (data.test_from_files ? " test" : " held-out test") << " samples, " << data.train.num_features()
             << " features, " << data.train.num_classes << " classes\n";
+  resolve_batch_size(cfg, a, data);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
   print_run_summary(r);
   if (!json_path.empty()) {

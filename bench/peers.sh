@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: mixtrain against peers measured in the same run, on the same threads.
+#
+#   bash bench/peers.sh [--out DIR] [--seconds S] [--steps N] [--threads T]
+#
+# Runs, one after the other:
+#   fma_peak                          this CPU's multiply-add ceiling per dtype (bench/fma_peak.cpp)
+#   mixtrain bench gemm               GEMM GFLOP/s per dtype, n = 512, 1024, 2048
+#   peer_dnnl                         oneDNN matmul, same sizes and dtypes (bench/peer_dnnl.cpp)
+#   peer_torch.py matmul              PyTorch matmul, same sizes and dtypes
+#   mixtrain bench step               MLP 784-4096-4096-10, batch 256, Adam: float32, mixed_float16, mixed_bfloat16
+#   peer_torch.py step                the same step in PyTorch: float32 and autocast bfloat16
+# then prints ratios (the result; absolute numbers are notes): mixtrain GEMM vs oneDNN and PyTorch, as a share
+# of the measured FMA peak, step vs PyTorch, mixed vs float32, and each performance target met or not.
+#
+# Peers: oneDNN from `apt-get install libdnnl-dev`, PyTorch from `apt-get install python3-torch` (Debian 12).
+# A peer that is not installed is skipped with a message. PyTorch's float32 matmul goes through the system
+# BLAS; Debian's default is the reference BLAS, so when OpenBLAS is installed (libopenblas0-openmp or
+# libopenblas0-pthread) PyTorch runs with it (PEER_TORCH_BLAS=auto, the default; =system keeps the system's).
+#
+# Environment: MIXTRAIN (the CLI, default build/tools/cli/mixtrain), CXX (default g++), PYTHON_TORCH (a Python
+# that imports torch; default: the first of python3, /usr/bin/python3 that does).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mixtrain="${MIXTRAIN:-$root/build/tools/cli/mixtrain}"
+cxx="${CXX:-g++}"
+out=""
+seconds=1
+steps=10
+threads=2
+
+usage() { sed -n '2,4p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out="${2:?--out needs a directory}"; shift 2 ;;
+    --seconds) seconds="${2:?--seconds needs a number}"; shift 2 ;;
+    --steps) steps="${2:?--steps needs a number}"; shift 2 ;;
+    --threads) threads="${2:?--threads needs a number}"; shift 2 ;;
+    -h|--help) usage ;;
+    *) echo "peers.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+
+command -v python3 >/dev/null || { echo "peers.sh: python3 is needed to read the JSON results" >&2; exit 2; }
+if [[ ! -x "$mixtrain" ]]; then
+  echo "peers.sh: no mixtrain CLI at $mixtrain (build it: ninja -C build mixtrain_cli, or set MIXTRAIN=...)" >&2
+  exit 2
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS="$threads"   # mixtrain, oneDNN and PyTorch all run OpenMP threads
+
+echo "== machine"
+model="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+flags=""
+for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_bf16 avx512_fp16 amx_bf16 amx_fp16; do
+  grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -qx "$f" && flags+="$f "
+done
+echo "cpu: $model; $(nproc) logical CPUs; threads used: $threads"
+echo "flags: ${flags% }"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo "== building helpers"
+have_fma=0 have_dnnl=0 have_torch=0
+if "$cxx" -std=c++20 -O2 -pthread "$root/bench/fma_peak.cpp" -o "$work/fma_peak" 2>"$work/fma_peak.log"; then
+  have_fma=1
+else
+  echo "fma_peak: does not build here (needs an x86-64 g++ with AVX-512 intrinsics), skipped:"; head -5 "$work/fma_peak.log"
+fi
+if "$cxx" -std=c++20 -O2 "$root/bench/peer_dnnl.cpp" -o "$work/peer_dnnl" -ldnnl 2>"$work/peer_dnnl.log"; then
+  have_dnnl=1
+else
+  echo "oneDNN: not installed (apt-get install libdnnl-dev), peer skipped"
+fi
+python_torch="${PYTHON_TORCH:-}"
+if [[ -z "$python_torch" ]]; then
+  for p in python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null && "$p" -c 'import torch' 2>/dev/null; then python_torch="$p"; break; fi
+  done
+fi
+if [[ -n "$python_torch" ]] && "$python_torch" -c 'import torch' 2>/dev/null; then
+  have_torch=1
+else
+  echo "PyTorch: not importable (apt-get install python3-torch, or set PYTHON_TORCH=...), peer skipped"
+fi
+torch_env=()
+if [[ $have_torch == 1 && "${PEER_TORCH_BLAS:-auto}" == auto ]]; then
+  for d in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread; do
+    if [[ -e "$d/libblas.so.3" ]]; then torch_env=(env "LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"); break; fi
+  done
+fi
+
+if [[ $have_fma == 1 ]]; then
+  echo "== fma_peak ($threads threads)"
+  "$work/fma_peak" --threads "$threads" --seconds "$seconds" | tee "$work/fma.jsonl"
+fi
+
+echo "== mixtrain bench gemm"
+"$mixtrain" bench gemm --sizes 512,1024,2048 --seconds "$seconds" --json "$work/mixtrain_gemm.json"
+
+if [[ $have_dnnl == 1 ]]; then
+  echo "== oneDNN matmul"
+  "$work/peer_dnnl" --sizes 512,1024,2048 --seconds "$seconds" | tee "$work/dnnl.jsonl"
+fi
+if [[ $have_torch == 1 ]]; then
+  echo "== PyTorch matmul"
+  "${torch_env[@]}" "$python_torch" "$root/bench/peer_torch.py" matmul --sizes 512,1024,2048 --seconds "$seconds" \
+    --threads "$threads" | tee "$work/torch_matmul.jsonl"
+fi
+
+echo "== mixtrain bench step"
+for policy in float32 mixed_float16 mixed_bfloat16; do
+  "$mixtrain" bench step --hidden 4096,4096 --batch-size 256 --policy "$policy" --steps "$steps" \
+    --json "$work/step_$policy.json"
+done
+if [[ $have_torch == 1 ]]; then
+  echo "== PyTorch step"
+  for variant in float32 autocast_bfloat16; do
+    "${torch_env[@]}" "$python_torch" "$root/bench/peer_torch.py" step --variant "$variant" --hidden 4096,4096 \
+      --batch-size 256 --steps "$steps" --threads "$threads" | tee "$work/torch_step_$variant.jsonl"
+  done
+fi
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$work" "$threads" <<'EOF'
+import json, os, sys
+
+work, threads = sys.argv[1], sys.argv[2]
+
+def jsonl(name):
+    path = os.path.join(work, name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip().startswith("{")]
+
+def load(name):
+    path = os.path.join(work, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+peak = {r["dtype"]: r for r in jsonl("fma.jsonl")}
+fp32_peak = peak.get("float32", {}).get("gflops")
+mix = {(r["n"], r["dtype"]): r["gflops"] for r in load("mixtrain_gemm.json")["gemm"]}
+dnnl = {(r["n"], r["dtype"]): r for r in jsonl("dnnl.jsonl") if r["what"] == "peer_dnnl"}
+torch_mm = {(r["n"], r["dtype"]): r for r in jsonl("torch_matmul.jsonl") if r["what"] == "peer_torch_matmul"}
+step = {p: load(f"step_{p}.json") for p in ("float32", "mixed_float16", "mixed_bfloat16")}
+torch_step = {}
+for v in ("float32", "autocast_bfloat16"):
+    rows = [r for r in jsonl(f"torch_step_{v}.jsonl") if r["what"] == "peer_torch_step"]
+    if rows:
+        torch_step[v] = rows[0]
+info = {r["what"]: r for r in jsonl("dnnl.jsonl") + jsonl("torch_matmul.jsonl") if r["what"].endswith("_info")}
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+def peer_gflops(table, key):
+    r = table.get(key)
+    if r is None:
+        return None, "not run"
+    if not r.get("supported", True):
+        return None, "unsupported"
+    return r["gflops"], f"{r['gflops']:.0f}"
+
+print()
+print(f"== results ({threads} threads; ratios are the result, GFLOP/s and ms are notes)")
+if peak:
+    print("FMA peak: " + "; ".join(
+        f"{d} {r['instruction']} {r['gflops']:.0f} GFLOP/s" if r["available"] else f"{d} {r['instruction']}: not available"
+        for d, r in peak.items()))
+if "peer_dnnl_info" in info:
+    i = info["peer_dnnl_info"]
+    print(f"oneDNN {i['version']} (isa {i['isa']})")
+if "peer_torch_info" in info:
+    i = info["peer_torch_info"]
+    print(f"PyTorch {i['version']}, float32 BLAS: {i.get('blas') or 'linked in'}")
+print()
+print("GEMM n x n x n")
+print("| n | dtype | mixtrain / oneDNN | mixtrain / PyTorch | mixtrain % of fp32 FMA peak | mixtrain vs its float32 |"
+      " mixtrain GFLOP/s | oneDNN GFLOP/s | PyTorch GFLOP/s |")
+print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for (n, d), g in sorted(mix.items(), key=lambda kv: (kv[0][0], ["float32", "float16", "bfloat16"].index(kv[0][1]))):
+    dg, dtext = peer_gflops(dnnl, (n, d))
+    tg, ttext = peer_gflops(torch_mm, (n, d))
+    pct = f"{100 * g / fp32_peak:.0f}%" if fp32_peak else "-"
+    vs_dnnl = ratio(g, dg) if dg else dtext
+    vs_torch = ratio(g, tg) if tg else ttext
+    print(f"| {n} | {d} | {vs_dnnl} | {vs_torch} | {pct} | {ratio(g, mix[(n, 'float32')])} | {g:.0f} | {dtext} | {ttext} |")
+
+print()
+print("Training step, MLP 784-4096-4096-10, batch 256, Adam (median ms/step)")
+print("| mixtrain policy | PyTorch peer | mixtrain speedup vs peer | vs mixtrain float32 | mixtrain ms | PyTorch ms |")
+print("| --- | --- | ---: | ---: | ---: | ---: |")
+peer_of = {"float32": "float32", "mixed_float16": "autocast_bfloat16", "mixed_bfloat16": "autocast_bfloat16"}
+f32_ms = step["float32"]["ms_per_step"]
+for p, r in step.items():
+    t = torch_step.get(peer_of[p])
+    t_ms = t["ms_per_step"] if t else None
+    speed = ratio(t_ms, r["ms_per_step"]) if t_ms else "not run"
+    print(f"| {p} | {peer_of[p]} | {speed} | {ratio(f32_ms, r['ms_per_step'])} | {r['ms_per_step']:.1f} | "
+          f"{f'{t_ms:.1f}' if t_ms else '-'} |")
+
+print()
+print("Targets")
+print("| target | measured | met |")
+print("| --- | --- | --- |")
+sizes = sorted({n for n, _ in mix})
+def row(name, values, goal, unit="x"):
+    if not values:
+        print(f"| {name} | not measured | - |")
+        return
+    fmt = (lambda v: f"{v:.0f}%") if unit == "%" else (lambda v: f"{v:.2f}x")
+    shown = ", ".join(fmt(v) for v in values)
+    print(f"| {name} | {shown} | {'yes' if min(values) >= goal else 'no'} |")
+row("float32 GEMM >= 75% of fp32 FMA peak (n = " + "/".join(map(str, sizes)) + ")",
+    [100 * mix[(n, "float32")] / fp32_peak for n in sizes] if fp32_peak else [], 75, "%")
+row("float16 GEMM >= 2.0x float32", [mix[(n, "float16")] / mix[(n, "float32")] for n in sizes], 2.0)
+row("bfloat16 GEMM >= 0.9x float32", [mix[(n, "bfloat16")] / mix[(n, "float32")] for n in sizes], 0.9)
+bf = torch_step.get("autocast_bfloat16")
+row("step mixed_float16 >= 4x PyTorch autocast bf16",
+    [bf["ms_per_step"] / step["mixed_float16"]["ms_per_step"]] if bf else [], 4.0)
+tf = torch_step.get("float32")
+row("step float32 >= 5x PyTorch float32", [tf["ms_per_step"] / f32_ms] if tf else [], 5.0)
+row("step mixed_float16 >= 1.7x mixtrain float32", [f32_ms / step["mixed_float16"]["ms_per_step"]], 1.7)
+EOF
+
+if [[ -n "$out" ]]; then
+  mkdir -p "$out"
+  cp "$work"/*.json "$work"/*.jsonl "$out"/ 2>/dev/null || true
+  echo "raw results in $out"
+fi
