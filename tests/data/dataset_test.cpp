@@ -7,7 +7,6 @@
 #include <limits>
 #include <numeric>
 
-#include "mixtrain/data/batching.h"
 #include "test_files.h"
 
 namespace mixtrain {
@@ -121,46 +120,6 @@ TEST(Dataset, HoldoutRejectsBadFractionsAndTinyData) {
       << e.what();
 }
 
-TEST(Batching, EpochOrder) {
-  Rng rng(5);
-  EXPECT_EQ(epoch_order(4, false, rng), (std::vector<int64_t>{0, 1, 2, 3}));
-  EXPECT_EQ(epoch_order(0, true, rng), (std::vector<int64_t>{}));
-  Rng a(11), b(11);
-  const std::vector<int64_t> first = epoch_order(50, true, a);
-  EXPECT_EQ(epoch_order(50, true, b), first) << "same seed, same order";
-  std::vector<int64_t> sorted = first;
-  std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(sorted, epoch_order(50, false, a)) << "a permutation of 0..49";
-  EXPECT_NE(first, sorted);
-  EXPECT_NE(epoch_order(50, true, a), first) << "the next epoch draws a new order";
-  EXPECT_EQ(Rng(11).permutation(50), first);
-}
-
-TEST(Batching, NumBatches) {
-  EXPECT_EQ(num_batches(10, 3), 4);
-  EXPECT_EQ(num_batches(9, 3), 3);
-  EXPECT_EQ(num_batches(0, 3), 0);
-  EXPECT_EQ(num_batches(1, 256), 1);
-  EXPECT_TRUE(contains(error_of([] { num_batches(10, 0); }).what(), "batch size must be at least 1, got 0"));
-}
-
-TEST(Batching, MakeBatchGathersRowsInOrder) {
-  const Dataset d = numbered(6);
-  const std::vector<int64_t> order = {5, 0, 3, 1, 4, 2};
-  const Batch b = make_batch(d, order, 1, 4);
-  EXPECT_EQ(b.x.shape(), (Shape{3, 2}));
-  EXPECT_EQ(b.x.dtype(), DType::kFloat32);
-  EXPECT_EQ(b.x.to_floats(), (std::vector<float>{0, 0, 3, 30, 1, 10}));
-  EXPECT_EQ(b.y.shape(), (Shape{3}));
-  EXPECT_EQ(b.y.to_ints(), (std::vector<int32_t>{0, 0, 1}));
-  const Batch last = make_batch(d, order, 4, 6);
-  EXPECT_EQ(last.y.to_ints(), (std::vector<int32_t>{1, 2}));
-  EXPECT_EQ(last.x.to_floats(), (std::vector<float>{4, 40, 2, 20}));
-  EXPECT_TRUE(contains(error_of([&] { make_batch(d, order, 4, 7); }).what(), "range [4, 7) is empty or outside"));
-  EXPECT_THROW(make_batch(d, order, 2, 2), Error);
-  EXPECT_THROW(make_batch(d, order, -1, 2), Error);
-  EXPECT_THROW(make_batch(d, {0, 9}, 0, 2), Error);  // index beyond the data set
-}
 
 }  // namespace
 }  // namespace mixtrain
