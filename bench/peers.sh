@@ -44,6 +44,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
+for v in "$steps" "$threads" "$rounds"; do
+  [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "peers.sh: --steps, --threads and --rounds need positive integers, got '$v'" >&2; exit 2; }
+done
+[[ "$seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "peers.sh: --seconds needs a positive number, got '$seconds'" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "peers.sh: python3 is needed to read the JSON results" >&2; exit 2; }
 if [[ ! -x "$mixtrain" ]]; then
   echo "peers.sh: no mixtrain CLI at $mixtrain (build it: ninja -C build mixtrain_cli, or set MIXTRAIN=...)" >&2
@@ -56,11 +60,13 @@ export OMP_NUM_THREADS="$threads"   # mixtrain, oneDNN and PyTorch all run OpenM
 
 echo "== machine"
 model="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-) "
 present="" absent=""
 for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_bf16 avx512_fp16 amx_bf16 amx_fp16; do
-  if grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -qx "$f"; then present+="$f "; else absent+="$f "; fi
+  if [[ "$cpu_flags" == *" $f "* ]]; then present+="$f "; else absent+="$f "; fi
 done
 echo "cpu: $model; $(nproc) logical CPUs; threads used: $threads"
+absent="${absent% }"
 echo "flags present: ${present% }; absent: ${absent:-none}"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -74,7 +80,8 @@ fi
 if "$cxx" -std=c++20 -O2 "$root/bench/peer_dnnl.cpp" -o "$work/peer_dnnl" -ldnnl 2>"$work/peer_dnnl.log"; then
   have_dnnl=1
 else
-  echo "oneDNN: not installed (apt-get install libdnnl-dev), peer skipped"
+  echo "oneDNN: peer_dnnl does not build against -ldnnl here (apt-get install libdnnl-dev), peer skipped:"
+  head -3 "$work/peer_dnnl.log"
 fi
 python_torch="${PYTHON_TORCH:-}"
 if [[ -z "$python_torch" ]]; then

@@ -1,6 +1,7 @@
 #include "mixtrain/train/recovery.h"
 
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 
 #include "mixtrain/precision/loss_scale_optimizer.h"
@@ -36,6 +37,8 @@ void RecoveryGuard::snapshot(Model& model, const FitPosition& position) {
   optimizer_was_scaled_ = dynamic_cast<LossScaleOptimizer*>(&model.optimizer()) != nullptr;
   shuffle_state_ = model.shuffle_rng().state();
   dropout_state_ = model.dropout_rng().state();
+  snapshot_ema_ = ema_;
+  snapshot_reference_ema_ = reference_ema_;
   has_snapshot_ = true;
 }
 
@@ -52,7 +55,10 @@ const FitPosition& RecoveryGuard::restore(Model& model) {
     opt.load_state(optimizer_state_);
   model.shuffle_rng().set_state(shuffle_state_);
   model.dropout_rng().set_state(dropout_state_);
+  ema_ = snapshot_ema_;
+  reference_ema_ = snapshot_reference_ema_;
   consecutive_failures_ = 0;
+  drifting_steps_ = 0;
   return position_;
 }
 
@@ -74,7 +80,12 @@ bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
   const bool bad = !loss_finite || skipped;
   if (!bad) {
     consecutive_failures_ = 0;
-    return false;
+    if (!drifts(log_value(step_logs, "loss"), global_step)) return false;
+    if (drifting_steps_ < options_.max_consecutive_failures) return false;
+    char why[160];
+    std::snprintf(why, sizeof why, "smoothed loss %.4g is %.0f%% above the float32 reference's %.4g for %lld steps",
+                  ema_, 100 * (ema_ / reference_ema_ - 1), reference_ema_, static_cast<long long>(drifting_steps_));
+    return climb(model, batch, global_step, why);
   }
   ++consecutive_failures_;
 
@@ -90,9 +101,25 @@ bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
   // With a scaler, occasional skipped steps are its normal work; climb only when they persist.
   const bool stuck = scaler->stuck_at_floor();
   if (consecutive_failures_ < options_.max_consecutive_failures && !stuck) return false;
-  const std::string why = stuck ? "the loss scale is stuck at its floor"
-                                : std::to_string(consecutive_failures_) + " non-finite steps in a row";
+  return climb(model, batch, global_step,
+               stuck ? "the loss scale is stuck at its floor"
+                     : std::to_string(consecutive_failures_) + " non-finite steps in a row");
+}
 
+bool RecoveryGuard::drifts(double loss, int64_t global_step) {
+  const auto& ref = options_.reference_step_loss;
+  const size_t i = static_cast<size_t>(global_step - 1);
+  if (i >= ref.size() || !std::isfinite(ref[i])) return false;
+  constexpr double kWeight = 0.98;  // about 50 steps of memory
+  ema_ = global_step == 1 ? loss : kWeight * ema_ + (1 - kWeight) * loss;
+  reference_ema_ = global_step == 1 ? ref[i] : kWeight * reference_ema_ + (1 - kWeight) * ref[i];
+  const bool drifting = global_step > options_.drift_warmup_steps && ema_ > reference_ema_ * (1 + options_.drift_tolerance);
+  drifting_steps_ = drifting ? drifting_steps_ + 1 : 0;
+  return drifting;
+}
+
+bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step,
+                          const std::string& why) {
   // Rung 2: switch the layers that break in their compute dtype on this batch.
   std::vector<std::string> culprits;
   if (rung_ < 3) {

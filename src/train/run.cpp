@@ -103,6 +103,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   }
   RecoveryOptions ro;
   ro.log = progress;
+  ro.reference_step_loss = cfg.reference_step_loss;
   RecoveryGuard guard(ro);
   if (cfg.recover) fo.recovery = &guard;
 

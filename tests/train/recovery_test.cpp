@@ -159,5 +159,42 @@ TEST_F(RecoveryTest, RestoreReturnsTheSnapshotBitForBit) {
   EXPECT_EQ(state(), before);
 }
 
+TEST_F(RecoveryTest, LossDriftingFromTheFloat32ReferenceRevertsToFloat32) {
+  auto [x, y] = raw_features(1200, 7);
+  // Normalised inputs: nothing overflows, so only the drift check can act.
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = p[i] / 1e5f - 1.2f;
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 16;
+  auto f32 = mlp("float32");
+  History ref = f32->fit(x, y, o);
+  // A reference far below what any run reaches: the mixed run must be judged as drifting.
+  std::vector<double> unreachable = ref.step_loss;
+  for (double& v : unreachable) v *= 0.2;
+  auto mixed = mlp("mixed_bfloat16");
+  std::ostringstream log;
+  RecoveryOptions ro;
+  ro.log = &log;
+  ro.reference_step_loss = unreachable;
+  RecoveryGuard guard(ro);
+  o.recovery = &guard;
+  mixed->fit(x, y, o);
+  ASSERT_FALSE(guard.events().empty()) << log.str();
+  EXPECT_EQ(guard.events().front().action, "model_to_float32") << log.str();
+  EXPECT_NE(guard.events().front().reason.find("float32 reference"), std::string::npos) << log.str();
+  for (auto& l : mixed->layers()) EXPECT_EQ(l->compute_dtype(), DType::kFloat32);
+
+  // The honest reference (the float32 run itself) is tracked: no action.
+  auto mixed2 = mlp("mixed_bfloat16");
+  RecoveryOptions ro2;
+  ro2.log = &log;
+  ro2.reference_step_loss = ref.step_loss;
+  RecoveryGuard quiet(ro2);
+  o.recovery = &quiet;
+  mixed2->fit(x, y, o);
+  EXPECT_TRUE(quiet.events().empty()) << log.str();
+}
+
 }  // namespace
 }  // namespace mixtrain

@@ -70,24 +70,31 @@ int compare_command(const std::vector<std::string>& argv) {
     std::cerr << w << "\n";
     report.notes.push_back(w);
   });
-  std::vector<RunResult> results;
-  std::vector<RunConfig> configs;
-  for (const std::string& p : policies) {
-    RunConfig c = base;
-    c.policy = p;
-    std::cout << "\n=== " << p << " ===\n";
-    resolve_batch_size(c, a, data);  // per policy: 16-bit activations leave room for a larger batch
-    configs.push_back(c);
-    results.push_back(run_training(c, data, &std::cout, stdout_is_terminal()));
-    print_run_summary(results.back());
-    report.runs.push_back(to_policy_run(p, results.back()));
-  }
-  set_precision_warning_sink(nullptr);
-
-  // The baseline is float32 when it was run, else the first policy.
+  // The baseline is float32 when it is among the policies, else the first policy. It runs first so that,
+  // with --recover, the others can be checked for drifting away from its loss curve.
   size_t baseline = 0;
   for (size_t i = 0; i < policies.size(); ++i)
     if (policies[i] == "float32") baseline = i;
+  std::vector<size_t> run_order{baseline};
+  for (size_t i = 0; i < policies.size(); ++i)
+    if (i != baseline) run_order.push_back(i);
+  std::vector<RunResult> results(policies.size());
+  std::vector<RunConfig> configs(policies.size());
+  for (size_t i : run_order) {
+    RunConfig c = base;
+    c.policy = policies[i];
+    std::cout << "\n=== " << c.policy << " ===\n";
+    resolve_batch_size(c, a, data);  // per policy: 16-bit activations leave room for a larger batch
+    if (c.recover && i != baseline && policies[baseline] == "float32" &&
+        configs[baseline].batch_size == c.batch_size)
+      c.reference_step_loss = results[baseline].history.step_loss;
+    configs[i] = c;
+    results[i] = run_training(c, data, &std::cout, stdout_is_terminal());
+    print_run_summary(results[i]);
+  }
+  for (size_t i = 0; i < policies.size(); ++i) report.runs.push_back(to_policy_run(policies[i], results[i]));
+  set_precision_warning_sink(nullptr);
+
   const PolicyRun base_run = report.runs[baseline];
   for (PolicyRun& r : report.runs) fill_comparison(r, base_run);
   if (policies[baseline] != "float32") report.notes.push_back("no float32 run: " + policies[baseline] + " is the baseline");

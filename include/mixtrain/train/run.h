@@ -29,6 +29,8 @@ struct RunConfig {
   bool recover = false;                  // run the recovery ladder (train/recovery.h)
   std::string save_path;                 // checkpoint written after every epoch (empty: none)
   std::string resume_path;               // checkpoint to resume from (empty: start fresh)
+  // With recover: a float32 run's per-step loss on the same data order, for the recovery drift check.
+  std::vector<double> reference_step_loss;
 };
 
 struct RunResult {
