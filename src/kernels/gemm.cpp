@@ -5,18 +5,21 @@
 //   pack op(B)[pc.., jc..] into (kc, nr) panels (the block lives in L3),
 //   pack about mc rows of op(A)[.., pc..] into (kc, mr) panels (they live in L2),
 //   and run the micro-kernel on every (mr, nr) tile, one B panel staying in cache across the rows.
-// Each C element is the sum over k blocks in order, each block summed p = 0..kc-1 in float32, so the
-// result is the same whatever the number of threads or the split of rows and columns among them.
+// Each C element is the sum over k blocks in order, each block summed p = 0..kc-1 in float32 (one k at
+// a time, or one pair at a time on the bfloat16 dot path), so the result is the same whatever the number
+// of threads or the split of rows and columns among them.
 #include "mixtrain/kernels/gemm.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/gemm_internal.h"
@@ -196,6 +199,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
     const int64_t col_panels = ceil_div(nc_cur, nr);
     for (int64_t pc = 0; pc < p.k; pc += kc) {
       const int64_t kc_cur = std::min(kc, p.k - pc);
+      const int64_t slots = ceil_div(kc_cur, be.k_per_slot);  // depth of a packed panel
       const bool first = pc == 0, last = pc + kc_cur == p.k;
       be.pack(src_b, jc, nc_cur, pc, kc_cur, static_cast<int>(nr), b_panels);
 
@@ -231,7 +235,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
               ep.add_dtype = first ? p.c_dtype : DType::kFloat32;
               ep.ld_add = first ? p.ldc : nc;
             }
-            be.micro_kernel(kc_cur, a_panels + (rq - q0) * kc_cur * mr, b_panels + cq * kc_cur * nr, mr_used,
+            be.micro_kernel(kc_cur, a_panels + (rq - q0) * slots * mr, b_panels + cq * slots * nr, mr_used,
                             nr_used, ep);
           }
         }
@@ -240,8 +244,9 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
   }
 }
 
-void gemm_blocked(const GemmBackend& be, const Problem& p) {
-  int threads = omp_get_max_threads();
+// Runs on up to max_threads threads (omp_get_max_threads() when 0).
+void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) {
+  int threads = max_threads > 0 ? max_threads : omp_get_max_threads();
   if (p.m * p.n * p.k < kMinParallelMacs) threads = 1;
   int tm = 1, tn = 1;
   split_among_threads(threads, p.m, p.n, be, &tm, &tn);
@@ -262,8 +267,9 @@ void gemm_blocked(const GemmBackend& be, const Problem& p) {
       if (need_partial) {
         nc = std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / (s.i1 - s.i0) / be.nr * be.nr));
       }
-      float* a_panels = t_a_panels.get(static_cast<size_t>(be.mc * be.kc));
-      float* b_panels = t_b_panels.get(static_cast<size_t>(be.kc * nc));
+      const int64_t max_slots = ceil_div(be.kc, be.k_per_slot);  // depth of the deepest packed panel
+      float* a_panels = t_a_panels.get(static_cast<size_t>(be.mc * max_slots));
+      float* b_panels = t_b_panels.get(static_cast<size_t>(max_slots * nc));
       float* partial = need_partial ? t_partial.get(static_cast<size_t>((s.i1 - s.i0) * nc)) : nullptr;
       if (a_panels == nullptr || b_panels == nullptr || (need_partial && partial == nullptr)) {
         out_of_memory = true;  // no exceptions out of a parallel region
@@ -317,6 +323,86 @@ void check_args(const Problem& p) {
   }
 }
 
+
+// ---- bfloat16 method: widen to float32 (the ISA path's own packing) or vdpbf16ps on pairs ----
+
+enum Bf16Method : int { kWiden = 0, kDot = 1 };
+
+// The dot path needs the AVX-512 path (its epilogue and blocking) and AVX512_BF16.
+bool cpu_has_dot() {
+  static const bool has = best_level() == kLevelAvx512 && cpu_features().avx512_bf16;
+  return has;
+}
+
+int parse_bf16_method(const char* name) {
+  if (std::strcmp(name, "widen") == 0) return kWiden;
+  if (std::strcmp(name, "dot") == 0) return kDot;
+  return -1;
+}
+
+// -1 when MIXTRAIN_BF16_GEMM is unset.
+int env_bf16_method() {
+  static const int method = [] {
+    const char* env = std::getenv("MIXTRAIN_BF16_GEMM");
+    if (env == nullptr || *env == '\0') return -1;
+    const int parsed = parse_bf16_method(env);
+    if (parsed < 0)
+      MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_BF16_GEMM='" << env << "' names no bfloat16 GEMM method",
+                    "set MIXTRAIN_BF16_GEMM to dot or widen, or unset it");
+    return parsed;
+  }();
+  return method;
+}
+
+// Seconds for the fastest of `runs` single-threaded bfloat16 GEMMs of the calibration shape on `be`.
+double best_seconds(const GemmBackend& be, const Problem& p, int runs) {
+  double best = 1e30;
+  for (int r = 0; r < runs; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    gemm_blocked(be, p, 1);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+// Whether vdpbf16ps beats widening on this CPU: on some it issues at twice the FMA rate (AMD Zen 5), on
+// others at half (Intel Sapphire Rapids), which cpuid does not say. Times both, packing included, on one
+// cache block of a 192 x 256 x 512 product on one thread (about 50 MFLOP per run, a few ms in all), best
+// of three after a warm-up. Dot must win by 10% so that a near tie, where timing noise could pick either
+// method from one run to the next, stays on widening.
+bool dot_is_faster() {
+  constexpr int64_t kM = 192, kN = 256, kK = 512;
+  std::vector<uint16_t> a(kM * kK), b(kK * kN);  // (m, k), (k, n): values in [1, 2)
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(0x3F80 + (i * 37) % 128);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(0x3F80 + (i * 53) % 128);
+  std::vector<float> c(kM * kN);  // (m, n)
+  const Problem p{false, false, kM, kN, kK, DType::kBFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
+                  c.data(), kN, false, nullptr};
+  const GemmBackend& widen = *kBackends[kLevelAvx512];
+  const GemmBackend& dot = cpu::kAvx512Bf16Backend;
+  gemm_blocked(widen, p, 1);  // warm-up: packing buffers, caches, clocks
+  gemm_blocked(dot, p, 1);
+  const double t_widen = best_seconds(widen, p, 3), t_dot = best_seconds(dot, p, 3);
+  return t_dot * 1.1 < t_widen;
+}
+
+std::atomic<int> g_test_bf16_method{-1};
+
+// Whether bfloat16 inputs take the dot path now.
+bool use_dot() {
+  if (!cpu_has_dot() || &active_backend() != kBackends[kLevelAvx512]) return false;
+  int wanted = g_test_bf16_method.load(std::memory_order_relaxed);
+  if (wanted < 0) wanted = env_bf16_method();
+  if (wanted >= 0) return wanted == kDot;
+  static const bool calibrated = dot_is_faster();
+  return calibrated;
+}
+
+const GemmBackend& backend_for(DType ab_dtype) {
+  if (ab_dtype == DType::kBFloat16 && use_dot()) return cpu::kAvx512Bf16Backend;
+  return active_backend();
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
@@ -326,10 +412,12 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_
   check_args(p);
   if (m == 0 || n == 0) return;
   if (k == 0) return gemm_no_products(p);
-  gemm_blocked(active_backend(), p);
+  gemm_blocked(backend_for(ab_dtype), p);
 }
 
 const char* gemm_isa() { return active_backend().name; }
+
+const char* gemm_bf16_method() { return use_dot() ? "dot" : "widen"; }
 
 const char* set_gemm_isa_for_testing(const char* isa) {
   int level = -1;
@@ -340,6 +428,17 @@ const char* set_gemm_isa_for_testing(const char* isa) {
   }
   g_test_level.store(level, std::memory_order_relaxed);
   return gemm_isa();
+}
+
+const char* set_gemm_bf16_method_for_testing(const char* method) {
+  int wanted = -1;
+  if (method != nullptr) {
+    wanted = parse_bf16_method(method);
+    if (wanted < 0)
+      MIXTRAIN_FAIL(kInvalidInput, "unknown bfloat16 GEMM method '" << method << "'", "use dot or widen");
+  }
+  g_test_bf16_method.store(wanted, std::memory_order_relaxed);
+  return gemm_bf16_method();
 }
 
 }  // namespace mixtrain::kernels

@@ -66,11 +66,11 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
     MIXTRAIN_CHECK(v.defined(), name() << ".apply: variable " << i << " is undefined");
     keys[i] = var_key(v, i);
     if (!grads[i].defined()) continue;
-    if (v.dtype() != DType::kFloat32) {
+    if (!is_float(v.dtype())) {
       MIXTRAIN_FAIL(kInvalidInput,
                     name() << ".apply: variable '" << keys[i] << "' is " << v.value().describe()
-                           << "; optimizers update float32 variables",
-                    "create variables in the policy's variable_dtype (float32)");
+                           << "; optimizers update floating variables",
+                    "create variables in the policy's variable_dtype");
     }
     if (!v.trainable()) {
       MIXTRAIN_FAIL(kInvalidInput, name() << ".apply: variable '" << keys[i] << "' is not trainable",
@@ -115,7 +115,15 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!g[i].defined()) continue;
     Var v = vars[i];
-    update(v.mutable_value().data<float>(), g[i].data<float>(), v.value().numel(), keys[i]);
+    if (v.dtype() == DType::kFloat32) {
+      update(v.mutable_value().data<float>(), g[i].data<float>(), v.value().numel(), keys[i]);
+    } else {
+      // A float16 / bfloat16 variable (the pure "float16" / "bfloat16" policies): the update runs in float32
+      // with float32 state, and the result is rounded once into the variable's dtype.
+      Tensor wide = v.value().to(DType::kFloat32);
+      update(wide.data<float>(), g[i].data<float>(), wide.numel(), keys[i]);
+      convert_elements(wide.raw(), DType::kFloat32, v.mutable_value().raw(), v.dtype(), wide.numel());
+    }
     v.bump_version();
   }
   ++iterations_;

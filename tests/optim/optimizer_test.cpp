@@ -176,8 +176,8 @@ TEST(Optimizer, ShapeOrDTypeMismatchThrowsAndChangesNothing) {
   Var frozen = make_var("frozen");
   frozen.set_trainable(false);
   EXPECT_THROW(opt.apply({grad_at(0)}, {frozen}), Error);
-  Var half(Tensor::from_floats({2}, {1, 2}, DType::kFloat16), true, "h");
-  EXPECT_THROW(opt.apply({grad_at(0)}, {half}), Error);
+  Var labels(Tensor::from_ints({2}, {1, 2}), true, "labels");
+  EXPECT_THROW(opt.apply({Tensor::from_floats({2}, {0.5f, 0.5f})}, {labels}), Error);
 
   // A restored slot from a different model is refused before any variable changes.
   NamedTensors st = {{"iterations", Tensor::from_ints({1}, {0})},
@@ -185,6 +185,20 @@ TEST(Optimizer, ShapeOrDTypeMismatchThrowsAndChangesNothing) {
   opt.load_state(st);
   EXPECT_THROW(opt.apply({grad_at(0), grad_at(0)}, {a, b}), Error);
   EXPECT_TRUE(bit_equal(a.value(), before));
+}
+
+// Pure float16 / bfloat16 policies keep 16-bit variables: the update runs in float32 and rounds once.
+TEST(Optimizer, SixteenBitVariablesAreUpdatedInFloat32AndRoundedOnce) {
+  for (DType d : {DType::kFloat16, DType::kBFloat16}) {
+    Sgd opt(0.1f);
+    Var w(Tensor::from_floats({2}, {1.0f, 2.0f}, d), true, "w");
+    const uint64_t version = w.version();
+    opt.apply({Tensor::from_floats({2}, {0.5f, 0.5f})}, {w});
+    EXPECT_EQ(w.dtype(), d);
+    EXPECT_GT(w.version(), version);
+    const Tensor want = Tensor::from_floats({2}, {1.0f - 0.1f * 0.5f, 2.0f - 0.1f * 0.5f}, d);
+    EXPECT_EQ(w.value().to_floats(), want.to_floats()) << dtype_name(d);
+  }
 }
 
 TEST(Optimizer, UndefinedGradientLeavesVariableAlone) {

@@ -18,6 +18,15 @@ namespace mixtrain::kernels {
 // Throws mixtrain::Error on negative sizes, too-small strides, null pointers or non-float dtypes.
 // Runs on up to omp_get_max_threads() OpenMP threads (OMP_NUM_THREADS); the bits of C do not depend on
 // how many. Each thread keeps its packing buffers between calls (at most about 17 MiB).
+//
+// bfloat16 inputs take one of two methods (gemm_bf16_method()). "widen": each value is widened to
+// float32 while packing and multiplied with float32 FMAs, as float16 is. "dot": values stay bfloat16 and
+// vdpbf16ps multiplies pairs (AVX512_BF16). Products of two bfloat16 values are exact in float32 either
+// way and sums stay float32, so both meet the same error bound, but their bits differ: vdpbf16ps adds two
+// products per step rather than one, rounds to nearest even whatever the floating-point environment,
+// reads subnormal bfloat16 inputs as zero and flushes subnormal float32 partial sums to zero (widening
+// keeps both). C's final rounding into its dtype is the same. For a given method the bits of C still do
+// not depend on the thread count.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
           DType c_dtype, void* c, int64_t ldc, bool accumulate, const float* bias);
@@ -25,5 +34,12 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 // Name of the instruction-set path in use: "avx512", "avx2", "scalar". The best path the CPU and the
 // operating system support, unless the environment variable MIXTRAIN_ISA names a lower one.
 const char* gemm_isa();
+
+// Method for bfloat16 inputs: "dot" or "widen" (see gemm above). "dot" only on the "avx512" path of a
+// CPU with AVX512_BF16, and only where it is faster: on first use, both methods are timed once on a
+// small product (a few milliseconds), since vdpbf16ps runs at twice the FMA rate on some CPUs and half
+// on others. The environment variable MIXTRAIN_BF16_GEMM=dot|widen skips the timing and forces one
+// (dot falls back to widen on a CPU without it).
+const char* gemm_bf16_method();
 
 }  // namespace mixtrain::kernels

@@ -27,7 +27,7 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // One update: vars[i] -= f(grads[i]). grads[i] is float32 with vars[i]'s shape, or undefined (that variable is
-  // left alone, like a None gradient in Keras). Variables must be float32 and trainable. Calls bump_version() on
+  // left alone, like a None gradient in Keras). Variables must be floating and trainable; a float16 or bfloat16 variable is updated in float32 and rounded once. Calls bump_version() on
   // each updated variable so cached low-precision copies refresh. Throws Error on a mismatch before changing anything.
   virtual void apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars);
 

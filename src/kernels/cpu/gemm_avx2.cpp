@@ -228,6 +228,6 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
 
 // The B panel in use (kc * 16 floats, 32 KiB) fits L1, the A chunk (mc * kc floats, 144 KiB) a 256 KiB
 // L2, the B block (kc * nc floats, 4 MiB) L3: sizes that suit AVX2 CPUs with small caches.
-const GemmBackend kAvx2Backend = {"avx2", kMR, kNR, 72, 512, 2048, pack, micro_kernel};
+const GemmBackend kAvx2Backend = {"avx2", kMR, kNR, 72, 512, 2048, pack, micro_kernel, 1};
 
 }  // namespace mixtrain::kernels::cpu

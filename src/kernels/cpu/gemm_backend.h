@@ -40,20 +40,28 @@ struct GemmBackend {
   int mr, nr;          // micro-tile: C rows x C columns held in registers
   int64_t mc, kc, nc;  // cache blocks: mc, nc multiples of mr, nr
 
-  // Packs rows [r0, r0 + rows) and k range [p0, p0 + kc) of src into float32 panels of `width` rows
-  // (width is mr for A, nr for B): panel q is (kc, width) at dst + q * kc * width, element (p, r) at
-  // [p * width + r]; rows past the end of the last panel are zero. dst is 64-byte aligned.
+  // Packs rows [r0, r0 + rows) and k range [p0, p0 + kc) of src into panels of `width` rows (width is
+  // mr for A, nr for B) made of 32-bit slots, each holding k_per_slot consecutive k values of one row.
+  // k_per_slot = 1: float32 slots; panel q is (kc, width) at dst + q * kc * width, element (p, r) at
+  // [p * width + r]. k_per_slot = 2: bfloat16 pairs, (k = 2s in the low half, 2s + 1 in the high half);
+  // panel q is (ceil(kc / 2), width) at dst + q * ceil(kc / 2) * width, and an odd kc pads the last
+  // pair with +0. Rows past the end of the last panel are zero. dst is 64-byte aligned.
   void (*pack)(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int width, float* dst);
 
-  // a: packed A panel (kc, mr); b: packed B panel (kc, nr). Computes the float32 tile a^T b in the
-  // order p = 0, 1, ..., kc - 1 and hands its top-left (mr_used, nr_used) corner to the epilogue.
+  // a: packed A panel; b: packed B panel, both kc deep. Computes the float32 tile a^T b in the order
+  // p = 0, 1, ..., kc - 1 (one slot at a time) and hands its top-left (mr_used, nr_used) corner to the
+  // epilogue.
   void (*micro_kernel)(int64_t kc, const float* a, const float* b, int mr_used, int nr_used, const Epilogue& ep);
+
+  int k_per_slot;  // 1, or 2 for the bfloat16 dot-product path (which packs only bfloat16 inputs)
 };
 
 // Plain data, so selecting a path never runs code compiled for an instruction set the CPU lacks.
 extern const GemmBackend kScalarBackend;
 extern const GemmBackend kAvx2Backend;
 extern const GemmBackend kAvx512Backend;
+// bfloat16 inputs only, with vdpbf16ps; needs the AVX-512 path's features plus AVX512_BF16.
+extern const GemmBackend kAvx512Bf16Backend;
 
 // The epilogue for a tile held in memory (mr, nr) with row stride ld_tile; the vector paths use it for
 // tiles cut by the right edge of C. Same arithmetic as theirs: (tile + add) + bias, then one rounding.

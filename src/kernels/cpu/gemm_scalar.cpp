@@ -77,6 +77,6 @@ void scalar_epilogue(const float* tile, int64_t ld_tile, int mr, int nr, const E
 }
 
 // Small blocks: this path is for correctness and old CPUs, where caches are small too.
-const GemmBackend kScalarBackend = {"scalar", kMR, kNR, 128, 256, 2048, pack, micro_kernel};
+const GemmBackend kScalarBackend = {"scalar", kMR, kNR, 128, 256, 2048, pack, micro_kernel, 1};
 
 }  // namespace mixtrain::kernels::cpu
