@@ -30,3 +30,8 @@ assert r["test"]["accuracy"] > 0.95, r["test"]
 assert r["peak_memory_bytes"] > 0 and r["steps_per_second"] > 0
 print("csv training ok: test accuracy", r["test"]["accuracy"])
 PY
+# Pure 16-bit policies (variables in float16 / bfloat16 too) also train.
+for p in float16 bfloat16; do
+  "$bin" train --data "$tmp/data.csv" --epochs 3 --batch-size 16 --seed 2 --policy "$p" --json "$tmp/$p.json" >/dev/null
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); a=r['test']['accuracy']; print(sys.argv[2], a); assert a > 0.95" "$tmp/$p.json" "$p"
+done
