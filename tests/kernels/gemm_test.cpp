@@ -1,5 +1,6 @@
-// gemm() on every instruction-set path this CPU has, against a float64 reference computed from the
-// same rounded inputs: all transpose cases, input dtypes, output dtypes, accumulate and bias, odd shapes.
+// gemm() on every instruction-set path this CPU has, and on the bfloat16 dot-product path where the CPU
+// has AVX512_BF16, against a float64 reference computed from the same rounded inputs: all transpose
+// cases, input dtypes, output dtypes, accumulate and bias, odd shapes.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -165,14 +166,19 @@ void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DT
   }
 }
 
-// Runs a test once per path; skips paths this CPU lacks.
+// Runs a test once per path; skips paths this CPU lacks. bfloat16 inputs are widened to float32 here
+// (the dot-product method has its own tests below).
 class GemmPath : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
+    set_gemm_bf16_method_for_testing("widen");
     if (std::strcmp(set_gemm_isa_for_testing(GetParam()), GetParam()) != 0)
       GTEST_SKIP() << "this CPU has no " << GetParam() << " path";
   }
-  void TearDown() override { set_gemm_isa_for_testing(nullptr); }
+  void TearDown() override {
+    set_gemm_isa_for_testing(nullptr);
+    set_gemm_bf16_method_for_testing(nullptr);
+  }
 };
 
 TEST_P(GemmPath, OddShapesAllTransposesAndDtypes) {
@@ -270,6 +276,104 @@ TEST_P(GemmPath, RoundsIntoCDtypeExactlyLikeHalfConversions) {
 
 INSTANTIATE_TEST_SUITE_P(Isa, GemmPath, ::testing::Values("scalar", "avx2", "avx512"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+// ---- bfloat16 with vdpbf16ps (the "dot" method) ----
+//
+// The same float32-accumulation bound as every other path, tolerance() above: each vdpbf16ps adds two
+// exact products to the running float32 sum, so an element of C is still a float32 sum of k + 2 terms
+// (k products, old C, bias) in some order, within gamma_(k+2) of the exact sum. vdpbf16ps reads bfloat16
+// subnormals as zero and flushes subnormal results to zero, which that bound does not cover; the inputs
+// here (uniform in [-1, 1], bias and old C likewise) have no bfloat16 subnormals, and every nonzero
+// partial sum of their products is far above the float32 subnormal range, so neither ever happens.
+class GemmBf16Dot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::strcmp(set_gemm_isa_for_testing("avx512"), "avx512") != 0 ||
+        std::strcmp(set_gemm_bf16_method_for_testing("dot"), "dot") != 0)
+      GTEST_SKIP() << "this CPU has no AVX512_BF16 dot-product path";
+  }
+  void TearDown() override {
+    set_gemm_isa_for_testing(nullptr);
+    set_gemm_bf16_method_for_testing(nullptr);
+  }
+};
+
+TEST_F(GemmBf16Dot, OddShapesAllTransposesAndDtypes) {
+  const int64_t sizes[] = {1, 7, 17, 31, 129};
+  std::vector<Shape3> shapes;
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes) shapes.push_back({m, n, k});
+  shapes.push_back({1000, 33, 257});
+  std::mt19937 rng(4321);
+  for (const Shape3& s : shapes)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true}) check_all_outputs("avx512/dot", s, trans_a, trans_b, DType::kBFloat16, rng);
+}
+
+// Every k from 1 to 66 (odd ones pad the last pair with zero; 32 and 64 end a packing block exactly) and
+// a few past, each with both layouts of A and B; C's padding and the NaN in the operands' padding
+// columns catch a pair that reads one element too far.
+TEST_F(GemmBf16Dot, OddAndEvenDepths) {
+  std::mt19937 rng(8);
+  std::vector<int64_t> depths;
+  for (int64_t k = 1; k <= 66; ++k) depths.push_back(k);
+  for (int64_t k : {95, 97, 255, 513}) depths.push_back(k);
+  for (int64_t k : depths)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        check_all_outputs("avx512/dot", {13, 45, k}, trans_a, trans_b, DType::kBFloat16, rng);
+}
+
+TEST_F(GemmBf16Dot, SeveralColumnAndDepthBlocks) {
+  // n past the column block (2048) and k over two k blocks (at most 2048 deep on this path) of odd and
+  // even depth, 1051 then 1050: the padded pair sits in the middle of the sum.
+  std::mt19937 rng(98);
+  for (bool trans_b : {false, true})
+    check_all_outputs("avx512/dot", {5, 4133, 2101}, false, trans_b, DType::kBFloat16, rng);
+}
+
+TEST_F(GemmBf16Dot, OneAndTwoThreadsGiveIdenticalBits) {
+  const int saved = omp_get_max_threads();
+  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}, {70, 300, 4199}};
+  std::mt19937 rng(6);
+  for (const Shape3& s : shapes) {
+    for (bool trans_b : {false, true}) {
+      for (DType c_dtype : kFloatTypes) {
+        Matrix a(DType::kBFloat16, s.m, s.k, 0);
+        Matrix b(DType::kBFloat16, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 0);
+        a.fill_uniform(rng);
+        b.fill_uniform(rng);
+        std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
+        Matrix c1(c_dtype, s.m, s.n, 0);
+        c1.fill_uniform(rng);
+        Matrix c2 = c1;
+        omp_set_num_threads(1);
+        gemm(false, trans_b, s.m, s.n, s.k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(),
+             c1.ld, true, bias.data());
+        omp_set_num_threads(2);
+        gemm(false, trans_b, s.m, s.n, s.k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(),
+             c2.ld, true, bias.data());
+        EXPECT_EQ(c1.bytes, c2.bytes) << "avx512/dot m=" << s.m << " n=" << s.n << " k=" << s.k
+                                      << " trans_b=" << trans_b << " c=" << dtype_name(c_dtype);
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST(GemmBf16Method, ForcedMethodsAndLowerPaths) {
+  const std::string chosen = gemm_bf16_method();  // calibrated, or MIXTRAIN_BF16_GEMM
+  EXPECT_TRUE(chosen == "dot" || chosen == "widen") << chosen;
+  EXPECT_STREQ(set_gemm_bf16_method_for_testing("widen"), "widen");
+  const std::string dot = set_gemm_bf16_method_for_testing("dot");  // "widen" without AVX512_BF16
+  EXPECT_TRUE(dot == "dot" || dot == "widen") << dot;
+  set_gemm_isa_for_testing("avx2");  // the dot path needs the AVX-512 path
+  EXPECT_STREQ(gemm_bf16_method(), "widen");
+  set_gemm_isa_for_testing(nullptr);
+  EXPECT_EQ(set_gemm_bf16_method_for_testing(nullptr), chosen);
+  EXPECT_THROW(set_gemm_bf16_method_for_testing("fast"), Error);
+}
 
 TEST(Gemm, RejectsBadArguments) {
   float a[4] = {}, b[4] = {}, c[4] = {};

@@ -1,7 +1,7 @@
 // AVX-512 GEMM path: 12x32 float32 micro-kernel (24 zmm accumulators, two B vectors, A broadcast from
 // memory), packing that widens float16 (vcvtph2ps) and bfloat16 (shift left 16) to float32 once, and an
-// epilogue with masked stores for any tile width. Compiled with -mavx512f/bw/vl/dq -mfma -mf16c; reached
-// only when cpu_features() reports all of them.
+// epilogue with masked stores for any tile width (gemm_avx512_common.h). Compiled with -mavx512f/bw/vl/dq
+// -mfma -mf16c; reached only when cpu_features() reports all of them.
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm_avx512_common.h"
