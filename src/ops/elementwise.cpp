@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace mixtrain::ops {
 
@@ -131,16 +132,17 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
 }
 
 Tensor sum_rows(const Tensor& dy) {
-  MIXTRAIN_CHECK(dy.rank() == 2, "sum_rows: expected a 2-D tensor, got " << dy.describe());
+  MIXTRAIN_CHECK(dy.rank() == 2 && is_float(dy.dtype()), "sum_rows: expected a floating 2-D tensor, got " << dy.describe());
   const int64_t rows = dy.dim(0), cols = dy.dim(1);
   Tensor out = Tensor::zeros({cols}, DType::kFloat32);
   float* o = out.data<float>();
-  dispatch_float(dy.dtype(), "sum_rows", [&](auto tag) {
-    using T = decltype(tag);
-    const T* d = dy.data<T>();
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) o[j] += to_float(d[i * cols + j]);
-  });
+  // Row by row through a float32 buffer (vectorised conversion), summed in float32.
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(dy.dtype());
+  for (int64_t i = 0; i < rows; ++i) {
+    convert_elements(static_cast<const char*>(dy.raw()) + i * row_bytes, dy.dtype(), row.data(), DType::kFloat32, cols);
+    for (int64_t j = 0; j < cols; ++j) o[j] += row[j];
+  }
   return out;
 }
 

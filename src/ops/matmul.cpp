@@ -1,6 +1,8 @@
 #include "mixtrain/ops/matmul.h"
 
+
 #include "mixtrain/kernels/gemm.h"
+#include "mixtrain/ops/elementwise.h"
 
 namespace mixtrain::ops {
 
@@ -66,17 +68,7 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
   LinearGrads g;
   if (need_x) g.dx = matmul(dyc, w, false, true, x.dtype());       // (B, out) x (out, in)
   g.dw = matmul(x, dyc, true, false, DType::kFloat32);             // (in, B) x (B, out), float32 out
-  if (need_bias) {
-    g.dbias = Tensor::zeros({w.dim(1)}, DType::kFloat32);
-    float* db = g.dbias.data<float>();
-    const int64_t rows = dy.dim(0), cols = dy.dim(1);
-    dispatch_float(dyc.dtype(), "linear_backward", [&](auto tag) {
-      using T = decltype(tag);
-      const T* d = dyc.data<T>();
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) db[j] += to_float(d[i * cols + j]);
-    });
-  }
+  if (need_bias) g.dbias = sum_rows(dyc);  // float32 sums
   return g;
 }
 
