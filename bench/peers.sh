@@ -5,13 +5,17 @@
 #
 # Runs, one after the other, in each of R rounds (default 3; S seconds per GEMM case, N steps per step case):
 #   fma_peak                          this CPU's multiply-add ceiling per dtype (bench/fma_peak.cpp)
-#   mixtrain bench gemm               GEMM GFLOP/s per dtype, n = 512, 1024, 2048
+#   mixtrain bench gemm               GEMM GFLOP/s per dtype, n = 512, 1024, 2048 (bfloat16 by the method mixtrain
+#                                     picks at run time: vdpbf16ps "dot" or "widen" to float32; MIXTRAIN_BF16_GEMM
+#                                     =dot|widen forces one)
 #   peer_dnnl                         oneDNN matmul, same sizes and dtypes (bench/peer_dnnl.cpp)
 #   peer_torch.py matmul              PyTorch matmul, same sizes and dtypes
 #   mixtrain bench step               MLP 784-4096-4096-10, batch 256, Adam: float32, mixed_float16, mixed_bfloat16
 #   peer_torch.py step                the same step in PyTorch: float32 and autocast bfloat16
 # then prints ratios (the result; absolute numbers are notes): mixtrain GEMM vs oneDNN and PyTorch, as a share
-# of the measured FMA peak, step vs PyTorch, mixed vs float32, and each performance target met or not.
+# of the measured peak of the fastest multiply-add that can compute its dtype (float32 FMAs for every dtype,
+# since 16-bit inputs can be widened; vdpbf16ps for bfloat16 and vfmadd231ph for float16 where the CPU has
+# them), step vs PyTorch, mixed vs float32, and each performance target met or not.
 #
 # Peers: oneDNN from `apt-get install libdnnl-dev`, PyTorch from `apt-get install python3-torch` (Debian 12).
 # A peer that is not installed is skipped with a message. PyTorch's float32 matmul goes through the system
@@ -69,6 +73,12 @@ echo "cpu: $model; $(nproc) logical CPUs; threads used: $threads"
 absent="${absent% }"
 echo "flags present: ${present% }; absent: ${absent:-none}"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ -n "${MIXTRAIN_BF16_GEMM:-}" ]]; then
+  echo "mixtrain bfloat16 GEMM method: forced, MIXTRAIN_BF16_GEMM=$MIXTRAIN_BF16_GEMM"
+else
+  echo "mixtrain bfloat16 GEMM method: mixtrain's run-time calibration (dot, with vdpbf16ps, where the CPU has" \
+       "avx512_bf16 and it times faster than widening to float32; MIXTRAIN_BF16_GEMM=dot|widen forces one)"
+fi
 
 echo "== building helpers"
 have_fma=0 have_dnnl=0 have_torch=0
@@ -170,6 +180,15 @@ def best(rows, key):
 
 peak = best(jsonl("fma"), lambda r: r["dtype"])
 fp32_peak = peak.get("float32", {}).get("gflops")
+
+def dtype_peak(d):
+    """The measured peak of the fastest multiply-add that can compute dtype d: float32 FMAs always (16-bit
+    inputs can be widened to float32), or the dtype's own instruction (vdpbf16ps, vfmadd231ph) where the CPU
+    has it and it is faster. None when fma_peak did not run."""
+    rows = [peak.get("float32")] + ([peak.get(d)] if d != "float32" else [])
+    rows = [r for r in rows if r and r.get("available") and r.get("gflops")]
+    return max(rows, key=lambda r: r["gflops"]) if rows else None
+
 mix = {k: r["gflops"] for k, r in best([g for run in loads("mixtrain_gemm") for g in run["gemm"]],
                                         lambda r: (r["n"], r["dtype"])).items()}
 dnnl = best([r for r in jsonl("dnnl") if r["what"] == "peer_dnnl"], lambda r: (r["n"], r["dtype"]))
@@ -199,6 +218,9 @@ if peak:
     print("FMA peak: " + "; ".join(
         f"{d} {r['instruction']} {r['gflops']:.0f} GFLOP/s ({r['gflops_1_thread']:.0f} on 1 thread)"
         if r["available"] else f"{d} {r['instruction']}: not available" for d, r in peak.items()))
+    print("GEMM share of peak, per dtype, against the fastest multiply-add that computes it: " + "; ".join(
+        f"{d} {dtype_peak(d)['instruction']} {dtype_peak(d)['gflops']:.0f}" for d in ("float32", "float16", "bfloat16")
+        if dtype_peak(d)))
     per_round = [r["gflops"] for r in jsonl("fma") if r["dtype"] == "float32" and r["available"]]
     print("float32 FMA peak per round: " + ", ".join(f"{g:.0f}" for g in per_round) +
           " GFLOP/s (a round well below the best one shared the CPU with other work)")
@@ -210,13 +232,14 @@ if "peer_torch_info" in info:
     print(f"PyTorch {i['version']}, float32 BLAS: {i.get('blas') or 'linked in'}")
 print()
 print("GEMM n x n x n")
-print("| n | dtype | mixtrain / oneDNN | mixtrain / PyTorch | mixtrain % of fp32 FMA peak | mixtrain vs its float32 |"
+print("| n | dtype | mixtrain / oneDNN | mixtrain / PyTorch | mixtrain % of its dtype's peak | mixtrain vs its float32 |"
       " mixtrain GFLOP/s | oneDNN GFLOP/s | PyTorch GFLOP/s |")
 print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for (n, d), g in sorted(mix.items(), key=lambda kv: (kv[0][0], ["float32", "float16", "bfloat16"].index(kv[0][1]))):
     dg, dtext = peer_gflops(dnnl, (n, d))
     tg, ttext = peer_gflops(torch_mm, (n, d))
-    pct = f"{100 * g / fp32_peak:.0f}%" if fp32_peak else "-"
+    dp = dtype_peak(d)
+    pct = f"{100 * g / dp['gflops']:.0f}%" if dp else "-"
     vs_dnnl = ratio(g, dg) if dg else dtext
     vs_torch = ratio(g, tg) if tg else ttext
     print(f"| {n} | {d} | {vs_dnnl} | {vs_torch} | {pct} | {ratio(g, mix[(n, 'float32')])} | {g:.0f} | {dtext} | {ttext} |")
