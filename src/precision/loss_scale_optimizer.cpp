@@ -1,4 +1,5 @@
 #include <iostream>
+#include <optional>
 #include "mixtrain/precision/loss_scale_optimizer.h"
 
 #include <algorithm>
@@ -229,37 +230,32 @@ void LossScaleOptimizer::load_state(const NamedTensors& state) {
       inner_state.emplace_back(k, t);
     }
   }
-  auto get_float = [&](const std::string& key, bool required, float fallback) {
+  // Takes the one-element entry `key` of `dtype` out of `own`; nullopt when absent and not required.
+  auto take = [&](const std::string& key, bool required, DType dtype) -> std::optional<Tensor> {
     auto it = own.find(key);
     if (it == own.end()) {
       if (required) {
         MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer.load_state: missing '" << kPrefix << key << "'",
                       "pass the output of LossScaleOptimizer::state()");
       }
-      return fallback;
+      return std::nullopt;
     }
     const Tensor& t = it->second;
-    MIXTRAIN_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.numel() == 1,
-                   "LossScaleOptimizer.load_state: '" << kPrefix << key << "' must be one float32");
-    const float v = t.at(0);
+    MIXTRAIN_CHECK(t.defined() && t.dtype() == dtype && t.numel() == 1,
+                   "LossScaleOptimizer.load_state: '" << kPrefix << key << "' must be one " << dtype_name(dtype));
+    const Tensor v = t;
     own.erase(it);
     return v;
   };
+  auto get_float = [&](const std::string& key, bool required, float fallback) {
+    const std::optional<Tensor> t = take(key, required, DType::kFloat32);
+    return t ? t->at(0) : fallback;
+  };
   auto get_int = [&](const std::string& key, bool required, int64_t fallback) -> int64_t {
-    auto it = own.find(key);
-    if (it == own.end()) {
-      if (required) {
-        MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer.load_state: missing '" << kPrefix << key << "'",
-                      "pass the output of LossScaleOptimizer::state()");
-      }
-      return fallback;
-    }
-    const Tensor& t = it->second;
-    MIXTRAIN_CHECK(t.defined() && t.dtype() == DType::kInt32 && t.numel() == 1,
-                   "LossScaleOptimizer.load_state: '" << kPrefix << key << "' must be one int32");
-    const int64_t v = t.to_ints()[0];
+    const std::optional<Tensor> t = take(key, required, DType::kInt32);
+    if (!t) return fallback;
+    const int64_t v = t->to_ints()[0];  // exact: no float round trip
     MIXTRAIN_CHECK(v >= 0, "LossScaleOptimizer.load_state: '" << kPrefix << key << "' is negative (" << v << ")");
-    own.erase(it);
     return v;
   };
   const float scale = get_float("scale", true, 0.0f);
