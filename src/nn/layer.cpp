@@ -69,8 +69,7 @@ void Layer::set_dtype_policy(const DTypePolicy& policy) {
   policy_ = policy;
   for (Var& w : weights_)
     if (is_float(w.dtype()) && w.dtype() != policy.variable_dtype()) {
-      Var fresh(w.value().to(policy.variable_dtype()), w.requires_grad(), w.name());
-      w.mutable_value() = fresh.value();
+      w.mutable_value() = w.value().to(policy.variable_dtype());
       w.zero_grad();
       w.bump_version();
     }
