@@ -50,3 +50,17 @@ assert full["test"] == res["test"], (full["test"], res["test"])
 assert full["loss_scale"]["final"] == res["loss_scale"]["final"]
 print("resume from epoch 2 matches the uninterrupted run:", res["test"])
 PY
+
+# compare --recover: float32 runs first; the mixed run recovers and the report says what was done.
+"$bin" compare "${common[@]}" --policies float32,mixed_float16 --recover --out "$tmp/cmp" >/dev/null
+python3 - "$tmp/cmp/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+mixed = r["policies"]["mixed_float16"]
+acts = [e["action"] for e in mixed["recovery"]]
+assert "layers_to_float32" in acts, acts
+assert r["policies"]["float32"]["recovery"] == []
+notes = r["comparison"].get("notes", [])
+assert any("recovery" in n for n in notes), notes
+print("compare --recover:", acts, "verdict", mixed["verdict"], "accuracy delta", mixed["accuracy_delta"])
+PY
