@@ -174,12 +174,18 @@ void dispatch_any(DType dtype, Fn&& fn) {
 namespace detail {
 void half_to_float_f16c(const uint16_t* src, float* dst, int64_t n);
 void float_to_half_f16c(const float* src, uint16_t* dst, int64_t n);
+void bf16_to_float_avx512(const uint16_t* src, float* dst, int64_t n);
+void float_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
 }  // namespace detail
 
 namespace {
 // F16C (and the AVX state it needs) is checked once; the scalar code serves everywhere else.
 bool have_f16c() {
   static const bool ok = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  return ok;
+}
+bool have_avx512f() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
   return ok;
 }
 }  // namespace
@@ -192,6 +198,14 @@ void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dty
   }
   if (src_dtype == DType::kFloat32 && dst_dtype == DType::kFloat16 && have_f16c()) {
     detail::float_to_half_f16c(static_cast<const float*>(src), static_cast<uint16_t*>(dst), count);
+    return;
+  }
+  if (src_dtype == DType::kBFloat16 && dst_dtype == DType::kFloat32 && have_avx512f()) {
+    detail::bf16_to_float_avx512(static_cast<const uint16_t*>(src), static_cast<float*>(dst), count);
+    return;
+  }
+  if (src_dtype == DType::kFloat32 && dst_dtype == DType::kBFloat16 && have_avx512f()) {
+    detail::float_to_bf16_avx512(static_cast<const float*>(src), static_cast<uint16_t*>(dst), count);
     return;
   }
   if (src_dtype == dst_dtype) {
