@@ -48,36 +48,36 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
   auto* scaler = dynamic_cast<LossScaleOptimizer*>(&model.optimizer());
   const float scale = scaler ? scaler->loss_scale() : 1.0f;
 
-  // Switch every layer to float32 compute for the shadow run, remembering the real policies.
+  // Switch every layer to float32 compute for the shadow run; the guard puts the real policies and the
+  // previous observer back however the run ends.
   std::map<const Layer*, DType> real;
-  std::map<const Layer*, DTypePolicy> saved;
   std::map<const Layer*, LayerInspection> stats;
+  struct Restore {
+    Model& model;
+    LayerObserver* observer;
+    std::map<const Layer*, DTypePolicy> policies;
+    ~Restore() {
+      model.set_observer(observer);
+      for (auto& l : model.layers()) l->set_dtype_policy(policies.at(l.get()));
+    }
+  } restore{model, model.observer(), {}};
   for (auto& l : model.layers()) {
     real[l.get()] = l->compute_dtype();
-    saved.emplace(l.get(), l->dtype_policy());
+    restore.policies.emplace(l.get(), l->dtype_policy());
     stats[l.get()] = LayerInspection{l->name(), l->class_name(), l->compute_dtype(), {}, {}, {}};
     l->set_dtype_policy(DTypePolicy::from_name("float32"));
   }
   StatsObserver obs(stats, real);
-  LayerObserver* previous = model.observer();
   model.set_observer(&obs);
-  try {
-    const int64_t n = x.dim(0);
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t begin = (s * batch_size) % n, end = std::min(n, begin + batch_size);
-      Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
-      clear_tape();
-      Var out = model.call(Var(is_float(xb.dtype()) ? xb : xb.to(DType::kFloat32)), CallContext{});
-      backward(model.loss()(out, yb), scale);
-      for (Var w : model.weights()) w.zero_grad();
-    }
-  } catch (...) {
-    model.set_observer(previous);
-    for (auto& l : model.layers()) l->set_dtype_policy(saved.at(l.get()));
-    throw;
+  const int64_t n = x.dim(0);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t begin = (s * batch_size) % n, end = std::min(n, begin + batch_size);
+    Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
+    clear_tape();
+    Var out = model.call(Var(is_float(xb.dtype()) ? xb : xb.to(DType::kFloat32)), CallContext{});
+    backward(model.loss()(out, yb), scale);
+    for (Var w : model.weights()) w.zero_grad();
   }
-  model.set_observer(previous);
-  for (auto& l : model.layers()) l->set_dtype_policy(saved.at(l.get()));
   std::vector<LayerInspection> out;
   for (auto& l : model.layers()) out.push_back(stats.at(l.get()));
   return out;

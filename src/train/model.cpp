@@ -29,6 +29,20 @@ Shape sample_shape_of(const Tensor& x) {
 Tensor as_input(const Tensor& x) { return is_float(x.dtype()) ? x : x.to(DType::kFloat32); }
 }  // namespace
 
+int64_t training_rows(int64_t n, double fraction) {
+  MIXTRAIN_CHECK(fraction >= 0 && fraction < 1, "validation_split must be in [0, 1), got " << fraction);
+  const int64_t n_train = n - static_cast<int64_t>(std::floor(static_cast<double>(n) * fraction));
+  MIXTRAIN_CHECK(n_train > 0 && (fraction == 0 || n_train < n),
+                 "validation_split " << fraction << " leaves " << n_train << " of " << n << " rows for training");
+  return n_train;
+}
+
+ValidationSplit split_validation(const Tensor& x, const Tensor& y, double fraction) {
+  const int64_t n = x.dim(0), n_train = training_rows(n, fraction);
+  if (n_train == n) return {x, y, Tensor(), Tensor()};
+  return {x.slice_rows(0, n_train), y.slice_rows(0, n_train), x.slice_rows(n_train, n), y.slice_rows(n_train, n)};
+}
+
 Model::Model(std::string name, uint64_t seed)
     : Sequential(std::move(name)),
       seed_(seed),
@@ -109,14 +123,11 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     val_y = options.validation_data->second;
     check_xy(val_x, val_y, "fit validation_data");
   } else if (options.validation_split > 0) {
-    const int64_t n = x_all.dim(0);
-    const int64_t n_train = n - static_cast<int64_t>(std::floor(static_cast<double>(n) * options.validation_split));
-    MIXTRAIN_CHECK(n_train > 0 && n_train < n, "fit: validation_split " << options.validation_split << " leaves "
-                                                                         << n_train << " of " << n << " rows for training");
-    x = x_all.slice_rows(0, n_train);
-    y = y_all.slice_rows(0, n_train);
-    val_x = x_all.slice_rows(n_train, n);
-    val_y = y_all.slice_rows(n_train, n);
+    ValidationSplit v = split_validation(x_all, y_all, options.validation_split);
+    x = v.x;
+    y = v.y;
+    val_x = v.val_x;
+    val_y = v.val_y;
   }
   build_for(sample_shape_of(x));
 

@@ -78,16 +78,8 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   if (progress) fo.callbacks.push_back(&bar);
   // Split off the validation rows (the last ones, as Keras) before measuring, so the peak counts what
   // training holds (batches, activations, gradients, optimizer state), not copies of the data set.
-  Tensor x = data.train.x, y = data.train.y;
-  if (cfg.validation_split > 0) {
-    const int64_t n = x.dim(0);
-    const int64_t n_train = n - static_cast<int64_t>(static_cast<double>(n) * cfg.validation_split);
-    MIXTRAIN_CHECK(n_train > 0 && n_train < n, "--validation-split " << cfg.validation_split << " leaves " << n_train
-                                                                      << " of " << n << " rows for training");
-    fo.validation_data = std::make_pair(x.slice_rows(n_train, n), y.slice_rows(n_train, n));
-    x = x.slice_rows(0, n_train);
-    y = y.slice_rows(0, n_train);
-  }
+  ValidationSplit split = split_validation(data.train.x, data.train.y, cfg.validation_split);
+  if (split.val_x.defined()) fo.validation_data = std::make_pair(split.val_x, split.val_y);
 
   if (!cfg.resume_path.empty()) {
     const CheckpointInfo info = load_checkpoint(cfg.resume_path, *model);
@@ -109,7 +101,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
 
   const int64_t live_before = memory_stats().live_bytes;
   reset_peak_memory();
-  r.history = model->fit(x, y, fo);
+  r.history = model->fit(split.x, split.y, fo);
   r.peak_memory_bytes = memory_stats().peak_bytes - live_before;
   r.test = model->evaluate(data.test.x, data.test.y);
   const double secs = r.history.train_seconds;

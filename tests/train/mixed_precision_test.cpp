@@ -11,18 +11,12 @@
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/model.h"
+#include "quiet_policy_test.h"
 
 namespace mixtrain {
 namespace {
 
-class MixedPrecisionTest : public ::testing::Test {
- protected:
-  void SetUp() override { set_precision_warning_sink([](const std::string&) {}); }
-  void TearDown() override {
-    set_global_policy("float32");
-    set_precision_warning_sink(nullptr);
-  }
-};
+using MixedPrecisionTest = QuietPolicyTest;
 
 // XOR of the signs of two inputs: a linear read-out of the untrained hidden layer cannot separate it,
 // so the task is learned only when the hidden layer learns.

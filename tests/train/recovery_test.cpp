@@ -9,19 +9,13 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/train/model.h"
+#include "quiet_policy_test.h"
 #include "mixtrain/train/recovery.h"
 
 namespace mixtrain {
 namespace {
 
-class RecoveryTest : public ::testing::Test {
- protected:
-  void SetUp() override { set_precision_warning_sink([](const std::string&) {}); }
-  void TearDown() override {
-    set_global_policy("float32");
-    set_precision_warning_sink(nullptr);
-  }
-};
+using RecoveryTest = QuietPolicyTest;
 
 // Three classes separated along raw, unnormalised features of magnitude ~1e5: beyond float16's 65504.
 std::pair<Tensor, Tensor> raw_features(int64_t n, uint64_t seed) {

@@ -119,7 +119,7 @@ void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
   if (!auto_batch_size(a)) return;
   const int64_t budget =
       a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget") : default_memory_budget();
-  const int64_t rows = data.train.size() - static_cast<int64_t>(static_cast<double>(data.train.size()) * cfg.validation_split);
+  const int64_t rows = training_rows(data.train.size(), cfg.validation_split);
   const BatchSizeSearch s = find_max_batch_size(cfg, data.train.num_features(),
                                                 std::max(data.train.num_classes, data.test.num_classes), budget, rows);
   cfg.batch_size = s.batch_size;

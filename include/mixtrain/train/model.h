@@ -30,6 +30,15 @@ struct FitOptions {
   RecoveryGuard* recovery = nullptr;
 };
 
+// Keras' validation_split: the last floor(n * fraction) rows (taken before shuffling) validate, the rest train.
+struct ValidationSplit {
+  Tensor x, y;          // training rows
+  Tensor val_x, val_y;  // validation rows (undefined when fraction is 0)
+};
+// Number of training rows left by `fraction`; Error when a side would be empty.
+int64_t training_rows(int64_t n, double fraction);
+ValidationSplit split_validation(const Tensor& x, const Tensor& y, double fraction);
+
 struct EvaluateResult {
   double loss = 0;
   double accuracy = 0;  // only for sparse_categorical_crossentropy

@@ -101,16 +101,7 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
     b += kNR;
   }
 
-  // The epilogue reads the tile from L1 rather than registers: indexing the accumulators by the
-  // run-time row count would make the compiler keep them on the stack inside the k loop.
-  alignas(64) float tile[kMR * kNR];  // (MR, NR)
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) {
-    _mm512_store_ps(tile + i * kNR, c[i][0]);
-    _mm512_store_ps(tile + i * kNR + 16, c[i][1]);
-  }
-
-  tile_epilogue(tile, mr_used, nr_used, ep);
+  finish_tile(c, mr_used, nr_used, ep);
 }
 
 }  // namespace

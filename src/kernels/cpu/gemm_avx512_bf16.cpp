@@ -118,13 +118,7 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
     b += kNR;
   }
 
-  alignas(64) float tile[kMR * kNR];  // (MR, NR), read by the epilogue (see gemm_avx512.cpp)
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) {
-    _mm512_store_ps(tile + i * kNR, c[i][0]);
-    _mm512_store_ps(tile + i * kNR + 16, c[i][1]);
-  }
-  tile_epilogue(tile, mr_used, nr_used, ep);
+  finish_tile(c, mr_used, nr_used, ep);
 }
 
 }  // namespace

@@ -148,5 +148,18 @@ inline void tile_epilogue(const float* tile, int mr_used, int nr_used, const Epi
   }
 }
 
+// Writes the (12, 32) accumulator tile to L1 and runs the epilogue on it. The epilogue reads the tile
+// from memory rather than registers: indexing the accumulators by the run-time row count would make
+// the compiler keep them on the stack inside the k loop. Fully unrolled, so c stays in registers.
+inline void finish_tile(const __m512 (&c)[kAvx512MR][2], int mr_used, int nr_used, const Epilogue& ep) {
+  alignas(64) float tile[kAvx512MR * kAvx512NR];  // (MR, NR)
+#pragma GCC unroll 12
+  for (int i = 0; i < kAvx512MR; ++i) {
+    _mm512_store_ps(tile + i * kAvx512NR, c[i][0]);
+    _mm512_store_ps(tile + i * kAvx512NR + 16, c[i][1]);
+  }
+  tile_epilogue(tile, mr_used, nr_used, ep);
+}
+
 }  // namespace
 }  // namespace mixtrain::kernels::cpu
