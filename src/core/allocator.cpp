@@ -7,6 +7,8 @@
 #include <new>
 #include <vector>
 
+#include "mixtrain/core/error.h"
+
 namespace mixtrain {
 
 namespace {
@@ -87,5 +89,36 @@ MemoryStats memory_stats() {
 }
 
 void reset_peak_memory() { g_peak.store(g_live.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+
+namespace {
+class CpuAllocator final : public DeviceAllocator {
+ public:
+  void* allocate(int, size_t bytes) override { return allocate_bytes(bytes); }
+  void deallocate(int, void* ptr, size_t bytes) override { free_bytes(ptr, bytes); }
+  MemoryStats stats(int) const override { return memory_stats(); }
+  void reset_peak(int) override { reset_peak_memory(); }
+};
+
+DeviceAllocator** allocator_table() {
+  static CpuAllocator cpu;
+  static DeviceAllocator* table[kNumDeviceTypes] = {&cpu, nullptr};
+  return table;
+}
+}  // namespace
+
+DeviceAllocator& allocator_for(const Device& device) {
+  DeviceAllocator* a = allocator_table()[static_cast<int>(device.type)];
+  if (!a)
+    MIXTRAIN_FAIL(kInvalidInput, "no allocator for device " << device.str(),
+                  std::string("this build has no ") + device_type_name(device.type) + " backend; use the cpu device");
+  return *a;
+}
+
+void register_allocator(DeviceType type, DeviceAllocator* allocator) {
+  allocator_table()[static_cast<int>(type)] = allocator;
+}
+
+MemoryStats memory_stats(const Device& device) { return allocator_for(device).stats(device.index); }
+void reset_peak_memory(const Device& device) { allocator_for(device).reset_peak(device.index); }
 
 }  // namespace mixtrain

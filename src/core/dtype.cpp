@@ -13,10 +13,12 @@ constexpr std::array<DTypeTraits, kNumDTypes> kTable = {{
     {DType::kBFloat16, "bfloat16", "BF16", 2, true},
     {DType::kInt32, "int32", "I32", 4, false},
     {DType::kUInt8, "uint8", "U8", 1, false},
+    {DType::kInt64, "int64", "I64", 8, false},
 }};
 // Every enumerator has a row, in enumerator order.
 static_assert(kTable.size() == kNumDTypes);
 static_assert(kTable[static_cast<int>(DType::kUInt8)].dtype == DType::kUInt8);
+static_assert(kTable[static_cast<int>(DType::kInt64)].dtype == DType::kInt64);
 }  // namespace
 
 const DTypeTraits& traits(DType dtype) { return kTable[static_cast<size_t>(dtype)]; }
@@ -28,14 +30,14 @@ DType parse_dtype(std::string_view name) {
   if (name == "f16" || name == "fp16" || name == "half") return DType::kFloat16;
   if (name == "bf16") return DType::kBFloat16;
   MIXTRAIN_FAIL(kInvalidInput, "unknown dtype '" << name << "'",
-                "valid dtypes are float32, float16, bfloat16, int32, uint8");
+                "valid dtypes are float32, float16, bfloat16, int32, uint8, int64");
 }
 
 DType parse_safetensors_dtype(std::string_view tag) {
   for (const auto& t : kTable)
     if (tag == t.safetensors) return t.dtype;
   MIXTRAIN_FAIL(kInvalidInput, "unsupported safetensors dtype '" << tag << "'",
-                "mixtrain reads F32, F16, BF16, I32 and U8 tensors");
+                "mixtrain reads F32, F16, BF16, I32, I64 and U8 tensors");
 }
 
 void throw_unsupported_dtype(const char* op, DType dtype) {

@@ -7,16 +7,48 @@
 
 namespace mixtrain {
 
-Storage::Storage(size_t bytes) : data_(allocate_bytes(bytes)), bytes_(bytes) {}
-Storage::~Storage() { free_bytes(data_, bytes_); }
+Storage::Storage(size_t bytes, Device device)
+    : data_(allocator_for(device).allocate(device.index, bytes)), bytes_(bytes), device_(device) {}
+Storage::~Storage() { allocator_for(device_).deallocate(device_.index, data_, bytes_); }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  for (int64_t d : shape.dims())
+std::vector<int64_t> contiguous_strides(const Shape& shape) {
+  std::vector<int64_t> strides(static_cast<size_t>(shape.rank()));
+  int64_t s = 1;
+  for (int i = shape.rank() - 1; i >= 0; --i) {
+    strides[static_cast<size_t>(i)] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+namespace {
+int normalize_dim(int d, int rank, const char* op) {
+  const int n = d < 0 ? d + rank : d;
+  MIXTRAIN_CHECK(n >= 0 && n < rank, op << ": dimension " << d << " out of range for rank " << rank);
+  return n;
+}
+
+void require_cpu(const Tensor& t, const char* what) {
+  MIXTRAIN_CHECK(t.device().is_cpu(), what << ": " << t.describe() << " is not in host memory; copy it to the cpu first");
+}
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  MIXTRAIN_CHECK(shape.rank() <= kMaxRank, "tensor shape " << shape << " has rank " << shape.rank()
+                                                             << "; at most " << kMaxRank << " dimensions are supported");
+  int64_t count = 1;
+  for (int64_t d : shape.dims()) {
     MIXTRAIN_CHECK(d >= 0, "tensor shape " << shape << " has a negative dimension");
+    MIXTRAIN_CHECK(!__builtin_mul_overflow(count, d, &count), "tensor shape " << shape << " has too many elements");
+  }
+  int64_t bytes = 0;
+  MIXTRAIN_CHECK(!__builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(dtype)), &bytes),
+                 "tensor shape " << shape << " needs more bytes than fit in 64 bits");
   Tensor t;
   t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.nbytes());
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(bytes), device);
   return t;
 }
 
@@ -45,45 +77,174 @@ Tensor Tensor::from_ints(const Shape& shape, const std::vector<int32_t>& values)
   MIXTRAIN_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
                  "from_ints: " << values.size() << " values for shape " << shape);
   Tensor t = empty(shape, DType::kInt32);
-  std::memcpy(t.raw(), values.data(), t.nbytes());
+  if (t.nbytes()) std::memcpy(t.raw(), values.data(), t.nbytes());
   return t;
 }
 
-Tensor Tensor::reshape(const Shape& shape) const {
-  MIXTRAIN_CHECK(shape.numel() == numel(), "reshape: cannot view " << describe() << " as " << shape);
-  Tensor t = *this;
-  t.shape_ = shape;
+Tensor Tensor::from_int64s(const Shape& shape, const std::vector<int64_t>& values) {
+  MIXTRAIN_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
+                 "from_int64s: " << values.size() << " values for shape " << shape);
+  Tensor t = empty(shape, DType::kInt64);
+  if (t.nbytes()) std::memcpy(t.raw(), values.data(), t.nbytes());
   return t;
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = rank() - 1; i >= 0; --i) {
+    const int64_t d = shape_[i];
+    if (d != 1 && strides_[static_cast<size_t>(i)] != expected) return false;
+    expected *= d;
+  }
+  return true;
+}
+
+void* Tensor::raw() {
+  return storage_ ? static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_)) : nullptr;
+}
+const void* Tensor::raw() const { return const_cast<Tensor*>(this)->raw(); }
+
+Tensor Tensor::reshape(const Shape& requested) const {
+  std::vector<int64_t> dims = requested.dims();
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1) {
+      MIXTRAIN_CHECK(infer < 0, "reshape: " << requested << " has more than one -1");
+      infer = static_cast<int>(i);
+    } else {
+      MIXTRAIN_CHECK(dims[i] >= 0, "reshape: " << requested << " has a negative dimension");
+      known *= dims[i];
+    }
+  }
+  if (infer >= 0) {
+    MIXTRAIN_CHECK(known > 0 && numel() % known == 0, "reshape: cannot view " << describe() << " as " << requested);
+    dims[static_cast<size_t>(infer)] = numel() / known;
+  }
+  const Shape shape(dims);
+  MIXTRAIN_CHECK(shape.numel() == numel(), "reshape: cannot view " << describe() << " as " << shape);
+  MIXTRAIN_CHECK(shape.rank() <= kMaxRank, "reshape: rank " << shape.rank() << " exceeds " << kMaxRank);
+  Tensor t = is_contiguous() ? *this : contiguous();
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  return t;
+}
+
+Tensor Tensor::transpose(int d0, int d1) const {
+  std::vector<int> order(static_cast<size_t>(rank()));
+  for (int i = 0; i < rank(); ++i) order[static_cast<size_t>(i)] = i;
+  std::swap(order[static_cast<size_t>(normalize_dim(d0, rank(), "transpose"))],
+            order[static_cast<size_t>(normalize_dim(d1, rank(), "transpose"))]);
+  return permute(order);
+}
+
+Tensor Tensor::permute(const std::vector<int>& order) const {
+  MIXTRAIN_CHECK(static_cast<int>(order.size()) == rank(),
+                 "permute: " << order.size() << " dimensions given for " << describe());
+  std::vector<bool> seen(static_cast<size_t>(rank()), false);
+  std::vector<int64_t> dims(order.size()), strides(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int d = normalize_dim(order[i], rank(), "permute");
+    MIXTRAIN_CHECK(!seen[static_cast<size_t>(d)], "permute: dimension " << d << " appears twice");
+    seen[static_cast<size_t>(d)] = true;
+    dims[i] = shape_[d];
+    strides[i] = strides_[static_cast<size_t>(d)];
+  }
+  Tensor t = *this;
+  t.shape_ = Shape(dims);
+  t.strides_ = strides;
+  return t;
+}
+
+Tensor Tensor::slice(int dim, int64_t begin, int64_t end) const {
+  const int d = normalize_dim(dim, rank(), "slice");
+  MIXTRAIN_CHECK(0 <= begin && begin <= end && end <= shape_[d],
+                 "slice: [" << begin << ", " << end << ") out of range for dimension " << d << " of " << describe());
+  std::vector<int64_t> dims = shape_.dims();
+  dims[static_cast<size_t>(d)] = end - begin;
+  Tensor t = *this;
+  t.shape_ = Shape(dims);
+  t.offset_ = offset_ + begin * strides_[static_cast<size_t>(d)];
+  return t;
+}
+
+Tensor Tensor::contiguous() const {
+  if (!defined() || is_contiguous()) return *this;
+  Tensor t = empty(shape_, dtype_, device());
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  MIXTRAIN_CHECK(defined() && src.defined() && src.shape() == shape_,
+                 "copy_from: cannot copy " << src.describe() << " into " << describe());
+  require_cpu(*this, "copy_from");
+  require_cpu(src, "copy_from");
+  const int64_t n = numel();
+  if (n == 0) return;
+  if (is_contiguous() && src.is_contiguous()) {
+    convert_elements(src.raw(), src.dtype_, raw(), dtype_, n);
+    return;
+  }
+  // Walk the outer dimensions with a counter; the last dimension is converted as one run when both
+  // sides are dense in it.
+  const int r = rank();
+  if (r == 0) {
+    convert_elements(src.raw(), src.dtype_, raw(), dtype_, 1);
+    return;
+  }
+  const int64_t inner = shape_[r - 1];
+  const int64_t s_in = src.strides_[static_cast<size_t>(r - 1)], d_in = strides_[static_cast<size_t>(r - 1)];
+  const size_t s_size = dtype_size(src.dtype_), d_size = dtype_size(dtype_);
+  std::vector<int64_t> idx(static_cast<size_t>(r), 0);
+  const char* s_base = static_cast<const char*>(src.storage_->data());
+  char* d_base = static_cast<char*>(storage_->data());
+  for (int64_t done = 0; done < n; done += inner) {
+    int64_t s_off = src.offset_, d_off = offset_;
+    for (int i = 0; i < r - 1; ++i) {
+      s_off += idx[static_cast<size_t>(i)] * src.strides_[static_cast<size_t>(i)];
+      d_off += idx[static_cast<size_t>(i)] * strides_[static_cast<size_t>(i)];
+    }
+    if ((s_in == 1 || inner == 1) && (d_in == 1 || inner == 1)) {
+      convert_elements(s_base + s_off * static_cast<int64_t>(s_size), src.dtype_,
+                       d_base + d_off * static_cast<int64_t>(d_size), dtype_, inner);
+    } else {
+      for (int64_t j = 0; j < inner; ++j)
+        convert_elements(s_base + (s_off + j * s_in) * static_cast<int64_t>(s_size), src.dtype_,
+                         d_base + (d_off + j * d_in) * static_cast<int64_t>(d_size), dtype_, 1);
+    }
+    for (int i = r - 2; i >= 0; --i) {
+      if (++idx[static_cast<size_t>(i)] < shape_[i]) break;
+      idx[static_cast<size_t>(i)] = 0;
+    }
+  }
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape_, dtype_);
-  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  Tensor t = empty(shape_, dtype_, device());
+  if (numel()) t.copy_from(*this);
   return t;
 }
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  Tensor t = empty(shape_, dtype);
-  convert_elements(raw(), dtype_, t.raw(), dtype, numel());
+  Tensor t = empty(shape_, dtype, device());
+  t.copy_from(*this);
   return t;
 }
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   MIXTRAIN_CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= dim(0),
                  "slice_rows: rows [" << begin << ", " << end << ") out of range for " << describe());
-  std::vector<int64_t> dims = shape_.dims();
-  dims[0] = end - begin;
-  Tensor t = empty(Shape(dims), dtype_);
-  const size_t row_bytes = dim(0) ? nbytes() / static_cast<size_t>(dim(0)) : 0;
-  if (t.nbytes()) std::memcpy(t.raw(), static_cast<const char*>(raw()) + begin * row_bytes, t.nbytes());
-  return t;
+  return slice(0, begin, end).clone();
 }
 
 Tensor Tensor::gather_rows(const std::vector<int64_t>& indices) const { return gather_rows(indices, dtype_); }
 
 Tensor Tensor::gather_rows(const std::vector<int64_t>& indices, DType dtype) const {
   MIXTRAIN_CHECK(rank() >= 1, "gather_rows: " << describe() << " has no rows");
+  require_cpu(*this, "gather_rows");
+  const Tensor src_t = contiguous();
   std::vector<int64_t> dims = shape_.dims();
   dims[0] = static_cast<int64_t>(indices.size());
   Tensor t = empty(Shape(dims), dtype);
@@ -91,7 +252,7 @@ Tensor Tensor::gather_rows(const std::vector<int64_t>& indices, DType dtype) con
   const size_t src_row_bytes = static_cast<size_t>(row_elems) * dtype_size(dtype_);
   const size_t dst_row_bytes = static_cast<size_t>(row_elems) * dtype_size(dtype);
   char* dst = static_cast<char*>(t.raw());
-  const char* src = static_cast<const char*>(raw());
+  const char* src = static_cast<const char*>(src_t.raw());
   for (size_t i = 0; i < indices.size(); ++i) {
     MIXTRAIN_CHECK(indices[i] >= 0 && indices[i] < dim(0), "gather_rows: row " << indices[i] << " out of range");
     convert_elements(src + indices[i] * src_row_bytes, dtype_, dst + i * dst_row_bytes, dtype, row_elems);
@@ -101,14 +262,25 @@ Tensor Tensor::gather_rows(const std::vector<int64_t>& indices, DType dtype) con
 
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> v(static_cast<size_t>(numel()));
-  convert_elements(raw(), dtype_, v.data(), DType::kFloat32, numel());
+  if (!v.empty()) to(DType::kFloat32).contiguous().copy_out(v.data());
   return v;
 }
 
 std::vector<int32_t> Tensor::to_ints() const {
   std::vector<int32_t> v(static_cast<size_t>(numel()));
-  convert_elements(raw(), dtype_, v.data(), DType::kInt32, numel());
+  if (!v.empty()) to(DType::kInt32).contiguous().copy_out(v.data());
   return v;
+}
+
+std::vector<int64_t> Tensor::to_int64s() const {
+  std::vector<int64_t> v(static_cast<size_t>(numel()));
+  if (!v.empty()) to(DType::kInt64).contiguous().copy_out(v.data());
+  return v;
+}
+
+void Tensor::copy_out(void* dst) const {
+  require_cpu(*this, "reading values");
+  std::memcpy(dst, raw(), nbytes());
 }
 
 float Tensor::item() const {
@@ -116,21 +288,36 @@ float Tensor::item() const {
   return at(0);
 }
 
+int64_t Tensor::storage_index(int64_t i) const {
+  int64_t off = offset_;
+  for (int d = rank() - 1; d >= 0; --d) {
+    const int64_t n = shape_[d];
+    off += (i % n) * strides_[static_cast<size_t>(d)];
+    i /= n;
+  }
+  return off;
+}
+
 float Tensor::at(int64_t i) const {
   MIXTRAIN_CHECK(i >= 0 && i < numel(), "at: index " << i << " out of range for " << describe());
+  require_cpu(*this, "at");
   float v;
-  convert_elements(static_cast<const char*>(raw()) + i * dtype_size(dtype_), dtype_, &v, DType::kFloat32, 1);
+  convert_elements(static_cast<const char*>(storage_->data()) + storage_index(i) * static_cast<int64_t>(dtype_size(dtype_)),
+                   dtype_, &v, DType::kFloat32, 1);
   return v;
 }
 
 std::string Tensor::describe() const {
   if (!defined()) return "undefined tensor";
-  return std::string(dtype_name(dtype_)) + " " + shape_.to_string();
+  std::string s = std::string(dtype_name(dtype_)) + " " + shape_.to_string();
+  if (!device().is_cpu()) s += " on " + device().str();
+  return s;
 }
 
-void Tensor::check_type(DType requested) const {
+void Tensor::check_access(DType requested) const {
   MIXTRAIN_CHECK(defined(), "data access on an undefined tensor");
   MIXTRAIN_CHECK(requested == dtype_, "tensor is " << describe() << " but was read as " << dtype_name(requested));
+  MIXTRAIN_CHECK(is_contiguous(), "typed access to a non-contiguous view " << describe() << "; call contiguous() first");
 }
 
 namespace {
@@ -152,8 +339,10 @@ D store_from_float(float f) {
 
 template <typename S, typename D>
 void convert_typed(const S* src, D* dst, int64_t n) {
-  if constexpr (std::is_same_v<S, int32_t> && std::is_same_v<D, int32_t>) {
+  if constexpr (std::is_same_v<S, D>) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(D));
+  } else if constexpr (std::is_integral_v<S> && std::is_integral_v<D>) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(src[i]);  // ids and labels stay exact
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = store_from_float<D>(load_as_float(src[i]));
   }
@@ -167,6 +356,7 @@ void dispatch_any(DType dtype, Fn&& fn) {
     case DType::kBFloat16: return fn(bfloat16{});
     case DType::kInt32: return fn(int32_t{});
     case DType::kUInt8: return fn(uint8_t{});
+    case DType::kInt64: return fn(int64_t{});
   }
 }
 }  // namespace

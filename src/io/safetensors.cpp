@@ -163,7 +163,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   }
   if (!known) {
     MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': tensor '" << name << "' has unsupported dtype '" << dtype.as_string() << "'",
-                  "mixtrain reads F32, F16, BF16, I32 and U8 tensors");
+                  "mixtrain reads F32, F16, BF16, I32, I64 and U8 tensors");
   }
 
   const Json& shape = info.at("shape");
@@ -227,7 +227,10 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   try {
     write_all(fd.get(), length, sizeof length, tmp);
     write_all(fd.get(), header.data(), header.size(), tmp);
-    for (const auto& entry : tensors) write_all(fd.get(), entry.second.raw(), entry.second.nbytes(), tmp);
+    for (const auto& entry : tensors) {
+      const Tensor dense = entry.second.contiguous();  // views (e.g. into a parameter arena) write their own elements
+      write_all(fd.get(), dense.raw(), dense.nbytes(), tmp);
+    }
     if (::fsync(fd.get()) != 0) MIXTRAIN_FAIL(kIo, "cannot flush '" << tmp << "' to disk: " << errno_text(), "");
     if (fd.close_now() != 0) MIXTRAIN_FAIL(kIo, "cannot close '" << tmp << "': " << errno_text(), "");
     if (::rename(tmp.c_str(), path.c_str()) != 0)

@@ -29,7 +29,7 @@ TEST(Tensor, CreationShapeAndConversion) {
   Tensor t = Tensor::from_floats({2, 3}, {1, 2, 3, 4, 5, 1.0f / 3});
   EXPECT_EQ(t.shape(), (Shape{2, 3}));
   EXPECT_EQ(t.numel(), 6);
-  EXPECT_STREQ(t.device(), "cpu");
+  EXPECT_EQ(t.device().str(), "cpu");
   Tensor h = t.to(DType::kFloat16);
   EXPECT_EQ(h.dtype(), DType::kFloat16);
   EXPECT_EQ(h.nbytes(), 12u);
@@ -72,6 +72,99 @@ TEST(Error, CarriesLocationAndHint) {
     EXPECT_NE(e.where().find("tensor_test.cpp:"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("hint: check the path"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace mixtrain
+
+namespace mixtrain {
+namespace {
+
+Tensor iota(const Shape& shape, DType dtype = DType::kFloat32) {
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  return Tensor::from_floats(shape, v, dtype);
+}
+
+TEST(TensorViews, TransposeIsAViewWithSwappedStrides) {
+  Tensor t = iota({2, 3, 4});
+  Tensor v = t.transpose(0, 2);  // (4, 3, 2)
+  EXPECT_EQ(v.shape(), (Shape{4, 3, 2}));
+  EXPECT_TRUE(v.shares_storage(t));
+  EXPECT_FALSE(v.is_contiguous());
+  EXPECT_EQ(v.strides(), (std::vector<int64_t>{1, 4, 12}));
+  // v[i][j][k] == t[k][j][i]
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 2; ++k) EXPECT_EQ(v.at(i * 6 + j * 2 + k), t.at(k * 12 + j * 4 + i));
+  EXPECT_THROW(v.data<float>(), Error);  // kernels never see a strided view by accident
+  Tensor c = v.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_FALSE(c.shares_storage(t));
+  EXPECT_EQ(c.to_floats(), v.to_floats());
+  EXPECT_TRUE(t.contiguous().shares_storage(t));  // already dense: no copy
+}
+
+TEST(TensorViews, PermuteSliceAndReshape) {
+  Tensor t = iota({2, 3, 4, 5});
+  Tensor p = t.permute({0, 2, 3, 1});  // NCHW -> NHWC
+  EXPECT_EQ(p.shape(), (Shape{2, 4, 5, 3}));
+  EXPECT_EQ(p.at(((1 * 4 + 2) * 5 + 3) * 3 + 1), t.at(((1 * 3 + 1) * 4 + 2) * 5 + 3));
+  EXPECT_THROW(t.permute({0, 0, 1, 2}), Error);
+  EXPECT_THROW(t.permute({0, 1, 2}), Error);
+
+  Tensor s = t.slice(2, 1, 3);  // (2, 3, 2, 5)
+  EXPECT_TRUE(s.shares_storage(t));
+  EXPECT_EQ(s.offset(), 5);
+  EXPECT_EQ(s.at(0), 5.0f);
+  EXPECT_EQ(s.at(s.numel() - 1), t.at(((1 * 3 + 2) * 4 + 2) * 5 + 4));
+  EXPECT_THROW(t.slice(2, 3, 5), Error);
+  Tensor rows = t.slice(0, 1, 2);  // a dense run: still contiguous
+  EXPECT_TRUE(rows.is_contiguous());
+  EXPECT_EQ(rows.data<float>()[0], 60.0f);
+
+  Tensor r = t.reshape({6, -1});
+  EXPECT_EQ(r.shape(), (Shape{6, 20}));
+  EXPECT_TRUE(r.shares_storage(t));
+  Tensor rs = s.reshape({-1});  // a strided view is copied first
+  EXPECT_FALSE(rs.shares_storage(t));
+  EXPECT_EQ(rs.to_floats(), s.to_floats());
+  EXPECT_THROW(t.reshape({7, -1}), Error);
+  EXPECT_THROW(t.reshape({-1, -1}), Error);
+}
+
+TEST(TensorViews, WritesThroughAViewReachTheBase) {
+  Tensor t = Tensor::zeros({3, 4}, DType::kFloat32);
+  Tensor col = t.slice(1, 2, 3);  // (3, 1)
+  col.copy_from(Tensor::from_floats({3, 1}, {1, 2, 3}, DType::kBFloat16));
+  EXPECT_EQ(t.to_floats(), (std::vector<float>{0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0}));
+  Tensor h = t.transpose(0, 1).to(DType::kFloat16);  // conversion of a view is dense
+  EXPECT_TRUE(h.is_contiguous());
+  EXPECT_EQ(h.at(2 * 3 + 1), 2.0f);
+}
+
+TEST(TensorViews, RankAndDeviceLimits) {
+  EXPECT_NO_THROW(Tensor::empty(Shape(std::vector<int64_t>(kMaxRank, 1)), DType::kFloat32));
+  EXPECT_THROW(Tensor::empty(Shape(std::vector<int64_t>(kMaxRank + 1, 1)), DType::kFloat32), Error);
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 62, 4}, DType::kFloat32), Error);  // bytes overflow
+  EXPECT_EQ(parse_device("cuda:3").str(), "cuda:3");
+  EXPECT_EQ(parse_device("cpu"), Device::cpu());
+  EXPECT_THROW(parse_device("tpu"), Error);
+  EXPECT_THROW(parse_device("cuda:x"), Error);
+  // No backend has registered a CUDA allocator in a CPU build: a clear error, not a crash.
+  EXPECT_THROW(Tensor::empty({2}, DType::kFloat32, Device::cuda(0)), Error);
+}
+
+TEST(TensorViews, IntegerTensorsStayExact) {
+  const int64_t big = (int64_t{1} << 40) + 3;  // not representable in float32
+  Tensor ids = Tensor::from_int64s({3}, {big, -7, 0});
+  EXPECT_EQ(ids.dtype(), DType::kInt64);
+  EXPECT_EQ(ids.to_int64s(), (std::vector<int64_t>{big, -7, 0}));
+  Tensor i32 = Tensor::from_ints({2}, {123456789, -5}).to(DType::kInt64);
+  EXPECT_EQ(i32.to_int64s(), (std::vector<int64_t>{123456789, -5}));
+  EXPECT_EQ(Tensor::from_ints({1}, {16777217}).to_int64s()[0], 16777217);  // int -> int never via float
+  EXPECT_TRUE(is_index(DType::kInt64));
+  EXPECT_FALSE(is_index(DType::kUInt8));
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
-// The tensor allocator: 64-byte aligned host memory with live and peak byte counts, reusing freed
-// large blocks (a training step allocates the same sizes every time).
+// Tensor allocators, one per device type, each with live and peak byte counts. The CPU's hands out
+// 64-byte aligned host memory and reuses freed large blocks (a training step allocates the same sizes
+// every time); a GPU backend registers its own for DeviceType::kCuda.
 // Peak counts are how mixtrain measures the memory saved by mixed precision.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "mixtrain/core/device.h"
 
 namespace mixtrain {
 
@@ -15,13 +18,32 @@ struct MemoryStats {
   int64_t cached_bytes = 0;  // freed large blocks kept for reuse (not tensor memory)
 };
 
+// The CPU allocator's entry points (what the CPU's DeviceAllocator calls).
 void* allocate_bytes(size_t bytes);
 void free_bytes(void* ptr, size_t bytes);
 
+// Counts of the CPU allocator.
 MemoryStats memory_stats();
 // Starts a new peak window at the current live count.
 void reset_peak_memory();
 // Returns the cached free blocks to the system.
 void release_cached_memory();
+
+// One device type's memory. Implementations count live and peak bytes for each device index.
+class DeviceAllocator {
+ public:
+  virtual ~DeviceAllocator() = default;
+  virtual void* allocate(int device_index, size_t bytes) = 0;
+  virtual void deallocate(int device_index, void* ptr, size_t bytes) = 0;
+  virtual MemoryStats stats(int device_index) const = 0;
+  virtual void reset_peak(int device_index) = 0;
+};
+
+// The allocator of a device's type; Error when no backend registered one (e.g. "cuda" in a CPU-only build).
+DeviceAllocator& allocator_for(const Device& device);
+// Installs the allocator of a device type (a backend does this once when it loads). Not owned.
+void register_allocator(DeviceType type, DeviceAllocator* allocator);
+MemoryStats memory_stats(const Device& device);
+void reset_peak_memory(const Device& device);
 
 }  // namespace mixtrain

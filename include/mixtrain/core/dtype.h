@@ -11,8 +11,8 @@
 
 namespace mixtrain {
 
-enum class DType : uint8_t { kFloat32 = 0, kFloat16, kBFloat16, kInt32, kUInt8 };
-constexpr int kNumDTypes = 5;
+enum class DType : uint8_t { kFloat32 = 0, kFloat16, kBFloat16, kInt32, kUInt8, kInt64 };
+constexpr int kNumDTypes = 6;
 
 struct DTypeTraits {
   DType dtype;
@@ -29,7 +29,10 @@ inline bool is_float(DType dtype) { return traits(dtype).is_float; }
 // 16-bit floating types (float16, bfloat16): the "low precision" compute dtypes.
 inline bool is_low_precision(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
 
-// Parses "float32" (also "f32", "fp32"), "float16" ("half"), "bfloat16" ("bf16"), "int32", "uint8".
+// Integer dtypes that index (token ids, class labels): int32 and int64.
+inline bool is_index(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64; }
+
+// Parses "float32" (also "f32", "fp32"), "float16" ("half"), "bfloat16" ("bf16"), "int32", "uint8", "int64".
 // Throws mixtrain::Error listing the valid names when the name is unknown.
 DType parse_dtype(std::string_view name);
 // Parses a safetensors dtype tag ("F32", "BF16", ...).
@@ -58,6 +61,10 @@ template <>
 struct StorageOf<DType::kUInt8> {
   using type = uint8_t;
 };
+template <>
+struct StorageOf<DType::kInt64> {
+  using type = int64_t;
+};
 
 template <typename T>
 constexpr DType dtype_of();
@@ -80,6 +87,10 @@ constexpr DType dtype_of<int32_t>() {
 template <>
 constexpr DType dtype_of<uint8_t>() {
   return DType::kUInt8;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::kInt64;
 }
 
 [[noreturn]] void throw_unsupported_dtype(const char* op, DType dtype);

@@ -1,4 +1,4 @@
-// Shape: the dimensions of a contiguous, row-major tensor.
+// Shape: the dimensions of a tensor (its strides live in the Tensor).
 #pragma once
 
 #include <cstdint>
