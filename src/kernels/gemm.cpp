@@ -11,8 +11,11 @@
 #include "mixtrain/kernels/gemm.h"
 
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -181,6 +184,12 @@ void split_among_threads(int threads, int64_t m, int64_t n, const GemmBackend& b
 // thin last block that pays a full pass over C for a few products. Depends on k only, never on threads.
 int64_t k_block(const GemmBackend& be, int64_t k) { return ceil_div(k, ceil_div(k, be.kc)); }
 
+// Depth in 32-bit slots of a packed panel kc deep: k_per_slot values a slot, padded to k_align.
+int64_t packed_slots(const GemmBackend& be, int64_t kc) {
+  const int64_t align = std::max<int64_t>(be.k_per_slot, be.k_align);
+  return ceil_div(kc, align) * align / be.k_per_slot;
+}
+
 // Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
 // on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
 // bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
@@ -199,14 +208,14 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
     const int64_t col_panels = ceil_div(nc_cur, nr);
     for (int64_t pc = 0; pc < p.k; pc += kc) {
       const int64_t kc_cur = std::min(kc, p.k - pc);
-      const int64_t slots = ceil_div(kc_cur, be.k_per_slot);  // depth of a packed panel
+      const int64_t slots = packed_slots(be, kc_cur);  // depth of a packed panel
       const bool first = pc == 0, last = pc + kc_cur == p.k;
       be.pack(src_b, jc, nc_cur, pc, kc_cur, static_cast<int>(nr), b_panels);
 
       for (int64_t ch = 0; ch < chunks; ++ch) {
         const int64_t q0 = row_panels * ch / chunks, q1 = row_panels * (ch + 1) / chunks;
         const int64_t chunk_i0 = s.i0 + q0 * mr;
-        be.pack(src_a, chunk_i0, std::min(s.i0 + q1 * mr, s.i1) - chunk_i0, pc, kc_cur, static_cast<int>(mr),
+        (be.pack_a ? be.pack_a : be.pack)(src_a, chunk_i0, std::min(s.i0 + q1 * mr, s.i1) - chunk_i0, pc, kc_cur, static_cast<int>(mr),
                 a_panels);
         // Column panel outer, row panel inner: the B panel stays in cache while A panels stream past.
         for (int64_t cq = 0; cq < col_panels; ++cq) {
@@ -267,7 +276,7 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
       if (need_partial) {
         nc = std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / (s.i1 - s.i0) / be.nr * be.nr));
       }
-      const int64_t max_slots = ceil_div(be.kc, be.k_per_slot);  // depth of the deepest packed panel
+      const int64_t max_slots = packed_slots(be, be.kc);  // depth of the deepest packed panel
       float* a_panels = t_a_panels.get(static_cast<size_t>(be.mc * max_slots));
       float* b_panels = t_b_panels.get(static_cast<size_t>(max_slots * nc));
       float* partial = need_partial ? t_partial.get(static_cast<size_t>((s.i1 - s.i0) * nc)) : nullptr;
@@ -275,7 +284,9 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
         out_of_memory = true;  // no exceptions out of a parallel region
         continue;
       }
+      if (be.thread_begin) be.thread_begin();
       run_slab(be, p, s, nc, a_panels, b_panels, partial);
+      if (be.thread_end) be.thread_end();
     }
   }
   if (out_of_memory)
@@ -324,19 +335,81 @@ void check_args(const Problem& p) {
 }
 
 
-// ---- bfloat16 method: widen to float32 (the ISA path's own packing) or vdpbf16ps on pairs ----
+// ---- bfloat16 method: widen to float32, vdpbf16ps on pairs, or AMX tiles ----
 
-enum Bf16Method : int { kWiden = 0, kDot = 1 };
+enum Bf16Method : int { kWiden = 0, kDot = 1, kAmx = 2, kAmxEmulated = 3, kNumBf16Methods = 4 };
+constexpr const char* kBf16MethodNames[] = {"widen", "dot", "amx", "amx_emulated"};
+static_assert(sizeof(kBf16MethodNames) / sizeof(kBf16MethodNames[0]) == kNumBf16Methods);
 
-// The dot path needs the AVX-512 path (its epilogue and blocking) and AVX512_BF16.
-bool cpu_has_dot() {
-  static const bool has = best_level() == kLevelAvx512 && cpu_features().avx512_bf16;
-  return has;
+// ---- AMX tile state: Linux grants it per process on request ----
+
+constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM (asm/prctl.h)
+constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
+
+struct AmxState {
+  bool granted = false;
+  std::string status;
+};
+
+// Asks once; the answer holds for every thread of the process.
+const AmxState& amx_state() {
+  static const AmxState state = [] {
+    AmxState s;
+    if (!cpu_features().amx_bf16) {
+      s.status = "not available: this CPU (or the OS's XCR0) has no AMX-BF16";
+      return s;
+    }
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) {
+      s.granted = true;
+      s.status = "granted";
+    } else {
+      s.status = std::string("refused by the OS (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): ") +
+                 std::strerror(errno) + "); bfloat16 GEMMs use the other methods";
+    }
+#else
+    s.status = "not available: no way to ask this OS for the tile state";
+#endif
+    return s;
+  }();
+  return state;
+}
+
+// Whether this CPU and OS can run a method at all (with the best instruction-set path).
+bool cpu_has_method(int method) {
+  switch (method) {
+    case kDot:
+      return best_level() == kLevelAvx512 && cpu_features().avx512_bf16;
+    case kAmx:
+      return best_level() == kLevelAvx512 && amx_state().granted;
+    default:  // widening and the emulation run anywhere
+      return true;
+  }
+}
+
+// Whether a method can run now, on the instruction-set path in use: dot and AMX use the AVX-512 path's
+// epilogue and blocking.
+bool method_available(int method) {
+  if (method == kDot || method == kAmx) return cpu_has_method(method) && &active_backend() == kBackends[kLevelAvx512];
+  return true;
+}
+
+const GemmBackend& bf16_backend(int method) {
+  switch (method) {
+    case kDot:
+      return cpu::kAvx512Bf16Backend;
+    case kAmx:
+      return cpu::kAmxBackend;
+    case kAmxEmulated:
+      return cpu::kAmxEmulatedBackend;
+    default:
+      return *kBackends[kLevelAvx512];
+  }
 }
 
 int parse_bf16_method(const char* name) {
-  if (std::strcmp(name, "widen") == 0) return kWiden;
-  if (std::strcmp(name, "dot") == 0) return kDot;
+  for (int m = 0; m < kNumBf16Methods; ++m)
+    if (std::strcmp(name, kBf16MethodNames[m]) == 0) return m;
   return -1;
 }
 
@@ -348,13 +421,13 @@ int env_bf16_method() {
     const int parsed = parse_bf16_method(env);
     if (parsed < 0)
       MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_BF16_GEMM='" << env << "' names no bfloat16 GEMM method",
-                    "set MIXTRAIN_BF16_GEMM to dot or widen, or unset it");
+                    "set MIXTRAIN_BF16_GEMM to amx, dot, widen or amx_emulated, or unset it");
     return parsed;
   }();
   return method;
 }
 
-// Seconds for the fastest of `runs` single-threaded bfloat16 GEMMs of the calibration shape on `be`.
+// Seconds for the fastest of `runs` single-threaded GEMMs of `p` on `be`.
 double best_seconds(const GemmBackend& be, const Problem& p, int runs) {
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
@@ -365,12 +438,14 @@ double best_seconds(const GemmBackend& be, const Problem& p, int runs) {
   return best;
 }
 
-// Whether vdpbf16ps beats widening on this CPU: on some it issues at twice the FMA rate (AMD Zen 5), on
-// others at half (Intel Sapphire Rapids), which cpuid does not say. Times both, packing included, on one
-// cache block of a 192 x 256 x 512 product on one thread (about 50 MFLOP per run, a few ms in all), best
-// of three after a warm-up. Dot must win by 10% so that a near tie, where timing noise could pick either
-// method from one run to the next, stays on widening.
-bool dot_is_faster() {
+// The fastest bfloat16 method on this CPU, by measurement: vdpbf16ps issues at twice the FMA rate on
+// some CPUs and half on others (AMD Zen 5, Intel Sapphire Rapids), which cpuid does not say, and AMX
+// tiles may be slower than either where the OS or hypervisor makes tile state expensive. Times every
+// method this CPU can run, packing included, on a 192 x 256 x 512 product on one thread (about 50 MFLOP
+// per run, a few ms in all), best of three after a warm-up. A method replaces the one chosen so far
+// (starting from widening) only when 10% faster, so that a near tie, where timing noise could pick
+// either from one run to the next, keeps the simpler one.
+int calibrated_bf16_method() {
   constexpr int64_t kM = 192, kN = 256, kK = 512;
   std::vector<uint16_t> a(kM * kK), b(kK * kN);  // (m, k), (k, n): values in [1, 2)
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(0x3F80 + (i * 37) % 128);
@@ -378,28 +453,39 @@ bool dot_is_faster() {
   std::vector<float> c(kM * kN);  // (m, n)
   const Problem p{false, false, kM, kN, kK, DType::kBFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
                   c.data(), kN, false, nullptr};
-  const GemmBackend& widen = *kBackends[kLevelAvx512];
-  const GemmBackend& dot = cpu::kAvx512Bf16Backend;
-  gemm_blocked(widen, p, 1);  // warm-up: packing buffers, caches, clocks
-  gemm_blocked(dot, p, 1);
-  const double t_widen = best_seconds(widen, p, 3), t_dot = best_seconds(dot, p, 3);
-  return t_dot * 1.1 < t_widen;
+  int chosen = kWiden;
+  double chosen_seconds = 0;
+  for (int method : {kWiden, kDot, kAmx}) {
+    if (!cpu_has_method(method)) continue;
+    const GemmBackend& be = bf16_backend(method);
+    gemm_blocked(be, p, 1);  // warm-up: packing buffers, caches, clocks
+    const double t = best_seconds(be, p, 3);
+    if (method == kWiden || t * 1.1 < chosen_seconds) {
+      chosen = method;
+      chosen_seconds = t;
+    }
+  }
+  return chosen;
 }
 
 std::atomic<int> g_test_bf16_method{-1};
 
-// Whether bfloat16 inputs take the dot path now.
-bool use_dot() {
-  if (!cpu_has_dot() || &active_backend() != kBackends[kLevelAvx512]) return false;
+// The bfloat16 method in use now: the forced one (test hook, then MIXTRAIN_BF16_GEMM) where it can run
+// on the path in use, else the calibrated one on the AVX-512 path, else widening.
+int bf16_method() {
   int wanted = g_test_bf16_method.load(std::memory_order_relaxed);
   if (wanted < 0) wanted = env_bf16_method();
-  if (wanted >= 0) return wanted == kDot;
-  static const bool calibrated = dot_is_faster();
+  if (wanted >= 0 && method_available(wanted)) return wanted;
+  if (&active_backend() != kBackends[kLevelAvx512]) return kWiden;
+  static const int calibrated = calibrated_bf16_method();
   return calibrated;
 }
 
 const GemmBackend& backend_for(DType ab_dtype) {
-  if (ab_dtype == DType::kBFloat16 && use_dot()) return cpu::kAvx512Bf16Backend;
+  if (ab_dtype == DType::kBFloat16) {
+    const int method = bf16_method();
+    if (method != kWiden) return bf16_backend(method);
+  }
   return active_backend();
 }
 
@@ -417,7 +503,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_
 
 const char* gemm_isa() { return active_backend().name; }
 
-const char* gemm_bf16_method() { return use_dot() ? "dot" : "widen"; }
+const char* gemm_bf16_method() { return kBf16MethodNames[bf16_method()]; }
+
+bool gemm_amx_granted() { return amx_state().granted; }
+
+const char* gemm_amx_status() { return amx_state().status.c_str(); }
 
 const char* set_gemm_isa_for_testing(const char* isa) {
   int level = -1;
@@ -435,7 +525,8 @@ const char* set_gemm_bf16_method_for_testing(const char* method) {
   if (method != nullptr) {
     wanted = parse_bf16_method(method);
     if (wanted < 0)
-      MIXTRAIN_FAIL(kInvalidInput, "unknown bfloat16 GEMM method '" << method << "'", "use dot or widen");
+      MIXTRAIN_FAIL(kInvalidInput, "unknown bfloat16 GEMM method '" << method << "'",
+                    "use amx, dot, widen or amx_emulated");
   }
   g_test_bf16_method.store(wanted, std::memory_order_relaxed);
   return gemm_bf16_method();

@@ -8,8 +8,9 @@ namespace mixtrain::kernels {
 // Returns gemm_isa() afterwards, which callers compare to what they asked for to see if the CPU has it.
 const char* set_gemm_isa_for_testing(const char* isa);
 
-// Forces the bfloat16 method ("dot" or "widen"; dot only where gemm_bf16_method() could be "dot"), over
-// MIXTRAIN_BF16_GEMM and the calibration; nullptr returns to the default. Returns gemm_bf16_method().
+// Forces the bfloat16 method ("amx", "dot", "widen" or "amx_emulated"; amx and dot only where the CPU
+// and the path in use can run them), over MIXTRAIN_BF16_GEMM and the calibration; nullptr returns to the
+// default. Returns gemm_bf16_method(), which callers compare to what they asked for.
 const char* set_gemm_bf16_method_for_testing(const char* method);
 
 }  // namespace mixtrain::kernels

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -277,28 +278,47 @@ TEST_P(GemmPath, RoundsIntoCDtypeExactlyLikeHalfConversions) {
 INSTANTIATE_TEST_SUITE_P(Isa, GemmPath, ::testing::Values("scalar", "avx2", "avx512"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
-// ---- bfloat16 with vdpbf16ps (the "dot" method) ----
+// ---- bfloat16 methods that keep the values 16-bit: vdpbf16ps ("dot"), AMX tiles ("amx"), and the AMX
+// kernel on the portable emulation of its instructions ("amx_emulated", which runs on every CPU) ----
 //
-// The same float32-accumulation bound as every other path, tolerance() above: each vdpbf16ps adds two
-// exact products to the running float32 sum, so an element of C is still a float32 sum of k + 2 terms
-// (k products, old C, bias) in some order, within gamma_(k+2) of the exact sum. vdpbf16ps reads bfloat16
-// subnormals as zero and flushes subnormal results to zero, which that bound does not cover; the inputs
-// here (uniform in [-1, 1], bias and old C likewise) have no bfloat16 subnormals, and every nonzero
+// The same float32-accumulation bound as every other path, tolerance() above: each vdpbf16ps or tdpbf16ps
+// adds exact products to the running float32 sum, so an element of C is still a float32 sum of k + 2 terms
+// (k products, old C, bias) in some order, within gamma_(k+2) of the exact sum. Both instructions read
+// bfloat16 subnormals as zero and flush subnormal results to zero, which that bound does not cover; the
+// inputs here (uniform in [-1, 1], bias and old C likewise) have no bfloat16 subnormals, and every nonzero
 // partial sum of their products is far above the float32 subnormal range, so neither ever happens.
-class GemmBf16Dot : public ::testing::Test {
+
+// MIXTRAIN_REQUIRE_GEMM=amx,dot,fp16 (a comma-separated list) makes the named methods mandatory: a test
+// that would skip for lack of one fails instead, so a CI machine that should run it cannot pass silently.
+bool required(const std::string& method) {
+  const char* env = std::getenv("MIXTRAIN_REQUIRE_GEMM");
+  if (env == nullptr) return false;
+  std::stringstream list(env);
+  std::string item;
+  while (std::getline(list, item, ','))
+    if (item == method) return true;
+  return false;
+}
+
+class GemmBf16Pairs : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (std::strcmp(set_gemm_isa_for_testing("avx512"), "avx512") != 0 ||
-        std::strcmp(set_gemm_bf16_method_for_testing("dot"), "dot") != 0)
-      GTEST_SKIP() << "this CPU has no AVX512_BF16 dot-product path";
+    const std::string method = GetParam();
+    const bool on_avx512 = std::strcmp(set_gemm_isa_for_testing("avx512"), "avx512") == 0;
+    if (method == "amx_emulated") set_gemm_isa_for_testing(nullptr);  // any path
+    if (set_gemm_bf16_method_for_testing(GetParam()) != method || (method != "amx_emulated" && !on_avx512)) {
+      if (required(method)) FAIL() << "MIXTRAIN_REQUIRE_GEMM names " << method << ", which this CPU cannot run";
+      GTEST_SKIP() << "this CPU has no bfloat16 method " << method;
+    }
   }
   void TearDown() override {
     set_gemm_isa_for_testing(nullptr);
     set_gemm_bf16_method_for_testing(nullptr);
   }
+  bool emulated() const { return std::strcmp(GetParam(), "amx_emulated") == 0; }
 };
 
-TEST_F(GemmBf16Dot, OddShapesAllTransposesAndDtypes) {
+TEST_P(GemmBf16Pairs, OddShapesAllTransposesAndDtypes) {
   const int64_t sizes[] = {1, 7, 17, 31, 129};
   std::vector<Shape3> shapes;
   for (int64_t m : sizes)
@@ -308,13 +328,13 @@ TEST_F(GemmBf16Dot, OddShapesAllTransposesAndDtypes) {
   std::mt19937 rng(4321);
   for (const Shape3& s : shapes)
     for (bool trans_a : {false, true})
-      for (bool trans_b : {false, true}) check_all_outputs("avx512/dot", s, trans_a, trans_b, DType::kBFloat16, rng);
+      for (bool trans_b : {false, true}) check_all_outputs(GetParam(), s, trans_a, trans_b, DType::kBFloat16, rng);
 }
 
-// Every k from 1 to 66 (odd ones pad the last pair with zero; 32 and 64 end a packing block exactly) and
-// a few past, each with both layouts of A and B; C's padding and the NaN in the operands' padding
-// columns catch a pair that reads one element too far.
-TEST_F(GemmBf16Dot, OddAndEvenDepths) {
+// Every k from 1 to 66 (odd ones pad the last pair with zero; 32 and 64 end a packing block or a tile
+// step exactly) and a few past, each with both layouts of A and B; C's padding and the NaN in the
+// operands' padding columns catch a pair that reads one element too far.
+TEST_P(GemmBf16Pairs, OddAndEvenDepths) {
   std::mt19937 rng(8);
   std::vector<int64_t> depths;
   for (int64_t k = 1; k <= 66; ++k) depths.push_back(k);
@@ -322,20 +342,21 @@ TEST_F(GemmBf16Dot, OddAndEvenDepths) {
   for (int64_t k : depths)
     for (bool trans_a : {false, true})
       for (bool trans_b : {false, true})
-        check_all_outputs("avx512/dot", {13, 45, k}, trans_a, trans_b, DType::kBFloat16, rng);
+        check_all_outputs(GetParam(), {13, 45, k}, trans_a, trans_b, DType::kBFloat16, rng);
 }
 
-TEST_F(GemmBf16Dot, SeveralColumnAndDepthBlocks) {
-  // n past the column block (2048) and k over two k blocks (at most 2048 deep on this path) of odd and
-  // even depth, 1051 then 1050: the padded pair sits in the middle of the sum.
+TEST_P(GemmBf16Pairs, SeveralColumnAndDepthBlocks) {
+  // n past the column block (2048; 96 emulated) and k over two k blocks (at most 2048 deep, 1024 on AMX,
+  // 96 emulated) of odd and even depth: the padded pair sits in the middle of the sum.
   std::mt19937 rng(98);
-  for (bool trans_b : {false, true})
-    check_all_outputs("avx512/dot", {5, 4133, 2101}, false, trans_b, DType::kBFloat16, rng);
+  const Shape3 shape = emulated() ? Shape3{37, 211, 301} : Shape3{5, 4133, 2101};
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true}) check_all_outputs(GetParam(), shape, trans_a, trans_b, DType::kBFloat16, rng);
 }
 
-TEST_F(GemmBf16Dot, OneAndTwoThreadsGiveIdenticalBits) {
+TEST_P(GemmBf16Pairs, OneAndTwoThreadsGiveIdenticalBits) {
   const int saved = omp_get_max_threads();
-  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}, {70, 300, 4199}};
+  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}, {70, 300, emulated() ? 999 : 4199}};
   std::mt19937 rng(6);
   for (const Shape3& s : shapes) {
     for (bool trans_b : {false, true}) {
@@ -354,7 +375,7 @@ TEST_F(GemmBf16Dot, OneAndTwoThreadsGiveIdenticalBits) {
         omp_set_num_threads(2);
         gemm(false, trans_b, s.m, s.n, s.k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(),
              c2.ld, true, bias.data());
-        EXPECT_EQ(c1.bytes, c2.bytes) << "avx512/dot m=" << s.m << " n=" << s.n << " k=" << s.k
+        EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
                                       << " trans_b=" << trans_b << " c=" << dtype_name(c_dtype);
       }
     }
@@ -362,15 +383,22 @@ TEST_F(GemmBf16Dot, OneAndTwoThreadsGiveIdenticalBits) {
   omp_set_num_threads(saved);
 }
 
+INSTANTIATE_TEST_SUITE_P(Method, GemmBf16Pairs, ::testing::Values("dot", "amx", "amx_emulated"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
 TEST(GemmBf16Method, ForcedMethodsAndLowerPaths) {
   const std::string chosen = gemm_bf16_method();  // calibrated, or MIXTRAIN_BF16_GEMM
-  EXPECT_TRUE(chosen == "dot" || chosen == "widen") << chosen;
+  EXPECT_TRUE(chosen == "amx" || chosen == "dot" || chosen == "widen") << chosen;
   EXPECT_STREQ(set_gemm_bf16_method_for_testing("widen"), "widen");
-  const std::string dot = set_gemm_bf16_method_for_testing("dot");  // "widen" without AVX512_BF16
-  EXPECT_TRUE(dot == "dot" || dot == "widen") << dot;
-  set_gemm_isa_for_testing("avx2");  // the dot path needs the AVX-512 path
-  EXPECT_STREQ(gemm_bf16_method(), "widen");
-  set_gemm_isa_for_testing(nullptr);
+  EXPECT_STREQ(set_gemm_bf16_method_for_testing("amx_emulated"), "amx_emulated");  // runs anywhere
+  for (const char* method : {"dot", "amx"}) {  // the timed choice on a CPU without the method
+    const std::string got = set_gemm_bf16_method_for_testing(method);
+    EXPECT_TRUE(got == method || got == chosen) << method << " -> " << got;
+    set_gemm_isa_for_testing("avx2");  // dot and amx need the AVX-512 path
+    EXPECT_STREQ(gemm_bf16_method(), "widen");
+    set_gemm_isa_for_testing(nullptr);
+  }
+  EXPECT_EQ(gemm_amx_granted(), std::string(gemm_amx_status()) == "granted") << gemm_amx_status();
   EXPECT_EQ(set_gemm_bf16_method_for_testing(nullptr), chosen);
   EXPECT_THROW(set_gemm_bf16_method_for_testing("fast"), Error);
 }

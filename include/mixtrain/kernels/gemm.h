@@ -19,14 +19,15 @@ namespace mixtrain::kernels {
 // Runs on up to omp_get_max_threads() OpenMP threads (OMP_NUM_THREADS); the bits of C do not depend on
 // how many. Each thread keeps its packing buffers between calls (at most about 17 MiB).
 //
-// bfloat16 inputs take one of two methods (gemm_bf16_method()). "widen": each value is widened to
+// bfloat16 inputs take one of three methods (gemm_bf16_method()). "widen": each value is widened to
 // float32 while packing and multiplied with float32 FMAs, as float16 is. "dot": values stay bfloat16 and
-// vdpbf16ps multiplies pairs (AVX512_BF16). Products of two bfloat16 values are exact in float32 either
-// way and sums stay float32, so both meet the same error bound, but their bits differ: vdpbf16ps adds two
-// products per step rather than one, rounds to nearest even whatever the floating-point environment,
-// reads subnormal bfloat16 inputs as zero and flushes subnormal float32 partial sums to zero (widening
-// keeps both). C's final rounding into its dtype is the same. For a given method the bits of C still do
-// not depend on the thread count.
+// vdpbf16ps multiplies pairs (AVX512_BF16). "amx": values stay bfloat16 and AMX tiles multiply 16x32 by
+// 32x16 blocks (tdpbf16ps) into float32 tiles (AMX-BF16). Products of two bfloat16 values are exact in
+// float32 and sums stay float32 on every method, so all meet the same error bound, but their bits differ:
+// vdpbf16ps and tdpbf16ps add two products per step rather than one, round to nearest even whatever the
+// floating-point environment, read subnormal bfloat16 inputs as zero and flush subnormal float32 partial
+// sums to zero (widening keeps both). C's final rounding into its dtype is the same. For a given method
+// the bits of C still do not depend on the thread count.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
           DType c_dtype, void* c, int64_t ldc, bool accumulate, const float* bias);
@@ -35,11 +36,21 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 // operating system support, unless the environment variable MIXTRAIN_ISA names a lower one.
 const char* gemm_isa();
 
-// Method for bfloat16 inputs: "dot" or "widen" (see gemm above). "dot" only on the "avx512" path of a
-// CPU with AVX512_BF16, and only where it is faster: on first use, both methods are timed once on a
-// small product (a few milliseconds), since vdpbf16ps runs at twice the FMA rate on some CPUs and half
-// on others. The environment variable MIXTRAIN_BF16_GEMM=dot|widen skips the timing and forces one
-// (dot falls back to widen on a CPU without it).
+// Method for bfloat16 inputs: "amx", "dot" or "widen" (see gemm above). "dot" and "amx" only on the
+// "avx512" path of a CPU with AVX512_BF16 or AMX-BF16 (and, for "amx", once the OS granted the tile state:
+// gemm_amx_status()), and only where faster: on first use, every method the CPU has is timed once on a
+// small product (a few milliseconds), since vdpbf16ps runs at twice the FMA rate on some CPUs and half on
+// others. The environment variable MIXTRAIN_BF16_GEMM=amx|dot|widen skips the timing and forces one (a
+// method the CPU cannot run falls back to the timed choice); MIXTRAIN_BF16_GEMM=amx_emulated runs the
+// AMX kernel on a portable emulation of its instructions (slow; for checking the kernel on any CPU).
 const char* gemm_bf16_method();
+
+// Whether the OS granted this process the AMX tile state; asked once, on the first call of this,
+// gemm_amx_status() or a bfloat16 GEMM (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)).
+bool gemm_amx_granted();
+
+// "granted", or why the AMX path is not available ("not available: this CPU ... has no AMX-BF16",
+// "refused by the OS (...)").
+const char* gemm_amx_status();
 
 }  // namespace mixtrain::kernels

@@ -53,7 +53,19 @@ struct GemmBackend {
   // epilogue.
   void (*micro_kernel)(int64_t kc, const float* a, const float* b, int mr_used, int nr_used, const Epilogue& ep);
 
-  int k_per_slot;  // 1, or 2 for the bfloat16 dot-product path (which packs only bfloat16 inputs)
+  int k_per_slot;  // 1, or 2 for the bfloat16 dot-product and AMX paths (which pack only bfloat16 inputs)
+
+  // Optional, zero/null for the register-blocked paths:
+  // Packed panels hold k padded with zeros to a multiple of k_align (0: no padding beyond k_per_slot),
+  // so a panel is ceil(kc / k_align) * k_align / k_per_slot slots deep.
+  int k_align = 0;
+  // Packs A when A's panels differ from B's (the AMX path: A rows with k contiguous, B in pairs).
+  void (*pack_a)(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int width,
+                 float* dst) = nullptr;
+  // Called by each thread before its first micro-kernel of a GEMM and after its last (AMX tile
+  // configuration and release).
+  void (*thread_begin)() = nullptr;
+  void (*thread_end)() = nullptr;
 };
 
 // Plain data, so selecting a path never runs code compiled for an instruction set the CPU lacks.
@@ -62,6 +74,12 @@ extern const GemmBackend kAvx2Backend;
 extern const GemmBackend kAvx512Backend;
 // bfloat16 inputs only, with vdpbf16ps; needs the AVX-512 path's features plus AVX512_BF16.
 extern const GemmBackend kAvx512Bf16Backend;
+// bfloat16 inputs only, with AMX tiles (tdpbf16ps); needs the AVX-512 path's features, AMX-BF16 and the
+// tile state granted by the OS (request_amx_permission()).
+extern const GemmBackend kAmxBackend;
+// The same AMX kernel source on the portable emulation of its instructions (amx_shim_emulated.h): runs
+// on any CPU, slowly; for the tests.
+extern const GemmBackend kAmxEmulatedBackend;
 
 // The epilogue for a tile held in memory (mr, nr) with row stride ld_tile; the vector paths use it for
 // tiles cut by the right edge of C. Same arithmetic as theirs: (tile + add) + bias, then one rounding.

@@ -1,0 +1,15 @@
+// AMX-BF16 GEMM path: gemm_amx_kernel.h on the real tile instructions. Compiled with -mamx-tile
+// -mamx-bf16 -mavx512f/bw/vl/dq -mfma -mf16c; reached only for bfloat16 inputs on a CPU with AMX-BF16 and
+// the AVX-512 path, after the OS granted this process the tile state.
+#include "kernels/cpu/amx_shim_native.h"
+// The kernel source after its shim.
+#include "kernels/cpu/gemm_amx_kernel.h"
+
+namespace mixtrain::kernels::cpu {
+
+// k blocks of 1024 (padded to a multiple of 32): an A panel (32 x 1024 bfloat16, 64 KiB) and a B
+// panel (64 KiB) stream from L2 while the 128-row A chunk (256 KiB) stays there.
+const GemmBackend kAmxBackend = {"amx",          amx::kMR, amx::kNR, 128, 1024, 2048, amx::pack, amx::micro_kernel, 2,
+                                 amx::kStep, amx::pack_a, amx::thread_begin, amx::thread_end};
+
+}  // namespace mixtrain::kernels::cpu

@@ -1,0 +1,177 @@
+// The AMX-BF16 GEMM kernel: packing and the 32x32 micro-kernel, written against the instruction shim
+// (namespace shim: amx_shim_native.h or amx_shim_emulated.h, included before this file). gemm_amx.cpp
+// compiles it with the real instructions, gemm_amx_emulated.cpp with the portable emulation, so the tests
+// run this very code on every CPU.
+//
+// Micro-tile: 32 rows x 32 columns of C in four 16x16 float32 accumulator tiles (tmm0..3); each step of
+// 32 k values loads two A tiles (tmm4, 5: 16 rows x 32 bfloat16) and two B tiles (tmm6, 7: 16 pair-rows
+// x 16 columns, pairs interleaved, the "VNNI" layout tdpbf16ps reads) and issues four tdpbf16ps, each
+// operand tile used twice. k is padded with zeros to a multiple of 32 in both packed operands.
+//
+// Packed layouts (32-bit slots, k_per_slot = 2; a panel is ceil(kc / 32) steps):
+//   A panel (32 rows): step t is a (32 rows, 32 k) bfloat16 block, row r at slot (t * 32 + r) * 16: a
+//     tile is 16 consecutive 64-byte rows (1 KiB contiguous, stride 64).
+//   B panel (32 columns): step t holds two (16 pairs, 16 columns) blocks of slots, column group g at
+//     slot (t * 2 + g) * 256, pair s and column c at + s * 16 + c: each tile is 1 KiB contiguous.
+// Contiguous tiles keep every tile load within 16 cache lines and away from 4 KiB-stride set conflicts.
+//
+// Numerics: products of two bfloat16 values are exact in float32 and the sums run in float32 tiles over
+// k in an order fixed by k alone (step by step, pair by pair), so the result does not depend on threads.
+// tdpbf16ps reads bfloat16 subnormals as zero and flushes subnormal float32 sums to zero, like vdpbf16ps.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm_backend.h"
+
+namespace mixtrain::kernels::cpu {
+namespace {
+namespace amx {
+
+constexpr int kMR = 32;
+constexpr int kNR = 32;
+constexpr int kStep = 32;  // k values per tile product
+
+inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+// A: rows with k contiguous (element (r, p) at data[r * ld + p]): each tile row is a 64-byte copy.
+void pack_a_k_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
+  const uint16_t* data = static_cast<const uint16_t*>(src.data);
+  const int64_t steps = (kc + kStep - 1) / kStep;
+  for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
+    const int64_t used = min64(kMR, rows - q0);
+    for (int64_t t = 0; t < steps; ++t) {
+      const int kn = static_cast<int>(min64(kStep, kc - t * kStep));
+      uint16_t* block = dst + t * kMR * kStep;  // (32 rows, 32 k)
+      for (int r = 0; r < kMR; ++r) {
+        const uint16_t* row = data + (r0 + q0 + r) * src.ld + p0 + t * kStep;
+        shim::copy_row32(row, r < used ? kn : 0, block + r * kStep);
+      }
+    }
+    dst += steps * kMR * kStep;
+  }
+}
+
+// A: k strided (element (r, p) at data[p * ld + r], A transposed): k pairs are interleaved into slots
+// (pair, row), then a 16x16 slot transpose turns them into rows of k.
+void pack_a_rows_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc,
+                            uint16_t* dst) {
+  const uint16_t* data = static_cast<const uint16_t*>(src.data);
+  const int64_t steps = (kc + kStep - 1) / kStep;
+  alignas(64) uint32_t pairs[16 * 16];  // (16 pairs, 16 rows)
+  for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
+    const int64_t used = min64(kMR, rows - q0);
+    for (int64_t t = 0; t < steps; ++t) {
+      const int64_t kn = min64(kStep, kc - t * kStep);
+      uint16_t* block = dst + t * kMR * kStep;  // (32 rows, 32 k)
+      for (int g = 0; g < kMR / 16; ++g) {
+        const int n = static_cast<int>(min64(16, used - 16 * g));
+        for (int s = 0; s < 16; ++s) {
+          const uint16_t* even = data + (p0 + t * kStep + 2 * s) * src.ld + r0 + q0 + 16 * g;
+          if (n <= 0 || 2 * s >= kn) {
+            shim::interleave_pairs(even, nullptr, 0, pairs + s * 16);  // zeros; reads nothing
+          } else {
+            shim::interleave_pairs(even, 2 * s + 1 < kn ? even + src.ld : nullptr, n, pairs + s * 16);
+          }
+        }
+        // (16 pairs, 16 rows) -> rows 16g.. of the block, 16 slots (32 k) each
+        shim::transpose16_u32(pairs, 64, 16, 32, reinterpret_cast<uint32_t*>(block + 16 * g * kStep), kStep / 2);
+      }
+    }
+    dst += steps * kMR * kStep;
+  }
+}
+
+// B (seen as rows = columns of op(B)) with k strided: element (c, p) at data[p * ld + c], B as stored
+// (k, n): each tile row interleaves two source rows.
+void pack_b_rows_contiguous(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, uint32_t* dst) {
+  const uint16_t* data = static_cast<const uint16_t*>(src.data);
+  const int64_t steps = (kc + kStep - 1) / kStep;
+  for (int64_t q0 = 0; q0 < cols; q0 += kNR) {
+    const int64_t used = min64(kNR, cols - q0);
+    for (int64_t t = 0; t < steps; ++t) {
+      const int64_t kn = min64(kStep, kc - t * kStep);
+      for (int g = 0; g < kNR / 16; ++g) {
+        uint32_t* block = dst + (t * 2 + g) * 256;  // (16 pairs, 16 columns)
+        const int n = static_cast<int>(min64(16, used - 16 * g));
+        for (int s = 0; s < 16; ++s) {
+          const uint16_t* even = data + (p0 + t * kStep + 2 * s) * src.ld + r0 + q0 + 16 * g;
+          if (n <= 0 || 2 * s >= kn) {
+            shim::interleave_pairs(even, nullptr, 0, block + s * 16);
+          } else {
+            shim::interleave_pairs(even, 2 * s + 1 < kn ? even + src.ld : nullptr, n, block + s * 16);
+          }
+        }
+      }
+    }
+    dst += steps * kMR * kStep / 2;
+  }
+}
+
+// B with k contiguous (element (c, p) at data[c * ld + p], B transposed): a k pair is already one 32-bit
+// slot, so (16 columns, 16 pairs) blocks are transposed.
+void pack_b_k_contiguous(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, uint32_t* dst) {
+  const uint16_t* data = static_cast<const uint16_t*>(src.data);
+  const int64_t steps = (kc + kStep - 1) / kStep;
+  for (int64_t q0 = 0; q0 < cols; q0 += kNR) {
+    const int64_t used = min64(kNR, cols - q0);
+    for (int64_t t = 0; t < steps; ++t) {
+      const int kn = static_cast<int>(min64(kStep, kc - t * kStep));
+      for (int g = 0; g < kNR / 16; ++g) {
+        const int n = static_cast<int>(min64(16, used - 16 * g));
+        const uint16_t* first = data + (r0 + q0 + 16 * g) * src.ld + p0 + t * kStep;
+        shim::transpose16_u32(first, src.ld * 2, n > 0 ? n : 0, kn, dst + (t * 2 + g) * 256, 16);
+      }
+    }
+    dst += steps * kMR * kStep / 2;
+  }
+}
+
+void pack(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int /*width*/, float* dst) {
+  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
+  if (src.k_contiguous) return pack_b_k_contiguous(src, r0, rows, p0, kc, out);
+  return pack_b_rows_contiguous(src, r0, rows, p0, kc, out);
+}
+
+void pack_a(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int /*width*/, float* dst) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  if (src.k_contiguous) return pack_a_k_contiguous(src, r0, rows, p0, kc, out);
+  return pack_a_rows_contiguous(src, r0, rows, p0, kc, out);
+}
+
+void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
+                  const Epilogue& ep) {
+  shim::prefetch_c(mr_used, ep);
+  const char* a = reinterpret_cast<const char*>(a_panel);
+  const char* b = reinterpret_cast<const char*>(b_panel);
+  const int64_t steps = (kc + kStep - 1) / kStep;
+  shim::tile_zero<0>();
+  shim::tile_zero<1>();
+  shim::tile_zero<2>();
+  shim::tile_zero<3>();
+  for (int64_t t = 0; t < steps; ++t) {
+    shim::tile_load<4>(a, 64);         // rows 0..15
+    shim::tile_load<6>(b, 64);         // columns 0..15
+    shim::tile_load<5>(a + 1024, 64);  // rows 16..31
+    shim::tile_load<7>(b + 1024, 64);  // columns 16..31
+    shim::tile_dpbf16ps<0, 4, 6>();
+    shim::tile_dpbf16ps<1, 4, 7>();
+    shim::tile_dpbf16ps<2, 5, 6>();
+    shim::tile_dpbf16ps<3, 5, 7>();
+    a += 2048;
+    b += 2048;
+  }
+  alignas(64) float tile[kMR * kNR];  // (32, 32)
+  shim::tile_store<0>(tile, kNR * 4);
+  shim::tile_store<1>(tile + 16, kNR * 4);
+  shim::tile_store<2>(tile + 16 * kNR, kNR * 4);
+  shim::tile_store<3>(tile + 16 * kNR + 16, kNR * 4);
+  shim::finish(tile, mr_used, nr_used, ep);
+}
+
+void thread_begin() { shim::configure_tiles(); }
+void thread_end() { shim::release_tiles(); }
+
+}  // namespace amx
+}  // namespace
+}  // namespace mixtrain::kernels::cpu
