@@ -1,0 +1,42 @@
+// The dispatch seam between ops and backends. Every op entry in ops/ validates its arguments on the
+// host, then calls the kernel of its inputs' device through the op's KernelTable: one function pointer
+// per device type. The CPU backend (src/ops/cpu/) fills the CPU entries; a GPU backend fills the
+// kCuda entries of the same tables when it loads (docs/ARCHITECTURE.md gives the recipe).
+// Kernels receive validated, contiguous tensors and preallocated outputs on their device.
+#pragma once
+
+#include <array>
+#include <initializer_list>
+
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::ops {
+
+[[noreturn]] void fail_unsupported(const char* op, const Device& device);
+
+template <typename Fn>
+class KernelTable {
+ public:
+  // op names the operation in errors; cpu is the CPU backend's kernel (may be null).
+  KernelTable(const char* op, Fn* cpu) : op_(op) { fns_[static_cast<size_t>(DeviceType::kCpu)] = cpu; }
+
+  // Installs (or replaces) the kernel of a device type.
+  void set(DeviceType type, Fn* fn) { fns_[static_cast<size_t>(type)] = fn; }
+  bool supports(DeviceType type) const { return fns_[static_cast<size_t>(type)] != nullptr; }
+  // The kernel for device; Error naming the op and device when no backend provides one.
+  Fn* operator()(const Device& device) const {
+    Fn* fn = fns_[static_cast<size_t>(device.type)];
+    if (!fn) fail_unsupported(op_, device);
+    return fn;
+  }
+  const char* op() const { return op_; }
+
+ private:
+  const char* op_;
+  std::array<Fn*, kNumDeviceTypes> fns_{};
+};
+
+// The one device all defined inputs live on; Error (naming op and the tensors) when they differ.
+Device common_device(const char* op, std::initializer_list<const Tensor*> inputs);
+
+}  // namespace mixtrain::ops
