@@ -1,6 +1,6 @@
 // Square GEMM throughput per input dtype (C in the same dtype, as in a mixed-precision forward pass).
 // Peer in the same run: float32, and the same float32 GEMM on one thread. bfloat16 runs three ways: the
-// method gemm() picks, and each method forced ("widen" to float32, or "dot" with vdpbf16ps).
+// method gemm() picks, and each method forced ("widen" to float32, "dot" with vdpbf16ps, "amx" with tiles).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -70,6 +70,7 @@ void BM_gemm_f16(benchmark::State& state) { run_gemm(state, DType::kFloat16, 0);
 void BM_gemm_bf16(benchmark::State& state) { run_gemm(state, DType::kBFloat16, 0); }
 void BM_gemm_bf16_widen(benchmark::State& state) { run_gemm(state, DType::kBFloat16, 0, "widen"); }
 void BM_gemm_bf16_dot(benchmark::State& state) { run_gemm(state, DType::kBFloat16, 0, "dot"); }
+void BM_gemm_bf16_amx(benchmark::State& state) { run_gemm(state, DType::kBFloat16, 0, "amx"); }
 void BM_gemm_f32_1thread(benchmark::State& state) { run_gemm(state, DType::kFloat32, 1); }
 
 // Real time: the work runs on OpenMP threads, which the main thread's CPU time does not see.
@@ -78,6 +79,7 @@ BENCHMARK(BM_gemm_f16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark
 BENCHMARK(BM_gemm_bf16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gemm_bf16_widen)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gemm_bf16_dot)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gemm_bf16_amx)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_gemm_f32_1thread)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -90,6 +90,11 @@ inline void interleave_pairs(const uint16_t* even, const uint16_t* odd, int n, u
   }
 }
 
+inline void interleave_pairs32(const uint16_t* even, const uint16_t* odd, int n, uint32_t* dst0, uint32_t* dst1) {
+  interleave_pairs(even, odd, n, dst0);
+  interleave_pairs(even + 16, odd ? odd + 16 : nullptr, n - 16, dst1);
+}
+
 inline void copy_row32(const uint16_t* src, int n, uint16_t* dst) {
   for (int i = 0; i < 32; ++i) dst[i] = i < n ? src[i] : 0;
 }

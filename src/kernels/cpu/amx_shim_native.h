@@ -101,6 +101,19 @@ inline void interleave_pairs(const uint16_t* even, const uint16_t* odd, int n, u
   _mm512_store_si512(dst, v);
 }
 
+// The same for 32 columns in one go: columns 0..15 to dst0, 16..31 to dst1 (n <= 32), one vpermt2w each.
+inline void interleave_pairs32(const uint16_t* even, const uint16_t* odd, int n, uint32_t* dst0, uint32_t* dst1) {
+  const __mmask32 mask = n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1u);
+  const __m512i e = _mm512_maskz_loadu_epi16(mask, even);
+  const __m512i o = odd != nullptr ? _mm512_maskz_loadu_epi16(mask, odd) : _mm512_setzero_si512();
+  // Word i of the result takes word i / 2 of e (even i) or of o (odd i; indices from 32 pick o).
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                                      36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  _mm512_store_si512(dst0, _mm512_permutex2var_epi16(e, lo, o));
+  _mm512_store_si512(dst1, _mm512_permutex2var_epi16(e, hi, o));
+}
+
 // dst[0..32) = src[0..n) then zeros (n <= 32): one row of a 16x32 bfloat16 A tile.
 inline void copy_row32(const uint16_t* src, int n, uint16_t* dst) {
   const __mmask32 mask = n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1u);

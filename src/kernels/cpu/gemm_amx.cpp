@@ -7,9 +7,14 @@
 
 namespace mixtrain::kernels::cpu {
 
-// k blocks of 1024 (padded to a multiple of 32): an A panel (32 x 1024 bfloat16, 64 KiB) and a B
-// panel (64 KiB) stream from L2 while the 128-row A chunk (256 KiB) stays there.
-const GemmBackend kAmxBackend = {"amx",          amx::kMR, amx::kNR, 128, 1024, 2048, amx::pack, amx::micro_kernel, 2,
-                                 amx::kStep, amx::pack_a, amx::thread_begin, amx::thread_end};
+// Deep k blocks (1024, padded to a multiple of 32): an A panel (32 x 1024 bfloat16, 64 KiB) and a B panel
+// (64 KiB) stream from L2 while the 128-row A chunk (256 KiB) stays there. Measured on one Sapphire Rapids
+// core (n = 512..2048, bench/gemm_bench.cpp): k blocks of 256..512, which keep a B panel in L1, were
+// 10-20% slower, because every extra k block is another pass over the float32 partial sums of C, and
+// C (4 MiB of float32 at n = 1024) does not fit in L2.
+const GemmBackend kAmxBackend = {"amx",      amx::kMR,    amx::kNR,          128,
+                                 1024,       2048,        amx::pack,         amx::micro_kernel,
+                                 2,          amx::kStep,  amx::pack_a,       amx::thread_begin,
+                                 amx::thread_end};
 
 }  // namespace mixtrain::kernels::cpu

@@ -91,16 +91,15 @@ void pack_b_rows_contiguous(const PackSource& src, int64_t r0, int64_t cols, int
     const int64_t used = min64(kNR, cols - q0);
     for (int64_t t = 0; t < steps; ++t) {
       const int64_t kn = min64(kStep, kc - t * kStep);
-      for (int g = 0; g < kNR / 16; ++g) {
-        uint32_t* block = dst + (t * 2 + g) * 256;  // (16 pairs, 16 columns)
-        const int n = static_cast<int>(min64(16, used - 16 * g));
-        for (int s = 0; s < 16; ++s) {
-          const uint16_t* even = data + (p0 + t * kStep + 2 * s) * src.ld + r0 + q0 + 16 * g;
-          if (n <= 0 || 2 * s >= kn) {
-            shim::interleave_pairs(even, nullptr, 0, block + s * 16);
-          } else {
-            shim::interleave_pairs(even, 2 * s + 1 < kn ? even + src.ld : nullptr, n, block + s * 16);
-          }
+      uint32_t* block = dst + t * 2 * 256;  // two (16 pairs, 16 columns) blocks
+      const int n = static_cast<int>(used);
+      for (int s = 0; s < 16; ++s) {
+        const uint16_t* even = data + (p0 + t * kStep + 2 * s) * src.ld + r0 + q0;
+        if (2 * s >= kn) {
+          shim::interleave_pairs32(even, nullptr, 0, block + s * 16, block + 256 + s * 16);  // zeros
+        } else {
+          shim::interleave_pairs32(even, 2 * s + 1 < kn ? even + src.ld : nullptr, n, block + s * 16,
+                                   block + 256 + s * 16);
         }
       }
     }
@@ -139,34 +138,76 @@ void pack_a(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t
   return pack_a_rows_contiguous(src, r0, rows, p0, kc, out);
 }
 
+// The running sum a full tile starts from and ends in: when the sum so far (ep.add) is float32, the
+// accumulator tiles load it and keep adding to it, and when nothing else is left to do (float32 out, no
+// bias), they store straight into ep.out. So k blocks after the first cost a tile load and store rather
+// than a pass of the epilogue, and k blocks can be shallow enough for a B panel to stay in L1. Tiles cut
+// by C's edges (never full whatever the thread count) take the epilogue.
 void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
                   const Epilogue& ep) {
-  shim::prefetch_c(mr_used, ep);
+  const bool full = mr_used == kMR && nr_used == kNR;
+  const bool start_from_add = full && ep.add != nullptr && ep.add_dtype == DType::kFloat32;
+  const bool store_to_out = full && ep.out_dtype == DType::kFloat32 && ep.bias == nullptr &&
+                            (ep.add == nullptr || start_from_add);
+  if (!store_to_out) shim::prefetch_c(mr_used, ep);
+  if (start_from_add) {
+    const char* add = static_cast<const char*>(ep.add);
+    const int64_t stride = ep.ld_add * 4;
+    shim::tile_load<0>(add, stride);
+    shim::tile_load<1>(add + 64, stride);
+    shim::tile_load<2>(add + 16 * stride, stride);
+    shim::tile_load<3>(add + 16 * stride + 64, stride);
+  } else {
+    shim::tile_zero<0>();
+    shim::tile_zero<1>();
+    shim::tile_zero<2>();
+    shim::tile_zero<3>();
+  }
+
   const char* a = reinterpret_cast<const char*>(a_panel);
   const char* b = reinterpret_cast<const char*>(b_panel);
   const int64_t steps = (kc + kStep - 1) / kStep;
-  shim::tile_zero<0>();
-  shim::tile_zero<1>();
-  shim::tile_zero<2>();
-  shim::tile_zero<3>();
-  for (int64_t t = 0; t < steps; ++t) {
-    shim::tile_load<4>(a, 64);         // rows 0..15
-    shim::tile_load<6>(b, 64);         // columns 0..15
-    shim::tile_load<5>(a + 1024, 64);  // rows 16..31
-    shim::tile_load<7>(b + 1024, 64);  // columns 16..31
-    shim::tile_dpbf16ps<0, 4, 6>();
-    shim::tile_dpbf16ps<1, 4, 7>();
-    shim::tile_dpbf16ps<2, 5, 6>();
-    shim::tile_dpbf16ps<3, 5, 7>();
+  // Tile registers are not renamed: a load into a tile waits until the products reading its old value
+  // are done. So each operand of the next step is loaded right after the last product that reads this
+  // step's, and its load overlaps the products still running.
+  shim::tile_load<4>(a, 64);         // rows 0..15
+  shim::tile_load<6>(b, 64);         // columns 0..15
+  shim::tile_load<5>(a + 1024, 64);  // rows 16..31
+  shim::tile_load<7>(b + 1024, 64);  // columns 16..31
+  for (int64_t t = 1; t < steps; ++t) {
     a += 2048;
     b += 2048;
+    shim::tile_dpbf16ps<0, 4, 6>();
+    shim::tile_dpbf16ps<1, 4, 7>();
+    shim::tile_load<4>(a, 64);
+    shim::tile_dpbf16ps<2, 5, 6>();
+    shim::tile_load<6>(b, 64);
+    shim::tile_dpbf16ps<3, 5, 7>();
+    shim::tile_load<5>(a + 1024, 64);
+    shim::tile_load<7>(b + 1024, 64);
+  }
+  shim::tile_dpbf16ps<0, 4, 6>();
+  shim::tile_dpbf16ps<1, 4, 7>();
+  shim::tile_dpbf16ps<2, 5, 6>();
+  shim::tile_dpbf16ps<3, 5, 7>();
+
+  if (store_to_out) {
+    char* out = static_cast<char*>(ep.out);
+    const int64_t stride = ep.ld_out * 4;
+    shim::tile_store<0>(out, stride);
+    shim::tile_store<1>(out + 64, stride);
+    shim::tile_store<2>(out + 16 * stride, stride);
+    shim::tile_store<3>(out + 16 * stride + 64, stride);
+    return;
   }
   alignas(64) float tile[kMR * kNR];  // (32, 32)
   shim::tile_store<0>(tile, kNR * 4);
   shim::tile_store<1>(tile + 16, kNR * 4);
   shim::tile_store<2>(tile + 16 * kNR, kNR * 4);
   shim::tile_store<3>(tile + 16 * kNR + 16, kNR * 4);
-  shim::finish(tile, mr_used, nr_used, ep);
+  Epilogue rest = ep;
+  if (start_from_add) rest.add = nullptr;  // already in the sum
+  shim::finish(tile, mr_used, nr_used, rest);
 }
 
 void thread_begin() { shim::configure_tiles(); }
