@@ -481,10 +481,107 @@ int bf16_method() {
   return calibrated;
 }
 
+// ---- float16 method: widen to float32, or AVX512-FP16 FMAs on float16 partial sums ----
+
+enum F16Method : int { kF16Widen = 0, kF16Fma = 1, kF16FmaEmulated = 2, kNumF16Methods = 3 };
+constexpr const char* kF16MethodNames[] = {"widen", "fp16", "fp16_emulated"};
+static_assert(sizeof(kF16MethodNames) / sizeof(kF16MethodNames[0]) == kNumF16Methods);
+
+constexpr int kDefaultF16Interval = 32;  // k values per float16 partial sum (16 products a lane)
+
+int parse_f16_method(const char* name) {
+  for (int m = 0; m < kNumF16Methods; ++m)
+    if (std::strcmp(name, kF16MethodNames[m]) == 0) return m;
+  return -1;
+}
+
+int env_f16_method() {
+  static const int method = [] {
+    const char* env = std::getenv("MIXTRAIN_F16_GEMM");
+    if (env == nullptr || *env == '\0') return -1;
+    const int parsed = parse_f16_method(env);
+    if (parsed < 0)
+      MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_F16_GEMM='" << env << "' names no float16 GEMM method",
+                    "set MIXTRAIN_F16_GEMM to fp16, widen or fp16_emulated, or unset it");
+    return parsed;
+  }();
+  return method;
+}
+
+bool valid_f16_interval(int64_t k) { return k >= 2 && k <= 1024 && k % 2 == 0; }
+
+int env_f16_interval() {
+  static const int interval = [] {
+    const char* env = std::getenv("MIXTRAIN_F16_GEMM_INTERVAL");
+    if (env == nullptr || *env == '\0') return kDefaultF16Interval;
+    char* end = nullptr;
+    const long parsed = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || !valid_f16_interval(parsed))
+      MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_F16_GEMM_INTERVAL='" << env << "' is not an even number in [2, 1024]",
+                    "the number of k values each float16 partial sum covers before it is added in float32; "
+                    "default " + std::to_string(kDefaultF16Interval));
+    return static_cast<int>(parsed);
+  }();
+  return interval;
+}
+
+std::atomic<int> g_test_f16_interval{0};
+std::atomic<int> g_test_f16_method{-1};
+
+bool cpu_has_f16_fma() { return best_level() == kLevelAvx512 && cpu_features().avx512_fp16; }
+
+bool f16_method_available(int method) {
+  if (method == kF16Fma) return cpu_has_f16_fma() && &active_backend() == kBackends[kLevelAvx512];
+  return true;
+}
+
+const GemmBackend& f16_backend(int method) {
+  switch (method) {
+    case kF16Fma:
+      return cpu::kAvx512Fp16Backend;
+    case kF16FmaEmulated:
+      return cpu::kAvx512Fp16EmulatedBackend;
+    default:
+      return *kBackends[kLevelAvx512];
+  }
+}
+
+// Whether AVX512-FP16 FMAs beat widening on this CPU, timed like the bfloat16 methods (float16 inputs of
+// the same shape, one thread, best of three after a warm-up, 10% margin).
+int calibrated_f16_method() {
+  if (!cpu_has_f16_fma()) return kF16Widen;
+  constexpr int64_t kM = 192, kN = 256, kK = 512;
+  std::vector<uint16_t> a(kM * kK), b(kK * kN);  // (m, k), (k, n): values in [1, 2)
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(0x3C00 + (i * 37) % 1024);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(0x3C00 + (i * 53) % 1024);
+  std::vector<float> c(kM * kN);  // (m, n)
+  const Problem p{false, false, kM, kN, kK, DType::kFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
+                  c.data(), kN, false, nullptr};
+  const GemmBackend& widen = *kBackends[kLevelAvx512];
+  const GemmBackend& fma = cpu::kAvx512Fp16Backend;
+  gemm_blocked(widen, p, 1);
+  gemm_blocked(fma, p, 1);
+  const double t_widen = best_seconds(widen, p, 3), t_fma = best_seconds(fma, p, 3);
+  return t_fma * 1.1 < t_widen ? kF16Fma : kF16Widen;
+}
+
+int f16_method() {
+  int wanted = g_test_f16_method.load(std::memory_order_relaxed);
+  if (wanted < 0) wanted = env_f16_method();
+  if (wanted >= 0 && f16_method_available(wanted)) return wanted;
+  if (&active_backend() != kBackends[kLevelAvx512]) return kF16Widen;
+  static const int calibrated = calibrated_f16_method();
+  return calibrated;
+}
+
 const GemmBackend& backend_for(DType ab_dtype) {
   if (ab_dtype == DType::kBFloat16) {
     const int method = bf16_method();
     if (method != kWiden) return bf16_backend(method);
+  }
+  if (ab_dtype == DType::kFloat16) {
+    const int method = f16_method();
+    if (method != kF16Widen) return f16_backend(method);
   }
   return active_backend();
 }
@@ -504,6 +601,13 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_
 const char* gemm_isa() { return active_backend().name; }
 
 const char* gemm_bf16_method() { return kBf16MethodNames[bf16_method()]; }
+
+const char* gemm_f16_method() { return kF16MethodNames[f16_method()]; }
+
+int gemm_f16_promote_interval() {
+  const int forced = g_test_f16_interval.load(std::memory_order_relaxed);
+  return forced > 0 ? forced : env_f16_interval();
+}
 
 bool gemm_amx_granted() { return amx_state().granted; }
 
@@ -531,5 +635,28 @@ const char* set_gemm_bf16_method_for_testing(const char* method) {
   g_test_bf16_method.store(wanted, std::memory_order_relaxed);
   return gemm_bf16_method();
 }
+
+const char* set_gemm_f16_method_for_testing(const char* method) {
+  int wanted = -1;
+  if (method != nullptr) {
+    wanted = parse_f16_method(method);
+    if (wanted < 0)
+      MIXTRAIN_FAIL(kInvalidInput, "unknown float16 GEMM method '" << method << "'", "use fp16, widen or fp16_emulated");
+  }
+  g_test_f16_method.store(wanted, std::memory_order_relaxed);
+  return gemm_f16_method();
+}
+
+int set_gemm_f16_promote_interval_for_testing(int k_values) {
+  if (k_values != 0 && !valid_f16_interval(k_values))
+    MIXTRAIN_FAIL(kInvalidInput, "float16 promotion interval " << k_values << " is not an even number in [2, 1024]",
+                  "pass 0 to return to the default");
+  g_test_f16_interval.store(k_values, std::memory_order_relaxed);
+  return gemm_f16_promote_interval();
+}
+
+namespace cpu {
+int64_t f16_promote_pairs() { return gemm_f16_promote_interval() / 2; }
+}  // namespace cpu
 
 }  // namespace mixtrain::kernels

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -81,8 +83,14 @@ double unit_roundoff(DType dtype) {
 // the sum of the terms' magnitudes `abs_sum` (FMA or not, whatever the blocking). Then C is rounded once
 // into its dtype: relative error unit_roundoff(c_dtype), plus, for float16, up to half the smallest
 // subnormal (2^-25) in absolute terms when the result is tiny. The 1.01 covers gamma's second-order terms.
-double tolerance(int64_t k, double abs_sum, double exact, DType c_dtype) {
-  const double accumulation = 1.01 * static_cast<double>(k + 2) * std::ldexp(1.0, -24) * abs_sum;
+// f16_terms > 0 (the float16 FMA method): each float16 partial sum of at most f16_terms products adds
+// up to f16_terms * 2^-11 relative to the magnitudes it sums, and each float16 rounding of a tiny sum up
+// to 2^-25 absolute (half the smallest float16 subnormal), k of them at most.
+double tolerance(int64_t k, double abs_sum, double exact, DType c_dtype, int64_t f16_terms = 0) {
+  double accumulation = 1.01 * static_cast<double>(k + 2) * std::ldexp(1.0, -24) * abs_sum;
+  if (f16_terms > 0)
+    accumulation += 1.01 * static_cast<double>(f16_terms) * std::ldexp(1.0, -11) * abs_sum +
+                    static_cast<double>(k) * std::ldexp(1.0, -25);
   const double u = unit_roundoff(c_dtype);
   const double subnormal_floor = c_dtype == DType::kFloat16 ? std::ldexp(1.0, -25) : 0.0;
   return accumulation + u * (std::fabs(exact) + accumulation) + subnormal_floor;
@@ -94,7 +102,8 @@ struct Shape3 {
 
 // Everything for one (shape, transposes, input dtype): runs every output dtype, accumulate and bias
 // combination and checks each element of C and that C's padding columns are untouched.
-void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DType ab, std::mt19937& rng) {
+void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DType ab, std::mt19937& rng,
+                       int64_t f16_terms = 0) {
   const int64_t m = s.m, n = s.n, k = s.k;
   const int64_t pad = (m + n + k) % 3 == 0 ? 0 : 3;  // some cases with ld > cols
   Matrix a(ab, trans_a ? k : m, trans_a ? m : k, pad);
@@ -147,7 +156,7 @@ void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DT
               abs_sum += std::fabs(bias[j]);
             }
             const double got = c.get(i, j);
-            const double tol = tolerance(k, abs_sum, exact, c_dtype);
+            const double tol = tolerance(k, abs_sum, exact, c_dtype, f16_terms);
             if (!(std::fabs(got - exact) <= tol)) {
               ADD_FAILURE() << where.str() << ": C[" << i << "][" << j << "] = " << got << ", expected " << exact
                             << " +- " << tol;
@@ -173,12 +182,14 @@ class GemmPath : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     set_gemm_bf16_method_for_testing("widen");
+    set_gemm_f16_method_for_testing("widen");
     if (std::strcmp(set_gemm_isa_for_testing(GetParam()), GetParam()) != 0)
       GTEST_SKIP() << "this CPU has no " << GetParam() << " path";
   }
   void TearDown() override {
     set_gemm_isa_for_testing(nullptr);
     set_gemm_bf16_method_for_testing(nullptr);
+    set_gemm_f16_method_for_testing(nullptr);
   }
 };
 
@@ -385,6 +396,155 @@ TEST_P(GemmBf16Pairs, OneAndTwoThreadsGiveIdenticalBits) {
 
 INSTANTIATE_TEST_SUITE_P(Method, GemmBf16Pairs, ::testing::Values("dot", "amx", "amx_emulated"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+// ---- float16 with AVX512-FP16 FMAs (the "fp16" method), and its kernel on the portable emulation of the
+// instructions ("fp16_emulated", on every CPU) ----
+
+class GemmF16Fma : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    const std::string method = GetParam();
+    const bool on_avx512 = std::strcmp(set_gemm_isa_for_testing("avx512"), "avx512") == 0;
+    if (method == "fp16_emulated") set_gemm_isa_for_testing(nullptr);  // any path
+    if (set_gemm_f16_method_for_testing(GetParam()) != method || (method != "fp16_emulated" && !on_avx512)) {
+      if (required("fp16")) FAIL() << "MIXTRAIN_REQUIRE_GEMM names fp16, which this CPU cannot run";
+      GTEST_SKIP() << "this CPU has no float16 method " << method;
+    }
+  }
+  void TearDown() override {
+    set_gemm_isa_for_testing(nullptr);
+    set_gemm_f16_method_for_testing(nullptr);
+    set_gemm_f16_promote_interval_for_testing(0);
+  }
+  // Products in one float16 partial sum of a lane: half the promotion interval.
+  static int64_t terms() { return gemm_f16_promote_interval() / 2; }
+};
+
+TEST_P(GemmF16Fma, OddShapesAllTransposesAndDtypes) {
+  // The emulation is slow: fewer shapes, still around the 12 x 32 micro-tile and its blocks.
+  const bool emulated = std::strcmp(GetParam(), "fp16_emulated") == 0;
+  const std::vector<int64_t> sizes = emulated ? std::vector<int64_t>{1, 13, 33, 70} : std::vector<int64_t>{1, 7, 17, 31, 129};
+  std::vector<Shape3> shapes;
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes) shapes.push_back({m, n, k});
+  if (!emulated) shapes.push_back({1000, 33, 257});
+  std::mt19937 rng(777);
+  for (const Shape3& s : shapes)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        check_all_outputs(GetParam(), s, trans_a, trans_b, DType::kFloat16, rng, terms());
+}
+
+// Every k from 1 to 70 around the promotion points (interval 8 here: a promotion every 4 pairs) and the
+// packing blocks of 32, both layouts of A and B.
+TEST_P(GemmF16Fma, OddAndEvenDepthsAroundPromotions) {
+  set_gemm_f16_promote_interval_for_testing(8);
+  std::mt19937 rng(9);
+  for (int64_t k = 1; k <= 70; ++k)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        check_all_outputs(GetParam(), {13, 45, k}, trans_a, trans_b, DType::kFloat16, rng, terms());
+}
+
+TEST_P(GemmF16Fma, SeveralColumnAndDepthBlocks) {
+  std::mt19937 rng(97);
+  const bool emulated = std::strcmp(GetParam(), "fp16_emulated") == 0;
+  const Shape3 shape = emulated ? Shape3{29, 150, 301} : Shape3{5, 4133, 2101};
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true})
+      check_all_outputs(GetParam(), shape, trans_a, trans_b, DType::kFloat16, rng, terms());
+}
+
+TEST_P(GemmF16Fma, OneAndTwoThreadsGiveIdenticalBits) {
+  const int saved = omp_get_max_threads();
+  std::mt19937 rng(16);
+  const bool emulated = std::strcmp(GetParam(), "fp16_emulated") == 0;
+  const std::vector<Shape3> shapes = emulated ? std::vector<Shape3>{{100, 70, 200}, {7, 300, 101}, {45, 100, 257}}
+                                              : std::vector<Shape3>{{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}};
+  for (const Shape3& s : shapes) {
+    for (DType c_dtype : kFloatTypes) {
+      Matrix a(DType::kFloat16, s.m, s.k, 0), b(DType::kFloat16, s.n, s.k, 0);
+      a.fill_uniform(rng);
+      b.fill_uniform(rng);
+      std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
+      Matrix c1(c_dtype, s.m, s.n, 0);
+      c1.fill_uniform(rng);
+      Matrix c2 = c1;
+      omp_set_num_threads(1);
+      gemm(false, true, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(), c1.ld,
+           true, bias.data());
+      omp_set_num_threads(2);
+      gemm(false, true, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(), c2.ld,
+           true, bias.data());
+      EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                                    << " c=" << dtype_name(c_dtype);
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// The promise of the default interval, as a mixed_float16 forward pass uses it (float16 A, B and C):
+// the error against the exact product, both its root mean square and its largest value over 64 x 64
+// outputs, stays within 4x that of float32 accumulation (the "widen" method) up to k = 8192. (Float32
+// accumulation's error here is mostly C's rounding into float16; the float16 partial sums add to it.)
+TEST_P(GemmF16Fma, ErrorWithin4xOfFloat32AccumulationUpTo8192) {
+  const bool emulated = std::strcmp(GetParam(), "fp16_emulated") == 0;
+  std::mt19937 rng(2024);
+  constexpr int64_t kM = 64, kN = 64;
+  for (int64_t k : {256, 1024, 4096, 8192}) {
+    if (emulated && k > 1024) break;  // the emulation is slow; the kernel's order is the same
+    Matrix a(DType::kFloat16, kM, k, 0), b(DType::kFloat16, k, kN, 0);
+    a.fill_uniform(rng);
+    b.fill_uniform(rng);
+    Matrix c_fp16(DType::kFloat16, kM, kN, 0), c_widen(DType::kFloat16, kM, kN, 0);
+    gemm(false, false, kM, kN, k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, DType::kFloat16, c_fp16.data(),
+         c_fp16.ld, false, nullptr);
+    set_gemm_f16_method_for_testing("widen");
+    gemm(false, false, kM, kN, k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, DType::kFloat16, c_widen.data(),
+         c_widen.ld, false, nullptr);
+    set_gemm_f16_method_for_testing(GetParam());
+    double sq_fp16 = 0, sq_widen = 0, max_fp16 = 0, max_widen = 0;
+    for (int64_t i = 0; i < kM; ++i) {
+      for (int64_t j = 0; j < kN; ++j) {
+        double exact = 0;
+        for (int64_t p = 0; p < k; ++p) exact += a.get(i, p) * b.get(p, j);
+        const double e_fp16 = std::fabs(c_fp16.get(i, j) - exact), e_widen = std::fabs(c_widen.get(i, j) - exact);
+        sq_fp16 += e_fp16 * e_fp16;
+        sq_widen += e_widen * e_widen;
+        max_fp16 = std::max(max_fp16, e_fp16);
+        max_widen = std::max(max_widen, e_widen);
+      }
+    }
+    const double rms_ratio = std::sqrt(sq_fp16 / sq_widen), max_ratio = max_fp16 / max_widen;
+    EXPECT_LE(rms_ratio, 4.0) << GetParam() << " k=" << k;
+    EXPECT_LE(max_ratio, 4.0) << GetParam() << " k=" << k;
+    std::printf("%s k=%lld: error vs float32 accumulation: rms %.2fx, max %.2fx\n", GetParam(),
+                static_cast<long long>(k), rms_ratio, max_ratio);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Method, GemmF16Fma, ::testing::Values("fp16", "fp16_emulated"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+TEST(GemmF16Method, ForcedMethodsIntervalAndLowerPaths) {
+  const std::string chosen = gemm_f16_method();  // calibrated, or MIXTRAIN_F16_GEMM
+  EXPECT_TRUE(chosen == "fp16" || chosen == "widen") << chosen;
+  EXPECT_STREQ(set_gemm_f16_method_for_testing("widen"), "widen");
+  EXPECT_STREQ(set_gemm_f16_method_for_testing("fp16_emulated"), "fp16_emulated");
+  const std::string fma = set_gemm_f16_method_for_testing("fp16");
+  EXPECT_TRUE(fma == "fp16" || fma == chosen) << fma;
+  set_gemm_isa_for_testing("avx2");  // fp16 needs the AVX-512 path
+  EXPECT_STREQ(gemm_f16_method(), "widen");
+  set_gemm_isa_for_testing(nullptr);
+  EXPECT_EQ(set_gemm_f16_method_for_testing(nullptr), chosen);
+  EXPECT_THROW(set_gemm_f16_method_for_testing("half"), Error);
+  EXPECT_EQ(set_gemm_f16_promote_interval_for_testing(64), 64);
+  EXPECT_THROW(set_gemm_f16_promote_interval_for_testing(7), Error);
+  EXPECT_THROW(set_gemm_f16_promote_interval_for_testing(2048), Error);
+  const int back = set_gemm_f16_promote_interval_for_testing(0);
+  EXPECT_EQ(back, gemm_f16_promote_interval());
+}
 
 TEST(GemmBf16Method, ForcedMethodsAndLowerPaths) {
   const std::string chosen = gemm_bf16_method();  // calibrated, or MIXTRAIN_BF16_GEMM

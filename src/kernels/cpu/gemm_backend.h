@@ -81,6 +81,16 @@ extern const GemmBackend kAmxBackend;
 // on any CPU, slowly; for the tests.
 extern const GemmBackend kAmxEmulatedBackend;
 
+// float16 inputs only, with AVX512-FP16 FMAs on float16 partial sums promoted to float32 every
+// f16_promote_pairs() products per lane; needs the AVX-512 path's features plus AVX512-FP16.
+extern const GemmBackend kAvx512Fp16Backend;
+// The same float16 kernel source on the portable emulation of its instructions; for the tests.
+extern const GemmBackend kAvx512Fp16EmulatedBackend;
+
+// How many products (pairs of k values) a float16 partial sum of the AVX512-FP16 path holds before it
+// is promoted to float32: gemm_f16_promote_interval() / 2. Defined by the driver (gemm.cpp).
+int64_t f16_promote_pairs();
+
 // The epilogue for a tile held in memory (mr, nr) with row stride ld_tile; the vector paths use it for
 // tiles cut by the right edge of C. Same arithmetic as theirs: (tile + add) + bias, then one rounding.
 void scalar_epilogue(const float* tile, int64_t ld_tile, int mr, int nr, const Epilogue& ep);
