@@ -1,5 +1,7 @@
 #include "mixtrain/autograd/var.h"
 
+#include <algorithm>
+
 namespace mixtrain {
 
 Var::Var(Tensor value, bool requires_grad, std::string name) : impl_(std::make_shared<Impl>()) {
@@ -12,12 +14,60 @@ void Var::set_value(Tensor value) {
   MIXTRAIN_CHECK(value.shape() == impl_->value.shape(),
                  "Var '" << impl_->name << "': new value " << value.describe() << " does not match "
                          << impl_->value.describe());
-  impl_->value = value.to(impl_->value.dtype());
+  if (value_rebound()) {
+    // Stay a view of the flat storage: an optimizer updating the arena must see this value.
+    impl_->value.copy_from(value);
+  } else {
+    impl_->value = value.to(impl_->value.dtype());
+  }
   bump_version();
 }
 
+bool Var::value_rebound() const {
+  return impl_->value_rebound && impl_->value.shares_storage(impl_->rebound_to) &&
+         impl_->value.raw() == impl_->rebound_to.raw() && impl_->value.dtype() == impl_->rebound_to.dtype();
+}
+
+void Var::rebind_value(Tensor view) {
+  MIXTRAIN_CHECK(view.defined() && view.shape() == shape() && view.dtype() == dtype() && view.is_contiguous(),
+                 "Var '" << impl_->name << "': cannot rebind value " << impl_->value.describe() << " to "
+                         << (view.defined() ? view.describe() : std::string("an undefined tensor"))
+                         << " (needs the same shape and dtype, contiguous)");
+  impl_->value = view;
+  impl_->rebound_to = std::move(view);
+  impl_->value_rebound = true;
+}
+
+void Var::set_grad_buffer(Tensor view) {
+  if (!view.defined()) {
+    // Detach; a gradient living in the old buffer is kept as it is (it stays valid storage).
+    impl_->grad_buffer = Tensor();
+    return;
+  }
+  MIXTRAIN_CHECK(view.shape() == shape() && view.dtype() == dtype() && view.is_contiguous(),
+                 "Var '" << impl_->name << "': gradient buffer " << view.describe() << " does not match "
+                         << impl_->value.describe() << " (needs the same shape and dtype, contiguous)");
+  if (impl_->grad.defined()) {
+    if (!(impl_->grad.shares_storage(view) && impl_->grad.raw() == view.raw())) view.copy_from(impl_->grad);
+    impl_->grad = view;
+  }
+  impl_->grad_buffer = std::move(view);
+}
+
+void Var::set_grad(Tensor g) {
+  if (g.defined() && impl_->grad_buffer.defined() && g.shape() == impl_->grad_buffer.shape() &&
+      impl_->grad_buffer.dtype() == dtype() && impl_->grad_buffer.shape() == shape()) {
+    if (!(g.shares_storage(impl_->grad_buffer) && g.raw() == impl_->grad_buffer.raw())) {
+      impl_->grad_buffer.copy_from(g);
+    }
+    impl_->grad = impl_->grad_buffer;
+    return;
+  }
+  impl_->grad = std::move(g);
+}
+
 void Var::accumulate_grad_owned(Tensor g) {
-  if (!impl_->grad.defined() && g.dtype() == dtype() && g.shape() == shape()) {
+  if (!impl_->grad.defined() && !impl_->grad_buffer.defined() && g.dtype() == dtype() && g.shape() == shape()) {
     impl_->grad = std::move(g);
     return;
   }
@@ -27,7 +77,18 @@ void Var::accumulate_grad_owned(Tensor g) {
 void Var::accumulate_grad(const Tensor& g) {
   MIXTRAIN_CHECK(g.shape() == shape(), "gradient " << g.describe() << " does not match variable '" << impl_->name
                                                    << "' " << impl_->value.describe());
+  Tensor& buffer = impl_->grad_buffer;
+  if (buffer.defined() && (buffer.dtype() != dtype() || buffer.shape() != shape())) {
+    // The value changed dtype (a new dtype policy) since the buffer was attached: the owner must rebuild it.
+    if (impl_->grad.shares_storage(buffer)) impl_->grad = Tensor();
+    buffer = Tensor();
+  }
   if (!impl_->grad.defined()) {
+    if (buffer.defined()) {
+      buffer.copy_from(g);  // converts; overwrites whatever an earlier step left
+      impl_->grad = buffer;
+      return;
+    }
     Tensor converted = g.to(dtype());
     // Own the buffer: later accumulation writes into it in place.
     impl_->grad = converted.raw() == g.raw() ? g.clone() : converted;
@@ -38,10 +99,52 @@ void Var::accumulate_grad(const Tensor& g) {
   dispatch_float(dtype(), "accumulate_grad", [&](auto tag) {
     using T = decltype(tag);
     T* a = acc.data<T>();
-    Tensor gc = g.to(dtype());
+    Tensor gc = g.to(dtype()).contiguous();
     const T* b = gc.data<T>();
     for (int64_t i = 0; i < n; ++i) a[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
   });
+}
+
+void Var::set_compute_copy(Tensor view) {
+  if (!view.defined()) return;
+  MIXTRAIN_CHECK(view.shape() == shape() && view.is_contiguous(),
+                 "Var '" << impl_->name << "': compute copy " << view.describe() << " does not match "
+                         << impl_->value.describe());
+  for (ComputeCopy& c : impl_->copies) {
+    if (c.buffer.dtype() == view.dtype()) {
+      c = ComputeCopy{std::move(view), 0, false};
+      return;
+    }
+  }
+  impl_->copies.push_back(ComputeCopy{std::move(view), 0, false});
+}
+
+void Var::mark_compute_copy_current(DType dtype) {
+  for (ComputeCopy& c : impl_->copies) {
+    if (c.buffer.dtype() == dtype) {
+      c.version = impl_->version;
+      c.current = true;
+      return;
+    }
+  }
+  MIXTRAIN_FAIL(kInternal, "Var '" << impl_->name << "' has no compute copy in " << dtype_name(dtype),
+                "attach one with set_compute_copy() first");
+}
+
+Tensor Var::compute_copy(DType dtype) const {
+  for (const ComputeCopy& c : impl_->copies) {
+    if (c.buffer.dtype() == dtype && c.current && c.version == impl_->version && c.buffer.shape() == shape()) {
+      return c.buffer;
+    }
+  }
+  return Tensor();
+}
+
+Tensor Var::compute_copy_buffer(DType dtype) const {
+  for (const ComputeCopy& c : impl_->copies) {
+    if (c.buffer.dtype() == dtype) return c.buffer;
+  }
+  return Tensor();
 }
 
 }  // namespace mixtrain

@@ -34,11 +34,11 @@ Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate),
 
 std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
 
-void Adam::update(float* value, const float* grad, int64_t n, const std::string& var_key) {
-  adam_step(value, grad, n, var_key);
+void Adam::update_span(float* value, const float* grad, float* const* slots, int64_t n, int /*cls*/) {
+  adam_step(value, grad, slots[0], slots[1], n);
 }
 
-void Adam::adam_step(float* w, const float* g, int64_t n, const std::string& var_key) {
+void Adam::adam_step(float* w, const float* g, float* m, float* v, int64_t n) {
   const double t = static_cast<double>(iterations() + 1);
   const double bias1 = 1.0 - std::pow(options_.beta1, t);
   const double bias2 = 1.0 - std::pow(options_.beta2, t);
@@ -46,7 +46,7 @@ void Adam::adam_step(float* w, const float* g, int64_t n, const std::string& var
   const float one_minus_b1 = static_cast<float>(1.0 - options_.beta1);
   const float one_minus_b2 = static_cast<float>(1.0 - options_.beta2);
   const float eps = options_.epsilon;
-  adam_kernel(w, g, slot(var_key, "m"), slot(var_key, "v"), n, alpha, one_minus_b1, one_minus_b2, eps);
+  adam_kernel(w, g, m, v, n, alpha, one_minus_b1, one_minus_b2, eps);
 }
 
 AdamW::AdamW(float learning_rate, float weight_decay, AdamOptions options,
@@ -56,19 +56,23 @@ AdamW::AdamW(float learning_rate, float weight_decay, AdamOptions options,
                  "adamw: weight_decay must be finite and >= 0, got " << weight_decay);
 }
 
-void AdamW::update(float* w, const float* g, int64_t n, const std::string& var_key) {
-  bool decay = weight_decay_ != 0.0f;
+int AdamW::update_class(const std::string& var_key) const {
+  if (weight_decay_ == 0.0f) return 0;
   for (const std::string& s : exclude_) {
-    if (var_key.find(s) != std::string::npos) decay = false;
+    if (var_key.find(s) != std::string::npos) return 0;
   }
-  if (decay) {
+  return 1;
+}
+
+void AdamW::update_span(float* w, const float* g, float* const* slots, int64_t n, int cls) {
+  if (cls == 1) {
     const float wd = weight_decay_;
     const float lr = learning_rate();
     // Same association as Keras (w - w * wd * lr) so results match it bit for bit in float32.
 #pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
     for (int64_t i = 0; i < n; ++i) w[i] = w[i] - w[i] * wd * lr;
   }
-  adam_step(w, g, n, var_key);
+  adam_step(w, g, slots[0], slots[1], n);
 }
 
 }  // namespace mixtrain

@@ -105,6 +105,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
       Tensor& t = slots_[keys[i] + "/" + s];
       if (!t.defined()) {
         t = Tensor::zeros(vars[i].shape(), DType::kFloat32);
+        ++slots_generation_;
       } else if (t.shape() != vars[i].shape()) {
         t = t.reshape(vars[i].shape());
       }
@@ -128,6 +129,20 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
   }
   ++iterations_;
 }
+
+void Optimizer::update(float* value, const float* grad, int64_t n, const std::string& var_key) {
+  const std::vector<std::string> names = slot_names();
+  std::vector<float*> slots;
+  slots.reserve(names.size());
+  for (const std::string& s : names) slots.push_back(slot(var_key, s));
+  update_span(value, grad, slots.data(), n, update_class(var_key));
+}
+
+void Optimizer::update_span(float*, const float*, float* const*, int64_t, int) {
+  MIXTRAIN_FAIL(kInternal, name() << " has no update_span()", "override update() or update_span()");
+}
+
+int Optimizer::update_class(const std::string&) const { return 0; }
 
 float* Optimizer::slot(const std::string& var_key, const std::string& slot) {
   auto it = slots_.find(var_key + "/" + slot);
@@ -187,6 +202,7 @@ void Optimizer::load_state(const NamedTensors& state) {
   if (lr) set_learning_rate(*lr);
   iterations_ = *iterations;
   slots_ = std::move(slots);
+  ++slots_generation_;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(std::string_view name, float learning_rate) {

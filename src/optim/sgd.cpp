@@ -21,14 +21,14 @@ std::vector<std::string> Sgd::slot_names() const {
   return {"momentum"};
 }
 
-void Sgd::update(float* w, const float* g, int64_t n, const std::string& var_key) {
+void Sgd::update_span(float* w, const float* g, float* const* slots, int64_t n, int /*cls*/) {
   const float lr = learning_rate();
   if (momentum_ == 0.0f) {
 #pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
     for (int64_t i = 0; i < n; ++i) w[i] -= g[i] * lr;
     return;
   }
-  float* v = slot(var_key, "momentum");
+  float* v = slots[0];  // "momentum"
   const float mu = momentum_;
   if (nesterov_) {
 #pragma omp parallel for simd if (n >= kParallelMin) schedule(static)

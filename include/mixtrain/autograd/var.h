@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mixtrain/core/tensor.h"
 
@@ -21,6 +22,8 @@ class Var {
   const Tensor& value() const { return impl_->value; }
   // Replacing or writing the value in place must be followed by bump_version() so cached casts refresh.
   Tensor& mutable_value() { return impl_->value; }
+  // Writes `value` (same shape, converted to this Var's dtype) and bumps the version. A value bound to flat
+  // storage (rebind_value) is written in place, so the Var stays a view of that storage.
   void set_value(Tensor value);
 
   const Shape& shape() const { return impl_->value.shape(); }
@@ -42,8 +45,39 @@ class Var {
   // Same, for a gradient no one else holds: when it is the first and already in this Var's dtype it
   // becomes the gradient without a copy.
   void accumulate_grad_owned(Tensor g);
-  void set_grad(Tensor g) { impl_->grad = std::move(g); }
+  // Replaces the gradient. With a gradient buffer attached, g (when defined) is copied into the buffer instead.
+  void set_grad(Tensor g);
+  // Forgets the gradient: has_grad() becomes false. An attached gradient buffer is kept (its stale contents are
+  // overwritten by the next gradient, not added to).
   void zero_grad() { impl_->grad = Tensor(); }
+
+  // ---- Flat storage (ParameterArena) ----
+  // Points the value at `view`, which must have this Var's shape and dtype and be contiguous (a slice of an
+  // arena). The elements are not copied (the caller copies them first) and the version is kept.
+  void rebind_value(Tensor view);
+  // Whether the value is a view installed by rebind_value() and still in place (not replaced since).
+  bool value_rebound() const;
+  // Attaches a gradient buffer: a contiguous view with the value's shape and dtype. From then on the first
+  // gradient after zero_grad() is copied (converted) into it and later ones are added in place, so grad() is that
+  // view and has_grad() means "written since the last zero_grad()". An undefined view detaches the buffer. A
+  // current gradient is carried over into the new buffer. If the value's dtype or shape changes, the buffer is
+  // detached at the next accumulation and gradients are allocated as before.
+  void set_grad_buffer(Tensor view);
+  const Tensor& grad_buffer() const { return impl_->grad_buffer; }
+
+  // A copy of the value in a 16-bit compute dtype kept by the owner of flat storage (the optimizer refreshes it in
+  // its update pass), so layers need not convert the weight each step. set_compute_copy() attaches a buffer with
+  // the value's shape (replacing one of the same dtype; an undefined tensor is ignored); it counts as stale until
+  // mark_compute_copy_current().
+  void set_compute_copy(Tensor view);
+  // Declares the attached copy in `dtype` equal to the value at the current version().
+  void mark_compute_copy_current(DType dtype);
+  // The attached copy in `dtype` when it equals the value at the current version; undefined otherwise (the caller
+  // then converts the value itself).
+  Tensor compute_copy(DType dtype) const;
+  // The attached buffer in `dtype`, current or not; undefined when none.
+  Tensor compute_copy_buffer(DType dtype) const;
+  void clear_compute_copies() { impl_->copies.clear(); }
 
   // Incremented each time the value changes, so derived data (cached casts) knows when it is stale.
   uint64_t version() const { return impl_->version; }
@@ -54,9 +88,18 @@ class Var {
   const void* id() const { return impl_.get(); }
 
  private:
+  struct ComputeCopy {
+    Tensor buffer;
+    uint64_t version = 0;
+    bool current = false;
+  };
   struct Impl {
     Tensor value;
-    Tensor grad;
+    Tensor grad;          // undefined, or grad_buffer once written, or an owned tensor
+    Tensor grad_buffer;   // flat storage for the gradient, when attached
+    Tensor rebound_to;    // the view given to rebind_value()
+    bool value_rebound = false;
+    std::vector<ComputeCopy> copies;
     bool requires_grad = false;
     bool trainable = true;
     uint64_t version = 0;

@@ -29,10 +29,11 @@ class Adam : public Optimizer {
   const AdamOptions& options() const { return options_; }
 
  protected:
-  void update(float* value, const float* grad, int64_t n, const std::string& var_key) override;
+  void update_span(float* value, const float* grad, float* const* slots, int64_t n, int cls) override;
+  bool updates_spans() const override { return true; }
   std::vector<std::string> slot_names() const override;
-  // The Adam step on one variable, shared with AdamW.
-  void adam_step(float* value, const float* grad, int64_t n, const std::string& var_key);
+  // The Adam step on n elements with slots m and v, shared with AdamW.
+  void adam_step(float* value, const float* grad, float* m, float* v, int64_t n);
 
  private:
   AdamOptions options_;
@@ -49,7 +50,9 @@ class AdamW : public Adam {
   float weight_decay() const { return weight_decay_; }
 
  protected:
-  void update(float* value, const float* grad, int64_t n, const std::string& var_key) override;
+  // Class 1: decayed, class 0: excluded (or weight_decay 0).
+  int update_class(const std::string& var_key) const override;
+  void update_span(float* value, const float* grad, float* const* slots, int64_t n, int cls) override;
 
  private:
   float weight_decay_;

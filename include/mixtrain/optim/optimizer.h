@@ -13,6 +13,7 @@
 
 #include "mixtrain/autograd/var.h"
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/optim/parameter_arena.h"
 
 namespace mixtrain {
 
@@ -27,9 +28,19 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // One update: vars[i] -= f(grads[i]). grads[i] is float32 with vars[i]'s shape, or undefined (that variable is
-  // left alone, like a None gradient in Keras). Variables must be floating and trainable; a float16 or bfloat16 variable is updated in float32 and rounded once. Calls bump_version() on
+  // left alone, like a None gradient in Keras). Variables must be floating and trainable; a float16 or bfloat16
+  // variable is updated in float32 and rounded once. Calls bump_version() on
   // each updated variable so cached low-precision copies refresh. Throws Error on a mismatch before changing anything.
   virtual void apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars);
+
+  // The same update for every variable bound to `arena`, with each variable's gradient read from the arena
+  // (variables without a gradient since the last zero_grad() are left alone), in one pass over each dtype's flat
+  // buffer. Variable i is keyed like vars[i] in apply(arena.vars() ...), and the results (values, slots,
+  // iterations, state()) are bit-identical to apply() with the gradients converted to float32. The pass also
+  // refreshes the arena's compute copies of each updated variable and bumps its version. Optimizer slots of the
+  // arena's variables move into flat float32 buffers with the arena's layout (state() is unchanged). Throws Error,
+  // changing nothing, when the arena no longer matches its variables (rebind it) or on the checks of apply().
+  virtual void apply_arena(ParameterArena& arena);
 
   virtual float learning_rate() const { return learning_rate_; }
   virtual void set_learning_rate(float learning_rate);
@@ -58,7 +69,16 @@ class Optimizer {
  protected:
   // The update rule for one variable: `value` and `grad` are float32 with n elements; slot(var_key, ...) gives its
   // state. Called once per variable per apply(), after validation and clipping, with iterations() not yet advanced.
-  virtual void update(float* value, const float* grad, int64_t n, const std::string& var_key) = 0;
+  // The default calls update_span() with the variable's slots and update_class().
+  virtual void update(float* value, const float* grad, int64_t n, const std::string& var_key);
+  // The update rule on n consecutive float32 elements of one or more variables of class `cls` (see
+  // update_class()); slots[k] points at the same elements of slot slot_names()[k]. Element-wise, so any split of
+  // a buffer gives the same bits. apply_arena() calls it on blocks of the flat buffers from several threads.
+  virtual void update_span(float* value, const float* grad, float* const* slots, int64_t n, int cls);
+  // Whether update_span() is implemented (apply_arena() requires it).
+  virtual bool updates_spans() const { return false; }
+  // Variables of one class follow the same rule and may share an update_span() call (AdamW: decayed or not).
+  virtual int update_class(const std::string& var_key) const;
   // Slot names this optimizer keeps per variable ("momentum"; "m", "v"). apply() creates them as zeros with the
   // variable's shape before the first update; load_state() accepts only these names.
   virtual std::vector<std::string> slot_names() const = 0;
@@ -73,7 +93,20 @@ class Optimizer {
   float learning_rate_;
   int64_t iterations_ = 0;
   std::optional<float> global_clipnorm_;
+  // Moves the slots of the arena's variables into flat buffers with its layout (see apply_arena()).
+  void bind_flat_slots(const ParameterArena& arena, const std::vector<std::string>& keys);
+
   std::map<std::string, Tensor> slots_;  // key "<var key>/<slot>"; sorted, so state() order is stable
+  // Incremented whenever slots_ gains or replaces tensors outside apply_arena(), so flat slots are rebuilt.
+  uint64_t slots_generation_ = 0;
+  // The flat slot buffers (float32, one per slot name, per arena dtype group) of the last arena applied.
+  struct FlatSlots {
+    uint64_t layout_id = 0;
+    uint64_t generation = 0;
+    std::vector<DType> dtypes;
+    std::vector<std::vector<Tensor>> buffers;  // [group][slot], each (capacity,)
+  };
+  FlatSlots flat_;
 };
 
 // Creates "sgd", "adam" or "adamw" with default hyperparameters and the given learning rate.

@@ -18,7 +18,8 @@ class Sgd : public Optimizer {
   bool nesterov() const { return nesterov_; }
 
  protected:
-  void update(float* value, const float* grad, int64_t n, const std::string& var_key) override;
+  void update_span(float* value, const float* grad, float* const* slots, int64_t n, int cls) override;
+  bool updates_spans() const override { return true; }
   std::vector<std::string> slot_names() const override;
 
  private:

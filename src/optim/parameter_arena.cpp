@@ -1,0 +1,202 @@
+#include "mixtrain/optim/parameter_arena.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <set>
+
+namespace mixtrain {
+
+namespace {
+
+std::atomic<uint64_t> g_next_layout{1};
+
+int64_t align_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Converts src to dst in blocks across threads (the arena's buffers reach hundreds of MB).
+void convert_parallel(const Tensor& src, Tensor& dst) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t n = src.numel();
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(dst.raw());
+  const size_t ss = dtype_size(src.dtype()), ds = dtype_size(dst.dtype());
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for if (blocks > 1) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
+    convert_elements(s + begin * ss, src.dtype(), d + begin * ds, dst.dtype(), count);
+  }
+}
+
+}  // namespace
+
+std::vector<DType> ParameterArena::dtypes() const {
+  std::vector<DType> out;
+  for (const Group& g : groups_) out.push_back(g.dtype);
+  return out;
+}
+
+ParameterArena::Group* ParameterArena::find_group(DType dtype) {
+  for (Group& g : groups_)
+    if (g.dtype == dtype) return &g;
+  return nullptr;
+}
+
+const ParameterArena::Group* ParameterArena::find_group(DType dtype) const {
+  for (const Group& g : groups_)
+    if (g.dtype == dtype) return &g;
+  return nullptr;
+}
+
+const ParameterArena::Group& ParameterArena::group(DType dtype) const {
+  const Group* g = find_group(dtype);
+  MIXTRAIN_CHECK(g != nullptr, "ParameterArena: no " << dtype_name(dtype) << " variables are bound");
+  return *g;
+}
+
+int64_t ParameterArena::capacity(DType dtype) const {
+  const Group* g = find_group(dtype);
+  return g ? g->capacity : 0;
+}
+
+Tensor ParameterArena::value_buffer(DType dtype) const {
+  const Group* g = find_group(dtype);
+  return g ? g->values : Tensor();
+}
+
+Tensor ParameterArena::gradient_buffer(DType dtype) const {
+  const Group* g = find_group(dtype);
+  return g ? g->grads : Tensor();
+}
+
+Tensor ParameterArena::compute_copy_buffer(DType dtype) const {
+  const Group* g = find_group(DType::kFloat32);
+  if (!g) return Tensor();
+  for (size_t c = 0; c < copy_dtypes_.size(); ++c)
+    if (copy_dtypes_[c] == dtype) return g->copies[c];
+  return Tensor();
+}
+
+Tensor ParameterArena::view(const Tensor& flat, size_t i) const {
+  const Entry& e = entries_.at(i);
+  return flat.slice(0, e.offset, e.offset + e.numel).reshape(vars_[i].shape());
+}
+
+bool ParameterArena::bound_to(const std::vector<Var>& vars) const {
+  if (vars.size() != vars_.size()) return false;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Var& v = vars[i];
+    if (!v.defined() || !v.same(vars_[i])) return false;
+    const Entry& e = entries_[i];
+    if (v.dtype() != e.dtype || v.value().numel() != e.numel || !v.value_rebound()) return false;
+    const Group& g = group(e.dtype);
+    if (!v.value().shares_storage(g.values) || v.value().offset() != e.offset) return false;
+    if (!v.grad_buffer().shares_storage(g.grads) || v.grad_buffer().offset() != e.offset) return false;
+  }
+  return true;
+}
+
+void ParameterArena::bind(const std::vector<Var>& vars) {
+  if (!vars_.empty() && bound_to(vars)) return;
+  // Validate before changing anything.
+  std::set<const void*> seen;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Var& v = vars[i];
+    MIXTRAIN_CHECK(v.defined(), "ParameterArena.bind: variable " << i << " is undefined");
+    if (!is_float(v.dtype())) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "ParameterArena.bind: variable '" << v.name() << "' is " << v.value().describe()
+                                                      << "; flat buffers hold floating variables",
+                    "bind only the trainable weights");
+    }
+    if (!seen.insert(v.id()).second) {
+      MIXTRAIN_FAIL(kInvalidInput, "ParameterArena.bind: variable '" << v.name() << "' is listed twice",
+                    "pass each variable once");
+    }
+  }
+
+  // Layout: per dtype in order of first appearance, each variable at an aligned offset.
+  std::vector<Group> groups;
+  std::vector<Entry> entries(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const DType dt = vars[i].dtype();
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.dtype == dt; });
+    if (it == groups.end()) {
+      groups.push_back(Group{dt, 0, {}, {}, {}});
+      it = groups.end() - 1;
+    }
+    const int64_t align = static_cast<int64_t>(kAlignmentBytes / dtype_size(dt));
+    entries[i] = Entry{dt, it->capacity, vars[i].value().numel()};
+    it->capacity = align_up(it->capacity + entries[i].numel, align);
+  }
+  for (Group& g : groups) {
+    // Zeros everywhere: padding then stays zero under every update rule.
+    g.values = Tensor::zeros({g.capacity}, g.dtype);
+    g.grads = Tensor::zeros({g.capacity}, g.dtype);
+  }
+
+  // Detach variables of the old binding that leave it.
+  std::set<const void*> staying;
+  for (const Var& v : vars) staying.insert(v.id());
+  for (Var& old : vars_) {
+    if (staying.count(old.id())) continue;
+    old.set_grad_buffer(Tensor());
+    old.clear_compute_copies();
+  }
+
+  vars_ = vars;
+  entries_ = std::move(entries);
+  groups_ = std::move(groups);
+  layout_id_ = g_next_layout.fetch_add(1);
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    Var& v = vars_[i];
+    Tensor value = view(group(entries_[i].dtype).values, i);
+    value.copy_from(v.value());
+    v.rebind_value(value);
+    v.clear_compute_copies();
+    v.set_grad_buffer(view(group(entries_[i].dtype).grads, i));  // carries a current gradient over
+  }
+  if (Group* g = find_group(DType::kFloat32)) {
+    g->copies.assign(copy_dtypes_.size(), Tensor());
+    for (size_t c = 0; c < copy_dtypes_.size(); ++c) attach_copy(*g, c);
+  }
+}
+
+void ParameterArena::zero_grad() {
+  for (Group& g : groups_) std::memset(g.grads.raw(), 0, g.grads.nbytes());  // all-zero bits are 0 in every dtype
+  for (Var& v : vars_) v.zero_grad();
+}
+
+void ParameterArena::attach_copy(Group& g, size_t c) {
+  g.copies[c] = Tensor::empty({g.capacity}, copy_dtypes_[c]);
+  convert_parallel(g.values, g.copies[c]);
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    if (entries_[i].dtype != DType::kFloat32) continue;
+    vars_[i].set_compute_copy(view(g.copies[c], i));
+    vars_[i].mark_compute_copy_current(copy_dtypes_[c]);
+  }
+}
+
+void ParameterArena::enable_compute_copy(DType dtype) {
+  MIXTRAIN_CHECK(dtype == DType::kFloat16 || dtype == DType::kBFloat16,
+                 "ParameterArena.enable_compute_copy: compute copies are float16 or bfloat16, got "
+                     << dtype_name(dtype));
+  if (std::find(copy_dtypes_.begin(), copy_dtypes_.end(), dtype) != copy_dtypes_.end()) return;
+  copy_dtypes_.push_back(dtype);
+  if (Group* g = find_group(DType::kFloat32)) {
+    g->copies.resize(copy_dtypes_.size());
+    attach_copy(*g, copy_dtypes_.size() - 1);
+  }
+}
+
+void ParameterArena::refresh_compute_copies() {
+  Group* g = find_group(DType::kFloat32);
+  if (!g) return;
+  for (size_t c = 0; c < copy_dtypes_.size(); ++c) {
+    convert_parallel(g->values, g->copies[c]);
+    for (size_t i = 0; i < vars_.size(); ++i)
+      if (entries_[i].dtype == DType::kFloat32) vars_[i].mark_compute_copy_current(copy_dtypes_[c]);
+  }
+}
+
+}  // namespace mixtrain
