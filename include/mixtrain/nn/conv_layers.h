@@ -1,0 +1,87 @@
+// Convolution and pooling layers over NHWC images (batch, height, width, channels), as Keras' Conv2D,
+// MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D.
+#pragma once
+
+#include <optional>
+
+#include "mixtrain/autograd/conv_functions.h"
+#include "mixtrain/nn/layer.h"
+#include "mixtrain/ops/elementwise.h"
+
+namespace mixtrain {
+
+// y = activation(conv(x, kernel) + bias). kernel (kh, kw, cin, filters) and bias (filters,) are variables
+// in the variable dtype, initialized as Keras' defaults (glorot_uniform with fan_in = kh kw cin and
+// fan_out = kh kw filters; zeros). The convolution runs in the compute dtype with float32 accumulation,
+// the bias added in float32 before the one rounding; the kernel's gradient reaches its variable in float32.
+class Conv2D : public Layer {
+ public:
+  Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides = 1, std::string_view padding = "valid",
+         std::string_view activation = "linear", bool use_bias = true, DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Conv2D"; }
+  // (H, W, cin) -> (OH, OW, filters).
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  int64_t filters() const { return filters_; }
+  ops::Size2 kernel_size() const { return kernel_size_; }
+  const ops::Conv2dOptions& options() const { return options_; }
+  const Var& kernel() const { return kernel_; }
+  const Var& bias() const { return bias_; }
+
+ protected:
+  void build_impl(const Shape& input_shape, Rng& rng) override;
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  int64_t filters_;
+  ops::Size2 kernel_size_;
+  ops::Conv2dOptions options_;
+  ops::Activation activation_;
+  bool use_bias_;
+  Var kernel_;
+  Var bias_;
+};
+
+// Window maximum. strides default to pool_size, as in Keras.
+class MaxPooling2D : public Layer {
+ public:
+  explicit MaxPooling2D(ops::Size2 pool_size = 2, std::optional<ops::Size2> strides = std::nullopt,
+                        std::string_view padding = "valid", DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "MaxPooling2D"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  const ops::Pool2dOptions& options() const { return options_; }
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  ops::Pool2dOptions options_;
+};
+
+// Window mean (with "same" padding, over the positions inside the image). strides default to pool_size.
+class AveragePooling2D : public Layer {
+ public:
+  explicit AveragePooling2D(ops::Size2 pool_size = 2, std::optional<ops::Size2> strides = std::nullopt,
+                            std::string_view padding = "valid", DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "AveragePooling2D"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  const ops::Pool2dOptions& options() const { return options_; }
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  ops::Pool2dOptions options_;
+};
+
+// (batch, H, W, C) -> (batch, C): the mean over height and width, summed in float32.
+class GlobalAveragePooling2D : public Layer {
+ public:
+  explicit GlobalAveragePooling2D(DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "GlobalAveragePooling2D"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,52 @@
+// Batch normalization over the last axis (channels), forward and backward side by side, as Keras'
+// BatchNormalization computes it. x is read as (rows, C) with rows = every other dimension (N, H, W for
+// an image batch). All statistics and arithmetic are float32 whatever x's dtype (Keras opts
+// normalization out of 16-bit math); gamma, beta and the statistics are float32 (C,) tensors; the
+// output is rounded once into x's dtype.
+#pragma once
+
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
+
+namespace mixtrain::ops {
+
+struct BatchNormStats {
+  Tensor mean;      // (C,) float32
+  Tensor variance;  // (C,) float32, biased (divided by rows, as Keras' ops.moments)
+};
+
+// Per-channel mean and variance of x over all but the last axis; two float32 passes (the variance sums
+// squared deviations from the mean, so a large mean does not cancel it away).
+BatchNormStats batch_moments(const Tensor& x);
+
+// y = (x - mean) / sqrt(variance + epsilon) * gamma + beta, with the given statistics (the batch's in
+// training, the moving ones in inference); y has x's dtype and shape.
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma,
+                  const Tensor& beta, float epsilon);
+
+struct BatchNormGrads {
+  Tensor dx;      // x's shape and dtype (undefined unless asked for)
+  Tensor dgamma;  // (C,) float32
+  Tensor dbeta;   // (C,) float32
+};
+// Gradients of batch_norm given dy (any floating dtype, read in float32). batch_statistics: mean and
+// variance were x's own batch moments, so the gradient flows through them too (training); otherwise they
+// were constants (inference statistics).
+BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                                   const Tensor& gamma, float epsilon, bool batch_statistics, bool need_x);
+
+namespace kernel {
+// Tensors arrive contiguous and validated (x read as (rows, C)); outputs are preallocated and overwritten.
+using BatchMomentsFn = void(const Tensor& x, Tensor& mean, Tensor& variance);
+using BatchNormFn = void(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma,
+                         const Tensor& beta, float epsilon, Tensor& y);
+// dx is undefined when not wanted.
+using BatchNormBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                                 const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx,
+                                 Tensor& dgamma, Tensor& dbeta);
+KernelTable<BatchMomentsFn>& batch_moments_table();
+KernelTable<BatchNormFn>& batch_norm_table();
+KernelTable<BatchNormBackwardFn>& batch_norm_backward_table();
+}  // namespace kernel
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,81 @@
+// 2-D convolution over NHWC images, forward and backward side by side, as Keras' Conv2D computes it.
+// The product runs through kernels::gemm: the patches of the whole batch are unfolded (im2col) into one
+// buffer in the compute dtype, in a few large chunks when the batch is big, and multiplied by the kernel
+// in one GEMM per chunk with float32 accumulation; the bias is added to the float32 sum and the output
+// is rounded once.
+#pragma once
+
+#include <string_view>
+
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
+
+namespace mixtrain::ops {
+
+// A height and width (kernel size, pool size, strides). Converts from one integer as Keras accepts.
+struct Size2 {
+  int64_t h = 1, w = 1;
+  Size2() = default;
+  Size2(int64_t s) : h(s), w(s) {}  // NOLINT: implicit, as `kernel_size=3` in Keras
+  Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+  bool operator==(const Size2& o) const { return h == o.h && w == o.w; }
+};
+
+// "valid": no padding, windows that do not fit are dropped. "same": zero padding so that the output has
+// ceil(input / stride) positions, the extra row or column of padding at the bottom / right (as TensorFlow).
+enum class Padding { kValid, kSame };
+// "valid" or "same" (case-sensitive, as Keras); Error naming both otherwise.
+Padding parse_padding(std::string_view name);
+const char* padding_name(Padding p);
+
+// Where a window (kernel or pool) falls on one spatial axis.
+struct Axis {
+  int64_t in = 0, out = 0, window = 1, stride = 1, pad_before = 0;
+};
+// Output length and leading padding of one axis, as TensorFlow: valid: (in - window) / stride + 1
+// (0 when the window does not fit); same: ceil(in / stride) with pad_total = max((out - 1) * stride +
+// window - in, 0) and pad_before = pad_total / 2. Error on a non-positive window or stride.
+Axis window_axis(int64_t in, int64_t window, int64_t stride, Padding padding, const char* op);
+
+// The geometry of a windowed NHWC op: batch, channels and both spatial axes.
+struct Window2d {
+  int64_t batch = 0, channels = 0;
+  Axis h, w;
+};
+Window2d window_2d(const Shape& x_shape, Size2 window, Size2 strides, Padding padding, const char* op);
+
+struct Conv2dOptions {
+  Size2 strides = 1;
+  Padding padding = Padding::kValid;
+};
+
+// y (N, OH, OW, cout) = conv(x (N, H, W, cin), kernel (kh, kw, cin, cout)) + bias (cout,).
+// x and kernel share a floating dtype (the compute dtype: the layer reads its float32 kernel in it);
+// bias is float32 or undefined. y has x's dtype.
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options);
+
+struct Conv2dGrads {
+  Tensor dx;      // (N, H, W, cin), x's dtype; each element summed in float32 and rounded once
+  Tensor dkernel; // (kh, kw, cin, cout), float32: goes straight into the float32 variable, as linear's dw
+  Tensor dbias;   // (cout,), float32 sums
+};
+// Gradients of conv2d given dy (N, OH, OW, cout, any floating dtype: converted to x's dtype first, as
+// linear_backward does). need_* skip work no one reads; dkernel is always computed.
+Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Conv2dOptions& options,
+                            bool need_x, bool need_bias);
+
+// Output shape (N, OH, OW, cout) of conv2d, for layers' compute_output_shape (batch may be any value).
+Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const Conv2dOptions& options);
+
+namespace kernel {
+// Tensors arrive contiguous and validated; outputs are preallocated. bias may be undefined.
+using Conv2dFn = void(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
+// dy is in x's dtype. dx (when defined) gets x's gradient, dkernel (float32) the kernel's, dbias (when
+// defined, float32) the bias's; all are overwritten.
+using Conv2dBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
+                              Tensor& dkernel, Tensor& dbias);
+KernelTable<Conv2dFn>& conv2d_table();
+KernelTable<Conv2dBackwardFn>& conv2d_backward_table();
+}  // namespace kernel
+
+}  // namespace mixtrain::ops

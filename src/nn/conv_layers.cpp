@@ -1,0 +1,135 @@
+#include "mixtrain/nn/conv_layers.h"
+
+#include <cmath>
+
+namespace mixtrain {
+
+namespace {
+// A per-sample image shape (H, W, C); Error naming the layer otherwise.
+void check_image_shape(const Shape& s, const Layer& layer) {
+  MIXTRAIN_CHECK(s.rank() == 3, layer.class_name() << " '" << layer.name()
+                                                   << "' expects inputs shaped (batch, height, width, channels), "
+                                                      "got per-sample shape "
+                                                   << s << "; add a Reshape layer first");
+}
+
+void check_image_input(const Var& x, const Layer& layer) {
+  MIXTRAIN_CHECK(x.value().rank() == 4, layer.class_name() << " '" << layer.name()
+                                                           << "' expects (batch, height, width, channels), got "
+                                                           << x.value().describe());
+}
+
+// (H, W, C) -> (OH, OW, C) of a window op.
+Shape window_output_shape(const Shape& s, ops::Size2 window, ops::Size2 strides, ops::Padding padding,
+                          int64_t channels, const char* op) {
+  const ops::Axis h = ops::window_axis(s[0], window.h, strides.h, padding, op);
+  const ops::Axis w = ops::window_axis(s[1], window.w, strides.w, padding, op);
+  return Shape{h.out, w.out, channels};
+}
+
+ops::Pool2dOptions pool_options(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding) {
+  return ops::Pool2dOptions{pool_size, strides.value_or(pool_size), ops::parse_padding(padding)};
+}
+}  // namespace
+
+// ---- Conv2D ----
+
+Conv2D::Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides, std::string_view padding,
+               std::string_view activation, bool use_bias, DTypeArg dtype)
+    : Layer("conv2d", std::move(dtype)),
+      filters_(filters),
+      kernel_size_(kernel_size),
+      options_{strides, ops::parse_padding(padding)},
+      activation_(ops::parse_activation(activation)),
+      use_bias_(use_bias) {
+  MIXTRAIN_CHECK(filters > 0, "Conv2D: filters must be positive, got " << filters);
+  MIXTRAIN_CHECK(kernel_size.h > 0 && kernel_size.w > 0,
+                 "Conv2D: kernel_size must be positive, got " << kernel_size.h << "x" << kernel_size.w);
+  MIXTRAIN_CHECK(strides.h > 0 && strides.w > 0,
+                 "Conv2D: strides must be positive, got " << strides.h << "x" << strides.w);
+}
+
+Shape Conv2D::compute_output_shape(const Shape& input_shape) const {
+  check_image_shape(input_shape, *this);
+  return window_output_shape(input_shape, kernel_size_, options_.strides, options_.padding, filters_, "Conv2D");
+}
+
+void Conv2D::build_impl(const Shape& input_shape, Rng& rng) {
+  check_image_shape(input_shape, *this);
+  const int64_t cin = input_shape[2];
+  const Shape ks{kernel_size_.h, kernel_size_.w, cin, filters_};
+  // Keras' glorot_uniform counts the receptive field in both fans (the base initializer counts only the
+  // last axis as fan_out), so the kernel is drawn here and written into the variable.
+  kernel_ = add_weight("kernel", ks, Initializer::kZeros, rng);
+  const double receptive = static_cast<double>(kernel_size_.h * kernel_size_.w);
+  const float limit = static_cast<float>(std::sqrt(6.0 / (receptive * static_cast<double>(cin + filters_))));
+  Tensor init = Tensor::empty(ks, DType::kFloat32);
+  float* p = init.data<float>();
+  for (int64_t i = 0; i < init.numel(); ++i) p[i] = rng.uniform(-limit, limit);
+  kernel_.set_value(init);
+  if (use_bias_) bias_ = add_weight("bias", {filters_}, Initializer::kZeros, rng);
+}
+
+Var Conv2D::call(const Var& x, const CallContext&) {
+  check_image_input(x, *this);
+  MIXTRAIN_CHECK(x.shape()[3] == kernel_.shape()[2], "Conv2D '" << name() << "' was built for " << kernel_.shape()[2]
+                                                                << " channels, got " << x.value().describe());
+  // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
+  Var bias = bias_;
+  if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
+  return activation(conv2d(x, kernel_, read_weight(kernel_), bias, options_), activation_);
+}
+
+// ---- Pooling ----
+
+MaxPooling2D::MaxPooling2D(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
+                           DTypeArg dtype)
+    : Layer("max_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding)) {
+  MIXTRAIN_CHECK(options_.pool_size.h > 0 && options_.pool_size.w > 0 && options_.strides.h > 0 &&
+                     options_.strides.w > 0,
+                 "MaxPooling2D: pool_size and strides must be positive");
+}
+
+Shape MaxPooling2D::compute_output_shape(const Shape& input_shape) const {
+  check_image_shape(input_shape, *this);
+  return window_output_shape(input_shape, options_.pool_size, options_.strides, options_.padding, input_shape[2],
+                             "MaxPooling2D");
+}
+
+Var MaxPooling2D::call(const Var& x, const CallContext&) {
+  check_image_input(x, *this);
+  return max_pool2d(x, options_);
+}
+
+AveragePooling2D::AveragePooling2D(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
+                                   DTypeArg dtype)
+    : Layer("average_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding)) {
+  MIXTRAIN_CHECK(options_.pool_size.h > 0 && options_.pool_size.w > 0 && options_.strides.h > 0 &&
+                     options_.strides.w > 0,
+                 "AveragePooling2D: pool_size and strides must be positive");
+}
+
+Shape AveragePooling2D::compute_output_shape(const Shape& input_shape) const {
+  check_image_shape(input_shape, *this);
+  return window_output_shape(input_shape, options_.pool_size, options_.strides, options_.padding, input_shape[2],
+                             "AveragePooling2D");
+}
+
+Var AveragePooling2D::call(const Var& x, const CallContext&) {
+  check_image_input(x, *this);
+  return avg_pool2d(x, options_);
+}
+
+GlobalAveragePooling2D::GlobalAveragePooling2D(DTypeArg dtype) : Layer("global_average_pooling2d", std::move(dtype)) {}
+
+Shape GlobalAveragePooling2D::compute_output_shape(const Shape& input_shape) const {
+  check_image_shape(input_shape, *this);
+  return Shape{input_shape[2]};
+}
+
+Var GlobalAveragePooling2D::call(const Var& x, const CallContext&) {
+  check_image_input(x, *this);
+  return global_average_pool2d(x);
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,92 @@
+#include "mixtrain/ops/batch_norm.h"
+
+namespace mixtrain::ops {
+
+namespace cpu {
+void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance);
+void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
+                float epsilon, Tensor& y);
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                         const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx, Tensor& dgamma,
+                         Tensor& dbeta);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<BatchMomentsFn>& batch_moments_table() {
+  static KernelTable<BatchMomentsFn> table("batch_moments", &cpu::batch_moments);
+  return table;
+}
+KernelTable<BatchNormFn>& batch_norm_table() {
+  static KernelTable<BatchNormFn> table("batch_norm", &cpu::batch_norm);
+  return table;
+}
+KernelTable<BatchNormBackwardFn>& batch_norm_backward_table() {
+  static KernelTable<BatchNormBackwardFn> table("batch_norm_backward", &cpu::batch_norm_backward);
+  return table;
+}
+}  // namespace kernel
+
+namespace {
+std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+void check_input(const Tensor& x, const char* op) {
+  MIXTRAIN_CHECK(x.defined() && is_float(x.dtype()) && x.rank() >= 1 && x.dim(-1) > 0,
+                 op << ": input must be a floating tensor with a channel axis last, got " << text(x));
+}
+
+// A float32 (C,) parameter or statistic matching x's channels.
+void check_channel_vector(const Tensor& v, const Tensor& x, const char* what, const char* op) {
+  MIXTRAIN_CHECK(v.defined() && v.dtype() == DType::kFloat32 && v.rank() == 1 && v.dim(0) == x.dim(-1),
+                 op << ": " << what << " must be float32 (" << x.dim(-1) << ",) for input " << x.describe()
+                    << ", got " << text(v));
+}
+}  // namespace
+
+BatchNormStats batch_moments(const Tensor& x) {
+  constexpr const char* op = "batch_moments";
+  check_input(x, op);
+  MIXTRAIN_CHECK(x.numel() > 0, op << ": empty batch " << x.describe() << " has no statistics");
+  const Device device = common_device(op, {&x});
+  BatchNormStats s{Tensor::empty({x.dim(-1)}, DType::kFloat32, device),
+                   Tensor::empty({x.dim(-1)}, DType::kFloat32, device)};
+  kernel::batch_moments_table()(device)(x.contiguous(), s.mean, s.variance);
+  return s;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma,
+                  const Tensor& beta, float epsilon) {
+  constexpr const char* op = "batch_norm";
+  check_input(x, op);
+  check_channel_vector(mean, x, "mean", op);
+  check_channel_vector(variance, x, "variance", op);
+  check_channel_vector(gamma, x, "gamma", op);
+  check_channel_vector(beta, x, "beta", op);
+  MIXTRAIN_CHECK(epsilon >= 0.0f, op << ": epsilon must be non-negative, got " << epsilon);
+  const Device device = common_device(op, {&x, &mean, &variance, &gamma, &beta});
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
+  kernel::batch_norm_table()(device)(x.contiguous(), mean.contiguous(), variance.contiguous(), gamma.contiguous(),
+                                     beta.contiguous(), epsilon, y);
+  return y;
+}
+
+BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                                   const Tensor& gamma, float epsilon, bool batch_statistics, bool need_x) {
+  constexpr const char* op = "batch_norm_backward";
+  check_input(x, op);
+  check_channel_vector(mean, x, "mean", op);
+  check_channel_vector(variance, x, "variance", op);
+  check_channel_vector(gamma, x, "gamma", op);
+  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.shape() == x.shape(),
+                 op << ": gradient " << text(dy) << " does not match the input " << x.describe());
+  const Device device = common_device(op, {&dy, &x, &mean, &variance, &gamma});
+  BatchNormGrads g;
+  if (need_x) g.dx = Tensor::empty(x.shape(), x.dtype(), device);
+  g.dgamma = Tensor::empty({x.dim(-1)}, DType::kFloat32, device);
+  g.dbeta = Tensor::empty({x.dim(-1)}, DType::kFloat32, device);
+  kernel::batch_norm_backward_table()(device)(dy.contiguous(), x.contiguous(), mean.contiguous(),
+                                              variance.contiguous(), gamma.contiguous(), epsilon, batch_statistics,
+                                              g.dx, g.dgamma, g.dbeta);
+  return g;
+}
+
+}  // namespace mixtrain::ops

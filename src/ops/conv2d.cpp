@@ -1,0 +1,119 @@
+#include "mixtrain/ops/conv2d.h"
+
+#include <algorithm>
+
+namespace mixtrain::ops {
+
+namespace cpu {
+void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
+void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
+                     Tensor& dkernel, Tensor& dbias);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<Conv2dFn>& conv2d_table() {
+  static KernelTable<Conv2dFn> table("conv2d", &cpu::conv2d);
+  return table;
+}
+KernelTable<Conv2dBackwardFn>& conv2d_backward_table() {
+  static KernelTable<Conv2dBackwardFn> table("conv2d_backward", &cpu::conv2d_backward);
+  return table;
+}
+}  // namespace kernel
+
+Padding parse_padding(std::string_view name) {
+  if (name == "valid") return Padding::kValid;
+  if (name == "same") return Padding::kSame;
+  MIXTRAIN_FAIL(kInvalidInput, "unknown padding '" << name << "'", "valid paddings: valid, same");
+}
+
+const char* padding_name(Padding p) { return p == Padding::kSame ? "same" : "valid"; }
+
+Axis window_axis(int64_t in, int64_t window, int64_t stride, Padding padding, const char* op) {
+  MIXTRAIN_CHECK(window > 0 && stride > 0,
+                 op << ": window and stride must be positive, got window " << window << ", stride " << stride);
+  MIXTRAIN_CHECK(in >= 0, op << ": negative spatial size " << in);
+  Axis a;
+  a.in = in;
+  a.window = window;
+  a.stride = stride;
+  if (padding == Padding::kValid) {
+    a.out = in >= window ? (in - window) / stride + 1 : 0;
+  } else {
+    a.out = (in + stride - 1) / stride;
+    const int64_t pad_total = std::max<int64_t>((a.out - 1) * stride + window - in, 0);
+    a.pad_before = pad_total / 2;
+  }
+  return a;
+}
+
+Window2d window_2d(const Shape& x_shape, Size2 window, Size2 strides, Padding padding, const char* op) {
+  MIXTRAIN_CHECK(x_shape.rank() == 4, op << ": input must be (batch, height, width, channels), got shape " << x_shape);
+  Window2d g;
+  g.batch = x_shape[0];
+  g.channels = x_shape[3];
+  g.h = window_axis(x_shape[1], window.h, strides.h, padding, op);
+  g.w = window_axis(x_shape[2], window.w, strides.w, padding, op);
+  MIXTRAIN_CHECK(g.h.out > 0 && g.w.out > 0, op << ": window " << window.h << "x" << window.w
+                                                 << " does not fit input " << x_shape << " with padding '"
+                                                 << padding_name(padding) << "'");
+  return g;
+}
+
+namespace {
+void check_conv_args(const Tensor& x, const Tensor& kernel, const char* op) {
+  MIXTRAIN_CHECK(x.defined() && is_float(x.dtype()) && x.rank() == 4,
+                 op << ": input must be a floating (batch, height, width, channels) tensor, got "
+                    << (x.defined() ? x.describe() : std::string("undefined")));
+  MIXTRAIN_CHECK(kernel.defined() && kernel.rank() == 4,
+                 op << ": kernel must be (kh, kw, cin, cout), got "
+                    << (kernel.defined() ? kernel.describe() : std::string("undefined")));
+  MIXTRAIN_CHECK(x.dtype() == kernel.dtype(), op << ": input " << x.describe() << " and kernel " << kernel.describe()
+                                                 << " must share the compute dtype");
+  MIXTRAIN_CHECK(x.dim(3) == kernel.dim(2), op << ": input " << x.describe() << " has " << x.dim(3)
+                                               << " channels, kernel " << kernel.describe() << " expects "
+                                               << kernel.dim(2));
+}
+
+Window2d conv_geometry(const Shape& x_shape, const Shape& kernel_shape, const Conv2dOptions& o, const char* op) {
+  return window_2d(x_shape, Size2(kernel_shape[0], kernel_shape[1]), o.strides, o.padding, op);
+}
+}  // namespace
+
+Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const Conv2dOptions& options) {
+  MIXTRAIN_CHECK(kernel_shape.rank() == 4, "conv2d: kernel must be (kh, kw, cin, cout), got " << kernel_shape);
+  const Window2d g = conv_geometry(x_shape, kernel_shape, options, "conv2d");
+  return Shape{g.batch, g.h.out, g.w.out, kernel_shape[3]};
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options) {
+  check_conv_args(x, kernel, "conv2d");
+  if (bias.defined())
+    MIXTRAIN_CHECK(bias.dtype() == DType::kFloat32 && bias.rank() == 1 && bias.numel() == kernel.dim(3),
+                   "conv2d: bias must be float32 (" << kernel.dim(3) << ",), got " << bias.describe());
+  const Device device = common_device("conv2d", {&x, &kernel, &bias});
+  const Window2d g = conv_geometry(x.shape(), kernel.shape(), options, "conv2d");
+  Tensor y = Tensor::empty({g.batch, g.h.out, g.w.out, kernel.dim(3)}, x.dtype(), device);
+  kernel::conv2d_table()(device)(x.contiguous(), kernel.contiguous(), bias.defined() ? bias.contiguous() : bias, g, y);
+  return y;
+}
+
+Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Conv2dOptions& options,
+                            bool need_x, bool need_bias) {
+  check_conv_args(x, kernel, "conv2d_backward");
+  const Device device = common_device("conv2d_backward", {&dy, &x, &kernel});
+  const Window2d g = conv_geometry(x.shape(), kernel.shape(), options, "conv2d_backward");
+  const Shape y_shape{g.batch, g.h.out, g.w.out, kernel.dim(3)};
+  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.shape() == y_shape,
+                 "conv2d_backward: gradient " << (dy.defined() ? dy.describe() : std::string("undefined"))
+                                              << " does not match the output shape " << y_shape);
+  Conv2dGrads grads;
+  if (need_x) grads.dx = Tensor::empty(x.shape(), x.dtype(), device);
+  grads.dkernel = Tensor::empty(kernel.shape(), DType::kFloat32, device);
+  if (need_bias) grads.dbias = Tensor::empty({kernel.dim(3)}, DType::kFloat32, device);
+  kernel::conv2d_backward_table()(device)(dy.to(x.dtype()).contiguous(), x.contiguous(), kernel.contiguous(), g,
+                                          grads.dx, grads.dkernel, grads.dbias);
+  return grads;
+}
+
+}  // namespace mixtrain::ops

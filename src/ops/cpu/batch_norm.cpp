@@ -1,0 +1,171 @@
+// CPU backend of batch normalization. x is (rows, C). Rows are converted to float32 in blocks
+// (vectorised); per-channel sums go through fixed blocks of rows whose partial sums are added in block
+// order, so results do not depend on the thread count.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "mixtrain/ops/batch_norm.h"
+
+namespace mixtrain::ops::cpu {
+
+namespace {
+
+constexpr int64_t kRowsPerBlock = 256;
+
+struct Rows {
+  const char* base;
+  DType dtype;
+  int64_t c;
+  // Converts rows [r0, r0 + count) to float32 into out (count * c floats).
+  void load(int64_t r0, int64_t count, float* out) const {
+    convert_elements(base + static_cast<size_t>(r0 * c) * dtype_size(dtype), dtype, out, DType::kFloat32, count * c);
+  }
+};
+
+// Per-channel sums: for each block of rows, body(block_x, block_dy, rows_in_block, sums) adds into
+// `sums` (nsum arrays of C floats, laid out [s][c]); the blocks' partials are then added in order.
+// dy may have a null base (only x is read).
+template <typename Body>
+std::vector<float> channel_sums(const Rows& x, const Rows& dy, int64_t rows, int nsum, Body&& body) {
+  const int64_t c = x.c;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  std::vector<float> partial(static_cast<size_t>(blocks * nsum * c), 0.0f);
+#pragma omp parallel if (rows * c > 32768)
+  {
+    std::vector<float> bx(static_cast<size_t>(kRowsPerBlock * c));
+    std::vector<float> bdy(dy.base ? static_cast<size_t>(kRowsPerBlock * c) : 0);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r0 = b * kRowsPerBlock, count = std::min(kRowsPerBlock, rows - r0);
+      x.load(r0, count, bx.data());
+      if (dy.base) dy.load(r0, count, bdy.data());
+      body(bx.data(), bdy.data(), count, partial.data() + b * nsum * c);
+    }
+  }
+  std::vector<float> total(static_cast<size_t>(nsum * c), 0.0f);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < nsum * c; ++i) total[static_cast<size_t>(i)] += partial[static_cast<size_t>(b * nsum * c + i)];
+  return total;
+}
+
+std::vector<float> inv_std(const Tensor& variance, float epsilon) {
+  const float* v = static_cast<const float*>(variance.raw());
+  std::vector<float> out(static_cast<size_t>(variance.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = 1.0f / std::sqrt(v[i] + epsilon);
+  return out;
+}
+
+// Applies f(row_block_x, row_block_dy, count, out_block) over blocks of rows and stores out (float32) into
+// y in y's dtype, rounded once. dy may have a null base.
+template <typename Fn>
+void map_rows(const Rows& x, const Rows& dy, int64_t rows, Tensor& y, Fn&& f) {
+  const int64_t c = x.c;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  char* yp = static_cast<char*>(y.raw());
+  const size_t es = dtype_size(y.dtype());
+#pragma omp parallel if (rows * c > 32768)
+  {
+    std::vector<float> bx(static_cast<size_t>(kRowsPerBlock * c));
+    std::vector<float> bdy(dy.base ? static_cast<size_t>(kRowsPerBlock * c) : 0);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r0 = b * kRowsPerBlock, count = std::min(kRowsPerBlock, rows - r0);
+      x.load(r0, count, bx.data());
+      if (dy.base) dy.load(r0, count, bdy.data());
+      f(bx.data(), bdy.data(), count);  // writes its result into bx
+      convert_elements(bx.data(), DType::kFloat32, yp + static_cast<size_t>(r0 * c) * es, y.dtype(), count * c);
+    }
+  }
+}
+
+}  // namespace
+
+void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
+  const int64_t c = x.dim(-1), rows = x.numel() / c;
+  const Rows xr{static_cast<const char*>(x.raw()), x.dtype(), c};
+  const Rows none{nullptr, DType::kFloat32, c};
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  float* m = static_cast<float*>(mean.raw());
+  float* v = static_cast<float*>(variance.raw());
+  std::vector<float> s = channel_sums(xr, none, rows, 1, [c](const float* bx, const float*, int64_t count, float* out) {
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t j = 0; j < c; ++j) out[j] += bx[r * c + j];
+  });
+  for (int64_t j = 0; j < c; ++j) m[j] = s[static_cast<size_t>(j)] * inv_rows;
+  // Second pass over the deviations: no cancellation between E[x^2] and E[x]^2.
+  s = channel_sums(xr, none, rows, 1, [c, m](const float* bx, const float*, int64_t count, float* out) {
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t j = 0; j < c; ++j) {
+        const float d = bx[r * c + j] - m[j];
+        out[j] += d * d;
+      }
+  });
+  for (int64_t j = 0; j < c; ++j) v[j] = s[static_cast<size_t>(j)] * inv_rows;
+}
+
+void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
+                float epsilon, Tensor& y) {
+  const int64_t c = x.dim(-1), rows = x.numel() / c;
+  const float* m = static_cast<const float*>(mean.raw());
+  const float* gm = static_cast<const float*>(gamma.raw());
+  const float* bt = static_cast<const float*>(beta.raw());
+  std::vector<float> scale = inv_std(variance, epsilon);  // gamma / sqrt(var + eps)
+  for (int64_t j = 0; j < c; ++j) scale[static_cast<size_t>(j)] *= gm[j];
+  const float* sc = scale.data();
+  map_rows(Rows{static_cast<const char*>(x.raw()), x.dtype(), c}, Rows{nullptr, DType::kFloat32, c}, rows, y,
+           [&](float* bx, const float*, int64_t count) {
+             for (int64_t r = 0; r < count; ++r)
+               for (int64_t j = 0; j < c; ++j) bx[r * c + j] = (bx[r * c + j] - m[j]) * sc[j] + bt[j];
+           });
+}
+
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                         const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx, Tensor& dgamma,
+                         Tensor& dbeta) {
+  const int64_t c = x.dim(-1), rows = x.numel() / c;
+  const Rows xr{static_cast<const char*>(x.raw()), x.dtype(), c};
+  const Rows dyr{static_cast<const char*>(dy.raw()), dy.dtype(), c};
+  const float* m = static_cast<const float*>(mean.raw());
+  const float* gm = static_cast<const float*>(gamma.raw());
+  const std::vector<float> istd = inv_std(variance, epsilon);
+  const float* is = istd.data();
+  // dbeta = sum(dy), dgamma = sum(dy * xhat) with xhat = (x - mean) * inv_std.
+  const std::vector<float> s =
+      channel_sums(xr, dyr, rows, 2, [c, m, is](const float* bx, const float* bdy, int64_t count, float* out) {
+        for (int64_t r = 0; r < count; ++r)
+          for (int64_t j = 0; j < c; ++j) {
+            out[j] += bdy[r * c + j];
+            out[c + j] += bdy[r * c + j] * (bx[r * c + j] - m[j]) * is[j];
+          }
+      });
+  float* db = static_cast<float*>(dbeta.raw());
+  float* dg = static_cast<float*>(dgamma.raw());
+  for (int64_t j = 0; j < c; ++j) {
+    db[j] = s[static_cast<size_t>(j)];
+    dg[j] = s[static_cast<size_t>(c + j)];
+  }
+  if (!dx.defined()) return;
+  // Training: dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)), the mean and variance
+  // being functions of x. Inference: dx = gamma * inv_std * dy.
+  std::vector<float> k(static_cast<size_t>(c)), mdy(static_cast<size_t>(c), 0.0f), mdyx(static_cast<size_t>(c), 0.0f);
+  for (int64_t j = 0; j < c; ++j) {
+    k[static_cast<size_t>(j)] = gm[j] * is[j];
+    if (batch_statistics && rows > 0) {
+      mdy[static_cast<size_t>(j)] = db[j] / static_cast<float>(rows);
+      mdyx[static_cast<size_t>(j)] = dg[j] / static_cast<float>(rows);
+    }
+  }
+  const float *kp = k.data(), *a = mdy.data(), *b = mdyx.data();
+  map_rows(xr, dyr, rows, dx, [&](float* bx, const float* bdy, int64_t count) {
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t j = 0; j < c; ++j) {
+        const float xhat = (bx[r * c + j] - m[j]) * is[j];
+        bx[r * c + j] = kp[j] * (bdy[r * c + j] - a[j] - xhat * b[j]);
+      }
+  });
+}
+
+}  // namespace mixtrain::ops::cpu

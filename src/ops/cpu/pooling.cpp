@@ -1,0 +1,185 @@
+// CPU backend of the pooling ops. Input rows are converted to float32 (vectorised, whole rows at a
+// time), windows are reduced in float32 with channels innermost, and each result is rounded once.
+// Forward is parallel over output rows (image, oh); backward over images, each scattering into its own
+// float32 accumulator, so no two threads write the same element and the bits do not depend on threads.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "mixtrain/ops/pooling.h"
+
+namespace mixtrain::ops::cpu {
+
+namespace {
+
+// The window rows [r0, r1) inside the input for output index o along one axis.
+struct Span {
+  int64_t begin, end;
+};
+Span span(const Axis& a, int64_t o) {
+  const int64_t start = o * a.stride - a.pad_before;
+  return {std::max<int64_t>(start, 0), std::min(start + a.window, a.in)};
+}
+
+// Whether v replaces the running maximum m: larger, or the first NaN (NaN propagates, as TensorFlow).
+inline bool beats(float v, float m) { return v > m || (std::isnan(v) && !std::isnan(m)); }
+
+}  // namespace
+
+void pool2d(const Tensor& x, PoolKind kind, const Window2d& g, Tensor& y) {
+  const int64_t c = g.channels, w = g.w.in, ow_n = g.w.out, oh_n = g.h.out;
+  const DType dt = x.dtype();
+  const size_t es = dtype_size(dt);
+  const char* xp = static_cast<const char*>(x.raw());
+  char* yp = static_cast<char*>(y.raw());
+  const int64_t rows = g.batch * oh_n;
+#pragma omp parallel if (rows * ow_n * c > 32768)
+  {
+    std::vector<float> in(static_cast<size_t>(w * c)), out(static_cast<size_t>(ow_n * c));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = r / oh_n, oh = r % oh_n;
+      const Span sh = span(g.h, oh);
+      std::fill(out.begin(), out.end(), kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+      for (int64_t ih = sh.begin; ih < sh.end; ++ih) {
+        convert_elements(xp + static_cast<size_t>(((n * g.h.in + ih) * w) * c) * es, dt, in.data(), DType::kFloat32,
+                         w * c);
+        for (int64_t ow = 0; ow < ow_n; ++ow) {
+          const Span sw = span(g.w, ow);
+          float* o = out.data() + ow * c;
+          for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
+            const float* v = in.data() + iw * c;
+            if (kind == PoolKind::kMax) {
+              for (int64_t ch = 0; ch < c; ++ch)
+                if (beats(v[ch], o[ch])) o[ch] = v[ch];
+            } else {
+              for (int64_t ch = 0; ch < c; ++ch) o[ch] += v[ch];
+            }
+          }
+        }
+      }
+      if (kind == PoolKind::kAverage) {
+        for (int64_t ow = 0; ow < ow_n; ++ow) {
+          const Span sw = span(g.w, ow);
+          const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
+          for (int64_t ch = 0; ch < c; ++ch) out[static_cast<size_t>(ow * c + ch)] *= inv;
+        }
+      }
+      convert_elements(out.data(), DType::kFloat32, yp + static_cast<size_t>(r * ow_n * c) * es, dt, ow_n * c);
+    }
+  }
+}
+
+void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Window2d& g, Tensor& dx) {
+  const int64_t c = g.channels, h = g.h.in, w = g.w.in, ow_n = g.w.out, oh_n = g.h.out;
+  const DType dt = dx.dtype(), dy_dt = dy.dtype();
+  const size_t es = dtype_size(dt), dy_es = dtype_size(dy_dt);
+  const char* xp = kind == PoolKind::kMax ? static_cast<const char*>(x.raw()) : nullptr;
+  const char* dyp = static_cast<const char*>(dy.raw());
+  char* dxp = static_cast<char*>(dx.raw());
+  const int64_t kh = g.h.window;
+#pragma omp parallel if (g.batch > 1 && g.batch * h * w * c > 32768)
+  {
+    std::vector<float> acc(static_cast<size_t>(h * w * c));
+    std::vector<float> win(kind == PoolKind::kMax ? static_cast<size_t>(kh * w * c) : 0);
+    std::vector<float> grad(static_cast<size_t>(ow_n * c));
+    std::vector<float> best(static_cast<size_t>(c));
+    std::vector<int64_t> where(static_cast<size_t>(c));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.batch; ++n) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t oh = 0; oh < oh_n; ++oh) {
+        const Span sh = span(g.h, oh);
+        convert_elements(dyp + static_cast<size_t>(((n * oh_n + oh) * ow_n) * c) * dy_es, dy_dt, grad.data(),
+                         DType::kFloat32, ow_n * c);
+        if (kind == PoolKind::kMax)  // the window's input rows, as float32
+          convert_elements(xp + static_cast<size_t>(((n * h + sh.begin) * w) * c) * es, dt, win.data(),
+                           DType::kFloat32, (sh.end - sh.begin) * w * c);
+        for (int64_t ow = 0; ow < ow_n; ++ow) {
+          const Span sw = span(g.w, ow);
+          const float* gy = grad.data() + ow * c;
+          if (kind == PoolKind::kAverage) {
+            const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
+            for (int64_t ih = sh.begin; ih < sh.end; ++ih)
+              for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
+                float* a = acc.data() + (ih * w + iw) * c;
+                for (int64_t ch = 0; ch < c; ++ch) a[ch] += gy[ch] * inv;
+              }
+            continue;
+          }
+          // The first maximum in the forward pass's scan order (rows, then columns).
+          std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
+          std::fill(where.begin(), where.end(), -1);
+          for (int64_t ih = sh.begin; ih < sh.end; ++ih)
+            for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
+              const float* v = win.data() + ((ih - sh.begin) * w + iw) * c;
+              const int64_t pos = (ih * w + iw) * c;
+              for (int64_t ch = 0; ch < c; ++ch)
+                if (where[static_cast<size_t>(ch)] < 0 || beats(v[ch], best[static_cast<size_t>(ch)])) {
+                  best[static_cast<size_t>(ch)] = v[ch];
+                  where[static_cast<size_t>(ch)] = pos;
+                }
+            }
+          for (int64_t ch = 0; ch < c; ++ch)
+            if (where[static_cast<size_t>(ch)] >= 0) acc[static_cast<size_t>(where[static_cast<size_t>(ch)] + ch)] += gy[ch];
+        }
+      }
+      convert_elements(acc.data(), DType::kFloat32, dxp + static_cast<size_t>(n * h * w * c) * es, dt, h * w * c);
+    }
+  }
+}
+
+void global_average_pool2d(const Tensor& x, Tensor& y) {
+  const int64_t n_img = x.dim(0), pixels = x.dim(1) * x.dim(2), c = x.dim(3);
+  const DType dt = x.dtype();
+  const size_t es = dtype_size(dt);
+  const char* xp = static_cast<const char*>(x.raw());
+  char* yp = static_cast<char*>(y.raw());
+  constexpr int64_t kPixelsPerBlock = 64;
+#pragma omp parallel if (n_img > 1 && x.numel() > 32768)
+  {
+    std::vector<float> buf(static_cast<size_t>(kPixelsPerBlock * c)), sum(static_cast<size_t>(c));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < n_img; ++n) {
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (int64_t p0 = 0; p0 < pixels; p0 += kPixelsPerBlock) {
+        const int64_t np = std::min(kPixelsPerBlock, pixels - p0);
+        convert_elements(xp + static_cast<size_t>((n * pixels + p0) * c) * es, dt, buf.data(), DType::kFloat32, np * c);
+        for (int64_t p = 0; p < np; ++p)
+          for (int64_t ch = 0; ch < c; ++ch) sum[static_cast<size_t>(ch)] += buf[static_cast<size_t>(p * c + ch)];
+      }
+      const float inv = pixels > 0 ? 1.0f / static_cast<float>(pixels) : 0.0f;
+      for (float& s : sum) s *= inv;
+      convert_elements(sum.data(), DType::kFloat32, yp + static_cast<size_t>(n * c) * es, dt, c);
+    }
+  }
+}
+
+void global_average_pool2d_backward(const Tensor& dy, Tensor& dx) {
+  const int64_t n_img = dx.dim(0), pixels = dx.dim(1) * dx.dim(2), c = dx.dim(3);
+  const DType dt = dx.dtype();
+  const size_t es = dtype_size(dt);
+  const char* dyp = static_cast<const char*>(dy.raw());
+  char* dxp = static_cast<char*>(dx.raw());
+  const float inv = pixels > 0 ? 1.0f / static_cast<float>(pixels) : 0.0f;
+#pragma omp parallel if (n_img > 1 && dx.numel() > 32768)
+  {
+    std::vector<float> g(static_cast<size_t>(c));
+    std::vector<char> row(static_cast<size_t>(c) * es);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < n_img; ++n) {
+      convert_elements(dyp + static_cast<size_t>(n * c) * dtype_size(dy.dtype()), dy.dtype(), g.data(),
+                       DType::kFloat32, c);
+      for (float& v : g) v *= inv;
+      convert_elements(g.data(), DType::kFloat32, row.data(), dt, c);  // rounded once, then copied
+      for (int64_t p = 0; p < pixels; ++p)
+        std::memcpy(dxp + static_cast<size_t>((n * pixels + p) * c) * es, row.data(), row.size());
+    }
+  }
+}
+
+}  // namespace mixtrain::ops::cpu
