@@ -1,61 +1,71 @@
+// Elementwise op entries: validation, output allocation, dispatch (kernels in cpu/elementwise.cpp).
 #include "mixtrain/ops/elementwise.h"
-
-#include <algorithm>
-#include <cmath>
-#include <vector>
 
 namespace mixtrain::ops {
 
+namespace cpu {
+void activation(const Tensor& x, Activation a, Tensor& y);
+void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+void scale(const Tensor& x, float s, Tensor& y);
+void bias_add(const Tensor& x, const Tensor& bias, Tensor& y);
+void sum_rows(const Tensor& dy, Tensor& out);
+void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
+int64_t count_nonfinite(const Tensor& x);
+void fill(Tensor& y, float value);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<ActivationFn>& activation_table() {
+  static KernelTable<ActivationFn> t("activation", &cpu::activation);
+  return t;
+}
+KernelTable<ActivationBackwardFn>& activation_backward_table() {
+  static KernelTable<ActivationBackwardFn> t("activation_backward", &cpu::activation_backward);
+  return t;
+}
+KernelTable<AddFn>& add_table() {
+  static KernelTable<AddFn> t("add", &cpu::add);
+  return t;
+}
+KernelTable<ScaleFn>& scale_table() {
+  static KernelTable<ScaleFn> t("scale", &cpu::scale);
+  return t;
+}
+KernelTable<BiasAddFn>& bias_add_table() {
+  static KernelTable<BiasAddFn> t("bias_add", &cpu::bias_add);
+  return t;
+}
+KernelTable<SumRowsFn>& sum_rows_table() {
+  static KernelTable<SumRowsFn> t("sum_rows", &cpu::sum_rows);
+  return t;
+}
+KernelTable<DropoutFn>& dropout_table() {
+  static KernelTable<DropoutFn> t("dropout", &cpu::dropout);
+  return t;
+}
+KernelTable<CountNonfiniteFn>& count_nonfinite_table() {
+  static KernelTable<CountNonfiniteFn> t("count_nonfinite", &cpu::count_nonfinite);
+  return t;
+}
+KernelTable<FillFn>& fill_table() {
+  static KernelTable<FillFn> t("fill", &cpu::fill);
+  return t;
+}
+}  // namespace kernel
+
 namespace {
-
-// Elements are converted to float32 in blocks (vectorised conversion), computed in float32, and rounded
-// back once; fn(i, v) or fn(u, v) returns the float32 result for flat index i.
-constexpr int64_t kBlock = 2048;
-
-template <typename Fn>
-Tensor map_unary(const Tensor& x, const char* op, Fn&& fn) {
-  MIXTRAIN_CHECK(x.defined() && is_float(x.dtype()), op << ": expected a floating tensor, got " << x.describe());
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  const int64_t n = x.numel();
-  const size_t esize = dtype_size(x.dtype());
-  const char* xp = static_cast<const char*>(x.raw());
-  char* yp = static_cast<char*>(y.raw());
-#pragma omp parallel for if (n > (1 << 16)) schedule(static)
-  for (int64_t b = 0; b < n; b += kBlock) {
-    float buf[kBlock];
-    const int64_t m = std::min(kBlock, n - b);
-    convert_elements(xp + b * esize, x.dtype(), buf, DType::kFloat32, m);
-    for (int64_t i = 0; i < m; ++i) buf[i] = fn(b + i, buf[i]);
-    convert_elements(buf, DType::kFloat32, yp + b * esize, y.dtype(), m);
-  }
-  return y;
+void check_float(const Tensor& t, const char* op, const char* what) {
+  MIXTRAIN_CHECK(t.defined() && is_float(t.dtype()),
+                 op << ": " << what << " must be a floating tensor, got "
+                    << (t.defined() ? t.describe() : std::string("an undefined tensor")));
 }
 
-template <typename Fn>
-Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, Fn&& fn) {
-  MIXTRAIN_CHECK(a.defined() && b.defined() && a.shape() == b.shape() && is_float(a.dtype()) && is_float(b.dtype()),
-                 op << ": shapes or dtypes do not fit: " << a.describe() << " and " << b.describe());
-  Tensor y = Tensor::empty(a.shape(), a.dtype());
-  const int64_t n = a.numel();
-  const size_t ea = dtype_size(a.dtype()), eb = dtype_size(b.dtype());
-  const char* ap = static_cast<const char*>(a.raw());
-  const char* bp = static_cast<const char*>(b.raw());
-  char* yp = static_cast<char*>(y.raw());
-#pragma omp parallel for if (n > (1 << 16)) schedule(static)
-  for (int64_t blk = 0; blk < n; blk += kBlock) {
-    float ua[kBlock], ub[kBlock];
-    const int64_t m = std::min(kBlock, n - blk);
-    convert_elements(ap + blk * ea, a.dtype(), ua, DType::kFloat32, m);
-    convert_elements(bp + blk * eb, b.dtype(), ub, DType::kFloat32, m);
-    for (int64_t i = 0; i < m; ++i) ua[i] = fn(ua[i], ub[i]);
-    convert_elements(ua, DType::kFloat32, yp + blk * ea, y.dtype(), m);
-  }
-  return y;
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  check_float(a, op, "the first operand");
+  check_float(b, op, "the second operand");
+  MIXTRAIN_CHECK(a.shape() == b.shape(), op << ": shapes differ: " << a.describe() << " and " << b.describe());
 }
-
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
 }  // namespace
 
 Activation parse_activation(std::string_view name) {
@@ -79,92 +89,94 @@ const char* activation_name(Activation a) {
 }
 
 Tensor activation(const Tensor& x, Activation a) {
-  switch (a) {
-    case Activation::kLinear: return x;
-    case Activation::kRelu:       // NaN passes through (NaN < 0 is false), so a poisoned input is never hidden from TerminateOnNaN.
-      return map_unary(x, "relu", [](int64_t, float v) { return v < 0.0f ? 0.0f : v; });
-    case Activation::kGelu:
-      return map_unary(x, "gelu", [](int64_t, float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
-    case Activation::kSigmoid:
-      // Split by sign so exp never overflows.
-      return map_unary(x, "sigmoid", [](int64_t, float v) {
-        if (v >= 0) return 1.0f / (1.0f + std::exp(-v));
-        const float e = std::exp(v);
-        return e / (1.0f + e);
-      });
-    case Activation::kTanh: return map_unary(x, "tanh", [](int64_t, float v) { return std::tanh(v); });
-  }
-  return x;
+  if (a == Activation::kLinear) return x;
+  check_float(x, activation_name(a), "the input");
+  const Device device = common_device("activation", {&x});
+  Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
+  kernel::activation_table()(device)(xc, a, y);
+  return y;
 }
 
 Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, Activation a) {
-  switch (a) {
-    case Activation::kLinear: return dy.to(x.dtype());
-    case Activation::kRelu: return map_binary(dy, x, "relu_backward", [](float d, float v) { return v > 0 ? d : 0.0f; });
-    case Activation::kGelu:
-      return map_binary(dy, x, "gelu_backward", [](float d, float v) {
-        const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-        const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-        return d * (cdf + v * pdf);
-      });
-    case Activation::kSigmoid:
-      return map_binary(dy, y, "sigmoid_backward", [](float d, float s) { return d * s * (1.0f - s); });
-    case Activation::kTanh:
-      return map_binary(dy, y, "tanh_backward", [](float d, float t) { return d * (1.0f - t * t); });
-  }
-  return dy;
+  if (a == Activation::kLinear) return dy.to(x.dtype());
+  // relu and gelu differentiate from the input, sigmoid and tanh from the output.
+  const bool from_input = a == Activation::kRelu || a == Activation::kGelu;
+  const Tensor& saved = from_input ? x : y;
+  const char* op = "activation_backward";
+  check_same_shape(dy, saved, op);
+  const Device device = common_device(op, {&dy, &saved});
+  Tensor dyc = dy.contiguous(), sc = saved.contiguous();
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), device);
+  kernel::activation_backward_table()(device)(dyc, sc, a, dx);
+  return dx;
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return map_binary(a, b, "add", [](float u, float v) { return u + v; });
+  check_same_shape(a, b, "add");
+  const Device device = common_device("add", {&a, &b});
+  Tensor ac = a.contiguous(), bc = b.contiguous();
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), device);
+  kernel::add_table()(device)(ac, bc, y);
+  return y;
 }
 
 Tensor scale(const Tensor& a, float s) {
-  return map_unary(a, "scale", [s](int64_t, float v) { return v * s; });
+  check_float(a, "scale", "the input");
+  const Device device = common_device("scale", {&a});
+  Tensor ac = a.contiguous();
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), device);
+  kernel::scale_table()(device)(ac, s, y);
+  return y;
 }
 
 Tensor bias_add(const Tensor& x, const Tensor& bias) {
-  MIXTRAIN_CHECK(x.rank() == 2 && bias.numel() == x.dim(1),
-                 "bias_add: bias " << bias.describe() << " does not match " << x.describe());
-  const std::vector<float> b = bias.to_floats();
-  const int64_t cols = x.dim(1);
-  return map_unary(x, "bias_add", [&](int64_t i, float v) { return v + b[static_cast<size_t>(i % cols)]; });
+  check_float(x, "bias_add", "the input");
+  check_float(bias, "bias_add", "the bias");
+  MIXTRAIN_CHECK(x.rank() >= 1 && bias.rank() == 1 && bias.dim(0) == x.dim(-1),
+                 "bias_add: bias " << bias.describe() << " does not match the last axis of " << x.describe());
+  const Device device = common_device("bias_add", {&x, &bias});
+  Tensor xc = x.contiguous(), bc = bias.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
+  kernel::bias_add_table()(device)(xc, bc, y);
+  return y;
 }
 
 Tensor sum_rows(const Tensor& dy) {
-  MIXTRAIN_CHECK(dy.rank() == 2 && is_float(dy.dtype()), "sum_rows: expected a floating 2-D tensor, got " << dy.describe());
-  const int64_t rows = dy.dim(0), cols = dy.dim(1);
-  Tensor out = Tensor::zeros({cols}, DType::kFloat32);
-  float* o = out.data<float>();
-  // Row by row through a float32 buffer (vectorised conversion), summed in float32.
-  std::vector<float> row(static_cast<size_t>(cols));
-  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(dy.dtype());
-  for (int64_t i = 0; i < rows; ++i) {
-    convert_elements(static_cast<const char*>(dy.raw()) + i * row_bytes, dy.dtype(), row.data(), DType::kFloat32, cols);
-    for (int64_t j = 0; j < cols; ++j) o[j] += row[j];
-  }
+  check_float(dy, "sum_rows", "the input");
+  MIXTRAIN_CHECK(dy.rank() >= 1, "sum_rows: expected a tensor of rank >= 1, got " << dy.describe());
+  const Device device = common_device("sum_rows", {&dy});
+  Tensor dyc = dy.contiguous();
+  Tensor out = Tensor::empty({dy.dim(-1)}, DType::kFloat32, device);
+  kernel::sum_rows_table()(device)(dyc, out);
   return out;
 }
 
 Tensor dropout(const Tensor& x, const Tensor& mask, float rate) {
-  MIXTRAIN_CHECK(mask.dtype() == DType::kUInt8 && mask.numel() == x.numel(),
-                 "dropout: mask " << mask.describe() << " does not match " << x.describe());
-  const float keep_scale = 1.0f / (1.0f - rate);
-  const uint8_t* m = mask.data<uint8_t>();
-  return map_unary(x, "dropout", [&](int64_t i, float v) { return m[i] ? v * keep_scale : 0.0f; });
+  check_float(x, "dropout", "the input");
+  MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "dropout: rate must be in [0, 1), got " << rate);
+  MIXTRAIN_CHECK(mask.defined() && mask.dtype() == DType::kUInt8 && mask.numel() == x.numel(),
+                 "dropout: mask " << (mask.defined() ? mask.describe() : std::string("(undefined)"))
+                                  << " does not match " << x.describe());
+  const Device device = common_device("dropout", {&x, &mask});
+  Tensor xc = x.contiguous(), mc = mask.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
+  kernel::dropout_table()(device)(xc, mc, 1.0f / (1.0f - rate), y);
+  return y;
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate) { return dropout(dy, mask, rate); }
 
 int64_t count_nonfinite(const Tensor& x) {
-  int64_t bad = 0;
-  const int64_t n = x.numel();
-  dispatch_float(x.dtype(), "count_nonfinite", [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = x.data<T>();
-    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(to_float(p[i]));
-  });
-  return bad;
+  if (!x.defined() || !is_float(x.dtype()) || x.numel() == 0) return 0;
+  const Device device = common_device("count_nonfinite", {&x});
+  return kernel::count_nonfinite_table()(device)(x.contiguous());
+}
+
+bool all_finite(const std::vector<Tensor>& xs) {
+  for (const Tensor& x : xs)
+    if (count_nonfinite(x) != 0) return false;
+  return true;
 }
 
 }  // namespace mixtrain::ops

@@ -1,172 +1,165 @@
+// Loss and reduction op entries: validation, output allocation, dispatch (kernels in cpu/losses.cpp).
 #include "mixtrain/ops/losses.h"
 
 #include <algorithm>
-#include <cmath>
-#include <vector>
+
+#include "mixtrain/ops/elementwise.h"
 
 namespace mixtrain::ops {
 
+namespace cpu {
+void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
+void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
+                           Tensor& dx);
+void mse(const Tensor& pred, const Tensor& target, Tensor& loss);
+void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx);
+void sum_all(const Tensor& x, bool mean, Tensor& out);
+int64_t accuracy(const Tensor& scores, const Tensor& labels);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<CrossentropyFn>& crossentropy_table() {
+  static KernelTable<CrossentropyFn> t("crossentropy", &cpu::crossentropy);
+  return t;
+}
+KernelTable<CrossentropyBackwardFn>& crossentropy_backward_table() {
+  static KernelTable<CrossentropyBackwardFn> t("crossentropy_backward", &cpu::crossentropy_backward);
+  return t;
+}
+KernelTable<MseFn>& mse_table() {
+  static KernelTable<MseFn> t("mean_squared_error", &cpu::mse);
+  return t;
+}
+KernelTable<MseBackwardFn>& mse_backward_table() {
+  static KernelTable<MseBackwardFn> t("mean_squared_error_backward", &cpu::mse_backward);
+  return t;
+}
+KernelTable<SumAllFn>& sum_all_table() {
+  static KernelTable<SumAllFn> t("sum", &cpu::sum_all);
+  return t;
+}
+KernelTable<AccuracyFn>& accuracy_table() {
+  static KernelTable<AccuracyFn> t("sparse_categorical_accuracy", &cpu::accuracy);
+  return t;
+}
+}  // namespace kernel
+
 namespace {
-constexpr float kProbEpsilon = 1e-7f;  // Keras' backend epsilon for probability clipping
 
-Tensor scalar(double v) { return Tensor::from_floats({}, {static_cast<float>(v)}); }
+std::string describe_or_undefined(const Tensor& t) { return t.defined() ? t.describe() : "an undefined tensor"; }
 
-void check_class_inputs(const Tensor& x, const Tensor& labels, const char* op) {
+void check_predictions(const Tensor& x, const char* op) {
   MIXTRAIN_CHECK(x.defined() && x.rank() == 2 && is_float(x.dtype()),
-                 op << ": predictions must be a floating (batch, classes) tensor, got " << x.describe());
-  MIXTRAIN_CHECK(labels.dtype() == DType::kInt32 && labels.numel() == x.dim(0),
-                 op << ": labels must be int32 (" << x.dim(0) << ",), got " << labels.describe());
-  const int32_t* l = labels.data<int32_t>();
-  for (int64_t i = 0; i < labels.numel(); ++i)
-    MIXTRAIN_CHECK(l[i] >= 0 && l[i] < x.dim(1),
-                   op << ": label " << l[i] << " at row " << i << " is outside [0, " << x.dim(1) << ")");
+                 op << ": predictions must be a floating (batch, classes) tensor, got " << describe_or_undefined(x));
+}
+
+void check_labels(const Tensor& x, const Tensor& labels, const char* op) {
+  check_predictions(x, op);
+  MIXTRAIN_CHECK(labels.defined() && is_index(labels.dtype()) && labels.rank() == 1 && labels.dim(0) == x.dim(0),
+                 op << ": labels must be int32 or int64 (" << x.dim(0) << ",), got " << describe_or_undefined(labels));
+  // The range is checked where the labels can be read without a device round trip.
+  if (labels.device().is_cpu()) {
+    const std::vector<int64_t> l = labels.to_int64s();
+    for (size_t i = 0; i < l.size(); ++i)
+      MIXTRAIN_CHECK(l[i] >= 0 && l[i] < x.dim(1),
+                     op << ": label " << l[i] << " at row " << i << " is outside [0, " << x.dim(1) << ")");
+  }
 }
 
 void check_targets(const Tensor& x, const Tensor& t, const char* op) {
-  MIXTRAIN_CHECK(x.defined() && x.rank() == 2 && is_float(x.dtype()),
-                 op << ": predictions must be a floating (batch, classes) tensor, got " << x.describe());
-  MIXTRAIN_CHECK(t.shape() == x.shape() && is_float(t.dtype()),
-                 op << ": targets " << t.describe() << " must match predictions " << x.describe());
+  check_predictions(x, op);
+  MIXTRAIN_CHECK(t.defined() && t.shape() == x.shape() && is_float(t.dtype()),
+                 op << ": targets " << describe_or_undefined(t) << " must match predictions " << x.describe());
 }
 
-// log-softmax of one row, in float32.
-void row_log_softmax(const float* in, float* out, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, in[j]);
-  float s = 0;
-  for (int64_t j = 0; j < n; ++j) s += std::exp(in[j] - mx);
-  const float lse = mx + std::log(s);
-  for (int64_t j = 0; j < n; ++j) out[j] = in[j] - lse;
+void check_same_shape(const Tensor& pred, const Tensor& target, const char* op) {
+  MIXTRAIN_CHECK(pred.defined() && target.defined() && is_float(pred.dtype()) && is_float(target.dtype()) &&
+                     pred.shape() == target.shape(),
+                 op << ": prediction " << describe_or_undefined(pred) << " and target " << describe_or_undefined(target)
+                    << " differ");
 }
 
-Tensor to_dtype_of(const std::vector<float>& v, const Tensor& like) {
-  Tensor out = Tensor::empty(like.shape(), like.dtype());
-  convert_elements(v.data(), DType::kFloat32, out.raw(), out.dtype(), out.numel());
+Tensor crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, const char* op) {
+  const Device device = common_device(op, {&x, &target});
+  Tensor loss = Tensor::empty({}, DType::kFloat32, device);
+  kernel::crossentropy_table()(device)(x.contiguous(), target.contiguous(), sparse, from_logits, loss);
+  return loss;
+}
+
+Tensor crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
+                             const char* op) {
+  const Device device = common_device(op, {&x, &target});
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
+  kernel::crossentropy_backward_table()(device)(x.contiguous(), target.contiguous(), sparse, from_logits, dloss, dx);
+  return dx;
+}
+
+Tensor sum_all(const Tensor& x, bool mean, const char* op) {
+  MIXTRAIN_CHECK(x.defined(), op << ": the input is undefined");
+  const Device device = common_device(op, {&x});
+  Tensor out = Tensor::empty({}, DType::kFloat32, device);
+  kernel::sum_all_table()(device)(x.contiguous(), mean, out);
   return out;
 }
 
-// Cross-entropy against a target distribution given per row by target(i, j).
-template <typename Target>
-double crossentropy(const Tensor& x, bool from_logits, Target&& target) {
-  const int64_t rows = x.dim(0), cols = x.dim(1);
-  const std::vector<float> in = x.to_floats();
-  std::vector<float> ls(static_cast<size_t>(cols));
-  double total = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* row = in.data() + i * cols;
-    if (from_logits) row_log_softmax(row, ls.data(), cols);
-    for (int64_t j = 0; j < cols; ++j) {
-      const float t = target(i, j);
-      if (t == 0) continue;
-      const float logp = from_logits ? ls[j] : std::log(std::clamp(row[j], kProbEpsilon, 1 - kProbEpsilon));
-      total -= static_cast<double>(t) * logp;
-    }
-  }
-  return rows ? total / static_cast<double>(rows) : 0.0;
+Tensor filled_like(const Tensor& x, float value) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  kernel::fill_table()(x.device())(y, value);
+  return y;
 }
 
-template <typename Target>
-Tensor crossentropy_backward(const Tensor& x, bool from_logits, float dloss, Target&& target) {
-  const int64_t rows = x.dim(0), cols = x.dim(1);
-  const std::vector<float> in = x.to_floats();
-  std::vector<float> g(in.size());
-  const float k = dloss / static_cast<float>(std::max<int64_t>(rows, 1));
-  std::vector<float> ls(static_cast<size_t>(cols));
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* row = in.data() + i * cols;
-    float* gr = g.data() + i * cols;
-    if (from_logits) {
-      // d/dz of -sum t log softmax(z) = softmax(z) * sum(t) - t.
-      row_log_softmax(row, ls.data(), cols);
-      float tsum = 0;
-      for (int64_t j = 0; j < cols; ++j) tsum += target(i, j);
-      for (int64_t j = 0; j < cols; ++j) gr[j] = k * (std::exp(ls[j]) * tsum - target(i, j));
-    } else {
-      for (int64_t j = 0; j < cols; ++j) {
-        const float p = row[j];
-        const bool clipped = p < kProbEpsilon || p > 1 - kProbEpsilon;
-        gr[j] = clipped ? 0.0f : -k * target(i, j) / p;
-      }
-    }
-  }
-  return to_dtype_of(g, x);
-}
 }  // namespace
 
 Tensor sparse_categorical_crossentropy(const Tensor& x, const Tensor& labels, bool from_logits) {
-  check_class_inputs(x, labels, "sparse_categorical_crossentropy");
-  const int32_t* l = labels.data<int32_t>();
-  return scalar(crossentropy(x, from_logits, [l](int64_t i, int64_t j) { return l[i] == j ? 1.0f : 0.0f; }));
+  check_labels(x, labels, "sparse_categorical_crossentropy");
+  return crossentropy(x, labels, true, from_logits, "sparse_categorical_crossentropy");
 }
 
 Tensor sparse_categorical_crossentropy_backward(const Tensor& x, const Tensor& labels, bool from_logits, float dloss) {
-  check_class_inputs(x, labels, "sparse_categorical_crossentropy");
-  const int32_t* l = labels.data<int32_t>();
-  return crossentropy_backward(x, from_logits, dloss, [l](int64_t i, int64_t j) { return l[i] == j ? 1.0f : 0.0f; });
+  check_labels(x, labels, "sparse_categorical_crossentropy");
+  return crossentropy_backward(x, labels, true, from_logits, dloss, "sparse_categorical_crossentropy_backward");
 }
 
 Tensor categorical_crossentropy(const Tensor& x, const Tensor& targets, bool from_logits) {
   check_targets(x, targets, "categorical_crossentropy");
-  const std::vector<float> t = targets.to_floats();
-  const int64_t cols = x.dim(1);
-  return scalar(crossentropy(x, from_logits, [&](int64_t i, int64_t j) { return t[i * cols + j]; }));
+  return crossentropy(x, targets, false, from_logits, "categorical_crossentropy");
 }
 
 Tensor categorical_crossentropy_backward(const Tensor& x, const Tensor& targets, bool from_logits, float dloss) {
   check_targets(x, targets, "categorical_crossentropy");
-  const std::vector<float> t = targets.to_floats();
-  const int64_t cols = x.dim(1);
-  return crossentropy_backward(x, from_logits, dloss, [&](int64_t i, int64_t j) { return t[i * cols + j]; });
+  return crossentropy_backward(x, targets, false, from_logits, dloss, "categorical_crossentropy_backward");
 }
 
 Tensor mean_squared_error(const Tensor& pred, const Tensor& target) {
-  MIXTRAIN_CHECK(pred.shape() == target.shape(),
-                 "mean_squared_error: prediction " << pred.describe() << " and target " << target.describe() << " differ");
-  const std::vector<float> p = pred.to_floats(), t = target.to_floats();
-  double s = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double d = static_cast<double>(p[i]) - t[i];
-    s += d * d;
-  }
-  return scalar(p.empty() ? 0.0 : s / static_cast<double>(p.size()));
+  check_same_shape(pred, target, "mean_squared_error");
+  const Device device = common_device("mean_squared_error", {&pred, &target});
+  Tensor loss = Tensor::empty({}, DType::kFloat32, device);
+  kernel::mse_table()(device)(pred.contiguous(), target.contiguous(), loss);
+  return loss;
 }
 
 Tensor mean_squared_error_backward(const Tensor& pred, const Tensor& target, float dloss) {
-  const std::vector<float> p = pred.to_floats(), t = target.to_floats();
-  std::vector<float> g(p.size());
-  const float k = 2.0f * dloss / static_cast<float>(std::max<size_t>(p.size(), 1));
-  for (size_t i = 0; i < p.size(); ++i) g[i] = k * (p[i] - t[i]);
-  return to_dtype_of(g, pred);
+  check_same_shape(pred, target, "mean_squared_error_backward");
+  const Device device = common_device("mean_squared_error_backward", {&pred, &target});
+  Tensor dx = Tensor::empty(pred.shape(), pred.dtype(), device);
+  kernel::mse_backward_table()(device)(pred.contiguous(), target.contiguous(), dloss, dx);
+  return dx;
 }
 
-Tensor sum(const Tensor& x) {
-  double s = 0;
-  for (float v : x.to_floats()) s += v;
-  return scalar(s);
-}
+Tensor sum(const Tensor& x) { return sum_all(x, false, "sum"); }
+Tensor mean(const Tensor& x) { return sum_all(x, true, "mean"); }
 
-Tensor mean(const Tensor& x) {
-  double s = 0;
-  for (float v : x.to_floats()) s += v;
-  return scalar(x.numel() ? s / static_cast<double>(x.numel()) : 0.0);
-}
-
-Tensor sum_backward(const Tensor& x, float dloss) { return Tensor::full(x.shape(), x.dtype(), dloss); }
+Tensor sum_backward(const Tensor& x, float dloss) { return filled_like(x, dloss); }
 
 Tensor mean_backward(const Tensor& x, float dloss) {
-  return Tensor::full(x.shape(), x.dtype(), dloss / static_cast<float>(std::max<int64_t>(x.numel(), 1)));
+  return filled_like(x, dloss / static_cast<float>(std::max<int64_t>(x.numel(), 1)));
 }
 
 double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels) {
-  check_class_inputs(scores, labels, "accuracy");
-  const int64_t rows = scores.dim(0), cols = scores.dim(1);
-  const std::vector<float> s = scores.to_floats();
-  const int32_t* l = labels.data<int32_t>();
-  int64_t correct = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* r = s.data() + i * cols;
-    correct += (std::max_element(r, r + cols) - r) == l[i];
-  }
+  check_labels(scores, labels, "accuracy");
+  const Device device = common_device("accuracy", {&scores, &labels});
+  const int64_t rows = scores.dim(0);
+  const int64_t correct = kernel::accuracy_table()(device)(scores.contiguous(), labels.contiguous());
   return rows ? static_cast<double>(correct) / static_cast<double>(rows) : 0.0;
 }
 

@@ -1,74 +1,210 @@
+// Matrix product entries: validation, layout of strided operands, output allocation, dispatch
+// (the CPU kernel, in cpu/matmul.cpp, calls kernels::gemm per product).
 #include "mixtrain/ops/matmul.h"
 
+#include <algorithm>
 
-#include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/reduce.h"
 
 namespace mixtrain::ops {
 
+namespace cpu {
+void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<BmmFn>& bmm_table() {
+  static KernelTable<BmmFn> t("bmm", &cpu::bmm);
+  return t;
+}
+}  // namespace kernel
+
 namespace {
-void check_matrix(const Tensor& t, const char* what, const char* op) {
-  MIXTRAIN_CHECK(t.defined() && t.rank() == 2, op << ": " << what << " must be a 2-D tensor, got " << t.describe());
+
+void check_operand(const Tensor& t, const char* what, const char* op) {
+  MIXTRAIN_CHECK(t.defined() && t.rank() >= 2,
+                 op << ": " << what << " must have at least 2 dimensions, got "
+                    << (t.defined() ? t.describe() : std::string("an undefined tensor")));
   MIXTRAIN_CHECK(is_float(t.dtype()), op << ": " << what << " must be floating, got " << t.describe());
 }
+
+// How kernels::gemm reads the last two dimensions of t in place: as a row-major (rows, cols) matrix with
+// row stride ld, or (transposed) as the row-major (cols, rows) matrix it is a transpose view of.
+// False when neither describes t (then a contiguous copy is read).
+bool in_place_layout(const Tensor& t, int64_t* ld, bool* transposed) {
+  const int64_t rows = t.dim(-2), cols = t.dim(-1);
+  const int64_t sr = t.strides()[static_cast<size_t>(t.rank() - 2)];
+  const int64_t sc = t.strides()[static_cast<size_t>(t.rank() - 1)];
+  // A dimension of length 1 has no meaningful stride.
+  const int64_t row_ld = rows <= 1 ? std::max<int64_t>(cols, 1) : sr;
+  if ((cols <= 1 || sc == 1) && row_ld >= std::max<int64_t>(cols, 1)) {
+    *ld = row_ld;
+    *transposed = false;
+    return true;
+  }
+  const int64_t col_ld = cols <= 1 ? std::max<int64_t>(rows, 1) : sc;
+  if ((rows <= 1 || sr == 1) && col_ld >= std::max<int64_t>(rows, 1)) {
+    *ld = col_ld;
+    *transposed = true;
+    return true;
+  }
+  return false;
+}
+
+// The operand as the kernel reads it: t itself, or a contiguous copy; trans is flipped for a transposed view.
+Tensor prepare_operand(const Tensor& t, bool* trans, int64_t* ld) {
+  bool transposed = false;
+  if (in_place_layout(t, ld, &transposed)) {
+    if (transposed) *trans = !*trans;
+    return t;
+  }
+  *ld = std::max<int64_t>(t.dim(-1), 1);
+  return t.contiguous();
+}
+
+std::string operand_text(const Tensor& t, bool trans) { return t.describe() + (trans ? "^T" : ""); }
+
+// The shared path of bmm, matmul and linear.
+Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype, const Tensor& bias,
+               const char* op) {
+  check_operand(a, "a", op);
+  check_operand(b, "b", op);
+  MIXTRAIN_CHECK(a.dtype() == b.dtype(), op << ": operands differ in dtype: " << a.describe() << " and " << b.describe());
+  MIXTRAIN_CHECK(is_float(out_dtype), op << ": the output dtype must be floating, got " << dtype_name(out_dtype));
+  const int64_t m = trans_a ? a.dim(-1) : a.dim(-2);
+  const int64_t k = trans_a ? a.dim(-2) : a.dim(-1);
+  const int64_t kb = trans_b ? b.dim(-1) : b.dim(-2);
+  const int64_t n = trans_b ? b.dim(-2) : b.dim(-1);
+  MIXTRAIN_CHECK(k == kb, op << ": inner dimensions differ: " << operand_text(a, trans_a) << " x "
+                             << operand_text(b, trans_b));
+  if (bias.defined())
+    MIXTRAIN_CHECK(bias.dtype() == DType::kFloat32 && bias.rank() == 1 && bias.dim(0) == n,
+                   op << ": bias must be float32 (" << n << ",), got " << bias.describe());
+  const Device device = common_device(op, {&a, &b, &bias});
+
+  kernel::BmmLayout l;
+  l.m = m, l.n = n, l.k = k;
+  l.trans_a = trans_a, l.trans_b = trans_b;
+  Tensor ar = prepare_operand(a, &l.trans_a, &l.lda);
+  Tensor br = prepare_operand(b, &l.trans_b, &l.ldb);
+
+  // Batch dimensions, aligned from the right; a missing or length-1 dimension broadcasts (stride 0).
+  const int batch_rank = std::max(a.rank(), b.rank()) - 2;
+  l.batch.assign(static_cast<size_t>(batch_rank), 1);
+  l.a_batch_strides.assign(static_cast<size_t>(batch_rank), 0);
+  l.b_batch_strides.assign(static_cast<size_t>(batch_rank), 0);
+  for (int d = 0; d < batch_rank; ++d) {
+    const int da = d - (batch_rank - (a.rank() - 2)), db = d - (batch_rank - (b.rank() - 2));
+    const int64_t na = da >= 0 ? a.dim(da) : 1, nb = db >= 0 ? b.dim(db) : 1;
+    MIXTRAIN_CHECK(na == nb || na == 1 || nb == 1,
+                   op << ": batch dimensions do not broadcast: " << a.describe() << " x " << b.describe());
+    const size_t i = static_cast<size_t>(d);
+    l.batch[i] = na == 1 ? nb : na;
+    if (na != 1) l.a_batch_strides[i] = ar.strides()[static_cast<size_t>(da)];
+    if (nb != 1) l.b_batch_strides[i] = br.strides()[static_cast<size_t>(db)];
+  }
+  std::vector<int64_t> dims = l.batch;
+  dims.push_back(m);
+  dims.push_back(n);
+  Tensor c = Tensor::empty(Shape(dims), out_dtype, device);
+  Tensor bias_c = bias.defined() ? bias.contiguous() : Tensor();
+  kernel::bmm_table()(device)(ar, br, bias_c, l, c);
+  return c;
+}
+
+// Whether operand x has the batch dimensions of the product's gradient g (it was not broadcast).
+bool same_batch(const Tensor& x, const Tensor& g) {
+  if (x.rank() != g.rank()) return false;
+  for (int d = 0; d < x.rank() - 2; ++d)
+    if (x.dim(d) != g.dim(d)) return false;
+  return true;
+}
+
+// Sums g (batch..., rows, cols) over the batch dimensions that were broadcast to reach it from like's
+// shape, and rounds once into like's dtype.
+Tensor reduce_to(const Tensor& g, const Tensor& like) {
+  if (g.shape() == like.shape()) return g.to(like.dtype());
+  Tensor s = g;
+  const int extra = g.rank() - like.rank();
+  for (int d = 0; d < g.rank() - 2; ++d) {
+    const int dl = d - extra;
+    if (dl < 0 || (like.dim(dl) == 1 && g.dim(d) != 1)) s = reduce_sum(s, d, /*keepdims=*/true, DType::kFloat32);
+  }
+  return s.reshape(like.shape()).to(like.dtype());
+}
+
 }  // namespace
 
+Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, std::optional<DType> out_dtype) {
+  return product(a, b, trans_a, trans_b, out_dtype.value_or(a.dtype()), Tensor(), "bmm");
+}
+
+BmmGrads bmm_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, bool need_a,
+                      bool need_b) {
+  check_operand(a, "a", "bmm_backward");
+  check_operand(b, "b", "bmm_backward");
+  MIXTRAIN_CHECK(dc.defined() && is_float(dc.dtype()) && dc.rank() >= 2,
+                 "bmm_backward: the gradient must be a floating tensor of rank >= 2, got "
+                     << (dc.defined() ? dc.describe() : std::string("an undefined tensor")));
+  const Tensor g = dc.to(a.dtype());
+  BmmGrads out;
+  // c = A B with A = op(a), B = op(b):  dA = dc B^T,  dB = A^T dc; transposing back gives da, db.
+  // A broadcast operand's gradient is kept in float32 until its batch sum.
+  if (need_a) {
+    const DType dt = same_batch(a, g) ? a.dtype() : DType::kFloat32;
+    Tensor da = trans_a ? bmm(b, g, trans_b, true, dt)     // da = (dc B^T)^T = B dc^T
+                        : bmm(g, b, false, !trans_b, dt);  // da = dc B^T
+    out.da = reduce_to(da, a);
+  }
+  if (need_b) {
+    const DType dt = same_batch(b, g) ? b.dtype() : DType::kFloat32;
+    Tensor db = trans_b ? bmm(g, a, true, trans_a, dt)     // db = (A^T dc)^T = dc^T A
+                        : bmm(a, g, !trans_a, false, dt);  // db = A^T dc
+    out.db = reduce_to(db, b);
+  }
+  return out;
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, std::optional<DType> out_dtype) {
-  check_matrix(a, "a", "matmul");
-  check_matrix(b, "b", "matmul");
-  MIXTRAIN_CHECK(a.dtype() == b.dtype(), "matmul: operands differ in dtype: " << a.describe() << " and " << b.describe());
-  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
-  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
-  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
-  MIXTRAIN_CHECK(k == kb, "matmul: inner dimensions differ: " << a.describe() << (trans_a ? "^T" : "") << " x "
-                                                              << b.describe() << (trans_b ? "^T" : ""));
-  Tensor c = Tensor::empty({m, n}, out_dtype.value_or(a.dtype()));
-  kernels::gemm(trans_a, trans_b, m, n, k, a.dtype(), a.raw(), a.dim(1), b.raw(), b.dim(1), c.dtype(), c.raw(), n,
-                /*accumulate=*/false, /*bias=*/nullptr);
-  return c;
+  return product(a, b, trans_a, trans_b, out_dtype.value_or(a.dtype()), Tensor(), "matmul");
 }
 
 MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                             bool need_a, bool need_b) {
-  MatmulGrads g;
-  // c = A B with A = op(a), B = op(b):  dA = dc B^T,  dB = A^T dc; transposing back gives da, db.
-  if (need_a) {
-    g.da = trans_a ? matmul(b, dc, trans_b, true, a.dtype())    // da = (dc B^T)^T = B dc^T
-                   : matmul(dc, b, false, !trans_b, a.dtype());  // da = dc B^T
-  }
-  if (need_b) {
-    g.db = trans_b ? matmul(dc, a, true, trans_a, b.dtype())     // db = (A^T dc)^T = dc^T A
-                   : matmul(a, dc, !trans_a, false, b.dtype());  // db = A^T dc
-  }
-  return g;
+  return bmm_backward(dc, a, b, trans_a, trans_b, need_a, need_b);
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  check_matrix(x, "input", "linear");
-  check_matrix(w, "kernel", "linear");
+  MIXTRAIN_CHECK(x.defined() && x.rank() >= 1 && is_float(x.dtype()),
+                 "linear: input must be a floating tensor (..., in), got "
+                     << (x.defined() ? x.describe() : std::string("an undefined tensor")));
+  MIXTRAIN_CHECK(w.defined() && w.rank() == 2 && is_float(w.dtype()),
+                 "linear: kernel must be a floating (in, out) tensor, got "
+                     << (w.defined() ? w.describe() : std::string("an undefined tensor")));
   MIXTRAIN_CHECK(x.dtype() == w.dtype(), "linear: input " << x.describe() << " and kernel " << w.describe()
                                                           << " must share the compute dtype");
-  MIXTRAIN_CHECK(x.dim(1) == w.dim(0),
-                 "linear: input " << x.describe() << " has " << x.dim(1) << " features, kernel expects " << w.dim(0));
-  if (bias.defined())
-    MIXTRAIN_CHECK(bias.dtype() == DType::kFloat32 && bias.numel() == w.dim(1),
-                   "linear: bias must be float32 (" << w.dim(1) << ",), got " << bias.describe());
-  Tensor y = Tensor::empty({x.dim(0), w.dim(1)}, x.dtype());
-  kernels::gemm(false, false, x.dim(0), w.dim(1), x.dim(1), x.dtype(), x.raw(), x.dim(1), w.raw(), w.dim(1),
-                y.dtype(), y.raw(), w.dim(1), false, bias.defined() ? bias.data<float>() : nullptr);
-  return y;
+  MIXTRAIN_CHECK(x.dim(-1) == w.dim(0),
+                 "linear: input " << x.describe() << " has " << x.dim(-1) << " features, kernel expects " << w.dim(0));
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.back() = w.dim(1);
+  Tensor y = product(x.reshape({-1, x.dim(-1)}), w, false, false, x.dtype(), bias, "linear");  // (B, out)
+  return y.reshape(Shape(dims));
 }
 
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool need_x, bool need_bias) {
-  MIXTRAIN_CHECK(dy.rank() == 2 && dy.dim(0) == x.dim(0) && dy.dim(1) == w.dim(1),
-                 "linear_backward: gradient " << dy.describe() << " does not match output (" << x.dim(0) << ", "
-                                              << w.dim(1) << ")");
-  Tensor dyc = dy.to(x.dtype());
+  std::vector<int64_t> out_dims = x.shape().dims();
+  if (!out_dims.empty()) out_dims.back() = w.dim(1);
+  MIXTRAIN_CHECK(dy.defined() && dy.shape() == Shape(out_dims),
+                 "linear_backward: gradient " << (dy.defined() ? dy.describe() : std::string("(undefined)"))
+                                              << " does not match output " << Shape(out_dims));
+  const int64_t in = x.dim(-1), out = w.dim(1);
+  Tensor dy2 = dy.to(x.dtype()).reshape({-1, out});  // (B, out)
+  Tensor x2 = x.reshape({-1, in});                   // (B, in)
   LinearGrads g;
-  if (need_x) g.dx = matmul(dyc, w, false, true, x.dtype());       // (B, out) x (out, in)
-  g.dw = matmul(x, dyc, true, false, DType::kFloat32);             // (in, B) x (B, out), float32 out
-  if (need_bias) g.dbias = sum_rows(dyc);  // float32 sums
+  if (need_x) g.dx = matmul(dy2, w, false, true, x.dtype()).reshape(x.shape());  // (B, out) x (out, in)
+  g.dw = matmul(x2, dy2, true, false, DType::kFloat32);                          // (in, B) x (B, out), float32 out
+  if (need_bias) g.dbias = sum_rows(dy2);                                        // float32 sums
   return g;
 }
 

@@ -8,6 +8,7 @@
 
 #include "mixtrain/core/json.h"
 #include "mixtrain/io/safetensors.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/model.h"
 
@@ -52,12 +53,7 @@ std::vector<uint64_t> decode_rng(const Tensor& t) {
   return words;
 }
 
-bool tensor_is_finite(const Tensor& t) {
-  if (!t.defined() || !is_float(t.dtype())) return true;
-  for (float v : t.to_floats())
-    if (!std::isfinite(v)) return false;
-  return true;
-}
+bool tensor_is_finite(const Tensor& t) { return ops::count_nonfinite(t) == 0; }
 
 // {"adam", false} or {"adam", true} for a LossScaleOptimizer around Adam.
 std::pair<std::string, bool> optimizer_identity(const Optimizer& opt) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/inspect.h"
 #include "mixtrain/train/model.h"
@@ -13,8 +14,7 @@ namespace mixtrain {
 namespace {
 bool all_finite(const Model& m) {
   for (const Var& w : m.weights())
-    for (float v : w.value().to_floats())
-      if (!std::isfinite(v)) return false;
+    if (ops::count_nonfinite(w.value()) != 0) return false;
   return true;
 }
 

@@ -1,11 +1,14 @@
 // Elementwise operations, forward and backward side by side. Each reads its inputs as float32,
-// computes in float32 and rounds the result once into the input's dtype, so a float16 activation
-// costs float16 memory but float32 arithmetic.
+// computes in float32 and rounds the result once into the output's dtype (the input's), so a float16
+// activation costs float16 memory but float32 arithmetic. Every op takes tensors of any rank; views are
+// made contiguous before the kernel runs.
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -16,24 +19,60 @@ const char* activation_name(Activation a);
 
 // y = f(x), same shape and dtype as x.
 Tensor activation(const Tensor& x, Activation a);
-// dx = dy * f'(x), from the saved input x (gelu is exact, with erf, as Keras' default).
+// dx = dy * f'(x), from the saved input x (relu, gelu; gelu is exact, with erf, as Keras' default) or the
+// saved output y (sigmoid, tanh). dx has dy's dtype (x's for the linear activation).
 Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, Activation a);
 
-// a + b, same shape; result in a's dtype.
+// a + b, same shape (any rank); result in a's dtype.
 Tensor add(const Tensor& a, const Tensor& b);
 // a * s for a float32 scalar s; result in a's dtype.
 Tensor scale(const Tensor& a, float s);
-// x + bias broadcast over rows: x (B, n), bias (n,).
+// x + bias broadcast over the last axis: x (..., n), bias (n,) of any floating dtype; result in x's dtype.
 Tensor bias_add(const Tensor& x, const Tensor& bias);
-// Sum over rows of dy (B, n) -> (n,) float32: the gradient of bias_add for the bias.
+// Sum of dy (..., n) over every axis but the last -> (n,) float32: the gradient of bias_add for the bias.
 Tensor sum_rows(const Tensor& dy);
 
 // Inverted dropout: keeps each element with probability 1 - rate and scales kept ones by 1 / (1 - rate).
-// mask is a uint8 tensor (1 keep, 0 drop) drawn by the caller, so the same seed gives the same masks.
+// mask is a uint8 tensor (1 keep, 0 drop) with x's element count, drawn by the caller, so the same seed
+// gives the same masks.
 Tensor dropout(const Tensor& x, const Tensor& mask, float rate);
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate);
 
-// Counts of non-finite elements, read in float32.
+// The library's one finite check. Number of inf or NaN elements of x, read in float32 (0 for integer
+// tensors, which cannot hold either).
 int64_t count_nonfinite(const Tensor& x);
+// Whether every defined floating tensor in xs is free of inf and NaN (stops at the first that is not).
+bool all_finite(const std::vector<Tensor>& xs);
+
+// The kernels behind these ops (dispatch.h). Inputs are contiguous and validated, outputs preallocated.
+namespace kernel {
+// y = f(x); x and y share shape and dtype.
+using ActivationFn = void(const Tensor& x, Activation a, Tensor& y);
+KernelTable<ActivationFn>& activation_table();
+// dx = dy * f'(saved), saved being x (relu, gelu) or y (sigmoid, tanh); dx has dy's shape and dtype.
+using ActivationBackwardFn = void(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);
+KernelTable<ActivationBackwardFn>& activation_backward_table();
+// y = a + b; same shape, y has a's dtype.
+using AddFn = void(const Tensor& a, const Tensor& b, Tensor& y);
+KernelTable<AddFn>& add_table();
+// y = x * s.
+using ScaleFn = void(const Tensor& x, float s, Tensor& y);
+KernelTable<ScaleFn>& scale_table();
+// y (rows, n) = x (rows, n) + bias (n,); x and y are read as rows of bias.numel() elements.
+using BiasAddFn = void(const Tensor& x, const Tensor& bias, Tensor& y);
+KernelTable<BiasAddFn>& bias_add_table();
+// out (n,) float32 = sum over rows of dy (rows, n), n = out.numel().
+using SumRowsFn = void(const Tensor& dy, Tensor& out);
+KernelTable<SumRowsFn>& sum_rows_table();
+// y = mask ? x * keep_scale : 0.
+using DropoutFn = void(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
+KernelTable<DropoutFn>& dropout_table();
+// Number of inf or NaN elements of a floating tensor.
+using CountNonfiniteFn = int64_t(const Tensor& x);
+KernelTable<CountNonfiniteFn>& count_nonfinite_table();
+// Sets every element of y to value (rounded once into y's dtype).
+using FillFn = void(Tensor& y, float value);
+KernelTable<FillFn>& fill_table();
+}  // namespace kernel
 
 }  // namespace mixtrain::ops

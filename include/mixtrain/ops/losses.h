@@ -4,10 +4,11 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
-// Mean over rows of -log p(label). logits_or_probs (B, C) any float dtype; labels (B,) int32 in [0, C).
+// Mean over rows of -log p(label). logits_or_probs (B, C) any float dtype; labels (B,) int32 or int64 in [0, C).
 // from_logits: inputs are logits (log-softmax inside); else probabilities, clipped to [1e-7, 1 - 1e-7] as Keras does.
 // Returns a float32 scalar (shape ()).
 Tensor sparse_categorical_crossentropy(const Tensor& logits_or_probs, const Tensor& labels, bool from_logits);
@@ -20,7 +21,7 @@ Tensor categorical_crossentropy(const Tensor& logits_or_probs, const Tensor& tar
 Tensor categorical_crossentropy_backward(const Tensor& logits_or_probs, const Tensor& targets, bool from_logits,
                                          float dloss);
 
-// Mean squared error over all elements, float32 scalar.
+// Mean squared error over all elements (any rank, same shapes), float32 scalar.
 Tensor mean_squared_error(const Tensor& pred, const Tensor& target);
 Tensor mean_squared_error_backward(const Tensor& pred, const Tensor& target, float dloss);
 
@@ -31,7 +32,29 @@ Tensor mean(const Tensor& x);
 Tensor sum_backward(const Tensor& x, float dloss);
 Tensor mean_backward(const Tensor& x, float dloss);
 
-// Fraction of rows whose arg-max equals the label (float32 arithmetic).
+// Fraction of rows whose arg-max equals the label (float32 arithmetic); labels int32 or int64.
 double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels);
+
+namespace kernel {
+// x (B, C) floating. target: labels (B,) int32/int64 in [0, C) when sparse, else (B, C) floating.
+// loss: float32 scalar, the mean over rows of the cross-entropy.
+using CrossentropyFn = void(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
+KernelTable<CrossentropyFn>& crossentropy_table();
+// dx (B, C), x's dtype: the gradient of the loss times dloss.
+using CrossentropyBackwardFn = void(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
+                                    Tensor& dx);
+KernelTable<CrossentropyBackwardFn>& crossentropy_backward_table();
+// loss: float32 scalar mean of (pred - target)^2; dx: 2 dloss (pred - target) / n in pred's dtype.
+using MseFn = void(const Tensor& pred, const Tensor& target, Tensor& loss);
+KernelTable<MseFn>& mse_table();
+using MseBackwardFn = void(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx);
+KernelTable<MseBackwardFn>& mse_backward_table();
+// out: float32 scalar, the sum of all elements of x (divided by their count when mean).
+using SumAllFn = void(const Tensor& x, bool mean, Tensor& out);
+KernelTable<SumAllFn>& sum_all_table();
+// Number of rows of scores (B, C) whose first arg-max equals the label.
+using AccuracyFn = int64_t(const Tensor& scores, const Tensor& labels);
+KernelTable<AccuracyFn>& accuracy_table();
+}  // namespace kernel
 
 }  // namespace mixtrain::ops

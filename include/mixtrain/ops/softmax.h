@@ -1,18 +1,28 @@
-// Softmax and log-softmax over the last axis of a (rows, classes) tensor. Numerically sensitive:
-// always computed in float32 (max-subtracted, float32 sums) whatever the input dtype; the result is
-// rounded once into the input's dtype.
+// Softmax and log-softmax over the last axis of a tensor of any rank (every other axis indexes rows).
+// Numerically sensitive: always computed in float32 (max-subtracted, float32 sums) whatever the input
+// dtype; the result is rounded once into the input's dtype.
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
 Tensor softmax(const Tensor& x);
-// dx = y * (dy - sum(dy * y)) per row, from the saved output y.
+// dx = y * (dy - sum(dy * y)) per row, from the saved output y; dx has y's dtype.
 Tensor softmax_backward(const Tensor& dy, const Tensor& y);
 
 Tensor log_softmax(const Tensor& x);
-// dx = dy - softmax(x) * sum(dy) per row, from the saved output y = log_softmax(x).
+// dx = dy - softmax(x) * sum(dy) per row, from the saved output y = log_softmax(x); dx has y's dtype.
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
+
+namespace kernel {
+// y = softmax(x) (log_softmax when log) over rows of x.dim(-1) elements; y has x's shape and dtype.
+using SoftmaxFn = void(const Tensor& x, bool log, Tensor& y);
+KernelTable<SoftmaxFn>& softmax_table();
+// dx from the saved output y (of softmax, or of log_softmax when log) and dy; dx has y's shape and dtype.
+using SoftmaxBackwardFn = void(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
+KernelTable<SoftmaxBackwardFn>& softmax_backward_table();
+}  // namespace kernel
 
 }  // namespace mixtrain::ops

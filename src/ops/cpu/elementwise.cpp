@@ -1,0 +1,166 @@
+// CPU kernels of the elementwise ops. Elements are converted to float32 in blocks (vectorised
+// conversion), computed in float32, and rounded back once.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mixtrain/core/half.h"
+#include "mixtrain/ops/elementwise.h"
+
+namespace mixtrain::ops::cpu {
+
+namespace {
+
+constexpr int64_t kBlock = 2048;
+constexpr int64_t kParallelMin = int64_t{1} << 16;  // below this a thread team costs more than it saves
+
+// y[i] = fn(i, x[i]) for flat index i.
+template <typename Fn>
+void map_unary(const Tensor& x, Tensor& y, Fn&& fn) {
+  const int64_t n = x.numel();
+  const size_t ex = dtype_size(x.dtype()), ey = dtype_size(y.dtype());
+  const char* xp = static_cast<const char*>(x.raw());
+  char* yp = static_cast<char*>(y.raw());
+#pragma omp parallel for if (n > kParallelMin) schedule(static)
+  for (int64_t b = 0; b < n; b += kBlock) {
+    float buf[kBlock];
+    const int64_t m = std::min(kBlock, n - b);
+    convert_elements(xp + b * ex, x.dtype(), buf, DType::kFloat32, m);
+    for (int64_t i = 0; i < m; ++i) buf[i] = fn(b + i, buf[i]);
+    convert_elements(buf, DType::kFloat32, yp + b * ey, y.dtype(), m);
+  }
+}
+
+// y[i] = fn(a[i], b[i]).
+template <typename Fn>
+void map_binary(const Tensor& a, const Tensor& b, Tensor& y, Fn&& fn) {
+  const int64_t n = a.numel();
+  const size_t ea = dtype_size(a.dtype()), eb = dtype_size(b.dtype()), ey = dtype_size(y.dtype());
+  const char* ap = static_cast<const char*>(a.raw());
+  const char* bp = static_cast<const char*>(b.raw());
+  char* yp = static_cast<char*>(y.raw());
+#pragma omp parallel for if (n > kParallelMin) schedule(static)
+  for (int64_t blk = 0; blk < n; blk += kBlock) {
+    float ua[kBlock], ub[kBlock];
+    const int64_t m = std::min(kBlock, n - blk);
+    convert_elements(ap + blk * ea, a.dtype(), ua, DType::kFloat32, m);
+    convert_elements(bp + blk * eb, b.dtype(), ub, DType::kFloat32, m);
+    for (int64_t i = 0; i < m; ++i) ua[i] = fn(ua[i], ub[i]);
+    convert_elements(ua, DType::kFloat32, yp + blk * ey, y.dtype(), m);
+  }
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+}  // namespace
+
+void activation(const Tensor& x, Activation a, Tensor& y) {
+  switch (a) {
+    case Activation::kLinear: map_unary(x, y, [](int64_t, float v) { return v; }); return;
+    case Activation::kRelu:  // NaN passes through (NaN < 0 is false), so a poisoned input is never hidden from TerminateOnNaN.
+      map_unary(x, y, [](int64_t, float v) { return v < 0.0f ? 0.0f : v; });
+      return;
+    case Activation::kGelu:
+      map_unary(x, y, [](int64_t, float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
+      return;
+    case Activation::kSigmoid:
+      // Split by sign so exp never overflows.
+      map_unary(x, y, [](int64_t, float v) {
+        if (v >= 0) return 1.0f / (1.0f + std::exp(-v));
+        const float e = std::exp(v);
+        return e / (1.0f + e);
+      });
+      return;
+    case Activation::kTanh: map_unary(x, y, [](int64_t, float v) { return std::tanh(v); }); return;
+  }
+}
+
+void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx) {
+  switch (a) {
+    case Activation::kLinear: map_binary(dy, saved, dx, [](float d, float) { return d; }); return;
+    case Activation::kRelu: map_binary(dy, saved, dx, [](float d, float v) { return v > 0 ? d : 0.0f; }); return;
+    case Activation::kGelu:
+      map_binary(dy, saved, dx, [](float d, float v) {
+        const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+        const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+        return d * (cdf + v * pdf);
+      });
+      return;
+    case Activation::kSigmoid: map_binary(dy, saved, dx, [](float d, float s) { return d * s * (1.0f - s); }); return;
+    case Activation::kTanh: map_binary(dy, saved, dx, [](float d, float t) { return d * (1.0f - t * t); }); return;
+  }
+}
+
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  map_binary(a, b, y, [](float u, float v) { return u + v; });
+}
+
+void scale(const Tensor& x, float s, Tensor& y) {
+  map_unary(x, y, [s](int64_t, float v) { return v * s; });
+}
+
+void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) {
+  const int64_t cols = bias.numel();
+  if (cols == 0) return;
+  std::vector<float> b(static_cast<size_t>(cols));
+  convert_elements(bias.raw(), bias.dtype(), b.data(), DType::kFloat32, cols);
+  map_unary(x, y, [&](int64_t i, float v) { return v + b[static_cast<size_t>(i % cols)]; });
+}
+
+void sum_rows(const Tensor& dy, Tensor& out) {
+  const int64_t cols = out.numel();
+  float* o = out.data<float>();
+  std::fill(o, o + cols, 0.0f);
+  if (cols == 0) return;
+  const int64_t rows = dy.numel() / cols;
+  // Row by row through a float32 buffer (vectorised conversion), summed in float32 in row order, so the
+  // bits do not depend on the thread count.
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(dy.dtype());
+  for (int64_t i = 0; i < rows; ++i) {
+    convert_elements(static_cast<const char*>(dy.raw()) + i * row_bytes, dy.dtype(), row.data(), DType::kFloat32, cols);
+    for (int64_t j = 0; j < cols; ++j) o[j] += row[j];
+  }
+}
+
+void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {
+  const uint8_t* m = mask.data<uint8_t>();
+  map_unary(x, y, [&](int64_t i, float v) { return m[i] ? v * keep_scale : 0.0f; });
+}
+
+int64_t count_nonfinite(const Tensor& x) {
+  const int64_t n = x.numel();
+  const size_t ex = dtype_size(x.dtype());
+  const char* xp = static_cast<const char*>(x.raw());
+  int64_t bad = 0;
+  // inf and NaN are the float32 values with every exponent bit set (exact for 16-bit inputs, which
+  // widen to float32 without changing class); the bit test vectorises.
+#pragma omp parallel for if (n > kParallelMin) schedule(static) reduction(+ : bad)
+  for (int64_t b = 0; b < n; b += kBlock) {
+    float buf[kBlock];
+    const int64_t m = std::min(kBlock, n - b);
+    convert_elements(xp + b * ex, x.dtype(), buf, DType::kFloat32, m);
+    int64_t local = 0;
+    for (int64_t i = 0; i < m; ++i) local += (float_bits(buf[i]) & 0x7F800000u) == 0x7F800000u;
+    bad += local;
+  }
+  return bad;
+}
+
+void fill(Tensor& y, float value) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const size_t ey = dtype_size(y.dtype());
+  char* yp = static_cast<char*>(y.raw());
+  convert_elements(&value, DType::kFloat32, yp, y.dtype(), 1);  // rounded once
+  // Doubling copies: the filled prefix is copied after itself until the tensor is full.
+  for (int64_t done = 1; done < n;) {
+    const int64_t m = std::min(done, n - done);
+    std::memcpy(yp + done * static_cast<int64_t>(ey), yp, static_cast<size_t>(m) * ey);
+    done += m;
+  }
+}
+
+}  // namespace mixtrain::ops::cpu

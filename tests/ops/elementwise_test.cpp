@@ -1,0 +1,194 @@
+// Elementwise ops against float64 references, in every floating dtype, on odd shapes of several ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "mixtrain/core/half.h"
+#include "mixtrain/ops/elementwise.h"
+#include "op_test_util.h"
+
+namespace mixtrain::ops {
+namespace {
+
+using testing::kFloatDTypes;
+using testing::kOddSizes;
+using testing::random_tensor;
+using testing::to_doubles;
+using testing::unit;
+
+double activation_ref(Activation a, double v) {
+  switch (a) {
+    case Activation::kRelu: return v > 0 ? v : 0;
+    case Activation::kGelu: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    case Activation::kSigmoid: return 1 / (1 + std::exp(-v));
+    case Activation::kTanh: return std::tanh(v);
+    default: return v;
+  }
+}
+
+// f'(x) expressed through x (relu, gelu) or through y = f(x) (sigmoid, tanh), as the op reads them.
+double activation_grad_ref(Activation a, double x, double y) {
+  switch (a) {
+    case Activation::kRelu: return x > 0 ? 1 : 0;
+    case Activation::kGelu:
+      return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    case Activation::kSigmoid: return y * (1 - y);
+    case Activation::kTanh: return 1 - y * y;
+    default: return 1;
+  }
+}
+
+const Activation kActivations[] = {Activation::kRelu, Activation::kGelu, Activation::kSigmoid, Activation::kTanh};
+
+TEST(Activations, NanPropagatesThroughRelu) {
+  Tensor x = Tensor::from_floats({3}, {NAN, -1.0f, 2.0f});
+  const std::vector<float> y = activation(x, Activation::kRelu).to_floats();
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 2.0f);
+}
+
+TEST(Activations, ForwardAndBackwardMatchFloat64InEveryDType) {
+  for (DType d : kFloatDTypes)
+    for (int64_t n : kOddSizes) {
+      Tensor x = random_tensor({3, n, 2}, 2 + n, d, -4, 4);
+      Tensor dy = random_tensor(x.shape(), 3 + n, d);
+      const std::vector<double> in = to_doubles(x), g = to_doubles(dy);
+      for (Activation a : kActivations) {
+        Tensor y = activation(x, a);
+        ASSERT_EQ(y.shape(), x.shape());
+        EXPECT_EQ(y.dtype(), d);
+        const std::vector<double> out = to_doubles(y);
+        const std::vector<double> dx = to_doubles(activation_backward(dy, x, y, a));
+        for (size_t i = 0; i < in.size(); ++i) {
+          const double want = activation_ref(a, in[i]);
+          // float32 erf/exp/tanh are good to a few float32 units; then one rounding into d.
+          EXPECT_NEAR(out[i], want, unit(d) * std::fabs(want) + 4e-7) << activation_name(a) << " " << dtype_name(d);
+          // The backward reads the saved output y as stored (already rounded into d).
+          const double gwant = g[i] * activation_grad_ref(a, in[i], out[i]);
+          EXPECT_NEAR(dx[i], gwant, unit(d) * std::fabs(gwant) + 1e-6) << activation_name(a) << " " << dtype_name(d);
+        }
+      }
+    }
+}
+
+TEST(Activations, ReadTransposedViews) {
+  Tensor base = random_tensor({7, 17}, 4, DType::kFloat16, -2, 2);
+  Tensor view = base.transpose(0, 1);  // (17, 7), not contiguous
+  ASSERT_FALSE(view.is_contiguous());
+  Tensor y = activation(view, Activation::kGelu);
+  EXPECT_EQ(y.shape(), Shape({17, 7}));
+  EXPECT_EQ(y.to_floats(), activation(view.contiguous(), Activation::kGelu).to_floats());
+}
+
+TEST(Elementwise, AddAndScaleMatchFloat64OnAnyRank) {
+  for (DType d : kFloatDTypes)
+    for (int64_t n : kOddSizes)
+      for (const Shape& s : {Shape({n}), Shape({2, n}), Shape({3, 1, n, 2})}) {
+        Tensor a = random_tensor(s, 5 + n, d), b = random_tensor(s, 6 + n, DType::kFloat32);
+        const std::vector<double> av = to_doubles(a), bv = to_doubles(b);
+        Tensor sum = add(a, b), scaled = scale(a, 0.37f);
+        EXPECT_EQ(sum.dtype(), d);
+        EXPECT_EQ(sum.shape(), s);
+        const std::vector<double> sv = to_doubles(sum), cv = to_doubles(scaled);
+        for (size_t i = 0; i < av.size(); ++i) {
+          // One float32 operation, then one rounding into d.
+          const double want = av[i] + bv[i], cwant = av[i] * 0.37f;
+          EXPECT_NEAR(sv[i], want, (unit(d) + 0x1p-24) * std::fabs(want) + 1e-12) << dtype_name(d);
+          EXPECT_NEAR(cv[i], cwant, (unit(d) + 0x1p-24) * std::fabs(cwant) + 1e-12) << dtype_name(d);
+        }
+      }
+  EXPECT_THROW(add(Tensor::zeros({2, 3}, DType::kFloat32), Tensor::zeros({3, 2}, DType::kFloat32)), Error);
+}
+
+TEST(Elementwise, BiasAddAndSumRowsOverTheLastAxisOfAnyRank) {
+  for (DType d : kFloatDTypes)
+    for (int64_t n : kOddSizes)
+      for (const Shape& s : {Shape({n}), Shape({17, n}), Shape({2, 3, n}), Shape({2, 1, 3, n})}) {
+        Tensor x = random_tensor(s, 7 + n, d), bias = random_tensor({n}, 8 + n, DType::kFloat32);
+        const std::vector<double> xv = to_doubles(x), bv = to_doubles(bias);
+        const std::vector<double> y = to_doubles(bias_add(x, bias));
+        for (size_t i = 0; i < xv.size(); ++i) {
+          const double want = xv[i] + bv[i % static_cast<size_t>(n)];
+          EXPECT_NEAR(y[i], want, (unit(d) + 0x1p-24) * std::fabs(want) + 1e-12) << dtype_name(d);
+        }
+        Tensor sums = sum_rows(x);
+        EXPECT_EQ(sums.dtype(), DType::kFloat32);
+        ASSERT_EQ(sums.shape(), Shape({n}));
+        const std::vector<double> sv = to_doubles(sums);
+        const size_t rows = xv.size() / static_cast<size_t>(n);
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0, mag = 0;
+          for (size_t r = 0; r < rows; ++r) {
+            want += xv[r * n + j];
+            mag += std::fabs(xv[r * n + j]);
+          }
+          // float32 sums in row order: at most rows float32 units of the sum of magnitudes.
+          EXPECT_NEAR(sv[j], want, rows * 0x1p-24 * mag + 1e-12) << dtype_name(d);
+        }
+      }
+  EXPECT_THROW(bias_add(Tensor::zeros({2, 3}, DType::kFloat32), Tensor::zeros({2}, DType::kFloat32)), Error);
+}
+
+TEST(Elementwise, BiasAddOnAView) {
+  Tensor x = random_tensor({7, 3}, 9, DType::kFloat32).transpose(0, 1);  // (3, 7) view
+  Tensor bias = random_tensor({7}, 10, DType::kBFloat16);
+  EXPECT_EQ(bias_add(x, bias).to_floats(), bias_add(x.contiguous(), bias).to_floats());
+  EXPECT_EQ(sum_rows(x).to_floats(), sum_rows(x.contiguous()).to_floats());
+}
+
+TEST(Dropout, KeepsExpectedFractionAndScales) {
+  Tensor x = Tensor::full({1000}, DType::kFloat16, 1.0f);
+  Tensor mask = Tensor::empty({1000}, DType::kUInt8);
+  for (int64_t i = 0; i < 1000; ++i) mask.data<uint8_t>()[i] = i % 4 != 0;
+  const std::vector<float> y = dropout(x, mask, 0.25f).to_floats();
+  const float kept = half_bits_to_float(float_to_half_bits(1.0f / 0.75f));  // rounded once into float16
+  for (int64_t i = 0; i < 1000; ++i) EXPECT_EQ(y[i], i % 4 ? kept : 0.0f) << i;
+}
+
+TEST(Dropout, AnyRankAndBackwardUsesTheSameMask) {
+  for (DType d : kFloatDTypes) {
+    Tensor x = random_tensor({3, 7, 17}, 11, d);
+    Tensor mask = Tensor::empty({3, 7, 17}, DType::kUInt8);
+    for (int64_t i = 0; i < mask.numel(); ++i) mask.data<uint8_t>()[i] = (i * 7) % 3 != 0;
+    const std::vector<double> xv = to_doubles(x), y = to_doubles(dropout(x, mask, 0.5f));
+    const std::vector<double> dx = to_doubles(dropout_backward(x, mask, 0.5f));
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double want = mask.data<uint8_t>()[i] ? 2 * xv[i] : 0.0;
+      EXPECT_EQ(y[i], want) << dtype_name(d);  // scaling by 2 is exact
+      EXPECT_EQ(dx[i], want);
+    }
+  }
+}
+
+TEST(FiniteCheck, CountsInfAndNanInEveryDType) {
+  for (DType d : kFloatDTypes)
+    for (int64_t n : kOddSizes) {
+      std::vector<float> v(static_cast<size_t>(n) * 3, 1.5f);
+      v[0] = INFINITY;
+      v[v.size() - 1] = NAN;
+      if (v.size() > 4) v[2] = -INFINITY;
+      Tensor x = Tensor::from_floats({3, n}, v, d);
+      EXPECT_EQ(count_nonfinite(x), v.size() > 4 ? 3 : 2) << dtype_name(d) << " n " << n;
+      EXPECT_FALSE(all_finite({Tensor::zeros({2}, d), x}));
+    }
+  // 65504 is float16's largest finite value; 65520 rounds to inf when converted, but not in float32.
+  EXPECT_EQ(count_nonfinite(Tensor::from_floats({2}, {65504.0f, -65504.0f}, DType::kFloat16)), 0);
+  EXPECT_EQ(count_nonfinite(Tensor::from_floats({1}, {65520.0f}, DType::kFloat32)), 0);
+  EXPECT_TRUE(all_finite({Tensor(), Tensor::from_ints({2}, {1, 2}), random_tensor({129, 3}, 12, DType::kBFloat16)}));
+  EXPECT_TRUE(all_finite({}));
+  // A view is read as the elements it shows.
+  Tensor big = Tensor::from_floats({2, 2}, {NAN, 1.0f, 2.0f, 3.0f});
+  EXPECT_EQ(count_nonfinite(big.slice(0, 1, 2)), 0);
+  EXPECT_EQ(count_nonfinite(big.transpose(0, 1)), 1);
+}
+
+TEST(FiniteCheck, LargeTensorsCountedInParallelExactly) {
+  const int64_t n = (int64_t{1} << 18) + 17;
+  std::vector<float> v(static_cast<size_t>(n), 0.5f);
+  for (int64_t i = 0; i < n; i += 1001) v[static_cast<size_t>(i)] = NAN;
+  EXPECT_EQ(count_nonfinite(Tensor::from_floats({n}, v, DType::kFloat16)), (n + 1000) / 1001);
+}
+
+}  // namespace
+}  // namespace mixtrain::ops
