@@ -26,7 +26,8 @@ Shape sample_shape_of(const Tensor& x) {
   return Shape(std::vector<int64_t>(x.shape().dims().begin() + 1, x.shape().dims().end()));
 }
 
-Tensor as_input(const Tensor& x) { return is_float(x.dtype()) ? x : x.to(DType::kFloat32); }
+// Integer inputs (ids) stay integers: each layer casts what it does not keep (Layer::operator()).
+const Tensor& as_input(const Tensor& x) { return x; }
 }  // namespace
 
 int64_t training_rows(int64_t n, double fraction) {
@@ -44,7 +45,14 @@ ValidationSplit split_validation(const Tensor& x, const Tensor& y, double fracti
 }
 
 Model::Model(std::string name, uint64_t seed)
-    : Sequential(std::move(name)),
+    : Network(std::move(name)),
+      seed_(seed),
+      init_rng_(Rng::derive(seed, kInitStream)),
+      shuffle_rng_(Rng::derive(seed, kShuffleStream)),
+      dropout_rng_(Rng::derive(seed, kDropoutStream)) {}
+
+Model::Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name, uint64_t seed)
+    : Network(std::move(inputs), std::move(outputs), std::move(name)),
       seed_(seed),
       init_rng_(Rng::derive(seed, kInitStream)),
       shuffle_rng_(Rng::derive(seed, kShuffleStream)),
@@ -59,10 +67,11 @@ void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector
   if (auto_scale_loss && float16_compute && !already_scaled)
     optimizer = std::make_unique<LossScaleOptimizer>(std::move(optimizer));
   // A float16 output feeds float16 logits to the loss: Keras advises a float32 output layer.
-  if (!layers_.empty() && layers_.back()->compute_dtype() == DType::kFloat16)
-    std::cerr << "warning: the last layer '" << layers_.back()->name()
-              << "' outputs float16 under a mixed policy; create it with dtype float32 "
-                 "(e.g. Dense(10, \"linear\", dtype_arg(\"float32\"))) so the loss sees float32 values\n";
+  for (const Layer* out : output_layers())
+    if (out->compute_dtype() == DType::kFloat16)
+      std::cerr << "warning: the output layer '" << out->name()
+                << "' outputs float16 under a mixed policy; create it with dtype float32 "
+                   "(e.g. Dense(10, \"linear\", dtype_arg(\"float32\"))) so the loss sees float32 values\n";
   optimizer_ = std::move(optimizer);
   loss_ = std::move(loss);
   track_accuracy_ = false;

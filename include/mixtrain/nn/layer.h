@@ -2,15 +2,25 @@
 // global policy when the layer is constructed unless a `dtype` argument overrides it. Variables are
 // created in the policy's variable dtype; a call casts floating inputs to the compute dtype and reads
 // weights in the compute dtype through a cast cached until the variable next changes.
+//
+// Names: a layer is called by its kind ("dense") until a model names it uniquely among its own layers
+// ("dense", "dense_1", ... in model order) or the caller names it (set_name("block_1/conv")). Its
+// variables are addressed by "<layer name>/<weight name>" (e.g. "block_1/conv/kernel"), the keys of
+// checkpoints, so they do not depend on other models built earlier in the process.
+//
+// A layer is called on values (Var) to compute, or on SymbolicTensors to write a functional model;
+// for the latter it must be owned by a std::shared_ptr (make_layer<L>(...)).
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/core/random.h"
+#include "mixtrain/nn/symbolic.h"
 #include "mixtrain/precision/policy.h"
 
 namespace mixtrain {
@@ -27,23 +37,45 @@ DTypeArg dtype_arg(std::string_view name);
 
 enum class Initializer { kGlorotUniform, kHeNormal, kZeros, kOnes };
 
-class Layer {
+class Layer : public std::enable_shared_from_this<Layer> {
  public:
   Layer(std::string base_name, DTypeArg dtype);
   virtual ~Layer() = default;
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
 
-  // Casts a floating input to the compute dtype (autocast), builds on first use, then runs call().
+  // Casts floating inputs to the compute dtype (autocast; integer inputs too unless the layer keeps
+  // them), builds on first use, then runs call().
   Var operator()(const Var& x, const CallContext& ctx = {});
+  // Several inputs (Add, Concatenate): the same, through call_multi().
+  Var operator()(const std::vector<Var>& xs, const CallContext& ctx = {});
+  // Functional API: a symbolic output, recording this layer as its producer. Needs shared ownership.
+  SymbolicTensor operator()(const SymbolicTensor& x);
+  SymbolicTensor operator()(const std::vector<SymbolicTensor>& xs);
+
   // Creates the variables for inputs shaped (batch, ...input_shape); rng draws initial values.
   void build(const Shape& input_shape, Rng& rng);
+  void build_multi(const std::vector<Shape>& input_shapes, Rng& rng);
   bool built() const { return built_; }
   // Output shape for a per-sample input shape (no batch dimension).
   virtual Shape compute_output_shape(const Shape& input_shape) const { return input_shape; }
+  // For several inputs; by default the single-input rule (Error for more than one).
+  virtual Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const;
+  // How many inputs a call takes: 1, or kAnyInputs (two or more).
+  static constexpr int kAnyInputs = -1;
+  virtual int num_inputs() const { return 1; }
+  // Layers that read integer ids (Embedding) keep integer inputs; every other layer casts them.
+  virtual bool keeps_integer_inputs() const { return false; }
 
   virtual std::string class_name() const = 0;
   const std::string& name() const { return name_; }
+  // The kind of layer ("dense"): the name before a model makes it unique.
+  const std::string& base_name() const { return base_name_; }
+  // Names the layer (and its variables); "/" separates scopes, e.g. "block_1/conv". Error on an empty name.
+  void set_name(const std::string& name);
+  bool has_explicit_name() const { return explicit_name_; }
+  // Used by models to make names unique; does not mark the name explicit.
+  void assign_name(const std::string& name);
   const DTypePolicy& dtype_policy() const { return policy_; }
   DType compute_dtype() const { return policy_.compute_dtype(); }
   DType variable_dtype() const { return policy_.variable_dtype(); }
@@ -59,8 +91,15 @@ class Layer {
     (void)input_shape;
     (void)rng;
   }
-  virtual Var call(const Var& x, const CallContext& ctx) = 0;
+  // Single-input layers override call(); multi-input layers override call_multi() and num_inputs().
+  virtual Var call(const Var& x, const CallContext& ctx);
+  virtual Var call_multi(const std::vector<Var>& xs, const CallContext& ctx);
+  // A trainable variable "<layer name>/<name>" in the variable dtype.
   Var add_weight(const std::string& name, const Shape& shape, Initializer init, Rng& rng);
+  // A non-trainable variable (e.g. BatchNormalization's moving statistics): saved in checkpoints, never
+  // optimized, never given a gradient. dtype: the variable dtype unless given.
+  Var add_non_trainable_weight(const std::string& name, const Shape& shape, Initializer init, Rng& rng,
+                               std::optional<DType> dtype = std::nullopt);
   // w read in the compute dtype; recomputed only after w.version() changes.
   Tensor read_weight(const Var& w);
 
@@ -70,11 +109,25 @@ class Layer {
     DType dtype;
     Tensor value;
   };
+  Var input_cast(const Var& x);
+  void rename_weights();
+
+  std::string base_name_;
   std::string name_;
+  bool explicit_name_ = false;
   DTypePolicy policy_;
   bool built_ = false;
   std::vector<Var> weights_;
+  std::vector<std::string> weight_names_;  // short names ("kernel"), parallel to weights_
   std::map<const void*, CachedCast> cast_cache_;
 };
+
+// Creates a layer owned by a shared_ptr, ready for functional calls:
+//   auto x = Input({28, 28, 1});
+//   auto y = (*make_layer<Dense>(10))(x);
+template <typename L, typename... Args>
+std::shared_ptr<L> make_layer(Args&&... args) {
+  return std::make_shared<L>(std::forward<Args>(args)...);
+}
 
 }  // namespace mixtrain

@@ -1,11 +1,12 @@
-// Model: a Sequential stack that trains, as a Keras model: compile(), fit(), evaluate(), predict().
+// Model: a network that trains, as a Keras model: compile(), fit(), evaluate(), predict(). Written as a
+// stack (Model m; m.emplace<Dense>(...)) or as a functional graph (Model(inputs, outputs)).
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include "mixtrain/nn/sequential.h"
+#include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/callbacks.h"
 #include "mixtrain/train/history.h"
@@ -44,10 +45,13 @@ struct EvaluateResult {
   double accuracy = 0;  // only for sparse_categorical_crossentropy
 };
 
-class Model : public Sequential {
+class Model : public Network {
  public:
-  // seed fixes initialisation, shuffling and dropout: two runs with one seed give identical weights.
+  // A stack. seed fixes initialisation, shuffling and dropout: two runs with one seed give identical weights.
   explicit Model(std::string name = "sequential", uint64_t seed = 0);
+  // A functional model from Input()s to outputs (Keras' Model(inputs, outputs)). fit() feeds its one input.
+  Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name = "functional",
+        uint64_t seed = 0);
 
   // Configures training. Under a float16 compute policy the optimizer is wrapped in a
   // LossScaleOptimizer (never twice) when auto_scale_loss is set, as Keras does; metrics: "accuracy".

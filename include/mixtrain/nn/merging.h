@@ -1,0 +1,41 @@
+// Layers that merge several inputs, for residual and multi-branch models: Add and Concatenate.
+// Inputs are cast to the layer's compute dtype first, so a float32 skip path and a float16 branch meet
+// in one dtype.
+#pragma once
+
+#include "mixtrain/nn/layer.h"
+
+namespace mixtrain {
+
+// Elementwise sum of two or more inputs of one shape (keras.layers.Add), computed in float32 and rounded once.
+class Add : public Layer {
+ public:
+  explicit Add(DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Add"; }
+  int num_inputs() const override { return kAnyInputs; }
+  Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
+
+ protected:
+  Var call_multi(const std::vector<Var>& xs, const CallContext& ctx) override;
+};
+
+// Joins inputs along `axis` (keras.layers.Concatenate; -1 is the last axis, 0 would be the batch and is
+// not allowed). The other dimensions must agree.
+class Concatenate : public Layer {
+ public:
+  explicit Concatenate(int axis = -1, DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Concatenate"; }
+  int num_inputs() const override { return kAnyInputs; }
+  Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
+  int axis() const { return axis_; }
+
+ protected:
+  Var call_multi(const std::vector<Var>& xs, const CallContext& ctx) override;
+
+ private:
+  // The axis within a per-sample shape of this rank.
+  int sample_axis(int sample_rank) const;
+  int axis_;
+};
+
+}  // namespace mixtrain

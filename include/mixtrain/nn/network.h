@@ -1,0 +1,121 @@
+// Network: the layers of a model and how data flows through them. Two forms, as in Keras:
+//  - a stack (Sequential): layers appended with add()/emplace(), each feeding the next;
+//  - a graph (functional): built from Input()s and layers called on SymbolicTensors, with any number of
+//    inputs and outputs, shared layers and residual connections.
+// Layer names are made unique within the network (explicit names are kept), so variable paths such as
+// "block_1/conv/kernel" are stable whatever else the process built.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <vector>
+
+#include "mixtrain/nn/layer.h"
+
+namespace mixtrain {
+
+// Sees every layer's input, output and output gradient while a network runs: the hook behind
+// inspection (per-layer range statistics) and the recovery guard.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  // x is the (first) value entering the layer, before the layer casts it to its compute dtype.
+  virtual void on_input(const Layer& layer, const Var& x) {
+    (void)layer;
+    (void)x;
+  }
+  virtual void on_output(const Layer& layer, const Var& y) {
+    (void)layer;
+    (void)y;
+  }
+  // The gradient of the loss with respect to the layer's output, in the layer's compute dtype.
+  virtual void on_gradient(const Layer& layer, const Tensor& dy) {
+    (void)layer;
+    (void)dy;
+  }
+};
+
+class Network {
+ public:
+  // A stack; layers come with add()/emplace().
+  explicit Network(std::string name = "sequential");
+  // A graph from inputs to outputs (every output must depend only on the given inputs).
+  Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name = "functional");
+  virtual ~Network() = default;
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  bool is_functional() const { return !graph_inputs_.empty(); }
+
+  // Appends a layer to a stack; returns it so the caller can keep a typed pointer. Error on a graph.
+  template <typename L>
+  L* add(std::unique_ptr<L> layer) {
+    L* raw = layer.get();
+    add_layer(std::shared_ptr<Layer>(std::move(layer)));
+    return raw;
+  }
+  template <typename L>
+  L* add(std::shared_ptr<L> layer) {
+    L* raw = layer.get();
+    add_layer(std::move(layer));
+    return raw;
+  }
+  template <typename L, typename... Args>
+  L* emplace(Args&&... args) {
+    return add(std::make_shared<L>(std::forward<Args>(args)...));
+  }
+
+  // Builds every layer for per-sample input_shape (e.g. {784}); rng draws the initial weights in layer
+  // order. A graph checks input_shape against its (first) Input's shape.
+  void build(const Shape& input_shape, Rng& rng);
+  bool built() const { return built_; }
+  const Shape& input_shape() const { return input_shape_; }
+  Shape output_shape() const;
+
+  // One input, one output.
+  Var call(const Var& x, const CallContext& ctx = {});
+  // Every input (in the order of the graph's inputs) to every output.
+  std::vector<Var> call(const std::vector<Var>& inputs, const CallContext& ctx = {});
+  // Observer for later calls (nullptr: none). Not owned.
+  void set_observer(LayerObserver* observer) { observer_ = observer; }
+  LayerObserver* observer() const { return observer_; }
+
+  // Layers in execution order (a graph's in topological order), each once.
+  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
+  Layer* layer(const std::string& name) const;
+  // The layers producing the outputs (a stack's last layer).
+  std::vector<Layer*> output_layers() const;
+  std::vector<Var> weights() const;
+  std::vector<Var> trainable_weights() const;
+  std::vector<Var> non_trainable_weights() const;
+  int64_t count_params() const;
+  const std::string& name() const { return name_; }
+
+  // Table of layer, output shape, parameter count, compute and variable dtype (and, for a graph, the
+  // layers each is connected to), as Keras' summary(); columns widen to fit long names.
+  void summary(std::ostream& out) const;
+
+ protected:
+  void add_layer(std::shared_ptr<Layer> layer);
+  // Gives every layer without an explicit name a unique one: its kind, then kind_1, kind_2, ...
+  void assign_layer_names();
+
+  std::string name_;
+  std::vector<std::shared_ptr<Layer>> layers_;
+  bool built_ = false;
+  Shape input_shape_;
+  LayerObserver* observer_ = nullptr;
+
+ private:
+  // The layer calls of a graph in topological order.
+  struct Step {
+    const SymbolicNode* node;
+    std::vector<const SymbolicNode*> inputs;
+  };
+  Var run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx);
+
+  std::vector<SymbolicTensor> graph_inputs_, graph_outputs_;
+  std::vector<Step> steps_;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,306 @@
+#include "mixtrain/nn/network.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+namespace mixtrain {
+
+SymbolicTensor Input(const Shape& shape, DType dtype, std::string name) {
+  for (int64_t d : shape.dims())
+    MIXTRAIN_CHECK(d > 0, "Input: shape " << shape << " must have positive dimensions (the batch is not part of it)");
+  auto node = std::make_shared<SymbolicNode>();
+  node->shape = shape;
+  node->dtype = dtype;
+  node->name = std::move(name);
+  return SymbolicTensor(node);
+}
+
+namespace {
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+std::string batch_shape(const Shape& s) {
+  std::string out = "(None";
+  for (int64_t d : s.dims()) out += ", " + std::to_string(d);
+  return out + ")";
+}
+}  // namespace
+
+Network::Network(std::string name) : name_(std::move(name)) {}
+
+Network::Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name)
+    : name_(std::move(name)), graph_inputs_(std::move(inputs)), graph_outputs_(std::move(outputs)) {
+  MIXTRAIN_CHECK(!graph_inputs_.empty(), "model '" << name_ << "': no inputs");
+  MIXTRAIN_CHECK(!graph_outputs_.empty(), "model '" << name_ << "': no outputs");
+  std::set<const SymbolicNode*> input_nodes;
+  for (const SymbolicTensor& t : graph_inputs_) {
+    MIXTRAIN_CHECK(t.defined() && t.is_input(), "model '" << name_ << "': inputs must come from Input()");
+    input_nodes.insert(t.node());
+  }
+  // Depth-first from the outputs; a node is placed after all of its inputs.
+  std::set<const SymbolicNode*> placed, visiting;
+  std::set<const Layer*> seen_layers;
+  std::vector<std::pair<const SymbolicNode*, size_t>> stack;
+  for (const SymbolicTensor& out : graph_outputs_) {
+    MIXTRAIN_CHECK(out.defined(), "model '" << name_ << "': an output is undefined");
+    stack.emplace_back(out.node(), 0);
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (placed.count(node)) {
+        stack.pop_back();
+        continue;
+      }
+      if (!node->layer) {
+        MIXTRAIN_CHECK(input_nodes.count(node), "model '" << name_ << "': an output depends on Input '" << node->name
+                                                          << "' " << node->shape << ", which is not among the inputs");
+        placed.insert(node);
+        stack.pop_back();
+        continue;
+      }
+      if (next < node->inputs.size()) {
+        const SymbolicNode* child = node->inputs[next++].node();
+        if (!placed.count(child)) stack.emplace_back(child, 0);
+        continue;
+      }
+      Step step{node, {}};
+      for (const SymbolicTensor& in : node->inputs) step.inputs.push_back(in.node());
+      steps_.push_back(step);
+      if (seen_layers.insert(node->layer.get()).second) layers_.push_back(node->layer);
+      placed.insert(node);
+      stack.pop_back();
+    }
+  }
+  (void)visiting;
+  assign_layer_names();
+  input_shape_ = graph_inputs_.front().shape();
+}
+
+void Network::add_layer(std::shared_ptr<Layer> layer) {
+  MIXTRAIN_CHECK(layer != nullptr, "model '" << name_ << "': add() of a null layer");
+  MIXTRAIN_CHECK(!is_functional(), "model '" << name_ << "' is a functional model; its layers come from its graph");
+  MIXTRAIN_CHECK(layer->num_inputs() == 1, "model '" << name_ << "': layer '" << layer->name() << "' ("
+                                                     << layer->class_name()
+                                                     << ") takes several inputs; write a functional model");
+  layers_.push_back(std::move(layer));
+  assign_layer_names();
+}
+
+void Network::assign_layer_names() {
+  std::set<std::string> taken;
+  for (const auto& l : layers_) {
+    if (!l->has_explicit_name()) continue;
+    MIXTRAIN_CHECK(taken.insert(l->name()).second,
+                   "model '" << name_ << "': two layers are named '" << l->name() << "'; layer names must be unique");
+  }
+  std::map<std::string, int> counts;
+  for (const auto& l : layers_) {
+    if (l->has_explicit_name()) continue;
+    std::string candidate;
+    do {
+      const int n = counts[l->base_name()]++;
+      candidate = n == 0 ? l->base_name() : l->base_name() + "_" + std::to_string(n);
+    } while (taken.count(candidate));
+    taken.insert(candidate);
+    if (candidate != l->name()) l->assign_name(candidate);
+  }
+}
+
+void Network::build(const Shape& input_shape, Rng& rng) {
+  MIXTRAIN_CHECK(!layers_.empty(), "model '" << name_ << "' has no layers");
+  if (is_functional()) {
+    MIXTRAIN_CHECK(input_shape == graph_inputs_.front().shape(),
+                   "model '" << name_ << "' was written for inputs " << graph_inputs_.front().shape() << ", got "
+                             << input_shape);
+    for (const Step& s : steps_) {
+      std::vector<Shape> shapes;
+      for (const SymbolicNode* in : s.inputs) shapes.push_back(in->shape);
+      s.node->layer->build_multi(shapes, rng);
+    }
+  } else {
+    Shape s = input_shape;
+    for (auto& l : layers_) {
+      l->build(s, rng);
+      s = l->compute_output_shape(s);
+    }
+  }
+  input_shape_ = input_shape;
+  built_ = true;
+}
+
+Shape Network::output_shape() const {
+  if (is_functional()) return graph_outputs_.front().shape();
+  Shape s = input_shape_;
+  for (auto& l : layers_) s = l->compute_output_shape(s);
+  return s;
+}
+
+Var Network::run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx) {
+  if (observer_) observer_->on_input(layer, inputs.front());
+  Var h = inputs.size() == 1 ? layer(inputs.front(), ctx) : layer(inputs, ctx);
+  if (observer_) {
+    observer_->on_output(layer, h);
+    LayerObserver* obs = observer_;
+    const Layer* l = &layer;
+    h = tap(h, [obs, l](const Tensor& dy) { obs->on_gradient(*l, dy); });
+  }
+  return h;
+}
+
+Var Network::call(const Var& x, const CallContext& ctx) {
+  if (!is_functional()) {
+    Var h = x;
+    for (auto& l : layers_) h = run_layer(*l, {h}, ctx);
+    return h;
+  }
+  MIXTRAIN_CHECK(graph_outputs_.size() == 1, "model '" << name_ << "' has " << graph_outputs_.size()
+                                                       << " outputs; call it with a list of inputs");
+  return call(std::vector<Var>{x}, ctx).front();
+}
+
+std::vector<Var> Network::call(const std::vector<Var>& inputs, const CallContext& ctx) {
+  if (!is_functional()) {
+    MIXTRAIN_CHECK(inputs.size() == 1, "model '" << name_ << "' takes one input, got " << inputs.size());
+    return {call(inputs.front(), ctx)};
+  }
+  MIXTRAIN_CHECK(inputs.size() == graph_inputs_.size(),
+                 "model '" << name_ << "' takes " << graph_inputs_.size() << " inputs, got " << inputs.size());
+  std::map<const SymbolicNode*, Var> values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SymbolicTensor& in = graph_inputs_[i];
+    const Var& v = inputs[i];
+    MIXTRAIN_CHECK(v.defined() && v.value().rank() == in.shape().rank() + 1,
+                   "model '" << name_ << "': input '" << in.name() << "' expects (batch, ...) with per-sample shape "
+                             << in.shape() << ", got " << (v.defined() ? v.value().describe() : "undefined"));
+    for (int d = 0; d < in.shape().rank(); ++d)
+      MIXTRAIN_CHECK(v.shape()[d + 1] == in.shape()[d], "model '" << name_ << "': input '" << in.name()
+                                                                  << "' expects per-sample shape " << in.shape()
+                                                                  << ", got " << v.value().describe());
+    values[in.node()] = v;
+  }
+  for (const Step& s : steps_) {
+    std::vector<Var> args;
+    for (const SymbolicNode* in : s.inputs) args.push_back(values.at(in));
+    values[s.node] = run_layer(*s.node->layer, args, ctx);
+  }
+  std::vector<Var> out;
+  for (const SymbolicTensor& o : graph_outputs_) out.push_back(values.at(o.node()));
+  return out;
+}
+
+Layer* Network::layer(const std::string& name) const {
+  for (auto& l : layers_)
+    if (l->name() == name) return l.get();
+  MIXTRAIN_FAIL(kInvalidInput, "model '" << name_ << "' has no layer named '" << name << "'", "");
+}
+
+std::vector<Layer*> Network::output_layers() const {
+  std::vector<Layer*> out;
+  if (is_functional()) {
+    for (const SymbolicTensor& o : graph_outputs_)
+      if (o.layer()) out.push_back(o.layer());
+  } else if (!layers_.empty()) {
+    out.push_back(layers_.back().get());
+  }
+  return out;
+}
+
+std::vector<Var> Network::weights() const {
+  std::vector<Var> out;
+  for (auto& l : layers_)
+    for (const Var& w : l->weights()) out.push_back(w);
+  return out;
+}
+
+std::vector<Var> Network::trainable_weights() const {
+  std::vector<Var> out;
+  for (auto& l : layers_)
+    for (const Var& w : l->trainable_weights()) out.push_back(w);
+  return out;
+}
+
+std::vector<Var> Network::non_trainable_weights() const {
+  std::vector<Var> out;
+  for (auto& l : layers_)
+    for (const Var& w : l->weights())
+      if (!w.trainable()) out.push_back(w);
+  return out;
+}
+
+int64_t Network::count_params() const {
+  int64_t n = 0;
+  for (auto& l : layers_) n += l->count_params();
+  return n;
+}
+
+void Network::summary(std::ostream& out) const {
+  struct Row {
+    std::string layer, shape, params, compute, variable, connected;
+  };
+  std::vector<Row> rows;
+  int64_t trainable = 0, total = 0;
+  auto add_row = [&](const Layer& l, const Shape& s, std::string connected) {
+    rows.push_back({l.name() + " (" + l.class_name() + ")", built_ ? batch_shape(s) : "?", with_commas(l.count_params()),
+                    dtype_name(l.compute_dtype()), dtype_name(l.variable_dtype()), std::move(connected)});
+  };
+  std::set<const Layer*> counted;
+  auto count = [&](const Layer& l) {
+    if (!counted.insert(&l).second) return;
+    total += l.count_params();
+    for (const Var& w : l.trainable_weights()) trainable += w.value().numel();
+  };
+  if (is_functional()) {
+    for (const SymbolicTensor& in : graph_inputs_)
+      rows.push_back({in.name() + " (InputLayer)", batch_shape(in.shape()), "0", dtype_name(in.dtype()), "-", ""});
+    for (const Step& s : steps_) {
+      std::string connected;
+      for (const SymbolicNode* in : s.inputs)
+        connected += (connected.empty() ? "" : ", ") + (in->layer ? in->layer->name() : in->name);
+      add_row(*s.node->layer, s.node->shape, connected);
+      count(*s.node->layer);
+    }
+  } else {
+    Shape s = input_shape_;
+    for (auto& l : layers_) {
+      s = l->compute_output_shape(s);
+      add_row(*l, s, "");
+      count(*l);
+    }
+  }
+  size_t w_layer = 12, w_shape = 12, w_params = 7, w_compute = 7, w_connected = 12;
+  for (const Row& r : rows) {
+    w_layer = std::max(w_layer, r.layer.size());
+    w_shape = std::max(w_shape, r.shape.size());
+    w_params = std::max(w_params, r.params.size());
+    w_compute = std::max(w_compute, r.compute.size());
+    w_connected = std::max(w_connected, r.connected.size());
+  }
+  const bool graph = is_functional();
+  const size_t width = w_layer + 2 + w_shape + 2 + w_params + 2 + w_compute + 3 + 8 + (graph ? 2 + w_connected : 0);
+  const std::string rule(width, '_');
+  auto line = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d,
+                  const std::string& e, const std::string& f) {
+    out << std::left << std::setw(static_cast<int>(w_layer + 2)) << a << std::setw(static_cast<int>(w_shape + 2)) << b
+        << std::right << std::setw(static_cast<int>(w_params)) << c << "  " << std::left
+        << std::setw(static_cast<int>(w_compute + 3)) << d;
+    if (graph)
+      out << std::setw(10) << e << f;
+    else
+      out << e;
+    out << "\n";
+  };
+  out << "Model: \"" << name_ << "\"\n" << rule << "\n";
+  line("Layer (type)", "Output Shape", "Param #", "Compute", "Variable", graph ? "Connected to" : "");
+  out << std::string(width, '=') << "\n";
+  for (const Row& r : rows) line(r.layer, r.shape, r.params, r.compute, r.variable, r.connected);
+  out << std::string(width, '=') << "\n";
+  out << "Total params: " << with_commas(total) << "\nTrainable params: " << with_commas(trainable)
+      << "\nNon-trainable params: " << with_commas(total - trainable) << "\n" << rule << "\n";
+}
+
+}  // namespace mixtrain

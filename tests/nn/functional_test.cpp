@@ -1,0 +1,189 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "mixtrain/autograd/gradcheck.h"
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/nn/merging.h"
+#include "mixtrain/nn/network.h"
+#include "mixtrain/nn/sequential.h"
+
+namespace mixtrain {
+namespace {
+
+class FunctionalTest : public ::testing::Test {
+ protected:
+  void TearDown() override { set_global_policy("float32"); }
+};
+
+Tensor ramp(const Shape& shape, float scale = 0.1f) {
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 7) - 3);
+  return Tensor::from_floats(shape, v);
+}
+
+TEST_F(FunctionalTest, ResidualGraphRunsAndEqualsTheHandWrittenComputation) {
+  SymbolicTensor x = Input({6}, DType::kFloat32, "features");
+  auto dense = make_layer<Dense>(6, "relu");
+  SymbolicTensor h = (*dense)(x);
+  SymbolicTensor sum = (*make_layer<Add>())({x, h});
+  auto head = make_layer<Dense>(3);
+  SymbolicTensor out = (*head)(sum);
+  EXPECT_EQ(out.shape(), Shape{3});
+  Network net({x}, {out}, "residual");
+  Rng rng(5);
+  net.build({6}, rng);
+  ASSERT_EQ(net.layers().size(), 3u);
+  EXPECT_EQ(net.layers()[1]->class_name(), "Add");
+
+  Tensor in = ramp({4, 6});
+  NoGradGuard no_grad;
+  Var y = net.call(Var(in));
+  // By hand: head(x + dense(x)).
+  Var expected = (*head)(add(Var(in), (*dense)(Var(in))));
+  EXPECT_EQ(y.value().to_floats(), expected.value().to_floats());
+}
+
+TEST_F(FunctionalTest, TwoInputsConcatenatedAndASharedLayer) {
+  SymbolicTensor a = Input({4}, DType::kFloat32, "a");
+  SymbolicTensor b = Input({4}, DType::kFloat32, "b");
+  auto shared = make_layer<Dense>(5, "tanh");
+  SymbolicTensor joined = (*make_layer<Concatenate>())({(*shared)(a), (*shared)(b)});
+  EXPECT_EQ(joined.shape(), Shape{10});
+  SymbolicTensor out = (*make_layer<Dense>(2))(joined);
+  Network net({a, b}, {out, joined}, "two_towers");
+  Rng rng(1);
+  net.build({4}, rng);
+  EXPECT_EQ(net.layers().size(), 3u);  // the shared Dense once
+  EXPECT_EQ(net.weights().size(), 4u);
+  std::vector<Var> ys = net.call({Var(ramp({3, 4})), Var(ramp({3, 4}, -0.2f))});
+  ASSERT_EQ(ys.size(), 2u);
+  EXPECT_EQ(ys[0].shape(), (Shape{3, 2}));
+  EXPECT_EQ(ys[1].shape(), (Shape{3, 10}));
+  // The first five columns are shared(a), the last five shared(b).
+  NoGradGuard no_grad;
+  const std::vector<float> left = (*shared)(Var(ramp({3, 4}))).value().to_floats();
+  const std::vector<float> right = (*shared)(Var(ramp({3, 4}, -0.2f))).value().to_floats();
+  const std::vector<float> j = ys[1].value().to_floats();
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 5; ++c) {
+      EXPECT_EQ(j[static_cast<size_t>(r * 10 + c)], left[static_cast<size_t>(r * 5 + c)]);
+      EXPECT_EQ(j[static_cast<size_t>(r * 10 + 5 + c)], right[static_cast<size_t>(r * 5 + c)]);
+    }
+  EXPECT_THROW(net.call({Var(ramp({3, 4}))}), Error);       // two inputs expected
+  EXPECT_THROW(net.call({Var(ramp({3, 5})), Var(ramp({3, 4}))}), Error);  // wrong per-sample shape
+}
+
+TEST_F(FunctionalTest, MergeLayersGradientsMatchFiniteDifferences) {
+  Add add_layer;
+  Concatenate concat(-1);
+  const auto f = [&](const std::vector<Var>& v) {
+    Var s = add_layer(std::vector<Var>{v[0], v[1], v[0]});
+    Var c = concat(std::vector<Var>{s, v[2]});  // (2, 3 + 2)
+    return sum(activation(c, ops::Activation::kTanh));
+  };
+  GradCheckResult r = check_gradients(f, {ramp({2, 3}), ramp({2, 3}, 0.3f), ramp({2, 2}, -0.4f)});
+  EXPECT_LT(r.max_rel_error, 1e-3) << r.worst;
+}
+
+TEST_F(FunctionalTest, ConcatenateAlongAMiddleAxisAndMixedDtypes) {
+  set_global_policy("mixed_bfloat16");
+  Concatenate concat(1);  // per-sample axis 0 of (batch, rows, cols)
+  Var a(ramp({2, 1, 3})), b(ramp({2, 2, 3}, 0.5f).to(DType::kFloat16));
+  Var c = concat(std::vector<Var>{a, b});
+  EXPECT_EQ(c.shape(), (Shape{2, 3, 3}));
+  EXPECT_EQ(c.dtype(), DType::kBFloat16);  // both inputs cast to the compute dtype
+  EXPECT_EQ(c.value().at(3 * 3 + 1), a.value().to(DType::kBFloat16).at(3 + 1));  // sample 1, row 0
+  EXPECT_EQ(c.value().at(1), a.value().to(DType::kBFloat16).at(1));
+  EXPECT_EQ(c.value().at(3 + 2), b.value().to(DType::kBFloat16).at(2));  // sample 0, row 1 = b row 0
+  EXPECT_THROW(concat(std::vector<Var>{Var(ramp({2, 1, 3})), Var(ramp({2, 2, 4}))}), Error);
+  EXPECT_THROW(Concatenate(0), Error);
+}
+
+TEST_F(FunctionalTest, NamesArePerModelAndWeightPathsStable) {
+  auto build = [] {
+    auto m = std::make_unique<Sequential>("m");
+    m->emplace<Dense>(4, "relu");
+    m->emplace<Dense>(2);
+    Rng rng(1);
+    m->build({3}, rng);
+    return m;
+  };
+  auto first = build();
+  auto second = build();  // a second model in the same process: the same paths
+  ASSERT_EQ(first->weights().size(), second->weights().size());
+  for (size_t i = 0; i < first->weights().size(); ++i) EXPECT_EQ(first->weights()[i].name(), second->weights()[i].name());
+  EXPECT_EQ(first->weights()[2].name(), "dense_1/kernel");
+
+  SymbolicTensor x = Input({3});
+  auto conv_like = make_layer<Dense>(4);
+  conv_like->set_name("block_1/proj");
+  SymbolicTensor y = (*make_layer<Dense>(2))((*conv_like)(x));
+  Network net({x}, {y});
+  Rng rng(2);
+  net.build({3}, rng);
+  EXPECT_EQ(net.weights()[0].name(), "block_1/proj/kernel");
+  EXPECT_EQ(net.weights()[2].name(), "dense/kernel");
+  EXPECT_EQ(net.layer("block_1/proj"), conv_like.get());
+  EXPECT_THROW(conv_like->set_name(""), Error);
+  EXPECT_THROW(conv_like->set_name("a//b"), Error);
+
+  // Two layers given one name in one model: refused.
+  auto s = std::make_unique<Sequential>();
+  auto d1 = std::make_shared<Dense>(2);
+  d1->set_name("same");
+  auto d2 = std::make_shared<Dense>(2);
+  d2->set_name("same");
+  s->add(d1);
+  EXPECT_THROW(s->add(d2), Error);
+}
+
+TEST_F(FunctionalTest, GraphErrorsAreClear) {
+  SymbolicTensor x = Input({3}), other = Input({3}, DType::kFloat32, "other");
+  SymbolicTensor y = (*make_layer<Add>())({x, other});
+  try {
+    Network net({x}, {y});
+    FAIL() << "an output depending on an unlisted Input was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("other"), std::string::npos) << e.what();
+  }
+  Dense on_stack(2);
+  EXPECT_THROW(on_stack(x), Error);  // not shared-owned
+  EXPECT_THROW((*make_layer<Add>())({x, Input({4})}), Error);  // shapes differ
+  EXPECT_THROW((*make_layer<Add>())(x), Error);                 // needs two inputs
+  EXPECT_THROW(Input({0, 3}), Error);
+  Sequential seq;
+  EXPECT_THROW(seq.emplace<Add>(), Error);  // a merge layer cannot sit in a stack
+}
+
+TEST_F(FunctionalTest, SummaryShowsConnections) {
+  SymbolicTensor x = Input({5}, DType::kFloat32, "pixels");
+  auto a_very_long_layer_name_indeed = make_layer<Dense>(5);
+  a_very_long_layer_name_indeed->set_name("encoder/a_very_long_layer_name_indeed");
+  SymbolicTensor h = (*a_very_long_layer_name_indeed)(x);
+  SymbolicTensor y = (*make_layer<Add>())({x, h});
+  Network net({x}, {y}, "res");
+  Rng rng(1);
+  net.build({5}, rng);
+  std::ostringstream s;
+  net.summary(s);
+  const std::string t = s.str();
+  EXPECT_NE(t.find("Connected to"), std::string::npos) << t;
+  EXPECT_NE(t.find("pixels (InputLayer)"), std::string::npos) << t;
+  EXPECT_NE(t.find("pixels, encoder/a_very_long_layer_name_indeed"), std::string::npos) << t;
+  EXPECT_NE(t.find("Total params: 30"), std::string::npos) << t;
+  // Columns stay aligned: every "(None, 5)" starts at the same column.
+  std::istringstream lines(t);
+  std::string line;
+  size_t column = std::string::npos;
+  while (std::getline(lines, line)) {
+    const size_t at = line.find("(None, 5)");
+    if (at == std::string::npos) continue;
+    if (column == std::string::npos) column = at;
+    EXPECT_EQ(at, column) << t;
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain
