@@ -19,7 +19,9 @@ struct Pool2dOptions {
 // positions never win (they are not values). NaN in a window propagates.
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options);
 // dx: each window's gradient goes to the first position holding its maximum (recomputed from x, so the
-// forward pass keeps nothing extra); x's dtype, each element summed in float32 and rounded once.
+// forward pass keeps nothing extra); x's dtype, each element summed in float32 and rounded once. NaNs
+// are skipped in that search (a window whose output is NaN sends its gradient to its largest number, or
+// to its first position when it holds no number).
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& x, const Pool2dOptions& options);
 
 // (N, H, W, C) -> (N, OH, OW, C): the mean of each window over the positions inside the image (with

@@ -1,5 +1,5 @@
-// CPU backend of batch normalization. x is (rows, C). Rows are converted to float32 in blocks
-// (vectorised); per-channel sums go through fixed blocks of rows whose partial sums are added in block
+// CPU backend of batch normalization. x is (rows, C). Rows are read as float32 in blocks (16-bit ones
+// converted, vectorised); per-channel sums go through fixed blocks of rows whose partial sums are added in block
 // order, so results do not depend on the thread count.
 #include <omp.h>
 
@@ -19,9 +19,12 @@ struct Rows {
   const char* base;
   DType dtype;
   int64_t c;
-  // Converts rows [r0, r0 + count) to float32 into out (count * c floats).
-  void load(int64_t r0, int64_t count, float* out) const {
-    convert_elements(base + static_cast<size_t>(r0 * c) * dtype_size(dtype), dtype, out, DType::kFloat32, count * c);
+  // Rows [r0, r0 + count) as float32: in place when already float32, else converted into scratch.
+  const float* view(int64_t r0, int64_t count, float* scratch) const {
+    const char* p = base + static_cast<size_t>(r0 * c) * dtype_size(dtype);
+    if (dtype == DType::kFloat32) return reinterpret_cast<const float*>(p);
+    convert_elements(p, dtype, scratch, DType::kFloat32, count * c);
+    return scratch;
   }
 };
 
@@ -35,14 +38,13 @@ std::vector<float> channel_sums(const Rows& x, const Rows& dy, int64_t rows, int
   std::vector<float> partial(static_cast<size_t>(blocks * nsum * c), 0.0f);
 #pragma omp parallel if (rows * c > 32768)
   {
-    std::vector<float> bx(static_cast<size_t>(kRowsPerBlock * c));
-    std::vector<float> bdy(dy.base ? static_cast<size_t>(kRowsPerBlock * c) : 0);
+    std::vector<float> bx(x.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(kRowsPerBlock * c));
+    std::vector<float> bdy(dy.base && dy.dtype != DType::kFloat32 ? static_cast<size_t>(kRowsPerBlock * c) : 0);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t r0 = b * kRowsPerBlock, count = std::min(kRowsPerBlock, rows - r0);
-      x.load(r0, count, bx.data());
-      if (dy.base) dy.load(r0, count, bdy.data());
-      body(bx.data(), bdy.data(), count, partial.data() + b * nsum * c);
+      body(x.view(r0, count, bx.data()), dy.base ? dy.view(r0, count, bdy.data()) : nullptr, count,
+           partial.data() + b * nsum * c);
     }
   }
   std::vector<float> total(static_cast<size_t>(nsum * c), 0.0f);
@@ -58,25 +60,27 @@ std::vector<float> inv_std(const Tensor& variance, float epsilon) {
   return out;
 }
 
-// Applies f(row_block_x, row_block_dy, count, out_block) over blocks of rows and stores out (float32) into
-// y in y's dtype, rounded once. dy may have a null base.
+// Applies f(x_block, dy_block, count, out_block) over blocks of rows, all float32, and stores out into y
+// in y's dtype, rounded once (a float32 y is written directly). dy may have a null base.
 template <typename Fn>
 void map_rows(const Rows& x, const Rows& dy, int64_t rows, Tensor& y, Fn&& f) {
   const int64_t c = x.c;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   char* yp = static_cast<char*>(y.raw());
-  const size_t es = dtype_size(y.dtype());
+  const DType yt = y.dtype();
+  const size_t es = dtype_size(yt);
 #pragma omp parallel if (rows * c > 32768)
   {
-    std::vector<float> bx(static_cast<size_t>(kRowsPerBlock * c));
-    std::vector<float> bdy(dy.base ? static_cast<size_t>(kRowsPerBlock * c) : 0);
+    std::vector<float> bx(x.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(kRowsPerBlock * c));
+    std::vector<float> bdy(dy.base && dy.dtype != DType::kFloat32 ? static_cast<size_t>(kRowsPerBlock * c) : 0);
+    std::vector<float> out(yt == DType::kFloat32 ? 0 : static_cast<size_t>(kRowsPerBlock * c));
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t r0 = b * kRowsPerBlock, count = std::min(kRowsPerBlock, rows - r0);
-      x.load(r0, count, bx.data());
-      if (dy.base) dy.load(r0, count, bdy.data());
-      f(bx.data(), bdy.data(), count);  // writes its result into bx
-      convert_elements(bx.data(), DType::kFloat32, yp + static_cast<size_t>(r0 * c) * es, y.dtype(), count * c);
+      char* dst = yp + static_cast<size_t>(r0 * c) * es;
+      float* o = yt == DType::kFloat32 ? reinterpret_cast<float*>(dst) : out.data();
+      f(x.view(r0, count, bx.data()), dy.base ? dy.view(r0, count, bdy.data()) : nullptr, count, o);
+      if (yt != DType::kFloat32) convert_elements(o, DType::kFloat32, dst, yt, count * c);
     }
   }
 }
@@ -116,9 +120,9 @@ void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, con
   for (int64_t j = 0; j < c; ++j) scale[static_cast<size_t>(j)] *= gm[j];
   const float* sc = scale.data();
   map_rows(Rows{static_cast<const char*>(x.raw()), x.dtype(), c}, Rows{nullptr, DType::kFloat32, c}, rows, y,
-           [&](float* bx, const float*, int64_t count) {
+           [&](const float* bx, const float*, int64_t count, float* out) {
              for (int64_t r = 0; r < count; ++r)
-               for (int64_t j = 0; j < c; ++j) bx[r * c + j] = (bx[r * c + j] - m[j]) * sc[j] + bt[j];
+               for (int64_t j = 0; j < c; ++j) out[r * c + j] = (bx[r * c + j] - m[j]) * sc[j] + bt[j];
            });
 }
 
@@ -159,11 +163,11 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
     }
   }
   const float *kp = k.data(), *a = mdy.data(), *b = mdyx.data();
-  map_rows(xr, dyr, rows, dx, [&](float* bx, const float* bdy, int64_t count) {
+  map_rows(xr, dyr, rows, dx, [&](const float* bx, const float* bdy, int64_t count, float* out) {
     for (int64_t r = 0; r < count; ++r)
       for (int64_t j = 0; j < c; ++j) {
         const float xhat = (bx[r * c + j] - m[j]) * is[j];
-        bx[r * c + j] = kp[j] * (bdy[r * c + j] - a[j] - xhat * b[j]);
+        out[r * c + j] = kp[j] * (bdy[r * c + j] - a[j] - xhat * b[j]);
       }
   });
 }

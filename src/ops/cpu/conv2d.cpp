@@ -59,6 +59,25 @@ int64_t images_per_chunk(const ConvDims& d, int64_t bytes_per_row) {
   return std::clamp<int64_t>(kChunkBytes / per_image, 1, std::max<int64_t>(d.n, 1));
 }
 
+// Copies n bytes. The runs im2col copies are short (a few channels: 12 bytes for a 3-wide kernel row on
+// one channel), where a call to memcpy costs more than the copy; constant-size copies compile to moves.
+inline void copy_run(char* d, const char* s, size_t n) {
+  if (n >= 256) {
+    std::memcpy(d, s, n);
+  } else if (n >= 16) {
+    for (size_t i = 0; i + 16 <= n; i += 16) std::memcpy(d + i, s + i, 16);
+    std::memcpy(d + n - 16, s + n - 16, 16);  // the tail, overlapping what is already copied
+  } else if (n >= 8) {
+    std::memcpy(d, s, 8);
+    std::memcpy(d + n - 8, s + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(d, s, 4);
+    std::memcpy(d + n - 4, s + n - 4, 4);
+  } else {
+    for (size_t i = 0; i < n; ++i) d[i] = s[i];
+  }
+}
+
 // col (images [n0, n1) * OH * OW, K) <- patches of x (N, H, W, C); out-of-image taps are zero (all-zero
 // bits are 0.0 in every float dtype). Parallel over output rows (image, oh).
 void im2col(const char* x, const ConvDims& d, size_t es, int64_t n0, int64_t n1, char* col) {
@@ -79,7 +98,7 @@ void im2col(const char* x, const ConvDims& d, size_t es, int64_t n0, int64_t n1,
         }
         const char* src = x + static_cast<size_t>(((n * d.h + ih) * d.w) * d.c) * es;
         if (iw0 >= 0 && iw0 + d.kw <= d.w) {
-          std::memcpy(dst, src + static_cast<size_t>(iw0 * d.c) * es, row_bytes);
+          copy_run(dst, src + static_cast<size_t>(iw0 * d.c) * es, row_bytes);
           continue;
         }
         for (int64_t kj = 0; kj < d.kw; ++kj) {
@@ -88,7 +107,7 @@ void im2col(const char* x, const ConvDims& d, size_t es, int64_t n0, int64_t n1,
           if (iw < 0 || iw >= d.w)
             std::memset(t, 0, tap_bytes);
           else
-            std::memcpy(t, src + static_cast<size_t>(iw * d.c) * es, tap_bytes);
+            copy_run(t, src + static_cast<size_t>(iw * d.c) * es, tap_bytes);
         }
       }
     }
@@ -104,11 +123,14 @@ void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, DType 
   const int64_t row_elems = d.w * d.c;
 #pragma omp parallel
   {
-    std::vector<float> acc(static_cast<size_t>(row_elems));
+    // A float32 dx row is its own accumulator; a 16-bit one sums in float32 and is rounded once.
+    std::vector<float> acc_buf(dx_dtype == DType::kFloat32 ? 0 : static_cast<size_t>(row_elems));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t ln = r / d.h, ih = r % d.h;  // ln: image within the chunk
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      char* dst = dx + static_cast<size_t>(((n0 + ln) * d.h + ih) * row_elems) * es;
+      float* acc = dx_dtype == DType::kFloat32 ? reinterpret_cast<float*>(dst) : acc_buf.data();
+      std::fill(acc, acc + row_elems, 0.0f);
       for (int64_t ki = 0; ki < d.kh; ++ki) {
         const int64_t t = ih + d.ph - ki;
         if (t < 0 || t % d.sh != 0) continue;
@@ -120,14 +142,13 @@ void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, DType 
           const int64_t kj0 = std::max<int64_t>(0, -iw0), kj1 = std::min(d.kw, d.w - iw0);
           if (kj0 >= kj1) continue;
           // Taps kj0..kj1 land on consecutive pixels: one run of (kj1 - kj0) * C elements.
-          float* a = acc.data() + (iw0 + kj0) * d.c;
+          float* a = acc + (iw0 + kj0) * d.c;
           const float* s = src + kj0 * d.c;
           const int64_t len = (kj1 - kj0) * d.c;
           for (int64_t i = 0; i < len; ++i) a[i] += s[i];
         }
       }
-      convert_elements(acc.data(), DType::kFloat32, dx + static_cast<size_t>(((n0 + ln) * d.h + ih) * row_elems) * es,
-                       dx_dtype, row_elems);
+      if (dx_dtype != DType::kFloat32) convert_elements(acc, DType::kFloat32, dst, dx_dtype, row_elems);
     }
   }
 }
@@ -146,8 +167,13 @@ void column_sums(const char* dy, DType dtype, int64_t rows, int64_t cols, float*
     for (int64_t b = 0; b < blocks; ++b) {
       float* p = partial.data() + b * cols;
       for (int64_t r = b * kRowsPerBlock; r < std::min(rows, (b + 1) * kRowsPerBlock); ++r) {
-        convert_elements(dy + static_cast<size_t>(r * cols) * es, dtype, buf.data(), DType::kFloat32, cols);
-        for (int64_t j = 0; j < cols; ++j) p[j] += buf[j];
+        const char* row = dy + static_cast<size_t>(r * cols) * es;
+        const float* v = reinterpret_cast<const float*>(row);
+        if (dtype != DType::kFloat32) {
+          convert_elements(row, dtype, buf.data(), DType::kFloat32, cols);
+          v = buf.data();
+        }
+        for (int64_t j = 0; j < cols; ++j) p[j] += v[j];
       }
     }
   }

@@ -1,5 +1,6 @@
-// CPU backend of the pooling ops. Input rows are converted to float32 (vectorised, whole rows at a
-// time), windows are reduced in float32 with channels innermost, and each result is rounded once.
+// CPU backend of the pooling ops. Input rows are read as float32 (16-bit ones converted, vectorised,
+// whole rows at a time), windows are reduced in float32 with channels innermost, and each result is
+// rounded once.
 // Forward is parallel over output rows (image, oh); backward over images, each scattering into its own
 // float32 accumulator, so no two threads write the same element and the bits do not depend on threads.
 #include <omp.h>
@@ -25,8 +26,16 @@ Span span(const Axis& a, int64_t o) {
   return {std::max<int64_t>(start, 0), std::min(start + a.window, a.in)};
 }
 
-// Whether v replaces the running maximum m: larger, or the first NaN (NaN propagates, as TensorFlow).
-inline bool beats(float v, float m) { return v > m || (std::isnan(v) && !std::isnan(m)); }
+// The running maximum after v: v when larger or NaN (so NaN propagates, as TensorFlow), else m. Once m
+// is NaN it stays NaN. Branch-free, so loops over channels vectorise.
+inline float take_max(float v, float m) { return (v > m || v != v) ? v : m; }
+
+// count elements at p as float32: p itself when already float32, else converted into scratch.
+inline const float* as_float32(const char* p, DType dtype, int64_t count, float* scratch) {
+  if (dtype == DType::kFloat32) return reinterpret_cast<const float*>(p);
+  convert_elements(p, dtype, scratch, DType::kFloat32, count);
+  return scratch;
+}
 
 }  // namespace
 
@@ -39,23 +48,21 @@ void pool2d(const Tensor& x, PoolKind kind, const Window2d& g, Tensor& y) {
   const int64_t rows = g.batch * oh_n;
 #pragma omp parallel if (rows * ow_n * c > 32768)
   {
-    std::vector<float> in(static_cast<size_t>(w * c)), out(static_cast<size_t>(ow_n * c));
+    std::vector<float> in_buf(static_cast<size_t>(w * c)), out(static_cast<size_t>(ow_n * c));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = r / oh_n, oh = r % oh_n;
       const Span sh = span(g.h, oh);
       std::fill(out.begin(), out.end(), kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
       for (int64_t ih = sh.begin; ih < sh.end; ++ih) {
-        convert_elements(xp + static_cast<size_t>(((n * g.h.in + ih) * w) * c) * es, dt, in.data(), DType::kFloat32,
-                         w * c);
+        const float* in = as_float32(xp + static_cast<size_t>(((n * g.h.in + ih) * w) * c) * es, dt, w * c, in_buf.data());
         for (int64_t ow = 0; ow < ow_n; ++ow) {
           const Span sw = span(g.w, ow);
           float* o = out.data() + ow * c;
           for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
-            const float* v = in.data() + iw * c;
+            const float* v = in + iw * c;
             if (kind == PoolKind::kMax) {
-              for (int64_t ch = 0; ch < c; ++ch)
-                if (beats(v[ch], o[ch])) o[ch] = v[ch];
+              for (int64_t ch = 0; ch < c; ++ch) o[ch] = take_max(v[ch], o[ch]);
             } else {
               for (int64_t ch = 0; ch < c; ++ch) o[ch] += v[ch];
             }
@@ -82,53 +89,67 @@ void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Win
   const char* dyp = static_cast<const char*>(dy.raw());
   char* dxp = static_cast<char*>(dx.raw());
   const int64_t kh = g.h.window;
+  MIXTRAIN_CHECK(h * w * c <= std::numeric_limits<int32_t>::max(),
+                 "max_pool2d_backward: images of " << h << "x" << w << "x" << c << " elements are too large");
 #pragma omp parallel if (g.batch > 1 && g.batch * h * w * c > 32768)
   {
-    std::vector<float> acc(static_cast<size_t>(h * w * c));
-    std::vector<float> win(kind == PoolKind::kMax ? static_cast<size_t>(kh * w * c) : 0);
-    std::vector<float> grad(static_cast<size_t>(ow_n * c));
+    // A float32 dx is its own accumulator; a 16-bit one sums in float32 and is rounded once per image.
+    std::vector<float> acc_buf(dt == DType::kFloat32 ? 0 : static_cast<size_t>(h * w * c));
+    std::vector<float> win_buf(kind == PoolKind::kMax && dt != DType::kFloat32 ? static_cast<size_t>(kh * w * c) : 0);
+    std::vector<float> grad_buf(static_cast<size_t>(ow_n * c));
     std::vector<float> best(static_cast<size_t>(c));
-    std::vector<int64_t> where(static_cast<size_t>(c));
+    std::vector<int32_t> where(static_cast<size_t>(c));  // positions within one image (checked to fit)
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.batch; ++n) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      float* acc = dt == DType::kFloat32 ? reinterpret_cast<float*>(dxp) + n * h * w * c : acc_buf.data();
+      std::fill(acc, acc + h * w * c, 0.0f);
       for (int64_t oh = 0; oh < oh_n; ++oh) {
         const Span sh = span(g.h, oh);
-        convert_elements(dyp + static_cast<size_t>(((n * oh_n + oh) * ow_n) * c) * dy_es, dy_dt, grad.data(),
-                         DType::kFloat32, ow_n * c);
-        if (kind == PoolKind::kMax)  // the window's input rows, as float32
-          convert_elements(xp + static_cast<size_t>(((n * h + sh.begin) * w) * c) * es, dt, win.data(),
-                           DType::kFloat32, (sh.end - sh.begin) * w * c);
+        const float* grad = as_float32(dyp + static_cast<size_t>(((n * oh_n + oh) * ow_n) * c) * dy_es, dy_dt,
+                                       ow_n * c, grad_buf.data());
+        // The window's input rows, as float32 (row sh.begin first).
+        const float* win = kind == PoolKind::kMax
+                               ? as_float32(xp + static_cast<size_t>(((n * h + sh.begin) * w) * c) * es, dt,
+                                            (sh.end - sh.begin) * w * c, win_buf.data())
+                               : nullptr;
         for (int64_t ow = 0; ow < ow_n; ++ow) {
           const Span sw = span(g.w, ow);
-          const float* gy = grad.data() + ow * c;
+          const float* gy = grad + ow * c;
           if (kind == PoolKind::kAverage) {
             const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
             for (int64_t ih = sh.begin; ih < sh.end; ++ih)
               for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
-                float* a = acc.data() + (ih * w + iw) * c;
+                float* a = acc + (ih * w + iw) * c;
                 for (int64_t ch = 0; ch < c; ++ch) a[ch] += gy[ch] * inv;
               }
             continue;
           }
-          // The first maximum in the forward pass's scan order (rows, then columns).
-          std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
-          std::fill(where.begin(), where.end(), -1);
+          // The first position of the window's maximum in the forward pass's scan order (rows, then
+          // columns) takes the gradient. Branch-free over channels, so the scan vectorises.
+          float* __restrict m = best.data();
+          int32_t* __restrict at = where.data();
+          const int32_t first = static_cast<int32_t>((sh.begin * w + sw.begin) * c);
+          for (int64_t ch = 0; ch < c; ++ch) {
+            m[ch] = -std::numeric_limits<float>::infinity();
+            at[ch] = first;
+          }
           for (int64_t ih = sh.begin; ih < sh.end; ++ih)
             for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
-              const float* v = win.data() + ((ih - sh.begin) * w + iw) * c;
-              const int64_t pos = (ih * w + iw) * c;
-              for (int64_t ch = 0; ch < c; ++ch)
-                if (where[static_cast<size_t>(ch)] < 0 || beats(v[ch], best[static_cast<size_t>(ch)])) {
-                  best[static_cast<size_t>(ch)] = v[ch];
-                  where[static_cast<size_t>(ch)] = pos;
-                }
+              const float* __restrict v = win + ((ih - sh.begin) * w + iw) * c;
+              const int32_t pos = static_cast<int32_t>((ih * w + iw) * c);
+              for (int64_t ch = 0; ch < c; ++ch) {
+                const float vv = v[ch], mm = m[ch];
+                // Masks rather than branches, so the loop vectorises. NaN never wins here: see pooling.h.
+                const int32_t wins = -static_cast<int32_t>(vv > mm);
+                m[ch] = vv > mm ? vv : mm;
+                at[ch] = (pos & wins) | (at[ch] & ~wins);
+              }
             }
-          for (int64_t ch = 0; ch < c; ++ch)
-            if (where[static_cast<size_t>(ch)] >= 0) acc[static_cast<size_t>(where[static_cast<size_t>(ch)] + ch)] += gy[ch];
+          for (int64_t ch = 0; ch < c; ++ch) acc[at[ch] + ch] += gy[ch];
         }
       }
-      convert_elements(acc.data(), DType::kFloat32, dxp + static_cast<size_t>(n * h * w * c) * es, dt, h * w * c);
+      if (dt != DType::kFloat32)
+        convert_elements(acc, DType::kFloat32, dxp + static_cast<size_t>(n * h * w * c) * es, dt, h * w * c);
     }
   }
 }
