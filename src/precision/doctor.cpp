@@ -152,6 +152,11 @@ CpuReport inspect_cpu() {
   r.logical_cores = f.logical_cores;
   r.gemm_threads = omp_get_max_threads();
   r.gemm_isa = kernels::gemm_isa();
+  r.bf16_method = kernels::gemm_bf16_method();
+  r.f16_method = kernels::gemm_f16_method();
+  r.f16_interval = kernels::gemm_f16_promote_interval();
+  r.amx_granted = kernels::gemm_amx_granted();
+  r.amx_status = kernels::gemm_amx_status();
   r.features = {{"AVX2", "avx2", f.avx2},
                 {"FMA", "fma", f.fma},
                 {"F16C", "f16c", f.f16c},
@@ -174,6 +179,19 @@ const char* policy_of(DType dtype) {
   }
 }
 
+// How mixtrain's GEMM computes a 16-bit dtype on this machine (the method the calibration chose).
+std::string method_clause(const CpuReport& cpu, DType dtype) {
+  if (dtype == DType::kFloat16) {
+    if (cpu.f16_method == "fp16")
+      return "float16 FMAs (AVX512-FP16), partial sums promoted to float32 every " +
+             std::to_string(cpu.f16_interval) + " k values";
+    return "inputs widened to float32, float32 FMAs";
+  }
+  if (cpu.bf16_method == "amx") return "AMX tiles (tdpbf16ps), float32 accumulation";
+  if (cpu.bf16_method == "dot") return "bfloat16 dot products (vdpbf16ps), float32 accumulation";
+  return "inputs widened to float32, float32 FMAs";
+}
+
 // What the CPU itself offers for 16-bit arithmetic, whatever the kernels make of it.
 std::string hardware_clause(DType dtype) {
   const kernels::CpuFeatures& f = kernels::cpu_features();
@@ -183,8 +201,9 @@ std::string hardware_clause(DType dtype) {
     return std::string("this CPU has no float16 arithmetic (neither AVX512-FP16 nor AMX-FP16)") +
            (f.f16c ? ", only conversions to and from float32 (F16C)" : "");
   }
-  if (f.avx512_bf16) return "this CPU has bfloat16 dot products (AVX512-BF16)";
+  if (f.amx_bf16 && f.avx512_bf16) return "this CPU has bfloat16 tile arithmetic (AMX-BF16) and dot products (AVX512-BF16)";
   if (f.amx_bf16) return "this CPU has bfloat16 tile arithmetic (AMX-BF16)";
+  if (f.avx512_bf16) return "this CPU has bfloat16 dot products (AVX512-BF16)";
   return "this CPU has no bfloat16 arithmetic (neither AVX512-BF16 nor AMX-BF16)";
 }
 
@@ -234,9 +253,11 @@ void add_cpu_verdicts(DoctorReport* r) {
                  path + "); the mixed policies are measured against it";
     } else {
       const bool recommended = v.verdict.rfind("recommended", 0) == 0;
-      v.reason = hardware_clause(dtype) + "; mixtrain's GEMM (" + path + ") with " + dtype_name(dtype) +
-                 " inputs ran " + format_speedup(v.speedup) + "x float32 (" + sizes_text(*r) +
-                 ", products and sums in float32)";
+      v.reason = hardware_clause(dtype) + "; mixtrain's GEMM (" + path + ", " + method_clause(r->cpu, dtype) +
+                 ") with " + dtype_name(dtype) + " inputs ran " + format_speedup(v.speedup) + "x float32 (" +
+                 sizes_text(*r) + ")";
+      if (dtype == DType::kBFloat16 && kernels::cpu_features().amx_bf16 && !r->cpu.amx_granted)
+        v.reason += "; AMX tiles unused: " + r->cpu.amx_status;
       v.reason += recommended ? "; 16-bit activations also halve the traffic of memory-bound layers"
                               : "; 16-bit activations would still halve the traffic of memory-bound layers and "
                                 "activation memory, which helps only a model limited by memory, not arithmetic";
@@ -357,6 +378,11 @@ Json doctor_to_json(const DoctorReport& r) {
                            {"logical_cores", r.cpu.logical_cores},
                            {"gemm_threads", r.cpu.gemm_threads},
                            {"gemm_isa", r.cpu.gemm_isa},
+                           {"gemm_bf16_method", r.cpu.bf16_method},
+                           {"gemm_f16_method", r.cpu.f16_method},
+                           {"gemm_f16_interval", r.cpu.f16_interval},
+                           {"amx_granted", r.cpu.amx_granted},
+                           {"amx_status", r.cpu.amx_status},
                            {"features", features}});
   Json devices = Json::array();
   for (const kernels::GpuInfo& g : r.gpu.gpus)
@@ -398,7 +424,10 @@ std::string format_doctor(const DoctorReport& r) {
     flags += (flags.empty() ? "" : "  ") + std::string(f.label) + (f.present ? " yes" : " no");
   s += "features  " + flags + "\n";
   s += "GEMM      " + r.cpu.gemm_isa + " path, " + std::to_string(r.cpu.gemm_threads) +
-       (r.cpu.gemm_threads == 1 ? " thread" : " threads") + "\n";
+       (r.cpu.gemm_threads == 1 ? " thread" : " threads") + "; bfloat16 by " + r.cpu.bf16_method + ", float16 by " +
+       r.cpu.f16_method + (r.cpu.f16_method == "fp16" ? " (float32 every " + std::to_string(r.cpu.f16_interval) + " k)" : "") +
+       "\n";
+  s += "AMX       tile state " + r.cpu.amx_status + "\n";
   s += "GPU       " + r.gpu.status + "\n";
   for (size_t i = 0; i < r.gpu.gpus.size(); ++i) {
     const kernels::GpuInfo& g = r.gpu.gpus[i];
@@ -406,7 +435,7 @@ std::string format_doctor(const DoctorReport& r) {
          cc_text(g) + "\n";
   }
 
-  s += "\nGEMM C = A x B, n x n, inputs and output in dtype, float32 accumulation (" + fixed(r.seconds_spent, 2) +
+  s += "\nGEMM C = A x B, n x n, inputs and output in dtype, by the methods above (" + fixed(r.seconds_spent, 2) +
        " s)\n";
   s += "     n  dtype      GFLOP/s  vs float32  runs\n";
   for (const GemmMeasurement& m : r.measurements)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/kernels/gemm.h"
 
 namespace mixtrain {
 namespace {
@@ -110,6 +111,14 @@ TEST(Doctor, MeasuresEveryDTypeOnThisMachine) {
   const std::string text = format_doctor(r);
   EXPECT_NE(text.find(r.cpu.gemm_isa + " path"), std::string::npos) << text;
   EXPECT_NE(text.find("AVX512-FP16"), std::string::npos) << text;
+  EXPECT_NE(text.find("bfloat16 by " + r.cpu.bf16_method), std::string::npos) << text;
+  EXPECT_NE(text.find("tile state " + r.cpu.amx_status), std::string::npos) << text;
+  // The methods and the AMX answer are the kernels' own.
+  EXPECT_EQ(r.cpu.bf16_method, kernels::gemm_bf16_method());
+  EXPECT_EQ(r.cpu.f16_method, kernels::gemm_f16_method());
+  EXPECT_EQ(r.cpu.amx_granted, kernels::gemm_amx_granted());
+  EXPECT_EQ(j.at("cpu").at("gemm_bf16_method").as_string(), r.cpu.bf16_method);
+  EXPECT_TRUE(j.at("cpu").at("amx_granted").is_bool());
   EXPECT_NE(text.find(r.gpu.status), std::string::npos) << text;
   EXPECT_NE(text.find(r.verdicts[1].verdict), std::string::npos) << text;
 }

@@ -44,20 +44,34 @@ int bench_gemm(const std::vector<std::string>& argv) {
   const double seconds = a.number("seconds", 1.0);
   MIXTRAIN_CHECK(seconds > 0, "--seconds must be positive");
   std::printf("GEMM (n x n x n), isa %s, best of repeated runs over %.1f s per case\n", kernels::gemm_isa(), seconds);
-  std::printf("%6s  %-9s %10s %11s\n", "n", "dtype", "GFLOP/s", "vs float32");
+  // The methods the one-time calibration (or MIXTRAIN_BF16_GEMM / MIXTRAIN_F16_GEMM) chose on this CPU.
+  std::printf("methods: bfloat16 %s, float16 %s (float32 every %d k on fp16); AMX tile state %s\n",
+              kernels::gemm_bf16_method(), kernels::gemm_f16_method(), kernels::gemm_f16_promote_interval(),
+              kernels::gemm_amx_status());
+  std::printf("%6s  %-9s %10s %11s  %s\n", "n", "dtype", "GFLOP/s", "vs float32", "method");
   Json rows = Json::array();
   for (int64_t n : sizes) {
     double f32 = 0;
     for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       const double g = gemm_gflops(d, n, seconds);
       if (d == DType::kFloat32) f32 = g;
-      std::printf("%6lld  %-9s %10.1f %10.2fx\n", static_cast<long long>(n), dtype_name(d), g, g / f32);
-      rows.push_back(Json::object({{"n", n}, {"dtype", dtype_name(d)}, {"gflops", g}, {"ratio_vs_float32", g / f32}}));
+      const char* method = d == DType::kBFloat16 ? kernels::gemm_bf16_method()
+                           : d == DType::kFloat16 ? kernels::gemm_f16_method()
+                                                  : kernels::gemm_isa();
+      std::printf("%6lld  %-9s %10.1f %10.2fx  %s\n", static_cast<long long>(n), dtype_name(d), g, g / f32, method);
+      rows.push_back(Json::object(
+          {{"n", n}, {"dtype", dtype_name(d)}, {"gflops", g}, {"ratio_vs_float32", g / f32}, {"method", method}}));
     }
   }
   const std::string json_path = a.str("json", "");
   if (!json_path.empty()) {
-    write_file_atomically(json_path, Json::object({{"isa", kernels::gemm_isa()}, {"gemm", rows}}).dump(2) + "\n");
+    write_file_atomically(json_path, Json::object({{"isa", kernels::gemm_isa()},
+                                                   {"bf16_method", kernels::gemm_bf16_method()},
+                                                   {"f16_method", kernels::gemm_f16_method()},
+                                                   {"amx_status", kernels::gemm_amx_status()},
+                                                   {"gemm", rows}})
+                                         .dump(2) +
+                                         "\n");
     std::printf("wrote %s\n", json_path.c_str());
   }
   return 0;

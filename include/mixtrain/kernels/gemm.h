@@ -45,15 +45,15 @@ const char* gemm_isa();
 // AMX kernel on a portable emulation of its instructions (slow; for checking the kernel on any CPU).
 const char* gemm_bf16_method();
 
-// Method for float16 inputs: "fp16" or "widen". "widen" (the contract of gemm above): widened to float32
-// while packing, float32 FMAs. "fp16" (CPUs with AVX512-FP16, on the "avx512" path): vfmadd231ph on
-// float16 values, two float16 products per 32-bit lane pair, partial sums in float16 promoted to float32
-// every gemm_f16_promote_interval() k values, so this method alone does not sum entirely in float32: its
-// error is that of float32 accumulation plus that of float16 sums of interval / 2 products (tested: at the
-// default interval, with a float16 C, within 4x the float32 path's error up to k = 8192). Chosen like the
-// bfloat16 method: timed once against widening on first use, "fp16" only where 10% faster.
-// MIXTRAIN_F16_GEMM=fp16|widen forces one (fp16 falls back to the timed choice on a CPU without it);
-// MIXTRAIN_F16_GEMM=fp16_emulated runs the fp16 kernel on a portable emulation (slow; for checks).
+// Method for float16 inputs: "widen" (the default) or "fp16". "widen" keeps the contract of gemm above:
+// values widened to float32 while packing, float32 FMAs. "fp16" (CPUs with AVX512-FP16, on the "avx512"
+// path): vfmadd231ph on float16 values, two float16 products per 32-bit lane pair, partial sums in
+// float16 promoted to float32 every gemm_f16_promote_interval() k values. It alone does not sum entirely
+// in float32: its error is that of float32 accumulation plus that of float16 sums of interval / 2
+// products (tested: at the default interval, with a float16 C, within 4x the float32 path's error up to
+// k = 8192). So it is never chosen by itself: MIXTRAIN_F16_GEMM=fp16 opts in (falling back to widening
+// on a CPU without AVX512-FP16); MIXTRAIN_F16_GEMM=fp16_emulated runs the fp16 kernel on a portable
+// emulation (slow; for checks).
 const char* gemm_f16_method();
 
 // k values per float16 partial sum on the "fp16" method: 32 by default, or MIXTRAIN_F16_GEMM_INTERVAL

@@ -44,6 +44,11 @@ struct CpuReport {
   int logical_cores = 1;  // logical processors this process may run on
   int gemm_threads = 1;   // threads the GEMM uses (OpenMP)
   std::string gemm_isa;   // "avx512", "avx2" or "scalar"
+  std::string bf16_method;  // how bfloat16 GEMMs compute here: "amx", "dot" or "widen" (gemm_bf16_method())
+  std::string f16_method;   // how float16 GEMMs compute here: "fp16" or "widen" (gemm_f16_method())
+  int f16_interval = 0;     // k values per float16 partial sum on the "fp16" method
+  bool amx_granted = false;  // whether the OS granted the AMX tile state
+  std::string amx_status;    // "granted", or why AMX is not used (gemm_amx_status())
   // AVX2, FMA, F16C, AVX-512F, AVX512-FP16, AVX512-BF16, AMX-BF16, AMX-FP16, in that order.
   std::vector<CpuFeatureFlag> features;
 };
