@@ -10,11 +10,12 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
+#include "mixtrain/train/model_registry.h"
 
 namespace mixtrain {
 
 void validate_run_config(const RunConfig& cfg) {
-  MIXTRAIN_CHECK(cfg.model == "mlp", "unknown model '" << cfg.model << "'; valid models: mlp");
+  model_description(cfg.model);  // throws with the valid names
   DTypePolicy::from_name(cfg.policy);  // throws with the valid names
   MIXTRAIN_CHECK(cfg.epochs > 0, "--epochs must be a positive integer, got " << cfg.epochs);
   MIXTRAIN_CHECK(cfg.batch_size > 0, "--batch-size must be a positive integer, got " << cfg.batch_size);
@@ -31,22 +32,27 @@ void validate_run_config(const RunConfig& cfg) {
   }
 }
 
-std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes) {
+std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
+                                   const std::vector<int64_t>& sample_shape) {
   validate_run_config(cfg);
   // The policy applies to layers created while it is global, as in Keras; the previous one is restored.
   const DTypePolicy previous = global_policy();
   set_global_policy(cfg.policy);
-  auto model = std::make_unique<Model>(cfg.model, cfg.seed);
-  for (int64_t h : cfg.hidden) model->emplace<Dense>(h, "relu");
-  // Output logits in float32: the loss and softmax then never see float16 values.
-  model->emplace<Dense>(num_classes, "linear", dtype_arg("float32"));
+  std::unique_ptr<Model> model;
+  try {
+    model = make_registered_model(cfg, ModelInputSpec{num_features, sample_shape, num_classes});
+  } catch (...) {
+    set_global_policy(previous);
+    throw;
+  }
   set_global_policy(previous);
   model->build_for(Shape{num_features});
   return model;
 }
 
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
-  auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes));
+  auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
+                           data.train.sample_shape);
   std::unique_ptr<Optimizer> opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
   const bool float16_compute = DTypePolicy::from_name(cfg.policy).compute_dtype() == DType::kFloat16;
   bool auto_scale = true;
@@ -59,13 +65,13 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   }
   model->compile(std::move(opt), Loss("sparse_categorical_crossentropy", /*from_logits=*/true), {"accuracy"},
                  auto_scale);
-  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&model->optimizer());
+  std::optional<LossScaleReport> scaler = model->optimizer().loss_scale_report();
 
   RunResult r;
   r.compute_dtype = dtype_name(DTypePolicy::from_name(cfg.policy).compute_dtype());
   if (scaler) {
     r.loss_scaled = true;
-    r.initial_scale = scaler->loss_scale();
+    r.initial_scale = scaler->scale;
   }
   if (progress) model->summary(*progress);
   ProgressBarLogger bar(progress ? *progress : std::cout, interactive);
@@ -110,15 +116,15 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   r.recovery = guard.events();
   for (auto& l : model->layers()) r.layer_compute_dtypes.emplace_back(l->name(), dtype_name(l->compute_dtype()));
   // Recovery may have switched loss scaling on during training.
-  scaler = dynamic_cast<LossScaleOptimizer*>(&model->optimizer());
+  scaler = model->optimizer().loss_scale_report();
   if (scaler && !r.loss_scaled) {
     r.loss_scaled = true;
     r.initial_scale = LossScaleOptions{}.initial_scale;
   }
   if (scaler) {
-    r.final_scale = scaler->loss_scale();
-    r.min_scale_seen = scaler->min_scale_seen();
-    r.skipped_steps = scaler->skipped_steps();
+    r.final_scale = scaler->scale;
+    r.min_scale_seen = scaler->min_scale_seen;
+    r.skipped_steps = scaler->skipped_steps;
   }
   return r;
 }

@@ -17,7 +17,7 @@ int inspect_command(const std::vector<std::string>& argv) {
   const bool train_first = a.has("epochs");
   DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg.seed);
 
-  auto model = build_model(cfg, data.train.num_features(), data.train.num_classes);
+  auto model = build_model(cfg, data.train.num_features(), data.train.num_classes, data.train.sample_shape);
   model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate),
                  Loss("sparse_categorical_crossentropy", /*from_logits=*/true), {"accuracy"});
   if (train_first) {

@@ -14,7 +14,7 @@
 namespace mixtrain {
 
 struct RunConfig {
-  std::string model = "mlp";             // "mlp": Dense(hidden..., relu) then a float32 Dense(num_classes) output
+  std::string model = "mlp";             // a registered model (train/model_registry.h): mlp, cnn, resnet
   std::vector<int64_t> hidden = {256, 128};
   std::string policy = "float32";        // a DTypePolicy name
   int epochs = 5;
@@ -51,8 +51,10 @@ struct RunResult {
 
 // Validates cfg (names, positive epochs / batch size / learning rate); throws Error naming the field.
 void validate_run_config(const RunConfig& cfg);
-// Builds (not yet trained) the model cfg names, under cfg.policy, for num_features inputs and num_classes outputs.
-std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes);
+// Builds (not yet trained) the model cfg names, under cfg.policy, for num_features inputs (one sample shaped
+// sample_shape when known, e.g. {28, 28}) and num_classes outputs.
+std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
+                                   const std::vector<int64_t>& sample_shape = {});
 // Builds, compiles, fits and evaluates. progress: where the progress bar goes (nullptr: silent).
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive);
 // cfg as a JSON string (stored in checkpoints).
