@@ -41,7 +41,7 @@ expect_error "truncated-images-idx3-ubyte" train --data "$tmp/truncated-images-i
 expect_error "badmagic-images-idx3-ubyte" train --data "$tmp/badmagic-images-idx3-ubyte" --epochs 1
 expect_error "train-labels-idx1-ubyte" train --data "$tmp/train-images-idx3-ubyte" --epochs 1
 expect_error "huge-images-idx3-ubyte" train --data "$tmp/huge-images-idx3-ubyte" --epochs 1
-expect_error "unknown model 'resnet'" train --model resnet
+expect_error "unknown model 'vgg'; valid models: cnn, mlp, resnet" train --model vgg
 expect_error "unknown optimizer" train --optimizer adagrad
 expect_error "mixed_float16" train --policy mixed_float8
 expect_error "--epochs must be a positive integer" train --epochs 0

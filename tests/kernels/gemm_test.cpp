@@ -579,6 +579,7 @@ TEST(Gemm, RejectsBadArguments) {
   EXPECT_NO_THROW(gemm(false, false, 0, 0, 5, f32, nullptr, 5, nullptr, 0, f32, nullptr, 0, false, nullptr));
   try {
     gemm(false, false, 2, 2, 2, f32, a, 1, b, 2, f32, c, 2, false, nullptr);
+    FAIL() << "a too-small lda was accepted";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("lda=1"), std::string::npos) << e.message();
     EXPECT_FALSE(e.hint().empty());

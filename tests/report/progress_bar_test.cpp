@@ -1,6 +1,9 @@
 #include "mixtrain/report/progress_bar.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <cmath>
@@ -126,9 +129,21 @@ TEST(ProgressBar, InteractiveUnknownTotal) {
 }
 
 TEST(ProgressBar, StdoutIsTerminalMatchesIsatty) {
-  // Under ctest stdout is a pipe or file; the call must simply not fail either way.
-  const bool terminal = stdout_is_terminal();
-  EXPECT_TRUE(terminal || !terminal);
+  // The answer must follow what file descriptor 1 is: a pipe is not a terminal, and the original comes back.
+  const int saved = ::dup(STDOUT_FILENO);
+  ASSERT_GE(saved, 0);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::fflush(stdout);
+  ASSERT_GE(::dup2(fds[1], STDOUT_FILENO), 0);
+  const bool piped = stdout_is_terminal();
+  std::fflush(stdout);
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_FALSE(piped);
+  EXPECT_EQ(stdout_is_terminal(), ::isatty(STDOUT_FILENO) == 1);
 }
 
 }  // namespace

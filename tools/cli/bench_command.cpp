@@ -81,7 +81,8 @@ int bench_step(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed"});
   RunConfig cfg;
   cfg.model = a.str("model", "mlp");
-  cfg.hidden = a.int_list("hidden", {4096, 4096});
+  // The wide MLP of the peer comparison; a convolutional model's dense head stays small.
+  cfg.hidden = a.int_list("hidden", cfg.model == "mlp" ? std::vector<int64_t>{4096, 4096} : std::vector<int64_t>{128});
   cfg.batch_size = a.integer("batch-size", 256);
   cfg.policy = a.str("policy", "float32");
   cfg.optimizer = a.str("optimizer", "adam");
@@ -113,19 +114,30 @@ int bench_step(const std::vector<std::string>& argv) {
   const double median = times[times.size() / 2];
   int64_t weights = 0;
   for (const Var& w : model->trainable_weights()) weights += w.value().numel();
-  // Forward 2 flops per weight per row, backward 4 (input and weight gradients).
-  const double gflops = 6.0 * static_cast<double>(cfg.batch_size) * static_cast<double>(weights) / median / 1e9;
-  std::printf("bench step: mlp 784-");
-  for (int64_t h : cfg.hidden) std::printf("%lld-", static_cast<long long>(h));
-  std::printf("10, batch %lld, %s, %s, isa %s: %.2f ms/step (median of %lld), %.1f steps/s, %.1f GFLOP/s\n",
-              static_cast<long long>(cfg.batch_size), cfg.policy.c_str(), cfg.optimizer.c_str(), kernels::gemm_isa(),
-              median * 1e3, static_cast<long long>(steps), 1.0 / median, gflops);
+  // MLP: forward 2 flops per weight per row, backward 4 (input and weight gradients). A convolution reuses
+  // its weights across positions, so no such count is printed for the other models.
+  const bool mlp = cfg.model == "mlp";
+  const double gflops =
+      mlp ? 6.0 * static_cast<double>(cfg.batch_size) * static_cast<double>(weights) / median / 1e9 : 0.0;
+  if (mlp) {
+    std::printf("bench step: mlp 784-");
+    for (int64_t h : cfg.hidden) std::printf("%lld-", static_cast<long long>(h));
+    std::printf("10");
+  } else {
+    std::printf("bench step: %s (28x28x1 images, %lld weights)", cfg.model.c_str(), static_cast<long long>(weights));
+  }
+  std::printf(", batch %lld, %s, %s, isa %s: %.2f ms/step (median of %lld), %.1f steps/s", static_cast<long long>(cfg.batch_size),
+              cfg.policy.c_str(), cfg.optimizer.c_str(), kernels::gemm_isa(), median * 1e3, static_cast<long long>(steps),
+              1.0 / median);
+  if (mlp) std::printf(", %.1f GFLOP/s", gflops);
+  std::printf("\n");
   const std::string json_path = a.str("json", "");
   if (!json_path.empty()) {
     write_file_atomically(json_path, Json::object({{"ms_per_step", median * 1e3},
                                                    {"steps_per_second", 1.0 / median},
                                                    {"gflops", gflops},
                                                    {"policy", cfg.policy},
+                                                   {"model", cfg.model},
                                                    {"isa", kernels::gemm_isa()}})
                                              .dump(2) +
                                          "\n");

@@ -12,15 +12,22 @@ namespace {
 const char* kUsage =
     "usage: mixtrain <command> [flags]\n"
     "commands:\n"
-    "  train   train a model on a data set and report its results\n"
-    "          --model mlp --data fashion-mnist|PATH --epochs N --batch-size B --lr X\n"
-    "          --optimizer adam|adamw|sgd --seed S --hidden 256,128\n"
-    "          --policy float32|float16|bfloat16|mixed_float16|mixed_bfloat16\n"
-    "          --loss-scale dynamic|none|VALUE --normalize standard|minmax|none\n"
-    "          --validation-split F --json FILE\n"
-    "  doctor  report the CPU, the GPUs and which dtype policy pays off on this machine,\n"
-    "          measured with mixtrain's own GEMM\n"
-    "          --seconds S (measurement time, default 1) --json FILE\n";
+    "  doctor   report the CPU, the GPUs and which dtype policy pays off on this machine,\n"
+    "           measured with mixtrain's own GEMM\n"
+    "           --seconds S (measurement time, default 1) --json FILE\n"
+    "  train    train a model on a data set and report its results\n"
+    "           --model mlp|cnn|resnet --data fashion-mnist|PATH --epochs N --batch-size B|auto\n"
+    "           --memory-budget SIZE --lr X --optimizer adam|adamw|sgd --seed S --hidden 256,128\n"
+    "           --policy float32|float16|bfloat16|mixed_float16|mixed_bfloat16\n"
+    "           --loss-scale dynamic|none|VALUE --normalize standard|minmax|none\n"
+    "           --validation-split F --json FILE --save CKPT --resume CKPT --recover\n"
+    "  compare  train under several policies on identical data and weights and judge each against\n"
+    "           float32: the train flags plus --policies float32,mixed_float16,mixed_bfloat16 --out DIR\n"
+    "  inspect  per-layer ranges of inputs, activations and gradients against each layer's 16-bit\n"
+    "           dtype: the train flags plus --steps N --json FILE\n"
+    "  bench    gemm [--sizes 512,1024,2048] [--json FILE]: GFLOP/s per dtype\n"
+    "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
+    "           [--json FILE]: milliseconds per training step\n";
 }  // namespace
 
 int main(int argc, char** argv) {
