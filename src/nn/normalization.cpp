@@ -14,12 +14,10 @@ void BatchNormalization::build_impl(const Shape& input_shape, Rng& rng) {
   const Shape c{input_shape[-1]};
   gamma_ = add_weight("gamma", c, Initializer::kOnes, rng);
   beta_ = add_weight("beta", c, Initializer::kZeros, rng);
-  moving_mean_ = add_weight("moving_mean", c, Initializer::kZeros, rng);
-  moving_variance_ = add_weight("moving_variance", c, Initializer::kOnes, rng);
-  for (Var* v : {&moving_mean_, &moving_variance_}) {
-    v->set_trainable(false);
-    v->set_requires_grad(false);
-  }
+  // Saved in checkpoints, never optimized, never given a gradient; the variable dtype (float32 under the
+  // mixed policies).
+  moving_mean_ = add_non_trainable_weight("moving_mean", c, Initializer::kZeros, rng);
+  moving_variance_ = add_non_trainable_weight("moving_variance", c, Initializer::kOnes, rng);
 }
 
 Var BatchNormalization::call(const Var& x, const CallContext& ctx) {
