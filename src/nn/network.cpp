@@ -245,7 +245,8 @@ void Network::summary(std::ostream& out) const {
   std::vector<Row> rows;
   int64_t trainable = 0, total = 0;
   auto add_row = [&](const Layer& l, const Shape& s, std::string connected) {
-    rows.push_back({l.name() + " (" + l.class_name() + ")", built_ ? batch_shape(s) : "?", with_commas(l.count_params()),
+    rows.push_back({l.name() + " (" + l.class_name() + ")", built_ || is_functional() ? batch_shape(s) : "?",
+                    with_commas(l.count_params()),
                     dtype_name(l.compute_dtype()), dtype_name(l.variable_dtype()), std::move(connected)});
   };
   std::set<const Layer*> counted;
