@@ -29,11 +29,9 @@ bool should_record(std::initializer_list<const Var*> inputs) {
   return false;
 }
 
-void backward(const Var& root, float seed) {
-  MIXTRAIN_CHECK(root.defined() && root.value().numel() == 1,
-                 "backward: the root must be a scalar, got " << root.value().describe());
-  Var r = root;
-  r.set_grad(Tensor::full(root.shape(), root.dtype(), seed));
+namespace {
+// Replays the tape in reverse from root, whose gradient is already seeded.
+void run_tape() {
   // Take the tape so closures that record (they should not) cannot disturb the replay.
   std::vector<Node> tape;
   tape.swap(t_tape);
@@ -43,6 +41,29 @@ void backward(const Var& root, float seed) {
     // Every consumer of this output was recorded later and has already run: its gradient is final.
     it->output.zero_grad();
   }
+}
+}  // namespace
+
+void backward(const Var& root, float seed) {
+  MIXTRAIN_CHECK(root.defined() && root.value().numel() == 1,
+                 "backward: the root must be a scalar, got " << root.value().describe());
+  Var r = root;
+  r.set_grad(Tensor::full(root.shape(), root.dtype(), seed));
+  run_tape();
+}
+
+void backward(const Var& root, const Tensor& seed) {
+  MIXTRAIN_CHECK(root.defined() && root.value().numel() == 1,
+                 "backward: the root must be a scalar, got " << root.value().describe());
+  MIXTRAIN_CHECK(seed.defined() && is_float(seed.dtype()) && seed.numel() == 1,
+                 "backward: the seed must be one floating-point element, got "
+                     << (seed.defined() ? seed.describe() : std::string("an undefined tensor")));
+  Var r = root;
+  // Rounded once into the root's dtype, as the float seed is; never the caller's storage.
+  Tensor g = seed.to(root.dtype());
+  if (g.shares_storage(seed)) g = g.clone();
+  r.set_grad(g.reshape(root.shape()));
+  run_tape();
 }
 
 void clear_tape() { t_tape.clear(); }

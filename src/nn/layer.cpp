@@ -197,6 +197,7 @@ Var Layer::add_non_trainable_weight(const std::string& name, const Shape& shape,
 
 Tensor Layer::read_weight(const Var& w) {
   const DType want = compute_dtype();
+  if (Tensor copy = w.compute_copy(want); copy.defined()) return copy;  // kept current by the optimizer
   if (w.dtype() == want) return w.value();
   auto it = cast_cache_.find(w.id());
   if (it != cast_cache_.end() && it->second.version == w.version() && it->second.dtype == want) return it->second.value;

@@ -64,7 +64,9 @@ void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<s
   flat_ = std::move(flat);
 }
 
-void Optimizer::apply_arena(ParameterArena& arena) {
+void Optimizer::apply_arena(ParameterArena& arena) { apply_flat_gradients(arena, {}); }
+
+void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads) {
   const std::vector<Var>& vars = arena.vars();
   if (!updates_spans()) {
     MIXTRAIN_FAIL(kInvalidInput, name() << ".apply_arena: this optimizer updates variables one by one",
@@ -106,8 +108,26 @@ void Optimizer::apply_arena(ParameterArena& arena) {
     }
   }
 
-  if (flat_.layout_id != arena.layout_id() || flat_.generation != slots_generation_) bind_flat_slots(arena, keys);
   const std::vector<DType> dtypes = arena.dtypes();
+  // The gradient buffer of each group: the arena's, or the caller's replacement.
+  std::vector<Tensor> grad_bufs;
+  if (flat_grads.empty()) {
+    for (DType dt : dtypes) grad_bufs.push_back(arena.gradient_buffer(dt));
+  } else {
+    MIXTRAIN_CHECK(flat_grads.size() == dtypes.size(),
+                   name() << ".apply_flat_gradients: " << flat_grads.size() << " gradient buffers for "
+                          << dtypes.size() << " dtype groups");
+    for (size_t gi = 0; gi < dtypes.size(); ++gi) {
+      const Tensor& t = flat_grads[gi];
+      MIXTRAIN_CHECK(t.defined() && (t.dtype() == DType::kFloat32 || t.dtype() == dtypes[gi]) && t.rank() == 1 &&
+                         t.numel() == arena.capacity(dtypes[gi]) && t.is_contiguous(),
+                     name() << ".apply_flat_gradients: gradient buffer "
+                            << (t.defined() ? t.describe() : std::string("(undefined)")) << " does not fit the "
+                            << dtype_name(dtypes[gi]) << " group of " << arena.capacity(dtypes[gi]) << " elements");
+      grad_bufs.push_back(t);
+    }
+  }
+  if (flat_.layout_id != arena.layout_id() || flat_.generation != slots_generation_) bind_flat_slots(arena, keys);
   auto group_of = [&](DType dt) {
     return static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), dt) - dtypes.begin());
   };
@@ -127,8 +147,12 @@ void Optimizer::apply_arena(ParameterArena& arena) {
   bool scaled = false;
   if (global_clipnorm_) {
     std::vector<Tensor> grads;
-    for (size_t i = 0; i < vars.size(); ++i)
-      if (written[i]) grads.push_back(vars[i].grad());
+    for (size_t i = 0; i < vars.size(); ++i) {
+      if (!written[i]) continue;
+      const ParameterArena::Entry& e = arena.entry(i);
+      grads.push_back(flat_grads.empty() ? vars[i].grad()
+                                         : grad_bufs[group_of(e.dtype)].slice(0, e.offset, e.offset + e.numel));
+    }
     const float norm = global_norm(grads);
     if (!(std::isfinite(norm) && norm <= *global_clipnorm_)) {
       scaled = true;
@@ -171,14 +195,15 @@ void Optimizer::apply_arena(ParameterArena& arena) {
   struct GroupPtrs {
     DType dtype;
     char* values;
+    DType grad_dtype;
     const char* grads;
     std::vector<float*> slots;
     std::vector<std::pair<DType, char*>> copies;
   };
   std::vector<GroupPtrs> groups;
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
-    GroupPtrs p{dtypes[gi], static_cast<char*>(arena.value_buffer(dtypes[gi]).raw()),
-                static_cast<const char*>(arena.gradient_buffer(dtypes[gi]).raw()), {}, {}};
+    GroupPtrs p{dtypes[gi], static_cast<char*>(arena.value_buffer(dtypes[gi]).raw()), grad_bufs[gi].dtype(),
+                static_cast<const char*>(grad_bufs[gi].raw()), {}, {}};
     for (Tensor& t : flat_.buffers[gi]) p.slots.push_back(t.data<float>());
     if (dtypes[gi] == DType::kFloat32) {
       for (DType c : arena.compute_copy_dtypes())
@@ -203,6 +228,13 @@ void Optimizer::apply_arena(ParameterArena& arena) {
       float* w = nullptr;
       if (gp.dtype == DType::kFloat32) {
         w = reinterpret_cast<float*>(gp.values) + it.begin;
+      } else {
+        // A float16 / bfloat16 variable: updated in float32 with float32 state, rounded once.
+        wide_w.resize(static_cast<size_t>(it.count));
+        convert_elements(gp.values + it.begin * es, gp.dtype, wide_w.data(), DType::kFloat32, it.count);
+        w = wide_w.data();
+      }
+      if (gp.grad_dtype == DType::kFloat32) {
         g = reinterpret_cast<const float*>(gp.grads) + it.begin;
         if (scaled) {
           wide_g.resize(static_cast<size_t>(it.count));
@@ -210,14 +242,10 @@ void Optimizer::apply_arena(ParameterArena& arena) {
           g = wide_g.data();
         }
       } else {
-        // A float16 / bfloat16 variable: updated in float32 with float32 state, rounded once.
-        wide_w.resize(static_cast<size_t>(it.count));
         wide_g.resize(static_cast<size_t>(it.count));
-        convert_elements(gp.values + it.begin * es, gp.dtype, wide_w.data(), DType::kFloat32, it.count);
-        convert_elements(gp.grads + it.begin * es, gp.dtype, wide_g.data(), DType::kFloat32, it.count);
+        convert_elements(gp.grads + it.begin * es, gp.grad_dtype, wide_g.data(), DType::kFloat32, it.count);
         if (scaled)
           for (float& x : wide_g) x *= scale;
-        w = wide_w.data();
         g = wide_g.data();
       }
       update_span(w, g, slot_ptrs.data(), it.count, it.cls);

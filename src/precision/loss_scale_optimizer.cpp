@@ -1,40 +1,25 @@
-#include <iostream>
-#include <optional>
 #include "mixtrain/precision/loss_scale_optimizer.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
+#include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
+
+#include "mixtrain/ops/loss_scale.h"
 
 namespace mixtrain {
 
 namespace {
 
-// Below this many elements a thread team costs more than it saves.
-constexpr int64_t kParallelMin = int64_t{1} << 16;
 constexpr const char* kPrefix = "loss_scale/";
 
 float checked_inner_lr(const std::unique_ptr<Optimizer>& inner) {
   MIXTRAIN_CHECK(inner != nullptr, "LossScaleOptimizer: the inner optimizer is null");
   return inner->learning_rate();
-}
-
-// out[i] = x[i] * inv in float32; returns true if any result is inf or NaN. The exponent-bits test is exact and
-// vectorizes, and testing the unscaled value also catches a finite scaled gradient that overflows when the scale
-// is below 1.
-template <typename T>
-bool unscale_span(const T* x, float* out, int64_t n, float inv) {
-  uint32_t bad = 0;
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static) reduction(| : bad)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = to_float(x[i]) * inv;
-    out[i] = v;
-    bad |= static_cast<uint32_t>((float_bits(v) & 0x7F800000u) == 0x7F800000u);
-  }
-  return bad != 0;
 }
 
 Tensor int_entry(int64_t value) {
@@ -47,7 +32,7 @@ Tensor int_entry(int64_t value) {
 
 LossScaleOptimizer::LossScaleOptimizer(std::unique_ptr<Optimizer> inner, LossScaleOptions options)
     : Optimizer(checked_inner_lr(inner)), inner_(std::move(inner)), options_(std::move(options)) {
-  if (dynamic_cast<const LossScaleOptimizer*>(inner_.get()) != nullptr) {
+  if (inner_->scales_loss()) {
     MIXTRAIN_FAIL(kInvalidInput, "LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer",
                   "wrap the plain optimizer once; two wrappers would scale the loss twice");
   }
@@ -68,9 +53,30 @@ LossScaleOptimizer::LossScaleOptimizer(std::unique_ptr<Optimizer> inner, LossSca
   MIXTRAIN_CHECK(o.hysteresis >= 1, "LossScaleOptimizer: hysteresis must be >= 1, got " << o.hysteresis);
   MIXTRAIN_CHECK(o.floor_alarm_steps >= 0,
                  "LossScaleOptimizer: floor_alarm_steps must be >= 0 (0 disables), got " << o.floor_alarm_steps);
-  scale_ = o.initial_scale;
-  min_scale_seen_ = scale_;
-  hysteresis_left_ = o.hysteresis;
+  scale_state_ = Tensor::from_floats({2}, {o.initial_scale, o.initial_scale});
+  counters_ = Tensor::zeros({kNumCounters}, DType::kInt32);
+  counter_ref(kHysteresisLeft) = o.hysteresis;
+  counter_ref(kAllFinite) = 1;
+}
+
+float LossScaleOptimizer::loss_scale() const { return scale_state_.data<float>()[0]; }
+float LossScaleOptimizer::min_scale_seen() const { return scale_state_.data<float>()[1]; }
+int64_t LossScaleOptimizer::counter(Counter c) const { return counters_.data<int32_t>()[c]; }
+int32_t& LossScaleOptimizer::counter_ref(Counter c) { return counters_.data<int32_t>()[c]; }
+
+float LossScaleOptimizer::inverse_scale() const {
+  return static_cast<float>(1.0 / static_cast<double>(loss_scale()));
+}
+
+std::optional<LossScaleReport> LossScaleOptimizer::loss_scale_report() const {
+  LossScaleReport r;
+  r.scale = loss_scale();
+  r.min_scale_seen = min_scale_seen();
+  r.skipped_steps = skipped_steps();
+  r.good_steps_in_a_row = good_steps_in_a_row();
+  r.last_step_skipped = last_step_skipped();
+  r.stuck_at_floor = stuck_at_floor();
+  return r;
 }
 
 Tensor LossScaleOptimizer::scale_loss(const Tensor& loss) const {
@@ -81,7 +87,8 @@ Tensor LossScaleOptimizer::scale_loss(const Tensor& loss) const {
   Tensor out = Tensor::empty(loss.shape(), DType::kFloat32);
   const float* s = src.data<float>();
   float* d = out.data<float>();
-  for (int64_t i = 0; i < loss.numel(); ++i) d[i] = s[i] * scale_;
+  const float scale = loss_scale();
+  for (int64_t i = 0; i < loss.numel(); ++i) d[i] = s[i] * scale;
   return out;
 }
 
@@ -103,8 +110,7 @@ void LossScaleOptimizer::check_pairs(const std::vector<Tensor>& grads, const std
 
 std::vector<Tensor> LossScaleOptimizer::unscale(const std::vector<Tensor>& scaled, bool stop_early,
                                                 bool* all_finite) const {
-  // 1/S in double, rounded once: exact for the power-of-two scales dynamic scaling produces.
-  const float inv = static_cast<float>(1.0 / static_cast<double>(scale_));
+  const float inv = inverse_scale();
   std::vector<Tensor> out(scaled.size());
   bool finite = true;
   for (size_t i = 0; i < scaled.size(); ++i) {
@@ -112,12 +118,7 @@ std::vector<Tensor> LossScaleOptimizer::unscale(const std::vector<Tensor>& scale
     if (!g.defined()) continue;
     MIXTRAIN_CHECK(is_float(g.dtype()), "LossScaleOptimizer: gradient " << g.describe() << " is not floating-point");
     out[i] = Tensor::empty(g.shape(), DType::kFloat32);
-    float* dst = out[i].data<float>();
-    const bool bad = dispatch_float(g.dtype(), "unscale", [&](auto tag) {
-      using T = decltype(tag);
-      return unscale_span(g.data<T>(), dst, g.numel(), inv);
-    });
-    if (bad) {
+    if (ops::unscale_and_count_nonfinite(g, inv, out[i]) != 0) {
       finite = false;
       if (stop_early) break;
     }
@@ -135,56 +136,95 @@ void LossScaleOptimizer::apply(const std::vector<Tensor>& grads, const std::vect
   check_pairs(grads, vars);
   bool finite = true;
   std::vector<Tensor> unscaled = unscale(grads, /*stop_early=*/true, &finite);
-  finish_step(unscaled, vars, finite);
+  finish_step(finite, [&] { inner_->apply(unscaled, vars); });
 }
 
 void LossScaleOptimizer::apply_unscaled(const std::vector<Tensor>& grads, const std::vector<Var>& vars,
                                         bool all_finite) {
   check_pairs(grads, vars);
-  finish_step(grads, vars, all_finite);
+  finish_step(all_finite, [&] { inner_->apply(grads, vars); });
+}
+
+void LossScaleOptimizer::apply_arena(ParameterArena& arena) {
+  if (!arena.bound_to(arena.vars())) {
+    MIXTRAIN_FAIL(kInvalidInput,
+                  "LossScaleOptimizer.apply_arena: the arena's variables were replaced or changed dtype since bind()",
+                  "call arena.bind(vars) again after changing a dtype policy");
+  }
+  const float inv = inverse_scale();
+  const std::vector<DType> dtypes = arena.dtypes();
+  std::vector<Tensor> unscaled(dtypes.size());
+  int64_t nonfinite = 0;
+  for (size_t g = 0; g < dtypes.size(); ++g) {
+    Tensor scaled = arena.gradient_buffer(dtypes[g]);  // (capacity,)
+    if (dtypes[g] == DType::kFloat32) {
+      nonfinite += ops::unscale_and_count_nonfinite(scaled, inv);
+      unscaled[g] = scaled;
+    } else {
+      // Unscaled 16-bit gradients would underflow: they go to float32, as apply() unscales them.
+      unscaled[g] = Tensor::empty({scaled.numel()}, DType::kFloat32, scaled.device());
+      nonfinite += ops::unscale_and_count_nonfinite(scaled, inv, unscaled[g]);
+    }
+  }
+  finish_step(nonfinite == 0, [&] { inner_->apply_flat_gradients(arena, unscaled); });
 }
 
 void LossScaleOptimizer::set_scale(float scale) {
-  scale_ = scale;
-  min_scale_seen_ = std::min(min_scale_seen_, scale);
+  float* s = scale_state_.data<float>();
+  s[0] = scale;
+  s[1] = std::min(s[1], scale);
 }
 
-void LossScaleOptimizer::finish_step(const std::vector<Tensor>& unscaled, const std::vector<Var>& vars,
-                                     bool all_finite) {
+void LossScaleOptimizer::finish_step(bool all_finite, const std::function<void()>& apply_inner) {
+  // Counters saturate rather than wrap (they are int32, as in checkpoints).
+  auto bump = [this](Counter c) {
+    int32_t& v = counter_ref(c);
+    if (v < std::numeric_limits<int32_t>::max()) ++v;
+  };
   if (all_finite) {
     // The inner optimizer validates and may throw; bookkeeping follows only a successful update.
-    inner_->apply(unscaled, vars);
-    last_step_skipped_ = false;
-    ++good_steps_in_a_row_;
-    floor_skips_ = 0;
-    stuck_at_floor_ = false;
-    if (options_.dynamic && ++counter_ >= options_.dynamic_growth_steps) {
-      counter_ = 0;
-      hysteresis_left_ = options_.hysteresis;
-      const float grown = scale_ * 2.0f;
-      if (std::isfinite(grown) && grown <= options_.max_scale) set_scale(grown);
+    apply_inner();
+    counter_ref(kAllFinite) = 1;
+    counter_ref(kLastSkipped) = 0;
+    bump(kGood);
+    counter_ref(kFloorSkips) = 0;
+    counter_ref(kStuck) = 0;
+    if (options_.dynamic) {
+      bump(kGrowth);
+      if (counter(kGrowth) >= options_.dynamic_growth_steps) {
+        counter_ref(kGrowth) = 0;
+        counter_ref(kHysteresisLeft) = options_.hysteresis;
+        const float grown = loss_scale() * 2.0f;
+        if (std::isfinite(grown) && grown <= options_.max_scale) set_scale(grown);
+      }
     }
     return;
   }
 
   // Skipped: nothing reaches the inner optimizer, so variables and slots stay bit-identical.
-  const bool at_floor = !options_.dynamic || scale_ <= options_.min_scale;
-  last_step_skipped_ = true;
-  ++skipped_steps_;
-  good_steps_in_a_row_ = 0;
-  counter_ = 0;
+  const float scale = loss_scale();
+  const bool at_floor = !options_.dynamic || scale <= options_.min_scale;
+  counter_ref(kAllFinite) = 0;
+  counter_ref(kLastSkipped) = 1;
+  bump(kSkipped);
+  counter_ref(kGood) = 0;
+  counter_ref(kGrowth) = 0;
   if (options_.skipped_steps_advance_iterations) inner_->set_iterations(inner_->iterations() + 1);
   if (options_.dynamic) {
-    hysteresis_left_ = std::max<int64_t>(hysteresis_left_ - 1, 0);
+    counter_ref(kHysteresisLeft) = std::max(counter_ref(kHysteresisLeft) - 1, 0);
     // min_scale > 0 is enforced, so the scale can never reach 0 (Keras 3's 0/0 = NaN trap).
-    if (hysteresis_left_ == 0) set_scale(std::max(scale_ * 0.5f, options_.min_scale));
+    if (counter(kHysteresisLeft) == 0) set_scale(std::max(scale * 0.5f, options_.min_scale));
   }
-  floor_skips_ = at_floor ? floor_skips_ + 1 : 0;
-  if (options_.floor_alarm_steps > 0 && floor_skips_ == options_.floor_alarm_steps && !stuck_at_floor_) {
-    stuck_at_floor_ = true;
+  if (at_floor)
+    bump(kFloorSkips);
+  else
+    counter_ref(kFloorSkips) = 0;
+  const int64_t floor_skips = counter(kFloorSkips);
+  if (options_.floor_alarm_steps > 0 && floor_skips == options_.floor_alarm_steps && !stuck_at_floor()) {
+    counter_ref(kStuck) = 1;
     std::ostringstream msg;
-    msg << "LossScaleOptimizer: " << floor_skips_ << " consecutive steps skipped with the loss scale at "
-        << (options_.dynamic ? "its minimum " : "its fixed value ") << scale_
+    msg << "LossScaleOptimizer: " << floor_skips << " consecutive steps skipped with the loss scale at "
+        << (options_.dynamic ? "its minimum " : "its fixed value ") << loss_scale()
         << ". The gradients are inf/NaN even at this scale, so lowering it cannot help: the inf/NaN most likely "
            "comes from the forward pass, the loss or the data, not from float16 gradient overflow. Training is not "
            "progressing. Check the inputs and the loss for inf/NaN, keep softmax, normalization and the loss in "
@@ -208,15 +248,15 @@ NamedTensors LossScaleOptimizer::state() const {
                     "rename the variable so its name does not start with 'loss_scale/'");
     }
   }
-  out.emplace_back("loss_scale/scale", Tensor::from_floats({1}, {scale_}));
-  out.emplace_back("loss_scale/counter", int_entry(counter_));
-  out.emplace_back("loss_scale/hysteresis_left", int_entry(hysteresis_left_));
-  out.emplace_back("loss_scale/skipped_steps", int_entry(skipped_steps_));
-  out.emplace_back("loss_scale/good_steps_in_a_row", int_entry(good_steps_in_a_row_));
-  out.emplace_back("loss_scale/floor_skips", int_entry(floor_skips_));
-  out.emplace_back("loss_scale/last_step_skipped", int_entry(last_step_skipped_ ? 1 : 0));
-  out.emplace_back("loss_scale/stuck_at_floor", int_entry(stuck_at_floor_ ? 1 : 0));
-  out.emplace_back("loss_scale/min_scale_seen", Tensor::from_floats({1}, {min_scale_seen_}));
+  out.emplace_back("loss_scale/scale", Tensor::from_floats({1}, {loss_scale()}));
+  out.emplace_back("loss_scale/counter", int_entry(counter(kGrowth)));
+  out.emplace_back("loss_scale/hysteresis_left", int_entry(counter(kHysteresisLeft)));
+  out.emplace_back("loss_scale/skipped_steps", int_entry(skipped_steps()));
+  out.emplace_back("loss_scale/good_steps_in_a_row", int_entry(good_steps_in_a_row()));
+  out.emplace_back("loss_scale/floor_skips", int_entry(counter(kFloorSkips)));
+  out.emplace_back("loss_scale/last_step_skipped", int_entry(last_step_skipped() ? 1 : 0));
+  out.emplace_back("loss_scale/stuck_at_floor", int_entry(stuck_at_floor() ? 1 : 0));
+  out.emplace_back("loss_scale/min_scale_seen", Tensor::from_floats({1}, {min_scale_seen()}));
   return out;
 }
 
@@ -261,7 +301,7 @@ void LossScaleOptimizer::load_state(const NamedTensors& state) {
   const float scale = get_float("scale", true, 0.0f);
   MIXTRAIN_CHECK(std::isfinite(scale) && scale > 0.0f,
                  "LossScaleOptimizer.load_state: the saved scale " << scale << " is not finite and positive");
-  const int64_t counter = get_int("counter", true, 0);
+  const int64_t growth = get_int("counter", true, 0);
   const int64_t hysteresis_left = get_int("hysteresis_left", false, options_.hysteresis);
   const int64_t skipped = get_int("skipped_steps", false, 0);
   const int64_t good = get_int("good_steps_in_a_row", false, 0);
@@ -275,15 +315,20 @@ void LossScaleOptimizer::load_state(const NamedTensors& state) {
                   "pass the output of LossScaleOptimizer::state()");
   }
   inner_->load_state(inner_state);  // validates the rest; throws before anything of ours changes
-  scale_ = scale;
-  counter_ = counter;
-  hysteresis_left_ = hysteresis_left;
-  skipped_steps_ = skipped;
-  good_steps_in_a_row_ = good;
-  floor_skips_ = floor_skips;
-  last_step_skipped_ = last_skipped;
-  stuck_at_floor_ = stuck;
-  min_scale_seen_ = min_seen;
+  float* f = scale_state_.data<float>();
+  f[0] = scale;
+  f[1] = min_seen;
+  auto put = [this](Counter c, int64_t v) {
+    counter_ref(c) = static_cast<int32_t>(std::min<int64_t>(v, std::numeric_limits<int32_t>::max()));
+  };
+  put(kGrowth, growth);
+  put(kHysteresisLeft, hysteresis_left);
+  put(kSkipped, skipped);
+  put(kGood, good);
+  put(kFloorSkips, floor_skips);
+  put(kLastSkipped, last_skipped ? 1 : 0);
+  put(kStuck, stuck ? 1 : 0);
+  put(kAllFinite, last_skipped ? 0 : 1);
 }
 
 }  // namespace mixtrain

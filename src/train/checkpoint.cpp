@@ -9,7 +9,6 @@
 #include "mixtrain/core/json.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/ops/elementwise.h"
-#include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
@@ -57,8 +56,7 @@ bool tensor_is_finite(const Tensor& t) { return ops::count_nonfinite(t) == 0; }
 
 // {"adam", false} or {"adam", true} for a LossScaleOptimizer around Adam.
 std::pair<std::string, bool> optimizer_identity(const Optimizer& opt) {
-  if (const auto* ls = dynamic_cast<const LossScaleOptimizer*>(&opt)) return {ls->inner().name(), true};
-  return {opt.name(), false};
+  return {opt.checkpoint_name(), opt.scales_loss()};
 }
 
 std::string layer_list(const Model& model) {

@@ -4,7 +4,6 @@
 #include <map>
 
 #include "mixtrain/autograd/tape.h"
-#include "mixtrain/precision/loss_scale_optimizer.h"
 
 namespace mixtrain {
 
@@ -45,8 +44,6 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
   MIXTRAIN_CHECK(x.defined() && y.defined() && x.dim(0) == y.dim(0) && x.dim(0) > 0,
                  "inspect: x " << x.describe() << " and y " << y.describe() << " need the same, non-zero row count");
   model.build_for(Shape(std::vector<int64_t>(x.shape().dims().begin() + 1, x.shape().dims().end())));
-  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&model.optimizer());
-  const float scale = scaler ? scaler->loss_scale() : 1.0f;
 
   // Switch every layer to float32 compute for the shadow run; the guard puts the real policies and the
   // previous observer back however the run ends.
@@ -75,7 +72,9 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
     Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
     clear_tape();
     Var out = model.call(Var(is_float(xb.dtype()) ? xb : xb.to(DType::kFloat32)), CallContext{});
-    backward(model.loss()(out, yb), scale);
+    Var loss = model.loss()(out, yb);
+    // Gradients of the loss as training scales it (the loss scale's seed; 1 without loss scaling).
+    backward(loss, model.optimizer().scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
     for (Var w : model.weights()) w.zero_grad();
   }
   std::vector<LayerInspection> out;

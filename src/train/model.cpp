@@ -56,15 +56,17 @@ Model::Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> out
       seed_(seed),
       init_rng_(Rng::derive(seed, kInitStream)),
       shuffle_rng_(Rng::derive(seed, kShuffleStream)),
-      dropout_rng_(Rng::derive(seed, kDropoutStream)) {}
+      dropout_rng_(Rng::derive(seed, kDropoutStream)) {
+  // The graph knows every shape: build now, as Keras does, so summary() and weights() are complete.
+  build_for(input_shape());
+}
 
 void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics,
                     bool auto_scale_loss) {
   MIXTRAIN_CHECK(optimizer != nullptr, "compile: optimizer is null");
   bool float16_compute = false;
   for (auto& l : layers_) float16_compute = float16_compute || l->compute_dtype() == DType::kFloat16;
-  const bool already_scaled = dynamic_cast<LossScaleOptimizer*>(optimizer.get()) != nullptr;
-  if (auto_scale_loss && float16_compute && !already_scaled)
+  if (auto_scale_loss && float16_compute && !optimizer->scales_loss())
     optimizer = std::make_unique<LossScaleOptimizer>(std::move(optimizer));
   // A float16 output feeds float16 logits to the loss: Keras advises a float32 output layer.
   for (const Layer* out : output_layers())
@@ -84,8 +86,7 @@ void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector
 
 void Model::enable_dynamic_loss_scaling() {
   MIXTRAIN_CHECK(compiled(), "enable_dynamic_loss_scaling: compile the model first");
-  if (!dynamic_cast<LossScaleOptimizer*>(optimizer_.get()))
-    optimizer_ = std::make_unique<LossScaleOptimizer>(std::move(optimizer_));
+  if (!optimizer_->scales_loss()) optimizer_ = std::make_unique<LossScaleOptimizer>(std::move(optimizer_));
 }
 
 void Model::build_for(const Shape& sample_shape) {
@@ -97,23 +98,39 @@ Logs Model::train_step(const Tensor& x, const Tensor& y) {
   build_for(sample_shape_of(x));
   clear_tape();
   const std::vector<Var> vars = trainable_weights();
+  // Parameters and gradients in flat buffers: (re)bound on the first step and after a dtype policy change
+  // replaced values; the optimizer refreshes the 16-bit copies the layers read.
+  const bool flat = optimizer_->supports_arena();
+  if (flat) {
+    if (!arena_.bound_to(vars)) arena_.bind(vars);
+    for (const auto& l : layers_) {
+      const DType c = l->compute_dtype();
+      if (c == DType::kFloat16 || c == DType::kBFloat16) arena_.enable_compute_copy(c);
+    }
+    arena_.zero_grad();
+  }
   Var out = call(Var(as_input(x)), CallContext{true, &dropout_rng_});
   Var loss = (*loss_)(out, y);
-  // Scaling the seed of backward is scaling the loss: every gradient is multiplied by the scale.
-  auto* scaler = dynamic_cast<LossScaleOptimizer*>(optimizer_.get());
-  const float scale = scaler ? scaler->loss_scale() : 1.0f;
-  backward(loss, scale);
-  std::vector<Tensor> grads;
-  grads.reserve(vars.size());
-  for (const Var& v : vars) grads.push_back(v.has_grad() ? v.grad().to(DType::kFloat32) : Tensor());
+  // Read for the logs only: the scale this step uses.
+  const std::optional<float> logged_scale =
+      optimizer_->scales_loss() ? std::optional<float>(optimizer_->loss_scale_for_logs()) : std::nullopt;
+  // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
+  backward(loss, optimizer_->scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
   {
     NoGradGuard no_grad;
-    optimizer_->apply(grads, vars);
+    if (flat) {
+      optimizer_->apply_arena(arena_);  // a LossScaleOptimizer unscales, checks and applies or skips here
+    } else {
+      std::vector<Tensor> grads;
+      grads.reserve(vars.size());
+      for (const Var& v : vars) grads.push_back(v.has_grad() ? v.grad().to(DType::kFloat32) : Tensor());
+      optimizer_->apply(grads, vars);
+    }
   }
   for (Var v : vars) v.zero_grad();
   Logs logs{{"loss", loss.value().item()}};
   if (track_accuracy_) logs.emplace_back("accuracy", ops::sparse_categorical_accuracy(out.value(), y));
-  if (scaler) logs.emplace_back("loss_scale", scale);
+  if (logged_scale) logs.emplace_back("loss_scale", *logged_scale);
   return logs;
 }
 

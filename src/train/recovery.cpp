@@ -5,7 +5,6 @@
 #include <iostream>
 
 #include "mixtrain/ops/elementwise.h"
-#include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/inspect.h"
 #include "mixtrain/train/model.h"
 
@@ -34,7 +33,7 @@ void RecoveryGuard::snapshot(Model& model, const FitPosition& position) {
   weights_.clear();
   for (const Var& w : model.weights()) weights_.push_back(w.value().clone());
   optimizer_state_ = model.optimizer().state();
-  optimizer_was_scaled_ = dynamic_cast<LossScaleOptimizer*>(&model.optimizer()) != nullptr;
+  optimizer_was_scaled_ = model.optimizer().scales_loss();
   shuffle_state_ = model.shuffle_rng().state();
   dropout_state_ = model.dropout_rng().state();
   snapshot_ema_ = ema_;
@@ -47,10 +46,9 @@ const FitPosition& RecoveryGuard::restore(Model& model) {
   std::vector<Var> ws = model.weights();
   for (size_t i = 0; i < ws.size(); ++i) ws[i].set_value(weights_[i]);
   Optimizer& opt = model.optimizer();
-  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&opt);
   // A snapshot taken before loss scaling was switched on holds the inner optimizer's state only.
-  if (scaler && !optimizer_was_scaled_)
-    scaler->inner().load_state(optimizer_state_);
+  if (opt.scales_loss() && !optimizer_was_scaled_)
+    opt.inner_optimizer().load_state(optimizer_state_);
   else
     opt.load_state(optimizer_state_);
   model.shuffle_rng().set_state(shuffle_state_);
@@ -73,9 +71,9 @@ void RecoveryGuard::record(RecoveryEvent e) {
 bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
                                const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step) {
   if (gave_up_) return false;
-  auto* scaler = dynamic_cast<LossScaleOptimizer*>(&model.optimizer());
+  const std::optional<LossScaleReport> scaler = model.optimizer().loss_scale_report();
   const bool loss_finite = std::isfinite(log_value(step_logs, "loss", NAN));
-  const bool skipped = scaler && scaler->last_step_skipped();
+  const bool skipped = scaler && scaler->last_step_skipped;
   // Without a scaler a non-finite loss has already been applied: the weights may be poisoned.
   const bool bad = !loss_finite || skipped;
   if (!bad) {
@@ -99,7 +97,7 @@ bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
     return has_snapshot_;
   }
   // With a scaler, occasional skipped steps are its normal work; climb only when they persist.
-  const bool stuck = scaler->stuck_at_floor();
+  const bool stuck = scaler->stuck_at_floor;
   if (consecutive_failures_ < options_.max_consecutive_failures && !stuck) return false;
   return climb(model, batch, global_step,
                stuck ? "the loss scale is stuck at its floor"

@@ -34,6 +34,9 @@ bool should_record(std::initializer_list<const Var*> inputs);
 // Gradients accumulate into every Var with requires_grad that the tape reaches; intermediate
 // gradients are released as soon as they are consumed. The tape is empty afterwards.
 void backward(const Var& root, float seed = 1.0f);
+// The same with the seed given as a one-element floating tensor (e.g. an optimizer's scale_loss(ones), which
+// stays on the device): d(root)/d(root) = seed, converted to the root's dtype and shape.
+void backward(const Var& root, const Tensor& seed);
 
 // Drops whatever was recorded (e.g. after a forward pass whose backward is not wanted).
 void clear_tape();

@@ -20,6 +20,16 @@ namespace mixtrain {
 // Named tensors, as written to and read from checkpoints.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// The loss-scaling state of a LossScaleOptimizer, read back to the host for logs and reports.
+struct LossScaleReport {
+  float scale = 1.0f;           // the current loss scale
+  float min_scale_seen = 1.0f;  // the smallest scale used so far
+  int64_t skipped_steps = 0;    // steps skipped for inf/NaN gradients
+  int64_t good_steps_in_a_row = 0;
+  bool last_step_skipped = false;
+  bool stuck_at_floor = false;  // the floor alarm fired and no finite step followed
+};
+
 class Optimizer {
  public:
   explicit Optimizer(float learning_rate);
@@ -41,6 +51,30 @@ class Optimizer {
   // arena's variables move into flat float32 buffers with the arena's layout (state() is unchanged). Throws Error,
   // changing nothing, when the arena no longer matches its variables (rebind it) or on the checks of apply().
   virtual void apply_arena(ParameterArena& arena);
+  // apply_arena() with dtype group g's gradients read from flat_grads[g] (g in the order of arena.dtypes())
+  // instead of the arena's gradient buffers: each is 1-D with capacity(dtype) elements, in float32 or the
+  // group's dtype (a LossScaleOptimizer passes float32 unscaled gradients for 16-bit groups). Whether a
+  // variable is updated still follows its has_grad(). An empty flat_grads means the arena's own buffers.
+  void apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads);
+  // Whether apply_arena() works for this optimizer (SGD, Adam and AdamW; a custom optimizer that overrides
+  // only update() updates variables one by one through apply()).
+  virtual bool supports_arena() const { return updates_spans(); }
+
+  // ---- Loss scaling (a LossScaleOptimizer overrides these; a training step calls them on any optimizer) ----
+  // Whether this optimizer scales the loss (and unscales the gradients it receives).
+  virtual bool scales_loss() const { return false; }
+  // The loss multiplied by the current loss scale; the loss itself for an optimizer that does not scale.
+  // A training step seeds backward with scale_loss(ones): the gradient of the scaled loss.
+  virtual Tensor scale_loss(const Tensor& loss) const { return loss; }
+  // The current loss scale read back to the host, for logs (1 when the loss is not scaled).
+  virtual float loss_scale_for_logs() const { return 1.0f; }
+  // The loss-scaling state read back to the host, for logs and reports; nullopt when the loss is not scaled.
+  virtual std::optional<LossScaleReport> loss_scale_report() const { return std::nullopt; }
+  // The optimizer that owns the update rule and its slots: this one, or the one a wrapper wraps.
+  virtual Optimizer& inner_optimizer() { return *this; }
+  virtual const Optimizer& inner_optimizer() const { return *this; }
+  // The name checkpoints record: the update rule's ("adam" under a loss-scaling wrapper as well).
+  std::string checkpoint_name() const { return inner_optimizer().name(); }
 
   virtual float learning_rate() const { return learning_rate_; }
   virtual void set_learning_rate(float learning_rate);

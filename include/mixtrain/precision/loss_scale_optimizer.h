@@ -6,20 +6,27 @@
 // large, some gradient overflows to inf: that step is skipped (variables and optimizer state untouched) and S is
 // halved. After dynamic_growth_steps finite steps in a row S doubles, probing for the largest safe scale.
 //
-// Typical loop:
-//   LossScaleOptimizer opt(make_optimizer("adam", 1e-3f));
-//   Tensor scaled_loss = opt.scale_loss(loss);        // backward from the scaled loss
+// The training step (Model::train_step) on a ParameterArena:
+//   arena.zero_grad();
+//   backward(loss, opt.scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));  // seed S: scaled loss
+//   opt.apply_arena(arena);  // one fused unscale + finite check over the flat gradients, then update or skip
+// A loop with per-variable gradients:
+//   backward(loss, opt.loss_scale());                  // gradients of the scaled loss
 //   opt.apply(scaled_grads, vars);                     // unscales, checks, updates or skips, adjusts the scale
 // Custom loops that clip or inspect unscaled gradients:
 //   bool finite;
 //   auto g = opt.get_unscaled_gradients(scaled_grads, &finite);
 //   clip_by_global_norm(g, 1.0f);
 //   opt.apply_unscaled(g, vars, finite);
+//
+// The scale and its counters live in two small tensors (scale_state(), counter_state()), with the all-finite flag
+// of the last step, so the step itself reads nothing back; the accessors below read them for logs.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,12 +67,24 @@ class LossScaleOptimizer : public Optimizer {
   // Wraps `inner` (which must not itself be a LossScaleOptimizer). Throws Error on invalid options.
   explicit LossScaleOptimizer(std::unique_ptr<Optimizer> inner, LossScaleOptions options = {});
 
-  // The current loss scale S.
-  float loss_scale() const { return scale_; }
+  // The current loss scale S (read from the state tensor).
+  float loss_scale() const;
   // Same value, under the name Keras uses for a static scale factor.
-  float scale_loss_factor() const { return scale_; }
+  float scale_loss_factor() const { return loss_scale(); }
   // loss * S as a new float32 tensor (float16/bfloat16 losses are converted first so the product cannot overflow).
-  Tensor scale_loss(const Tensor& loss) const;
+  Tensor scale_loss(const Tensor& loss) const override;
+  bool scales_loss() const override { return true; }
+  float loss_scale_for_logs() const override { return loss_scale(); }
+  std::optional<LossScaleReport> loss_scale_report() const override;
+
+  // One step on the arena's flat gradients, which hold gradients of the scaled loss (variables without a gradient
+  // since arena.zero_grad() are zero there). One fused pass per dtype group unscales (g * (1/S), 1/S computed in
+  // double and rounded once) and counts inf/NaN (ops::unscale_and_count_nonfinite): float32 buffers in place,
+  // 16-bit ones into float32 copies. All finite: the inner optimizer's apply_flat_gradients() updates (clipping
+  // sees unscaled gradients). Otherwise the step is skipped: values, compute copies and slots stay bit-identical.
+  // The result equals apply() with the variables' gradients.
+  void apply_arena(ParameterArena& arena) override;
+  bool supports_arena() const override { return inner_->supports_arena(); }
 
   // One step from SCALED gradients (float32, float16 or bfloat16; undefined = no gradient for that variable).
   // Each tensor is unscaled into float32 (g * (1/S), 1/S computed in double and rounded once) and checked for
@@ -80,18 +99,37 @@ class LossScaleOptimizer : public Optimizer {
   void apply_unscaled(const std::vector<Tensor>& grads, const std::vector<Var>& vars, bool all_finite);
 
   // Whether the most recent step was skipped.
-  bool last_step_skipped() const { return last_step_skipped_; }
+  bool last_step_skipped() const { return counter(kLastSkipped) != 0; }
   // Skipped steps since construction (or as restored by load_state).
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps() const { return counter(kSkipped); }
   // Finite steps since the last skipped one.
-  int64_t good_steps_in_a_row() const { return good_steps_in_a_row_; }
+  int64_t good_steps_in_a_row() const { return counter(kGood); }
   // The smallest scale used so far.
-  float min_scale_seen() const { return min_scale_seen_; }
+  float min_scale_seen() const;
   // True once the floor alarm has fired, until the next finite step.
-  bool stuck_at_floor() const { return stuck_at_floor_; }
+  bool stuck_at_floor() const { return counter(kStuck) != 0; }
+  // Whether every unscaled gradient of the most recent step was finite.
+  bool last_step_all_finite() const { return counter(kAllFinite) != 0; }
+
+  // The state tensors: float32 (2,) = {scale, min_scale_seen}; int32 (kNumCounters,) indexed by Counter.
+  const Tensor& scale_state() const { return scale_state_; }
+  const Tensor& counter_state() const { return counters_; }
+  enum Counter : int {
+    kGrowth = 0,      // finite steps since the last growth or skip
+    kHysteresisLeft,  // overflows still tolerated before halving
+    kSkipped,
+    kGood,
+    kFloorSkips,      // consecutive skipped steps taken at the floor
+    kLastSkipped,
+    kStuck,
+    kAllFinite,       // the last step's gradients were all finite
+    kNumCounters
+  };
 
   Optimizer& inner() { return *inner_; }
   const Optimizer& inner() const { return *inner_; }
+  Optimizer& inner_optimizer() override { return *inner_; }
+  const Optimizer& inner_optimizer() const override { return *inner_; }
   const LossScaleOptions& options() const { return options_; }
 
   // Learning rate, iterations and clipping belong to the inner optimizer (clipping sees unscaled gradients).
@@ -119,22 +157,21 @@ class LossScaleOptimizer : public Optimizer {
 
  private:
   void check_pairs(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const;
+  // 1/S in double, rounded once: exact for the power-of-two scales dynamic scaling produces.
+  float inverse_scale() const;
   // Unscales into float32; stops at the first non-finite tensor when stop_early (the step is skipped anyway).
   std::vector<Tensor> unscale(const std::vector<Tensor>& scaled, bool stop_early, bool* all_finite) const;
-  void finish_step(const std::vector<Tensor>& unscaled, const std::vector<Var>& vars, bool all_finite);
+  // Runs apply_inner when all_finite (bookkeeping follows only a successful update), else skips; then adjusts
+  // the scale and counters.
+  void finish_step(bool all_finite, const std::function<void()>& apply_inner);
   void set_scale(float scale);
+  int64_t counter(Counter c) const;
+  int32_t& counter_ref(Counter c);
 
   std::unique_ptr<Optimizer> inner_;
   LossScaleOptions options_;
-  float scale_;
-  int64_t counter_ = 0;          // finite steps since the last growth or skip
-  int64_t hysteresis_left_;      // overflows still tolerated before halving
-  int64_t skipped_steps_ = 0;
-  int64_t good_steps_in_a_row_ = 0;
-  int64_t floor_skips_ = 0;      // consecutive skipped steps taken at the floor
-  bool last_step_skipped_ = false;
-  bool stuck_at_floor_ = false;
-  float min_scale_seen_;
+  Tensor scale_state_;  // float32 (2,): scale, min_scale_seen
+  Tensor counters_;     // int32 (kNumCounters,)
 };
 
 }  // namespace mixtrain

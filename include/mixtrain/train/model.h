@@ -93,6 +93,8 @@ class Model : public Network {
   uint64_t seed_;
   Rng init_rng_, shuffle_rng_, dropout_rng_;
   std::unique_ptr<Optimizer> optimizer_;
+  // The trainable weights' flat value and gradient buffers (bound by train_step).
+  ParameterArena arena_;
   std::optional<Loss> loss_;
   bool track_accuracy_ = false;
 };

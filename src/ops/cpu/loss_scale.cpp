@@ -1,0 +1,40 @@
+// CPU kernel of the fused unscale and finite check: blocks are widened to float32 (vectorised conversion),
+// multiplied, stored, and tested with the exponent-bits test of count_nonfinite.
+#include <algorithm>
+
+#include "mixtrain/core/half.h"
+#include "mixtrain/ops/loss_scale.h"
+
+namespace mixtrain::ops::cpu {
+
+namespace {
+constexpr int64_t kBlock = 2048;
+constexpr int64_t kParallelMin = int64_t{1} << 16;  // below this a thread team costs more than it saves
+}  // namespace
+
+int64_t unscale_and_count_nonfinite(const Tensor& scaled, float inv_scale, Tensor& out) {
+  const int64_t n = scaled.numel();
+  const DType dt = scaled.dtype();
+  const size_t es = dtype_size(dt);
+  const char* sp = static_cast<const char*>(scaled.raw());
+  float* op = static_cast<float*>(out.raw());
+  int64_t bad = 0;
+#pragma omp parallel for if (n > kParallelMin) schedule(static) reduction(+ : bad)
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    float* o = op + b;
+    // float32 input is read in place (out may alias it); 16-bit input is widened into out first.
+    if (dt != DType::kFloat32 || static_cast<const void*>(sp + b * es) != static_cast<const void*>(o))
+      convert_elements(sp + b * es, dt, o, DType::kFloat32, m);
+    int64_t local = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      const float v = o[i] * inv_scale;
+      o[i] = v;
+      local += (float_bits(v) & 0x7F800000u) == 0x7F800000u;
+    }
+    bad += local;
+  }
+  return bad;
+}
+
+}  // namespace mixtrain::ops::cpu
