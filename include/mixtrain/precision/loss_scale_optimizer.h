@@ -20,7 +20,9 @@
 //   opt.apply_unscaled(g, vars, finite);
 //
 // The scale and its counters live in two small tensors (scale_state(), counter_state()), with the all-finite flag
-// of the last step, so the step itself reads nothing back; the accessors below read them for logs.
+// of the last step; the step updates them in place and the accessors below read them for logs. (On the CPU backend
+// that bookkeeping and the non-finite count of the fused pass are host code; a GPU backend keeps them on the
+// device.)
 #pragma once
 
 #include <cstdint>
