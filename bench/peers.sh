@@ -13,10 +13,14 @@
 #   peer_torch.py matmul              PyTorch matmul, same sizes and dtypes
 #   mixtrain bench step               MLP 784-4096-4096-10, batch 256, Adam: float32, mixed_float16, mixed_bfloat16
 #   peer_torch.py step                the same step in PyTorch: float32 and autocast bfloat16
+#   mixtrain bench step --model cnn   the CNN of `--model cnn` (two Conv3x3-BatchNorm-ReLU-MaxPool stages, 32 and 64
+#                                     filters, Dense 128, Dropout, Dense 10), 28x28x1 images, batch 256, Adam:
+#                                     float32, mixed_float16, mixed_bfloat16
+#   peer_torch.py step --model cnn    the same CNN step in PyTorch (channels_last): float32 and autocast bfloat16
 # then prints ratios (the result; absolute numbers are notes): mixtrain GEMM vs oneDNN and PyTorch, as a share
 # of the measured peak of the fastest multiply-add that can compute its dtype (float32 FMAs for every dtype,
 # since 16-bit inputs can be widened; vdpbf16ps for bfloat16 and vfmadd231ph for float16 where the CPU has
-# them), step vs PyTorch, mixed vs float32, and each performance target met or not.
+# them), MLP and CNN steps vs PyTorch, mixed vs float32, and each performance target met or not.
 #
 # Peers: oneDNN from `apt-get install libdnnl-dev`, PyTorch from `apt-get install python3-torch` (Debian 12).
 # A peer that is not installed is skipped with a message. PyTorch's float32 matmul goes through the system
@@ -145,6 +149,18 @@ for round in $(seq 1 "$rounds"); do
         --batch-size 256 --steps "$steps" --threads "$threads" | tee "$work/torch_step_${variant}_r$round.jsonl"
     done
   fi
+  echo "-- mixtrain bench step --model cnn"
+  for policy in float32 mixed_float16 mixed_bfloat16; do
+    "$mixtrain" bench step --model cnn --batch-size 256 --policy "$policy" --steps "$steps" \
+      --json "$work/cnn_step_${policy}_r$round.json"
+  done
+  if [[ $have_torch == 1 ]]; then
+    echo "-- PyTorch step --model cnn"
+    for variant in float32 autocast_bfloat16; do
+      "${torch_env[@]}" "$python_torch" "$root/bench/peer_torch.py" step --model cnn --variant "$variant" \
+        --batch-size 256 --steps "$steps" --threads "$threads" | tee "$work/torch_cnn_step_${variant}_r$round.jsonl"
+    done
+  fi
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -258,6 +274,34 @@ for p, r in step.items():
     speed = ratio(t_ms, r["ms_per_step"]) if t_ms else "not run"
     print(f"| {p} | {peer_of[p]} | {speed} | {ratio(f32_ms, r['ms_per_step'])} | {r['ms_per_step']:.1f} | "
           f"{f'{t_ms:.1f}' if t_ms else '-'} |")
+
+cnn_policies = ("float32", "mixed_float16", "mixed_bfloat16")
+cnn_step = {p: loads(f"cnn_step_{p}") for p in cnn_policies}
+torch_cnn = {v: [r for r in jsonl(f"torch_cnn_step_{v}") if r["what"] == "peer_torch_step"]
+             for v in ("float32", "autocast_bfloat16")}
+if all(cnn_step.values()):
+    best_ms = lambda rows: min(r["ms_per_step"] for r in rows) if rows else None
+    layout = next((r.get("layout") for rows in torch_cnn.values() for r in rows), None)
+    print()
+    print("Training step, CNN (--model cnn: 28x28x1, Conv3x3 32 and 64 with BatchNorm, ReLU and MaxPool 2, Dense 128,"
+          f" Dropout 0.3, Dense 10), batch 256, Adam; PyTorch layout {layout or '-'}"
+          " (median ms/step, lowest over the rounds)")
+    print("| mixtrain policy | PyTorch peer | mixtrain speedup vs peer | vs mixtrain float32 | mixtrain ms | PyTorch ms |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    cnn_pairs = [("float32", "float32"), ("mixed_float16", "float32"), ("mixed_bfloat16", "autocast_bfloat16")]
+    cnn_f32 = best_ms(cnn_step["float32"])
+    for p, v in cnn_pairs:
+        m_ms, t_ms = best_ms(cnn_step[p]), best_ms(torch_cnn[v])
+        print(f"| {p} | {v} | {ratio(t_ms, m_ms) if t_ms else 'not run'} | {ratio(cnn_f32, m_ms)} | {m_ms:.1f} | "
+              f"{f'{t_ms:.1f}' if t_ms else '-'} |")
+    t_bf, t_f32 = best_ms(torch_cnn["autocast_bfloat16"]), best_ms(torch_cnn["float32"])
+    if t_bf and t_f32:
+        print(f"PyTorch autocast bfloat16 vs PyTorch float32: {ratio(t_f32, t_bf)}")
+    # Round by round, each side's median from the same round: on a shared machine the spread is part of the result.
+    for p, v in cnn_pairs:
+        per_round = [t["ms_per_step"] / m["ms_per_step"] for m, t in zip(cnn_step[p], torch_cnn[v])]
+        if per_round:
+            print(f"round by round, mixtrain {p} vs PyTorch {v}: " + ", ".join(f"{x:.2f}x" for x in per_round))
 
 print()
 print("Targets")
