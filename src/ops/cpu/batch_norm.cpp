@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/ops/batch_norm.h"
+#include "float_lanes.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -28,6 +29,34 @@ struct Rows {
   }
 };
 
+// Rows per conversion step when x (and dy) share one dtype: about 2048 elements, so the float32 copies of a
+// 16-bit block stay in L1 instead of a whole block's (256 rows) going through L2.
+int64_t sub_rows(int64_t c) { return std::clamp<int64_t>(2048 / std::max<int64_t>(c, 1), 1, kRowsPerBlock); }
+
+// One block of rows of channel_sums / map_rows with x, dy and y in dtype T, read and written in steps of
+// sub_rows(c) rows. The bodies run over rows in order, so stepping leaves every sum's order unchanged.
+template <typename T, typename Body>
+MIXTRAIN_CPU_CLONES void sums_block(const T* x, const T* dy, int64_t c, int64_t count, float* bx, float* bdy,
+                                    float* sums, const Body& body) {
+  const int64_t step = sub_rows(c);
+  for (int64_t r = 0; r < count; r += step) {
+    const int64_t k = std::min(step, count - r);
+    body(lanes::read(x + r * c, k * c, bx), dy ? lanes::read(dy + r * c, k * c, bdy) : nullptr, k, sums);
+  }
+}
+
+template <typename T, typename Fn>
+MIXTRAIN_CPU_CLONES void rows_block(const T* x, const T* dy, T* y, int64_t c, int64_t count, float* bx, float* bdy,
+                                    float* by, const Fn& f) {
+  const int64_t step = sub_rows(c);
+  for (int64_t r = 0; r < count; r += step) {
+    const int64_t k = std::min(step, count - r);
+    float* o = lanes::out(y + r * c, by);
+    f(lanes::read(x + r * c, k * c, bx), dy ? lanes::read(dy + r * c, k * c, bdy) : nullptr, k, o);
+    lanes::write(o, k * c, y + r * c);
+  }
+}
+
 // Per-channel sums: for each block of rows, body(block_x, block_dy, rows_in_block, sums) adds into
 // `sums` (nsum arrays of C floats, laid out [s][c]); the blocks' partials are then added in order.
 // dy may have a null base (only x is read).
@@ -36,6 +65,23 @@ std::vector<float> channel_sums(const Rows& x, const Rows& dy, int64_t rows, int
   const int64_t c = x.c;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   std::vector<float> partial(static_cast<size_t>(blocks * nsum * c), 0.0f);
+  if (is_float(x.dtype) && (!dy.base || dy.dtype == x.dtype)) {
+    dispatch_float(x.dtype, "batch_norm", [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = reinterpret_cast<const T*>(x.base);
+      const T* dp = reinterpret_cast<const T*>(dy.base);
+#pragma omp parallel if (rows * c > 32768)
+      {
+        std::vector<float> bx(static_cast<size_t>(sub_rows(c) * c)), bdy(bx.size());
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t r0 = b * kRowsPerBlock, count = std::min(kRowsPerBlock, rows - r0);
+          sums_block(xp + r0 * c, dp ? dp + r0 * c : nullptr, c, count, bx.data(), bdy.data(),
+                     partial.data() + b * nsum * c, body);
+        }
+      }
+    });
+  } else {
 #pragma omp parallel if (rows * c > 32768)
   {
     std::vector<float> bx(x.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(kRowsPerBlock * c));
@@ -46,6 +92,7 @@ std::vector<float> channel_sums(const Rows& x, const Rows& dy, int64_t rows, int
       body(x.view(r0, count, bx.data()), dy.base ? dy.view(r0, count, bdy.data()) : nullptr, count,
            partial.data() + b * nsum * c);
     }
+  }
   }
   std::vector<float> total(static_cast<size_t>(nsum * c), 0.0f);
   for (int64_t b = 0; b < blocks; ++b)
@@ -69,6 +116,25 @@ void map_rows(const Rows& x, const Rows& dy, int64_t rows, Tensor& y, Fn&& f) {
   char* yp = static_cast<char*>(y.raw());
   const DType yt = y.dtype();
   const size_t es = dtype_size(yt);
+  if (is_float(yt) && x.dtype == yt && (!dy.base || dy.dtype == yt)) {
+    dispatch_float(yt, "batch_norm", [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = reinterpret_cast<const T*>(x.base);
+      const T* dp = reinterpret_cast<const T*>(dy.base);
+      T* yp_t = reinterpret_cast<T*>(yp);
+#pragma omp parallel if (rows * c > 32768)
+      {
+        std::vector<float> bx(static_cast<size_t>(sub_rows(c) * c)), bdy(bx.size()), by(bx.size());
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t r0 = b * kRowsPerBlock, count = std::min(kRowsPerBlock, rows - r0);
+          rows_block(xp + r0 * c, dp ? dp + r0 * c : nullptr, yp_t + r0 * c, c, count, bx.data(), bdy.data(),
+                     by.data(), f);
+        }
+      }
+    });
+    return;
+  }
 #pragma omp parallel if (rows * c > 32768)
   {
     std::vector<float> bx(x.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(kRowsPerBlock * c));

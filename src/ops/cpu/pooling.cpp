@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mixtrain/ops/pooling.h"
+#include "float_lanes.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -30,128 +31,151 @@ Span span(const Axis& a, int64_t o) {
 // is NaN it stays NaN. Branch-free, so loops over channels vectorise.
 inline float take_max(float v, float m) { return (v > m || v != v) ? v : m; }
 
-// count elements at p as float32: p itself when already float32, else converted into scratch.
-inline const float* as_float32(const char* p, DType dtype, int64_t count, float* scratch) {
-  if (dtype == DType::kFloat32) return reinterpret_cast<const float*>(p);
-  convert_elements(p, dtype, scratch, DType::kFloat32, count);
-  return scratch;
+}  // namespace
+
+namespace {
+
+// Output row r (image, oh) of pool2d: input rows read as float32 (16-bit ones converted a row at a time),
+// reduced in float32, rounded once.
+template <typename T>
+MIXTRAIN_CPU_CLONES void pool_row(const T* xp, T* yp, PoolKind kind, const Window2d& g, int64_t r, float* in_buf,
+                                  float* out_buf) {
+  const int64_t c = g.channels, w = g.w.in, ow_n = g.w.out, oh_n = g.h.out;
+  const int64_t n = r / oh_n, oh = r % oh_n;
+  const Span sh = span(g.h, oh);
+  T* dst = yp + r * ow_n * c;
+  float* out = lanes::out(dst, out_buf);
+  std::fill(out, out + ow_n * c, kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+  for (int64_t ih = sh.begin; ih < sh.end; ++ih) {
+    const float* in = lanes::read(xp + ((n * g.h.in + ih) * w) * c, w * c, in_buf);
+    for (int64_t ow = 0; ow < ow_n; ++ow) {
+      const Span sw = span(g.w, ow);
+      float* o = out + ow * c;
+      for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
+        const float* v = in + iw * c;
+        if (kind == PoolKind::kMax) {
+          for (int64_t ch = 0; ch < c; ++ch) o[ch] = take_max(v[ch], o[ch]);
+        } else {
+          for (int64_t ch = 0; ch < c; ++ch) o[ch] += v[ch];
+        }
+      }
+    }
+  }
+  if (kind == PoolKind::kAverage) {
+    for (int64_t ow = 0; ow < ow_n; ++ow) {
+      const Span sw = span(g.w, ow);
+      const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
+      for (int64_t ch = 0; ch < c; ++ch) out[ow * c + ch] *= inv;
+    }
+  }
+  lanes::write(out, ow_n * c, dst);
 }
 
 }  // namespace
 
 void pool2d(const Tensor& x, PoolKind kind, const Window2d& g, Tensor& y) {
   const int64_t c = g.channels, w = g.w.in, ow_n = g.w.out, oh_n = g.h.out;
-  const DType dt = x.dtype();
-  const size_t es = dtype_size(dt);
-  const char* xp = static_cast<const char*>(x.raw());
-  char* yp = static_cast<char*>(y.raw());
   const int64_t rows = g.batch * oh_n;
+  dispatch_float(x.dtype(), "pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.raw());
+    T* yp = static_cast<T*>(y.raw());
 #pragma omp parallel if (rows * ow_n * c > 32768)
-  {
-    std::vector<float> in_buf(static_cast<size_t>(w * c)), out(static_cast<size_t>(ow_n * c));
+    {
+      std::vector<float> in_buf(static_cast<size_t>(w * c)), out(static_cast<size_t>(ow_n * c));
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t n = r / oh_n, oh = r % oh_n;
-      const Span sh = span(g.h, oh);
-      std::fill(out.begin(), out.end(), kind == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
-      for (int64_t ih = sh.begin; ih < sh.end; ++ih) {
-        const float* in = as_float32(xp + static_cast<size_t>(((n * g.h.in + ih) * w) * c) * es, dt, w * c, in_buf.data());
-        for (int64_t ow = 0; ow < ow_n; ++ow) {
-          const Span sw = span(g.w, ow);
-          float* o = out.data() + ow * c;
-          for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
-            const float* v = in + iw * c;
-            if (kind == PoolKind::kMax) {
-              for (int64_t ch = 0; ch < c; ++ch) o[ch] = take_max(v[ch], o[ch]);
-            } else {
-              for (int64_t ch = 0; ch < c; ++ch) o[ch] += v[ch];
-            }
-          }
-        }
-      }
-      if (kind == PoolKind::kAverage) {
-        for (int64_t ow = 0; ow < ow_n; ++ow) {
-          const Span sw = span(g.w, ow);
-          const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
-          for (int64_t ch = 0; ch < c; ++ch) out[static_cast<size_t>(ow * c + ch)] *= inv;
-        }
-      }
-      convert_elements(out.data(), DType::kFloat32, yp + static_cast<size_t>(r * ow_n * c) * es, dt, ow_n * c);
+      for (int64_t r = 0; r < rows; ++r) pool_row(xp, yp, kind, g, r, in_buf.data(), out.data());
     }
-  }
+  });
 }
 
-void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Window2d& g, Tensor& dx) {
+namespace {
+
+// Image n of pool2d_backward: x and dx in T, dy in U. A float32 dx is its own accumulator; a 16-bit one
+// sums in float32 (acc_buf) and is rounded once.
+template <typename T, typename U>
+MIXTRAIN_CPU_CLONES void pool_backward_image(const U* dyp, const T* xp, T* dxp, PoolKind kind, const Window2d& g,
+                                             int64_t n, float* acc_buf, float* win_buf, float* grad_buf,
+                                             float* best, int32_t* where) {
   const int64_t c = g.channels, h = g.h.in, w = g.w.in, ow_n = g.w.out, oh_n = g.h.out;
-  const DType dt = dx.dtype(), dy_dt = dy.dtype();
-  const size_t es = dtype_size(dt), dy_es = dtype_size(dy_dt);
-  const char* xp = kind == PoolKind::kMax ? static_cast<const char*>(x.raw()) : nullptr;
-  const char* dyp = static_cast<const char*>(dy.raw());
-  char* dxp = static_cast<char*>(dx.raw());
+  T* dst = dxp + n * h * w * c;
+  float* acc = lanes::out(dst, acc_buf);
+  std::fill(acc, acc + h * w * c, 0.0f);
+  for (int64_t oh = 0; oh < oh_n; ++oh) {
+    const Span sh = span(g.h, oh);
+    const float* grad = lanes::read(dyp + ((n * oh_n + oh) * ow_n) * c, ow_n * c, grad_buf);
+    // The window's input rows, as float32 (row sh.begin first).
+    const float* win =
+        kind == PoolKind::kMax ? lanes::read(xp + ((n * h + sh.begin) * w) * c, (sh.end - sh.begin) * w * c, win_buf)
+                               : nullptr;
+    for (int64_t ow = 0; ow < ow_n; ++ow) {
+      const Span sw = span(g.w, ow);
+      const float* gy = grad + ow * c;
+      if (kind == PoolKind::kAverage) {
+        const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
+        for (int64_t ih = sh.begin; ih < sh.end; ++ih)
+          for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
+            float* a = acc + (ih * w + iw) * c;
+            for (int64_t ch = 0; ch < c; ++ch) a[ch] += gy[ch] * inv;
+          }
+        continue;
+      }
+      // The first position of the window's maximum in the forward pass's scan order (rows, then
+      // columns) takes the gradient. Branch-free over channels, so the scan vectorises.
+      float* __restrict m = best;
+      int32_t* __restrict at = where;
+      const int32_t first = static_cast<int32_t>((sh.begin * w + sw.begin) * c);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        m[ch] = -std::numeric_limits<float>::infinity();
+        at[ch] = first;
+      }
+      for (int64_t ih = sh.begin; ih < sh.end; ++ih)
+        for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
+          const float* __restrict v = win + ((ih - sh.begin) * w + iw) * c;
+          const int32_t pos = static_cast<int32_t>((ih * w + iw) * c);
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const float vv = v[ch], mm = m[ch];
+            // Masks rather than branches, so the loop vectorises. NaN never wins here: see pooling.h.
+            const int32_t wins = -static_cast<int32_t>(vv > mm);
+            m[ch] = vv > mm ? vv : mm;
+            at[ch] = (pos & wins) | (at[ch] & ~wins);
+          }
+        }
+      for (int64_t ch = 0; ch < c; ++ch) acc[at[ch] + ch] += gy[ch];
+    }
+  }
+  lanes::write(acc, h * w * c, dst);
+}
+
+}  // namespace
+
+void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Window2d& g, Tensor& dx) {
+  const int64_t c = g.channels, h = g.h.in, w = g.w.in, ow_n = g.w.out;
+  const DType dt = dx.dtype();
   const int64_t kh = g.h.window;
   MIXTRAIN_CHECK(h * w * c <= std::numeric_limits<int32_t>::max(),
                  "max_pool2d_backward: images of " << h << "x" << w << "x" << c << " elements are too large");
+  dispatch_float(dt, "pool2d_backward", [&](auto x_tag) {
+    using T = decltype(x_tag);
+    dispatch_float(dy.dtype(), "pool2d_backward", [&](auto dy_tag) {
+      using U = decltype(dy_tag);
+      const T* xp = kind == PoolKind::kMax ? static_cast<const T*>(x.raw()) : nullptr;
+      const U* dyp = static_cast<const U*>(dy.raw());
+      T* dxp = static_cast<T*>(dx.raw());
 #pragma omp parallel if (g.batch > 1 && g.batch * h * w * c > 32768)
-  {
-    // A float32 dx is its own accumulator; a 16-bit one sums in float32 and is rounded once per image.
-    std::vector<float> acc_buf(dt == DType::kFloat32 ? 0 : static_cast<size_t>(h * w * c));
-    std::vector<float> win_buf(kind == PoolKind::kMax && dt != DType::kFloat32 ? static_cast<size_t>(kh * w * c) : 0);
-    std::vector<float> grad_buf(static_cast<size_t>(ow_n * c));
-    std::vector<float> best(static_cast<size_t>(c));
-    std::vector<int32_t> where(static_cast<size_t>(c));  // positions within one image (checked to fit)
+      {
+        std::vector<float> acc_buf(dt == DType::kFloat32 ? 0 : static_cast<size_t>(h * w * c));
+        std::vector<float> win_buf(kind == PoolKind::kMax && dt != DType::kFloat32 ? static_cast<size_t>(kh * w * c) : 0);
+        std::vector<float> grad_buf(static_cast<size_t>(ow_n * c));
+        std::vector<float> best(static_cast<size_t>(c));
+        std::vector<int32_t> where(static_cast<size_t>(c));  // positions within one image (checked to fit)
 #pragma omp for schedule(static)
-    for (int64_t n = 0; n < g.batch; ++n) {
-      float* acc = dt == DType::kFloat32 ? reinterpret_cast<float*>(dxp) + n * h * w * c : acc_buf.data();
-      std::fill(acc, acc + h * w * c, 0.0f);
-      for (int64_t oh = 0; oh < oh_n; ++oh) {
-        const Span sh = span(g.h, oh);
-        const float* grad = as_float32(dyp + static_cast<size_t>(((n * oh_n + oh) * ow_n) * c) * dy_es, dy_dt,
-                                       ow_n * c, grad_buf.data());
-        // The window's input rows, as float32 (row sh.begin first).
-        const float* win = kind == PoolKind::kMax
-                               ? as_float32(xp + static_cast<size_t>(((n * h + sh.begin) * w) * c) * es, dt,
-                                            (sh.end - sh.begin) * w * c, win_buf.data())
-                               : nullptr;
-        for (int64_t ow = 0; ow < ow_n; ++ow) {
-          const Span sw = span(g.w, ow);
-          const float* gy = grad + ow * c;
-          if (kind == PoolKind::kAverage) {
-            const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
-            for (int64_t ih = sh.begin; ih < sh.end; ++ih)
-              for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
-                float* a = acc + (ih * w + iw) * c;
-                for (int64_t ch = 0; ch < c; ++ch) a[ch] += gy[ch] * inv;
-              }
-            continue;
-          }
-          // The first position of the window's maximum in the forward pass's scan order (rows, then
-          // columns) takes the gradient. Branch-free over channels, so the scan vectorises.
-          float* __restrict m = best.data();
-          int32_t* __restrict at = where.data();
-          const int32_t first = static_cast<int32_t>((sh.begin * w + sw.begin) * c);
-          for (int64_t ch = 0; ch < c; ++ch) {
-            m[ch] = -std::numeric_limits<float>::infinity();
-            at[ch] = first;
-          }
-          for (int64_t ih = sh.begin; ih < sh.end; ++ih)
-            for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
-              const float* __restrict v = win + ((ih - sh.begin) * w + iw) * c;
-              const int32_t pos = static_cast<int32_t>((ih * w + iw) * c);
-              for (int64_t ch = 0; ch < c; ++ch) {
-                const float vv = v[ch], mm = m[ch];
-                // Masks rather than branches, so the loop vectorises. NaN never wins here: see pooling.h.
-                const int32_t wins = -static_cast<int32_t>(vv > mm);
-                m[ch] = vv > mm ? vv : mm;
-                at[ch] = (pos & wins) | (at[ch] & ~wins);
-              }
-            }
-          for (int64_t ch = 0; ch < c; ++ch) acc[at[ch] + ch] += gy[ch];
-        }
+        for (int64_t n = 0; n < g.batch; ++n)
+          pool_backward_image(dyp, xp, dxp, kind, g, n, acc_buf.data(), win_buf.data(), grad_buf.data(), best.data(),
+                              where.data());
       }
-      if (dt != DType::kFloat32)
-        convert_elements(acc, DType::kFloat32, dxp + static_cast<size_t>(n * h * w * c) * es, dt, h * w * c);
-    }
-  }
+    });
+  });
 }
 
 void global_average_pool2d(const Tensor& x, Tensor& y) {
