@@ -8,20 +8,14 @@
 #include "mixtrain/core/random.h"
 #include "mixtrain/ops/pooling.h"
 
+#include "op_test_util.h"
+
 namespace mixtrain::ops {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, float lo = -1.0f, float hi = 1.0f) {
-  Rng r(seed);
-  std::vector<float> v(static_cast<size_t>(shape.numel()));
-  for (float& x : v) x = r.uniform(lo, hi);
-  return Tensor::from_floats(shape, v, dtype);
-}
-
-// Relative rounding unit of each dtype's one final rounding: float32 2^-24, float16 2^-11, bfloat16 2^-8.
-double unit(DType d) { return d == DType::kFloat16 ? 0x1p-11 : d == DType::kBFloat16 ? 0x1p-8 : 0x1p-24; }
-
-const DType kFloatDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+using testing::kFloatDTypes;
+using testing::random_tensor;
+using testing::unit;
 
 struct Case {
   Shape x;
