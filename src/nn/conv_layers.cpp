@@ -27,8 +27,13 @@ Shape window_output_shape(const Shape& s, ops::Size2 window, ops::Size2 strides,
   return Shape{h.out, w.out, channels};
 }
 
-ops::Pool2dOptions pool_options(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding) {
-  return ops::Pool2dOptions{pool_size, strides.value_or(pool_size), ops::parse_padding(padding)};
+// The options of a pooling layer (strides default to the pool size, as Keras), validated for layer `what`.
+ops::Pool2dOptions pool_options(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
+                                const char* what) {
+  const ops::Pool2dOptions o{pool_size, strides.value_or(pool_size), ops::parse_padding(padding)};
+  MIXTRAIN_CHECK(o.pool_size.h > 0 && o.pool_size.w > 0 && o.strides.h > 0 && o.strides.w > 0,
+                 what << ": pool_size and strides must be positive");
+  return o;
 }
 }  // namespace
 
@@ -84,11 +89,7 @@ Var Conv2D::call(const Var& x, const CallContext&) {
 
 MaxPooling2D::MaxPooling2D(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
                            DTypeArg dtype)
-    : Layer("max_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding)) {
-  MIXTRAIN_CHECK(options_.pool_size.h > 0 && options_.pool_size.w > 0 && options_.strides.h > 0 &&
-                     options_.strides.w > 0,
-                 "MaxPooling2D: pool_size and strides must be positive");
-}
+    : Layer("max_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding, "MaxPooling2D")) {}
 
 Shape MaxPooling2D::compute_output_shape(const Shape& input_shape) const {
   check_image_shape(input_shape, *this);
@@ -103,11 +104,7 @@ Var MaxPooling2D::call(const Var& x, const CallContext&) {
 
 AveragePooling2D::AveragePooling2D(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
                                    DTypeArg dtype)
-    : Layer("average_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding)) {
-  MIXTRAIN_CHECK(options_.pool_size.h > 0 && options_.pool_size.w > 0 && options_.strides.h > 0 &&
-                     options_.strides.w > 0,
-                 "AveragePooling2D: pool_size and strides must be positive");
-}
+    : Layer("average_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding, "AveragePooling2D")) {}
 
 Shape AveragePooling2D::compute_output_shape(const Shape& input_shape) const {
   check_image_shape(input_shape, *this);

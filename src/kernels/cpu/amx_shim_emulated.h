@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm_backend.h"
+#include "mixtrain/core/half.h"
 #include "kernels/cpu/pack_shim_emulated.h"
 
 namespace mixtrain::kernels::cpu {
@@ -45,24 +46,14 @@ inline void tile_store(void* base, int64_t stride_bytes) {
   for (int r = 0; r < 16; ++r) std::memcpy(static_cast<char*>(base) + r * stride_bytes, t_tiles.reg[T][r], 64);
 }
 
-inline uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 // A bfloat16 as float32, a subnormal read as a zero of the same sign.
 inline float bf16_daz(uint16_t h) {
   const uint32_t u = static_cast<uint32_t>(h) << 16;
-  return float_of((u & 0x7F800000u) == 0 ? (u & 0x80000000u) : u);
+  return bits_float((u & 0x7F800000u) == 0 ? (u & 0x80000000u) : u);
 }
 inline float flush_subnormal(float f) {
-  const uint32_t u = bits_of(f);
-  return (u & 0x7F800000u) == 0 ? float_of(u & 0x80000000u) : f;
+  const uint32_t u = float_bits(f);
+  return (u & 0x7F800000u) == 0 ? bits_float(u & 0x80000000u) : f;
 }
 
 template <int C, int A, int B>
