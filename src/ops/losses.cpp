@@ -49,22 +49,32 @@ namespace {
 std::string describe_or_undefined(const Tensor& t) { return t.defined() ? t.describe() : "an undefined tensor"; }
 
 void check_predictions(const Tensor& x, const char* op) {
-  MIXTRAIN_CHECK(x.defined() && x.rank() == 2 && is_float(x.dtype()),
-                 op << ": predictions must be a floating (batch, classes) tensor, got " << describe_or_undefined(x));
+  MIXTRAIN_CHECK(x.defined() && x.rank() >= 2 && is_float(x.dtype()),
+                 op << ": predictions must be a floating (batch, ..., classes) tensor, got "
+                    << describe_or_undefined(x));
 }
 
+// Labels index the last axis of x: their shape is x's without it, e.g. (batch, T) for (batch, T, classes).
 void check_labels(const Tensor& x, const Tensor& labels, const char* op) {
   check_predictions(x, op);
-  MIXTRAIN_CHECK(labels.defined() && is_index(labels.dtype()) && labels.rank() == 1 && labels.dim(0) == x.dim(0),
-                 op << ": labels must be int32 or int64 (" << x.dim(0) << ",), got " << describe_or_undefined(labels));
+  const std::vector<int64_t> want(x.shape().dims().begin(), x.shape().dims().end() - 1);
+  MIXTRAIN_CHECK(labels.defined() && is_index(labels.dtype()) && labels.shape() == Shape(want),
+                 op << ": labels must be int32 or int64 " << Shape(want) << " for predictions "
+                    << x.describe() << ", got " << describe_or_undefined(labels));
   // The range is checked where the labels can be read without a device round trip.
+  const int64_t classes = x.dim(-1);
   if (labels.device().is_cpu()) {
-    const std::vector<int64_t> l = labels.to_int64s();
+    const std::vector<int64_t> l = labels.contiguous().to_int64s();
     for (size_t i = 0; i < l.size(); ++i)
-      MIXTRAIN_CHECK(l[i] >= 0 && l[i] < x.dim(1),
-                     op << ": label " << l[i] << " at row " << i << " is outside [0, " << x.dim(1) << ")");
+      MIXTRAIN_CHECK(l[i] >= 0 && l[i] < classes,
+                     op << ": label " << l[i] << " at row " << i << " is outside [0, " << classes << ")");
   }
 }
+
+// The kernels read (rows, classes) predictions and (rows,) labels: every axis but the last indexes rows,
+// so a sequence model's (batch, T, classes) logits are batch * T rows (their mean is the mean per token).
+Tensor as_rows(const Tensor& x) { return x.rank() == 2 ? x : x.contiguous().reshape({-1, x.dim(-1)}); }
+Tensor as_row_labels(const Tensor& labels) { return labels.rank() == 1 ? labels : labels.contiguous().reshape({-1}); }
 
 void check_targets(const Tensor& x, const Tensor& t, const char* op) {
   check_predictions(x, op);
@@ -112,22 +122,26 @@ Tensor filled_like(const Tensor& x, float value) {
 
 Tensor sparse_categorical_crossentropy(const Tensor& x, const Tensor& labels, bool from_logits) {
   check_labels(x, labels, "sparse_categorical_crossentropy");
-  return crossentropy(x, labels, true, from_logits, "sparse_categorical_crossentropy");
+  return crossentropy(as_rows(x), as_row_labels(labels), true, from_logits, "sparse_categorical_crossentropy");
 }
 
 Tensor sparse_categorical_crossentropy_backward(const Tensor& x, const Tensor& labels, bool from_logits, float dloss) {
   check_labels(x, labels, "sparse_categorical_crossentropy");
-  return crossentropy_backward(x, labels, true, from_logits, dloss, "sparse_categorical_crossentropy_backward");
+  return crossentropy_backward(as_rows(x), as_row_labels(labels), true, from_logits, dloss,
+                               "sparse_categorical_crossentropy_backward")
+      .reshape(x.shape());
 }
 
 Tensor categorical_crossentropy(const Tensor& x, const Tensor& targets, bool from_logits) {
   check_targets(x, targets, "categorical_crossentropy");
-  return crossentropy(x, targets, false, from_logits, "categorical_crossentropy");
+  return crossentropy(as_rows(x), as_rows(targets), false, from_logits, "categorical_crossentropy");
 }
 
 Tensor categorical_crossentropy_backward(const Tensor& x, const Tensor& targets, bool from_logits, float dloss) {
   check_targets(x, targets, "categorical_crossentropy");
-  return crossentropy_backward(x, targets, false, from_logits, dloss, "categorical_crossentropy_backward");
+  return crossentropy_backward(as_rows(x), as_rows(targets), false, from_logits, dloss,
+                               "categorical_crossentropy_backward")
+      .reshape(x.shape());
 }
 
 Tensor mean_squared_error(const Tensor& pred, const Tensor& target) {
@@ -158,8 +172,9 @@ Tensor mean_backward(const Tensor& x, float dloss) {
 double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels) {
   check_labels(scores, labels, "accuracy");
   const Device device = common_device("accuracy", {&scores, &labels});
-  const int64_t rows = scores.dim(0);
-  const int64_t correct = kernel::accuracy_table()(device)(scores.contiguous(), labels.contiguous());
+  const Tensor s = as_rows(scores);
+  const int64_t rows = s.dim(0);
+  const int64_t correct = kernel::accuracy_table()(device)(s.contiguous(), as_row_labels(labels).contiguous());
   return rows ? static_cast<double>(correct) / static_cast<double>(rows) : 0.0;
 }
 

@@ -168,5 +168,32 @@ TEST(Losses, AccuracyTakesTheFirstArgMax) {
   EXPECT_EQ(sparse_categorical_accuracy(scores, Tensor::from_int64s({3}, {0, 1, 2})), 2.0 / 3.0);
 }
 
+// A sequence model's logits (B, T, C) with labels (B, T): the same numbers as the (B*T, C) rows, so the loss
+// is the mean per position; a label shape that is not the logits' minus the last axis is refused.
+TEST(Losses, SequenceLogitsAreRowsPerPosition) {
+  for (DType d : kFloatDTypes) {
+    Tensor logits = random_tensor({3, 5, 7}, 11, d, -4, 4);
+    std::vector<int32_t> ids(15);
+    for (int i = 0; i < 15; ++i) ids[i] = (i * 3 + 1) % 7;
+    Tensor labels = Tensor::from_ints({3, 5}, ids);
+    Tensor flat = logits.reshape({15, 7}), flat_labels = Tensor::from_ints({15}, ids);
+    EXPECT_EQ(sparse_categorical_crossentropy(logits, labels, true).item(),
+              sparse_categorical_crossentropy(flat, flat_labels, true).item());
+    Tensor g = sparse_categorical_crossentropy_backward(logits, labels, true, 1.0f);
+    EXPECT_EQ(g.shape(), logits.shape());
+    EXPECT_EQ(g.to_floats(), sparse_categorical_crossentropy_backward(flat, flat_labels, true, 1.0f).to_floats());
+    EXPECT_EQ(sparse_categorical_accuracy(logits, labels), sparse_categorical_accuracy(flat, flat_labels));
+    // A transposed view of the logits is read through its strides.
+    Tensor tv = logits.transpose(0, 1).contiguous().transpose(0, 1);
+    EXPECT_EQ(sparse_categorical_crossentropy(tv, labels, true).item(),
+              sparse_categorical_crossentropy(logits, labels, true).item());
+  }
+  Tensor logits = random_tensor({3, 5, 7}, 12, DType::kFloat32, -1, 1);
+  EXPECT_THROW(sparse_categorical_crossentropy(logits, Tensor::from_ints({15}, std::vector<int32_t>(15, 0)), true),
+               Error);
+  EXPECT_THROW(sparse_categorical_crossentropy(logits, Tensor::from_ints({3, 5}, std::vector<int32_t>(15, 7)), true),
+               Error);
+}
+
 }  // namespace
 }  // namespace mixtrain::ops

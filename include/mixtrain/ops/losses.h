@@ -9,6 +9,8 @@
 namespace mixtrain::ops {
 
 // Mean over rows of -log p(label). logits_or_probs (B, C) any float dtype; labels (B,) int32 or int64 in [0, C).
+// Predictions of higher rank (B, T, C) take labels (B, T): every axis but the last indexes rows, so the loss
+// is the mean per position (per token of a sequence model), as Keras computes it. So does the accuracy.
 // from_logits: inputs are logits (log-softmax inside); else probabilities, clipped to [1e-7, 1 - 1e-7] as Keras does.
 // Returns a float32 scalar (shape ()).
 Tensor sparse_categorical_crossentropy(const Tensor& logits_or_probs, const Tensor& labels, bool from_logits);
