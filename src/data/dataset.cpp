@@ -25,20 +25,34 @@ Dataset subset(const Dataset& data, const std::vector<int64_t>& rows) {
 
 void validate_dataset(const Dataset& data) {
   const std::string& src = data.source;
-  MIXTRAIN_CHECK(data.x.defined() && data.x.rank() == 2 && data.x.dtype() == DType::kFloat32,
-                 "dataset '" << src << "': features must be (N, features) float32, got "
+  // Features (N, F) float32, or token windows (N, T) int32 whose labels are (N, T).
+  const bool tokens = data.x.defined() && data.x.dtype() == DType::kInt32;
+  MIXTRAIN_CHECK(data.x.defined() && data.x.rank() == 2 && (data.x.dtype() == DType::kFloat32 || tokens),
+                 "dataset '" << src << "': features must be (N, features) float32 or (N, T) int32 ids, got "
                              << (data.x.defined() ? data.x.describe() : std::string("nothing")));
-  MIXTRAIN_CHECK(data.y.defined() && data.y.rank() == 1 && data.y.dtype() == DType::kInt32,
-                 "dataset '" << src << "': labels must be (N,) int32, got "
+  MIXTRAIN_CHECK(data.y.defined() && data.y.rank() == (tokens ? 2 : 1) && data.y.dtype() == DType::kInt32,
+                 "dataset '" << src << "': labels must be " << (tokens ? "(N, T)" : "(N,)") << " int32, got "
                              << (data.y.defined() ? data.y.describe() : std::string("nothing")));
   MIXTRAIN_CHECK(data.y.dim(0) == data.x.dim(0),
                  "dataset '" << src << "': " << data.x.dim(0) << " samples but " << data.y.dim(0) << " labels");
+  MIXTRAIN_CHECK(!tokens || data.y.shape() == data.x.shape(),
+                 "dataset '" << src << "': token windows " << data.x.describe() << " and their targets "
+                             << data.y.describe() << " differ in shape");
   MIXTRAIN_CHECK(data.num_classes >= 1, "dataset '" << src << "': num_classes is " << data.num_classes);
   const int32_t* y = data.y.data<int32_t>();
-  for (int64_t i = 0; i < data.y.dim(0); ++i)
-    MIXTRAIN_CHECK(y[i] >= 0 && y[i] < data.num_classes, "dataset '" << src << "': sample " << i << " has label "
-                                                                     << y[i] << ", outside [0, " << data.num_classes
-                                                                     << ")");
+  const int64_t per_sample = tokens ? data.y.dim(1) : 1;
+  for (int64_t i = 0; i < data.y.numel(); ++i)
+    MIXTRAIN_CHECK(y[i] >= 0 && y[i] < data.num_classes,
+                   "dataset '" << src << "': sample " << i / per_sample << " has label " << y[i]
+                               << (tokens ? " at position " + std::to_string(i % per_sample) : std::string())
+                               << ", outside [0, " << data.num_classes << ")");
+  if (tokens) {
+    const int32_t* x = data.x.data<int32_t>();
+    for (int64_t i = 0; i < data.x.numel(); ++i)
+      MIXTRAIN_CHECK(x[i] >= 0 && x[i] < data.num_classes,
+                     "dataset '" << src << "': token " << i << " is " << x[i] << ", outside [0, " << data.num_classes
+                                 << ")");
+  }
 }
 
 std::pair<Dataset, Dataset> split_holdout(const Dataset& data, double fraction, uint64_t seed) {

@@ -11,8 +11,8 @@
 namespace mixtrain {
 
 struct Dataset {
-  Tensor x;  // (N, features) float32
-  Tensor y;  // (N,) int32 class ids in [0, num_classes)
+  Tensor x;  // (N, features) float32, or (N, T) int32 token ids in [0, num_classes) for a sequence model
+  Tensor y;  // (N,) int32 class ids in [0, num_classes); (N, T) for token windows (the next token per position)
   int64_t num_classes = 0;
   std::vector<int64_t> sample_shape;  // one sample before flattening: {28, 28} for images, {features} for CSV
   std::string source;                 // the file the samples came from, for messages and reports
@@ -27,7 +27,8 @@ struct DataSplits {
   bool test_from_files = false;  // false when the test set was held out from the training file
 };
 
-// Throws mixtrain::Error unless x is (N, F) float32, y is (N,) int32 and every label is in [0, num_classes).
+// Throws mixtrain::Error unless x is (N, F) float32 with y (N,) int32, or x and y are (N, T) int32 token windows,
+// and every label (and token) is in [0, num_classes).
 // Loaders call it so that later layers can rely on these shapes.
 void validate_dataset(const Dataset& data);
 
