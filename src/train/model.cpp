@@ -157,8 +157,10 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   }
   build_for(sample_shape_of(x));
 
+  MIXTRAIN_CHECK(options.steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0, got " << options.steps_per_epoch);
   const int64_t n = x.dim(0);
-  const int64_t steps = (n + options.batch_size - 1) / options.batch_size;
+  const bool sampled = options.steps_per_epoch > 0;
+  const int64_t steps = sampled ? options.steps_per_epoch : (n + options.batch_size - 1) / options.batch_size;
   for (Callback* cb : options.callbacks) cb->set_model(this);
   for (Callback* cb : options.callbacks) cb->on_train_begin(options.epochs, steps);
   stop_training = false;
@@ -173,8 +175,12 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       epoch_start = Clock::now();
       for (Callback* cb : options.callbacks) cb->on_epoch_begin(pos.epoch);
       pos.order.clear();
-      if (options.shuffle) pos.order = shuffle_rng_.permutation(n);
-      else
+      if (sampled) {
+        pos.order.resize(static_cast<size_t>(steps * options.batch_size));
+        for (int64_t& row : pos.order) row = static_cast<int64_t>(shuffle_rng_.below(static_cast<uint64_t>(n)));
+      } else if (options.shuffle) {
+        pos.order = shuffle_rng_.permutation(n);
+      } else
         for (int64_t i = 0; i < n; ++i) pos.order.push_back(i);
       pos.sums.clear();
       pos.seen = 0;
@@ -185,7 +191,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       pos.history_samples = history.samples;
       guard->snapshot(*this, pos);
     }
-    const int64_t begin = pos.step * options.batch_size, end = std::min(n, begin + options.batch_size);
+    const auto rows_in_order = static_cast<int64_t>(pos.order.size());
+    const int64_t begin = pos.step * options.batch_size, end = std::min(rows_in_order, begin + options.batch_size);
     const std::vector<int64_t> idx(pos.order.begin() + begin, pos.order.begin() + end);
     // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
     // copy anyway, and the float32 batch would never be needed.

@@ -71,6 +71,30 @@ TEST(Model, SameSeedGivesBitIdenticalWeightsOtherSeedDoesNot) {
   EXPECT_NE(a, c);
 }
 
+// steps_per_epoch: epochs of exactly that many full batches drawn at random with replacement (so an epoch
+// may be longer than the data set), reproducible from the seed, validating at the end of each.
+TEST(Model, StepsPerEpochDrawsThatManyRandomBatches) {
+  auto [x, y] = blobs(50, 5);
+  auto [vx, vy] = blobs(30, 6);
+  FitOptions o;
+  o.epochs = 3;
+  o.batch_size = 8;
+  o.steps_per_epoch = 10;  // 80 rows an epoch from 50
+  o.validation_data = std::make_pair(vx, vy);
+  auto run = [&](uint64_t seed) {
+    auto m = small_mlp(seed);
+    History h = m->fit(x, y, o);
+    EXPECT_EQ(h.steps, 30);
+    EXPECT_EQ(h.samples, 240);
+    EXPECT_EQ(h.history["val_loss"].size(), 3u);
+    return m->weights()[0].value().to_floats();
+  };
+  EXPECT_EQ(run(3), run(3));
+  EXPECT_NE(run(3), run(4));
+  o.steps_per_epoch = -1;
+  EXPECT_THROW(small_mlp(3)->fit(x, y, o), Error);
+}
+
 TEST(Model, EarlyStoppingStopsAndRestoresBestWeights) {
   auto [x, y] = blobs(300, 4);
   auto m = small_mlp(5);

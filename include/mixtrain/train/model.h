@@ -26,6 +26,10 @@ struct FitOptions {
   // Explicit validation data; takes precedence over validation_split.
   std::optional<std::pair<Tensor, Tensor>> validation_data;
   bool shuffle = true;
+  // When positive, an epoch is this many steps whose batches are drawn uniformly at random, with replacement,
+  // from the training rows (Keras' steps_per_epoch on a repeated, shuffled data set; how language models
+  // sample windows). Validation runs at the end of each such epoch, so it sets the evaluation interval.
+  int64_t steps_per_epoch = 0;
   std::vector<Callback*> callbacks;
   // When set, non-finite steps are handled by the recovery ladder (see train/recovery.h). Not owned.
   RecoveryGuard* recovery = nullptr;
