@@ -5,12 +5,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
+
+#include "mixtrain/core/file_checks.h"
 
 namespace mixtrain {
 
@@ -69,11 +70,7 @@ std::optional<double> parse_number(std::string_view s) {
 }
 
 std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    MIXTRAIN_FAIL(kIo, "CSV file '" << path << "' does not exist", "check the path");
-  if (std::filesystem::is_directory(path, ec))
-    MIXTRAIN_FAIL(kIo, "CSV path '" << path << "' is a directory, not a file", kCsvHint);
+  require_regular_file(path, "CSV file");
   std::ifstream in(path, std::ios::binary);
   if (!in) MIXTRAIN_FAIL(kIo, "cannot open CSV file '" << path << "': " << std::strerror(errno), "check permissions");
   std::ostringstream ss;

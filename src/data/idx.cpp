@@ -2,13 +2,16 @@
 
 #include <zlib.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <iomanip>
 #include <memory>
 #include <sstream>
 #include <vector>
+
+#include "mixtrain/core/file_checks.h"
 
 namespace mixtrain {
 
@@ -52,18 +55,21 @@ std::string expected_magic(int expected_rank) {
 }
 
 GzHandle open_idx(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status))
-    MIXTRAIN_FAIL(kIo, "IDX file '" << path << "' does not exist", "check the path");
-  if (std::filesystem::is_directory(status))
-    MIXTRAIN_FAIL(kIo, "IDX path '" << path << "' is a directory, not a file", kIdxHint);
+  require_regular_file(path, "IDX file");
   errno = 0;
   // gzopen reads gzip streams (recognised by their 1f 8b magic) and passes any other file through unchanged.
   GzHandle f(gzopen(path.c_str(), "rb"));
   if (!f) MIXTRAIN_FAIL(kIo, "cannot open IDX file '" << path << "': " << std::strerror(errno), "check permissions");
   gzbuffer(f.get(), 1 << 17);
   return f;
+}
+
+// Size of the file on disk, for bounding what its header may declare before anything is allocated.
+uint64_t file_size(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    MIXTRAIN_FAIL(kIo, "cannot examine IDX file '" << path << "': " << std::strerror(errno), "check the path");
+  return static_cast<uint64_t>(st.st_size);
 }
 
 // Reads up to `bytes` bytes; returns how many arrived. Corrupt compressed data is an error, a short read is not.
@@ -154,8 +160,31 @@ Tensor read_idx(const std::string& path, int expected_rank) {
                     "the header is corrupt; download the file again");
   }
 
-  Tensor t = Tensor::empty(Shape(dims), DType::kUInt8);  // (d0, d1, ...)
+  // What the header declares must fit in the file before the tensor is allocated: a plain file holds exactly the
+  // header and the data; a gzip stream cannot inflate to more than kIdxMaxGzipRatio times its compressed size.
   const size_t want = static_cast<size_t>(count);
+  const uint64_t header_bytes = 4 + static_cast<uint64_t>(dim_bytes.size());
+  const uint64_t on_disk = file_size(path);
+  if (gzdirect(f)) {
+    if (header_bytes + want > on_disk)
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "IDX file '" << path << "' is truncated: the header declares " << Shape(dims) << " = " << want
+                                 << " bytes of data, the file has " << (on_disk - header_bytes),
+                    "download the file again; it may be incomplete");
+    if (header_bytes + want < on_disk)
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "IDX file '" << path << "' has bytes after the " << want << " bytes of data its header "
+                                 << Shape(dims) << " declares",
+                    "the header does not match the data; download the file again");
+  } else if ((header_bytes + want - 1) / kIdxMaxGzipRatio >= on_disk) {  // > ratio * on_disk, without overflow
+    MIXTRAIN_FAIL(kInvalidInput,
+                  "gzip IDX file '" << path << "' declares " << Shape(dims) << " = " << want << " bytes of data, more "
+                                    << "than its " << on_disk << " compressed bytes can hold (gzip expands at most "
+                                    << kIdxMaxGzipRatio << " times)",
+                  "the header is corrupt or the file is truncated; download the file again");
+  }
+
+  Tensor t = Tensor::empty(Shape(dims), DType::kUInt8);  // (d0, d1, ...)
   const size_t got = want ? read_some(f, t.raw(), want, path) : 0;
   if (got < want)
     MIXTRAIN_FAIL(kInvalidInput,

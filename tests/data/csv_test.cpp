@@ -9,6 +9,7 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::FedFifo;
 using testing::TempDir;
 using testing::write_text;
 
@@ -105,6 +106,26 @@ TEST(Csv, MissingFileIsAnIoError) {
   const Error e = error_of([&] { load_csv(dir.file("absent.csv")); });
   EXPECT_EQ(e.kind(), ErrorKind::kIo);
   EXPECT_TRUE(contains(e.what(), "CSV file '" + dir.file("absent.csv") + "' does not exist")) << e.what();
+}
+
+// Only regular files are data: a FIFO would block the open (here it is fed valid rows, so a reader that opened it
+// would succeed), /dev/zero would be read without end (/dev/null stands for it here), a directory holds nothing.
+TEST(Csv, RefusesFifosDevicesAndDirectories) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.csv");
+  FedFifo feeder(fifo, "a,label\n1,0\n2,1\n");
+  Error e = error_of([&] { load_csv(fifo); });
+  EXPECT_EQ(e.kind(), ErrorKind::kIo);
+  EXPECT_TRUE(contains(e.what(), "CSV file '" + fifo + "' is a FIFO (named pipe), not a regular file")) << e.what();
+
+  const std::string device = dir.file("zero.csv");
+  std::filesystem::create_symlink("/dev/null", device);
+  e = error_of([&] { load_csv(device); });
+  EXPECT_EQ(e.kind(), ErrorKind::kIo);
+  EXPECT_TRUE(contains(e.what(), "CSV file '" + device + "' is a character device, not a regular file")) << e.what();
+
+  e = error_of([&] { load_csv(dir.path().string()); });
+  EXPECT_TRUE(contains(e.what(), "is a directory, not a regular file")) << e.what();
 }
 
 TEST(Csv, SplitsHoldOutATestPart) {

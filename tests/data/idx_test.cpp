@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "mixtrain/core/allocator.h"
 #include "test_files.h"
 
 namespace mixtrain {
@@ -12,6 +13,7 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::FedFifo;
 using testing::TempDir;
 using testing::write_bytes;
 using testing::write_idx;
@@ -160,8 +162,8 @@ TEST(Idx, RejectsRankZero) {
 TEST(Idx, RejectsHugeOrOverflowingDimensions) {
   TempDir dir;
   const std::string big = dir.file("big");
-  write_bytes(big, testing::idx_bytes({1u << 17, 1u << 17, 2}, {}), false);  // 2^35 elements
-  expect_bad_file(big, 3, "(131072, 131072, 2) whose product exceeds the limit of 17179869184 elements");
+  write_bytes(big, testing::idx_bytes({1u << 16, 1u << 16, 2}, {}), false);  // 2^33 elements
+  expect_bad_file(big, 3, "(65536, 65536, 2) whose product exceeds the limit of 4294967296 elements");
   const std::string overflow = dir.file("overflow");
   std::vector<uint32_t> dims(8, 0xFFFFFFFFu);  // product far beyond int64
   write_bytes(overflow, testing::idx_bytes(dims, {}), false);
@@ -172,6 +174,59 @@ TEST(Idx, RejectsDataBeyondTheDeclaredSize) {
   TempDir dir;
   const std::string path = dir.file("long");
   write_idx(path, {2}, {1, 2, 3}, false);
+  expect_bad_file(path, 1, "has bytes after the 2 bytes of data its header (2,) declares");
+}
+
+TEST(Idx, RejectsTheLimitBoundary) {
+  TempDir dir;
+  const std::string path = dir.file("over");
+  // 2^32 + 65536 elements: one row past the 4 GiB cap, refused from the header alone.
+  write_bytes(path, testing::idx_bytes({65537, 65536, 1}, {}), false);
+  expect_bad_file(path, 3, "whose product exceeds the limit of 4294967296 elements");
+}
+
+// Only regular files are data: a FIFO (which would block the open until someone writes) and a device behind a
+// data-like name are refused before they are opened, naming the path.
+TEST(Idx, RefusesFifosDevicesAndDirectories) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo-images-idx3-ubyte");
+  const std::vector<uint8_t> valid = testing::idx_bytes({1, 1, 1}, {7});
+  FedFifo feeder(fifo, std::string(valid.begin(), valid.end()));
+  expect_bad_file(fifo, 3, "is a FIFO (named pipe), not a regular file", ErrorKind::kIo);
+
+  const std::string device = dir.file("null-images-idx3-ubyte.gz");
+  std::filesystem::create_symlink("/dev/null", device);
+  expect_bad_file(device, 3, "is a character device, not a regular file", ErrorKind::kIo);
+
+  expect_bad_file(dir.path().string(), 3, "is a directory, not a regular file", ErrorKind::kIo);
+
+  // A symbolic link to a regular file is read as the file.
+  const std::string real = dir.file("real");
+  write_idx(real, {1}, {5}, false);
+  const std::string link = dir.file("link");
+  std::filesystem::create_symlink(real, link);
+  EXPECT_EQ(read_idx(link, 1).data<uint8_t>()[0], 5);
+}
+
+// A small gzip file whose header declares far more data than its compressed bytes could inflate to is refused
+// before the tensor is allocated (the allocator's peak stays flat).
+TEST(Idx, GzipHeaderBeyondWhatTheStreamCanHoldIsRefusedBeforeAllocating) {
+  TempDir dir;
+  const std::string path = dir.file("bomb-images-idx3-ubyte.gz");
+  write_idx(path, {1024, 1024, 512}, iota_bytes(100), true);  // declares 512 MiB, holds 100 bytes
+  reset_peak_memory();
+  const int64_t before = memory_stats().live_bytes;
+  expect_bad_file(path, 3, "declares (1024, 1024, 512) = 536870912 bytes of data, more than its");
+  expect_bad_file(path, 3, "compressed bytes can hold (gzip expands at most 1032 times)");
+  EXPECT_LT(memory_stats().peak_bytes - before, int64_t{1} << 20);
+}
+
+// Inflating stops one byte past what the header declares: 64 MiB of zeros behind a header that declares 2 bytes
+// are refused as soon as the third byte arrives.
+TEST(Idx, GzipDataBeyondTheDeclaredSizeIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("long.gz");
+  write_idx(path, {2}, std::vector<uint8_t>(size_t{64} << 20, 0), true);
   expect_bad_file(path, 1, "has bytes after the 2 bytes of data its header (2,) declares");
 }
 

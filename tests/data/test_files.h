@@ -1,16 +1,21 @@
 // Helpers for the data tests: a scratch directory, IDX and text file writers, and error capture.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mixtrain/core/error.h"
@@ -94,5 +99,43 @@ Error error_of(Fn&& fn) {
 inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
+
+// A FIFO at path fed by a thread that writes `content` to it as soon as a reader opens it, so a reader that
+// opens FIFOs gets this content and returns (instead of blocking) and a test can see it was not refused. The
+// writer polls with O_NONBLOCK, which fails with ENXIO while no reader is there; it stops at scope exit.
+class FedFifo {
+ public:
+  FedFifo(std::string path, std::string content) : path_(std::move(path)), content_(std::move(content)) {
+    if (::mkfifo(path_.c_str(), 0600) != 0) {
+      ADD_FAILURE() << "mkfifo " << path_ << ": " << std::strerror(errno);
+      return;
+    }
+    writer_ = std::thread([this] {
+      while (!stop_) {
+        const int fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          continue;
+        }
+        ::fcntl(fd, F_SETFL, 0);  // blocking writes from here on: the reader is there
+        [[maybe_unused]] const ssize_t n = ::write(fd, content_.data(), content_.size());
+        ::close(fd);
+        return;
+      }
+    });
+  }
+  ~FedFifo() {
+    stop_ = true;
+    if (writer_.joinable()) writer_.join();
+  }
+  FedFifo(const FedFifo&) = delete;
+  FedFifo& operator=(const FedFifo&) = delete;
+
+ private:
+  std::string path_;
+  std::string content_;
+  std::atomic<bool> stop_{false};
+  std::thread writer_;
+};
 
 }  // namespace mixtrain::testing
