@@ -8,6 +8,7 @@
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/json.h"
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/optim/adam.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model_registry.h"
@@ -23,6 +24,19 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.validation_split >= 0 && cfg.validation_split < 1,
                  "--validation-split must be in [0, 1), got " << cfg.validation_split);
   for (int64_t h : cfg.hidden) MIXTRAIN_CHECK(h > 0, "--hidden sizes must be positive, got " << h);
+  MIXTRAIN_CHECK(cfg.steps >= 0, "--steps must be a positive integer, got " << cfg.steps);
+  MIXTRAIN_CHECK(cfg.eval_interval >= 0, "--eval-every must be a positive integer, got " << cfg.eval_interval);
+  MIXTRAIN_CHECK(cfg.warmup_steps >= 0, "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
+  MIXTRAIN_CHECK(cfg.weight_decay >= 0, "--weight-decay must be >= 0, got " << cfg.weight_decay);
+  MIXTRAIN_CHECK(cfg.clipnorm >= 0, "--clipnorm must be >= 0 (0: no clipping), got " << cfg.clipnorm);
+  MIXTRAIN_CHECK(cfg.context_length > 0 && cfg.context_length <= 65536,
+                 "--context must be in [1, 65536], got " << cfg.context_length);
+  MIXTRAIN_CHECK(cfg.width > 0 && cfg.width <= 65536, "--width must be in [1, 65536], got " << cfg.width);
+  MIXTRAIN_CHECK(cfg.num_layers > 0 && cfg.num_layers <= 1024, "--layers must be in [1, 1024], got " << cfg.num_layers);
+  MIXTRAIN_CHECK(cfg.num_heads > 0 && cfg.width % cfg.num_heads == 0,
+                 "--heads must be positive and divide --width " << cfg.width << ", got " << cfg.num_heads);
+  MIXTRAIN_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "--dropout must be in [0, 1), got " << cfg.dropout);
+  MIXTRAIN_CHECK(cfg.attention_logit_multiplier > 0, "the attention logit multiplier must be positive");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
   if (cfg.loss_scale != "dynamic" && cfg.loss_scale != "none") {
     char* end = nullptr;
@@ -30,6 +44,17 @@ void validate_run_config(const RunConfig& cfg) {
     MIXTRAIN_CHECK(end && *end == '\0' && v > 0 && std::isfinite(v),
                    "--loss-scale must be dynamic, none or a positive number, got '" << cfg.loss_scale << "'");
   }
+}
+
+int RunConfig::fit_epochs() const {
+  if (steps <= 0) return epochs;
+  const int64_t per = steps_per_epoch();
+  return static_cast<int>((steps + per - 1) / per);
+}
+
+int64_t RunConfig::steps_per_epoch() const {
+  if (steps <= 0) return 0;
+  return eval_interval > 0 ? std::min(eval_interval, steps) : std::max<int64_t>(1, steps / 10);
 }
 
 std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
@@ -50,10 +75,24 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
   return model;
 }
 
+std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg) {
+  std::unique_ptr<Optimizer> opt;
+  if (cfg.optimizer == "adamw") {
+    // Biases and normalization parameters are not decayed (the common practice for transformers; decaying a
+    // LayerNorm gain towards 0 only fights the normalization).
+    opt = std::make_unique<AdamW>(cfg.learning_rate, cfg.weight_decay, AdamOptions{},
+                                  std::vector<std::string>{"bias", "gamma", "beta"});
+  } else {
+    opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
+  }
+  if (cfg.clipnorm > 0) opt->set_global_clipnorm(cfg.clipnorm);
+  return opt;
+}
+
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
   auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
                            data.train.sample_shape);
-  std::unique_ptr<Optimizer> opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
+  std::unique_ptr<Optimizer> opt = make_run_optimizer(cfg);
   const bool float16_compute = DTypePolicy::from_name(cfg.policy).compute_dtype() == DType::kFloat16;
   bool auto_scale = true;
   if (float16_compute && cfg.loss_scale == "none") auto_scale = false;
@@ -77,22 +116,27 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   ProgressBarLogger bar(progress ? *progress : std::cout, interactive);
   TerminateOnNaN nan_guard;
   FitOptions fo;
-  fo.epochs = cfg.epochs;
+  fo.epochs = cfg.fit_epochs();
+  fo.steps_per_epoch = cfg.steps_per_epoch();
   fo.batch_size = cfg.batch_size;
+  // Token windows (a language model): the data set's second part is the validation text, evaluated at the end
+  // of each epoch (each evaluation interval of a run by steps).
+  const bool sequences = data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;
   // The recovery ladder handles non-finite steps itself; without it a NaN loss ends training (Keras' TerminateOnNaN).
   if (!cfg.recover) fo.callbacks.push_back(&nan_guard);
   if (progress) fo.callbacks.push_back(&bar);
   // Split off the validation rows (the last ones, as Keras) before measuring, so the peak counts what
   // training holds (batches, activations, gradients, optimizer state), not copies of the data set.
-  ValidationSplit split = split_validation(data.train.x, data.train.y, cfg.validation_split);
+  ValidationSplit split = sequences ? ValidationSplit{data.train.x, data.train.y, data.test.x, data.test.y}
+                                    : split_validation(data.train.x, data.train.y, cfg.validation_split);
   if (split.val_x.defined()) fo.validation_data = std::make_pair(split.val_x, split.val_y);
 
   if (!cfg.resume_path.empty()) {
     const CheckpointInfo info = load_checkpoint(cfg.resume_path, *model);
-    fo.initial_epoch = std::min(info.epoch, cfg.epochs);
+    fo.initial_epoch = std::min(info.epoch, fo.epochs);
     r.initial_epoch = fo.initial_epoch;
     if (progress)
-      *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch << " of " << cfg.epochs << "\n";
+      *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch << " of " << fo.epochs << "\n";
   }
   std::unique_ptr<CheckpointCallback> saver;
   if (!cfg.save_path.empty()) {
@@ -109,10 +153,17 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   reset_peak_memory();
   r.history = model->fit(split.x, split.y, fo);
   r.peak_memory_bytes = memory_stats().peak_bytes - live_before;
-  r.test = model->evaluate(data.test.x, data.test.y);
+  // A language model's test split is its validation text, just evaluated at the end of the last interval.
+  const auto& val_loss = r.history.history["val_loss"];
+  const auto& val_acc = r.history.history["val_accuracy"];
+  if (sequences && !val_loss.empty() && !val_acc.empty() && r.history.epoch.back() == fo.epochs - 1)
+    r.test = {val_loss.back(), val_acc.back()};
+  else
+    r.test = model->evaluate(data.test.x, data.test.y);
   const double secs = r.history.train_seconds;
   r.steps_per_second = secs > 0 ? static_cast<double>(r.history.steps) / secs : 0;
   r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;
+  if (sequences) r.tokens_per_second = r.samples_per_second * static_cast<double>(data.train.x.dim(1));
   r.recovery = guard.events();
   for (auto& l : model->layers()) r.layer_compute_dtypes.emplace_back(l->name(), dtype_name(l->compute_dtype()));
   // Recovery may have switched loss scaling on during training.
@@ -144,7 +195,85 @@ std::string run_config_json(const RunConfig& cfg) {
   j["validation_split"] = cfg.validation_split;
   j["loss_scale"] = cfg.loss_scale;
   j["recover"] = cfg.recover;
+  j["steps"] = cfg.steps;
+  j["eval_interval"] = cfg.eval_interval;
+  j["lr_schedule"] = cfg.lr_schedule;
+  j["warmup_steps"] = cfg.warmup_steps;
+  j["weight_decay"] = cfg.weight_decay;
+  j["clipnorm"] = cfg.clipnorm;
+  j["context_length"] = cfg.context_length;
+  j["width"] = cfg.width;
+  j["num_layers"] = cfg.num_layers;
+  j["num_heads"] = cfg.num_heads;
+  j["dropout"] = cfg.dropout;
+  j["attention_logit_multiplier"] = cfg.attention_logit_multiplier;
+  if (!cfg.vocabulary.empty()) {
+    Json vocab = Json::array();
+    for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
+    j["vocabulary"] = vocab;
+  }
   return j.dump();
+}
+
+RunConfig run_config_from_json(const std::string& text, const std::string& source) {
+  const Json j = Json::parse(text, source);
+  MIXTRAIN_CHECK(j.is_object(), source << ": the run configuration must be a JSON object");
+  RunConfig cfg;
+  auto field = [&](const char* key) -> const Json* {
+    const Json* v = j.find(key);
+    return v && !v->is_null() ? v : nullptr;
+  };
+  auto str = [&](const char* key, std::string& out) {
+    if (const Json* v = field(key)) {
+      MIXTRAIN_CHECK(v->is_string(), source << ": '" << key << "' must be a string");
+      out = v->as_string();
+    }
+  };
+  auto num = [&](const char* key, auto& out) {
+    if (const Json* v = field(key)) {
+      MIXTRAIN_CHECK(v->is_number(), source << ": '" << key << "' must be a number");
+      using T = std::remove_reference_t<decltype(out)>;
+      if constexpr (std::is_integral_v<T>) out = static_cast<T>(v->as_int64());
+      else out = static_cast<T>(v->as_number());
+    }
+  };
+  str("model", cfg.model);
+  if (const Json* h = field("hidden")) {
+    MIXTRAIN_CHECK(h->is_array(), source << ": 'hidden' must be an array");
+    cfg.hidden.clear();
+    for (const Json& v : h->as_array()) cfg.hidden.push_back(v.as_int64());
+  }
+  str("policy", cfg.policy);
+  num("epochs", cfg.epochs);
+  num("batch_size", cfg.batch_size);
+  num("learning_rate", cfg.learning_rate);
+  str("optimizer", cfg.optimizer);
+  num("seed", cfg.seed);
+  num("validation_split", cfg.validation_split);
+  str("loss_scale", cfg.loss_scale);
+  if (const Json* v = field("recover")) cfg.recover = v->as_bool();
+  num("steps", cfg.steps);
+  num("eval_interval", cfg.eval_interval);
+  str("lr_schedule", cfg.lr_schedule);
+  num("warmup_steps", cfg.warmup_steps);
+  num("weight_decay", cfg.weight_decay);
+  num("clipnorm", cfg.clipnorm);
+  num("context_length", cfg.context_length);
+  num("width", cfg.width);
+  num("num_layers", cfg.num_layers);
+  num("num_heads", cfg.num_heads);
+  num("dropout", cfg.dropout);
+  num("attention_logit_multiplier", cfg.attention_logit_multiplier);
+  if (const Json* v = field("vocabulary")) {
+    MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
+    for (const Json& c : v->as_array()) {
+      const int64_t cp = c.as_int64();
+      MIXTRAIN_CHECK(cp >= 0 && cp <= 0x10FFFF, source << ": vocabulary entry " << cp << " is not a code point");
+      cfg.vocabulary.push_back(static_cast<uint32_t>(cp));
+    }
+  }
+  validate_run_config(cfg);
+  return cfg;
 }
 
 }  // namespace mixtrain

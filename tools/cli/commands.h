@@ -21,6 +21,8 @@ int doctor_command(const std::vector<std::string>& args);
 int compare_command(const std::vector<std::string>& args);
 int inspect_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+// Samples text from a transformer checkpoint.
+int generate_command(const std::vector<std::string>& args);
 
 // The flags every training command shares (model, data, epochs, policy, ...), and the RunConfig they give,
 // validated (names, ranges) before any data is read.
@@ -31,8 +33,11 @@ void resolve_batch_size(RunConfig& cfg, const Args& args, const DataSplits& data
 Json recovery_to_json(const std::vector<RecoveryEvent>& events);
 void print_run_summary(const RunResult& r);
 
-// --data fashion-mnist | PATH (IDX images or CSV), normalised with statistics of the training split.
-DataSplits load_data(const std::string& spec, const std::string& normalize, uint64_t seed);
+// --data fashion-mnist | PATH (IDX images or CSV), normalised with statistics of the training split; or text
+// for the transformer: moby-dick | text:PATH, windows of cfg.context_length characters (cfg.vocabulary is set).
+DataSplits load_data(const std::string& spec, const std::string& normalize, RunConfig& cfg);
+// One line saying what was loaded.
+void print_data_line(const std::string& spec, const DataSplits& data);
 // The `train --json` object for one run.
 Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunResult& r);
 // Writes text to path through a temporary file and a rename, so a failure never leaves a partial file.

@@ -53,9 +53,9 @@ int compare_command(const std::vector<std::string>& argv) {
   if (ec || !std::filesystem::is_directory(out_dir))
     MIXTRAIN_FAIL(kIo, "cannot create the output directory '" << out_dir << "'", "pass a writable --out DIR");
 
-  DataSplits data = load_data(data_spec, a.str("normalize", ""), base.seed);
-  std::cout << "data: " << data_spec << " — " << data.train.size() << " training and " << data.test.size()
-            << " test samples; policies: ";
+  DataSplits data = load_data(data_spec, a.str("normalize", ""), base);
+  print_data_line(data_spec, data);
+  std::cout << "policies: ";
   for (const auto& p : policies) std::cout << p << " ";
   std::cout << "\n";
 

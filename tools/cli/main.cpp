@@ -16,15 +16,20 @@ const char* kUsage =
     "           measured with mixtrain's own GEMM\n"
     "           --seconds S (measurement time, default 1) --json FILE\n"
     "  train    train a model on a data set and report its results\n"
-    "           --model mlp|cnn|resnet --data fashion-mnist|PATH --epochs N --batch-size B|auto\n"
-    "           --memory-budget SIZE --lr X --optimizer adam|adamw|sgd --seed S --hidden 256,128\n"
+    "           --model mlp|cnn|resnet|transformer --data fashion-mnist|PATH|moby-dick|text:PATH\n"
+    "           --epochs N | --steps N [--eval-every N] --batch-size B|auto --memory-budget SIZE\n"
+    "           --lr X --lr-schedule constant|cosine --warmup-steps N --optimizer adam|adamw|sgd|rmsprop\n"
+    "           --weight-decay X --clipnorm X --seed S --hidden 256,128\n"
     "           --policy float32|float16|bfloat16|mixed_float16|mixed_bfloat16\n"
     "           --loss-scale dynamic|none|VALUE --normalize standard|minmax|none\n"
     "           --validation-split F --json FILE --save CKPT --resume CKPT --recover\n"
+    "           transformer: --context T --width D --layers L --heads H --dropout X\n"
     "  compare  train under several policies on identical data and weights and judge each against\n"
     "           float32: the train flags plus --policies float32,mixed_float16,mixed_bfloat16 --out DIR\n"
     "  inspect  per-layer ranges of inputs, activations and gradients against each layer's 16-bit\n"
     "           dtype: the train flags plus --steps N --json FILE\n"
+    "  generate sample text from a transformer checkpoint: --checkpoint FILE --prompt TEXT --tokens N\n"
+    "           --temperature X (0: greedy) --top-k K --seed S\n"
     "  bench    gemm [--sizes 512,1024,2048] [--json FILE]: GFLOP/s per dtype\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
     "           [--json FILE]: milliseconds per training step\n";
@@ -43,8 +48,9 @@ int main(int argc, char** argv) {
     if (command == "compare") return mixtrain::cli::compare_command(args);
     if (command == "inspect") return mixtrain::cli::inspect_command(args);
     if (command == "bench") return mixtrain::cli::bench_command(args);
+    if (command == "generate") return mixtrain::cli::generate_command(args);
     std::cerr << "mixtrain: error: unknown command '" << command
-              << "' (valid commands: train, compare, inspect, doctor, bench; see mixtrain --help)\n";
+              << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
     return 2;
   } catch (const mixtrain::Error& e) {
     std::cerr << "mixtrain " << command << ": error: " << e.message();

@@ -11,6 +11,7 @@
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
+#include "mixtrain/data/text.h"
 #include "mixtrain/report/progress_bar.h"
 #include "mixtrain/train/batch_size.h"
 
@@ -25,7 +26,25 @@ constexpr double kHoldoutFraction = 1.0 / 7;  // as Fashion-MNIST's 60,000 / 10,
 Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 }  // namespace
 
-DataSplits load_data(const std::string& spec, const std::string& normalize, uint64_t seed) {
+bool is_text_data(const std::string& spec) { return spec == "moby-dick" || spec.rfind("text:", 0) == 0; }
+
+DataSplits load_data(const std::string& spec, const std::string& normalize, RunConfig& cfg) {
+  const bool text = is_text_data(spec);
+  MIXTRAIN_CHECK(text == (cfg.model == "transformer"),
+                 (text ? "--data " + spec + " is text: train it with --model transformer"
+                       : "--model transformer is a character language model: give it text with --data moby-dick or "
+                         "--data text:PATH"));
+  if (text) {
+    MIXTRAIN_CHECK(normalize.empty(), "--normalize applies to features, not to text (--data " << spec << ")");
+    const std::string path = spec == "moby-dick" ? moby_dick_path() : spec.substr(5);
+    MIXTRAIN_CHECK(!path.empty(), "--data text:PATH needs a path after 'text:'");
+    TextDatasetOptions o;
+    o.context_length = cfg.context_length;
+    TextDataset t = load_text_dataset(path, o);
+    cfg.vocabulary.assign(t.vocabulary.code_points().begin(), t.vocabulary.code_points().end());
+    return std::move(t.splits);
+  }
+  const uint64_t seed = cfg.seed;
   const bool is_csv = ends_with(spec, ".csv") || ends_with(spec, ".csv.gz");
   DataSplits d;
   if (spec == "fashion-mnist")
@@ -49,6 +68,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   j["policy"] = cfg.policy;
   j["seed"] = static_cast<double>(cfg.seed);
   j["batch_size"] = cfg.batch_size;
+  if (cfg.steps > 0) j["steps"] = cfg.steps;
   Json epochs = Json::array();
   const auto& h = r.history.history;
   auto at = [&](const char* key, size_t i) {
@@ -58,6 +78,8 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   for (size_t i = 0; i < r.history.epoch.size(); ++i) {
     Json e = Json::object();
     e["epoch"] = r.history.epoch[i] + 1;
+    // A run by steps evaluates every steps_per_epoch() steps: the step count at this evaluation.
+    if (cfg.steps > 0) e["step"] = std::min<int64_t>((r.history.epoch[i] + 1) * cfg.steps_per_epoch(), cfg.fit_epochs() * cfg.steps_per_epoch());
     e["loss"] = at("loss", i);
     e["accuracy"] = at("accuracy", i);
     e["val_loss"] = at("val_loss", i);
@@ -73,6 +95,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   j["test"] = Json::object({{"loss", number_or_null(r.test.loss)}, {"accuracy", number_or_null(r.test.accuracy)}});
   j["steps_per_second"] = r.steps_per_second;
   j["samples_per_second"] = r.samples_per_second;
+  if (r.tokens_per_second > 0) j["tokens_per_second"] = r.tokens_per_second;
   j["peak_memory_bytes"] = static_cast<double>(r.peak_memory_bytes);
   j["recovery"] = recovery_to_json(r.recovery);
   Json layers = Json::object();
@@ -107,9 +130,11 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 const std::set<std::string>& run_flags() {
-  static const std::set<std::string> flags = {"model",  "data",      "epochs",    "batch-size",       "lr",
-                                              "optimizer", "seed",   "policy",    "normalize",        "hidden",
-                                              "validation-split", "loss-scale", "memory-budget"};
+  static const std::set<std::string> flags = {
+      "model",         "data",       "epochs",        "batch-size", "lr",         "optimizer",   "seed",
+      "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
+      "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
+      "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier"};
   return flags;
 }
 
@@ -127,6 +152,43 @@ void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
               cfg.policy.c_str(), static_cast<long long>(s.batch_size), static_cast<double>(s.peak_bytes) / (1 << 20),
               static_cast<double>(budget) / (1 << 20), s.trials.size());
 }
+
+namespace {
+// The flags of runs by steps and of the transformer, with the transformer's own defaults where the user gives
+// none: AdamW, a cosine schedule with warm-up, clipping at norm 1 and batches of 32 windows, trained for
+// kTransformerSteps steps (the usual recipe for small character models; Adam at a constant rate and no
+// clipping trains them less well).
+constexpr int64_t kTransformerSteps = 1500;
+void apply_sequence_flags(RunConfig& cfg, const Args& a) {
+  const bool transformer = cfg.model == "transformer";
+  if (transformer) {
+    if (!a.has("optimizer")) cfg.optimizer = "adamw";
+    if (!a.has("batch-size")) cfg.batch_size = 32;
+    if (!a.has("lr")) cfg.learning_rate = 2e-3f;
+    cfg.lr_schedule = "cosine";
+    cfg.clipnorm = 1.0f;
+    cfg.weight_decay = 0.01f;
+    if (!a.has("epochs")) cfg.steps = kTransformerSteps;
+  }
+  cfg.steps = a.integer("steps", cfg.steps);
+  MIXTRAIN_CHECK(!(a.has("steps") && a.has("epochs")), "give --steps or --epochs, not both");
+  cfg.eval_interval = a.integer("eval-every", cfg.eval_interval);
+  cfg.lr_schedule = a.str("lr-schedule", cfg.lr_schedule);
+  cfg.warmup_steps = a.integer("warmup-steps", cfg.steps > 0 ? std::min<int64_t>(100, cfg.steps / 10) : 0);
+  cfg.weight_decay = static_cast<float>(a.number("weight-decay", cfg.weight_decay));
+  cfg.clipnorm = static_cast<float>(a.number("clipnorm", cfg.clipnorm));
+  cfg.context_length = a.integer("context", cfg.context_length);
+  cfg.width = a.integer("width", cfg.width);
+  cfg.num_layers = a.integer("layers", cfg.num_layers);
+  cfg.num_heads = a.integer("heads", cfg.num_heads);
+  cfg.dropout = static_cast<float>(a.number("dropout", cfg.dropout));
+  cfg.attention_logit_multiplier =
+      static_cast<float>(a.number("attention-logit-multiplier", cfg.attention_logit_multiplier));
+  if (!transformer)
+    for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier"})
+      MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
+}
+}  // namespace
 
 RunConfig run_config_from(const Args& a) {
   RunConfig cfg;
@@ -148,6 +210,7 @@ RunConfig run_config_from(const Args& a) {
   cfg.validation_split = a.number("validation-split", cfg.validation_split);
   cfg.loss_scale = a.str("loss-scale", cfg.loss_scale);
   cfg.recover = a.has("recover");
+  apply_sequence_flags(cfg, a);
   validate_run_config(cfg);  // before the (slow) data load, so a typo fails at once
   if (a.has("normalize")) parse_normalization(a.str("normalize", ""));
   return cfg;
@@ -164,10 +227,28 @@ Json recovery_to_json(const std::vector<RecoveryEvent>& events) {
   return arr;
 }
 
+void print_data_line(const std::string& spec, const DataSplits& data) {
+  if (data.train.x.dtype() == DType::kInt32) {
+    std::cout << "data: " << spec << " (" << data.train.source << ") — " << data.train.size() << " training and "
+              << data.test.size() << " validation windows of " << data.train.x.dim(1) << " characters, vocabulary of "
+              << data.train.num_classes << " characters\n";
+    return;
+  }
+  std::cout << "data: " << spec << " — " << data.train.size() << " training and " << data.test.size()
+            << (data.test_from_files ? " test" : " held-out test") << " samples, " << data.train.num_features()
+            << " features, " << data.train.num_classes << " classes\n";
+}
+
 void print_run_summary(const RunResult& r) {
-  std::printf("test: loss %.4f - accuracy %.4f\n", r.test.loss, r.test.accuracy);
-  std::printf("speed: %.1f steps/s, %.0f samples/s; peak memory %.1f MiB (%s compute)\n", r.steps_per_second,
-              r.samples_per_second, static_cast<double>(r.peak_memory_bytes) / (1 << 20), r.compute_dtype.c_str());
+  if (r.tokens_per_second > 0) {
+    std::printf("validation: loss %.4f nats per character - accuracy %.4f\n", r.test.loss, r.test.accuracy);
+    std::printf("speed: %.1f steps/s, %.0f tokens/s; peak memory %.1f MiB (%s compute)\n", r.steps_per_second,
+                r.tokens_per_second, static_cast<double>(r.peak_memory_bytes) / (1 << 20), r.compute_dtype.c_str());
+  } else {
+    std::printf("test: loss %.4f - accuracy %.4f\n", r.test.loss, r.test.accuracy);
+    std::printf("speed: %.1f steps/s, %.0f samples/s; peak memory %.1f MiB (%s compute)\n", r.steps_per_second,
+                r.samples_per_second, static_cast<double>(r.peak_memory_bytes) / (1 << 20), r.compute_dtype.c_str());
+  }
   if (r.loss_scaled)
     std::printf("loss scale: initial %g, final %g, min seen %g, skipped steps %lld\n", r.initial_scale, r.final_scale,
                 r.min_scale_seen, static_cast<long long>(r.skipped_steps));
@@ -188,10 +269,8 @@ int train_command(const std::vector<std::string>& argv) {
   const std::string data_spec = a.str("data", "fashion-mnist");
   const std::string json_path = a.str("json", "");
 
-  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg.seed);
-  std::cout << "data: " << data_spec << " — " << data.train.size() << " training and " << data.test.size()
-            << (data.test_from_files ? " test" : " held-out test") << " samples, " << data.train.num_features()
-            << " features, " << data.train.num_classes << " classes\n";
+  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg);
+  print_data_line(data_spec, data);
   resolve_batch_size(cfg, a, data);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
   print_run_summary(r);

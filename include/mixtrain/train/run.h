@@ -31,6 +31,33 @@ struct RunConfig {
   std::string resume_path;               // checkpoint to resume from (empty: start fresh)
   // With recover: a float32 run's per-step loss on the same data order, for the recovery drift check.
   std::vector<double> reference_step_loss;
+
+  // ---- Training by steps (language models) ----
+  // > 0: train this many steps on batches drawn at random from the training windows, instead of epochs,
+  // evaluating the validation loss every eval_interval steps (0: steps / 10, at least 1).
+  int64_t steps = 0;
+  int64_t eval_interval = 0;
+  // Learning-rate schedule over the whole run: "constant", or "cosine" (linear warm-up over warmup_steps,
+  // then cosine decay; see optim/schedules.h).
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  float weight_decay = 0.004f;  // AdamW only; the Keras default
+  float clipnorm = 0;           // > 0: clip gradients to this global norm after unscaling
+  // ---- The transformer (--model transformer) ----
+  int64_t context_length = 128;  // characters per window
+  int64_t width = 128;           // model width (embedding size)
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  float dropout = 0.0f;
+  // Multiplies the attention logits: > 1 makes float16 logits overflow on purpose (to exercise recovery).
+  float attention_logit_multiplier = 1.0f;
+  // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
+  std::vector<uint32_t> vocabulary;
+
+  // Number of epochs fit() runs: epochs, or for a run by steps the number of evaluation intervals.
+  int fit_epochs() const;
+  // Steps per fit() epoch in a run by steps (0 otherwise).
+  int64_t steps_per_epoch() const;
 };
 
 struct RunResult {
@@ -38,6 +65,7 @@ struct RunResult {
   EvaluateResult test;
   double steps_per_second = 0;
   double samples_per_second = 0;
+  double tokens_per_second = 0;   // sequence models: samples/s times the sequence length (0 otherwise)
   int64_t peak_memory_bytes = 0;  // allocator peak during fit(), above what was live before it
   std::string compute_dtype;
   // Loss-scale summary (float16 compute with dynamic or fixed scaling).
@@ -55,9 +83,15 @@ void validate_run_config(const RunConfig& cfg);
 // sample_shape when known, e.g. {28, 28}) and num_classes outputs.
 std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
                                    const std::vector<int64_t>& sample_shape = {});
+// The optimizer a run uses: cfg.optimizer at cfg.learning_rate, with cfg's weight decay (AdamW, biases and
+// normalization parameters excluded), gradient clipping and learning-rate schedule.
+std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg);
 // Builds, compiles, fits and evaluates. progress: where the progress bar goes (nullptr: silent).
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive);
-// cfg as a JSON string (stored in checkpoints).
+// cfg as a JSON string (stored in checkpoints), and back: run_config_from_json(run_config_json(c)) gives c's
+// fields (except paths and reference losses). Error naming `source` on malformed JSON or a field of the wrong type;
+// fields missing from older checkpoints keep their defaults.
 std::string run_config_json(const RunConfig& cfg);
+RunConfig run_config_from_json(const std::string& json, const std::string& source);
 
 }  // namespace mixtrain

@@ -1,0 +1,85 @@
+// mixtrain generate: samples text from a character language model saved by `train --model transformer --save`.
+// The checkpoint carries the run configuration (model shape, policy) and the vocabulary, so nothing else is needed.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <numeric>
+
+#include "commands.h"
+#include "mixtrain/core/random.h"
+#include "mixtrain/data/text.h"
+#include "mixtrain/io/safetensors.h"
+#include "mixtrain/train/checkpoint.h"
+
+namespace mixtrain::cli {
+
+namespace {
+
+// Index drawn from softmax(logits / temperature) restricted to the top_k largest logits (0: all), in double.
+int32_t sample_next(const float* logits, int64_t vocab, double temperature, int64_t top_k, Rng& rng) {
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = top_k > 0 ? std::min(top_k, vocab) : vocab;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (temperature == 0) return order[0];  // greedy
+  std::vector<double> p(static_cast<size_t>(k));
+  const double top = logits[order[0]];
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += p[i] = std::exp((logits[order[i]] - top) / temperature);
+  double u = static_cast<double>(rng.uniform()) * sum;
+  for (int64_t i = 0; i < k; ++i) {
+    u -= p[i];
+    if (u < 0) return order[i];
+  }
+  return order[k - 1];
+}
+
+}  // namespace
+
+int generate_command(const std::vector<std::string>& argv) {
+  Args a(argv, {"checkpoint", "prompt", "tokens", "temperature", "top-k", "seed"});
+  const std::string path = a.str("checkpoint", "");
+  MIXTRAIN_CHECK(!path.empty(), "generate needs --checkpoint FILE (saved by train --model transformer --save FILE)");
+  const int64_t tokens = a.integer("tokens", 200);
+  MIXTRAIN_CHECK(tokens > 0 && tokens <= 1000000, "--tokens must be in [1, 1000000], got " << tokens);
+  const double temperature = a.number("temperature", 0.8);
+  MIXTRAIN_CHECK(temperature >= 0 && std::isfinite(temperature),
+                 "--temperature must be >= 0 (0: always the most likely character), got " << temperature);
+  const int64_t top_k = a.integer("top-k", 0);
+  MIXTRAIN_CHECK(top_k >= 0, "--top-k must be >= 0 (0: every character), got " << top_k);
+  const int64_t seed = a.integer("seed", 1);
+  MIXTRAIN_CHECK(seed >= 0, "--seed must be a non-negative integer, got " << seed);
+
+  const SafetensorsFile file = load_safetensors(path);
+  auto cfg_it = file.metadata.find("config");
+  MIXTRAIN_CHECK(cfg_it != file.metadata.end(), "'" << path << "' has no run configuration (not saved by train --save)");
+  const RunConfig cfg = run_config_from_json(cfg_it->second, "'" + path + "' (config)");
+  MIXTRAIN_CHECK(cfg.model == "transformer" && !cfg.vocabulary.empty(),
+                 "'" << path << "' holds a " << cfg.model << " model; generate needs a transformer language model");
+  const Vocabulary vocab =
+      Vocabulary::from_code_points(std::vector<char32_t>(cfg.vocabulary.begin(), cfg.vocabulary.end()));
+  const std::string prompt = a.str("prompt", "\n");
+  MIXTRAIN_CHECK(!prompt.empty(), "--prompt must not be empty");
+  std::vector<int32_t> ids = vocab.encode(utf8_to_code_points(prompt, "--prompt"), "--prompt");
+
+  const int64_t T = cfg.context_length;
+  auto model = build_model(cfg, T, vocab.size(), {T});
+  load_checkpoint(path, *model);
+  Rng rng(static_cast<uint64_t>(seed));
+  std::cout << prompt << std::flush;
+  for (int64_t n = 0; n < tokens; ++n) {
+    // The model sees at most its context length: the last T characters.
+    const auto len = static_cast<int64_t>(std::min<size_t>(ids.size(), static_cast<size_t>(T)));
+    Tensor x = Tensor::from_ints({1, len}, std::vector<int32_t>(ids.end() - len, ids.end()));
+    const Tensor logits = model->predict(x, 1);  // (1, len, V) float32
+    const int32_t next = sample_next(logits.data<float>() + (len - 1) * vocab.size(), vocab.size(), temperature,
+                                     top_k, rng);
+    ids.push_back(next);
+    std::cout << vocab.decode({next}) << std::flush;
+  }
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace mixtrain::cli
