@@ -1,0 +1,31 @@
+// Embedding lookup, forward and backward side by side, as Keras' Embedding computes it: each integer id
+// selects one row of a (input_dim, output_dim) table. The forward copies rows (converted once into the
+// output dtype, so a float32 table read in float16 gives the same bits as casting the table first); the
+// backward scatter-adds the output gradient into a float32 table gradient, repeated ids accumulating.
+#pragma once
+
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
+
+namespace mixtrain::ops {
+
+// ids (...) int32 or int64 of any shape, table (input_dim, output_dim) floating -> (..., output_dim) in
+// out_dtype. Every id must lie in [0, input_dim): otherwise an Error naming the id, its position and
+// input_dim (checked on the host, where the ids are readable).
+Tensor embedding(const Tensor& ids, const Tensor& table, DType out_dtype);
+
+// Gradient of embedding for the table: (input_dim, output_dim) float32, zero except the rows of ids,
+// row r being the float32 sum of dy's rows whose id is r (in position order, so the bits do not depend on
+// the thread count). dy is (..., output_dim) in any floating dtype.
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t input_dim);
+
+namespace kernel {
+// ids arrive contiguous and in range; y (ids.numel(), output_dim) is preallocated.
+using EmbeddingFn = void(const Tensor& ids, const Tensor& table, Tensor& y);
+// dtable (input_dim, output_dim) float32 is preallocated and overwritten.
+using EmbeddingBackwardFn = void(const Tensor& dy, const Tensor& ids, Tensor& dtable);
+KernelTable<EmbeddingFn>& embedding_table();
+KernelTable<EmbeddingBackwardFn>& embedding_backward_table();
+}  // namespace kernel
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,108 @@
+// Attention entries: validation of the packed layout, output allocation, dispatch (kernels in
+// cpu/attention.cpp).
+#include "mixtrain/ops/attention.h"
+
+#include <cmath>
+
+namespace mixtrain::ops {
+
+namespace cpu {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options, Tensor& out,
+               Tensor& probs, Tensor& logits);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<AttentionFn>& attention_table() {
+  static KernelTable<AttentionFn> t("scaled_dot_product_attention", &cpu::attention);
+  return t;
+}
+KernelTable<AttentionBackwardFn>& attention_backward_table() {
+  static KernelTable<AttentionBackwardFn> t("scaled_dot_product_attention_backward", &cpu::attention_backward);
+  return t;
+}
+}  // namespace kernel
+
+bool attention_dropout_keep(uint64_t seed, uint64_t index, float rate) {
+  // splitmix64's finalizer over (seed, index): consecutive indices give independent-looking bits.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * 0x1p-24f >= rate;
+}
+
+namespace {
+std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+struct Dims {
+  int64_t b, t, s, h, dk, dv;
+};
+
+// Checks the packed layout and returns its dimensions.
+Dims check_layout(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o, const char* op) {
+  for (const Tensor* x : {&q, &k, &v})
+    MIXTRAIN_CHECK(x->defined() && is_float(x->dtype()) && x->rank() == 3,
+                   op << ": q, k and v must be floating (batch, length, heads * head_dim) tensors, got "
+                      << text(*x));
+  MIXTRAIN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+                 op << ": q " << q.describe() << ", k " << k.describe() << " and v " << v.describe()
+                    << " must share the compute dtype");
+  MIXTRAIN_CHECK(o.num_heads > 0, op << ": num_heads must be positive, got " << o.num_heads);
+  const int64_t h = o.num_heads;
+  MIXTRAIN_CHECK(q.dim(2) % h == 0 && k.dim(2) % h == 0 && v.dim(2) % h == 0 && q.dim(2) > 0 && v.dim(2) > 0,
+                 op << ": the last axes of q " << q.describe() << ", k " << k.describe() << " and v " << v.describe()
+                    << " must be positive multiples of num_heads " << h);
+  MIXTRAIN_CHECK(q.dim(2) == k.dim(2), op << ": q " << q.describe() << " and k " << k.describe()
+                                          << " must have the same heads * key_dim");
+  MIXTRAIN_CHECK(q.dim(0) == k.dim(0) && q.dim(0) == v.dim(0) && k.dim(1) == v.dim(1),
+                 op << ": batch and key lengths differ: q " << q.describe() << ", k " << k.describe() << ", v "
+                    << v.describe());
+  MIXTRAIN_CHECK(!o.causal || q.dim(1) == k.dim(1),
+                 op << ": causal attention needs as many queries as keys, got q " << q.describe() << " and k "
+                    << k.describe());
+  MIXTRAIN_CHECK(k.dim(1) > 0, op << ": no keys to attend to in " << k.describe());
+  MIXTRAIN_CHECK(o.dropout_rate >= 0.0f && o.dropout_rate < 1.0f,
+                 op << ": dropout rate must be in [0, 1), got " << o.dropout_rate);
+  MIXTRAIN_CHECK(std::isfinite(o.scale), op << ": scale must be finite, got " << o.scale);
+  return Dims{q.dim(0), q.dim(1), k.dim(1), h, q.dim(2) / h, v.dim(2) / h};
+}
+}  // namespace
+
+AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionOptions& options, bool keep_probs, bool return_logits) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  const Dims d = check_layout(q, k, v, options, op);
+  const Device device = common_device(op, {&q, &k, &v});
+  AttentionOutput r;
+  r.out = Tensor::empty({d.b, d.t, d.h * d.dv}, q.dtype(), device);
+  if (keep_probs) r.probs = Tensor::empty({d.b, d.h, d.t, d.s}, q.dtype(), device);
+  if (return_logits) {
+    const int64_t per_pair = options.causal ? d.t * (d.t + 1) / 2 : d.t * d.s;
+    r.logits = Tensor::empty({d.b * d.h * per_pair}, DType::kFloat32, device);
+  }
+  kernel::attention_table()(device)(q.contiguous(), k.contiguous(), v.contiguous(), options, r.out, r.probs, r.logits);
+  return r;
+}
+
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                     const Tensor& v, const Tensor& probs,
+                                                     const AttentionOptions& options) {
+  constexpr const char* op = "scaled_dot_product_attention_backward";
+  const Dims d = check_layout(q, k, v, options, op);
+  const Shape out_shape{d.b, d.t, d.h * d.dv};
+  MIXTRAIN_CHECK(dout.defined() && is_float(dout.dtype()) && dout.shape() == out_shape,
+                 op << ": gradient " << text(dout) << " does not match the output shape " << out_shape);
+  MIXTRAIN_CHECK(probs.defined() && probs.dtype() == q.dtype() && probs.shape() == Shape({d.b, d.h, d.t, d.s}),
+                 op << ": probabilities " << text(probs) << " must be " << dtype_name(q.dtype()) << " "
+                    << Shape({d.b, d.h, d.t, d.s}) << " (the forward's, kept with keep_probs)");
+  const Device device = common_device(op, {&dout, &q, &k, &v, &probs});
+  AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), device), Tensor::empty(k.shape(), k.dtype(), device),
+                   Tensor::empty(v.shape(), v.dtype(), device)};
+  kernel::attention_backward_table()(device)(dout.to(q.dtype()).contiguous(), q.contiguous(), k.contiguous(),
+                                             v.contiguous(), probs.contiguous(), options, g.dq, g.dk, g.dv);
+  return g;
+}
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,86 @@
+// Embedding entries: validation (ids in range), output allocation, dispatch (kernels in cpu/embedding.cpp).
+#include "mixtrain/ops/embedding.h"
+
+namespace mixtrain::ops {
+
+namespace cpu {
+void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
+void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<EmbeddingFn>& embedding_table() {
+  static KernelTable<EmbeddingFn> t("embedding", &cpu::embedding);
+  return t;
+}
+KernelTable<EmbeddingBackwardFn>& embedding_backward_table() {
+  static KernelTable<EmbeddingBackwardFn> t("embedding_backward", &cpu::embedding_backward);
+  return t;
+}
+}  // namespace kernel
+
+namespace {
+std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+void check_ids(const Tensor& ids, const char* op) {
+  MIXTRAIN_CHECK(ids.defined() && is_index(ids.dtype()),
+                 op << ": ids must be an int32 or int64 tensor, got " << text(ids));
+}
+
+// Every id in [0, input_dim). Read on the host (a device backend checks in its kernel).
+template <typename I>
+void check_range(const I* p, int64_t n, int64_t input_dim, const char* op) {
+  for (int64_t i = 0; i < n; ++i)
+    if (p[i] < 0 || p[i] >= input_dim)
+      MIXTRAIN_FAIL(kInvalidInput,
+                    op << ": id " << static_cast<int64_t>(p[i]) << " at position " << i << " is outside [0, "
+                       << input_dim << ") (input_dim " << input_dim << ")",
+                    "ids must index the embedding table: raise input_dim or fix the data");
+}
+
+void check_ids_in_range(const Tensor& ids, int64_t input_dim, const char* op) {
+  if (ids.device().type != DeviceType::kCpu) return;
+  if (ids.dtype() == DType::kInt32)
+    check_range(ids.data<int32_t>(), ids.numel(), input_dim, op);
+  else
+    check_range(ids.data<int64_t>(), ids.numel(), input_dim, op);
+}
+
+Shape with_last(const Shape& s, int64_t last) {
+  std::vector<int64_t> dims = s.dims();
+  dims.push_back(last);
+  return Shape(dims);
+}
+}  // namespace
+
+Tensor embedding(const Tensor& ids, const Tensor& table, DType out_dtype) {
+  constexpr const char* op = "embedding";
+  check_ids(ids, op);
+  MIXTRAIN_CHECK(table.defined() && is_float(table.dtype()) && table.rank() == 2,
+                 op << ": table must be a floating (input_dim, output_dim) tensor, got " << text(table));
+  MIXTRAIN_CHECK(is_float(out_dtype), op << ": the output dtype must be floating, got " << dtype_name(out_dtype));
+  const Device device = common_device(op, {&ids, &table});
+  Tensor idc = ids.contiguous();
+  check_ids_in_range(idc, table.dim(0), op);
+  Tensor y = Tensor::empty(with_last(ids.shape(), table.dim(1)), out_dtype, device);
+  kernel::embedding_table()(device)(idc, table.contiguous(), y);
+  return y;
+}
+
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t input_dim) {
+  constexpr const char* op = "embedding_backward";
+  check_ids(ids, op);
+  MIXTRAIN_CHECK(input_dim > 0, op << ": input_dim must be positive, got " << input_dim);
+  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.rank() == ids.rank() + 1,
+                 op << ": gradient " << text(dy) << " does not match ids " << ids.describe() << " plus a feature axis");
+  MIXTRAIN_CHECK(with_last(ids.shape(), dy.dim(-1)) == dy.shape(),
+                 op << ": gradient " << dy.describe() << " does not match ids " << ids.describe());
+  const Device device = common_device(op, {&dy, &ids});
+  Tensor idc = ids.contiguous();
+  check_ids_in_range(idc, input_dim, op);
+  Tensor dtable = Tensor::empty({input_dim, dy.dim(-1)}, DType::kFloat32, device);
+  kernel::embedding_backward_table()(device)(dy.contiguous(), idc, dtable);
+  return dtable;
+}
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,75 @@
+// Layer normalization entries: validation, output allocation, dispatch (kernels in cpu/layer_norm.cpp).
+#include "mixtrain/ops/layer_norm.h"
+
+namespace mixtrain::ops {
+
+namespace cpu {
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y, Tensor& mean,
+                Tensor& rstd);
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& gamma, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<LayerNormFn>& layer_norm_table() {
+  static KernelTable<LayerNormFn> t("layer_norm", &cpu::layer_norm);
+  return t;
+}
+KernelTable<LayerNormBackwardFn>& layer_norm_backward_table() {
+  static KernelTable<LayerNormBackwardFn> t("layer_norm_backward", &cpu::layer_norm_backward);
+  return t;
+}
+}  // namespace kernel
+
+namespace {
+std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+
+void check_input(const Tensor& x, const char* op) {
+  MIXTRAIN_CHECK(x.defined() && is_float(x.dtype()) && x.rank() >= 1 && x.dim(-1) > 0,
+                 op << ": input must be a floating tensor with a non-empty last axis, got " << text(x));
+}
+
+// A float32 vector of n elements (gamma, beta: (D,); mean, rstd: (rows,)).
+void check_vector(const Tensor& v, int64_t n, const char* what, const Tensor& x, const char* op) {
+  MIXTRAIN_CHECK(v.defined() && v.dtype() == DType::kFloat32 && v.rank() == 1 && v.dim(0) == n,
+                 op << ": " << what << " must be float32 (" << n << ",) for input " << x.describe() << ", got "
+                    << text(v));
+}
+}  // namespace
+
+LayerNormOutput layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
+  constexpr const char* op = "layer_norm";
+  check_input(x, op);
+  const int64_t d = x.dim(-1), rows = x.numel() / d;
+  check_vector(gamma, d, "gamma", x, op);
+  check_vector(beta, d, "beta", x, op);
+  MIXTRAIN_CHECK(epsilon >= 0.0f, op << ": epsilon must be non-negative, got " << epsilon);
+  const Device device = common_device(op, {&x, &gamma, &beta});
+  LayerNormOutput out{Tensor::empty(x.shape(), x.dtype(), device), Tensor::empty({rows}, DType::kFloat32, device),
+                      Tensor::empty({rows}, DType::kFloat32, device)};
+  kernel::layer_norm_table()(device)(x.contiguous(), gamma.contiguous(), beta.contiguous(), epsilon, out.y, out.mean,
+                                     out.rstd);
+  return out;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gamma, bool need_x) {
+  constexpr const char* op = "layer_norm_backward";
+  check_input(x, op);
+  const int64_t d = x.dim(-1), rows = x.numel() / d;
+  check_vector(mean, rows, "mean", x, op);
+  check_vector(rstd, rows, "rstd", x, op);
+  check_vector(gamma, d, "gamma", x, op);
+  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.shape() == x.shape(),
+                 op << ": gradient " << text(dy) << " does not match the input " << x.describe());
+  const Device device = common_device(op, {&dy, &x, &mean, &rstd, &gamma});
+  LayerNormGrads g;
+  if (need_x) g.dx = Tensor::empty(x.shape(), x.dtype(), device);
+  g.dgamma = Tensor::empty({d}, DType::kFloat32, device);
+  g.dbeta = Tensor::empty({d}, DType::kFloat32, device);
+  kernel::layer_norm_backward_table()(device)(dy.contiguous(), x.contiguous(), mean.contiguous(), rstd.contiguous(),
+                                              gamma.contiguous(), g.dx, g.dgamma, g.dbeta);
+  return g;
+}
+
+}  // namespace mixtrain::ops

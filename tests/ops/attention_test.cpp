@@ -1,0 +1,347 @@
+// Scaled dot-product attention against a float64 reference in every floating dtype, causal and not, with
+// and without dropout, on odd shapes; the causal mask applied by selection (masked probabilities exactly
+// zero, and masked logits that overflow float16 harmless); float16 logits beyond 65504 overflowing as a
+// float16 GEMM output does; the float32 logits for inspection; thread-count independence.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "mixtrain/ops/attention.h"
+
+#include "op_test_util.h"
+
+namespace mixtrain::ops {
+namespace {
+
+using testing::kFloatDTypes;
+using testing::random_tensor;
+using testing::subnormal_step;
+using testing::unit;
+
+struct Geo {
+  int64_t b, t, s, h, dk, dv;
+};
+
+// The float64 attention of the (already rounded) inputs, with no intermediate rounding, and beside each
+// result the sum of the magnitudes of its terms: the scale its rounding errors are measured against.
+struct Reference {
+  std::vector<double> out, out_mag;               // (B, T, H * dv)
+  std::vector<double> probs;                      // (B, H, T, S), before dropout
+  std::vector<double> dq, dq_mag, dk, dk_mag, dv, dv_mag;
+  double max_logit = 0;
+};
+
+Reference reference(const Geo& g, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                    const std::vector<float>& dout, const AttentionOptions& o) {
+  Reference r;
+  const size_t nq = static_cast<size_t>(g.b * g.t * g.h * g.dk), nk = static_cast<size_t>(g.b * g.s * g.h * g.dk);
+  const size_t nv = static_cast<size_t>(g.b * g.s * g.h * g.dv), no = static_cast<size_t>(g.b * g.t * g.h * g.dv);
+  r.out.assign(no, 0), r.out_mag.assign(no, 0), r.probs.assign(static_cast<size_t>(g.b * g.h * g.t * g.s), 0);
+  r.dq.assign(nq, 0), r.dq_mag.assign(nq, 0), r.dk.assign(nk, 0), r.dk_mag.assign(nk, 0);
+  r.dv.assign(nv, 0), r.dv_mag.assign(nv, 0);
+  const double inv_keep = 1.0 / (1.0 - static_cast<double>(o.dropout_rate));
+  auto qi = [&](int64_t b, int64_t i, int64_t h, int64_t d) { return static_cast<size_t>((b * g.t + i) * g.h * g.dk + h * g.dk + d); };
+  auto ki = [&](int64_t b, int64_t j, int64_t h, int64_t d) { return static_cast<size_t>((b * g.s + j) * g.h * g.dk + h * g.dk + d); };
+  auto vi = [&](int64_t b, int64_t j, int64_t h, int64_t e) { return static_cast<size_t>((b * g.s + j) * g.h * g.dv + h * g.dv + e); };
+  auto oi = [&](int64_t b, int64_t i, int64_t h, int64_t e) { return static_cast<size_t>((b * g.t + i) * g.h * g.dv + h * g.dv + e); };
+  for (int64_t b = 0; b < g.b; ++b)
+    for (int64_t h = 0; h < g.h; ++h)
+      for (int64_t i = 0; i < g.t; ++i) {
+        const int64_t end = o.causal ? i + 1 : g.s;
+        std::vector<double> p(static_cast<size_t>(g.s), 0.0), pd(p.size(), 0.0), keep(p.size(), 0.0);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < end; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < g.dk; ++d) s += static_cast<double>(q[qi(b, i, h, d)]) * k[ki(b, j, h, d)];
+          p[static_cast<size_t>(j)] = s * o.scale;
+          r.max_logit = std::max(r.max_logit, std::fabs(s * o.scale));
+          mx = std::max(mx, s * o.scale);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < end; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
+        const uint64_t first = static_cast<uint64_t>(((b * g.h + h) * g.t + i) * g.s);
+        for (int64_t j = 0; j < end; ++j) {
+          const size_t jj = static_cast<size_t>(j);
+          p[jj] /= sum;
+          if (o.dropout_rate == 0.0f)
+            keep[jj] = 1.0;
+          else
+            keep[jj] = attention_dropout_keep(o.dropout_seed, first + jj, o.dropout_rate) ? inv_keep : 0.0;
+          pd[jj] = p[jj] * keep[jj];
+          r.probs[static_cast<size_t>(first) + jj] = p[jj];
+        }
+        // Forward output and the backward of this row.
+        std::vector<double> dp(p.size(), 0.0);
+        for (int64_t j = 0; j < end; ++j)
+          for (int64_t e = 0; e < g.dv; ++e) {
+            const size_t jj = static_cast<size_t>(j);
+            r.out[oi(b, i, h, e)] += pd[jj] * v[vi(b, j, h, e)];
+            r.out_mag[oi(b, i, h, e)] += std::fabs(pd[jj] * v[vi(b, j, h, e)]);
+            dp[jj] += dout[oi(b, i, h, e)] * static_cast<double>(v[vi(b, j, h, e)]) * keep[jj];
+            r.dv[vi(b, j, h, e)] += pd[jj] * dout[oi(b, i, h, e)];
+            r.dv_mag[vi(b, j, h, e)] += std::fabs(pd[jj] * dout[oi(b, i, h, e)]);
+          }
+        double dot = 0, dot_mag = 0;
+        for (size_t j = 0; j < p.size(); ++j) {
+          dot += dp[j] * p[j];
+          dot_mag += std::fabs(dp[j]) * p[j];
+        }
+        for (int64_t j = 0; j < end; ++j) {
+          const size_t jj = static_cast<size_t>(j);
+          const double ds = p[jj] * (dp[jj] - dot) * o.scale;
+          const double ds_mag = p[jj] * (std::fabs(dp[jj]) + dot_mag) * o.scale;
+          for (int64_t d = 0; d < g.dk; ++d) {
+            r.dq[qi(b, i, h, d)] += ds * k[ki(b, j, h, d)];
+            r.dq_mag[qi(b, i, h, d)] += ds_mag * std::fabs(k[ki(b, j, h, d)]);
+            r.dk[ki(b, j, h, d)] += ds * q[qi(b, i, h, d)];
+            r.dk_mag[ki(b, j, h, d)] += ds_mag * std::fabs(q[qi(b, i, h, d)]);
+          }
+        }
+      }
+  return r;
+}
+
+// Error bound of a result whose terms sum to `mag` in magnitude. A 16-bit run rounds the logits (relative
+// error u moves each probability by up to about 2 u max|logit| relatively) and the probabilities (u), and
+// rounds the result once; float32 adds sums over dk and S terms. Four times that leaves margin; a wrong
+// formula, mask or scale is off by O(1) of mag.
+double tolerance(DType d, const Geo& g, double max_logit, double mag, double want) {
+  const double u = unit(d) + static_cast<double>(g.dk + g.s + g.dv + 8) * 0x1p-24;
+  return 4 * u * (2 * max_logit + 2) * mag + unit(d) * std::fabs(want) + subnormal_step(d);
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag, DType d,
+                  const Geo& g, double max_logit, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tolerance(d, g, max_logit, mag[i], want[i])) << what << " element " << i;
+}
+
+struct Case {
+  Geo g;
+  bool causal;
+  float dropout;
+};
+const Case kCases[] = {
+    {{1, 1, 1, 1, 1, 1}, false, 0.0f},   {{1, 1, 1, 1, 1, 1}, true, 0.0f},    {{2, 7, 7, 3, 5, 5}, true, 0.0f},
+    {{2, 7, 17, 2, 4, 3}, false, 0.0f},  {{1, 17, 17, 2, 8, 8}, false, 0.3f}, {{2, 17, 17, 1, 7, 9}, true, 0.25f},
+    {{1, 31, 31, 4, 3, 3}, true, 0.0f},  {{1, 129, 129, 1, 17, 17}, true, 0.1f},
+};
+
+TEST(Attention, ForwardAndBackwardMatchFloat64InEveryDType) {
+  for (DType dt : kFloatDTypes)
+    for (const Case& c : kCases) {
+      const Geo& g = c.g;
+      AttentionOptions o;
+      o.num_heads = g.h;
+      o.causal = c.causal;
+      o.scale = 1.0f / std::sqrt(static_cast<float>(g.dk));
+      o.dropout_rate = c.dropout;
+      o.dropout_seed = 1234;
+      const std::string what = std::string(dtype_name(dt)) + " B" + std::to_string(g.b) + " T" + std::to_string(g.t) +
+                               " S" + std::to_string(g.s) + " H" + std::to_string(g.h) + " dk" + std::to_string(g.dk) +
+                               (c.causal ? " causal" : "") + (c.dropout > 0 ? " dropout" : "");
+      Tensor q = random_tensor({g.b, g.t, g.h * g.dk}, 1, dt, -1.5f, 1.5f);
+      Tensor k = random_tensor({g.b, g.s, g.h * g.dk}, 2, dt, -1.5f, 1.5f);
+      Tensor v = random_tensor({g.b, g.s, g.h * g.dv}, 3, dt);
+      Tensor dout = random_tensor({g.b, g.t, g.h * g.dv}, 4, dt);
+      const Reference r = reference(g, q.to_floats(), k.to_floats(), v.to_floats(), dout.to_floats(), o);
+
+      const AttentionOutput a = scaled_dot_product_attention(q, k, v, o);
+      ASSERT_EQ(a.out.dtype(), dt) << what;
+      ASSERT_EQ(a.out.shape(), (Shape{g.b, g.t, g.h * g.dv})) << what;
+      ASSERT_EQ(a.probs.shape(), (Shape{g.b, g.h, g.t, g.s})) << what;
+      ASSERT_EQ(a.probs.dtype(), dt) << what;
+      EXPECT_FALSE(a.logits.defined());
+      expect_close(a.out.to_floats(), r.out, r.out_mag, dt, g, r.max_logit, what + " out");
+      const std::vector<float> probs = a.probs.to_floats();
+      for (size_t i = 0; i < probs.size(); ++i) {
+        ASSERT_NEAR(probs[i], r.probs[i], 4 * (unit(dt) + 64 * 0x1p-24) * (2 * r.max_logit + 2) * r.probs[i] + subnormal_step(dt))
+            << what << " probs " << i;
+        if (r.probs[i] == 0.0) {
+          ASSERT_EQ(probs[i], 0.0f) << what << " a masked probability is not exactly zero";
+        }
+      }
+
+      const AttentionGrads gr = scaled_dot_product_attention_backward(dout, q, k, v, a.probs, o);
+      ASSERT_EQ(gr.dq.dtype(), dt);
+      ASSERT_EQ(gr.dk.shape(), k.shape());
+      expect_close(gr.dq.to_floats(), r.dq, r.dq_mag, dt, g, r.max_logit, what + " dq");
+      expect_close(gr.dk.to_floats(), r.dk, r.dk_mag, dt, g, r.max_logit, what + " dk");
+      expect_close(gr.dv.to_floats(), r.dv, r.dv_mag, dt, g, r.max_logit, what + " dv");
+
+      // Without keeping the probabilities (inference): the same output, bit for bit.
+      const AttentionOutput inf = scaled_dot_product_attention(q, k, v, o, /*keep_probs=*/false);
+      EXPECT_FALSE(inf.probs.defined());
+      EXPECT_EQ(inf.out.to_floats(), a.out.to_floats()) << what;
+    }
+}
+
+TEST(Attention, DropoutKeepsAboutOneMinusRateAndDependsOnTheSeed) {
+  int64_t kept = 0;
+  constexpr int64_t kN = 100000;
+  for (int64_t i = 0; i < kN; ++i) kept += attention_dropout_keep(7, static_cast<uint64_t>(i), 0.3f);
+  EXPECT_NEAR(static_cast<double>(kept) / kN, 0.7, 0.01);
+  int64_t same = 0;
+  for (int64_t i = 0; i < 1000; ++i)
+    same += attention_dropout_keep(7, static_cast<uint64_t>(i), 0.5f) == attention_dropout_keep(8, static_cast<uint64_t>(i), 0.5f);
+  EXPECT_LT(same, 600);
+  EXPECT_GT(same, 400);
+  for (int64_t i = 0; i < 1000; ++i) EXPECT_TRUE(attention_dropout_keep(7, static_cast<uint64_t>(i), 0.0f));
+}
+
+// The mask is a selection: logits of masked positions never reach the softmax, so a key that makes them
+// overflow float16 (inf) leaves every earlier row finite and exact, while the last row, which attends to
+// that key, overflows. Adding a large negative constant instead would turn inf into NaN in every row.
+TEST(Attention, CausalMaskSelectsSoOverflowingMaskedLogitsAreHarmless) {
+  std::vector<float> q(24), k(24), v(24);
+  Rng rng(5);
+  for (float& x : q) x = rng.uniform(0.8f, 1.0f);
+  for (float& x : k) x = rng.uniform(-1.0f, 1.0f);
+  for (float& x : v) x = rng.uniform(-1.0f, 1.0f);
+  for (int d = 0; d < 4; ++d) k[static_cast<size_t>(20 + d)] = 30000.0f;  // last key: logits ~ 6e4 * q > 65504
+  for (int e = 0; e < 4; ++e) v[static_cast<size_t>(20 + e)] = 1000.0f;   // and a value that would show if it leaked
+  AttentionOptions o;
+  o.causal = true;
+  o.scale = 1.0f;
+  Tensor qt = Tensor::from_floats({1, 6, 4}, q, DType::kFloat16), kt = Tensor::from_floats({1, 6, 4}, k, DType::kFloat16);
+  Tensor vt = Tensor::from_floats({1, 6, 4}, v, DType::kFloat16);
+  const AttentionOutput a = scaled_dot_product_attention(qt, kt, vt, o, true, true);
+  const std::vector<float> out = a.out.to_floats(), probs = a.probs.to_floats();
+  // Rows 0..4 against the float64 reference of the first five positions alone.
+  const Geo g5{1, 5, 5, 1, 4, 4};
+  const std::vector<float> q5(q.begin(), q.begin() + 20), k5(k.begin(), k.begin() + 20), v5(v.begin(), v.begin() + 20);
+  const Reference r = reference(g5, Tensor::from_floats({1, 5, 4}, q5, DType::kFloat16).to_floats(),
+                                Tensor::from_floats({1, 5, 4}, k5, DType::kFloat16).to_floats(),
+                                Tensor::from_floats({1, 5, 4}, v5, DType::kFloat16).to_floats(), std::vector<float>(20, 0.0f), o);
+  for (size_t i = 0; i < 20; ++i)
+    ASSERT_NEAR(out[i], r.out[i], tolerance(DType::kFloat16, g5, r.max_logit, r.out_mag[i], r.out[i])) << i;
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = i + 1; j < 6; ++j) ASSERT_EQ(probs[static_cast<size_t>(i * 6 + j)], 0.0f) << i << "," << j;
+  // The last row attends to the overflowing key: a float16 run yields NaN there, as it should.
+  for (size_t e = 20; e < 24; ++e) EXPECT_TRUE(std::isnan(out[e])) << out[e];
+  // The float32 logits it reports: the causal triangle (21 values), the last row's last one beyond 65504.
+  ASSERT_EQ(a.logits.shape(), Shape({21}));
+  EXPECT_GT(a.logits.at(20), kFloat16Max);
+  EXPECT_TRUE(std::isfinite(a.logits.at(20)));
+}
+
+// Logits beyond float16's range: float16 overflows to inf and the softmax row becomes NaN, exactly as a
+// float16 GEMM output followed by a softmax would; bfloat16 (float32's range) and float32 stay finite.
+TEST(Attention, Float16LogitsBeyond65504OverflowAsAFloat16GemmOutputWould) {
+  const int64_t t = 3, dk = 64;
+  // Every q and k element 40: each logit is 64 * 1600 = 102400 (exact in every dtype's float32 sum).
+  Tensor v = random_tensor({1, t, 2}, 6, DType::kFloat32);
+  for (DType dt : kFloatDTypes) {
+    Tensor q = Tensor::full({1, t, dk}, dt, 40.0f), k = Tensor::full({1, t, dk}, dt, 40.0f);
+    AttentionOptions o;
+    o.scale = 1.0f;
+    const AttentionOutput a = scaled_dot_product_attention(q, k, v.to(dt), o, true, true);
+    const std::vector<float> out = a.out.to_floats();
+    ASSERT_EQ(a.logits.numel(), t * t);
+    for (int64_t i = 0; i < a.logits.numel(); ++i) EXPECT_EQ(a.logits.at(i), 102400.0f);
+    if (dt == DType::kFloat16) {
+      for (float x : out) EXPECT_TRUE(std::isnan(x)) << x;
+    } else {
+      // Equal logits: a uniform softmax, each output the mean of v's column.
+      const std::vector<float> vv = v.to(dt).to_floats();
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t e = 0; e < 2; ++e) {
+          const double want = (vv[static_cast<size_t>(e)] + vv[static_cast<size_t>(2 + e)] + vv[static_cast<size_t>(4 + e)]) / 3.0;
+          EXPECT_NEAR(out[static_cast<size_t>(i * 2 + e)], want, 4 * unit(dt)) << dtype_name(dt);
+        }
+    }
+  }
+}
+
+TEST(Attention, ReportsTheFloat32LogitsBeforeRounding) {
+  for (bool causal : {false, true}) {
+    Tensor q = random_tensor({2, 5, 6}, 7, DType::kBFloat16, -2, 2), k = random_tensor({2, 5, 6}, 8, DType::kBFloat16, -2, 2);
+    Tensor v = random_tensor({2, 5, 6}, 9, DType::kBFloat16);
+    AttentionOptions o;
+    o.num_heads = 2;
+    o.causal = causal;
+    o.scale = 0.75f;
+    const AttentionOutput a = scaled_dot_product_attention(q, k, v, o, false, true);
+    const std::vector<float> qv = q.to_floats(), kv = k.to_floats(), lv = a.logits.to_floats();
+    ASSERT_EQ(lv.size(), size_t{2 * 2} * (causal ? 15 : 25));
+    size_t n = 0;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < 5; ++i)
+          for (int64_t j = 0; j < (causal ? i + 1 : 5); ++j) {
+            double s = 0;
+            for (int64_t d = 0; d < 3; ++d)
+              s += static_cast<double>(qv[static_cast<size_t>((b * 5 + i) * 6 + h * 3 + d)]) *
+                   kv[static_cast<size_t>((b * 5 + j) * 6 + h * 3 + d)];
+            // float32 accumulation of 3 exact products, then the scale: a few float32 units.
+            ASSERT_NEAR(lv[n++], s * 0.75, 8 * 0x1p-24 * (std::fabs(s) + 1)) << b << h << i << j;
+          }
+  }
+}
+
+TEST(Attention, ViewsAndInvalidArguments) {
+  AttentionOptions o;
+  o.num_heads = 2;
+  Tensor big = random_tensor({2, 5, 12}, 10, DType::kFloat32);
+  Tensor q = big.slice(2, 0, 4), k = big.slice(2, 4, 8), v = big.slice(2, 8, 12);  // views of one buffer
+  const AttentionOutput a = scaled_dot_product_attention(q, k, v, o);
+  EXPECT_EQ(a.out.to_floats(),
+            scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), o).out.to_floats());
+  o.num_heads = 3;
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, o), Error);  // 4 columns do not split into 3 heads
+  o.num_heads = 2;
+  o.causal = true;
+  EXPECT_THROW(scaled_dot_product_attention(q, k.slice(1, 0, 3), v.slice(1, 0, 3), o), Error);  // T != S
+  o.causal = false;
+  EXPECT_THROW(scaled_dot_product_attention(q, k.to(DType::kFloat16), v, o), Error);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v.slice(1, 0, 4), o), Error);
+  o.dropout_rate = 1.0f;
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, o), Error);
+  o.dropout_rate = 0.0f;
+  const AttentionOutput no_probs = scaled_dot_product_attention(q, k, v, o, false);
+  EXPECT_THROW(scaled_dot_product_attention_backward(a.out, q, k, v, no_probs.probs, o), Error);
+  EXPECT_THROW(scaled_dot_product_attention_backward(a.out.slice(1, 0, 2), q, k, v, a.probs, o), Error);
+}
+
+// Pairs across threads (8 pairs) and one pair with its rows across threads (160 x 160): the same bits for
+// 1, 2 and 3 threads.
+TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
+  struct Shape5 {
+    int64_t b, t, h, d;
+  };
+  for (const Shape5 s : {Shape5{4, 33, 2, 8}, Shape5{1, 160, 1, 16}})
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      Tensor q = random_tensor({s.b, s.t, s.h * s.d}, 11, dt), k = random_tensor({s.b, s.t, s.h * s.d}, 12, dt);
+      Tensor v = random_tensor({s.b, s.t, s.h * s.d}, 13, dt), dout = random_tensor({s.b, s.t, s.h * s.d}, 14, dt);
+      AttentionOptions o;
+      o.num_heads = s.h;
+      o.causal = true;
+      o.scale = 0.3f;
+      o.dropout_rate = 0.2f;
+      o.dropout_seed = 99;
+      const int saved = omp_get_max_threads();
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        const AttentionOutput a = scaled_dot_product_attention(q, k, v, o, true, true);
+        const AttentionGrads g = scaled_dot_product_attention_backward(dout, q, k, v, a.probs, o);
+        std::vector<float> all;
+        for (const Tensor& x : {a.out, a.probs, a.logits, g.dq, g.dk, g.dv}) {
+          const std::vector<float> f = x.to_floats();
+          all.insert(all.end(), f.begin(), f.end());
+        }
+        results.push_back(all);
+      }
+      omp_set_num_threads(saved);
+      for (size_t i = 1; i < results.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+            << dtype_name(dt) << " B" << s.b << " T" << s.t;
+    }
+}
+
+}  // namespace
+}  // namespace mixtrain::ops
