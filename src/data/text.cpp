@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/file_checks.h"
 
 namespace mixtrain {
 
@@ -181,12 +182,9 @@ TextDataset make_text_dataset(std::u32string_view text, const std::string& sourc
 
 TextDataset load_text_dataset(const std::string& path, const TextDatasetOptions& options) {
   std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  MIXTRAIN_CHECK(!ec && std::filesystem::exists(status),
-                 "text file '" << path << "' does not exist" << (path == moby_dick_path()
-                                                                     ? " (run scripts/setup.sh to install Moby Dick)"
-                                                                     : ""));
-  MIXTRAIN_CHECK(std::filesystem::is_regular_file(status), "'" << path << "' is not a regular file; give a text file");
+  if (!std::filesystem::exists(path, ec) && path == moby_dick_path())
+    MIXTRAIN_FAIL(kIo, "Moby Dick is not installed at '" << path << "'", "run scripts/setup.sh, which downloads it");
+  require_regular_file(path, "text file");
   const auto bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
   MIXTRAIN_CHECK(!ec && bytes <= kMaxTextBytes,
                  "'" << path << "' has " << bytes << " bytes; text data sets are limited to " << kMaxTextBytes);

@@ -104,8 +104,8 @@ TEST(Text, LoadsAFileAndRefusesWhatIsNotARegularTextFile) {
   const TextDataset d = load_text_dataset(path, o);
   EXPECT_EQ(d.train_characters + d.validation_characters, 50 * 12);
   EXPECT_EQ(d.splits.train.source, path);
-  EXPECT_TRUE(contains(error_of([&] { load_text_dataset(dir.file("missing.txt"), o); }).what(), "does not exist"));
-  EXPECT_TRUE(contains(error_of([&] { load_text_dataset(dir.path(), o); }).what(), "is not a regular file"));
+  EXPECT_TRUE(contains(error_of([&] { load_text_dataset(dir.file("missing.txt"), o); }).what(), "text file"));
+  EXPECT_TRUE(contains(error_of([&] { load_text_dataset(dir.path(), o); }).what(), "not a regular file"));
   write_text(path, "abc\xFF" + body);
   EXPECT_TRUE(contains(error_of([&] { load_text_dataset(path, o); }).what(), "is not UTF-8"));
 }
