@@ -55,12 +55,21 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   return g;
 }
 
+// Multiply-adds of a whole call below which it runs on the calling thread alone: waking a thread team
+// costs more than such a call.
+constexpr int64_t kParallelWorkMin = int64_t{1} << 17;
+
 // Runs fn(pair, inner_parallel) for every pair: across threads when there are at least as many pairs as
 // threads (fn then runs single-threaded), else one after another with fn free to use the threads. An
 // exception (gemm refuses only arguments the entry has checked) must not leave an OpenMP region, so the
 // first one is carried out and rethrown.
 template <typename Fn>
-void for_each_pair(int64_t pairs, const Fn& fn) {
+void for_each_pair(const Geometry& g, const Fn& fn) {
+  const int64_t pairs = g.pairs();
+  if (pairs * g.t * g.s * (g.dk + g.dv) < kParallelWorkMin) {
+    for (int64_t p = 0; p < pairs; ++p) fn(p, false);
+    return;
+  }
   const bool across = pairs > 1 && pairs >= omp_get_max_threads();
   if (!across) {
     for (int64_t p = 0; p < pairs; ++p) fn(p, true);
@@ -103,7 +112,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   char* pp = probs.defined() ? static_cast<char*>(probs.raw()) : nullptr;
   float* lp = logits.defined() ? static_cast<float*>(logits.raw()) : nullptr;
 
-  for_each_pair(g.pairs(), [&](int64_t pair, bool inner) {
+  for_each_pair(g, [&](int64_t pair, bool inner) {
     // (T, S) float32 logits, then probabilities, of this pair.
     std::vector<float> s32(static_cast<size_t>(ts));
     // The 16-bit probabilities when they are not kept, and the dropped ones when dropout is on.
@@ -169,7 +178,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   char* dkp = static_cast<char*>(dk.raw());
   char* dvp = static_cast<char*>(dv.raw());
 
-  for_each_pair(g.pairs(), [&](int64_t pair, bool inner) {
+  for_each_pair(g, [&](int64_t pair, bool inner) {
     std::vector<float> ds(static_cast<size_t>(ts));  // dp_d, then ds, in place
     std::vector<char> pd(dropout ? static_cast<size_t>(ts) * g.es : 0);
     const char* p16 = pp + static_cast<size_t>(pair * ts) * g.es;

@@ -1,0 +1,135 @@
+// Backward of every transformer function (embedding, position embeddings, layer normalization, scaled
+// dot-product attention), checked against central finite differences in float32 (see gradcheck_test.cpp
+// for the tolerance's reasoning), plus the dtypes gradients arrive in under a mixed policy. Each output is
+// reduced to a scalar by a mean squared error against a fixed random target, so every element has its own
+// weight.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "mixtrain/autograd/functions.h"
+#include "mixtrain/autograd/gradcheck.h"
+#include "mixtrain/autograd/transformer_functions.h"
+
+namespace mixtrain {
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Rng r(seed);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = r.uniform(lo, hi);
+  return Tensor::from_floats(shape, v);
+}
+
+constexpr double kGradTolerance = 5e-3;
+
+void expect_gradients_match(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& inputs,
+                            const std::string& what) {
+  const GradCheckResult r = check_gradients(f, inputs);
+  EXPECT_LT(r.max_rel_error, kGradTolerance) << what << ": " << r.worst;
+}
+
+Var head(const Var& out) { return mean_squared_error(out, random_tensor(out.shape(), 99).to(out.dtype())); }
+
+TEST(TransformerGradCheck, EmbeddingTableWithRepeatedIds) {
+  // Id 2 appears three times, id 0 never: its row's gradient must be exactly zero.
+  const Tensor ids32 = Tensor::from_ints({2, 3}, {2, 1, 2, 3, 2, 1});
+  const Tensor ids64 = Tensor::from_int64s({2, 3}, {2, 1, 2, 3, 2, 1});
+  for (const Tensor& ids : {ids32, ids64})
+    expect_gradients_match([&](const std::vector<Var>& v) { return head(embedding(ids, v[0], DType::kFloat32)); },
+                           {random_tensor({4, 5}, 1)}, std::string("embedding ") + dtype_name(ids.dtype()));
+  Var table(random_tensor({4, 5}, 2), true);
+  backward(sum(embedding(ids32, table, DType::kFloat32)));
+  const std::vector<float> g = table.grad().to_floats();
+  for (int j = 0; j < 5; ++j) {
+    EXPECT_EQ(g[static_cast<size_t>(j)], 0.0f);        // id 0: never looked up
+    EXPECT_EQ(g[static_cast<size_t>(10 + j)], 3.0f);   // id 2: three times
+  }
+}
+
+TEST(TransformerGradCheck, PositionEmbeddingInputAndTable) {
+  for (int64_t t : {1, 3, 5})  // shorter than the table, and as long
+    expect_gradients_match([](const std::vector<Var>& v) { return head(add_position_embedding(v[0], v[1])); },
+                           {random_tensor({2, t, 4}, 3), random_tensor({5, 4}, 4)},
+                           "add_position_embedding T=" + std::to_string(t));
+  EXPECT_THROW(add_position_embedding(Var(random_tensor({2, 6, 4}, 5)), Var(random_tensor({5, 4}, 6))), Error);
+  EXPECT_THROW(add_position_embedding(Var(random_tensor({2, 3, 4}, 5)), Var(random_tensor({5, 3}, 6))), Error);
+}
+
+TEST(TransformerGradCheck, LayerNormInputGammaAndBeta) {
+  for (const Shape& s : {Shape{3, 7}, Shape{2, 3, 5}, Shape{4, 1}})
+    expect_gradients_match(
+        [](const std::vector<Var>& v) { return head(layer_norm(v[0], v[1], v[2], 1e-3f)); },
+        {random_tensor(s, 7, -2.0f, 2.0f), random_tensor({s[-1]}, 8, 0.5f, 1.5f), random_tensor({s[-1]}, 9)},
+        "layer_norm " + s.to_string());
+}
+
+TEST(TransformerGradCheck, AttentionQueriesKeysAndValues) {
+  struct Case {
+    int64_t b, t, s, h, dk, dv;
+    bool causal;
+    float dropout;
+  };
+  const Case cases[] = {
+      {1, 1, 1, 1, 2, 2, false, 0.0f}, {2, 4, 4, 2, 3, 3, false, 0.0f}, {2, 5, 5, 2, 2, 3, true, 0.0f},
+      {1, 3, 6, 3, 2, 1, false, 0.0f}, {2, 4, 4, 1, 3, 2, true, 0.3f},  {1, 5, 5, 2, 2, 2, false, 0.5f},
+  };
+  for (const Case& c : cases) {
+    ops::AttentionOptions o;
+    o.num_heads = c.h;
+    o.causal = c.causal;
+    o.scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+    o.dropout_rate = c.dropout;
+    o.dropout_seed = 17;  // a fixed mask: the function is deterministic, so differences see the same one
+    const std::string what = "attention T=" + std::to_string(c.t) + " S=" + std::to_string(c.s) + " H=" +
+                             std::to_string(c.h) + (c.causal ? " causal" : "") + (c.dropout > 0 ? " dropout" : "");
+    expect_gradients_match(
+        [&](const std::vector<Var>& v) { return head(scaled_dot_product_attention(v[0], v[1], v[2], o)); },
+        {random_tensor({c.b, c.t, c.h * c.dk}, 10), random_tensor({c.b, c.s, c.h * c.dk}, 11),
+         random_tensor({c.b, c.s, c.h * c.dv}, 12)},
+        what);
+  }
+  // One Var as q, k and v (self-attention without projections): the three gradients add up.
+  ops::AttentionOptions o;
+  o.num_heads = 2;
+  o.causal = true;
+  o.scale = 0.5f;
+  expect_gradients_match([&](const std::vector<Var>& v) { return head(scaled_dot_product_attention(v[0], v[0], v[0], o)); },
+                         {random_tensor({2, 4, 4}, 13)}, "attention q = k = v");
+}
+
+TEST(TransformerGradCheck, MixedPrecisionGradientDTypes) {
+  // A bfloat16 activation: its gradient arrives in bfloat16; the float32 tables' and LayerNorm parameters'
+  // in float32.
+  Var table(random_tensor({6, 4}, 14), true);
+  Var x = embedding(Tensor::from_ints({2, 3}, {0, 5, 1, 1, 2, 3}), table, DType::kBFloat16);
+  EXPECT_EQ(x.dtype(), DType::kBFloat16);
+  Var pos(random_tensor({3, 4}, 15), true);
+  Var h = add_position_embedding(x, pos);
+  EXPECT_EQ(h.dtype(), DType::kBFloat16);
+  Var gamma(Tensor::full({4}, DType::kFloat32, 1.0f), true), beta(Tensor::zeros({4}, DType::kFloat32), true);
+  Var n = layer_norm(h, gamma, beta, 1e-3f);
+  EXPECT_EQ(n.dtype(), DType::kBFloat16);
+  ops::AttentionOptions o;
+  o.num_heads = 2;
+  o.causal = true;
+  o.scale = 0.7f;
+  Tensor logits;
+  Var a = scaled_dot_product_attention(n, n, n, o, &logits);
+  EXPECT_EQ(a.dtype(), DType::kBFloat16);
+  EXPECT_EQ(logits.dtype(), DType::kFloat32);
+  EXPECT_EQ(logits.numel(), 2 * 2 * 6);  // batch 2, 2 heads, 3 * 4 / 2 causal positions
+  backward(sum(a));
+  EXPECT_EQ(table.grad().dtype(), DType::kFloat32);
+  EXPECT_EQ(pos.grad().dtype(), DType::kFloat32);
+  EXPECT_EQ(gamma.grad().dtype(), DType::kFloat32);
+  EXPECT_EQ(beta.grad().dtype(), DType::kFloat32);
+  // Not recording: no probabilities kept, nothing taped.
+  NoGradGuard no_grad;
+  EXPECT_EQ(tape_size(), 0u);
+  scaled_dot_product_attention(n, n, n, o);
+  EXPECT_EQ(tape_size(), 0u);
+}
+
+}  // namespace
+}  // namespace mixtrain
