@@ -6,8 +6,10 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "mixtrain/optim/adam.h"
+#include "mixtrain/optim/rmsprop.h"
 #include "mixtrain/optim/sgd.h"
 
 namespace mixtrain {
@@ -34,10 +36,51 @@ Optimizer::Optimizer(float learning_rate) { set_learning_rate(learning_rate); }
 
 Optimizer::~Optimizer() = default;
 
+float Optimizer::learning_rate() const {
+  if (step_rate_) return *step_rate_;
+  if (schedule_) return scheduled_rate();
+  return learning_rate_;
+}
+
+float Optimizer::scheduled_rate() const {
+  const float lr = (*schedule_)(iterations_);
+  if (!(std::isfinite(lr) && lr >= 0.0f)) {
+    MIXTRAIN_FAIL(kInvalidInput,
+                  name() << ": the learning-rate schedule " << schedule_->describe() << " gives " << lr << " at step "
+                         << iterations_,
+                  "a learning rate must be finite and >= 0; check the schedule's arguments");
+  }
+  return lr;
+}
+
 void Optimizer::set_learning_rate(float learning_rate) {
+  if (schedule_) {
+    MIXTRAIN_FAIL(kInvalidInput,
+                  name() << ": the learning rate follows the schedule " << schedule_->describe()
+                         << " and cannot be set to " << learning_rate,
+                  "remove the schedule first (set_learning_rate_schedule(nullptr)), or do not combine a schedule "
+                  "with callbacks that set the rate (Keras refuses this too)");
+  }
   MIXTRAIN_CHECK(std::isfinite(learning_rate) && learning_rate >= 0.0f,
                  "learning rate must be finite and >= 0, got " << learning_rate);
   learning_rate_ = learning_rate;
+}
+
+void Optimizer::set_learning_rate_schedule(std::shared_ptr<const LearningRateSchedule> schedule) {
+  if (!schedule) {
+    // Removing a schedule keeps the rate where it stood, so the next update continues from it.
+    if (schedule_) learning_rate_ = scheduled_rate();
+    schedule_ = nullptr;
+    return;
+  }
+  // A schedule that gives no valid rate at the current step fails here, not in the middle of a run.
+  std::shared_ptr<const LearningRateSchedule> previous = std::exchange(schedule_, std::move(schedule));
+  try {
+    (void)scheduled_rate();
+  } catch (...) {
+    schedule_ = std::move(previous);
+    throw;
+  }
 }
 
 void Optimizer::set_iterations(int64_t iterations) {
@@ -58,6 +101,7 @@ std::string Optimizer::var_key(const Var& var, size_t index) {
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
   MIXTRAIN_CHECK(grads.size() == vars.size(),
                  name() << ".apply: " << grads.size() << " gradients for " << vars.size() << " variables");
+  const StepRatePin rate(*this);  // one scheduled rate for the whole update, checked before anything changes
   // Validate everything first so a bad call leaves variables and state untouched.
   std::vector<std::string> keys(vars.size());
   std::set<std::string> seen;
@@ -156,7 +200,7 @@ float* Optimizer::slot(const std::string& var_key, const std::string& slot) {
 NamedTensors Optimizer::state() const {
   NamedTensors out;
   out.emplace_back("iterations", scalar_int(iterations_));
-  out.emplace_back("learning_rate", Tensor::from_floats({1}, {learning_rate_}));
+  out.emplace_back("learning_rate", Tensor::from_floats({1}, {learning_rate()}));
   for (const auto& [k, t] : slots_) out.emplace_back(k, t.clone());
   return out;
 }
@@ -199,7 +243,8 @@ void Optimizer::load_state(const NamedTensors& state) {
     MIXTRAIN_FAIL(kInvalidInput, name() << ".load_state: no 'iterations' entry",
                   "pass the output of state() from the same kind of optimizer");
   }
-  if (lr) set_learning_rate(*lr);
+  // With a schedule, the restored iterations put it where it was; the stored value was only its reading.
+  if (lr && !schedule_) set_learning_rate(*lr);
   iterations_ = *iterations;
   slots_ = std::move(slots);
   ++slots_generation_;
@@ -209,8 +254,9 @@ std::unique_ptr<Optimizer> make_optimizer(std::string_view name, float learning_
   if (name == "sgd") return std::make_unique<Sgd>(learning_rate);
   if (name == "adam") return std::make_unique<Adam>(learning_rate);
   if (name == "adamw") return std::make_unique<AdamW>(learning_rate);
-  MIXTRAIN_FAIL(kInvalidInput, "unknown optimizer '" << name << "'; valid names: sgd, adam, adamw",
-                "use one of: sgd, adam, adamw");
+  if (name == "rmsprop") return std::make_unique<RMSprop>(learning_rate);
+  MIXTRAIN_FAIL(kInvalidInput, "unknown optimizer '" << name << "'; valid names: sgd, adam, adamw, rmsprop",
+                "use one of: sgd, adam, adamw, rmsprop");
 }
 
 }  // namespace mixtrain

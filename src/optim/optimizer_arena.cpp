@@ -72,6 +72,9 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
     MIXTRAIN_FAIL(kInvalidInput, name() << ".apply_arena: this optimizer updates variables one by one",
                   "call apply() with the gradients instead");
   }
+  // One scheduled rate for the whole pass: every block and thread reads it, and it is checked before anything
+  // changes.
+  const StepRatePin rate(*this);
   if (!arena.bound_to(vars)) {
     MIXTRAIN_FAIL(kInvalidInput,
                   name() << ".apply_arena: the arena's variables were replaced or changed dtype since bind()",

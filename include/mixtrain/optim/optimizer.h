@@ -1,5 +1,6 @@
-// Optimizer: the base of SGD, Adam and AdamW. Variables and optimizer state are float32 (the "master weights");
-// gradients arrive as float32 tensors. Keras 3 semantics: one apply() is one update and advances iterations().
+// Optimizer: the base of SGD, Adam, AdamW and RMSprop. Variables and optimizer state are float32 (the "master
+// weights"); gradients arrive as float32 tensors. Keras 3 semantics: one apply() is one update and advances
+// iterations(); with a LearningRateSchedule the update uses schedule(iterations()).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "mixtrain/autograd/var.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/optim/parameter_arena.h"
+#include "mixtrain/optim/schedules.h"
 
 namespace mixtrain {
 
@@ -56,7 +58,7 @@ class Optimizer {
   // group's dtype (a LossScaleOptimizer passes float32 unscaled gradients for 16-bit groups). Whether a
   // variable is updated still follows its has_grad(). An empty flat_grads means the arena's own buffers.
   void apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads);
-  // Whether apply_arena() works for this optimizer (SGD, Adam and AdamW; a custom optimizer that overrides
+  // Whether apply_arena() works for this optimizer (SGD, Adam, AdamW and RMSprop; a custom optimizer that overrides
   // only update() updates variables one by one through apply()).
   virtual bool supports_arena() const { return updates_spans(); }
 
@@ -76,8 +78,18 @@ class Optimizer {
   // The name checkpoints record: the update rule's ("adam" under a loss-scaling wrapper as well).
   std::string checkpoint_name() const { return inner_optimizer().name(); }
 
-  virtual float learning_rate() const { return learning_rate_; }
+  // The learning rate the next update uses: schedule(iterations()) when a schedule is set (Keras evaluates it at
+  // optimizer.iterations), else the fixed rate. During an update, the rate that update uses.
+  virtual float learning_rate() const;
+  // Sets the fixed rate (finite, >= 0). Throws Error while a schedule is set, as Keras does: the schedule owns
+  // the rate (remove it with set_learning_rate_schedule(nullptr) first).
   virtual void set_learning_rate(float learning_rate);
+  // Makes every update use schedule(iterations()) (keras.optimizers.schedules, optim/schedules.h). nullptr
+  // removes the schedule and fixes the rate at the value it had reached. Checkpoints keep the position through
+  // "iterations"; the schedule itself is configuration, set again before load_state().
+  virtual void set_learning_rate_schedule(std::shared_ptr<const LearningRateSchedule> schedule);
+  // The schedule set, or nullptr.
+  virtual std::shared_ptr<const LearningRateSchedule> learning_rate_schedule() const { return schedule_; }
 
   // Number of applied updates (Adam's bias correction and learning-rate schedules read it).
   virtual int64_t iterations() const { return iterations_; }
@@ -89,15 +101,18 @@ class Optimizer {
   virtual std::optional<float> global_clipnorm() const { return global_clipnorm_; }
   virtual void set_global_clipnorm(std::optional<float> clip_norm);
 
-  // "sgd", "adam", "adamw".
+  // "sgd", "adam", "adamw", "rmsprop".
   virtual std::string name() const = 0;
 
-  // Everything needed to resume bit-identically: "iterations" (int32, shape (1,)), "learning_rate" (float32, (1,)),
-  // and one float32 tensor per slot keyed "<variable name>/<slot name>", e.g. "dense/kernel/m". A variable without a
-  // name is keyed "var_<i>" by its position i in the vars given to apply(). Tensors are copies.
+  // Everything needed to resume bit-identically: "iterations" (int32, shape (1,)), "learning_rate" (float32, (1,):
+  // learning_rate(), the scheduled value when a schedule is set), and one float32 tensor per slot keyed
+  // "<variable name>/<slot name>", e.g. "dense/kernel/m". A variable without a name is keyed "var_<i>" by its
+  // position i in the vars given to apply(). Tensors are copies.
   virtual NamedTensors state() const;
-  // Restores state(); slots for variables not updated yet are kept until their first update. Throws Error on an
-  // unknown slot name, a missing "iterations" entry or a wrong dtype; the optimizer is unchanged when it throws.
+  // Restores state(); slots for variables not updated yet are kept until their first update. With a schedule set,
+  // the stored "learning_rate" is checked but not applied: the restored iterations() put the schedule where it
+  // was. Throws Error on an unknown slot name, a missing "iterations" entry or a wrong dtype; the optimizer is
+  // unchanged when it throws.
   virtual void load_state(const NamedTensors& state);
 
  protected:
@@ -124,7 +139,27 @@ class Optimizer {
   static std::string var_key(const Var& var, size_t index);
 
  private:
+  // Evaluates the schedule once when an update starts and holds the value until it ends (see learning_rate()).
+  class StepRatePin {
+   public:
+    explicit StepRatePin(Optimizer& opt) : opt_(opt) {
+      if (opt.schedule_) opt.step_rate_ = opt.scheduled_rate();
+    }
+    ~StepRatePin() { opt_.step_rate_.reset(); }
+    StepRatePin(const StepRatePin&) = delete;
+    StepRatePin& operator=(const StepRatePin&) = delete;
+
+   private:
+    Optimizer& opt_;
+  };
+
+  // The schedule's value at iterations(), checked to be finite and >= 0.
+  float scheduled_rate() const;
+
   float learning_rate_;
+  std::shared_ptr<const LearningRateSchedule> schedule_;
+  // The rate of the update in progress, so every variable and thread of one update reads the same value.
+  std::optional<float> step_rate_;
   int64_t iterations_ = 0;
   std::optional<float> global_clipnorm_;
   // Moves the slots of the arena's variables into flat buffers with its layout (see apply_arena()).
@@ -143,7 +178,7 @@ class Optimizer {
   FlatSlots flat_;
 };
 
-// Creates "sgd", "adam" or "adamw" with default hyperparameters and the given learning rate.
+// Creates "sgd", "adam", "adamw" or "rmsprop" with default hyperparameters and the given learning rate.
 // Throws Error (kInvalidInput) listing the valid names otherwise.
 std::unique_ptr<Optimizer> make_optimizer(std::string_view name, float learning_rate);
 

@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/optim/optimizer.h"
@@ -134,9 +135,18 @@ class LossScaleOptimizer : public Optimizer {
   const Optimizer& inner_optimizer() const override { return *inner_; }
   const LossScaleOptions& options() const { return options_; }
 
-  // Learning rate, iterations and clipping belong to the inner optimizer (clipping sees unscaled gradients).
+  // Learning rate, its schedule, iterations and clipping belong to the inner optimizer (clipping sees unscaled
+  // gradients). A skipped step leaves iterations(), and so the schedule, where they were unless
+  // skipped_steps_advance_iterations (Keras 3: the wrapper's iterations are the inner optimizer's, which count
+  // applied updates only).
   float learning_rate() const override { return inner_->learning_rate(); }
   void set_learning_rate(float learning_rate) override { inner_->set_learning_rate(learning_rate); }
+  void set_learning_rate_schedule(std::shared_ptr<const LearningRateSchedule> schedule) override {
+    inner_->set_learning_rate_schedule(std::move(schedule));
+  }
+  std::shared_ptr<const LearningRateSchedule> learning_rate_schedule() const override {
+    return inner_->learning_rate_schedule();
+  }
   int64_t iterations() const override { return inner_->iterations(); }
   void set_iterations(int64_t iterations) override { inner_->set_iterations(iterations); }
   std::optional<float> global_clipnorm() const override { return inner_->global_clipnorm(); }
