@@ -15,16 +15,17 @@ Shape Dense::compute_output_shape(const Shape& input_shape) const {
 }
 
 void Dense::build_impl(const Shape& input_shape, Rng& rng) {
-  MIXTRAIN_CHECK(input_shape.rank() == 1,
-                 "Dense '" << name() << "' expects inputs shaped (batch, features), got per-sample shape "
-                           << input_shape << "; add a Flatten layer first");
-  kernel_ = add_weight("kernel", {input_shape[0], units_}, Initializer::kGlorotUniform, rng);
+  MIXTRAIN_CHECK(input_shape.rank() >= 1 && input_shape[-1] > 0,
+                 "Dense '" << name() << "' expects inputs shaped (batch, ..., features), got per-sample shape "
+                           << input_shape);
+  kernel_ = add_weight("kernel", {input_shape[-1], units_}, Initializer::kGlorotUniform, rng);
   if (use_bias_) bias_ = add_weight("bias", {units_}, Initializer::kZeros, rng);
 }
 
 Var Dense::call(const Var& x, const CallContext&) {
-  MIXTRAIN_CHECK(x.value().rank() == 2 && x.shape()[1] == kernel_.shape()[0],
-                 "Dense '" << name() << "' expects (batch, " << kernel_.shape()[0] << "), got " << x.value().describe());
+  MIXTRAIN_CHECK(x.value().rank() >= 2 && x.shape()[-1] == kernel_.shape()[0],
+                 "Dense '" << name() << "' expects (batch, ..., " << kernel_.shape()[0] << "), got "
+                           << x.value().describe());
   // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);

@@ -142,7 +142,10 @@ Shape Network::output_shape() const {
 
 Var Network::run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx) {
   if (observer_) observer_->on_input(layer, inputs.front());
-  Var h = inputs.size() == 1 ? layer(inputs.front(), ctx) : layer(inputs, ctx);
+  // The network's observer is the one in force for its layers; without one, the caller's (if any) stays.
+  CallContext layer_ctx = ctx;
+  if (observer_) layer_ctx.observer = observer_;
+  Var h = inputs.size() == 1 ? layer(inputs.front(), layer_ctx) : layer(inputs, layer_ctx);
   if (observer_) {
     observer_->on_output(layer, h);
     LayerObserver* obs = observer_;

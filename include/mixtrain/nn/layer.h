@@ -25,10 +25,16 @@
 
 namespace mixtrain {
 
-// What a call needs besides its input: training mode (dropout on) and the generator for random masks.
+class LayerObserver;  // nn/network.h
+
+// What a call needs besides its input: training mode (dropout on), the generator for random masks, and
+// the observer in force (set by Network for the layers it calls while it has one), to which a layer may
+// report internal values (LayerObserver::on_internal); null means no one is watching, and a layer then
+// computes nothing extra.
 struct CallContext {
   bool training = false;
   Rng* rng = nullptr;
+  LayerObserver* observer = nullptr;
 };
 
 // A layer's `dtype` argument: a policy name ("float32", "mixed_float16", ...) or a policy. Empty: global policy.

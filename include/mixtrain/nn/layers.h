@@ -6,8 +6,10 @@
 
 namespace mixtrain {
 
-// y = activation(x kernel + bias). kernel (in, units) and bias (units,) are variables in the variable dtype;
-// the product runs in the compute dtype with float32 accumulation, the bias is added in float32.
+// y = activation(x kernel + bias) over the last axis: x (batch, ..., in) -> (batch, ..., units), as Keras'
+// Dense (a (batch, T, D) sequence is one (batch * T, D) product). kernel (in, units) and bias (units,) are
+// variables in the variable dtype; the product runs in the compute dtype with float32 accumulation, the
+// bias is added in float32.
 class Dense : public Layer {
  public:
   explicit Dense(int64_t units, std::string_view activation = "linear", DTypeArg dtype = std::nullopt,

@@ -8,6 +8,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/nn/layer.h"
@@ -32,6 +33,14 @@ class LayerObserver {
   virtual void on_gradient(const Layer& layer, const Tensor& dy) {
     (void)layer;
     (void)dy;
+  }
+  // A value computed inside a layer's call, reported by the layer itself through CallContext::observer
+  // (layers compute such values only while an observer is in force). `what` names it; the layer's header
+  // documents what it reports, e.g. MultiHeadAttention's "attention_logits".
+  virtual void on_internal(const Layer& layer, std::string_view what, const Tensor& value) {
+    (void)layer;
+    (void)what;
+    (void)value;
   }
 };
 
@@ -76,7 +85,8 @@ class Network {
   Var call(const Var& x, const CallContext& ctx = {});
   // Every input (in the order of the graph's inputs) to every output.
   std::vector<Var> call(const std::vector<Var>& inputs, const CallContext& ctx = {});
-  // Observer for later calls (nullptr: none). Not owned.
+  // Observer for later calls (nullptr: none). Not owned. While set, every layer call gets it as
+  // CallContext::observer.
   void set_observer(LayerObserver* observer) { observer_ = observer; }
   LayerObserver* observer() const { return observer_; }
 

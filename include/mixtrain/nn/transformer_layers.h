@@ -1,0 +1,136 @@
+// The building blocks of a transformer, as Keras layers: Embedding, PositionEmbedding,
+// LayerNormalization and MultiHeadAttention (self-attention). With Dense (gelu, on (batch, T, D) inputs),
+// Add and Dropout they make a block:
+//   x = Embedding(V, D)(ids); x = PositionEmbedding(T)(x);
+//   x = Add()({x, MultiHeadAttention({.num_heads = 4, .key_dim = D / 4, .causal = true})(LayerNormalization()(x))});
+//   x = Add()({x, Dense(D)(Dense(4 * D, "gelu")(LayerNormalization()(x)))});
+// Under a mixed policy every variable is float32 and every output is in the compute dtype; what runs in
+// float32 inside (LayerNorm statistics, softmax, attention logits' accumulation, the causal selection) is in
+// docs/MIXED_PRECISION.md, "Transformer layers".
+#pragma once
+
+#include <cstdint>
+
+#include "mixtrain/autograd/transformer_functions.h"
+#include "mixtrain/nn/layer.h"
+
+namespace mixtrain {
+
+// Token ids -> vectors (keras.layers.Embedding): int32 or int64 ids of any per-sample shape, e.g. (batch, T),
+// give (batch, T, output_dim) in the compute dtype. The table "embeddings" (input_dim, output_dim) is a
+// variable in the variable dtype (float32 under the mixed policies), initialised uniform(-0.05, 0.05) as
+// Keras does; rows are rounded once into the compute dtype when looked up. Its gradient is scatter-added in
+// float32 (repeated ids accumulate). An id outside [0, input_dim) is an Error naming the id and input_dim.
+// Integer inputs reach it as integers (keeps_integer_inputs); floating ids are refused, because a floating
+// input has already been rounded into the compute dtype (float16 holds integers exactly only up to 2048,
+// bfloat16 up to 256).
+class Embedding : public Layer {
+ public:
+  Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "Embedding"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  bool keeps_integer_inputs() const override { return true; }
+  int64_t input_dim() const { return input_dim_; }
+  int64_t output_dim() const { return output_dim_; }
+  const Var& embeddings() const { return embeddings_; }
+
+ protected:
+  void build_impl(const Shape& input_shape, Rng& rng) override;
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  int64_t input_dim_, output_dim_;
+  Var embeddings_;
+};
+
+// Learned positions: call(x (batch, T, D)) returns x + P[0:T], P being the variable "embeddings"
+// (sequence_length, D) built from the input's last axis (glorot uniform, as keras_hub's). Unlike keras_hub's
+// PositionEmbedding, which returns only the position embeddings for the caller to add, this layer adds its
+// input. T may be shorter than sequence_length; a longer sequence is an Error. The sum is computed in float32
+// from P's own values and rounded once into the compute dtype; P's gradient is the float32 batch sum.
+class PositionEmbedding : public Layer {
+ public:
+  explicit PositionEmbedding(int64_t sequence_length, DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "PositionEmbedding"; }
+  // (T, D) -> (T, D); Error when T > sequence_length or the rank is not 2.
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  int64_t sequence_length() const { return sequence_length_; }
+  const Var& embeddings() const { return embeddings_; }
+
+ protected:
+  void build_impl(const Shape& input_shape, Rng& rng) override;
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  int64_t sequence_length_;
+  Var embeddings_;
+};
+
+// keras.layers.LayerNormalization over the last axis: y = (x - mean) / sqrt(var + epsilon) * gamma + beta
+// per row, gamma ("gamma", ones) and beta ("beta", zeros) of the last axis' length. The statistics and the
+// whole normalization run in float32 whatever the compute dtype (a float16 row with a large mean keeps
+// its spread), the output is rounded once into the compute dtype, and the backward is float32 too.
+class LayerNormalization : public Layer {
+ public:
+  explicit LayerNormalization(float epsilon = 1e-3f, DTypeArg dtype = std::nullopt);
+  std::string class_name() const override { return "LayerNormalization"; }
+  float epsilon() const { return epsilon_; }
+  const Var& gamma() const { return gamma_; }
+  const Var& beta() const { return beta_; }
+
+ protected:
+  void build_impl(const Shape& input_shape, Rng& rng) override;
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  float epsilon_;
+  Var gamma_, beta_;
+};
+
+struct MultiHeadAttentionOptions {
+  int64_t num_heads = 0;
+  int64_t key_dim = 0;  // per head; the value dimension is the same
+  float dropout = 0;    // on the attention probabilities, in training
+  bool causal = false;  // position i attends to positions <= i
+  bool use_bias = true;
+  // Multiplies the logits after the usual 1 / sqrt(key_dim) scaling. 1 in models; it exists so a test can
+  // make float16 logits overflow on purpose (1e5 pushes those of a freshly initialised layer on unit-scale
+  // inputs past 65504), which is what the recovery guard and `mixtrain inspect` must catch.
+  float logit_multiplier = 1.0f;
+  DTypeArg dtype = std::nullopt;
+};
+
+// Self-attention on one input x (batch, T, D) (keras.layers.MultiHeadAttention called as mha(x, x)):
+// query, key and value projections D -> (num_heads, key_dim), scaled dot-product attention per head
+// (ops/attention.h: float32 logits rounded into the compute dtype, causal mask by selection, float32
+// softmax, dropout on the probabilities), and the output projection back to D. Three separate projections
+// (no fused qkv kernel: at these widths one wider GEMM saves little, and the variables keep Keras' names
+// and shapes): "query/kernel" (D, num_heads, key_dim), "query/bias" (num_heads, key_dim), the same for
+// "key/..." and "value/...", "attention_output/kernel" (num_heads, key_dim, D) and "attention_output/bias"
+// (D,), each initialised as Keras does (glorot uniform over those shapes, zero biases).
+//
+// Inspection: while an observer is in force (CallContext::observer, set by Network::set_observer), each
+// call reports on_internal(*this, "attention_logits", logits) with logits the float32 1-D tensor of every
+// logit that enters a softmax, before its rounding into the compute dtype (causally masked positions left
+// out; ops::AttentionOutput::logits). Without an observer nothing extra is computed or kept.
+class MultiHeadAttention : public Layer {
+ public:
+  explicit MultiHeadAttention(MultiHeadAttentionOptions options);
+  std::string class_name() const override { return "MultiHeadAttention"; }
+  // (T, D) -> (T, D).
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  const MultiHeadAttentionOptions& options() const { return options_; }
+
+ protected:
+  void build_impl(const Shape& input_shape, Rng& rng) override;
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  // x (batch, T, in) times kernel (in, ...) reshaped to (in, out), plus bias reshaped to (out,).
+  Var project(const Var& x, const Var& kernel, const Var& bias);
+
+  MultiHeadAttentionOptions options_;
+  Var query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
+};
+
+}  // namespace mixtrain

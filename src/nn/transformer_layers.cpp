@@ -1,0 +1,188 @@
+#include "mixtrain/nn/transformer_layers.h"
+
+#include <cmath>
+
+#include "mixtrain/nn/network.h"
+
+namespace mixtrain {
+
+namespace {
+// Writes uniform(-limit, limit) values into a freshly added float32 (or 16-bit) variable.
+void fill_uniform(Var& w, float limit, Rng& rng) {
+  Tensor init = Tensor::empty(w.shape(), DType::kFloat32);
+  float* p = init.data<float>();
+  for (int64_t i = 0; i < init.numel(); ++i) p[i] = rng.uniform(-limit, limit);
+  w.set_value(init);
+}
+
+// Keras' glorot_uniform limit for a kernel of any rank (keras.initializers compute_fans): the leading
+// dimensions but the last two form the receptive field, which counts in both fans.
+float glorot_limit(const Shape& s) {
+  double receptive = 1;
+  for (int d = 0; d < s.rank() - 2; ++d) receptive *= static_cast<double>(s[d]);
+  const double fan_in = static_cast<double>(s[-2]) * receptive, fan_out = static_cast<double>(s[-1]) * receptive;
+  return static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));
+}
+
+// A float32 view of a parameter: the variable itself under float32 and mixed policies, a cast of it
+// (whose gradient converts back) when a pure 16-bit policy stores it in 16 bits.
+Var as_float32(const Var& v) { return v.dtype() == DType::kFloat32 ? v : cast(v, DType::kFloat32); }
+
+void check_sequence_shape(const Shape& s, const Layer& layer) {
+  MIXTRAIN_CHECK(s.rank() == 2 && s[0] > 0 && s[1] > 0,
+                 layer.class_name() << " '" << layer.name()
+                                    << "' expects inputs shaped (batch, sequence, features), got per-sample shape "
+                                    << s);
+}
+}  // namespace
+
+// ---- Embedding ----
+
+Embedding::Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype)
+    : Layer("embedding", std::move(dtype)), input_dim_(input_dim), output_dim_(output_dim) {
+  MIXTRAIN_CHECK(input_dim > 0 && output_dim > 0,
+                 "Embedding: input_dim and output_dim must be positive, got " << input_dim << " and " << output_dim);
+}
+
+Shape Embedding::compute_output_shape(const Shape& input_shape) const {
+  std::vector<int64_t> dims = input_shape.dims();
+  dims.push_back(output_dim_);
+  return Shape(dims);
+}
+
+void Embedding::build_impl(const Shape&, Rng& rng) {
+  embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, Initializer::kZeros, rng);
+  fill_uniform(embeddings_, 0.05f, rng);  // Keras' Embedding: uniform(-0.05, 0.05)
+}
+
+Var Embedding::call(const Var& x, const CallContext&) {
+  MIXTRAIN_CHECK(is_index(x.dtype()),
+                 "Embedding '" << name() << "' takes int32 or int64 token ids, got " << x.value().describe()
+                               << "; give the model an integer input (Input(shape, DType::kInt32)): floating ids "
+                                  "are rounded into the compute dtype before they arrive");
+  return embedding(x.value(), embeddings_, compute_dtype());
+}
+
+// ---- PositionEmbedding ----
+
+PositionEmbedding::PositionEmbedding(int64_t sequence_length, DTypeArg dtype)
+    : Layer("position_embedding", std::move(dtype)), sequence_length_(sequence_length) {
+  MIXTRAIN_CHECK(sequence_length > 0, "PositionEmbedding: sequence_length must be positive, got " << sequence_length);
+}
+
+Shape PositionEmbedding::compute_output_shape(const Shape& input_shape) const {
+  check_sequence_shape(input_shape, *this);
+  MIXTRAIN_CHECK(input_shape[0] <= sequence_length_,
+                 "PositionEmbedding '" << name() << "': sequences of length " << input_shape[0]
+                                       << " are longer than its sequence_length " << sequence_length_);
+  return input_shape;
+}
+
+void PositionEmbedding::build_impl(const Shape& input_shape, Rng& rng) {
+  check_sequence_shape(input_shape, *this);
+  embeddings_ = add_weight("embeddings", {sequence_length_, input_shape[1]}, Initializer::kGlorotUniform, rng);
+}
+
+Var PositionEmbedding::call(const Var& x, const CallContext&) {
+  MIXTRAIN_CHECK(x.value().rank() == 3 && x.shape()[2] == embeddings_.shape()[1],
+                 "PositionEmbedding '" << name() << "' expects (batch, sequence, " << embeddings_.shape()[1]
+                                       << "), got " << x.value().describe());
+  MIXTRAIN_CHECK(x.shape()[1] <= sequence_length_,
+                 "PositionEmbedding '" << name() << "': a sequence of length " << x.shape()[1]
+                                       << " is longer than its sequence_length " << sequence_length_);
+  return add_position_embedding(x, embeddings_);
+}
+
+// ---- LayerNormalization ----
+
+LayerNormalization::LayerNormalization(float epsilon, DTypeArg dtype)
+    : Layer("layer_normalization", std::move(dtype)), epsilon_(epsilon) {
+  MIXTRAIN_CHECK(epsilon > 0.0f, "LayerNormalization: epsilon must be positive, got " << epsilon);
+}
+
+void LayerNormalization::build_impl(const Shape& input_shape, Rng& rng) {
+  MIXTRAIN_CHECK(input_shape.rank() >= 1 && input_shape[-1] > 0,
+                 "LayerNormalization '" << name() << "' needs a feature axis last, got per-sample shape " << input_shape);
+  gamma_ = add_weight("gamma", {input_shape[-1]}, Initializer::kOnes, rng);
+  beta_ = add_weight("beta", {input_shape[-1]}, Initializer::kZeros, rng);
+}
+
+Var LayerNormalization::call(const Var& x, const CallContext&) {
+  MIXTRAIN_CHECK(x.value().rank() >= 2 && x.shape()[-1] == gamma_.shape()[0],
+                 "LayerNormalization '" << name() << "' was built for " << gamma_.shape()[0] << " features, got "
+                                        << x.value().describe());
+  return layer_norm(x, as_float32(gamma_), as_float32(beta_), epsilon_);
+}
+
+// ---- MultiHeadAttention ----
+
+MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
+    : Layer("multi_head_attention", options.dtype), options_(std::move(options)) {
+  MIXTRAIN_CHECK(options_.num_heads > 0 && options_.key_dim > 0,
+                 "MultiHeadAttention: num_heads and key_dim must be positive, got " << options_.num_heads << " and "
+                                                                                    << options_.key_dim);
+  MIXTRAIN_CHECK(options_.dropout >= 0.0f && options_.dropout < 1.0f,
+                 "MultiHeadAttention: dropout must be in [0, 1), got " << options_.dropout);
+  MIXTRAIN_CHECK(std::isfinite(options_.logit_multiplier) && options_.logit_multiplier > 0.0f,
+                 "MultiHeadAttention: logit_multiplier must be positive and finite, got " << options_.logit_multiplier);
+}
+
+Shape MultiHeadAttention::compute_output_shape(const Shape& input_shape) const {
+  check_sequence_shape(input_shape, *this);
+  return input_shape;
+}
+
+void MultiHeadAttention::build_impl(const Shape& input_shape, Rng& rng) {
+  check_sequence_shape(input_shape, *this);
+  const int64_t d = input_shape[1], h = options_.num_heads, dk = options_.key_dim;
+  // Keras' order: query, key, value, then the output projection; each kernel drawn as it is added.
+  auto kernel = [&](const std::string& name, const Shape& shape) {
+    Var w = add_weight(name, shape, Initializer::kZeros, rng);
+    fill_uniform(w, glorot_limit(shape), rng);
+    return w;
+  };
+  auto bias = [&](const std::string& name, const Shape& shape) {
+    return options_.use_bias ? add_weight(name, shape, Initializer::kZeros, rng) : Var();
+  };
+  query_kernel_ = kernel("query/kernel", {d, h, dk});
+  query_bias_ = bias("query/bias", {h, dk});
+  key_kernel_ = kernel("key/kernel", {d, h, dk});
+  key_bias_ = bias("key/bias", {h, dk});
+  value_kernel_ = kernel("value/kernel", {d, h, dk});
+  value_bias_ = bias("value/bias", {h, dk});
+  output_kernel_ = kernel("attention_output/kernel", {h, dk, d});
+  output_bias_ = bias("attention_output/bias", {d});
+}
+
+Var MultiHeadAttention::project(const Var& x, const Var& kernel, const Var& bias) {
+  const int64_t in = x.shape()[-1], out = kernel.value().numel() / in;
+  // The (in, ...) kernel as the (in, out) matrix it is in memory: a view, whose gradient flows back reshaped.
+  Var k2 = reshape(kernel, {in, out});
+  Var b = bias.defined() ? reshape(as_float32(bias), {out}) : Var();
+  return linear(x, k2, read_weight(kernel).reshape({in, out}), b);
+}
+
+Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
+  const int64_t d = output_kernel_.shape()[2];
+  MIXTRAIN_CHECK(x.value().rank() == 3 && x.shape()[2] == d,
+                 "MultiHeadAttention '" << name() << "' expects (batch, sequence, " << d << "), got "
+                                        << x.value().describe());
+  const Var q = project(x, query_kernel_, query_bias_);  // (batch, T, heads * key_dim)
+  const Var k = project(x, key_kernel_, key_bias_);
+  const Var v = project(x, value_kernel_, value_bias_);
+  ops::AttentionOptions o;
+  o.num_heads = options_.num_heads;
+  o.causal = options_.causal;
+  o.scale = options_.logit_multiplier / std::sqrt(static_cast<float>(options_.key_dim));
+  if (ctx.training && options_.dropout > 0.0f) {
+    MIXTRAIN_CHECK(ctx.rng, "MultiHeadAttention '" << name() << "': training call with dropout but no random generator");
+    o.dropout_rate = options_.dropout;
+    o.dropout_seed = ctx.rng->next_u64();
+  }
+  Tensor logits;
+  Var a = scaled_dot_product_attention(q, k, v, o, ctx.observer ? &logits : nullptr);  // (batch, T, heads * key_dim)
+  if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);
+  return project(a, output_kernel_, output_bias_);
+}
+
+}  // namespace mixtrain
