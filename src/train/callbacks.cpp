@@ -1,8 +1,11 @@
 #include "mixtrain/train/callbacks.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <ostream>
+#include <utility>
 
 #include "mixtrain/report/csv_writer.h"
 #include "mixtrain/report/progress_bar.h"
@@ -106,6 +109,120 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
       for (size_t i = 0; i < ws.size(); ++i) ws[i].set_value(best_weights_[i]);
     }
   }
+}
+
+namespace {
+
+// Sets key in logs, replacing an entry of that name (two learning-rate callbacks record one "learning_rate").
+void set_log(Logs& logs, const std::string& key, double value) {
+  for (auto& [k, v] : logs) {
+    if (k == key) {
+      v = value;
+      return;
+    }
+  }
+  logs.emplace_back(key, value);
+}
+
+Optimizer& optimizer_of(Model* model, const char* callback) {
+  MIXTRAIN_CHECK(model != nullptr, callback << ": no model; pass the callback to fit()");
+  return model->optimizer();
+}
+
+}  // namespace
+
+LearningRateScheduler::LearningRateScheduler(std::function<float(int, float)> schedule, int verbose,
+                                             std::ostream* out)
+    : schedule_(std::move(schedule)), verbose_(verbose), out_(out != nullptr ? out : &std::cout) {
+  MIXTRAIN_CHECK(static_cast<bool>(schedule_), "LearningRateScheduler: the schedule function is empty");
+}
+
+void LearningRateScheduler::on_epoch_begin(int epoch) {
+  Optimizer& opt = optimizer_of(model_, "LearningRateScheduler");
+  const float current = opt.learning_rate();
+  const float lr = schedule_(epoch, current);
+  if (!(std::isfinite(lr) && lr >= 0.0f)) {
+    MIXTRAIN_FAIL(kInvalidInput,
+                  "LearningRateScheduler: schedule(epoch " << epoch << ", lr " << current << ") returned " << lr,
+                  "the schedule must return a finite learning rate >= 0");
+  }
+  opt.set_learning_rate(lr);  // throws when a LearningRateSchedule owns the rate
+  if (verbose_ > 0) {
+    *out_ << "\nEpoch " << epoch + 1 << ": LearningRateScheduler setting learning rate to " << lr << ".\n";
+  }
+}
+
+void LearningRateScheduler::on_epoch_logs(int, Logs& logs) {
+  set_log(logs, "learning_rate", optimizer_of(model_, "LearningRateScheduler").learning_rate());
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options) : options_(std::move(options)) {
+  const ReduceLROnPlateauOptions& o = options_;
+  // Keras: "ReduceLROnPlateau does not support a factor >= 1.0."
+  MIXTRAIN_CHECK(o.factor >= 0.0 && o.factor < 1.0, "ReduceLROnPlateau: factor must be in [0, 1), got " << o.factor);
+  MIXTRAIN_CHECK(o.patience >= 0, "ReduceLROnPlateau: patience must be >= 0, got " << o.patience);
+  MIXTRAIN_CHECK(o.cooldown >= 0, "ReduceLROnPlateau: cooldown must be >= 0, got " << o.cooldown);
+  MIXTRAIN_CHECK(std::isfinite(o.min_delta), "ReduceLROnPlateau: min_delta must be finite, got " << o.min_delta);
+  MIXTRAIN_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0.0,
+                 "ReduceLROnPlateau: min_lr must be finite and >= 0, got " << o.min_lr);
+  if (o.mode != "auto" && o.mode != "min" && o.mode != "max") {
+    MIXTRAIN_FAIL(kInvalidInput, "ReduceLROnPlateau: unknown mode '" << o.mode << "'; valid modes: auto, min, max",
+                  "use \"min\" for losses, \"max\" for accuracies, or \"auto\" to choose by the monitor's name");
+  }
+  if (options_.out == nullptr) options_.out = &std::cout;
+  // Keras' "auto": accuracy-like quantities improve upward, everything else downward.
+  maximize_ = o.mode == "max" || (o.mode == "auto" && o.monitor.find("acc") != std::string::npos);
+  reset();
+}
+
+void ReduceLROnPlateau::reset() {
+  best_ = maximize_ ? -INFINITY : INFINITY;
+  wait_ = 0;
+  cooldown_counter_ = 0;
+}
+
+bool ReduceLROnPlateau::improved(double current) const {
+  return maximize_ ? current > best_ + options_.min_delta : current < best_ - options_.min_delta;
+}
+
+void ReduceLROnPlateau::on_train_begin(int, int64_t) { reset(); }
+
+void ReduceLROnPlateau::on_epoch_logs(int, Logs& logs) {
+  // The rate this epoch trained with: recorded before on_epoch_end may reduce it, as Keras does.
+  set_log(logs, "learning_rate", optimizer_of(model_, "ReduceLROnPlateau").learning_rate());
+}
+
+void ReduceLROnPlateau::on_epoch_end(int epoch, const Logs& logs) {
+  if (!has_log(logs, options_.monitor)) {
+    std::string available;
+    for (const auto& [k, v] : logs) available += (available.empty() ? "" : ", ") + k;
+    MIXTRAIN_FAIL(kInvalidInput,
+                  "ReduceLROnPlateau: the monitored metric '" << options_.monitor
+                                                              << "' is not logged; available metrics: " << available,
+                  "monitor one of those (val_* needs validation data)");
+  }
+  const double current = log_value(logs, options_.monitor);
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    wait_ = 0;
+  }
+  if (improved(current)) {
+    best_ = current;
+    wait_ = 0;
+    return;
+  }
+  if (cooldown_counter_ > 0 || ++wait_ < options_.patience) return;
+  Optimizer& opt = optimizer_of(model_, "ReduceLROnPlateau");
+  const float old_lr = opt.learning_rate();
+  // Keras compares the float32 rate with float32(min_lr), computes the new rate in double and stores float32.
+  if (!(old_lr > static_cast<float>(options_.min_lr))) return;
+  const double new_lr = std::max(static_cast<double>(old_lr) * options_.factor, options_.min_lr);
+  opt.set_learning_rate(static_cast<float>(new_lr));  // throws when a LearningRateSchedule owns the rate
+  if (options_.verbose > 0) {
+    *options_.out << "\nEpoch " << epoch + 1 << ": ReduceLROnPlateau reducing learning rate to " << new_lr << ".\n";
+  }
+  cooldown_counter_ = options_.cooldown;
+  wait_ = 0;
 }
 
 void TerminateOnNaN::on_train_batch_end(int64_t, const Logs& logs) {

@@ -241,6 +241,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       epoch_logs.emplace_back("val_loss", v.loss);
       if (track_accuracy_) epoch_logs.emplace_back("val_accuracy", v.accuracy);
     }
+    // Callbacks add their entries (the learning-rate callbacks: "learning_rate") before History records them.
+    for (Callback* cb : options.callbacks) cb->on_epoch_logs(pos.epoch, epoch_logs);
     history.epoch.push_back(pos.epoch);
     for (auto& [k, v] : epoch_logs) history.history[k].push_back(v);
     history.epoch_seconds.push_back(seconds_since(epoch_start));

@@ -1,6 +1,7 @@
 // Callbacks, as keras.callbacks: hooks fit() calls at the start and end of training, epochs and steps.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <limits>
 #include <memory>
@@ -27,6 +28,14 @@ class Callback {
   // step is 1-based within the epoch; logs hold the running means of the epoch so far.
   virtual void on_train_batch_end(int64_t step, const Logs& logs) {
     (void)step;
+    (void)logs;
+  }
+  // At the end of each epoch, before History records the logs and before any on_epoch_end: a callback adds
+  // its own entries here (LearningRateScheduler and ReduceLROnPlateau: "learning_rate"). Keras callbacks write
+  // into the logs dict in on_epoch_end; a separate step lets History and every on_epoch_end, whatever the
+  // callback order, see the same logs.
+  virtual void on_epoch_logs(int epoch, Logs& logs) {
+    (void)epoch;
     (void)logs;
   }
   virtual void on_epoch_end(int epoch, const Logs& logs) {
@@ -88,6 +97,68 @@ class EarlyStopping : public Callback {
   int wait_ = 0;
   int stopped_epoch_ = -1;
   std::vector<Tensor> best_weights_;
+};
+
+// keras.callbacks.LearningRateScheduler: at the start of every epoch, sets the optimizer's learning rate to
+// schedule(epoch, current rate) (epoch 0-based and absolute, so a run resumed at initial_epoch k continues the
+// same curve), and records the rate as "learning_rate" in the epoch's logs. verbose 1 prints
+// "Epoch N: LearningRateScheduler setting learning rate to X." to `out` (std::cout when null). Throws Error when
+// schedule returns a rate that is not finite and >= 0, or when the optimizer has a LearningRateSchedule (its
+// rate cannot be set; Keras refuses too).
+class LearningRateScheduler : public Callback {
+ public:
+  explicit LearningRateScheduler(std::function<float(int epoch, float lr)> schedule, int verbose = 0,
+                                 std::ostream* out = nullptr);
+  void on_epoch_begin(int epoch) override;
+  void on_epoch_logs(int epoch, Logs& logs) override;
+
+ private:
+  std::function<float(int, float)> schedule_;
+  int verbose_;
+  std::ostream* out_;
+};
+
+// keras.callbacks.ReduceLROnPlateau's arguments and defaults.
+struct ReduceLROnPlateauOptions {
+  std::string monitor = "val_loss";
+  double factor = 0.1;        // new rate = rate * factor; in [0, 1)
+  int patience = 10;          // epochs without improvement before a reduction
+  int verbose = 0;            // 1: print "Epoch N: ReduceLROnPlateau reducing learning rate to X."
+  std::string mode = "auto";  // "min", "max", or "auto": "max" when the monitor's name contains "acc"
+  double min_delta = 1e-4;    // an improvement must beat the best by more than this
+  int cooldown = 0;           // epochs after a reduction during which no epoch counts as waiting
+  double min_lr = 0.0;        // the rate is never reduced below this
+  std::ostream* out = nullptr;  // where verbose messages go; std::cout when null
+};
+
+// keras.callbacks.ReduceLROnPlateau: multiplies the learning rate by factor (not below min_lr) once `monitor`
+// has not improved for `patience` epochs, then waits `cooldown` epochs before counting again. Each epoch's
+// logs get "learning_rate", the rate that epoch trained with (read before any reduction, as Keras). State is
+// reset at the start of every fit(). Throws Error on invalid options (Keras warns and falls back to "auto" for
+// an unknown mode; here it is refused), when the monitored value is not logged (listing what is), or when the
+// optimizer has a LearningRateSchedule and a reduction is due.
+class ReduceLROnPlateau : public Callback {
+ public:
+  explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
+  void on_train_begin(int epochs, int64_t steps_per_epoch) override;
+  void on_epoch_logs(int epoch, Logs& logs) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+
+  const ReduceLROnPlateauOptions& options() const { return options_; }
+  // Keras' counters: epochs waited without improvement, cooldown epochs left, and the best value seen.
+  int wait() const { return wait_; }
+  int cooldown_counter() const { return cooldown_counter_; }
+  double best() const { return best_; }
+
+ private:
+  void reset();
+  bool improved(double current) const;
+
+  ReduceLROnPlateauOptions options_;
+  bool maximize_ = false;
+  double best_ = 0.0;
+  int wait_ = 0;
+  int cooldown_counter_ = 0;
 };
 
 // Stops training as soon as a step's loss is NaN or infinite.
