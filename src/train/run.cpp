@@ -9,6 +9,7 @@
 #include "mixtrain/core/json.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/optim/adam.h"
+#include "mixtrain/optim/schedules.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model_registry.h"
@@ -38,6 +39,7 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "--dropout must be in [0, 1), got " << cfg.dropout);
   MIXTRAIN_CHECK(cfg.attention_logit_multiplier > 0, "the attention logit multiplier must be positive");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
+  make_schedule(cfg.lr_schedule, cfg.learning_rate, std::max<int64_t>(cfg.warmup_steps, 1), cfg.warmup_steps);
   if (cfg.loss_scale != "dynamic" && cfg.loss_scale != "none") {
     char* end = nullptr;
     const double v = std::strtod(cfg.loss_scale.c_str(), &end);
@@ -75,7 +77,7 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
   return model;
 }
 
-std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg) {
+std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t total_steps) {
   std::unique_ptr<Optimizer> opt;
   if (cfg.optimizer == "adamw") {
     // Biases and normalization parameters are not decayed (the common practice for transformers; decaying a
@@ -86,13 +88,20 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg) {
     opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
   }
   if (cfg.clipnorm > 0) opt->set_global_clipnorm(cfg.clipnorm);
+  if (cfg.lr_schedule != "constant" || cfg.warmup_steps > 0)
+    opt->set_learning_rate_schedule(make_schedule(cfg.lr_schedule, cfg.learning_rate, total_steps, cfg.warmup_steps));
   return opt;
 }
 
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
   auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
                            data.train.sample_shape);
-  std::unique_ptr<Optimizer> opt = make_run_optimizer(cfg);
+  // Updates of the whole run, for the learning-rate schedule.
+  const bool sequences = data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;
+  const int64_t train_rows = sequences ? data.train.size() : training_rows(data.train.size(), cfg.validation_split);
+  const int64_t total_steps = cfg.steps > 0 ? static_cast<int64_t>(cfg.fit_epochs()) * cfg.steps_per_epoch()
+                                            : cfg.epochs * ((train_rows + cfg.batch_size - 1) / cfg.batch_size);
+  std::unique_ptr<Optimizer> opt = make_run_optimizer(cfg, total_steps);
   const bool float16_compute = DTypePolicy::from_name(cfg.policy).compute_dtype() == DType::kFloat16;
   bool auto_scale = true;
   if (float16_compute && cfg.loss_scale == "none") auto_scale = false;
@@ -121,7 +130,6 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   fo.batch_size = cfg.batch_size;
   // Token windows (a language model): the data set's second part is the validation text, evaluated at the end
   // of each epoch (each evaluation interval of a run by steps).
-  const bool sequences = data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;
   // The recovery ladder handles non-finite steps itself; without it a NaN loss ends training (Keras' TerminateOnNaN).
   if (!cfg.recover) fo.callbacks.push_back(&nan_guard);
   if (progress) fo.callbacks.push_back(&bar);

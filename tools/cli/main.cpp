@@ -18,7 +18,7 @@ const char* kUsage =
     "  train    train a model on a data set and report its results\n"
     "           --model mlp|cnn|resnet|transformer --data fashion-mnist|PATH|moby-dick|text:PATH\n"
     "           --epochs N | --steps N [--eval-every N] --batch-size B|auto --memory-budget SIZE\n"
-    "           --lr X --lr-schedule constant|cosine --warmup-steps N --optimizer adam|adamw|sgd|rmsprop\n"
+    "           --lr X --lr-schedule constant|cosine|linear --warmup-steps N --optimizer adam|adamw|sgd|rmsprop\n"
     "           --weight-decay X --clipnorm X --seed S --hidden 256,128\n"
     "           --policy float32|float16|bfloat16|mixed_float16|mixed_bfloat16\n"
     "           --loss-scale dynamic|none|VALUE --normalize standard|minmax|none\n"

@@ -22,7 +22,7 @@ struct RunConfig {
   // half a point with the last few updates, which hides the float32 / mixed comparison in noise.
   int64_t batch_size = 128;
   float learning_rate = 1e-3f;
-  std::string optimizer = "adam";        // "adam", "adamw", "sgd"
+  std::string optimizer = "adam";        // "adam", "adamw", "sgd", "rmsprop"
   uint64_t seed = 1;
   double validation_split = 0.1;         // last fraction of the training rows, as Keras
   std::string loss_scale = "dynamic";    // float16 compute only: "dynamic", "none", or a fixed value
@@ -37,8 +37,8 @@ struct RunConfig {
   // evaluating the validation loss every eval_interval steps (0: steps / 10, at least 1).
   int64_t steps = 0;
   int64_t eval_interval = 0;
-  // Learning-rate schedule over the whole run: "constant", or "cosine" (linear warm-up over warmup_steps,
-  // then cosine decay; see optim/schedules.h).
+  // Learning-rate schedule over the whole run, after a linear warm-up over warmup_steps: "constant", "cosine"
+  // (decay to 0.1 x the rate) or "linear" (decay to 0); see make_schedule() in optim/schedules.h.
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   float weight_decay = 0.004f;  // AdamW only; the Keras default
@@ -85,7 +85,8 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
                                    const std::vector<int64_t>& sample_shape = {});
 // The optimizer a run uses: cfg.optimizer at cfg.learning_rate, with cfg's weight decay (AdamW, biases and
 // normalization parameters excluded), gradient clipping and learning-rate schedule.
-std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg);
+// total_steps: the updates of the whole run, over which the schedule runs.
+std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t total_steps);
 // Builds, compiles, fits and evaluates. progress: where the progress bar goes (nullptr: silent).
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive);
 // cfg as a JSON string (stored in checkpoints), and back: run_config_from_json(run_config_json(c)) gives c's
