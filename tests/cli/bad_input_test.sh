@@ -46,6 +46,15 @@ expect_error "unknown optimizer" train --optimizer adagrad
 expect_error "mixed_float16" train --policy mixed_float8
 expect_error "--epochs must be a positive integer" train --epochs 0
 expect_error "--epochs expects an integer" train --epochs five
+# Numbers past int (or past int64) are refused with the flag and its range, never truncated: 2^32 + 1 once trained
+# 1 epoch and exited 0.
+expect_error "--epochs must be a positive integer no larger than 2147483647, got 4294967297" train --epochs 4294967297
+expect_error "--epochs must be a positive integer no larger than 2147483647, got 99999999999" train --epochs 99999999999
+expect_error "--epochs must be a positive integer no larger than 2147483647" train --epochs 99999999999999999999999
+expect_error "--batch-size must be a positive integer no larger than 2147483647" train --batch-size 4294967296
+expect_error "--seed must be a non-negative integer no larger than 9223372036854775807" train --seed 9223372036854775808
+expect_error "--hidden items must be integers from 1 to 2147483647, got '4611686018427387904'" train --hidden 16,4611686018427387904
+expect_error "--steps must be a positive integer no larger than 2147483647" bench step --steps 4294967297
 expect_error "--batch-size must be a positive integer" train --batch-size -3
 expect_error "unknown flag '--epoch'" train --epoch 3
 expect_error "--loss-scale" train --loss-scale lots

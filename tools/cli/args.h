@@ -10,6 +10,16 @@
 
 namespace mixtrain::cli {
 
+struct IntRange {
+  int64_t min;
+  int64_t max;
+};
+
+// The values an integer flag accepts: --epochs, --batch-size, --steps and list items such as --hidden's from 1 to
+// INT32_MAX (they become ints or sizes), --seed from 0 to INT64_MAX; any other integer flag the range of an int
+// (INT32_MIN to INT32_MAX), so a value a caller stores in an int is never truncated.
+IntRange integer_range(const std::string& name);
+
 class Args {
  public:
   // argv after the subcommand. flags: accepted names (without "--"); switches: flags that take no value.
@@ -17,9 +27,13 @@ class Args {
        const std::set<std::string>& switches = {});
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string str(const std::string& name, const std::string& fallback) const;
+  // The flag's value parsed as a 64-bit integer, then checked against [min, max]: a value outside (even one past
+  // int64) is refused with an error naming the flag and the range, never truncated. The fallback is not checked.
+  int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  // As above with the flag's range from integer_range(name).
   int64_t integer(const std::string& name, int64_t fallback) const;
   double number(const std::string& name, double fallback) const;
-  // Comma-separated positive integers, e.g. "256,128".
+  // Comma-separated positive integers, e.g. "256,128", each at most integer_range(name).max.
   std::vector<int64_t> int_list(const std::string& name, const std::vector<int64_t>& fallback) const;
   std::vector<std::string> str_list(const std::string& name, const std::vector<std::string>& fallback) const;
 
