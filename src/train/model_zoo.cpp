@@ -5,6 +5,7 @@
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/nn/reshaping.h"
 #include "mixtrain/train/model_registry.h"
+#include "mixtrain/train/transformer_model.h"
 #include "mixtrain/train/run.h"
 
 namespace mixtrain {
@@ -91,6 +92,22 @@ std::unique_ptr<Model> build_resnet(const RunConfig& cfg, const ModelInputSpec& 
   return std::make_unique<Model>(std::vector<SymbolicTensor>{x}, std::vector<SymbolicTensor>{out}, "resnet", cfg.seed);
 }
 
+// A character language model on windows of sample_shape {T} ids over num_classes characters.
+std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputSpec& in) {
+  MIXTRAIN_CHECK(in.sample_shape.size() == 1 && in.sample_shape[0] == in.num_features,
+                 "the transformer reads windows of character ids (--data moby-dick or text:PATH); this data has "
+                 "samples of " << in.num_features << " features");
+  TransformerLMOptions o;
+  o.vocabulary_size = in.num_classes;
+  o.context_length = in.sample_shape[0];
+  o.width = cfg.width;
+  o.num_layers = cfg.num_layers;
+  o.num_heads = cfg.num_heads;
+  o.dropout = cfg.dropout;
+  o.attention_logit_multiplier = cfg.attention_logit_multiplier;
+  return build_transformer_lm(o, cfg.seed);
+}
+
 }  // namespace
 
 void register_builtin_models() {
@@ -98,6 +115,9 @@ void register_builtin_models() {
   register_model("cnn", "two Conv-BatchNorm-ReLU-MaxPool stages (32, 64 filters), Dense, float32 logits", build_cnn);
   register_model("resnet", "a small residual network (functional API): stem, two residual blocks, global pooling",
                  build_resnet);
+  register_model("transformer",
+                 "a character language model: decoder-only transformer (--context, --width, --layers, --heads)",
+                 build_transformer);
 }
 
 }  // namespace mixtrain

@@ -1,0 +1,32 @@
+// A decoder-only transformer language model (GPT-style, pre-LayerNorm) written with the functional API:
+//   ids (batch, T) int32 -> token Embedding + learned PositionEmbedding -> num_layers x
+//   [LayerNorm -> causal MultiHeadAttention -> Dropout -> Add, LayerNorm -> Dense(mlp_ratio * width, gelu)
+//    -> Dense(width) -> Dropout -> Add] -> LayerNorm -> Dense(vocabulary_size) logits in float32.
+// Under a mixed policy the embeddings and every weight stay float32, matrix products run in the compute dtype,
+// and LayerNorm statistics, softmax and the logits are float32. Layer names are scoped: "block_1/attention",
+// "block_1/ln_1", ..., "final_ln", "logits".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "mixtrain/train/model.h"
+
+namespace mixtrain {
+
+struct TransformerLMOptions {
+  int64_t vocabulary_size = 0;
+  int64_t context_length = 128;  // the longest sequence the model reads (its position table)
+  int64_t width = 128;
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;         // must divide width
+  int64_t mlp_ratio = 4;
+  float dropout = 0.0f;          // after the embeddings, in attention and after each residual branch
+  // Multiplies the attention logits (after 1/sqrt(head size)): > 1 makes float16 logits overflow on purpose.
+  float attention_logit_multiplier = 1.0f;
+};
+
+// Builds (and, being functional, builds the weights of) the model under the global policy in force.
+std::unique_ptr<Model> build_transformer_lm(const TransformerLMOptions& options, uint64_t seed);
+
+}  // namespace mixtrain

@@ -1,0 +1,61 @@
+#include "mixtrain/train/transformer_model.h"
+
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/nn/merging.h"
+#include "mixtrain/nn/transformer_layers.h"
+
+namespace mixtrain {
+
+namespace {
+
+template <typename L, typename... Args>
+std::shared_ptr<L> named(const std::string& name, Args&&... args) {
+  auto layer = make_layer<L>(std::forward<Args>(args)...);
+  layer->set_name(name);
+  return layer;
+}
+
+SymbolicTensor maybe_dropout(const SymbolicTensor& x, float rate, const std::string& name) {
+  return rate > 0 ? (*named<Dropout>(name, rate))(x) : x;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> build_transformer_lm(const TransformerLMOptions& o, uint64_t seed) {
+  MIXTRAIN_CHECK(o.vocabulary_size > 0, "a transformer needs a vocabulary, got size " << o.vocabulary_size);
+  MIXTRAIN_CHECK(o.context_length > 0 && o.width > 0 && o.num_layers > 0 && o.mlp_ratio > 0,
+                 "transformer sizes must be positive: context " << o.context_length << ", width " << o.width
+                                                                << ", layers " << o.num_layers);
+  MIXTRAIN_CHECK(o.num_heads > 0 && o.width % o.num_heads == 0,
+                 "the number of heads (" << o.num_heads << ") must divide the width (" << o.width << ")");
+  SymbolicTensor ids = Input({o.context_length}, DType::kInt32, "ids");
+  SymbolicTensor h = (*named<Embedding>("token_embedding", o.vocabulary_size, o.width))(ids);
+  h = (*named<PositionEmbedding>("position_embedding", o.context_length))(h);
+  h = maybe_dropout(h, o.dropout, "embedding_dropout");
+  for (int64_t i = 1; i <= o.num_layers; ++i) {
+    const std::string scope = "block_" + std::to_string(i);
+    MultiHeadAttentionOptions mha;
+    mha.num_heads = o.num_heads;
+    mha.key_dim = o.width / o.num_heads;
+    mha.dropout = o.dropout;
+    mha.causal = true;
+    mha.logit_multiplier = o.attention_logit_multiplier;
+    SymbolicTensor a = (*named<LayerNormalization>(scope + "/ln_1"))(h);
+    a = (*named<MultiHeadAttention>(scope + "/attention", mha))(a);
+    a = maybe_dropout(a, o.dropout, scope + "/attention_dropout");
+    h = (*named<Add>(scope + "/add_1"))({h, a});
+    SymbolicTensor m = (*named<LayerNormalization>(scope + "/ln_2"))(h);
+    m = (*named<Dense>(scope + "/mlp_in", o.mlp_ratio * o.width, "gelu"))(m);
+    m = (*named<Dense>(scope + "/mlp_out", o.width))(m);
+    m = maybe_dropout(m, o.dropout, scope + "/mlp_dropout");
+    h = (*named<Add>(scope + "/add_2"))({h, m});
+  }
+  h = (*named<LayerNormalization>("final_ln"))(h);
+  // Logits in float32: the loss reads them directly, and a float16 logit loses the small differences that
+  // decide a character's probability.
+  SymbolicTensor logits = (*named<Dense>("logits", o.vocabulary_size, "linear", dtype_arg("float32")))(h);
+  return std::make_unique<Model>(std::vector<SymbolicTensor>{ids}, std::vector<SymbolicTensor>{logits},
+                                 "transformer", seed);
+}
+
+}  // namespace mixtrain
