@@ -1,5 +1,6 @@
 #include "mixtrain/train/inspect.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -18,6 +19,12 @@ class StatsObserver : public LayerObserver {
   }
   void on_gradient(const Layer& l, const Tensor& dy) override {
     out_[&l].gradients.merge(range_stats(dy, real_.at(&l)));
+  }
+  void on_internal(const Layer& l, std::string_view what, const Tensor& value) override {
+    auto& internals = out_[&l].internals;
+    auto it = std::find_if(internals.begin(), internals.end(), [&](const auto& e) { return e.first == what; });
+    if (it == internals.end()) it = internals.insert(internals.end(), {std::string(what), RangeStats{}});
+    it->second.merge(range_stats(value, real_.at(&l)));
   }
 
  private:
@@ -61,7 +68,7 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
   for (auto& l : model.layers()) {
     real[l.get()] = l->compute_dtype();
     restore.policies.emplace(l.get(), l->dtype_policy());
-    stats[l.get()] = LayerInspection{l->name(), l->class_name(), l->compute_dtype(), {}, {}, {}};
+    stats[l.get()] = LayerInspection{l->name(), l->class_name(), l->compute_dtype(), {}, {}, {}, {}};
     l->set_dtype_policy(DTypePolicy::from_name("float32"));
   }
   StatsObserver obs(stats, real);
@@ -71,7 +78,8 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
     const int64_t begin = (s * batch_size) % n, end = std::min(n, begin + batch_size);
     Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
     clear_tape();
-    Var out = model.call(Var(is_float(xb.dtype()) ? xb : xb.to(DType::kFloat32)), CallContext{});
+    // Integer inputs (token ids) stay integers: the layers that read them keep them, the others cast.
+    Var out = model.call(Var(xb), CallContext{});
     Var loss = model.loss()(out, yb);
     // Gradients of the loss as training scales it (the loss scale's seed; 1 without loss scaling).
     backward(loss, model.optimizer().scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
@@ -83,22 +91,35 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
 }
 
 std::string format_inspection(const std::vector<LayerInspection>& layers) {
+  // The name column widens to the longest "name (Class)", so scoped names ("block_1/attention") stay whole.
+  int w = 22;
+  for (const LayerInspection& l : layers)
+    w = std::max(w, static_cast<int>(l.layer.size() + l.class_name.size() + 3));
   std::string s;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-22s %-9s | %-10s %-9s %-9s %-5s %-5s | %-10s %-9s %-9s %-5s %-5s\n", "layer",
+  char line[1024];
+  std::snprintf(line, sizeof line, "%-*s %-9s | %-10s %-9s %-9s %-5s %-5s | %-10s %-9s %-9s %-5s %-5s\n", w, "layer",
                 "compute", "act max", "overflow", "underflow", "nan", "inf", "grad max", "overflow", "underflow",
                 "nan", "inf");
   s += line;
-  s += std::string(118, '-') + "\n";
+  s += std::string(static_cast<size_t>(96 + w), '-') + "\n";
+  auto extra_row = [&](const std::string& name, DType dtype, const RangeStats& a) {
+    std::snprintf(line, sizeof line, "%-*s %-9s | %-10s %-9s %-9s %-5lld %-5lld |\n", w, name.c_str(),
+                  dtype_name(dtype), num(a.max_abs).c_str(), pct(a.overflow_fraction()).c_str(),
+                  pct(a.underflow_fraction()).c_str(), static_cast<long long>(a.nan), static_cast<long long>(a.inf));
+    s += line;
+  };
   for (const LayerInspection& l : layers) {
     const RangeStats &a = l.activations, &g = l.gradients;
-    std::snprintf(line, sizeof line, "%-22s %-9s | %-10s %-9s %-9s %-5lld %-5lld | %-10s %-9s %-9s %-5lld %-5lld\n",
-                  (l.layer + " (" + l.class_name + ")").substr(0, 22).c_str(), dtype_name(l.compute_dtype),
+    std::snprintf(line, sizeof line, "%-*s %-9s | %-10s %-9s %-9s %-5lld %-5lld | %-10s %-9s %-9s %-5lld %-5lld\n", w,
+                  (l.layer + " (" + l.class_name + ")").c_str(), dtype_name(l.compute_dtype),
                   num(a.max_abs).c_str(), pct(a.overflow_fraction()).c_str(), pct(a.underflow_fraction()).c_str(),
                   static_cast<long long>(a.nan), static_cast<long long>(a.inf), num(g.max_abs).c_str(),
                   pct(g.overflow_fraction()).c_str(), pct(g.underflow_fraction()).c_str(),
                   static_cast<long long>(g.nan), static_cast<long long>(g.inf));
     s += line;
+    // LayerNorm statistics run in float32, but their 16-bit inputs must first fit the compute dtype.
+    if (l.class_name == "LayerNormalization") extra_row("  [inputs]", l.compute_dtype, l.inputs);
+    for (const auto& [what, stats] : l.internals) extra_row("  [" + what + "]", l.compute_dtype, stats);
   }
   return s;
 }
@@ -106,7 +127,10 @@ std::string format_inspection(const std::vector<LayerInspection>& layers) {
 std::vector<std::string> layers_that_break(const std::vector<LayerInspection>& layers) {
   std::vector<std::string> out;
   for (const LayerInspection& l : layers)
-    if (l.compute_dtype != DType::kFloat32 && (l.inputs.breaks() || l.activations.breaks())) out.push_back(l.layer);
+    if (l.compute_dtype != DType::kFloat32 &&
+        (l.inputs.breaks() || l.activations.breaks() ||
+         std::any_of(l.internals.begin(), l.internals.end(), [](const auto& e) { return e.second.breaks(); })))
+      out.push_back(l.layer);
   return out;
 }
 

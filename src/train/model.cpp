@@ -206,7 +206,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     ++history.steps;
     history.samples += end - begin;
     if (guard && guard->after_step(
-                     *this, step_logs, [&] { return std::make_pair(x.gather_rows(idx, DType::kFloat32), yb); },
+                     *this, step_logs, [&] { return std::make_pair(x.gather_rows(idx, is_float(x.dtype()) ? DType::kFloat32 : x.dtype()), yb); },
                      static_cast<int64_t>(history.step_loss.size()))) {
       pos = guard->restore(*this);
       history.step_loss.resize(pos.history_steps);

@@ -51,13 +51,17 @@ int inspect_command(const std::vector<std::string>& argv) {
                            {"count", static_cast<double>(s.count)}});
     };
     Json arr = Json::array();
-    for (const LayerInspection& l : layers)
+    for (const LayerInspection& l : layers) {
+      Json internals = Json::object();
+      for (const auto& [what, stats] : l.internals) internals[what] = stats_json(stats);
       arr.push_back(Json::object({{"layer", l.layer},
                                   {"class", l.class_name},
                                   {"compute_dtype", dtype_name(l.compute_dtype)},
                                   {"inputs", stats_json(l.inputs)},
                                   {"activations", stats_json(l.activations)},
-                                  {"gradients", stats_json(l.gradients)}}));
+                                  {"gradients", stats_json(l.gradients)},
+                                  {"internals", internals}}));
+    }
     Json j = Json::object({{"policy", cfg.policy}, {"data", data_spec}, {"steps", static_cast<double>(steps)},
                            {"layers", arr}});
     write_file_atomically(json_path, j.dump(2) + "\n");

@@ -19,6 +19,9 @@ struct LayerInspection {
   RangeStats inputs;          // values entering the layer (what its input cast sees)
   RangeStats activations;     // the layer's outputs
   RangeStats gradients;       // gradients of the loss w.r.t. the outputs, times the loss scale in use
+  // Values inside the layer that it reports (LayerObserver::on_internal), e.g. MultiHeadAttention's
+  // "attention_logits", measured against the same compute dtype; in the order first reported.
+  std::vector<std::pair<std::string, RangeStats>> internals;
 };
 
 // Runs `steps` batches of batch_size rows from (x, y) forward and backward without updating anything.
@@ -27,10 +30,13 @@ struct LayerInspection {
 std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const Tensor& y, int64_t steps,
                                             int64_t batch_size);
 
-// A fixed-width table, one row per layer: activation and gradient max |x|, overflow %, underflow %, NaN, inf.
+// A fixed-width table, one row per layer: activation and gradient max |x|, overflow %, underflow %, NaN, inf;
+// then one row per internal value ("block_1/attention [attention_logits]") and, for LayerNormalization layers,
+// one row for their inputs ("[inputs]", whose statistics decide whether the normalization can run in 16 bits).
 std::string format_inspection(const std::vector<LayerInspection>& layers);
 
-// Names of the layers whose inputs or activations do not fit their compute dtype (overflow, NaN or inf).
+// Names of the layers whose inputs, activations or internal values do not fit their compute dtype (overflow,
+// NaN or inf).
 std::vector<std::string> layers_that_break(const std::vector<LayerInspection>& layers);
 
 }  // namespace mixtrain
