@@ -69,10 +69,14 @@ int generate_command(const std::vector<std::string>& argv) {
   Rng rng(static_cast<uint64_t>(seed));
   std::cout << prompt << std::flush;
   for (int64_t n = 0; n < tokens; ++n) {
-    // The model sees at most its context length: the last T characters.
+    // The model sees at most its context length: the last T characters, from position 0 as in training.
+    // A shorter text is padded on the right to the model's input length: attention is causal, so the
+    // padding cannot change the logits at the text's last position, which are the ones read.
     const auto len = static_cast<int64_t>(std::min<size_t>(ids.size(), static_cast<size_t>(T)));
-    Tensor x = Tensor::from_ints({1, len}, std::vector<int32_t>(ids.end() - len, ids.end()));
-    const Tensor logits = model->predict(x, 1);  // (1, len, V) float32
+    std::vector<int32_t> window(ids.end() - len, ids.end());
+    window.resize(static_cast<size_t>(T), 0);
+    Tensor x = Tensor::from_ints({1, T}, window);
+    const Tensor logits = model->predict(x, 1);  // (1, T, V) float32
     const int32_t next = sample_next(logits.data<float>() + (len - 1) * vocab.size(), vocab.size(), temperature,
                                      top_k, rng);
     ids.push_back(next);
