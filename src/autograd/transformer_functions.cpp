@@ -1,6 +1,7 @@
 #include "mixtrain/autograd/transformer_functions.h"
 
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/matmul.h"
 
 namespace mixtrain {
 
@@ -65,6 +66,95 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float epsilon) {
       give_fresh(x, g.dx);
       give_fresh(gamma, g.dgamma);
       give_fresh(beta, g.dbeta);
+    });
+  }
+  return out;
+}
+
+Var fused_projection(const Var& x, const std::vector<Var>& kernels, const std::vector<Tensor>& kernel_computes,
+                     const std::vector<Var>& biases) {
+  MIXTRAIN_CHECK(x.defined() && x.value().rank() >= 1, "fused_projection: input is undefined or a scalar");
+  MIXTRAIN_CHECK(!kernels.empty() && kernels.size() == kernel_computes.size() && kernels.size() == biases.size(),
+                 "fused_projection: needs as many kernels, kernel casts and biases (" << kernels.size() << ", "
+                                                                                    << kernel_computes.size() << ", "
+                                                                                    << biases.size() << ")");
+  const int64_t in = x.shape()[-1];
+  const DType dt = x.dtype();
+  std::vector<int64_t> widths;
+  int64_t total = 0;
+  bool any_bias = false;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const Tensor& kc = kernel_computes[i];
+    // The leading dimensions of the kernel must multiply to the input width: (in, ...) or, for an output
+    // projection from heads, (heads, key_dim, out).
+    int64_t lead = 1;
+    for (int d = 0; kc.defined() && d < kc.rank() - 1 && lead < in; ++d) lead *= kc.dim(d);
+    MIXTRAIN_CHECK(kernels[i].defined() && kc.defined() && kc.shape() == kernels[i].shape() && kc.dtype() == dt &&
+                       kc.rank() >= 2 && lead == in,
+                   "fused_projection: kernel " << i << " must have leading dimensions multiplying to the input width "
+                                               << in << ", with a cast in " << dtype_name(dt)
+                                               << " of its shape, got "
+                                               << (kc.defined() ? kc.describe() : std::string("undefined")));
+    widths.push_back(kc.numel() / in);
+    if (biases[i].defined()) {
+      MIXTRAIN_CHECK(biases[i].value().numel() == widths.back(),
+                     "fused_projection: bias " << i << " " << biases[i].value().describe() << " does not have "
+                                               << widths.back() << " elements");
+      any_bias = true;
+    }
+    total += widths.back();
+  }
+  // The kernels side by side in one (in, total) matrix, and the biases in one float32 vector (a missing one
+  // is zero): one GEMM with its bias epilogue instead of one per projection.
+  Tensor w = Tensor::empty({in, total}, dt);
+  Tensor b = any_bias ? Tensor::zeros({total}, DType::kFloat32) : Tensor();
+  int64_t at = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    w.slice(1, at, at + widths[i]).copy_from(kernel_computes[i].reshape({in, widths[i]}));
+    if (biases[i].defined()) b.slice(0, at, at + widths[i]).copy_from(biases[i].value().reshape({widths[i]}));
+    at += widths[i];
+  }
+  bool rec = should_record({&x});
+  for (size_t i = 0; i < kernels.size(); ++i) rec = rec || should_record({&kernels[i], &biases[i]});
+  Var out = output(ops::linear(x.value(), w, b), rec);
+  if (rec) {
+    record_backward(out, [x, kernels, biases, w, widths, any_bias, out]() {
+      auto g = ops::linear_backward(out.grad(), x.value(), w, x.requires_grad(), any_bias);
+      give_fresh(x, g.dx);
+      int64_t at = 0;
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        const int64_t wi = widths[i];
+        if (kernels[i].requires_grad())
+          give_fresh(kernels[i], g.dw.slice(1, at, at + wi).contiguous().reshape(kernels[i].shape()));
+        if (biases[i].defined() && biases[i].requires_grad())
+          give_fresh(biases[i], g.dbias.slice(0, at, at + wi).contiguous().reshape(biases[i].shape()));
+        at += wi;
+      }
+    });
+  }
+  return out;
+}
+
+Var packed_self_attention(const Var& qkv, const ops::AttentionOptions& options, Tensor* logits) {
+  MIXTRAIN_CHECK(qkv.defined() && qkv.value().rank() == 3 && qkv.shape()[2] % 3 == 0,
+                 "packed_self_attention: expected (batch, T, 3 * heads * key_dim), got "
+                     << (qkv.defined() ? qkv.value().describe() : std::string("undefined")));
+  const int64_t w = qkv.shape()[2] / 3;
+  const Tensor& all = qkv.value();
+  const Tensor q = all.slice(2, 0, w), k = all.slice(2, w, 2 * w), v = all.slice(2, 2 * w, 3 * w);
+  const bool rec = should_record({&qkv});
+  ops::AttentionOutput r = ops::scaled_dot_product_attention(q, k, v, options, /*keep_probs=*/rec, logits != nullptr);
+  if (logits) *logits = r.logits;
+  Var out = output(r.out, rec);
+  if (rec) {
+    const Tensor probs = r.probs;
+    record_backward(out, [qkv, probs, options, out, w]() {
+      const Tensor& all = qkv.value();
+      Tensor g = Tensor::empty(all.shape(), all.dtype(), all.device());
+      Tensor dq = g.slice(2, 0, w), dk = g.slice(2, w, 2 * w), dv = g.slice(2, 2 * w, 3 * w);
+      ops::scaled_dot_product_attention_backward_into(out.grad(), all.slice(2, 0, w), all.slice(2, w, 2 * w),
+                                                      all.slice(2, 2 * w, 3 * w), probs, options, dq, dk, dv);
+      give_fresh(qkv, g);
     });
   }
   return out;

@@ -154,22 +154,15 @@ void MultiHeadAttention::build_impl(const Shape& input_shape, Rng& rng) {
   output_bias_ = bias("attention_output/bias", {d});
 }
 
-Var MultiHeadAttention::project(const Var& x, const Var& kernel, const Var& bias) {
-  const int64_t in = x.shape()[-1], out = kernel.value().numel() / in;
-  // The (in, ...) kernel as the (in, out) matrix it is in memory: a view, whose gradient flows back reshaped.
-  Var k2 = reshape(kernel, {in, out});
-  Var b = bias.defined() ? reshape(as_float32(bias), {out}) : Var();
-  return linear(x, k2, read_weight(kernel).reshape({in, out}), b);
-}
-
 Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
   const int64_t d = output_kernel_.shape()[2];
   MIXTRAIN_CHECK(x.value().rank() == 3 && x.shape()[2] == d,
                  "MultiHeadAttention '" << name() << "' expects (batch, sequence, " << d << "), got "
                                         << x.value().describe());
-  const Var q = project(x, query_kernel_, query_bias_);  // (batch, T, heads * key_dim)
-  const Var k = project(x, key_kernel_, key_bias_);
-  const Var v = project(x, value_kernel_, value_bias_);
+  // (batch, T, 3 * heads * key_dim): q, k and v side by side, from one product.
+  const Var qkv = fused_projection(x, {query_kernel_, key_kernel_, value_kernel_},
+                                   {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
+                                   {query_bias_, key_bias_, value_bias_});
   ops::AttentionOptions o;
   o.num_heads = options_.num_heads;
   o.causal = options_.causal;
@@ -180,9 +173,9 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
     o.dropout_seed = ctx.rng->next_u64();
   }
   Tensor logits;
-  Var a = scaled_dot_product_attention(q, k, v, o, ctx.observer ? &logits : nullptr);  // (batch, T, heads * key_dim)
+  Var a = packed_self_attention(qkv, o, ctx.observer ? &logits : nullptr);  // (batch, T, heads * key_dim)
   if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);
-  return project(a, output_kernel_, output_bias_);
+  return fused_projection(a, {output_kernel_}, {read_weight(output_kernel_)}, {output_bias_});
 }
 
 }  // namespace mixtrain

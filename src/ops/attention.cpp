@@ -2,6 +2,7 @@
 // cpu/attention.cpp).
 #include "mixtrain/ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mixtrain::ops {
@@ -68,6 +69,23 @@ Dims check_layout(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   MIXTRAIN_CHECK(std::isfinite(o.scale), op << ": scale must be finite, got " << o.scale);
   return Dims{q.dim(0), q.dim(1), k.dim(1), h, q.dim(2) / h, v.dim(2) / h};
 }
+
+// Whether the kernel can read (or write) t in place: (B, L, W) with dense rows (unit stride along W) that
+// do not overlap (row stride >= W) and batches that do not overlap either.
+bool rows_in_place(const Tensor& t) {
+  const auto& st = t.strides();
+  const int64_t b = t.dim(0), l = t.dim(1), w = t.dim(2);
+  return (w <= 1 || st[2] == 1) && (l <= 1 || st[1] >= w) && (b <= 1 || st[0] >= std::max<int64_t>(l, 1) * std::max<int64_t>(st[1], w));
+}
+
+// t itself when the kernel reads it in place, else a contiguous copy.
+Tensor readable(const Tensor& t) { return rows_in_place(t) ? t : t.contiguous(); }
+
+void check_gradient_target(const Tensor& g, const Tensor& like, const char* what, const char* op) {
+  MIXTRAIN_CHECK(g.defined() && g.dtype() == like.dtype() && g.shape() == like.shape() && rows_in_place(g),
+                 op << ": " << what << " must be a " << like.describe()
+                    << " tensor with dense rows (unit stride along the last axis), got " << text(g));
+}
 }  // namespace
 
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -82,13 +100,13 @@ AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
     const int64_t per_pair = options.causal ? d.t * (d.t + 1) / 2 : d.t * d.s;
     r.logits = Tensor::empty({d.b * d.h * per_pair}, DType::kFloat32, device);
   }
-  kernel::attention_table()(device)(q.contiguous(), k.contiguous(), v.contiguous(), options, r.out, r.probs, r.logits);
+  kernel::attention_table()(device)(readable(q), readable(k), readable(v), options, r.out, r.probs, r.logits);
   return r;
 }
 
-AttentionGrads scaled_dot_product_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                                     const Tensor& v, const Tensor& probs,
-                                                     const AttentionOptions& options) {
+void scaled_dot_product_attention_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& probs, const AttentionOptions& options, Tensor& dq,
+                                                Tensor& dk, Tensor& dv) {
   constexpr const char* op = "scaled_dot_product_attention_backward";
   const Dims d = check_layout(q, k, v, options, op);
   const Shape out_shape{d.b, d.t, d.h * d.dv};
@@ -97,11 +115,22 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& dout, const T
   MIXTRAIN_CHECK(probs.defined() && probs.dtype() == q.dtype() && probs.shape() == Shape({d.b, d.h, d.t, d.s}),
                  op << ": probabilities " << text(probs) << " must be " << dtype_name(q.dtype()) << " "
                     << Shape({d.b, d.h, d.t, d.s}) << " (the forward's, kept with keep_probs)");
-  const Device device = common_device(op, {&dout, &q, &k, &v, &probs});
+  check_gradient_target(dq, q, "dq", op);
+  check_gradient_target(dk, k, "dk", op);
+  check_gradient_target(dv, v, "dv", op);
+  const Device device = common_device(op, {&dout, &q, &k, &v, &probs, &dq, &dk, &dv});
+  kernel::attention_backward_table()(device)(dout.to(q.dtype()).contiguous(), readable(q), readable(k), readable(v),
+                                             probs.contiguous(), options, dq, dk, dv);
+}
+
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                     const Tensor& v, const Tensor& probs,
+                                                     const AttentionOptions& options) {
+  check_layout(q, k, v, options, "scaled_dot_product_attention_backward");
+  const Device device = common_device("scaled_dot_product_attention_backward", {&q, &k, &v});
   AttentionGrads g{Tensor::empty(q.shape(), q.dtype(), device), Tensor::empty(k.shape(), k.dtype(), device),
                    Tensor::empty(v.shape(), v.dtype(), device)};
-  kernel::attention_backward_table()(device)(dout.to(q.dtype()).contiguous(), q.contiguous(), k.contiguous(),
-                                             v.contiguous(), probs.contiguous(), options, g.dq, g.dk, g.dv);
+  scaled_dot_product_attention_backward_into(dout, q, k, v, probs, options, g.dq, g.dk, g.dv);
   return g;
 }
 

@@ -98,6 +98,64 @@ TEST(TransformerGradCheck, AttentionQueriesKeysAndValues) {
                          {random_tensor({2, 4, 4}, 13)}, "attention q = k = v");
 }
 
+TEST(TransformerGradCheck, FusedProjectionInputKernelsAndBiases) {
+  // Three (D, heads, key_dim) kernels with (heads, key_dim) biases, as MultiHeadAttention's q, k, v; then one
+  // 2-D kernel without a bias beside a 3-D one with.
+  expect_gradients_match(
+      [](const std::vector<Var>& v) {
+        return head(fused_projection(v[0], {v[1], v[2], v[3]}, {v[1].value(), v[2].value(), v[3].value()},
+                                     {v[4], v[5], v[6]}));
+      },
+      {random_tensor({2, 3, 4}, 20), random_tensor({4, 2, 3}, 21), random_tensor({4, 2, 3}, 22),
+       random_tensor({4, 2, 3}, 23), random_tensor({2, 3}, 24), random_tensor({2, 3}, 25), random_tensor({2, 3}, 26)},
+      "fused_projection q, k, v");
+  expect_gradients_match(
+      [](const std::vector<Var>& v) {
+        return head(fused_projection(v[0], {v[1], v[2]}, {v[1].value(), v[2].value()}, {Var(), v[3]}));
+      },
+      {random_tensor({5, 3}, 27), random_tensor({3, 2}, 28), random_tensor({3, 2, 2}, 29), random_tensor({2, 2}, 30)},
+      "fused_projection, one bias missing");
+  // An output projection from heads: x (..., heads * key_dim), kernel (heads, key_dim, out).
+  expect_gradients_match(
+      [](const std::vector<Var>& v) { return head(fused_projection(v[0], {v[1]}, {v[1].value()}, {v[2]})); },
+      {random_tensor({2, 3, 6}, 39), random_tensor({2, 3, 4}, 40), random_tensor({4}, 41)},
+      "fused_projection (heads, key_dim, out)");
+  // The same values as the separate projections, bit for bit (one GEMM computes each column the same way).
+  Var x(random_tensor({2, 3, 4}, 31));
+  Var k1(random_tensor({4, 5}, 32)), k2(random_tensor({4, 3}, 33)), b1(random_tensor({5}, 34));
+  const std::vector<float> fused = fused_projection(x, {k1, k2}, {k1.value(), k2.value()}, {b1, Var()}).value().to_floats();
+  const std::vector<float> p1 = linear(x, k1, k1.value(), b1).value().to_floats();
+  const std::vector<float> p2 = linear(x, k2, k2.value(), Var()).value().to_floats();
+  for (size_t r = 0; r < 6; ++r)
+    for (size_t c = 0; c < 8; ++c) EXPECT_EQ(fused[r * 8 + c], c < 5 ? p1[r * 5 + c] : p2[r * 3 + c - 5]);
+  EXPECT_THROW(fused_projection(x, {k1}, {k1.value().to(DType::kFloat16)}, {Var()}), Error);  // cast not in x's dtype
+  EXPECT_THROW(fused_projection(x, {k1}, {k1.value()}, {Var(random_tensor({4}, 35))}), Error);  // bias width
+}
+
+TEST(TransformerGradCheck, PackedSelfAttentionMatchesSeparateQueriesKeysAndValues) {
+  ops::AttentionOptions o;
+  o.num_heads = 2;
+  o.causal = true;
+  o.scale = 0.6f;
+  o.dropout_rate = 0.2f;
+  o.dropout_seed = 5;
+  expect_gradients_match([&](const std::vector<Var>& v) { return head(packed_self_attention(v[0], o)); },
+                         {random_tensor({2, 4, 12}, 36)}, "packed_self_attention");
+  // Bit for bit what the separate q, k, v give, gradients included.
+  Tensor all = random_tensor({2, 4, 12}, 37);
+  Var qkv(all, true);
+  Var a = packed_self_attention(qkv, o);
+  backward(sum(a));
+  Var q(all.slice(2, 0, 4).contiguous(), true), k(all.slice(2, 4, 8).contiguous(), true), v(all.slice(2, 8, 12).contiguous(), true);
+  Var b = scaled_dot_product_attention(q, k, v, o);
+  backward(sum(b));
+  EXPECT_EQ(a.value().to_floats(), b.value().to_floats());
+  EXPECT_EQ(qkv.grad().slice(2, 0, 4).contiguous().to_floats(), q.grad().to_floats());
+  EXPECT_EQ(qkv.grad().slice(2, 4, 8).contiguous().to_floats(), k.grad().to_floats());
+  EXPECT_EQ(qkv.grad().slice(2, 8, 12).contiguous().to_floats(), v.grad().to_floats());
+  EXPECT_THROW(packed_self_attention(Var(random_tensor({2, 4, 10}, 38)), o), Error);  // not three equal parts
+}
+
 TEST(TransformerGradCheck, MixedPrecisionGradientDTypes) {
   // A bfloat16 activation: its gradient arrives in bfloat16; the float32 tables' and LayerNorm parameters'
   // in float32.

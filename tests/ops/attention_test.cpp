@@ -289,8 +289,21 @@ TEST(Attention, ViewsAndInvalidArguments) {
   Tensor big = random_tensor({2, 5, 12}, 10, DType::kFloat32);
   Tensor q = big.slice(2, 0, 4), k = big.slice(2, 4, 8), v = big.slice(2, 8, 12);  // views of one buffer
   const AttentionOutput a = scaled_dot_product_attention(q, k, v, o);
-  EXPECT_EQ(a.out.to_floats(),
-            scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), o).out.to_floats());
+  const AttentionOutput dense = scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), o);
+  EXPECT_EQ(a.out.to_floats(), dense.out.to_floats());
+  // Gradients written into the three column slices of one buffer, as a fused projection wants them.
+  Tensor dout = random_tensor({2, 5, 4}, 11, DType::kFloat32);
+  Tensor dqkv = Tensor::full({2, 5, 12}, DType::kFloat32, 7.0f);
+  Tensor dq = dqkv.slice(2, 0, 4), dk = dqkv.slice(2, 4, 8), dv = dqkv.slice(2, 8, 12);
+  scaled_dot_product_attention_backward_into(dout, q, k, v, a.probs, o, dq, dk, dv);
+  const AttentionGrads want =
+      scaled_dot_product_attention_backward(dout, q.contiguous(), k.contiguous(), v.contiguous(), dense.probs, o);
+  EXPECT_EQ(dq.contiguous().to_floats(), want.dq.to_floats());
+  EXPECT_EQ(dk.contiguous().to_floats(), want.dk.to_floats());
+  EXPECT_EQ(dv.contiguous().to_floats(), want.dv.to_floats());
+  Tensor transposed = Tensor::zeros({2, 4, 5}, DType::kFloat32).transpose(1, 2);  // (2, 5, 4), columns strided
+  EXPECT_THROW(scaled_dot_product_attention_backward_into(dout, q, k, v, a.probs, o, transposed, dk, dv), Error);
+  EXPECT_EQ(scaled_dot_product_attention(transposed, k, v, o).out.shape(), (Shape{2, 5, 4}));  // read via a copy
   o.num_heads = 3;
   EXPECT_THROW(scaled_dot_product_attention(q, k, v, o), Error);  // 4 columns do not split into 3 heads
   o.num_heads = 2;

@@ -4,6 +4,8 @@
 // what each computes and accumulates in).
 #pragma once
 
+#include <vector>
+
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/embedding.h"
@@ -24,6 +26,20 @@ Var add_position_embedding(const Var& x, const Var& table);
 // Normalizes x over its last axis with gamma and beta (float32 Vars (D,)): ops::layer_norm, statistics
 // and backward in float32, output in x's dtype.
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float epsilon);
+
+// Several projections of x (batch, ..., D) as one product: kernel i is read as the (D, width_i) matrix it is
+// in memory, its leading dimensions multiplying to D (a (D, heads, key_dim) kernel, or a (heads, key_dim,
+// out) one on x (..., heads * key_dim)), kernel_computes[i] is that kernel in x's dtype (a cached
+// cast), biases[i] is undefined or holds width_i elements of any floating dtype (added in float32). The
+// result (batch, ..., sum of width_i) holds the projections side by side, in order. Backward runs one
+// linear_backward: x receives one gradient (not one per projection, to be summed), and the float32 kernel
+// and bias gradients are split back into the variables' shapes.
+Var fused_projection(const Var& x, const std::vector<Var>& kernels, const std::vector<Tensor>& kernel_computes,
+                     const std::vector<Var>& biases);
+
+// Self-attention of a fused projection qkv (batch, T, 3 * H * dk): columns [0, H dk) are q, [H dk, 2 H dk)
+// k, [2 H dk, 3 H dk) v, read in place. Backward writes dq, dk, dv into one gradient of qkv's shape.
+Var packed_self_attention(const Var& qkv, const ops::AttentionOptions& options, Tensor* logits = nullptr);
 
 // Attention of q, k, v in the packed (batch, length, heads * head_dim) layout (ops::AttentionOptions: heads,
 // causal, scale, dropout rate and seed). The probabilities are kept for backward only when recording.

@@ -103,11 +103,13 @@ struct MultiHeadAttentionOptions {
 // Self-attention on one input x (batch, T, D) (keras.layers.MultiHeadAttention called as mha(x, x)):
 // query, key and value projections D -> (num_heads, key_dim), scaled dot-product attention per head
 // (ops/attention.h: float32 logits rounded into the compute dtype, causal mask by selection, float32
-// softmax, dropout on the probabilities), and the output projection back to D. Three separate projections
-// (no fused qkv kernel: at these widths one wider GEMM saves little, and the variables keep Keras' names
-// and shapes): "query/kernel" (D, num_heads, key_dim), "query/bias" (num_heads, key_dim), the same for
-// "key/..." and "value/...", "attention_output/kernel" (num_heads, key_dim, D) and "attention_output/bias"
-// (D,), each initialised as Keras does (glorot uniform over those shapes, zero biases).
+// softmax, dropout on the probabilities), and the output projection back to D.
+// Variables keep Keras' names and shapes: "query/kernel" (D, num_heads, key_dim), "query/bias" (num_heads,
+// key_dim), the same for "key/..." and "value/...", "attention_output/kernel" (num_heads, key_dim, D) and
+// "attention_output/bias" (D,), each initialised as Keras does (glorot uniform over those shapes, zero
+// biases). A call fuses the three input projections into one product (fused_projection: the three kernels
+// side by side, one GEMM, one gradient for x instead of three to add), and attention reads q, k and v in
+// place from its (batch, T, 3 * num_heads * key_dim) result.
 //
 // Inspection: while an observer is in force (CallContext::observer, set by Network::set_observer), each
 // call reports on_internal(*this, "attention_logits", logits) with logits the float32 1-D tensor of every
@@ -126,9 +128,6 @@ class MultiHeadAttention : public Layer {
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
-  // x (batch, T, in) times kernel (in, ...) reshaped to (in, out), plus bias reshaped to (out,).
-  Var project(const Var& x, const Var& kernel, const Var& bias);
-
   MultiHeadAttentionOptions options_;
   Var query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
 };

@@ -15,6 +15,8 @@
 //                                           counter-based hash of (seed, position), so the mask is never
 //                                           stored and backward draws the same one;
 //   output  o_h = p_d v_h                    float32 accumulation, rounded once into (B, T, H * dv).
+// q, k and v may be views whose rows are strided but dense (unit stride along the last axis), such as
+// column slices of one fused (B, T, 3 * H * dk) projection: they are read in place, not copied.
 // Scratch is per (batch, head): the float32 logits of one pair, and one 16-bit copy of its dropped
 // probabilities when dropout is on. Pairs run in parallel when there are at least as many as threads
 // (each GEMM then on its own thread), else one after another with the GEMMs threaded; either way every
@@ -67,6 +69,12 @@ struct AttentionGrads {
 AttentionGrads scaled_dot_product_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                                      const Tensor& v, const Tensor& probs,
                                                      const AttentionOptions& options);
+// The same gradients written into dq, dk and dv (shapes and dtype of q, k, v), which may be row-strided
+// views as q, k, v may: e.g. the three column slices of one (B, T, 3 * H * dk) gradient of a fused
+// projection, so no copy and no sum is needed. They must not overlap each other or any input.
+void scaled_dot_product_attention_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& probs, const AttentionOptions& options, Tensor& dq,
+                                                Tensor& dk, Tensor& dv);
 
 // Whether dropout keeps the probability at flat (batch, head, row, column) index `index` of a
 // (B, H, T, S) tensor: a 24-bit uniform from a hash of (seed, index), kept when >= rate. Public so tests
@@ -74,8 +82,9 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& dout, const T
 bool attention_dropout_keep(uint64_t seed, uint64_t index, float rate);
 
 namespace kernel {
-// Tensors arrive contiguous and validated; out is preallocated; probs and logits are preallocated or
-// undefined (not wanted).
+// Tensors arrive validated; q, k, v (and dq, dk, dv) are (B, L, W) with unit stride along W and any row and
+// batch strides (the kernel reads strides() and raw()); every other tensor is contiguous. out is
+// preallocated; probs and logits are preallocated or undefined (not wanted).
 using AttentionFn = void(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                          Tensor& out, Tensor& probs, Tensor& logits);
 // dout is in q's dtype; dq, dk, dv are preallocated and overwritten.

@@ -1,16 +1,21 @@
 // CPU kernels of scaled dot-product attention (ops/attention.h gives the computation and its dtypes).
 // One (batch, head) pair at a time: its products run through kernels::gemm on the packed layout in place
-// (head h of q is the (T, dk) matrix at column h * dk with row stride H * dk); its rows (scale, rounding,
-// causal selection, softmax, dropout) are float32 loops over a per-pair float32 scratch.
+// (head h of q is the (T, dk) matrix at column h * dk, its row stride q's; q, k, v and their gradients may
+// be column slices of a wider buffer); its rows (scale, rounding, causal selection, softmax, dropout) are
+// float32 loops over a per-pair float32 scratch, written so that they vectorize.
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/attention.h"
+#include "float_lanes.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -18,6 +23,135 @@ namespace {
 
 // Row elements of one pair below which its row loop runs on the calling thread alone.
 constexpr int64_t kParallelRowsMin = int64_t{1} << 14;
+// Multiply-adds of a whole call below which it runs on the calling thread alone: waking a thread team
+// costs more than such a call.
+constexpr int64_t kParallelWorkMin = int64_t{1} << 17;
+// Independent partial sums (and maxima) per row: wide enough for the vector units, and a fixed order,
+// so a row's result does not depend on anything but its values.
+constexpr int kLanes = 8;
+
+// kLanes floats as one GCC/Clang vector: the row loops below are written on it, because the compiler will
+// not vectorize a float comparison or select in a plain loop under the default trapping-math rules. Each
+// MIXTRAIN_CPU_CLONES function gets it as wide as its instruction set allows.
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+using LaneBits = uint32_t __attribute__((vector_size(kLanes * sizeof(float))));
+
+// x[0, n) (n <= kLanes) into v, the missing lanes set to fill.
+inline void load_lanes(const float* x, int64_t n, float fill, Lanes& v) {
+  if (n == kLanes) {
+    std::memcpy(&v, x, sizeof v);
+    return;
+  }
+  v = Lanes{} + fill;
+  for (int64_t l = 0; l < n; ++l) v[l] = x[l];
+}
+inline void store_lanes(const Lanes& v, int64_t n, float* x) {
+  if (n == kLanes)
+    std::memcpy(x, &v, sizeof v);
+  else
+    for (int64_t l = 0; l < n; ++l) x[l] = v[l];
+}
+
+// e^x in float32 for the softmax, without library calls so that it vectorizes: x = n ln2 + r with
+// |r| <= ln2 / 2 (n rounded with the 1.5 * 2^23 trick), e^r by Cephes' expf polynomial, 2^n built in the
+// exponent bits; within 1e-7 relative of e^x over [-87, 88]. Below -87 the result is 0 (e^-87 is at
+// float32's normal limit); NaN stays NaN (the comparisons are false for it), so an overflowed row still
+// poisons its softmax as it must. Vectors go by reference: a by-value vector argument has an ABI that
+// differs between instruction sets.
+inline void exp_lanes(const Lanes& x, Lanes& out) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const Lanes zero{};
+  const Lanes hi = zero + 88.0f, lo = zero - 87.0f;
+  const Lanes xc = x > hi ? hi : x;
+  const Lanes t = xc * 1.44269504088896341f + kRound;
+  const Lanes n = t - kRound;
+  Lanes r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  Lanes p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const Lanes e = p * r * r + r + 1.0f;
+  LaneBits bits;
+  std::memcpy(&bits, &t, sizeof bits);
+  bits = ((bits - std::bit_cast<uint32_t>(kRound)) + 127u) << 23;  // n, two's complement, as exponent bits
+  Lanes scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  out = x < lo ? zero : e * scale;
+}
+
+// Softmax of x[0, n) in place, float32, n >= 1: the maximum and the sum are taken over kLanes interleaved
+// partial results combined in a fixed order.
+MIXTRAIN_CPU_CLONES void softmax_row(float* x, int64_t n) {
+  Lanes m, v;
+  load_lanes(x, std::min<int64_t>(n, kLanes), -INFINITY, m);
+  for (int64_t j = kLanes; j < n; j += kLanes) {
+    load_lanes(x + j, std::min<int64_t>(n - j, kLanes), -INFINITY, v);
+    m = v > m ? v : m;
+  }
+  // A NaN logit is skipped by the comparisons but reaches the sum below through its exponential.
+  float mx = m[0];
+  for (int l = 1; l < kLanes; ++l) mx = m[l] > mx ? m[l] : mx;
+  Lanes s{}, e;
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const int64_t k = std::min<int64_t>(n - j, kLanes);
+    load_lanes(x + j, k, -INFINITY, v);  // padding: e^-inf = 0 adds nothing
+    exp_lanes(v - mx, e);
+    store_lanes(e, k, x + j);
+    s += e;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < kLanes; ++l) sum += s[l];
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+}
+
+// The softmax gradient of one row in place: g[j] <- p[j] * (g[j] - sum_l g[l] p[l]) * scale over [0, n).
+MIXTRAIN_CPU_CLONES void softmax_backward_row(float* g, const float* p, int64_t n, float scale) {
+  float s[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) s[l] += g[j + l] * p[j + l];
+  float dot = 0.0f;
+  for (int l = 0; l < kLanes; ++l) dot += s[l];
+  for (; j < n; ++j) dot += g[j] * p[j];
+  for (j = 0; j < n; ++j) g[j] = p[j] * (g[j] - dot) * scale;
+}
+
+MIXTRAIN_CPU_CLONES void scale_row(float* x, int64_t n, float s) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= s;
+}
+
+// Per-pair scratch, left uninitialised: every element is written before it is read.
+template <typename T>
+class Scratch {
+ public:
+  explicit Scratch(int64_t n) : p_(n > 0 ? new T[static_cast<size_t>(n)] : nullptr) {}
+  T* data() { return p_.get(); }
+
+ private:
+  std::unique_ptr<T[]> p_;
+};
+
+// Where a (batch, length, heads * width) tensor keeps head h of batch b: q, k, v and their gradients may be
+// column slices of a wider buffer, so the row and batch strides are the tensor's own.
+struct Heads {
+  char* base;
+  int64_t batch_stride, row_stride, width, heads;
+  size_t es;
+  Heads(const Tensor& t, int64_t h)
+      : base(static_cast<char*>(const_cast<void*>(t.raw()))),
+        batch_stride(t.strides()[0]),
+        row_stride(t.strides()[1]),
+        width(t.dim(2) / h),
+        heads(h),
+        es(dtype_size(t.dtype())) {}
+  char* at(int64_t pair) const {
+    return base + static_cast<size_t>((pair / heads) * batch_stride + (pair % heads) * width) * es;
+  }
+};
 
 struct Geometry {
   int64_t b, t, s, h, dk, dv;
@@ -30,11 +164,6 @@ struct Geometry {
   int64_t pairs() const { return b * h; }
   // Columns of row i that take part: all, or j <= i when causal.
   int64_t row_end(int64_t i) const { return causal ? i + 1 : s; }
-  // Head h of batch b in a packed (B, L, H * width) tensor: byte offset of its first element.
-  size_t head_offset(int64_t pair, int64_t len, int64_t width) const {
-    const int64_t bi = pair / h, hi = pair % h;
-    return static_cast<size_t>(bi * len * h * width + hi * width) * es;
-  }
 };
 
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
@@ -54,10 +183,6 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   g.seed = o.dropout_seed;
   return g;
 }
-
-// Multiply-adds of a whole call below which it runs on the calling thread alone: waking a thread team
-// costs more than such a call.
-constexpr int64_t kParallelWorkMin = int64_t{1} << 17;
 
 // Runs fn(pair, inner_parallel) for every pair: across threads when there are at least as many pairs as
 // threads (fn then runs single-threaded), else one after another with fn free to use the threads. An
@@ -97,32 +222,35 @@ void dropped_row(const Geometry& g, const char* src, char* dst, uint64_t first, 
   convert_elements(buf, DType::kFloat32, dst, g.dt, g.s);
 }
 
+// Head rows (rows x width at row stride ld, dtype dt) widened into dense float32 (rows, width).
+void widen_head(const char* src, int64_t rows, int64_t width, int64_t ld, DType dt, float* dst) {
+  const size_t es = dtype_size(dt);
+  for (int64_t r = 0; r < rows; ++r)
+    convert_elements(src + static_cast<size_t>(r * ld) * es, dt, dst + r * width, DType::kFloat32, width);
+}
+
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options, Tensor& out,
                Tensor& probs, Tensor& logits) {
   const Geometry g = geometry(q, k, v, options);
+  const Heads qh(q, g.h), kh(k, g.h), vh(v, g.h), oh(out, g.h);
   const int64_t ts = g.t * g.s;
   const int64_t logits_per_pair = g.causal ? g.t * (g.t + 1) / 2 : ts;
   const bool dropout = g.rate > 0.0f;
-  const char* qp = static_cast<const char*>(q.raw());
-  const char* kp = static_cast<const char*>(k.raw());
-  const char* vp = static_cast<const char*>(v.raw());
-  char* op = static_cast<char*>(out.raw());
   char* pp = probs.defined() ? static_cast<char*>(probs.raw()) : nullptr;
   float* lp = logits.defined() ? static_cast<float*>(logits.raw()) : nullptr;
 
   for_each_pair(g, [&](int64_t pair, bool inner) {
     // (T, S) float32 logits, then probabilities, of this pair.
-    std::vector<float> s32(static_cast<size_t>(ts));
+    Scratch<float> s32(ts);
     // The 16-bit probabilities when they are not kept, and the dropped ones when dropout is on.
-    std::vector<char> p_own(pp ? 0 : static_cast<size_t>(ts) * g.es), pd(dropout ? static_cast<size_t>(ts) * g.es : 0);
+    Scratch<char> p_own(pp ? 0 : ts * static_cast<int64_t>(g.es)), pd(dropout ? ts * static_cast<int64_t>(g.es) : 0);
     char* p16 = pp ? pp + static_cast<size_t>(pair * ts) * g.es : p_own.data();
-    const int64_t ldk = g.h * g.dk, ldv = g.h * g.dv;
 
     // s (T, S) = q_h (T, dk) x k_h^T (dk, S), float32 accumulation and result.
-    kernels::gemm(false, true, g.t, g.s, g.dk, g.dt, qp + g.head_offset(pair, g.t, g.dk), ldk,
-                  kp + g.head_offset(pair, g.s, g.dk), ldk, DType::kFloat32, s32.data(), g.s, false, nullptr);
+    kernels::gemm(false, true, g.t, g.s, g.dk, g.dt, qh.at(pair), qh.row_stride, kh.at(pair), kh.row_stride,
+                  DType::kFloat32, s32.data(), g.s, false, nullptr);
 
 #pragma omp parallel if (inner && ts > kParallelRowsMin)
     {
@@ -132,7 +260,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
         float* row = s32.data() + i * g.s;
         char* prow = p16 + static_cast<size_t>(i * g.s) * g.es;
         const int64_t end = g.row_end(i);
-        for (int64_t j = 0; j < end; ++j) row[j] *= g.scale;
+        scale_row(row, end, g.scale);
         if (lp) {
           float* dst = lp + pair * logits_per_pair + (g.causal ? i * (i + 1) / 2 : i * g.s);
           std::copy(row, row + end, dst);
@@ -143,12 +271,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
           convert_elements(prow, g.dt, row, DType::kFloat32, end);
         }
         // Softmax over the selected columns only: masked ones never enter the max or the sum.
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < end; ++j) mx = std::max(mx, row[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < end; ++j) sum += (row[j] = std::exp(row[j] - mx));
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < end; ++j) row[j] *= inv;
+        softmax_row(row, end);
         std::fill(row + end, row + g.s, 0.0f);
         convert_elements(row, DType::kFloat32, prow, g.dt, g.s);
         if (dropout)
@@ -157,38 +280,27 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
       }
     }
     // o_h (T, dv) = p_d (T, S) x v_h (S, dv), rounded once into the output.
-    kernels::gemm(false, false, g.t, g.dv, g.s, g.dt, dropout ? pd.data() : p16, g.s,
-                  vp + g.head_offset(pair, g.s, g.dv), ldv, g.dt, op + g.head_offset(pair, g.t, g.dv), ldv, false,
-                  nullptr);
+    kernels::gemm(false, false, g.t, g.dv, g.s, g.dt, dropout ? pd.data() : p16, g.s, vh.at(pair), vh.row_stride,
+                  g.dt, oh.at(pair), oh.row_stride, false, nullptr);
   });
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv) {
   const Geometry g = geometry(q, k, v, options);
+  const Heads qh(q, g.h), kh(k, g.h), vh(v, g.h), doh(dout, g.h), dqh(dq, g.h), dkh(dk, g.h), dvh(dv, g.h);
   const int64_t ts = g.t * g.s;
   const bool dropout = g.rate > 0.0f;
   const bool widen = g.dt != DType::kFloat32;
-  const char* qp = static_cast<const char*>(q.raw());
-  const char* kp = static_cast<const char*>(k.raw());
-  const char* vp = static_cast<const char*>(v.raw());
-  const char* dop = static_cast<const char*>(dout.raw());
   const char* pp = static_cast<const char*>(probs.raw());
-  char* dqp = static_cast<char*>(dq.raw());
-  char* dkp = static_cast<char*>(dk.raw());
-  char* dvp = static_cast<char*>(dv.raw());
 
   for_each_pair(g, [&](int64_t pair, bool inner) {
-    std::vector<float> ds(static_cast<size_t>(ts));  // dp_d, then ds, in place
-    std::vector<char> pd(dropout ? static_cast<size_t>(ts) * g.es : 0);
+    Scratch<float> ds(ts);  // dp_d, then ds, in place
+    Scratch<char> pd(dropout ? ts * static_cast<int64_t>(g.es) : 0);
     const char* p16 = pp + static_cast<size_t>(pair * ts) * g.es;
-    const int64_t ldk = g.h * g.dk, ldv = g.h * g.dv;
-    const char* q_h = qp + g.head_offset(pair, g.t, g.dk);
-    const char* k_h = kp + g.head_offset(pair, g.s, g.dk);
-    const char* do_h = dop + g.head_offset(pair, g.t, g.dv);
 
     // dp_d (T, S) = dout_h (T, dv) x v_h^T (dv, S), float32.
-    kernels::gemm(false, true, g.t, g.s, g.dv, g.dt, do_h, ldv, vp + g.head_offset(pair, g.s, g.dv), ldv,
+    kernels::gemm(false, true, g.t, g.s, g.dv, g.dt, doh.at(pair), doh.row_stride, vh.at(pair), vh.row_stride,
                   DType::kFloat32, ds.data(), g.s, false, nullptr);
 
 #pragma omp parallel if (inner && ts > kParallelRowsMin)
@@ -206,34 +318,30 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
           for (int64_t j = 0; j < end; ++j)
             row[j] = attention_dropout_keep(g.seed, first + static_cast<uint64_t>(j), g.rate) ? row[j] * g.inv_keep
                                                                                                : 0.0f;
-        float dot = 0.0f;
-        for (int64_t j = 0; j < end; ++j) dot += row[j] * prow[static_cast<size_t>(j)];
-        for (int64_t j = 0; j < end; ++j) row[j] = prow[static_cast<size_t>(j)] * (row[j] - dot) * g.scale;
+        softmax_backward_row(row, prow.data(), end, g.scale);
         std::fill(row + end, row + g.s, 0.0f);
       }
     }
     // dv_h (S, dv) = p_d^T (S, T) x dout_h (T, dv), with the 16-bit p_d the forward multiplied.
-    kernels::gemm(true, false, g.s, g.dv, g.t, g.dt, dropout ? pd.data() : p16, g.s, do_h, ldv, g.dt,
-                  dvp + g.head_offset(pair, g.s, g.dv), ldv, false, nullptr);
+    kernels::gemm(true, false, g.s, g.dv, g.t, g.dt, dropout ? pd.data() : p16, g.s, doh.at(pair), doh.row_stride,
+                  g.dt, dvh.at(pair), dvh.row_stride, false, nullptr);
 
     // dq_h = ds k_h and dk_h = ds^T q_h as float32 products: ds is never rounded to 16 bits.
-    std::vector<float> k32(widen ? static_cast<size_t>(g.s * g.dk) : 0), q32(widen ? static_cast<size_t>(g.t * g.dk) : 0);
-    const void* kf = k_h;
-    const void* qf = q_h;
-    int64_t ldkf = ldk, ldqf = ldk;
+    Scratch<float> k32(widen ? g.s * g.dk : 0), q32(widen ? g.t * g.dk : 0);
+    const void* kf = kh.at(pair);
+    const void* qf = qh.at(pair);
+    int64_t ldkf = kh.row_stride, ldqf = qh.row_stride;
     if (widen) {
-      for (int64_t r = 0; r < g.s; ++r)
-        convert_elements(k_h + static_cast<size_t>(r * ldk) * g.es, g.dt, k32.data() + r * g.dk, DType::kFloat32, g.dk);
-      for (int64_t r = 0; r < g.t; ++r)
-        convert_elements(q_h + static_cast<size_t>(r * ldk) * g.es, g.dt, q32.data() + r * g.dk, DType::kFloat32, g.dk);
+      widen_head(kh.at(pair), g.s, g.dk, kh.row_stride, g.dt, k32.data());
+      widen_head(qh.at(pair), g.t, g.dk, qh.row_stride, g.dt, q32.data());
       kf = k32.data();
       qf = q32.data();
       ldkf = ldqf = g.dk;
     }
-    kernels::gemm(false, false, g.t, g.dk, g.s, DType::kFloat32, ds.data(), g.s, kf, ldkf, g.dt,
-                  dqp + g.head_offset(pair, g.t, g.dk), ldk, false, nullptr);
-    kernels::gemm(true, false, g.s, g.dk, g.t, DType::kFloat32, ds.data(), g.s, qf, ldqf, g.dt,
-                  dkp + g.head_offset(pair, g.s, g.dk), ldk, false, nullptr);
+    kernels::gemm(false, false, g.t, g.dk, g.s, DType::kFloat32, ds.data(), g.s, kf, ldkf, g.dt, dqh.at(pair),
+                  dqh.row_stride, false, nullptr);
+    kernels::gemm(true, false, g.s, g.dk, g.t, DType::kFloat32, ds.data(), g.s, qf, ldqf, g.dt, dkh.at(pair),
+                  dkh.row_stride, false, nullptr);
   });
 }
 
