@@ -1,13 +1,17 @@
 #include "mixtrain/io/safetensors.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -23,9 +27,58 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 namespace {
 
 constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kChecksumPrefix = "checksum/";
 constexpr const char* kCorruptHint = "the file is truncated or corrupt, or is not a safetensors file";
+constexpr const char* kChangedHint =
+    "the file was damaged or edited after it was saved; use another copy or an earlier checkpoint";
 
 std::string errno_text() { return std::strerror(errno); }
+
+bool has_prefix(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+uint32_t crc32_of(const void* data, size_t bytes, uint32_t crc = 0) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
+}
+
+// "crc32:0a1b2c3d": the algorithm travels with the value so another one can be added without a format change.
+std::string checksum_text(uint32_t crc) {
+  char text[16];
+  std::snprintf(text, sizeof text, "crc32:%08x", crc);
+  return text;
+}
+
+// The checksum that covers the metadata: every non-checksum entry as key NUL value NUL, in key order (the order a
+// std::map and the written header both use), so a changed digit in, say, the saved epoch is caught too.
+uint32_t metadata_crc(const std::map<std::string, std::string>& metadata) {
+  uint32_t crc = 0;
+  for (const auto& [key, value] : metadata) {
+    if (has_prefix(key, kChecksumPrefix)) continue;
+    crc = crc32_of(key.data(), key.size() + 1, crc);  // c_str() keeps a NUL after the last character
+    crc = crc32_of(value.data(), value.size() + 1, crc);
+  }
+  return crc;
+}
+
+// Removes "<path>.tmp.<pid>" files that a process which no longer exists left behind (killed during a save):
+// kill(pid, 0) failing with ESRCH says no such process. A live process's file (even another user's: EPERM) is
+// left alone. Best effort: a failure here must not stop the save.
+void remove_stale_temp_files(const std::string& path, const std::string& directory) {
+  const auto slash = path.rfind('/');
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR* dir = ::opendir(directory.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string_view name = entry->d_name;
+    if (!has_prefix(name, prefix)) continue;
+    const std::string_view digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(std::string(digits)));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    ::unlinkat(::dirfd(dir), entry->d_name, 0);
+  }
+  ::closedir(dir);
+}
 
 // Closes a descriptor on scope exit unless released.
 class FileDescriptor {
@@ -87,18 +140,30 @@ std::string parent_directory(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// dense[i] is tensors[i] made contiguous (what is written and checksummed).
 Json header_for(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                const std::map<std::string, std::string>& metadata) {
+                const std::vector<Tensor>& dense, const std::map<std::string, std::string>& metadata) {
   Json header = Json::object();
-  if (!metadata.empty()) {
-    Json& meta = header[kMetadataKey];
-    meta = Json::object();
-    for (const auto& [key, value] : metadata) {
-      MIXTRAIN_CHECK(is_valid_utf8(key) && is_valid_utf8(value),
-                     "save_safetensors('" << path << "'): metadata entry '" << key << "' is not valid UTF-8");
-      meta.as_object().emplace_back(key, value);
-    }
+  std::map<std::string, std::string> meta_out;
+  for (const auto& [key, value] : metadata) {
+    MIXTRAIN_CHECK(is_valid_utf8(key) && is_valid_utf8(value),
+                   "save_safetensors('" << path << "'): metadata entry '" << key << "' is not valid UTF-8");
+    MIXTRAIN_CHECK(!has_prefix(key, kChecksumPrefix), "save_safetensors('" << path << "'): metadata key '" << key
+                                                                          << "' uses the reserved prefix '"
+                                                                          << kChecksumPrefix << "'");
+    meta_out.emplace(key, value);
   }
+  meta_out.emplace(std::string(kChecksumPrefix) + kMetadataKey, checksum_text(metadata_crc(metadata)));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!dense[i].defined()) continue;  // refused below, with the tensor's name
+    // Names that repeat are refused below too; emplace keeps the first meanwhile.
+    meta_out.emplace(std::string(kChecksumPrefix) + tensors[i].first,
+                     checksum_text(crc32_of(dense[i].raw(), dense[i].nbytes())));
+  }
+  Json& meta = header[kMetadataKey];
+  meta = Json::object();
+  for (const auto& [key, value] : meta_out) meta.as_object().emplace_back(key, value);
+
   std::set<std::string_view> names;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
@@ -194,6 +259,74 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   return e;
 }
 
+// Parses "crc32:" followed by 8 hex digits.
+bool parse_checksum(const std::string& text, uint32_t* out) {
+  if (text.size() != 14 || !has_prefix(text, "crc32:")) return false;
+  uint32_t v = 0;
+  for (char c : text.substr(6)) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (digit < 0) return false;
+    v = (v << 4) | static_cast<uint32_t>(digit);
+  }
+  *out = v;
+  return true;
+}
+
+// Removes the checksum entries from metadata and returns them by tensor name, after checking they are complete
+// (one per tensor, none for a tensor the file lacks) and that the metadata checksum matches. Empty when the file
+// holds no checksum entries (written by an older mixtrain or another tool).
+std::map<std::string, uint32_t> take_checksums(const std::string& path, const std::vector<Entry>& entries,
+                                              std::map<std::string, std::string>& metadata) {
+  std::map<std::string, uint32_t> sums;
+  for (auto it = metadata.begin(); it != metadata.end();) {
+    if (!has_prefix(it->first, kChecksumPrefix)) {
+      ++it;
+      continue;
+    }
+    uint32_t crc = 0;
+    if (!parse_checksum(it->second, &crc)) {
+      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << kMetadataKey << " entry '" << it->first << "' holds '"
+                                       << it->second << "', expected crc32: and 8 hex digits",
+                    kChangedHint);
+    }
+    sums.emplace(it->first.substr(std::string_view(kChecksumPrefix).size()), crc);
+    it = metadata.erase(it);
+  }
+  if (sums.empty()) return sums;
+
+  const auto meta_sum = sums.find(kMetadataKey);
+  if (meta_sum == sums.end()) {
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': the file holds tensor checksums but no '" << kChecksumPrefix
+                                     << kMetadataKey << "' entry",
+                  kChangedHint);
+  }
+  const uint32_t actual = metadata_crc(metadata);
+  if (actual != meta_sum->second) {
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << kMetadataKey << " fails its checksum: the header records "
+                                     << checksum_text(meta_sum->second) << ", its entries give "
+                                     << checksum_text(actual) << " (an entry was changed after the file was saved)",
+                  kChangedHint);
+  }
+  sums.erase(meta_sum);
+  std::set<std::string> names;
+  for (const Entry& e : entries) {
+    names.insert(e.name);
+    if (!sums.count(e.name)) {
+      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': tensor '" << e.name << "' has no '" << kChecksumPrefix << e.name
+                                       << "' entry though the file holds checksums",
+                    kChangedHint);
+    }
+  }
+  for (const auto& [name, crc] : sums) {
+    if (!names.count(name)) {
+      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': checksum entry '" << kChecksumPrefix << name
+                                       << "' names no tensor in the file",
+                    kChangedHint);
+    }
+  }
+  return sums;
+}
+
 }  // namespace
 
 const Tensor& SafetensorsFile::get(const std::string& name) const {
@@ -212,12 +345,18 @@ bool SafetensorsFile::contains(const std::string& name) const {
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  // Everything that can be checked is checked before a file is touched.
-  std::string header = header_for(path, tensors, metadata).dump();
+  // Everything that can be checked is checked before a file is touched. Tensors already contiguous (arena
+  // views included) are used in place; others are copied once, for the checksum and the write.
+  std::vector<Tensor> dense;
+  dense.reserve(tensors.size());
+  for (const auto& entry : tensors) dense.push_back(entry.second.contiguous());
+  std::string header = header_for(path, tensors, dense, metadata).dump();
   header.append((8 - header.size() % 8) % 8, ' ');
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
 
+  const std::string directory = parent_directory(path);
+  remove_stale_temp_files(path, directory);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
   if (fd.get() < 0) {
@@ -227,10 +366,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   try {
     write_all(fd.get(), length, sizeof length, tmp);
     write_all(fd.get(), header.data(), header.size(), tmp);
-    for (const auto& entry : tensors) {
-      const Tensor dense = entry.second.contiguous();  // views (e.g. into a parameter arena) write their own elements
-      write_all(fd.get(), dense.raw(), dense.nbytes(), tmp);
-    }
+    for (const Tensor& t : dense) write_all(fd.get(), t.raw(), t.nbytes(), tmp);
     if (::fsync(fd.get()) != 0) MIXTRAIN_FAIL(kIo, "cannot flush '" << tmp << "' to disk: " << errno_text(), "");
     if (fd.close_now() != 0) MIXTRAIN_FAIL(kIo, "cannot close '" << tmp << "': " << errno_text(), "");
     if (::rename(tmp.c_str(), path.c_str()) != 0)
@@ -240,7 +376,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     throw;
   }
   // Makes the rename itself survive a power loss; the data is already safe, so failure here is ignored.
-  const int dir = ::open(parent_directory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     ::fsync(dir);
     ::close(dir);
@@ -337,10 +473,23 @@ SafetensorsFile load_safetensors(const std::string& path) {
                   kCorruptHint);
   }
 
+  const std::map<std::string, uint32_t> checksums = take_checksums(path, entries, file.metadata);
+  file.checksums_verified = !checksums.empty();
+
   file.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     read_all(fd.get(), t.raw(), t.nbytes(), 8 + header_size + e.begin, path);
+    if (file.checksums_verified) {
+      const uint32_t stored = checksums.at(e.name);
+      const uint32_t actual = crc32_of(t.raw(), t.nbytes());
+      if (actual != stored) {
+        MIXTRAIN_FAIL(kInvalidInput,
+                      "'" << path << "': tensor '" << e.name << "' fails its checksum: the header records "
+                          << checksum_text(stored) << ", its " << t.nbytes() << " bytes give " << checksum_text(actual),
+                      kChangedHint);
+      }
+    }
     file.tensors.emplace_back(e.name, std::move(t));
   }
   return file;

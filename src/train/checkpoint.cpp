@@ -175,6 +175,13 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
     CKPT_FAIL("'loss_scale_optimizer' metadata must be true or false, got '" << *wrapped << "'", "");
   info.loss_scale_optimizer = wrapped && *wrapped == "true";
   info.metadata = file.metadata;
+  info.checksums_verified = file.checksums_verified;
+  // save_checkpoint never writes NaN or Inf, so one in the file is damage a checksum could not catch (a file of
+  // an older version, or edited with its checksum recomputed): refuse it rather than resume from it.
+  for (const auto& [key, t] : file.tensors) {
+    if (!tensor_is_finite(t))
+      CKPT_FAIL("'" << key << "' holds NaN or Inf, which save_checkpoint never writes", "use an earlier checkpoint");
+  }
 
   NamedTensors opt_state;
   for (const auto& [key, t] : file.tensors)
@@ -267,6 +274,12 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   }
   for (size_t i = 0; i < std::size(kRngSlots); ++i) kRngSlots[i].get(model).set_state(rng_states[i]);
 #undef CKPT_FAIL
+  if (!info.checksums_verified) {
+    // Loaded rather than refused: files saved before checksums were added are otherwise valid and are often the
+    // only copy of a long run; every structural and finiteness check above still applied.
+    std::cerr << "warning: checkpoint '" << path << "' has no checksums (saved by an older mixtrain), so a damaged "
+              << "byte in it cannot be detected; save it again to add them\n";
+  }
   return info;
 }
 

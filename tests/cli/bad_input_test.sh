@@ -61,6 +61,34 @@ expect_error "--loss-scale" train --loss-scale lots
 expect_error "unknown normalization" train --data "$tmp/ragged.csv" --normalize zscore
 expect_error "unknown command" fly
 
+# Damaged checkpoints given to --resume: a flipped data byte, a truncated file, a header length past the end of the
+# file. Each is refused (exit 2) naming the file, never loaded.
+printf 'a,b,label\n' >"$tmp/small.csv"
+for i in $(seq 0 59); do printf '%d,%d,%d\n' $((i % 7)) $((i % 5)) $((i % 2)) >>"$tmp/small.csv"; done
+small=(--data "$tmp/small.csv" --batch-size 8 --hidden 8 --seed 1)
+if ! "$bin" train "${small[@]}" --epochs 1 --save "$tmp/ck.safetensors" >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: could not save a checkpoint to damage:"; cat "$tmp/err"; fails=$((fails+1))
+fi
+python3 - "$tmp/ck.safetensors" <<'PY'
+import struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+flipped = bytearray(b); flipped[-3] ^= 0x10  # a byte of the last tensor's data
+open(p.replace("ck.", "ck-flipped."), "wb").write(flipped)
+open(p.replace("ck.", "ck-truncated."), "wb").write(b[:-5])
+past = bytearray(b); past[:8] = struct.pack("<Q", len(b))  # a header as long as the whole file
+open(p.replace("ck.", "ck-past."), "wb").write(past)
+PY
+expect_error "ck-flipped.safetensors': tensor 'rng/dropout' fails its checksum" train "${small[@]}" --epochs 2 --resume "$tmp/ck-flipped.safetensors"
+expect_error "ck-truncated.safetensors': tensor 'rng/dropout': data_offsets" train "${small[@]}" --epochs 2 --resume "$tmp/ck-truncated.safetensors"
+expect_error "ck-past.safetensors': header length" train "${small[@]}" --epochs 2 --resume "$tmp/ck-past.safetensors"
+# Data paths that are not regular files are refused before they are opened (a FIFO once blocked forever and
+# /dev/zero behind a .csv name was read until memory ran out).
+mkfifo "$tmp/fifo.csv"
+ln -s /dev/zero "$tmp/zero.csv"
+expect_error "CSV file '$tmp/fifo.csv' is a FIFO (named pipe), not a regular file" train --data "$tmp/fifo.csv" --epochs 1
+expect_error "CSV file '$tmp/zero.csv' is a character device, not a regular file" train --data "$tmp/zero.csv" --epochs 1
+
 # A failed run leaves no --json file behind, and an existing one untouched.
 echo '{"previous": true}' >"$tmp/keep.json"
 "$bin" train --data "$tmp/nonnumeric.csv" --json "$tmp/keep.json" >/dev/null 2>&1

@@ -4,8 +4,10 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -119,7 +121,8 @@ TEST_F(Safetensors, RoundTripIsBitExact) {
 
   const SafetensorsFile file = load_safetensors(p);
   EXPECT_EQ(file.path, p);
-  EXPECT_EQ(file.metadata, metadata);
+  EXPECT_EQ(file.metadata, metadata);  // without the checksum entries
+  EXPECT_TRUE(file.checksums_verified);
   ASSERT_EQ(file.tensors.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     EXPECT_EQ(file.tensors[i].first, tensors[i].first);
@@ -139,11 +142,15 @@ TEST_F(Safetensors, RoundTripIsBitExact) {
 TEST_F(Safetensors, WritesTheReferenceLayout) {
   const std::string p = path("ref.safetensors");
   save_safetensors(p, {{"a", Tensor::from_floats({2}, {1.0f, -2.5f})}}, {{"format", "pt"}});
-  const std::string header = R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  // The checksums as Python computes them: zlib.crc32(b"\0\0\x80?\0\0 \xc0") and zlib.crc32(b"format\0pt\0").
+  const std::string header =
+      R"({"__metadata__":{"checksum/__metadata__":"crc32:68e5a7ae","checksum/a":"crc32:560302f4","format":"pt"},)"
+      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   EXPECT_EQ(read_bytes(p), image(header, std::string("\x00\x00\x80\x3f\x00\x00\x20\xc0", 8)));
   save_safetensors(p, {});
-  EXPECT_EQ(read_bytes(p), le64(8) + "{}      ");
+  EXPECT_EQ(read_bytes(p), image(R"({"__metadata__":{"checksum/__metadata__":"crc32:00000000"}})", ""));
   EXPECT_TRUE(load_safetensors(p).tensors.empty());
+  EXPECT_TRUE(load_safetensors(p).metadata.empty());
 }
 
 TEST_F(Safetensors, LoadsHandWrittenFile) {
@@ -166,6 +173,7 @@ TEST_F(Safetensors, LoadsHandWrittenFile) {
     write_bytes(p, image(header, data, pad));
     const SafetensorsFile file = load_safetensors(p);
     EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "pt"}, {"source", "hand"}}));
+    EXPECT_FALSE(file.checksums_verified);  // files of other writers carry none; they load unverified
     ASSERT_EQ(file.tensors.size(), 5u);
     EXPECT_EQ(file.tensors[0].first, "b");  // header order
     EXPECT_EQ(file.get("a").to_floats(), (std::vector<float>{1.0f, -2.5f}));
@@ -266,6 +274,13 @@ TEST_F(Safetensors, SaveRejectsBadArgumentsBeforeTouchingTheFile) {
       {{"bad\xff", ok}},
   };
   const char* expected[] = {"tensor 'undefined' is undefined", "'w' appears twice", "reserved", "UTF-8"};
+  try {
+    save_safetensors(p, {{"w", ok}}, {{"checksum/w", "crc32:00000000"}});
+    ADD_FAILURE() << "a checksum/ metadata key was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("metadata key 'checksum/w' uses the reserved prefix 'checksum/'"), std::string::npos)
+        << e.message();
+  }
   for (size_t i = 0; i < bad.size(); ++i) {
     try {
       save_safetensors(p, bad[i], {});
@@ -330,6 +345,119 @@ TEST_F(Safetensors, FailedSaveLeavesTargetUntouchedAndNoTempFile) {
   EXPECT_EQ(load_safetensors(p).metadata.at("epoch"), "2");
   EXPECT_TRUE(same_bytes(load_safetensors(p).get("w"), big));
   EXPECT_EQ(files(), std::vector<std::string>{"model.safetensors"});
+}
+
+// Every single data byte changed is refused, naming the file and the tensor the byte belongs to; the file loads
+// again once the byte is restored.
+TEST_F(Safetensors, ChecksumsRefuseAnyChangedDataByte) {
+  const std::string p = path("model.safetensors");
+  const auto tensors = sample_tensors();
+  save_safetensors(p, tensors, {{"epoch", "3"}});
+  const std::string bytes = read_bytes(p);
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  uint64_t offset = 8 + header_size;
+  int checked = 0;
+  for (const auto& [name, t] : tensors) {
+    for (uint64_t i = 0; i < static_cast<uint64_t>(t.nbytes()); ++i) {
+      std::string changed = bytes;
+      changed[offset + i] = static_cast<char>(changed[offset + i] ^ (1 << (i % 8)));  // one bit, a different one each time
+      const Error e = load_error(changed);
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
+      EXPECT_NE(e.message().find("tensor '" + name + "' fails its checksum"), std::string::npos) << e.message();
+      ++checked;
+    }
+    offset += static_cast<uint64_t>(t.nbytes());
+  }
+  EXPECT_EQ(offset, bytes.size());
+  EXPECT_GT(checked, 50);
+  write_bytes(path("corrupt.safetensors"), bytes);
+  EXPECT_TRUE(load_safetensors(path("corrupt.safetensors")).checksums_verified);
+}
+
+// A changed digit in a metadata value (the saved epoch, say) is refused too.
+TEST_F(Safetensors, ChecksumsRefuseAChangedMetadataEntry) {
+  const std::string p = path("model.safetensors");
+  save_safetensors(p, {{"w", Tensor::from_floats({2}, {1, 2})}}, {{"epoch", "3"}, {"seed", "7"}});
+  std::string bytes = read_bytes(p);
+  const auto at = bytes.find("\"epoch\":\"3\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 9] = '4';
+  expect_corrupt(bytes, "__metadata__ fails its checksum");
+}
+
+// Checksum entries that are malformed, missing for a tensor, or for a tensor the file lacks are refused.
+TEST_F(Safetensors, IncompleteOrMalformedChecksumsAreRefused) {
+  const std::string a = R"("a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]})";
+  const std::string b = R"("b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]})";
+  const std::string data("\x01\x02\x03", 3);
+  char sum_a[16], sum_b[16], sum_meta[16];
+  std::snprintf(sum_a, sizeof sum_a, "crc32:%08lx", crc32(0, reinterpret_cast<const Bytef*>(data.data()), 2));
+  std::snprintf(sum_b, sizeof sum_b, "crc32:%08lx", crc32(0, reinterpret_cast<const Bytef*>(data.data() + 2), 1));
+  std::snprintf(sum_meta, sizeof sum_meta, "crc32:%08lx", crc32(0, Z_NULL, 0));
+  const auto meta = [&](const std::string& entries) { return "\"__metadata__\":{" + entries + "}"; };
+  const std::string meta_sum = std::string("\"checksum/__metadata__\":\"") + sum_meta + "\"";
+  const std::string a_sum = std::string("\"checksum/a\":\"") + sum_a + "\"";
+  const std::string b_sum = std::string("\"checksum/b\":\"") + sum_b + "\"";
+
+  // The complete set loads (this is what the cases below take something from).
+  write_bytes(path("ok.safetensors"), image("{" + meta(meta_sum + "," + a_sum + "," + b_sum) + "," + a + "," + b + "}", data));
+  EXPECT_TRUE(load_safetensors(path("ok.safetensors")).checksums_verified);
+
+  expect_corrupt(image("{" + meta(meta_sum + "," + a_sum) + "," + a + "," + b + "}", data),
+                 "tensor 'b' has no 'checksum/b' entry though the file holds checksums");
+  expect_corrupt(image("{" + meta(a_sum + "," + b_sum) + "," + a + "," + b + "}", data),
+                 "holds tensor checksums but no 'checksum/__metadata__' entry");
+  expect_corrupt(image("{" + meta(meta_sum + "," + a_sum + "," + b_sum + ",\"checksum/c\":\"crc32:00000000\"") + "," +
+                           a + "," + b + "}",
+                       data),
+                 "checksum entry 'checksum/c' names no tensor in the file");
+  expect_corrupt(image("{" + meta(meta_sum + "," + a_sum + ",\"checksum/b\":\"crc32:xyz\"") + "," + a + "," + b + "}", data),
+                 "entry 'checksum/b' holds 'crc32:xyz', expected crc32: and 8 hex digits");
+  expect_corrupt(image("{" + meta(meta_sum + "," + a_sum + ",\"checksum/b\":\"md5:0123456789\"") + "," + a + "," + b + "}", data),
+                 "expected crc32: and 8 hex digits");
+}
+
+// A truncated file, and one whose header claims more bytes than the file holds, are refused before any tensor is
+// allocated, naming the file and the tensor.
+TEST_F(Safetensors, TruncatedFilesAndSizesPastTheFileAreRefused) {
+  const std::string p = path("model.safetensors");
+  save_safetensors(p, {{"w", Tensor::full({1000}, DType::kFloat32, 0.5f)}, {"b", Tensor::zeros({10}, DType::kFloat32)}});
+  const std::string bytes = read_bytes(p);
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  for (size_t keep : {bytes.size() - 1, bytes.size() - 40, bytes.size() / 2, size_t{8} + header_size, size_t{20}, size_t{4}}) {
+    const Error e = load_error(bytes.substr(0, keep));
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << keep << ": " << e.what();
+  }
+  expect_corrupt(bytes.substr(0, bytes.size() - 1), "tensor 'b': data_offsets [4000, 4040] run past the end of the data (4039 bytes)");
+  // The header grown to claim a 100-million-element tensor: the file is 4 KB, so nothing that size is allocated.
+  std::string claims = bytes;
+  const auto at = claims.find("\"shape\":[1000],\"data_offsets\":[0,4000]");
+  ASSERT_NE(at, std::string::npos);
+  claims.replace(at, 38, "\"shape\":[1e8],\"data_offsets\":[0,4e8]  ");
+  expect_corrupt(claims, "tensor 'w': data_offsets [0, 400000000] run past the end of the data");
+}
+
+// A save removes the temp files that killed saves of the same path left ("<path>.tmp.<pid>" of a process that no
+// longer exists) and nothing else: not a live process's, not another path's, not a name without a pid.
+TEST_F(Safetensors, SaveRemovesTempFilesOfProcessesThatNoLongerExist) {
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string p = path("model.safetensors");
+  const std::string stale = p + ".tmp." + std::to_string(dead);
+  const std::string live = p + ".tmp." + std::to_string(::getppid());
+  const std::string other = path("other.safetensors.tmp." + std::to_string(dead));
+  const std::string not_pid = p + ".tmp.12ab";
+  for (const std::string& f : {stale, live, other, not_pid}) write_bytes(f, "partial");
+  save_safetensors(p, {{"w", Tensor::from_floats({2}, {1, 2})}});
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_TRUE(fs::exists(not_pid));
+  EXPECT_TRUE(load_safetensors(p).checksums_verified);
 }
 
 }  // namespace

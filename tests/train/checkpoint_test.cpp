@@ -14,6 +14,7 @@
 #include <functional>
 #include <sstream>
 
+#include "mixtrain/core/json.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
@@ -379,6 +380,145 @@ void expect_load_fails(const std::string& path, Model& m, const std::string& nee
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
   expect_same(before, snapshot(m));  // nothing half-applied
+}
+
+// The error load_checkpoint throws for path, which must be kInvalidInput (exit status 2 in the CLI) and name the
+// file and needle; the model must be left as it was.
+void expect_refused(const std::string& path, Model& m, const std::string& needle) {
+  const Snapshot before = snapshot(m);
+  try {
+    load_checkpoint(path, m);
+    ADD_FAILURE() << "loading " << path << " should fail with '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
+    EXPECT_NE(e.message().find(path), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find(needle), std::string::npos) << e.what();
+  }
+  expect_same(before, snapshot(m));
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+uint64_t header_length(const std::string& bytes) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  return n;
+}
+
+// The byte offset in the file of tensor name's first data byte.
+uint64_t data_offset_of(const std::string& bytes, const std::string& name) {
+  const uint64_t n = header_length(bytes);
+  const Json header = Json::parse(std::string_view(bytes).substr(8, n), "test");
+  for (const auto& [key, value] : header.as_object())
+    if (key == name) return 8 + n + static_cast<uint64_t>(value.at("data_offsets").at(size_t{0}).as_int64());
+  ADD_FAILURE() << "no tensor " << name;
+  return 0;
+}
+
+// The file bytes with edit applied to the parsed header (the data block is kept as it is).
+std::string with_header(const std::string& bytes, const std::function<void(Json&)>& edit) {
+  const uint64_t n = header_length(bytes);
+  Json header = Json::parse(std::string_view(bytes).substr(8, n), "test");
+  edit(header);
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  return out + text + bytes.substr(8 + n);
+}
+
+// The checkpoint as a mixtrain without checksums wrote it: the same header minus the checksum/ entries.
+std::string without_checksums(const std::string& bytes) {
+  return with_header(bytes, [](Json& header) {
+    for (auto& [key, value] : header.as_object())
+      if (key == "__metadata__")
+        std::erase_if(value.as_object(), [](const auto& e) { return e.first.rfind("checksum/", 0) == 0; });
+  });
+}
+
+// Damage a checksum catches, and damage a loader must catch before allocating, is refused with kInvalidInput
+// naming the file (and the tensor where one is at fault); the model is left untouched.
+TEST(Checkpoint, DamagedFilesAreRefusedNamingFileAndTensor) {
+  TempDir dir;
+  auto [x, y] = blobs(60, 7);
+  auto m = make_model("adam_f32", 4);
+  m->fit(x, y, fit_options(1));
+  const std::string good = dir.file("good.safetensors");
+  CheckpointInfo info;
+  info.epoch = 1;
+  save_checkpoint(good, *m, info);
+  const std::string bytes = read_bytes(good);
+  const std::string kernel = m->weights()[0].name();
+
+  // One flipped bit in a kernel element, and in the learning rate (0.001 once became 0.256 this way).
+  for (const std::string& name : {kernel, std::string("optimizer/learning_rate"), std::string("rng/shuffle")}) {
+    std::string flipped = bytes;
+    flipped[data_offset_of(bytes, name) + 1] ^= 0x20;
+    const std::string path = dir.file("flipped.safetensors");
+    write_file(path, flipped);
+    expect_refused(path, *m, "tensor '" + name + "' fails its checksum");
+  }
+  // A changed digit in the saved epoch would silently re-train an epoch.
+  std::string epoch = bytes;
+  const auto at = epoch.find("\"epoch\":\"1\"");
+  ASSERT_NE(at, std::string::npos);
+  epoch[at + 9] = '2';
+  write_file(dir.file("epoch.safetensors"), epoch);
+  expect_refused(dir.file("epoch.safetensors"), *m, "__metadata__ fails its checksum");
+  // Truncated: the last tensor's data runs past the end.
+  write_file(dir.file("truncated.safetensors"), bytes.substr(0, bytes.size() - 7));
+  expect_refused(dir.file("truncated.safetensors"), *m, "run past the end of the data");
+  // A header claiming sizes past the file: its length field one byte past the end, and a tensor's offsets past it.
+  std::string claims = bytes;
+  const uint64_t too_long = bytes.size() - 8 + 1;
+  for (int i = 0; i < 8; ++i) claims[i] = static_cast<char>(too_long >> (8 * i));
+  write_file(dir.file("claims.safetensors"), claims);
+  expect_refused(dir.file("claims.safetensors"), *m, "runs past the end of the file");
+  const std::string offsets = with_header(bytes, [&](Json& header) {
+    const int64_t past = static_cast<int64_t>(bytes.size());  // beyond the data block, which is smaller than the file
+    for (auto& [key, value] : header.as_object())
+      if (key == "optimizer/learning_rate") value["data_offsets"] = Json::array({past, past + 4});
+  });
+  write_file(dir.file("offsets.safetensors"), offsets);
+  expect_refused(dir.file("offsets.safetensors"), *m, "tensor 'optimizer/learning_rate': data_offsets [");
+  expect_refused(dir.file("offsets.safetensors"), *m, "run past the end of the data");
+  // NaN with valid checksums (as an editing tool would write it): save_checkpoint never writes NaN.
+  write_edited(good, dir.file("nan.safetensors"), [&](NamedTensors& t, std::map<std::string, std::string>&) {
+    for (auto& [name, v] : t)
+      if (name == kernel) v.data<float>()[0] = std::nanf("");
+  });
+  expect_refused(dir.file("nan.safetensors"), *m, "'" + kernel + "' holds NaN or Inf");
+
+  EXPECT_TRUE(load_checkpoint(good, *m).checksums_verified);
+}
+
+// A checkpoint saved before checksums were added loads (after every other check) with a warning naming the file.
+TEST(Checkpoint, CheckpointWithoutChecksumsLoadsWithAWarning) {
+  TempDir dir;
+  auto [x, y] = blobs(60, 7);
+  auto m = make_model("adam_f32", 4);
+  m->fit(x, y, fit_options(1));
+  const std::string good = dir.file("good.safetensors");
+  save_checkpoint(good, *m, CheckpointInfo{});
+  const Snapshot saved = snapshot(*m);
+  const std::string old = dir.file("old.safetensors");
+  write_file(old, without_checksums(read_bytes(good)));
+  ASSERT_FALSE(load_safetensors(old).checksums_verified);
+  m->fit(x, y, fit_options(2, 1));
+
+  ::testing::internal::CaptureStderr();
+  const CheckpointInfo info = load_checkpoint(old, *m);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(info.checksums_verified);
+  EXPECT_NE(err.find("warning: checkpoint '" + old + "' has no checksums"), std::string::npos) << err;
+  expect_same(saved, snapshot(*m));
+
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(load_checkpoint(good, *m).checksums_verified);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(Checkpoint, MismatchesAreRefusedAndLeaveTheModelUnchanged) {

@@ -38,22 +38,28 @@ struct CheckpointInfo {
   uint64_t seed = 0;
   std::string optimizer;              // "adam", ...: the inner optimizer's name; empty when none was saved
   bool loss_scale_optimizer = false;  // the optimizer was wrapped in a LossScaleOptimizer
-  std::map<std::string, std::string> metadata;  // the whole __metadata__ table
+  std::map<std::string, std::string> metadata;  // the whole __metadata__ table (without checksum entries)
+  bool checksums_verified = false;              // every tensor and the metadata matched their checksums
 };
 
-// Writes model weights, optimizer state (when compiled), Rng states and metadata to path atomically (an existing
-// file is replaced only by a complete new one). The model must be built. Throws Error (kInvalidInput) without
+// Writes model weights, optimizer state (when compiled), Rng states, metadata and checksums of all of them to path
+// atomically (an existing file is replaced only by a complete new one; temp files of killed saves are removed,
+// see save_safetensors). The model must be built. Throws Error (kInvalidInput) without
 // writing when a weight or a floating optimizer entry holds NaN or Inf, so a diverged run never overwrites a good
 // checkpoint; kIo when the file cannot be written.
 void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo& info);
 
 // Validates the whole file against the model, then restores weights, optimizer state and Rng states. Refuses,
-// with Error naming the file and the mismatch and leaving the model untouched: a wrong or missing format tag,
+// with Error (kInvalidInput) naming the file and the mismatch and leaving the model untouched: a tensor or
+// metadata entry that fails its checksum (see io/safetensors.h), a truncated file or one whose header claims
+// bytes past its end, NaN or Inf in any tensor (save_checkpoint never writes them), a wrong or missing format tag,
 // other layer names or policies, a missing, extra or differently shaped / typed weight, a different optimizer (or
 // loss-scale wrapping), optimizer slots that do not fit the model's variables, bad Rng entries. An unbuilt model
 // is first built for the saved input shape (it stays built if a later check fails). An uncompiled model, or a
 // checkpoint saved without an optimizer, restores weights and Rng states only and leaves any optimizer as it is:
-// compile before loading to resume training. Returns the stored info.
+// compile before loading to resume training. A file without checksums (saved before they were added) is loaded
+// after the same checks, with a warning on stderr and CheckpointInfo::checksums_verified false. Returns the
+// stored info.
 CheckpointInfo load_checkpoint(const std::string& path, Model& model);
 
 // Whether every weight and every floating optimizer state entry of model is finite (what save_checkpoint requires).
