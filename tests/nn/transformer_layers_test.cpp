@@ -180,6 +180,29 @@ TEST_F(TransformerLayersTest, PoliciesVariablesFloat32OutputsInComputeDType) {
   }
 }
 
+// The pure 16-bit policies keep variables in 16 bits: the layers read them (in float32 where they compute in
+// float32) and their gradients arrive in the variables' dtype.
+TEST_F(TransformerLayersTest, Pure16BitPoliciesRunForwardAndBackward) {
+  for (const char* policy : {"float16", "bfloat16"}) {
+    set_global_policy(policy);
+    const DType d = global_policy().compute_dtype();
+    Embedding emb(20, 8);
+    PositionEmbedding pos(6);
+    LayerNormalization ln;
+    MultiHeadAttention mha({.num_heads = 2, .key_dim = 4, .causal = true});
+    Var y = mha(ln(pos(emb(Var(token_ids({2, 6}, 20, 14))))));
+    EXPECT_EQ(y.dtype(), d) << policy;
+    backward(sum(y));
+    for (const Layer* l : std::initializer_list<const Layer*>{&emb, &pos, &ln, &mha})
+      for (const Var& w : l->weights()) {
+        EXPECT_EQ(w.dtype(), d) << policy << " " << w.name();
+        ASSERT_TRUE(w.has_grad()) << policy << " " << w.name();
+        EXPECT_EQ(w.grad().dtype(), d) << policy << " " << w.name();
+        EXPECT_TRUE(ops::all_finite({w.grad()})) << policy << " " << w.name();
+      }
+  }
+}
+
 // Dense applies to the last axis of a (batch, T, D) input: the same values as the (batch * T, D) product.
 TEST_F(TransformerLayersTest, DenseOnSequencesUnderEveryPolicy) {
   for (const char* policy : kPolicies) {
