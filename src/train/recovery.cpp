@@ -1,11 +1,14 @@
 #include "mixtrain/train/recovery.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
-#include "mixtrain/train/inspect.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
@@ -22,7 +25,164 @@ std::string join(const std::vector<std::string>& v) {
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
 }
+
+// x rounded to a 16-bit dtype and read back; float32 is returned unchanged.
+float round_to(float x, DType d) {
+  if (d == DType::kFloat16) return half_bits_to_float(float_to_half_bits(x));
+  if (d == DType::kBFloat16) return bf16_bits_to_float(float_to_bf16_bits(x));
+  return x;
+}
+
+// Per column (last axis) of t: the RMS of the rounding error against the column's standard deviation over
+// the rows. Non-finite values and values that overflow (a range problem, counted by RangeStats) are left out.
+void add_column_rounding(const Tensor& t, DType d, LayerNumerics& n) {
+  if (t.rank() == 0 || t.numel() == 0) return;
+  const int64_t cols = t.rank() >= 2 ? t.dim(static_cast<int>(t.rank()) - 1) : 1;
+  const int64_t rows = t.numel() / cols;
+  if (rows < 2) return;
+  const std::vector<float> v = t.to_floats();  // (rows, cols)
+  std::vector<double> sum(static_cast<size_t>(cols), 0), count(static_cast<size_t>(cols), 0);
+  auto usable = [&](float x) { return std::isfinite(x) && std::isfinite(round_to(x, d)); };
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = v[static_cast<size_t>(r * cols + c)];
+      if (!usable(x)) continue;
+      sum[static_cast<size_t>(c)] += x;
+      count[static_cast<size_t>(c)] += 1;
+    }
+  std::vector<double> var(static_cast<size_t>(cols), 0), noise(static_cast<size_t>(cols), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto k = static_cast<size_t>(c);
+      const float x = v[static_cast<size_t>(r * cols + c)];
+      if (!usable(x)) continue;
+      const double dev = x - sum[k] / count[k], err = static_cast<double>(round_to(x, d)) - x;
+      var[k] += dev * dev;
+      noise[k] += err * err;
+    }
+  for (size_t k = 0; k < var.size(); ++k) {
+    if (count[k] < 2 || var[k] <= 0) continue;
+    const double ratio = std::sqrt(noise[k] / var[k]);  // the 1/count factors cancel
+    ++n.columns;
+    if (ratio >= kSignalLossNoiseRatio) ++n.lost_columns;
+    n.worst_noise_ratio = std::max(n.worst_noise_ratio, ratio);
+  }
+}
+
+class NumericsObserver : public LayerObserver {
+ public:
+  explicit NumericsObserver(std::map<const Layer*, LayerNumerics>& out) : out_(out) {}
+  void on_input(const Layer& l, const Var& x) override { add(l, x.value(), true); }
+  void on_output(const Layer& l, const Var& y) override { add(l, y.value(), false); }
+  void on_internal(const Layer& l, std::string_view, const Tensor& value) override {
+    auto it = out_.find(&l);
+    if (it != out_.end() && is_float(value.dtype()))
+      it->second.internal.merge(range_stats(value, it->second.compute_dtype));
+  }
+
+ private:
+  void add(const Layer& l, const Tensor& t, bool input) {
+    auto it = out_.find(&l);
+    // Integer inputs (token ids) are never cast to a 16-bit dtype.
+    if (it == out_.end() || !t.defined() || !is_float(t.dtype())) return;
+    LayerNumerics& n = it->second;
+    (input ? n.inputs : n.outputs).merge(range_stats(t, n.compute_dtype));
+    if (n.compute_dtype != DType::kFloat32) add_column_rounding(t, n.compute_dtype, n);
+  }
+  std::map<const Layer*, LayerNumerics>& out_;
+};
+
+void merge_numerics(std::vector<LayerNumerics>& into, const std::vector<LayerNumerics>& from) {
+  for (size_t i = 0; i < into.size() && i < from.size(); ++i) {
+    into[i].inputs.merge(from[i].inputs);
+    into[i].outputs.merge(from[i].outputs);
+    into[i].internal.merge(from[i].internal);
+    into[i].columns += from[i].columns;
+    into[i].lost_columns += from[i].lost_columns;
+    into[i].worst_noise_ratio = std::max(into[i].worst_noise_ratio, from[i].worst_noise_ratio);
+  }
+}
 }  // namespace
+
+std::vector<double> drift_smoothed(const std::vector<double>& loss) {
+  std::vector<double> out;
+  out.reserve(loss.size());
+  double ema = 0;
+  for (size_t i = 0; i < loss.size(); ++i) {
+    ema = i == 0 ? loss[i] : kDriftSmoothing * ema + (1 - kDriftSmoothing) * loss[i];
+    out.push_back(ema);
+  }
+  return out;
+}
+
+std::vector<double> drift_reference_for_ceiling(const std::vector<double>& ceiling, double drift_tolerance) {
+  MIXTRAIN_CHECK(drift_tolerance > -1, "drift_reference_for_ceiling: drift_tolerance must be above -1, got "
+                                           << drift_tolerance);
+  // Inverts drift_smoothed: the reference's smoothed value at step t must be ceiling[t] / (1 + tolerance).
+  std::vector<double> ref;
+  const double scale = 1 + drift_tolerance;
+  for (size_t i = 0; i < ceiling.size() && std::isfinite(ceiling[i]); ++i)
+    ref.push_back(i == 0 ? ceiling[0] / scale
+                         : (ceiling[i] - kDriftSmoothing * ceiling[i - 1]) / ((1 - kDriftSmoothing) * scale));
+  return ref;
+}
+
+std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x) {
+  MIXTRAIN_CHECK(model.compiled(), "measure_layer_numerics: compile the model first");
+  MIXTRAIN_CHECK(x.defined() && x.rank() >= 1 && x.dim(0) > 0,
+                 "measure_layer_numerics: x " << x.describe() << " needs at least one row");
+  std::map<const Layer*, LayerNumerics> stats;
+  // The shadow: every layer computes in float32; the guard puts the real policies and observer back.
+  struct Restore {
+    Model& model;
+    LayerObserver* observer;
+    std::map<const Layer*, DTypePolicy> policies;
+    ~Restore() {
+      model.set_observer(observer);
+      for (auto& l : model.layers()) l->set_dtype_policy(policies.at(l.get()));
+    }
+  } restore{model, model.observer(), {}};
+  for (auto& l : model.layers()) {
+    LayerNumerics n;
+    n.layer = l->name();
+    n.compute_dtype = l->compute_dtype();
+    stats.emplace(l.get(), n);
+    restore.policies.emplace(l.get(), l->dtype_policy());
+    l->set_dtype_policy(DTypePolicy::from_name("float32"));
+  }
+  NumericsObserver observer(stats);
+  model.set_observer(&observer);
+  {
+    // Inference mode: no dropout draws and no moving-statistics updates, so training replays unchanged.
+    NoGradGuard no_grad;
+    model.call(Var(is_float(x.dtype()) ? x : x.to(DType::kFloat32)), CallContext{});
+  }
+  std::vector<LayerNumerics> out;
+  for (auto& l : model.layers()) out.push_back(stats.at(l.get()));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vector<LayerNumerics>& layers,
+                                                                 bool precision) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const LayerNumerics& l : layers) {
+    if (l.compute_dtype == DType::kFloat32) continue;
+    const bool finite_inputs = l.inputs.nan == 0 && l.inputs.inf == 0;
+    std::vector<std::string> why;
+    if (l.inputs.overflow > 0) why.push_back("inputs overflow");
+    if (finite_inputs && l.outputs.overflow > 0) why.push_back("outputs overflow");
+    if (finite_inputs && l.internal.overflow > 0) why.push_back("internal values overflow");
+    if (precision && finite_inputs && l.columns > 0 &&
+        static_cast<double>(l.lost_columns) >= kSignalLossColumns * static_cast<double>(l.columns)) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "loses precision (%lld of %lld columns, rounding noise up to %.2g of the spread)",
+                    static_cast<long long>(l.lost_columns), static_cast<long long>(l.columns), l.worst_noise_ratio);
+      why.push_back(buf);
+    }
+    if (!why.empty()) out.emplace_back(l.layer, join(why));
+  }
+  return out;
+}
 
 RecoveryGuard::RecoveryGuard(RecoveryOptions options) : options_(options) {}
 
@@ -38,6 +198,8 @@ void RecoveryGuard::snapshot(Model& model, const FitPosition& position) {
   dropout_state_ = model.dropout_rng().state();
   snapshot_ema_ = ema_;
   snapshot_reference_ema_ = reference_ema_;
+  snapshot_has_ema_ = has_ema_;
+  snapshot_has_reference_ema_ = has_reference_ema_;
   has_snapshot_ = true;
 }
 
@@ -55,8 +217,11 @@ const FitPosition& RecoveryGuard::restore(Model& model) {
   model.dropout_rng().set_state(dropout_state_);
   ema_ = snapshot_ema_;
   reference_ema_ = snapshot_reference_ema_;
+  has_ema_ = snapshot_has_ema_;
+  has_reference_ema_ = snapshot_has_reference_ema_;
   consecutive_failures_ = 0;
   drifting_steps_ = 0;
+  last_bad_batch_ = {};
   return position_;
 }
 
@@ -68,31 +233,42 @@ void RecoveryGuard::record(RecoveryEvent e) {
   events_.push_back(std::move(e));
 }
 
+void RecoveryGuard::record_rollback(int64_t global_step) {
+  RecoveryEvent e{global_step, "rollback",
+                  "back to the last good snapshot (step " + std::to_string(position_.step) + " of epoch " +
+                      std::to_string(position_.epoch + 1) + ")",
+                  {}};
+  e.resume_step = static_cast<int64_t>(position_.history_steps);
+  record(std::move(e));
+}
+
 bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
                                const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step) {
   if (gave_up_) return false;
   const std::optional<LossScaleReport> scaler = model.optimizer().loss_scale_report();
-  const bool loss_finite = std::isfinite(log_value(step_logs, "loss", NAN));
+  const double loss = log_value(step_logs, "loss", NAN);
+  const bool loss_finite = std::isfinite(loss);
   const bool skipped = scaler && scaler->last_step_skipped;
   // Without a scaler a non-finite loss has already been applied: the weights may be poisoned.
   const bool bad = !loss_finite || skipped;
+  const bool drifting = drifts(bad ? NAN : loss, global_step);
   if (!bad) {
     consecutive_failures_ = 0;
-    if (!drifts(log_value(step_logs, "loss"), global_step)) return false;
-    if (drifting_steps_ < options_.max_consecutive_failures) return false;
-    char why[160];
-    std::snprintf(why, sizeof why, "smoothed loss %.4g is %.0f%% above the float32 reference's %.4g for %lld steps",
-                  ema_, 100 * (ema_ / reference_ema_ - 1), reference_ema_, static_cast<long long>(drifting_steps_));
-    return climb(model, batch, global_step, why);
+    if (!drifting || drifting_steps_ < options_.max_consecutive_failures) return false;
+    char why[200];
+    std::snprintf(why, sizeof why,
+                  "smoothed loss %.4g has stayed above the limit set by the float32 reference (%.4g) for %lld steps",
+                  ema_, reference_ema_ * (1 + options_.drift_tolerance), static_cast<long long>(drifting_steps_));
+    return climb(model, batch, global_step, why, /*drift=*/true);
   }
   ++consecutive_failures_;
+  last_bad_batch_ = batch();
 
   // Rung 1: dynamic loss scaling on, roll back.
   if (!scaler) {
     model.enable_dynamic_loss_scaling();
     record({global_step, "enable_loss_scaling", "non-finite loss or gradients without loss scaling", {}});
-    record({global_step, "rollback", "back to the last good snapshot (step " + std::to_string(position_.step) +
-                                         " of epoch " + std::to_string(position_.epoch + 1) + ")", {}});
+    record_rollback(global_step);
     rung_ = std::max(rung_, 1);
     return has_snapshot_;
   }
@@ -101,33 +277,45 @@ bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
   if (consecutive_failures_ < options_.max_consecutive_failures && !stuck) return false;
   return climb(model, batch, global_step,
                stuck ? "the loss scale is stuck at its floor"
-                     : std::to_string(consecutive_failures_) + " non-finite steps in a row");
+                     : std::to_string(consecutive_failures_) + " non-finite steps in a row",
+               /*drift=*/false);
 }
 
 bool RecoveryGuard::drifts(double loss, int64_t global_step) {
   const auto& ref = options_.reference_step_loss;
   const size_t i = static_cast<size_t>(global_step - 1);
   if (i >= ref.size() || !std::isfinite(ref[i])) return false;
-  constexpr double kWeight = 0.98;  // about 50 steps of memory
-  ema_ = global_step == 1 ? loss : kWeight * ema_ + (1 - kWeight) * loss;
-  reference_ema_ = global_step == 1 ? ref[i] : kWeight * reference_ema_ + (1 - kWeight) * ref[i];
+  // The reference's average follows its curve on every step; the run's only its finite steps.
+  reference_ema_ = has_reference_ema_ ? kDriftSmoothing * reference_ema_ + (1 - kDriftSmoothing) * ref[i] : ref[i];
+  has_reference_ema_ = true;
+  if (!std::isfinite(loss)) return false;
+  ema_ = has_ema_ ? kDriftSmoothing * ema_ + (1 - kDriftSmoothing) * loss : loss;
+  has_ema_ = true;
   const bool drifting = global_step > options_.drift_warmup_steps && ema_ > reference_ema_ * (1 + options_.drift_tolerance);
   drifting_steps_ = drifting ? drifting_steps_ + 1 : 0;
   return drifting;
 }
 
 bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step,
-                          const std::string& why) {
-  // Rung 2: switch the layers that break in their compute dtype on this batch.
-  std::vector<std::string> culprits;
+                          const std::string& why, bool drift) {
+  // Rung 2: switch the layers to blame on the failing batches: this step's, and for a drift also the last one
+  // whose loss or gradients were non-finite (an occasional overflow that collapsed the loss scale).
+  std::vector<std::pair<std::string, std::string>> blamed;
   if (rung_ < 3) {
-    const auto [x, y] = batch();
-    const std::vector<LayerInspection> stats = inspect_layers(model, x, y, 1, x.dim(0));
-    culprits = layers_that_break(stats);
+    std::vector<LayerNumerics> stats = measure_layer_numerics(model, batch().first);
+    if (drift && last_bad_batch_.first.defined())
+      merge_numerics(stats, measure_layer_numerics(model, last_bad_batch_.first));
+    blamed = layers_to_blame(stats, /*precision=*/drift);
   }
-  if (!culprits.empty()) {
-    for (const std::string& name : culprits) model.layer(name)->set_dtype_policy(DTypePolicy::from_name("float32"));
-    record({global_step, "layers_to_float32", why + "; these layers overflow or turn NaN in 16 bits", culprits});
+  if (!blamed.empty()) {
+    std::vector<std::string> culprits;
+    std::string details;
+    for (const auto& [name, cause] : blamed) {
+      culprits.push_back(name);
+      details += (details.empty() ? "" : "; ") + name + ": " + cause;
+      model.layer(name)->set_dtype_policy(DTypePolicy::from_name("float32"));
+    }
+    record({global_step, "layers_to_float32", why + "; these layers do not fit 16 bits (" + details + ")", culprits});
     rung_ = std::max(rung_, 2);
   } else if (rung_ < 3) {
     std::vector<std::string> switched;
@@ -150,8 +338,7 @@ bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Te
     model.stop_training = true;
     return false;
   }
-  record({global_step, "rollback", "back to the last good snapshot (step " + std::to_string(position_.step) +
-                                       " of epoch " + std::to_string(position_.epoch + 1) + ")", {}});
+  record_rollback(global_step);
   return has_snapshot_;
 }
 

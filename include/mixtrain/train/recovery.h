@@ -2,10 +2,10 @@
 //   1. A non-finite loss or gradient: make sure dynamic loss scaling is on, roll back to the last good
 //      in-memory snapshot (weights, optimizer and loss-scale state, random streams, data position), continue.
 //   2. Still failing (max_consecutive_failures bad steps in a row, the loss scale stuck at its floor, or the
-//      smoothed loss drifting above a float32 reference run's for as many steps):
-//      inspect the failing batch (the statistics of `mixtrain inspect`), switch only the layers whose
-//      inputs or outputs overflow or turn NaN in their compute dtype to float32, roll back, continue.
-//      Repeated while it finds new layers to switch.
+//      smoothed loss drifting above a float32 reference for as many steps): measure the failing batches
+//      (the current one and the last one whose loss or gradients were non-finite) in a float32 shadow of
+//      the model, as `mixtrain inspect` does, and switch to float32 only the layers to blame (see
+//      layers_to_blame), roll back, continue. Repeated while it finds new layers to switch.
 //   3. Still failing, or no layer to blame: switch the whole model to float32, roll back, continue.
 //   In float32 and still failing: stop training (nothing more to try) and say so.
 // Every action is printed and recorded. A rollback restores the snapshot bit for bit.
@@ -18,6 +18,7 @@
 
 #include "mixtrain/core/random.h"
 #include "mixtrain/optim/optimizer.h"
+#include "mixtrain/precision/range_stats.h"
 #include "mixtrain/train/history.h"
 
 namespace mixtrain {
@@ -29,15 +30,29 @@ struct RecoveryEvent {
   std::string action;               // "enable_loss_scaling", "rollback", "layers_to_float32", "model_to_float32", "give_up"
   std::string reason;
   std::vector<std::string> layers;  // layers switched, for layers_to_float32 / model_to_float32
+  // rollback: the number of steps kept in the history, i.e. training resumes with global step resume_step + 1
+  // (the replayed steps take the positions of the ones rolled back). -1 for the other actions.
+  int64_t resume_step = -1;
 };
+
+// The drift check's smoothing: an exponential moving average of weight kDriftSmoothing (about 50 steps of
+// memory) that starts at the first value.
+inline constexpr double kDriftSmoothing = 0.98;
+std::vector<double> drift_smoothed(const std::vector<double>& loss);
+// The reference_step_loss whose drift check fires exactly where a run's drift-smoothed loss exceeds
+// `ceiling` (a curve on the drift_smoothed scale, e.g. the upper edge of float32's seed band plus its
+// tolerance) under drift_tolerance: drift_smoothed(result) * (1 + drift_tolerance) == ceiling. The result
+// ends before the first non-finite ceiling value (no drift check from there on).
+std::vector<double> drift_reference_for_ceiling(const std::vector<double>& ceiling, double drift_tolerance);
 
 struct RecoveryOptions {
   int64_t snapshot_every = 50;            // steps between snapshots while training is healthy
   int64_t max_consecutive_failures = 20;  // skipped or non-finite steps in a row before climbing a rung
   std::ostream* log = nullptr;            // where actions are printed (nullptr: std::cerr)
-  // Per-step training loss of a float32 run on the same data order and seed (e.g. compare's baseline);
-  // empty: no drift check. Both curves are smoothed (exponential moving average over ~50 steps); after
-  // drift_warmup_steps, the run drifts while its smoothed loss exceeds the reference's by drift_tolerance.
+  // Per-step training loss of a float32 run on the same data order and seed, or (compare) a curve made by
+  // drift_reference_for_ceiling from float32's seed band; empty: no drift check. Both curves are smoothed
+  // (drift_smoothed); after drift_warmup_steps, the run drifts while its smoothed loss exceeds the
+  // reference's by drift_tolerance.
   std::vector<double> reference_step_loss;
   double drift_tolerance = 0.25;
   int64_t drift_warmup_steps = 100;
@@ -54,6 +69,35 @@ struct FitPosition {
   size_t history_scales = 0;        // History::step_loss_scale size
   int64_t history_samples = 0;
 };
+
+// What the float32 shadow of a model (every layer computing in float32, same weights, inference mode) shows
+// about one layer's values against the layer's real compute dtype, on one batch.
+struct LayerNumerics {
+  std::string layer;
+  DType compute_dtype = DType::kFloat32;
+  RangeStats inputs, outputs;
+  RangeStats internal;          // values a layer reports from inside its call (attention logits), if any
+  // Rounding to the compute dtype, per column (the last axis: features or channels; every other axis
+  // counts as rows): a column loses its signal when the rounding error's RMS reaches kSignalLossNoiseRatio
+  // times the column's standard deviation over the rows (flushing to zero and subnormal spacing included,
+  // so this is where underflow shows). Columns with no spread are not counted.
+  int64_t columns = 0;          // columns with spread, inputs and outputs together
+  int64_t lost_columns = 0;     // of which lose their signal
+  double worst_noise_ratio = 0; // largest rounding RMS / standard deviation seen
+};
+inline constexpr double kSignalLossNoiseRatio = 0.5;  // rounding noise a quarter of the column's variance
+inline constexpr double kSignalLossColumns = 0.1;     // a layer loses precision when 10% of its columns do
+
+// Runs x (rows of a batch, float32) forward through a float32 shadow of model and measures each layer; the
+// model's policies, weights, state and observer are unchanged afterwards.
+std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x);
+
+// The layers to switch to float32, in model order: those computing in 16 bits whose finite inputs
+// overflow their compute dtype, whose finite outputs or internal values overflow it (a layer whose input
+// is already non-finite in float32 is downstream of the damage, not its cause); with precision, also those
+// that lose precision (see LayerNumerics). Each entry: the layer's name and why, e.g. "inputs overflow".
+std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vector<LayerNumerics>& layers,
+                                                                 bool precision);
 
 class RecoveryGuard {
  public:
@@ -80,13 +124,17 @@ class RecoveryGuard {
 
  private:
   void record(RecoveryEvent event);
-  // Updates the smoothed losses; true while this run drifts above the reference.
+  void record_rollback(int64_t global_step);
+  // Updates the smoothed losses (the run's only for a finite loss); true while this run drifts above the reference.
   bool drifts(double loss, int64_t global_step);
   // Rungs 2 and 3 (switch the layers to blame, else the whole model, to float32; or give up).
+  // drift: the climb is for a finite loss that left the reference, so layers losing precision are blamed too.
   bool climb(Model& model, const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step,
-             const std::string& why);
+             const std::string& why, bool drift);
 
   RecoveryOptions options_;
+  // The last batch whose loss or gradients were non-finite (inspected with the current one when climbing).
+  std::pair<Tensor, Tensor> last_bad_batch_;
   bool has_snapshot_ = false;
   FitPosition position_;
   std::vector<Tensor> weights_;
@@ -96,7 +144,9 @@ class RecoveryGuard {
   int64_t consecutive_failures_ = 0;
   int64_t drifting_steps_ = 0;
   double ema_ = 0, reference_ema_ = 0;  // smoothed loss of this run and of the reference
+  bool has_ema_ = false, has_reference_ema_ = false;
   double snapshot_ema_ = 0, snapshot_reference_ema_ = 0;
+  bool snapshot_has_ema_ = false, snapshot_has_reference_ema_ = false;
   int rung_ = 0;
   bool gave_up_ = false;
   std::vector<RecoveryEvent> events_;
