@@ -9,18 +9,17 @@
 
 #include "mixtrain/report/csv_writer.h"
 #include "mixtrain/report/progress_bar.h"
-#include "mixtrain/report/svg_plot.h"
+#include "comparison_cells.h"
 
 namespace mixtrain {
 
-namespace {
+namespace report_detail {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// Line colors by run order (the baseline, listed first, gets the first).
-constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-std::string run_color(size_t index) { return kPalette[index % (sizeof kPalette / sizeof kPalette[0])]; }
+std::string run_color(size_t index) {
+  static constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                             "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+  return kPalette[index % (sizeof kPalette / sizeof kPalette[0])];
+}
 
 std::string printf_string(const char* format, double value) {
   char buf[64];
@@ -28,27 +27,7 @@ std::string printf_string(const char* format, double value) {
   return std::string(buf, static_cast<size_t>(n > 0 ? n : 0));
 }
 
-// Shortest text that reads back to the same double ("0.1", "nan", "inf").
-std::string shortest(double v) {
-  char buf[64];
-  const auto result = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, result.ptr);
-}
-
-bool all_finite(const std::vector<double>& values) {
-  return std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); });
-}
-
-double ratio(double value, double reference) {
-  if (!std::isfinite(value) || !std::isfinite(reference) || reference == 0) return kNaN;
-  return value / reference;
-}
-
-double accuracy_delta_points(const PolicyRun& run, const PolicyRun& baseline) {
-  return (run.test_accuracy - baseline.test_accuracy) * 100.0;  // NaN when either is missing
-}
-
-// Table cells; a missing value is "-".
+namespace {
 std::string cell_or_dash(double v, const char* format) { return std::isnan(v) ? "-" : printf_string(format, v); }
 
 std::string percent_cell(double fraction) {
@@ -56,17 +35,7 @@ std::string percent_cell(double fraction) {
   if (std::isinf(fraction)) return fraction > 0 ? "inf" : "-inf";
   return printf_string("%.2f%%", fraction * 100.0);
 }
-
-struct TableColumn {
-  const char* header;
-  bool left_aligned;
-};
-constexpr TableColumn kColumns[] = {
-    {"policy", true},   {"final loss", false}, {"test acc", false}, {"Δacc (pt)", false},
-    {"loss dev %", false}, {"steps/s", false},  {"speedup", false},  {"peak MiB", false},
-    {"mem ratio", false}, {"skipped", false},  {"verdict", true},
-};
-constexpr size_t kColumnCount = sizeof kColumns / sizeof kColumns[0];
+}  // namespace
 
 std::vector<std::string> table_cells(const PolicyRun& run) {
   return {
@@ -84,6 +53,29 @@ std::vector<std::string> table_cells(const PolicyRun& run) {
   };
 }
 
+bool is_baseline(const PolicyRun& run) {
+  return run.verdict == "baseline" || (run.verdict.empty() && run.policy == "float32");
+}
+
+std::string verdict_class(const std::string& verdict) {
+  std::string name = "verdict-";
+  for (char c : verdict) name += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
+  return name;
+}
+
+}  // namespace report_detail
+
+using namespace report_detail;
+
+namespace {
+
+// Shortest text that reads back to the same double ("0.1", "nan", "inf").
+std::string shortest(double v) {
+  char buf[64];
+  const auto result = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, result.ptr);
+}
+
 // Display width of UTF-8 text, counted in code points.
 size_t text_width(const std::string& s) {
   size_t n = 0;
@@ -97,46 +89,42 @@ Json number_array(const std::vector<double>& values) {
   return array;
 }
 
-bool is_baseline(const PolicyRun& run) {
-  return run.verdict == "baseline" || (run.verdict.empty() && run.policy == "float32");
+Json series_band_json(const SeriesBand& b) {
+  return Json::object({{"lo", number_array(b.lo)}, {"hi", number_array(b.hi)}});
+}
+Json value_band_json(const ValueBand& b) { return Json::object({{"lo", b.lo}, {"hi", b.hi}, {"ref", b.ref}}); }
+
+Json seed_json(uint64_t seed) {
+  constexpr uint64_t kExactDoubleLimit = uint64_t{1} << 53;
+  return seed <= kExactDoubleLimit ? Json(seed) : Json(std::to_string(seed));
 }
 
-// "verdict-no-speedup" from "no speedup": a CSS class name for a verdict.
-std::string verdict_class(const std::string& verdict) {
-  std::string name = "verdict-";
-  for (char c : verdict) name += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
-  return name;
+Json check_json(const BandCheck& c) {
+  return Json::object({{"quantity", c.quantity},
+                       {"kind", c.kind},
+                       {"index", c.index},
+                       {"value", c.value},
+                       {"lo", c.lo},
+                       {"hi", c.hi},
+                       {"tolerance", c.tolerance},
+                       {"excess", c.excess},
+                       {"crossed", c.crossed}});
 }
 
-constexpr const char* kStyle = R"(
-body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222;
-       max-width: 1100px; margin: 24px auto; padding: 0 16px; line-height: 1.4; }
-h1 { font-size: 24px; margin: 0 0 12px; }
-h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 14px; }
-th, td { padding: 5px 10px; border-bottom: 1px solid #e2e2e2; text-align: right; white-space: nowrap; }
-th { background: #f4f4f4; font-weight: 600; }
-th.left, td.left { text-align: left; }
-table.settings th, table.settings td { text-align: left; padding: 3px 10px; }
-table.settings th { background: none; font-weight: 600; }
-td.verdict { font-weight: 600; border-radius: 3px; }
-.verdict-baseline { color: #1f4e8c; background: #e8f0fb; }
-.verdict-tracks { color: #1d6b33; background: #e5f4e9; }
-.verdict-no-speedup { color: #6b5a00; background: #fbf5d8; }
-.verdict-deviates { color: #9a4a00; background: #fdebd9; }
-.verdict-diverged { color: #a11d1d; background: #fbe2e2; }
-.caption { color: #555; font-size: 13px; margin: 4px 0 12px; }
-svg.chart { max-width: 100%; height: auto; border: 1px solid #e2e2e2; }
-ul { margin: 6px 0; padding-left: 22px; }
-li { margin: 2px 0; }
-)";
+Json recovery_json(const RecoveryMark& m) {
+  Json layers = Json::array();
+  for (const std::string& l : m.layers) layers.push_back(l);
+  Json j = Json::object({{"step", m.step}, {"action", m.action}, {"reason", m.reason}, {"layers", layers}});
+  if (m.resume_step >= 0) j["resume_step"] = m.resume_step;
+  return j;
+}
 
 }  // namespace
 
 double final_loss(const PolicyRun& run) {
   if (!run.epoch_loss.empty()) return run.epoch_loss.back();
   if (!run.step_loss.empty()) return run.step_loss.back();
-  return kNaN;
+  return kNotMeasured;
 }
 
 std::vector<double> smooth_loss(const std::vector<double>& loss, double weight) {
@@ -156,7 +144,7 @@ std::vector<double> smooth_loss(const std::vector<double>& loss, double weight) 
 
 double max_relative_deviation(const std::vector<double>& values, const std::vector<double>& reference) {
   const size_t n = std::min(values.size(), reference.size());
-  double worst = kNaN;
+  double worst = kNotMeasured;
   for (size_t i = 0; i < n; ++i) {
     const double r = reference[i], v = values[i];
     if (!std::isfinite(r)) continue;
@@ -173,40 +161,8 @@ double max_relative_deviation(const std::vector<double>& values, const std::vect
   return worst;
 }
 
-std::string verdict_for(const PolicyRun& run, const PolicyRun& baseline) {
-  if (run.policy == baseline.policy) return "baseline";
-
-  const bool non_finite_loss =
-      !all_finite(run.step_loss) || !all_finite(run.epoch_loss) || !all_finite(run.epoch_val_loss);
-  const double final_run = final_loss(run), final_base = final_loss(baseline);
-  const bool final_too_high =
-      std::isfinite(final_base) && final_run > final_base * kDivergedFinalLossRatio + kThresholdSlack;
-  const double curve_deviation =
-      max_relative_deviation(smooth_loss(run.step_loss), smooth_loss(baseline.step_loss));
-  if (non_finite_loss || final_too_high || curve_deviation > kDivergedCurveDeviation + kThresholdSlack) {
-    return "diverged";
-  }
-
-  const double loss_deviation = max_relative_deviation(run.epoch_loss, baseline.epoch_loss);
-  const double accuracy_delta = accuracy_delta_points(run, baseline);
-  if (loss_deviation > kDeviatesLossDeviation + kThresholdSlack ||
-      accuracy_delta < -kDeviatesAccuracyDrop - kThresholdSlack) {
-    return "deviates";
-  }
-
-  if (ratio(run.steps_per_second, baseline.steps_per_second) < kMinSpeedup - kThresholdSlack) return "no speedup";
-  return "tracks";
-}
-
-void fill_comparison(PolicyRun& run, const PolicyRun& baseline) {
-  run.accuracy_delta = accuracy_delta_points(run, baseline);
-  run.speedup = ratio(run.steps_per_second, baseline.steps_per_second);
-  run.memory_ratio = ratio(run.peak_memory_bytes, baseline.peak_memory_bytes);
-  run.max_loss_deviation = max_relative_deviation(run.epoch_loss, baseline.epoch_loss);
-  run.verdict = verdict_for(run, baseline);
-}
-
 std::string format_comparison_table(const ComparisonReport& report) {
+  using report_detail::kColumnCount;
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header;
   for (const TableColumn& c : kColumns) header.push_back(c.header);
@@ -233,22 +189,47 @@ std::string format_comparison_table(const ComparisonReport& report) {
 
 Json comparison_to_json(const ComparisonReport& report) {
   Json json = Json::object({{"title", report.title}, {"model", report.model}, {"data", report.data}});
-  constexpr uint64_t kExactDoubleLimit = uint64_t{1} << 53;
-  json["seed"] = report.seed <= kExactDoubleLimit ? Json(report.seed) : Json(std::to_string(report.seed));
+  json["seed"] = seed_json(report.seed);
   json["epochs"] = report.epochs;
   json["thresholds"] = Json::object({
       {"diverged_final_loss_ratio", kDivergedFinalLossRatio},
       {"diverged_curve_deviation", kDivergedCurveDeviation},
       {"deviates_loss_deviation", kDeviatesLossDeviation},
       {"deviates_accuracy_drop_points", kDeviatesAccuracyDrop},
+      {"band_margin", kBandMargin},
+      {"diverged_band_margin", kDivergedBandMargin},
       {"min_speedup", kMinSpeedup},
       {"loss_smoothing", kLossSmoothing},
   });
+  const Float32Band& band = report.band;
+  Json seeds = Json::array();
+  for (uint64_t s : band.seeds) seeds.push_back(seed_json(s));
+  json["band"] = Json::object({
+      {"seeds", seeds},
+      {"step_loss", series_band_json(band.step_loss)},
+      {"epoch_loss", series_band_json(band.epoch_loss)},
+      {"epoch_val_loss", series_band_json(band.epoch_val_loss)},
+      {"final_loss", value_band_json(band.final_loss)},
+      {"test_loss", value_band_json(band.test_loss)},
+      {"test_accuracy", value_band_json(band.test_accuracy)},
+  });
+  json["batch_size_auto"] = report.batch_size_auto;
   Json runs = Json::array();
   for (const PolicyRun& run : report.runs) {
+    Json checks = Json::array(), recovery = Json::array(), layers = Json::object();
+    for (const BandCheck& c : run.checks) checks.push_back(check_json(c));
+    for (const RecoveryMark& m : run.recovery) recovery.push_back(recovery_json(m));
+    for (const auto& [name, dtype] : run.layer_dtypes) layers[name] = dtype;
     runs.push_back(Json::object({
         {"policy", run.policy},
+        {"seed", seed_json(run.seed)},
+        {"batch_size", run.batch_size},
         {"verdict", run.verdict},
+        {"verdict_reason", run.verdict_reason},
+        {"numerics_verdict", run.numerics_verdict},
+        {"fixed_threshold_verdict", run.fixed_threshold_verdict},
+        {"judged_from_step", run.judged_from_step},
+        {"checks", checks},
         {"final_loss", final_loss(run)},
         {"test_loss", run.test_loss},
         {"test_accuracy", run.test_accuracy},
@@ -259,6 +240,8 @@ Json comparison_to_json(const ComparisonReport& report) {
         {"memory_ratio", run.memory_ratio},
         {"max_loss_deviation", run.max_loss_deviation},
         {"skipped_steps", run.skipped_steps},
+        {"recovery", recovery},
+        {"layer_compute_dtypes", layers},
         {"epoch_loss", number_array(run.epoch_loss)},
         {"epoch_val_loss", number_array(run.epoch_val_loss)},
         {"step_loss", number_array(run.step_loss)},
@@ -266,6 +249,19 @@ Json comparison_to_json(const ComparisonReport& report) {
     }));
   }
   json["runs"] = std::move(runs);
+  Json extra = Json::array();
+  for (const PolicyRun& run : report.extra_seeds)
+    extra.push_back(Json::object({
+        {"seed", seed_json(run.seed)},
+        {"final_loss", final_loss(run)},
+        {"test_loss", run.test_loss},
+        {"test_accuracy", run.test_accuracy},
+        {"steps_per_second", run.steps_per_second},
+        {"peak_memory_bytes", run.peak_memory_bytes},
+        {"epoch_loss", number_array(run.epoch_loss)},
+        {"epoch_val_loss", number_array(run.epoch_val_loss)},
+    }));
+  json["float32_seeds"] = std::move(extra);
   Json notes = Json::array();
   for (const std::string& note : report.notes) notes.push_back(note);
   json["notes"] = std::move(notes);
@@ -280,133 +276,6 @@ void write_steps_csv(const std::string& path, const ComparisonReport& report) {
       csv.row({std::to_string(i + 1), run.policy, shortest(run.step_loss[i]), scale});
     }
   }
-}
-
-std::string render_comparison_html(const ComparisonReport& report) {
-  const std::string title = report.title.empty() ? "mixtrain policy comparison" : report.title;
-  std::string html;
-  html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  html += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  html += "<title>" + html_escape(title) + "</title>\n<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n";
-  html += "<h1>" + html_escape(title) + "</h1>\n";
-
-  // Settings.
-  std::string policies;
-  for (const PolicyRun& run : report.runs) policies += (policies.empty() ? "" : ", ") + run.policy;
-  html += "<table class=\"settings\">\n";
-  const std::pair<const char*, std::string> settings[] = {
-      {"Model", report.model}, {"Data", report.data},     {"Seed", std::to_string(report.seed)},
-      {"Epochs", std::to_string(report.epochs)},           {"Policies", policies},
-  };
-  for (const auto& [name, value] : settings) {
-    html += "<tr><th>" + html_escape(name) + "</th><td>" + html_escape(value) + "</td></tr>\n";
-  }
-  html += "</table>\n";
-
-  // Results table.
-  html += "<h2>Results</h2>\n<table class=\"results\">\n<thead><tr>";
-  for (const TableColumn& c : kColumns) {
-    html += std::string("<th") + (c.left_aligned ? " class=\"left\"" : "") + ">" + html_escape(c.header) + "</th>";
-  }
-  html += "</tr></thead>\n<tbody>\n";
-  for (const PolicyRun& run : report.runs) {
-    const std::vector<std::string> cells = table_cells(run);
-    html += "<tr>";
-    for (size_t c = 0; c < kColumnCount; ++c) {
-      std::string cls = kColumns[c].left_aligned ? "left" : "";
-      if (c + 1 == kColumnCount) cls += " verdict " + verdict_class(run.verdict);
-      html += "<td" + (cls.empty() ? std::string() : " class=\"" + cls + "\"") + ">" + html_escape(cells[c]) + "</td>";
-    }
-    html += "</tr>\n";
-  }
-  html += "</tbody>\n</table>\n";
-  html += "<p class=\"caption\">Final loss is the last epoch's training loss. Δacc, loss dev, speedup and mem ratio "
-          "are relative to the float32 baseline; loss dev is the largest relative difference of the per-epoch training "
-          "loss. Skipped counts optimizer steps the loss scaler skipped because gradients overflowed.</p>\n";
-
-  // Loss curves: smoothed per-step loss, or the per-epoch loss when no run recorded steps.
-  const bool per_step = std::any_of(report.runs.begin(), report.runs.end(),
-                                    [](const PolicyRun& r) { return !r.step_loss.empty(); });
-  std::vector<Series> loss_series;
-  double lo = std::numeric_limits<double>::infinity(), hi = 0;
-  bool all_positive = true;
-  for (size_t i = 0; i < report.runs.size(); ++i) {
-    const PolicyRun& run = report.runs[i];
-    Series s{run.policy, per_step ? smooth_loss(run.step_loss) : run.epoch_loss, run_color(i)};
-    // The runs that track the baseline lie on top of it; a wide baseline line stays visible beneath them.
-    if (is_baseline(run)) s.stroke_width = 4;
-    for (double v : s.y) {
-      if (!std::isfinite(v)) continue;
-      all_positive &= v > 0;
-      lo = std::min(lo, v), hi = std::max(hi, v);
-    }
-    loss_series.push_back(std::move(s));
-  }
-  ChartOptions loss_options;
-  loss_options.title = per_step ? "Training loss per step (smoothed)" : "Training loss per epoch";
-  loss_options.x_label = per_step ? "step" : "epoch";
-  loss_options.y_label = "loss";
-  loss_options.width = 1096;
-  loss_options.height = 400;
-  // Spanning more than two decades (a run that blew up), the curves only stay readable on a log axis.
-  loss_options.log_y = all_positive && lo <= hi && hi / lo > 100;
-  html += "<h2>Loss</h2>\n" + line_chart_svg(loss_series, loss_options);
-  if (per_step) {
-    html += "<p class=\"caption\">Exponential moving average of each step&#39;s training loss: each point is " +
-            printf_string("%g", kLossSmoothing) + " &times; the previous average + " +
-            printf_string("%g", 1 - kLossSmoothing) +
-            " &times; the step&#39;s loss, bias-corrected so the curve starts at the first loss. Gaps mark "
-            "non-finite losses.";
-  } else {
-    html += "<p class=\"caption\">Mean training loss of each epoch. Gaps mark non-finite losses.";
-  }
-  if (std::any_of(report.runs.begin(), report.runs.end(), is_baseline)) {
-    html += " The baseline is drawn wider, beneath the runs compared with it.";
-  }
-  if (loss_options.log_y) html += " The y axis is logarithmic because the losses span more than two decades.";
-  html += "</p>\n";
-
-  // Loss scale, for the runs that scale the loss.
-  std::vector<Series> scale_series;
-  for (size_t i = 0; i < report.runs.size(); ++i) {
-    const PolicyRun& run = report.runs[i];
-    if (run.step_loss_scale.empty()) continue;
-    scale_series.push_back({run.policy, run.step_loss_scale, run_color(i)});
-  }
-  if (!scale_series.empty()) {
-    ChartOptions scale_options;
-    scale_options.title = "Loss scale per step";
-    scale_options.x_label = "step";
-    scale_options.y_label = "loss scale";
-    scale_options.width = 1096;
-    scale_options.height = 260;
-    scale_options.log_y = true;
-    html += "<h2>Loss scale</h2>\n" + line_chart_svg(scale_series, scale_options);
-    html += "<p class=\"caption\">Dynamic loss scaling halves the scale when gradients overflow (the step is skipped) "
-            "and doubles it after a run of finite steps. Log y axis.</p>\n";
-  }
-
-  // How verdicts are decided, with the numbers the code uses.
-  html += "<h2>Verdicts</h2>\n<ul class=\"verdicts\">\n";
-  html += "<li><b>baseline</b>: the float32 run the others are compared with.</li>\n";
-  html += "<li><b>diverged</b>: a loss became NaN or infinite, the final loss is above " +
-          printf_string("%g", kDivergedFinalLossRatio) +
-          "&times; the baseline&#39;s, or the smoothed per-step loss curve differs from the baseline&#39;s by more "
-          "than " +
-          printf_string("%g", kDivergedCurveDeviation * 100) + "% at some step.</li>\n";
-  html += "<li><b>deviates</b>: the per-epoch training loss differs from the baseline&#39;s by more than " +
-          printf_string("%g", kDeviatesLossDeviation * 100) + "%, or test accuracy is more than " +
-          printf_string("%g", kDeviatesAccuracyDrop) + " percentage point below it.</li>\n";
-  html += "<li><b>no speedup</b>: it tracks the baseline but runs fewer steps per second.</li>\n";
-  html += "<li><b>tracks</b>: none of the above.</li>\n</ul>\n";
-
-  if (!report.notes.empty()) {
-    html += "<h2>Notes</h2>\n<ul class=\"notes\">\n";
-    for (const std::string& note : report.notes) html += "<li>" + html_escape(note) + "</li>\n";
-    html += "</ul>\n";
-  }
-  html += "</body>\n</html>\n";
-  return html;
 }
 
 }  // namespace mixtrain

@@ -227,12 +227,44 @@ std::vector<SeriesPoint> series_points(const std::vector<double>& y, const Chart
 
 namespace {
 
+// One downsampled point of a band; lo and hi are NaN at a gap.
+struct BandPoint {
+  double index, lo, hi;
+};
+
+std::vector<BandPoint> band_points(const AreaBand& band, const ChartOptions& options) {
+  const size_t n = std::min(band.lo.size(), band.hi.size());
+  std::vector<BandPoint> points;
+  const size_t max_points = options.max_points == 0 ? n : std::max<size_t>(options.max_points, 2);
+  const size_t width = n <= max_points ? 1 : (n + max_points / 2 - 1) / (max_points / 2);
+  for (size_t start = 0; start < n; start += width) {
+    const size_t end = std::min(n, start + width);
+    double lo = kNaN, hi = kNaN;
+    size_t first = end, gap = end;
+    for (size_t i = start; i < end; ++i) {
+      const double a = transform(band.lo[i], options.log_y), b = transform(band.hi[i], options.log_y);
+      if (std::isnan(a) || std::isnan(b)) {
+        if (gap == end) gap = i;
+        continue;
+      }
+      if (first == end) first = i;
+      lo = std::isnan(lo) ? std::min(a, b) : std::min(lo, std::min(a, b));
+      hi = std::isnan(hi) ? std::max(a, b) : std::max(hi, std::max(a, b));
+    }
+    if (first != end && (gap == end || first < gap)) points.push_back({static_cast<double>(first), lo, hi});
+    if (gap != end) points.push_back({static_cast<double>(gap), kNaN, kNaN});
+    if (first != end && gap != end && first > gap) points.push_back({static_cast<double>(first), lo, hi});
+  }
+  return points;
+}
+
 // Everything line_chart_svg() places, computed once.
 struct Layout {
   std::vector<std::vector<SeriesPoint>> points;  // per series
+  std::vector<std::vector<BandPoint>> bands;     // per band
   std::vector<double> x_ticks, y_ticks;          // y ticks are log10 exponents on a log axis
   bool has_data = false;
-  std::vector<LegendSlot> legend;
+  std::vector<LegendSlot> legend;                // the series', then the bands'
   PlotArea area{};
 };
 
@@ -240,18 +272,26 @@ std::string y_tick_label(double tick, const ChartOptions& options) {
   return format_tick(options.log_y ? std::pow(10.0, tick) : tick);
 }
 
-Layout make_layout(const std::vector<Series>& series, const ChartOptions& options) {
+Layout make_layout(const std::vector<Series>& series, const std::vector<AreaBand>& bands, const ChartOptions& options) {
   Layout layout;
   size_t longest = 0;
   double ymin = std::numeric_limits<double>::infinity(), ymax = -ymin;
+  auto extend = [&](double v) {
+    if (std::isnan(v)) return;
+    ymin = std::min(ymin, v);
+    ymax = std::max(ymax, v);
+  };
   for (const Series& s : series) {
     layout.points.push_back(series_points(s.y, options));
     longest = std::max(longest, s.y.size());
-    for (const SeriesPoint& p : layout.points.back()) {
-      if (std::isnan(p.value)) continue;
-      ymin = std::min(ymin, p.value);
-      ymax = std::max(ymax, p.value);
-    }
+    for (const SeriesPoint& p : layout.points.back()) extend(p.value);
+  }
+  std::vector<Series> legend_entries = series;
+  for (const AreaBand& b : bands) {
+    layout.bands.push_back(band_points(b, options));
+    longest = std::max(longest, std::min(b.lo.size(), b.hi.size()));
+    for (const BandPoint& p : layout.bands.back()) extend(p.lo), extend(p.hi);
+    legend_entries.push_back({b.name, {}, b.color});
   }
   layout.has_data = ymin <= ymax;
   if (!layout.has_data) ymin = 0, ymax = 1;
@@ -264,31 +304,24 @@ Layout make_layout(const std::vector<Series>& series, const ChartOptions& option
   for (double t : layout.y_ticks) label_chars = std::max(label_chars, y_tick_label(t, options).size());
   const double left = std::max(kMarginLeft, 34 + kLegendCharWidth * static_cast<double>(label_chars));
   int rows = 0;
-  layout.legend = legend_slots(series, options, left, &rows);
+  layout.legend = legend_slots(legend_entries, options, left, &rows);
   const double top = (options.title.empty() ? 8 : kTitleHeight) + rows * kLegendRowHeight + 10;
   layout.area = {left, top, std::max(1.0, options.width - left - kMarginRight),
                  std::max(1.0, options.height - top - kMarginBottom)};
   return layout;
 }
 
-}  // namespace
-
-PlotArea plot_area(const std::vector<Series>& series, const ChartOptions& options) {
-  return make_layout(series, options).area;
-}
-
-std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options) {
-  MIXTRAIN_CHECK(options.width > 0 && options.height > 0,
-                 "line_chart_svg: width and height must be positive, got " << options.width << "x" << options.height);
-  const Layout layout = make_layout(series, options);
-  const PlotArea& area = layout.area;
-  const double x0 = layout.x_ticks.front(), x1 = layout.x_ticks.back();
-  const double y0 = layout.y_ticks.front(), y1 = layout.y_ticks.back();
-  auto px = [&](double x) { return area.left + (x - x0) / (x1 - x0) * area.width; };
+// The chart's frame: background, title, grid, axes, tick and axis labels. No x ticks: no vertical grid
+// lines and no x tick labels (a bar chart labels its bars).
+std::string frame_svg(const ChartOptions& options, const std::vector<double>& x_ticks,
+                      const std::vector<double>& y_ticks, const PlotArea& area,
+                      const std::vector<std::string>& y_labels) {
+  const double x0 = x_ticks.empty() ? 0 : x_ticks.front(), x1 = x_ticks.empty() ? 1 : x_ticks.back();
+  const double y0 = y_ticks.front(), y1 = y_ticks.back();
+  auto px = [&](double x) { return area.left + (x1 == x0 ? 0.5 : (x - x0) / (x1 - x0)) * area.width; };
   auto py = [&](double v) { return area.top + (y1 - v) / (y1 - y0) * area.height; };
   const double bottom = area.top + area.height, right = area.left + area.width;
   const double center_x = area.left + area.width / 2, center_y = area.top + area.height / 2;
-
   const std::string w = std::to_string(options.width), h = std::to_string(options.height);
   const std::string title = html_escape(options.title);
   std::string svg = "<svg class=\"chart\" width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w + " " + h +
@@ -300,18 +333,16 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     svg += text_element("chart-title", options.width / 2.0, 18, "middle", options.title,
                         " font-size=\"14\" font-weight=\"bold\"");
   }
-
   svg += "<g class=\"grid\" stroke=\"#e3e3e3\" stroke-width=\"1\">\n";
-  for (double t : layout.x_ticks) svg += line_element(px(t), area.top, px(t), bottom);
-  for (double t : layout.y_ticks) svg += line_element(area.left, py(t), right, py(t));
+  for (double t : x_ticks) svg += line_element(px(t), area.top, px(t), bottom);
+  for (double t : y_ticks) svg += line_element(area.left, py(t), right, py(t));
   svg += "</g>\n<g class=\"axes\" stroke=\"#444444\" stroke-width=\"1\">\n";
   svg += line_element(area.left, bottom, right, bottom);
   svg += line_element(area.left, area.top, area.left, bottom);
   svg += "</g>\n<g class=\"tick-labels\" fill=\"#333333\">\n";
-  for (double t : layout.x_ticks) svg += text_element("x-tick", px(t), bottom + 16, "middle", format_tick(t));
-  for (double t : layout.y_ticks) {
-    svg += text_element("y-tick", area.left - 6, py(t) + 4, "end", y_tick_label(t, options));
-  }
+  for (double t : x_ticks) svg += text_element("x-tick", px(t), bottom + 16, "middle", format_tick(t));
+  for (size_t i = 0; i < y_ticks.size(); ++i)
+    svg += text_element("y-tick", area.left - 6, py(y_ticks[i]) + 4, "end", y_labels[i]);
   svg += "</g>\n";
   if (!options.x_label.empty()) {
     svg += text_element("x-label", center_x, options.height - 8.0, "middle", options.x_label, " fill=\"#333333\"");
@@ -320,6 +351,35 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     const std::string rotate = " fill=\"#333333\" transform=\"rotate(-90 16 " + format_coord(center_y) + ")\"";
     svg += text_element("y-label", 16, center_y, "middle", options.y_label, rotate);
   }
+  return svg;
+}
+
+}  // namespace
+
+PlotArea plot_area(const std::vector<Series>& series, const ChartOptions& options) {
+  return make_layout(series, {}, options).area;
+}
+
+std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options) {
+  return line_chart_svg(series, options, {}, {});
+}
+
+std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options,
+                           const std::vector<AreaBand>& bands, const std::vector<Marker>& markers) {
+  MIXTRAIN_CHECK(options.width > 0 && options.height > 0,
+                 "line_chart_svg: width and height must be positive, got " << options.width << "x" << options.height);
+  const Layout layout = make_layout(series, bands, options);
+  const PlotArea& area = layout.area;
+  const double x0 = layout.x_ticks.front(), x1 = layout.x_ticks.back();
+  const double y0 = layout.y_ticks.front(), y1 = layout.y_ticks.back();
+  auto px = [&](double x) { return area.left + (x - x0) / (x1 - x0) * area.width; };
+  auto py = [&](double v) { return area.top + (y1 - v) / (y1 - y0) * area.height; };
+  const double bottom = area.top + area.height, right = area.left + area.width;
+  const double center_x = area.left + area.width / 2, center_y = area.top + area.height / 2;
+
+  std::vector<std::string> y_labels;
+  for (double t : layout.y_ticks) y_labels.push_back(y_tick_label(t, options));
+  std::string svg = frame_svg(options, layout.x_ticks, layout.y_ticks, area, y_labels);
   if (!layout.has_data) {
     svg += text_element("no-data", center_x, center_y, "middle", "no finite values", " fill=\"#888888\"");
   }
@@ -333,7 +393,40 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
                             format_coord(swatch_width) + "\"");
     svg += text_element("legend-label", slot.x + kLegendSwatch + 6, slot.y, "start", series[i].name);
   }
+  for (size_t i = 0; i < bands.size(); ++i) {
+    const LegendSlot& slot = layout.legend[series.size() + i];
+    svg += "<rect class=\"legend-band\" x=\"" + format_coord(slot.x) + "\" y=\"" + format_coord(slot.y - 10) +
+           "\" width=\"" + format_coord(kLegendSwatch) + "\" height=\"12\" fill=\"" + html_escape(bands[i].color) +
+           "\" fill-opacity=\"" + format_coord(std::max(bands[i].opacity, 0.3)) + "\"/>\n";
+    svg += text_element("legend-label", slot.x + kLegendSwatch + 6, slot.y, "start", bands[i].name);
+  }
   svg += "</g>\n";
+
+  // Bands, behind the lines: one polygon per unbroken run of finite bounds (upper edge forward, lower back).
+  if (!bands.empty()) {
+    svg += "<g class=\"bands\" stroke=\"none\">\n";
+    for (size_t i = 0; i < bands.size(); ++i) {
+      std::vector<BandPoint> run;
+      auto flush = [&] {
+        if (run.size() >= 2) {
+          svg += "<polygon class=\"band\" data-band=\"" + html_escape(bands[i].name) + "\" fill=\"" +
+                 html_escape(bands[i].color) + "\" fill-opacity=\"" + format_coord(bands[i].opacity) + "\" points=\"";
+          for (size_t k = 0; k < run.size(); ++k)
+            svg += (k ? " " : "") + format_coord(px(options.x_first + run[k].index)) + "," + format_coord(py(run[k].hi));
+          for (size_t k = run.size(); k-- > 0;)
+            svg += " " + format_coord(px(options.x_first + run[k].index)) + "," + format_coord(py(run[k].lo));
+          svg += "\"/>\n";
+        }
+        run.clear();
+      };
+      for (const BandPoint& p : layout.bands[i]) {
+        if (std::isnan(p.lo)) flush();
+        else run.push_back(p);
+      }
+      flush();
+    }
+    svg += "</g>\n";
+  }
 
   // The lines: one polyline per unbroken run of finite points, a dot for a run of one.
   svg += "<g class=\"lines\" fill=\"none\" stroke-linejoin=\"round\" stroke-linecap=\"round\">\n";
@@ -364,6 +457,77 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
       }
     }
     flush();
+  }
+  svg += "</g>\n";
+
+  // Markers over everything: a dashed line across the plot, the label near its top; labels of markers in x
+  // order take three rows in turn so that close ones do not overwrite each other.
+  if (!markers.empty()) {
+    std::vector<Marker> sorted = markers;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const Marker& a, const Marker& b) { return a.x < b.x; });
+    svg += "<g class=\"markers\" font-size=\"11\">\n";
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      const Marker& m = sorted[i];
+      const double x = std::clamp(px(m.x), area.left, right);
+      const std::string color = html_escape(m.color);
+      const bool flip = x > area.left + area.width * 0.7;  // labels near the right edge read leftwards
+      svg += "<g class=\"marker\" data-x=\"" + format_tick(m.x) + "\">\n";
+      svg += line_element(x, area.top, x, bottom,
+                          " stroke=\"" + color + "\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"");
+      svg += text_element("marker-label", flip ? x - 4 : x + 4, area.top + 12 + static_cast<double>(i % 3) * 13,
+                          flip ? "end" : "start", m.label, " fill=\"" + color + "\"");
+      svg += "</g>\n";
+    }
+    svg += "</g>\n";
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string bar_chart_svg(const std::vector<Bar>& bars, const BarChartOptions& options) {
+  MIXTRAIN_CHECK(options.width > 0 && options.height > 0,
+                 "bar_chart_svg: width and height must be positive, got " << options.width << "x" << options.height);
+  double top_value = 0;
+  for (const Bar& b : bars)
+    if (std::isfinite(b.value) && b.value > 0) top_value = std::max(top_value, b.value);
+  const std::vector<double> y_ticks = nice_ticks(0, top_value > 0 ? top_value : 1);
+  std::vector<std::string> y_labels;
+  size_t label_chars = 0;
+  for (double t : y_ticks) {
+    y_labels.push_back(format_tick(t));
+    label_chars = std::max(label_chars, y_labels.back().size());
+  }
+  const double left = std::max(kMarginLeft, 34 + kLegendCharWidth * static_cast<double>(label_chars));
+  const double top = (options.title.empty() ? 8 : kTitleHeight) + 16;
+  const PlotArea area{left, top, std::max(1.0, options.width - left - kMarginRight),
+                      std::max(1.0, options.height - top - kMarginBottom)};
+  ChartOptions frame;
+  frame.title = options.title;
+  frame.y_label = options.y_label;
+  frame.width = options.width;
+  frame.height = options.height;
+  std::string svg = frame_svg(frame, {}, y_ticks, area, y_labels);
+  const double y1 = y_ticks.back();
+  auto py = [&](double v) { return area.top + (y1 - v) / y1 * area.height; };
+  const double bottom = area.top + area.height;
+  const double slot = area.width / static_cast<double>(std::max<size_t>(bars.size(), 1));
+  const double bar_width = std::min(slot * 0.6, 90.0);
+  svg += "<g class=\"bars\">\n";
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const Bar& b = bars[i];
+    const double center = area.left + slot * (static_cast<double>(i) + 0.5);
+    const std::string label = html_escape(b.label);
+    if (std::isfinite(b.value) && b.value >= 0) {
+      const double y = py(b.value);
+      svg += "<rect class=\"bar\" data-bar=\"" + label + "\" x=\"" + format_coord(center - bar_width / 2) + "\" y=\"" +
+             format_coord(y) + "\" width=\"" + format_coord(bar_width) + "\" height=\"" +
+             format_coord(std::max(0.0, bottom - y)) + "\" fill=\"" + html_escape(b.color) + "\"/>\n";
+      svg += text_element("bar-value", center, y - 4, "middle", b.value_text.empty() ? format_tick(b.value) : b.value_text,
+                          " fill=\"#222222\"");
+    } else {
+      svg += text_element("bar-value", center, bottom - 4, "middle", "n/a", " fill=\"#888888\"");
+    }
+    svg += text_element("bar-label", center, bottom + 16, "middle", b.label, " fill=\"#333333\"");
   }
   svg += "</g>\n</svg>\n";
   return svg;

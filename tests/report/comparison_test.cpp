@@ -303,11 +303,13 @@ TEST(ComparisonHtml, SelfContainedPageWithOnePolylinePerPolicy) {
   const ComparisonReport report = sample_report();
   const std::string html = render_comparison_html(report);
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  // Loss chart: one line per policy; loss-scale chart: only the scaled run.
-  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"float32\""), 1u);
-  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"mixed_bfloat16\""), 1u);
-  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"mixed_float16\""), 2u);
-  EXPECT_EQ(count(html, "<svg"), 2u);
+  // Loss and validation-loss charts: one line per policy each; loss-scale chart: only the scaled run; two bar
+  // charts (steps/s, peak memory; no largest-batch chart without --batch-size auto).
+  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"float32\""), 2u);
+  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"mixed_bfloat16\""), 2u);
+  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"mixed_float16\""), 3u);
+  EXPECT_EQ(count(html, "<svg"), 5u);
+  EXPECT_EQ(count(html, "<rect class=\"bar\""), 6u);
   EXPECT_NE(html.find("Loss scale per step"), std::string::npos);
   // No external resources of any kind.
   EXPECT_EQ(html.find("http"), std::string::npos);
@@ -329,7 +331,7 @@ TEST(ComparisonHtml, SelfContainedPageWithOnePolylinePerPolicy) {
   ComparisonReport unscaled = report;
   for (PolicyRun& run : unscaled.runs) run.step_loss_scale.clear();
   const std::string plain = render_comparison_html(unscaled);
-  EXPECT_EQ(count(plain, "<svg"), 1u);
+  EXPECT_EQ(count(plain, "<svg"), 4u);
   EXPECT_EQ(plain.find("Loss scale per step"), std::string::npos);
 }
 
@@ -338,7 +340,7 @@ TEST(ComparisonHtml, EpochCurvesWhenNoStepsWereRecorded) {
   for (PolicyRun& run : report.runs) run.step_loss.clear();
   const std::string html = render_comparison_html(report);
   EXPECT_NE(html.find("Training loss per epoch"), std::string::npos);
-  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"float32\""), 1u);
+  EXPECT_EQ(count(html, "<polyline class=\"series\" data-series=\"float32\""), 2u);  // with validation loss
 }
 
 }  // namespace

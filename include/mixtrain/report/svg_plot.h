@@ -21,6 +21,21 @@ struct Series {
   double stroke_width = 1.5;
 };
 
+// A shaded area between a lower and an upper curve (a band), drawn behind the lines.
+struct AreaBand {
+  std::string name;            // shown in the legend and as the polygons' data-band attribute
+  std::vector<double> lo, hi;  // drawn at x = x_first + i; an index where either is non-finite is a gap
+  std::string color;
+  double opacity = 0.22;
+};
+
+// A vertical line at x with a short label above the plot: an event on the x axis.
+struct Marker {
+  double x = 0;
+  std::string label;
+  std::string color = "#444444";
+};
+
 struct ChartOptions {
   std::string title;
   std::string x_label;
@@ -74,6 +89,31 @@ std::vector<SeriesPoint> series_points(const std::vector<double>& y, const Chart
 // unbroken run of finite points (a run of a single point is a <circle class="point">). All text is
 // HTML-escaped. Coordinates are pixels with at most two decimals.
 std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options);
+
+// As above, plus bands drawn behind the lines (one <polygon class="band" data-band="NAME"> per unbroken run
+// of finite bounds, included in the y range and the legend) and markers drawn over them (each a
+// <g class="marker" data-x="X"> holding a dashed <line> across the plot and a <text> label; labels of
+// nearby markers are staggered). A band is downsampled like a series, keeping each bucket's lowest lower
+// bound and highest upper bound.
+std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options,
+                           const std::vector<AreaBand>& bands, const std::vector<Marker>& markers = {});
+
+// One bar of a bar chart.
+struct Bar {
+  std::string label;  // under the bar, and its data-bar attribute
+  double value = 0;   // non-finite or negative: no bar, "n/a" is written instead
+  std::string color;
+  std::string value_text;  // written above the bar (empty: format_tick(value))
+};
+struct BarChartOptions {
+  std::string title;
+  std::string y_label;
+  int width = 360;   // pixels
+  int height = 260;  // pixels
+};
+// A vertical bar chart from 0: title, a y axis with nice ticks and grid lines, and per bar a
+// <rect class="bar" data-bar="LABEL"> with its value above and its label below.
+std::string bar_chart_svg(const std::vector<Bar>& bars, const BarChartOptions& options);
 
 // Escapes text for HTML and XML content and attribute values: & < > " '.
 std::string html_escape(std::string_view text);
