@@ -18,13 +18,25 @@
       the last Linear runs outside autocast, in float32, as mixtrain keeps its logits layer in float32.
       The layout defaults to channels_last (NHWC in memory, as mixtrain's tensors; on this CPU build it is
       faster than NCHW); --layout nchw measures PyTorch's default layout.
+  peer_torch.py step --model transformer --variant float32|autocast_bfloat16 [--vocabulary 83] [--context 64]
+                     [--width 128] [--layers 2] [--heads 4] [--batch-size 32] [--steps N] [--threads T]
+      One training step of the decoder-only transformer `mixtrain bench step --model transformer` builds
+      (src/train/transformer_model.cpp), written out in modules: ids (B, T) -> Embedding(V, D) + learned
+      positions (T, D) -> L x [LayerNorm(eps 1e-3) -> causal multi-head self-attention (q, k, v and output
+      projections with bias, softmax(QK^T / sqrt(D / H)) in float32) -> add; LayerNorm -> Linear(4D) + exact
+      (erf) GELU -> Linear(D) -> add] -> LayerNorm -> Linear(V) float32 logits; cross-entropy averaged over
+      B x T; AdamW (lr 2e-3, weight decay 0.01 on weights and embeddings, none on biases and LayerNorm, eps
+      1e-7 as Keras), clip_grad_norm_ 1.0, the cosine schedule with linear warm-up `mixtrain train --model
+      transformer` uses (over the warm-up and timed steps). Random ids in [0, V), labelled with the next id.
+      Under autocast_bfloat16 the logits Linear runs outside autocast, in float32, as mixtrain's does.
 
 Prints one JSON object per line. GFLOP/s of an MLP step counts 6 x batch x weights (forward 2, backward 4),
-as mixtrain does; a convolution reuses its weights across positions, so for the CNN it is null, as
-mixtrain prints none.
+as mixtrain does; a convolution reuses its weights across positions and attention multiplies activations by
+activations, so for the CNN and the transformer it is null, as mixtrain prints none.
 """
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -176,6 +188,126 @@ def bench_cnn_step(variant, hidden, batch_size, steps, layout):
           "gflops": None, "layout": layout, "weights": weights})
 
 
+class CausalSelfAttention(torch.nn.Module):
+    """Keras-style MultiHeadAttention with causal=True, as mixtrain's: separate q, k, v projections with bias,
+    softmax in float32, an output projection with bias."""
+
+    def __init__(self, width, heads, context):
+        super().__init__()
+        self.heads, self.head_size = heads, width // heads
+        self.query = torch.nn.Linear(width, width)
+        self.key = torch.nn.Linear(width, width)
+        self.value = torch.nn.Linear(width, width)
+        self.output = torch.nn.Linear(width, width)
+        # True above the diagonal: position t attends to positions <= t only.
+        self.register_buffer("future", torch.triu(torch.ones(context, context, dtype=torch.bool), diagonal=1))
+
+    def forward(self, x):  # x: (B, T, D)
+        B, T, D = x.shape
+        split = lambda t: t.view(B, T, self.heads, self.head_size).transpose(1, 2)  # (B, H, T, dk)
+        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_size))  # (B, H, T, T)
+        scores = scores.masked_fill(self.future[:T, :T], float("-inf"))
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # float32 softmax, as mixtrain
+        out = (probs @ v).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+        return self.output(out)
+
+
+class Block(torch.nn.Module):
+    """Pre-LayerNorm: x + attention(LN(x)), then h + mlp(LN(h))."""
+
+    def __init__(self, width, heads, context):
+        super().__init__()
+        self.ln_1 = torch.nn.LayerNorm(width, eps=1e-3)
+        self.attention = CausalSelfAttention(width, heads, context)
+        self.ln_2 = torch.nn.LayerNorm(width, eps=1e-3)
+        self.mlp_in = torch.nn.Linear(width, 4 * width)
+        self.mlp_out = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x):  # (B, T, D) -> (B, T, D)
+        x = x + self.attention(self.ln_1(x))
+        return x + self.mlp_out(F.gelu(self.mlp_in(self.ln_2(x))))  # exact (erf) GELU, PyTorch's default
+
+
+class TransformerLM(torch.nn.Module):
+    """The transformer of mixtrain's model zoo (src/train/transformer_model.cpp), dropout 0."""
+
+    def __init__(self, vocabulary, context, width, layers, heads):
+        super().__init__()
+        self.token_embedding = torch.nn.Embedding(vocabulary, width)
+        self.position_embedding = torch.nn.Parameter(torch.randn(context, width) * 0.02)
+        self.blocks = torch.nn.ModuleList([Block(width, heads, context) for _ in range(layers)])
+        self.final_ln = torch.nn.LayerNorm(width, eps=1e-3)
+        self.logits = torch.nn.Linear(width, vocabulary)
+
+    def body(self, ids):  # ids: (B, T) int
+        h = self.token_embedding(ids) + self.position_embedding[: ids.shape[1]]  # (B, T, D)
+        for block in self.blocks:
+            h = block(h)
+        return self.final_ln(h)  # (B, T, D)
+
+
+def cosine_with_warmup(total_steps):
+    """The factor on the learning rate at each step of mixtrain's make_schedule("cosine", lr, total, warmup)
+    with train's warm-up of a tenth of the run (at most 100 steps): linear from 0, then cosine down to 0.1."""
+    warmup = min(100, total_steps // 10)
+    decay = max(1, total_steps - warmup)
+
+    def factor(step):
+        if step < warmup:
+            return step / warmup
+        fraction = (min(step, warmup + decay) - warmup) / decay
+        return 0.9 * 0.5 * (1 + math.cos(math.pi * fraction)) + 0.1
+
+    return factor
+
+
+def bench_transformer_step(variant, vocabulary, context, width, layers, heads, batch_size, steps):
+    torch.manual_seed(1)
+    model = TransformerLM(vocabulary, context, width, layers, heads)
+    model.train()
+    # Weight decay on the weights and embeddings; none on biases and LayerNorm gains and offsets, as mixtrain's
+    # AdamW excludes variables named bias, gamma and beta.
+    no_decay = {id(m.bias) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm))}
+    no_decay |= {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.LayerNorm)}
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if id(p) not in no_decay], "weight_decay": 0.01},
+              {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=2e-3, eps=1e-7)
+    warmup_steps = 2
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, cosine_with_warmup(steps + warmup_steps))
+    stream = torch.randint(0, vocabulary, (batch_size * context + 1,))
+    x = stream[:-1].view(batch_size, context)  # (B, T)
+    y = stream[1:].view(batch_size, context)  # (B, T): the id after each position
+    use_autocast = variant == "autocast_bfloat16"
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
+            h = model.body(x)
+        logits = model.logits(h.float())  # (B, T, V) float32 logits layer, outside autocast
+        loss = F.cross_entropy(logits.reshape(-1, vocabulary), y.reshape(-1))  # mean over B x T
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        schedule.step()
+        return loss
+
+    for _ in range(warmup_steps):  # warm-up: AdamW state, allocator, oneDNN primitives
+        step()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    median = statistics.median(times)
+    emit({"what": "peer_torch_step", "model": "transformer", "variant": variant, "vocabulary": vocabulary,
+          "context": context, "width": width, "layers": layers, "heads": heads, "batch_size": batch_size,
+          "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
+          "tokens_per_second": batch_size * context / median, "gflops": None,
+          "weights": sum(p.numel() for p in params)})
+
+
 def int_list(text):
     values = [int(v) for v in text.split(",")]
     if not values or min(values) <= 0:
@@ -191,12 +323,14 @@ def main():
     m.add_argument("--seconds", type=float, default=1.0)
     m.add_argument("--threads", type=int, default=2)
     s = sub.add_parser("step")
-    s.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    s.add_argument("--model", choices=["mlp", "cnn", "transformer"], default="mlp")
     s.add_argument("--variant", choices=["float32", "autocast_bfloat16"], required=True)
     s.add_argument("--hidden", type=int_list, default=None,
                    help="MLP: hidden widths (default 4096,4096); cnn: the Dense width (default 128)")
     s.add_argument("--layout", choices=["channels_last", "nchw"], default="channels_last", help="cnn only")
-    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument("--batch-size", type=int, default=None, help="default 256; transformer 32")
+    for flag, default in (("vocabulary", 83), ("context", 64), ("width", 128), ("layers", 2), ("heads", 4)):
+        s.add_argument(f"--{flag}", type=int, default=None, help=f"transformer only (default {default})")
     s.add_argument("--steps", type=int, default=10)
     s.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
@@ -210,9 +344,28 @@ def main():
             p.error("--seconds must be positive")
         bench_matmul(args.sizes, args.seconds)
     else:
+        shape_flags = ("vocabulary", "context", "width", "layers", "heads")
+        if args.model != "transformer":
+            given = [f for f in shape_flags if getattr(args, f) is not None]
+            if given:
+                p.error(f"--{given[0]} applies to --model transformer only")
+        elif args.hidden is not None:
+            p.error("--hidden does not apply to --model transformer (its MLP is 4 x --width)")
+        if args.batch_size is None:
+            args.batch_size = 32 if args.model == "transformer" else 256
         if args.steps < 1 or args.batch_size < 1:
             p.error("--steps and --batch-size must be positive")
-        if args.model == "cnn":
+        if args.model == "transformer":
+            shape = {f: getattr(args, f) for f in shape_flags}
+            for f, d in zip(shape_flags, (83, 64, 128, 2, 4)):
+                shape[f] = d if shape[f] is None else shape[f]
+                if shape[f] < 1:
+                    p.error(f"--{f} must be positive")
+            if shape["width"] % shape["heads"]:
+                p.error(f"--heads {shape['heads']} must divide --width {shape['width']}")
+            bench_transformer_step(args.variant, shape["vocabulary"], shape["context"], shape["width"],
+                                   shape["layers"], shape["heads"], args.batch_size, args.steps)
+        elif args.model == "cnn":
             hidden = args.hidden or [128]
             if len(hidden) != 1:
                 p.error("--hidden takes one width for --model cnn")

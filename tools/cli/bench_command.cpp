@@ -1,6 +1,8 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
 //   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE]
+//   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
+//              --policy P [--steps N] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -77,70 +79,150 @@ int bench_gemm(const std::vector<std::string>& argv) {
   return 0;
 }
 
-int bench_step(const std::vector<std::string>& argv) {
-  Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed"});
-  RunConfig cfg;
-  cfg.model = a.str("model", "mlp");
-  // The wide MLP of the peer comparison; a convolutional model's dense head stays small.
-  cfg.hidden = a.int_list("hidden", cfg.model == "mlp" ? std::vector<int64_t>{4096, 4096} : std::vector<int64_t>{128});
-  cfg.batch_size = a.integer("batch-size", 256);
-  cfg.policy = a.str("policy", "float32");
-  cfg.optimizer = a.str("optimizer", "adam");
-  cfg.seed = static_cast<uint64_t>(a.integer("seed", 1));
-  validate_run_config(cfg);
-  const int64_t steps = a.integer("steps", 10);
-  MIXTRAIN_CHECK(steps > 0, "--steps must be a positive integer, got " << steps);
-  constexpr int64_t kInputs = 784, kClasses = 10;  // the Fashion-MNIST shapes
-  set_precision_warning_sink([](const std::string&) {});
-  auto model = build_model(cfg, kInputs, kClasses);
-  set_precision_warning_sink(nullptr);
-  model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate), Loss("sparse_categorical_crossentropy", true));
+// The batch one bench step trains on, and how the report names the model.
+struct StepBatch {
+  Tensor x, y;
+  std::string description;  // e.g. "mlp 784-4096-4096-10"
+  int64_t tokens = 0;       // tokens per step (sequence models; 0 otherwise)
+};
+
+// Random 28x28 images in [0, 1) as Fashion-MNIST's, and one label of 10 per image.
+StepBatch image_batch(const RunConfig& cfg, const Model& model, int64_t inputs, int64_t classes) {
   Rng r(cfg.seed);
-  Tensor x = Tensor::empty({cfg.batch_size, kInputs}, DType::kFloat32);
+  Tensor x = Tensor::empty({cfg.batch_size, inputs}, DType::kFloat32);  // (B, 784)
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = r.uniform();
   std::vector<int32_t> labels(static_cast<size_t>(cfg.batch_size));
-  for (auto& l : labels) l = static_cast<int32_t>(r.below(kClasses));
-  Tensor y = Tensor::from_ints({cfg.batch_size}, labels);
+  for (auto& l : labels) l = static_cast<int32_t>(r.below(static_cast<uint64_t>(classes)));
+  StepBatch b;
   // The batch as fit() feeds it: already in the first layer's compute dtype.
-  Tensor xb = x.to(model->layers().front()->compute_dtype());
-  for (int i = 0; i < 2; ++i) model->train_step(xb, y);  // warm-up: optimizer slots, caches
+  b.x = x.to(model.layers().front()->compute_dtype());
+  b.y = Tensor::from_ints({cfg.batch_size}, labels);  // (B,)
+  return b;
+}
+
+// B windows of T ids cut from one random stream of ids in [0, V), each labelled with the id that follows every
+// position, as fit() draws windows from a text. Random ids cost the same as text: nothing in a step depends on
+// the values.
+StepBatch token_batch(const RunConfig& cfg, int64_t vocabulary) {
+  const int64_t B = cfg.batch_size, T = cfg.context_length;
+  Rng r(cfg.seed);
+  std::vector<int32_t> stream(static_cast<size_t>(B * T + 1));
+  for (auto& id : stream) id = static_cast<int32_t>(r.below(static_cast<uint64_t>(vocabulary)));
+  StepBatch b;
+  b.x = Tensor::from_ints({B, T}, std::vector<int32_t>(stream.begin(), stream.end() - 1));  // (B, T)
+  b.y = Tensor::from_ints({B, T}, std::vector<int32_t>(stream.begin() + 1, stream.end()));  // (B, T)
+  b.tokens = B * T;
+  return b;
+}
+
+int bench_step(const std::vector<std::string>& argv) {
+  Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
+                "layers", "heads", "vocabulary"});
+  RunConfig cfg;
+  cfg.model = a.str("model", "mlp");
+  const bool transformer = cfg.model == "transformer";
+  if (transformer) {
+    MIXTRAIN_CHECK(!a.has("hidden"), "--hidden does not apply to --model transformer (its MLP is 4 x --width)");
+  } else {
+    for (const char* f : {"context", "width", "layers", "heads", "vocabulary"})
+      MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
+  }
+  // The wide MLP of the peer comparison; a convolutional model's dense head stays small.
+  cfg.hidden = a.int_list("hidden", cfg.model == "mlp" ? std::vector<int64_t>{4096, 4096} : std::vector<int64_t>{128});
+  cfg.policy = a.str("policy", "float32");
+  cfg.seed = static_cast<uint64_t>(a.integer("seed", 1));
+  const int64_t steps = a.integer("steps", 10);
+  MIXTRAIN_CHECK(steps > 0, "--steps must be a positive integer, got " << steps);
+  constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
+  int64_t vocabulary = 0;
+  if (transformer) {
+    // `mixtrain train --model transformer`'s recipe (tools/cli/train_command.cpp): AdamW at 2e-3 with weight
+    // decay 0.01, clipping at global norm 1, a cosine schedule after a warm-up of a tenth of the steps (at
+    // most 100), batches of 32 windows; the shapes of its defaults on Moby Dick (83 characters).
+    cfg.optimizer = a.str("optimizer", "adamw");
+    cfg.batch_size = a.integer("batch-size", 32);
+    cfg.learning_rate = 2e-3f;
+    cfg.weight_decay = 0.01f;
+    cfg.clipnorm = 1.0f;
+    cfg.lr_schedule = "cosine";
+    cfg.warmup_steps = std::min<int64_t>(100, (steps + kWarmupSteps) / 10);
+    // Written out rather than taken from RunConfig's defaults, so the benchmark's shapes stay put.
+    cfg.context_length = a.integer("context", 64);
+    cfg.width = a.integer("width", 128);
+    cfg.num_layers = a.integer("layers", 2);
+    cfg.num_heads = a.integer("heads", 4);
+    vocabulary = a.integer("vocabulary", 83, 2, 1 << 24);
+  } else {
+    cfg.optimizer = a.str("optimizer", "adam");
+    cfg.batch_size = a.integer("batch-size", 256);
+  }
+  validate_run_config(cfg);
+  constexpr int64_t kInputs = 784, kClasses = 10;  // the Fashion-MNIST shapes
+  set_precision_warning_sink([](const std::string&) {});
+  auto model = transformer ? build_model(cfg, cfg.context_length, vocabulary, {cfg.context_length})
+                           : build_model(cfg, kInputs, kClasses);
+  set_precision_warning_sink(nullptr);
+  // The optimizer training builds (weight decay, clipping, schedule over every step this command runs).
+  model->compile(make_run_optimizer(cfg, steps + kWarmupSteps), Loss("sparse_categorical_crossentropy", true));
+  int64_t weights = 0;
+  for (const Var& w : model->trainable_weights()) weights += w.value().numel();
+
+  StepBatch batch = transformer ? token_batch(cfg, vocabulary) : image_batch(cfg, *model, kInputs, kClasses);
+  if (transformer) {
+    batch.description = "transformer (V " + std::to_string(vocabulary) + ", T " + std::to_string(cfg.context_length) +
+                        ", D " + std::to_string(cfg.width) + ", L " + std::to_string(cfg.num_layers) + ", heads " +
+                        std::to_string(cfg.num_heads) + ", " + std::to_string(weights) + " weights)";
+  } else if (cfg.model == "mlp") {
+    batch.description = "mlp 784-";
+    for (int64_t h : cfg.hidden) batch.description += std::to_string(h) + "-";
+    batch.description += "10";
+  } else {
+    batch.description = cfg.model + " (28x28x1 images, " + std::to_string(weights) + " weights)";
+  }
+
+  for (int64_t i = 0; i < kWarmupSteps; ++i) model->train_step(batch.x, batch.y);
   std::vector<double> times;
   for (int64_t s = 0; s < steps; ++s) {
     const auto t = Clock::now();
-    model->train_step(xb, y);
+    model->train_step(batch.x, batch.y);
     times.push_back(since(t));
   }
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
-  int64_t weights = 0;
-  for (const Var& w : model->trainable_weights()) weights += w.value().numel();
   // MLP: forward 2 flops per weight per row, backward 4 (input and weight gradients). A convolution reuses
-  // its weights across positions, so no such count is printed for the other models.
+  // its weights across positions and attention has products without weights, so no such count is printed for
+  // the other models.
   const bool mlp = cfg.model == "mlp";
   const double gflops =
       mlp ? 6.0 * static_cast<double>(cfg.batch_size) * static_cast<double>(weights) / median / 1e9 : 0.0;
-  if (mlp) {
-    std::printf("bench step: mlp 784-");
-    for (int64_t h : cfg.hidden) std::printf("%lld-", static_cast<long long>(h));
-    std::printf("10");
-  } else {
-    std::printf("bench step: %s (28x28x1 images, %lld weights)", cfg.model.c_str(), static_cast<long long>(weights));
-  }
-  std::printf(", batch %lld, %s, %s, isa %s: %.2f ms/step (median of %lld), %.1f steps/s", static_cast<long long>(cfg.batch_size),
-              cfg.policy.c_str(), cfg.optimizer.c_str(), kernels::gemm_isa(), median * 1e3, static_cast<long long>(steps),
-              1.0 / median);
+  const double tokens_per_second = static_cast<double>(batch.tokens) / median;
+  std::printf("bench step: %s, batch %lld, %s, %s, isa %s: %.2f ms/step (median of %lld), %.1f steps/s",
+              batch.description.c_str(), static_cast<long long>(cfg.batch_size), cfg.policy.c_str(),
+              cfg.optimizer.c_str(), kernels::gemm_isa(), median * 1e3, static_cast<long long>(steps), 1.0 / median);
   if (mlp) std::printf(", %.1f GFLOP/s", gflops);
+  if (transformer) std::printf(", %.0f tokens/s", tokens_per_second);
   std::printf("\n");
   const std::string json_path = a.str("json", "");
   if (!json_path.empty()) {
-    write_file_atomically(json_path, Json::object({{"ms_per_step", median * 1e3},
-                                                   {"steps_per_second", 1.0 / median},
-                                                   {"gflops", gflops},
-                                                   {"policy", cfg.policy},
-                                                   {"model", cfg.model},
-                                                   {"isa", kernels::gemm_isa()}})
-                                             .dump(2) +
-                                         "\n");
+    Json j = Json::object({{"ms_per_step", median * 1e3},
+                           {"steps_per_second", 1.0 / median},
+                           {"gflops", gflops},
+                           {"policy", cfg.policy},
+                           {"model", cfg.model},
+                           {"optimizer", cfg.optimizer},
+                           {"batch_size", cfg.batch_size},
+                           {"steps", steps},
+                           {"weights", weights},
+                           {"isa", kernels::gemm_isa()}});
+    if (transformer) {
+      j["tokens_per_second"] = tokens_per_second;
+      j["vocabulary"] = vocabulary;
+      j["context"] = cfg.context_length;
+      j["width"] = cfg.width;
+      j["layers"] = cfg.num_layers;
+      j["heads"] = cfg.num_heads;
+    }
+    write_file_atomically(json_path, j.dump(2) + "\n");
     std::printf("wrote %s\n", json_path.c_str());
   }
   return 0;
