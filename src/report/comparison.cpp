@@ -108,7 +108,9 @@ Json check_json(const BandCheck& c) {
                        {"hi", c.hi},
                        {"tolerance", c.tolerance},
                        {"excess", c.excess},
-                       {"crossed", c.crossed}});
+                       {"crossed", c.crossed},
+                       {"points_outside", c.points_outside},
+                       {"points_judged", c.points_judged}});
 }
 
 Json recovery_json(const RecoveryMark& m) {

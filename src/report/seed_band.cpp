@@ -103,6 +103,10 @@ std::string describe(const BandCheck& c, size_t seeds) {
   if (distance == 0) return s + " lies inside " + band_text(c, seeds);
   s += std::string(" is ") + (c.value > c.hi ? "above " : "below ") + band_text(c, seeds) + " by " +
        amount_text(c, distance);
+  if (!c.crossed && distance > c.tolerance + kThresholdSlack)
+    return s + ", more than the " + amount_text(c, c.tolerance) + " allowed, but at only " +
+           std::to_string(c.points_outside) + " of " + std::to_string(c.points_judged) +
+           " epochs and not the last: a spike, not a deviation";
   if (!c.crossed) return s + ", within the " + amount_text(c, c.tolerance) + " allowed";
   return s + (c.kind == "diverged" ? ", beyond the " + amount_text(c, c.tolerance) + " that counts as diverging"
                                    : ", more than the " + amount_text(c, c.tolerance) + " allowed");
@@ -282,9 +286,11 @@ Verdict judge_run(const PolicyRun& run, const Float32Band& band_in, const Policy
       keep_worst(worst, c);
       if (e + 1 == values.size()) last = c;
     }
-    if (majority && worst && worst->crossed && 2 * outside <= judged && !(last && last->crossed)) {
+    if (majority && worst) {
+      worst->points_outside = static_cast<int64_t>(outside);
+      worst->points_judged = static_cast<int64_t>(judged);
       // Crossed only at a minority of epochs, not at the last: a spike, not a deviation.
-      worst->crossed = false;
+      if (worst->crossed && 2 * outside <= judged && !(last && last->crossed)) worst->crossed = false;
     }
     return worst;
   };
@@ -333,6 +339,7 @@ Verdict judge_run(const PolicyRun& run, const Float32Band& band_in, const Policy
       v.verdict = "tracks";
     }
   }
+  v.detail = capitalised(sentence) + ".";
   const std::string recovery = recovery_clause(run);
   if (!recovery.empty())
     sentence = "after " + recovery + (recovered ? " (judged from there on, and by where it ended)" : "") + ": " + sentence;
@@ -361,7 +368,7 @@ void fill_comparison(PolicyRun& run, const PolicyRun& baseline, const Float32Ban
     run.fixed_threshold_verdict = fixed.numerics;
     if (fixed.numerics != run.numerics_verdict && run.numerics_verdict == "tracks")
       run.verdict_reason += " Against the float32 run of the same seed alone, the fixed thresholds would have said \"" +
-                            fixed.verdict + "\" (" + lowercased_start(fixed.reason.substr(0, fixed.reason.size() - 1)) +
+                            fixed.numerics + "\" (" + lowercased_start(fixed.detail.substr(0, fixed.detail.size() - 1)) +
                             "), a difference float32's own seeds show too.";
   }
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Renders the sample comparison report in headless Chromium and checks what a reader would see:
-# every policy's loss curve is in the DOM with points, and a screenshot of the page is produced.
+# every policy's loss curve is in the DOM with points, float32's seed band, the recovery marker, the bar
+# charts and the layers' dtypes are drawn, and a screenshot of the page is produced.
 #   chromium_render_test.sh RENDER_SAMPLE_REPORT [SCREENSHOT_COPY.png]
 # Without /usr/bin/chromium (or $CHROMIUM) the test passes with a message, unless
 # MIXTRAIN_REQUIRE_CHROMIUM is set, in which case a missing browser is a failure.
@@ -48,6 +49,21 @@ while IFS= read -r policy; do
   [ "$n" -ge 1 ] || fail "no polyline with points for policy '$policy' in the rendered DOM"
   echo "ok: $policy: $n polyline(s) with points"
 done < "$work/policies.txt"
+
+# float32's seed band shaded (polygons with points), the recovery marker, and the bar charts: steps/s, peak
+# memory and the largest batch, one bar per policy each.
+n=$(grep -o '<polygon class="band" data-band="[^"]*"[^>]* points="[0-9][^"]*"' "$work/dom.html" | wc -l)
+[ "$n" -ge 2 ] || fail "float32's band is not drawn behind the loss and validation-loss curves ($n polygons)"
+echo "ok: band: $n polygon(s)"
+n=$(grep -o '<g class="marker" data-x="[0-9][^"]*"' "$work/dom.html" | wc -l)
+[ "$n" -ge 1 ] || fail "no recovery marker on the loss chart"
+grep -q 'class="marker-label"[^>]*>mixed_bfloat16: dense → float32' "$work/dom.html" || fail "the recovery marker has no label"
+echo "ok: $n recovery marker(s)"
+policies=$(wc -l < "$work/policies.txt")
+n=$(grep -o '<rect class="bar" data-bar="[^"]*" x="[0-9][^"]*" y="[0-9][^"]*" width="[0-9][^"]*" height="[0-9.]*"' "$work/dom.html" | wc -l)
+[ "$n" -ge $((3 * policies)) ] || fail "expected $((3 * policies)) bars (steps/s, memory, largest batch), found $n"
+echo "ok: $n bars"
+grep -q '<table class="dtypes">' "$work/dom.html" || fail "no table of the layers' compute dtypes"
 
 browse --screenshot="$work/report.png" --window-size=1200,1400 --hide-scrollbars "file://$work/report.html" ||
   fail "chromium --screenshot failed"

@@ -83,6 +83,8 @@ struct BandCheck {
   double tolerance = kNotMeasured;  // how far outside the band the value may lie
   double excess = 0;                // distance outside the band / tolerance (0 inside; > 1 crosses)
   bool crossed = false;
+  // Curves judged by majority (the validation loss): points beyond the tolerance, of points judged.
+  int64_t points_outside = 0, points_judged = 0;
 };
 
 // One policy's results. NaN means "not measured".
@@ -172,6 +174,7 @@ Float32Band make_float32_band(const std::vector<PolicyRun>& float32_runs);
 struct Verdict {
   std::string verdict, reason;
   std::string numerics;  // the verdict without the speed criterion
+  std::string detail;    // the reason without what the recovery did
   std::vector<BandCheck> checks;
   int64_t judged_from_step = 0;
 };
