@@ -91,7 +91,7 @@ present="" absent=""
 for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_bf16 avx512_fp16 amx_bf16 amx_fp16; do
   if [[ "$cpu_flags" == *" $f "* ]]; then present+="$f "; else absent+="$f "; fi
 done
-echo "cpu: $model; $(nproc) logical CPUs; threads used: $threads"
+echo "cpu: $model; $(getconf _NPROCESSORS_ONLN) logical CPUs; threads used: $threads"
 absent="${absent% }"
 echo "flags present: ${present% }; absent: ${absent:-none}"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
