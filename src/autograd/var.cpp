@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "mixtrain/ops/elementwise.h"
+
 namespace mixtrain {
 
 Var::Var(Tensor value, bool requires_grad, std::string name) : impl_(std::make_shared<Impl>()) {
@@ -94,15 +96,7 @@ void Var::accumulate_grad(const Tensor& g) {
     impl_->grad = converted.raw() == g.raw() ? g.clone() : converted;
     return;
   }
-  Tensor& acc = impl_->grad;
-  const int64_t n = acc.numel();
-  dispatch_float(dtype(), "accumulate_grad", [&](auto tag) {
-    using T = decltype(tag);
-    T* a = acc.data<T>();
-    Tensor gc = g.to(dtype()).contiguous();
-    const T* b = gc.data<T>();
-    for (int64_t i = 0; i < n; ++i) a[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
-  });
+  ops::add_into(impl_->grad, g);  // float32 sums, rounded once into the variable's dtype
 }
 
 void Var::set_compute_copy(Tensor view) {

@@ -121,6 +121,16 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return y;
 }
 
+void add_into(Tensor& acc, const Tensor& g) {
+  check_same_shape(acc, g, "add_into");
+  MIXTRAIN_CHECK(acc.is_contiguous() && is_float(acc.dtype()) && is_float(g.dtype()),
+                 "add_into: the accumulator " << acc.describe() << " must be contiguous and floating, and "
+                                              << g.describe() << " floating");
+  const Device device = common_device("add_into", {&acc, &g});
+  // The kernel reads each block of both operands before writing it, so y may be the first operand.
+  kernel::add_table()(device)(acc, g.contiguous(), acc);
+}
+
 Tensor scale(const Tensor& a, float s) {
   check_float(a, "scale", "the input");
   const Device device = common_device("scale", {&a});

@@ -101,6 +101,31 @@ TEST(Elementwise, AddAndScaleMatchFloat64OnAnyRank) {
   EXPECT_THROW(add(Tensor::zeros({2, 3}, DType::kFloat32), Tensor::zeros({3, 2}, DType::kFloat32)), Error);
 }
 
+// add_into: the accumulator is written in place (same storage), each sum rounded once into its dtype, for a
+// gradient of any floating dtype; a view or an integer accumulator is refused.
+TEST(Elementwise, AddIntoAccumulatesInPlaceWithOneRounding) {
+  for (DType d : kFloatDTypes)
+    for (DType gd : kFloatDTypes)
+      for (int64_t n : kOddSizes) {
+        Tensor acc = random_tensor({3, n}, 7 + n, d), g = random_tensor({3, n}, 8 + n, gd);
+        const std::vector<double> av = to_doubles(acc), gv = to_doubles(g);
+        const void* storage = acc.raw();
+        add_into(acc, g);
+        EXPECT_EQ(acc.raw(), storage);
+        const std::vector<double> sv = to_doubles(acc);
+        for (size_t i = 0; i < av.size(); ++i) {
+          const double want = av[i] + gv[i];
+          ASSERT_NEAR(sv[i], want, (unit(d) + 0x1p-24) * std::fabs(want) + 1e-12) << dtype_name(d) << dtype_name(gd);
+        }
+      }
+  Tensor view = Tensor::zeros({4, 3}, DType::kFloat32).transpose(0, 1);
+  EXPECT_THROW(add_into(view, Tensor::zeros({3, 4}, DType::kFloat32)), Error);
+  Tensor ints = Tensor::from_ints({2}, {1, 2});
+  EXPECT_THROW(add_into(ints, Tensor::zeros({2}, DType::kFloat32)), Error);
+  Tensor acc = Tensor::zeros({2}, DType::kFloat32);
+  EXPECT_THROW(add_into(acc, Tensor::zeros({3}, DType::kFloat32)), Error);
+}
+
 TEST(Elementwise, BiasAddAndSumRowsOverTheLastAxisOfAnyRank) {
   for (DType d : kFloatDTypes)
     for (int64_t n : kOddSizes)

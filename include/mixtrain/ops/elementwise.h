@@ -25,6 +25,9 @@ Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, A
 
 // a + b, same shape (any rank); result in a's dtype.
 Tensor add(const Tensor& a, const Tensor& b);
+// acc += g in place: acc a contiguous floating tensor, g of the same shape in any floating dtype; each sum is
+// computed in float32 and rounded once into acc's dtype (how gradients accumulate into a variable's buffer).
+void add_into(Tensor& acc, const Tensor& g);
 // a * s for a float32 scalar s; result in a's dtype.
 Tensor scale(const Tensor& a, float s);
 // x + bias broadcast over the last axis: x (..., n), bias (n,) of any floating dtype; result in x's dtype.
