@@ -92,6 +92,12 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   Json steps = Json::array();
   for (double v : r.history.step_loss) steps.push_back(number_or_null(v));
   j["step_loss"] = steps;
+  if (!r.history.step_loss_scale.empty()) {
+    // The scale each step used: a halving marks a skipped (non-finite) step.
+    Json scales = Json::array();
+    for (double v : r.history.step_loss_scale) scales.push_back(number_or_null(v));
+    j["step_loss_scale"] = scales;
+  }
   j["test"] = Json::object({{"loss", number_or_null(r.test.loss)}, {"accuracy", number_or_null(r.test.accuracy)}});
   j["steps_per_second"] = r.steps_per_second;
   j["samples_per_second"] = r.samples_per_second;
@@ -158,7 +164,7 @@ namespace {
 // none: AdamW, a cosine schedule with warm-up, clipping at norm 1 and batches of 32 windows, trained for
 // kTransformerSteps steps (the usual recipe for small character models; Adam at a constant rate and no
 // clipping trains them less well).
-constexpr int64_t kTransformerSteps = 1500;
+constexpr int64_t kTransformerSteps = 1000;
 void apply_sequence_flags(RunConfig& cfg, const Args& a) {
   const bool transformer = cfg.model == "transformer";
   if (transformer) {

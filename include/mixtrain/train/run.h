@@ -44,7 +44,7 @@ struct RunConfig {
   float weight_decay = 0.004f;  // AdamW only; the Keras default
   float clipnorm = 0;           // > 0: clip gradients to this global norm after unscaling
   // ---- The transformer (--model transformer) ----
-  int64_t context_length = 128;  // characters per window
+  int64_t context_length = 64;   // characters per window
   int64_t width = 128;           // model width (embedding size)
   int64_t num_layers = 2;
   int64_t num_heads = 4;
