@@ -229,7 +229,7 @@ Verdict judge_run(const PolicyRun& run, const Float32Band& band_in, const Policy
     v.verdict = v.numerics = "baseline";
     v.reason = "The float32 run with seed " + std::to_string(baseline.seed) + ", which every other policy shares";
     if (seeds > 1) {
-      v.reason += "; with the float32 runs of seeds";
+      v.reason += seeds > 2 ? "; with the float32 runs of seeds" : "; with the float32 run of seed";
       for (size_t i = 1; i < seeds; ++i) v.reason += (i > 1 ? ", " : " ") + std::to_string(band.seeds[i]);
       v.reason += " it spans the band the other policies are judged against";
     }
