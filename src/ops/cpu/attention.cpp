@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -15,6 +14,7 @@
 
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/attention.h"
+#include "exp_poly.h"
 #include "float_lanes.h"
 
 namespace mixtrain::ops::cpu {
@@ -52,35 +52,9 @@ inline void store_lanes(const Lanes& v, int64_t n, float* x) {
     for (int64_t l = 0; l < n; ++l) x[l] = v[l];
 }
 
-// e^x in float32 for the softmax, without library calls so that it vectorizes: x = n ln2 + r with
-// |r| <= ln2 / 2 (n rounded with the 1.5 * 2^23 trick), e^r by Cephes' expf polynomial, 2^n built in the
-// exponent bits; within 1e-7 relative of e^x over [-87, 88]. Below -87 the result is 0 (e^-87 is at
-// float32's normal limit); NaN stays NaN (the comparisons are false for it), so an overflowed row still
-// poisons its softmax as it must. Vectors go by reference: a by-value vector argument has an ABI that
-// differs between instruction sets.
-inline void exp_lanes(const Lanes& x, Lanes& out) {
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const Lanes zero{};
-  const Lanes hi = zero + 88.0f, lo = zero - 87.0f;
-  const Lanes xc = x > hi ? hi : x;
-  const Lanes t = xc * 1.44269504088896341f + kRound;
-  const Lanes n = t - kRound;
-  Lanes r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  Lanes p = zero + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const Lanes e = p * r * r + r + 1.0f;
-  LaneBits bits;
-  std::memcpy(&bits, &t, sizeof bits);
-  bits = ((bits - std::bit_cast<uint32_t>(kRound)) + 127u) << 23;  // n, two's complement, as exponent bits
-  Lanes scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  out = x < lo ? zero : e * scale;
-}
+// e^x for the softmax rows: expf_poly::exp (exp_poly.h, shared with GELU), within 1e-7 relative of e^x over
+// [-87, 88], 0 below -87; NaN stays NaN, so an overflowed row still poisons its softmax as it must.
+inline void exp_lanes(const Lanes& x, Lanes& out) { expf_poly::exp<Lanes, LaneBits>(x, out); }
 
 // Softmax of x[0, n) in place, float32, n >= 1: the maximum and the sum are taken over kLanes interleaved
 // partial results combined in a fixed order.

@@ -8,6 +8,7 @@
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
 #include "float_lanes.h"
+#include "gelu_math.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -93,9 +94,6 @@ void map_binary(const Tensor& a, const Tensor& b, Tensor& y, Fn&& fn) {
   }
 }
 
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
 }  // namespace
 
 void activation(const Tensor& x, Activation a, Tensor& y) {
@@ -104,8 +102,8 @@ void activation(const Tensor& x, Activation a, Tensor& y) {
     case Activation::kRelu:  // NaN passes through (NaN < 0 is false), so a poisoned input is never hidden from TerminateOnNaN.
       map_unary(x, y, [](int64_t, float v) { return v < 0.0f ? 0.0f : v; });
       return;
-    case Activation::kGelu:
-      map_unary(x, y, [](int64_t, float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
+    case Activation::kGelu:  // exact (erf) form, without library calls so that the block loop vectorizes
+      map_unary(x, y, [](int64_t, float v) { return gelu_math::gelu(v); });
       return;
     case Activation::kSigmoid:
       // Split by sign so exp never overflows.
@@ -123,12 +121,8 @@ void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Te
   switch (a) {
     case Activation::kLinear: map_binary(dy, saved, dx, [](float d, float) { return d; }); return;
     case Activation::kRelu: map_binary(dy, saved, dx, [](float d, float v) { return v > 0 ? d : 0.0f; }); return;
-    case Activation::kGelu:
-      map_binary(dy, saved, dx, [](float d, float v) {
-        const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-        const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-        return d * (cdf + v * pdf);
-      });
+    case Activation::kGelu:  // gelu'(x) = Phi(x) + x phi(x), from the saved input
+      map_binary(dy, saved, dx, [](float d, float v) { return d * gelu_math::gelu_derivative(v); });
       return;
     case Activation::kSigmoid: map_binary(dy, saved, dx, [](float d, float s) { return d * s * (1.0f - s); }); return;
     case Activation::kTanh: map_binary(dy, saved, dx, [](float d, float t) { return d * (1.0f - t * t); }); return;
