@@ -155,7 +155,8 @@ std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x)
   {
     // Inference mode: no dropout draws and no moving-statistics updates, so training replays unchanged.
     NoGradGuard no_grad;
-    model.call(Var(is_float(x.dtype()) ? x : x.to(DType::kFloat32)), CallContext{});
+    // Integer inputs (token ids) stay integers: the layers that read them keep them, the others cast.
+    model.call(Var(x), CallContext{});
   }
   std::vector<LayerNumerics> out;
   for (auto& l : model.layers()) out.push_back(stats.at(l.get()));
