@@ -35,6 +35,10 @@ printf '\x00\x00\x08\x01\x00\x00\x00\x02\x00\x01' >"$tmp/train-labels-idx1-ubyte
 printf '\x00\x00\x08\x03\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff' >"$tmp/huge-images-idx3-ubyte"
 
 expect_error "missing.csv" train --data "$tmp/missing.csv" --epochs 1
+# Output paths are checked before any data is read or trained on.
+expect_error "does not exist or is not writable" train --data "$tmp/missing.csv" --epochs 1 --json "$tmp/no/such/dir/r.json"
+expect_error "does not exist or is not writable" train --data "$tmp/missing.csv" --epochs 1 --save "$tmp/no/dir/ck.safetensors"
+expect_error "is a directory" train --data "$tmp/missing.csv" --epochs 1 --json "$tmp"
 expect_error "nonnumeric.csv" train --data "$tmp/nonnumeric.csv" --epochs 1
 expect_error "ragged.csv" train --data "$tmp/ragged.csv" --epochs 1
 expect_error "truncated-images-idx3-ubyte" train --data "$tmp/truncated-images-idx3-ubyte" --epochs 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's main job: `mixtrain compare` on Fashion-MNIST, float32 / mixed_float16 / mixed_bfloat16,
+# The MLP on Fashion-MNIST (the main job of earlier versions): `mixtrain compare`, float32 / mixed_float16 / mixed_bfloat16,
 # 5 epochs, seed 1. Checks the acceptance figures, that one seed gives identical results, and that the
 # report.html renders its loss curves in headless Chromium.
 set -eu

@@ -79,6 +79,14 @@ assert r["layer_compute_dtypes"]["block_1/mlp_in"] == "float16"
 assert math.isfinite(r["epochs"][-1]["val_loss"]), r["epochs"]
 PY
 
+echo "== the same without --recover ends non-finite: exit status 3 and a message on stderr"
+set +e
+"$bin" train "${small[@]}" --policy mixed_float16 --steps 20 --eval-every 20 --seed 3 \
+  --attention-logit-multiplier 1e6 > "$tmp/nan.out" 2> "$tmp/nan.err"; rc=$?
+set -e
+cat "$tmp/nan.err"
+[ "$rc" -eq 3 ] && grep -q "training ended with a non-finite loss" "$tmp/nan.err"
+
 echo "== bad input"
 set +e
 "$bin" train --data "text:$tmp/moby.txt" --epochs 1 2> "$tmp/err"; rc=$?

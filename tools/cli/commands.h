@@ -36,6 +36,10 @@ void print_run_summary(const RunResult& r);
 // --data fashion-mnist | PATH (IDX images or CSV), normalised with statistics of the training split; or text
 // for the transformer: moby-dick | text:PATH, windows of cfg.context_length characters (cfg.vocabulary is set).
 DataSplits load_data(const std::string& spec, const std::string& normalize, RunConfig& cfg);
+// Exit status of a run whose loss ended non-finite (2 is bad input, 1 an internal error).
+inline constexpr int kExitDiverged = 3;
+// Error (kIo, exit 2) unless path can be created: its directory exists and is writable, and it is no directory.
+void require_writable_output(const std::string& path, const char* flag);
 // One line saying what was loaded.
 void print_data_line(const std::string& spec, const DataSplits& data);
 // The `train --json` object for one run.

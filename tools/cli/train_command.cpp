@@ -233,6 +233,16 @@ Json recovery_to_json(const std::vector<RecoveryEvent>& events) {
   return arr;
 }
 
+void require_writable_output(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec) || ::access(parent.c_str(), W_OK) != 0)
+    MIXTRAIN_FAIL(kIo, flag << " " << path << ": the directory '" << parent.string() << "' does not exist or is not writable",
+                  "give a path in a writable directory");
+  if (fs::is_directory(path, ec)) MIXTRAIN_FAIL(kIo, flag << " " << path << " is a directory", "give a file path");
+}
+
 void print_data_line(const std::string& spec, const DataSplits& data) {
   if (data.train.x.dtype() == DType::kInt32) {
     std::cout << "data: " << spec << " (" << data.train.source << ") — " << data.train.size() << " training and "
@@ -275,6 +285,9 @@ int train_command(const std::vector<std::string>& argv) {
   const std::string data_spec = a.str("data", "fashion-mnist");
   const std::string json_path = a.str("json", "");
 
+  // Output paths are checked before the (long) training, not found unwritable after it.
+  if (!json_path.empty()) require_writable_output(json_path, "--json");
+  if (!cfg.save_path.empty()) require_writable_output(cfg.save_path, "--save");
   DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg);
   print_data_line(data_spec, data);
   resolve_batch_size(cfg, a, data);
@@ -283,6 +296,16 @@ int train_command(const std::vector<std::string>& argv) {
   if (!json_path.empty()) {
     write_file_atomically(json_path, run_to_json(cfg, data_spec, r).dump(2) + "\n");
     std::cout << "wrote " << json_path << "\n";
+  }
+  if (r.initial_epoch >= cfg.fit_epochs())
+    std::cerr << "mixtrain train: warning: nothing was trained: the checkpoint " << cfg.resume_path << " already holds "
+              << r.initial_epoch << " of the " << cfg.fit_epochs() << " epochs asked for (raise --epochs or --steps)\n";
+  const double last_loss = r.history.step_loss.empty() ? 0.0 : r.history.step_loss.back();
+  if (!std::isfinite(last_loss) || !std::isfinite(r.test.loss)) {
+    std::cerr << "mixtrain train: error: training ended with a non-finite loss (last step " << last_loss
+              << ", test " << r.test.loss << ")"
+              << (cfg.recover ? "; the recovery ladder gave up" : "; try --recover, or --policy float32") << "\n";
+    return kExitDiverged;
   }
   return 0;
 }
