@@ -10,6 +10,7 @@
 #  3. That report in headless Chromium: the band, the bars and the recovery marker are drawn.
 set -eu
 bin="$1"
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -122,20 +123,9 @@ print(f"test accuracy {100 * run['test_accuracy']:.2f}% against float32's {100 *
 PY
 
 # 3. The --recover report in a browser.
-chromium=${CHROMIUM:-/usr/bin/chromium}
-if [ ! -x "$chromium" ]; then
-  if [ -n "${MIXTRAIN_REQUIRE_CHROMIUM:-}" ]; then echo "FAIL: $chromium not found"; exit 1; fi
-  echo "SKIP: chromium not installed; report.html not rendered"; exit 0
-fi
-timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-  --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$(mktemp -d "$tmp/profile.XXXXXX")" --dump-dom "file://$tmp/recover/report.html" \
-  >"$tmp/dom.html" 2>"$tmp/chromium.log"
+render_report "$tmp/recover/report.html" "$tmp/dom.html" "$tmp"
 fail() { echo "FAIL: $*"; exit 1; }
-for p in float32 mixed_float16; do
-  n=$(grep -o "<polyline class=\"series\" data-series=\"$p\"[^>]* points=\"[0-9][^\"]*\"" "$tmp/dom.html" | wc -l)
-  [ "$n" -ge 2 ] || fail "the loss and validation-loss curves of $p are not drawn ($n polylines)"
-done
+expect_curves "$tmp/dom.html" 2 float32 mixed_float16  # the loss and validation-loss curves
 n=$(grep -o '<polygon class="band" data-band="float32 over 3 seeds"[^>]* points="[0-9][^"]*"' "$tmp/dom.html" | wc -l)
 [ "$n" -ge 2 ] || fail "float32's band is not shaded behind the loss and validation-loss curves ($n polygons)"
 grep -q '<g class="marker" data-x="[0-9]' "$tmp/dom.html" || fail "no recovery marker on the loss chart"

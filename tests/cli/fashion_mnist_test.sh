@@ -4,6 +4,7 @@
 # report.html renders its loss curves in headless Chromium.
 set -eu
 bin="$1"
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
@@ -41,17 +42,5 @@ assert "loss_scale" in runs["mixed_float16"]
 PY
 for f in report.json steps.csv report.html; do [ -s "$tmp/compare/$f" ] || { echo "missing $f"; exit 1; }; done
 
-chromium=${CHROMIUM:-/usr/bin/chromium}
-if [ ! -x "$chromium" ]; then
-  if [ -n "${MIXTRAIN_REQUIRE_CHROMIUM:-}" ]; then echo "FAIL: $chromium not found"; exit 1; fi
-  echo "SKIP: chromium not installed; report.html not rendered"; exit 0
-fi
-timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-  --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$(mktemp -d "$tmp/profile.XXXXXX")" --dump-dom "file://$tmp/compare/report.html" \
-  >"$tmp/dom.html" 2>"$tmp/chromium.log"
-for p in float32 mixed_float16 mixed_bfloat16; do
-  n=$(grep -o "<polyline class=\"series\" data-series=\"$p\"[^>]* points=\"[0-9][^\"]*\"" "$tmp/dom.html" | wc -l)
-  [ "$n" -ge 1 ] || { echo "FAIL: no drawn loss curve for $p in the rendered report"; exit 1; }
-  echo "ok: report.html draws $p ($n polyline(s))"
-done
+render_report "$tmp/compare/report.html" "$tmp/dom.html" "$tmp"
+expect_curves "$tmp/dom.html" 1 float32 mixed_float16 mixed_bfloat16

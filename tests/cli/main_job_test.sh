@@ -5,10 +5,8 @@
 # by the loss scaler after the first 300) and that report.html renders its curves in headless Chromium.
 set -eu
 bin="$1"
-moby="${MIXTRAIN_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/mixtrain}/moby-dick.txt"
-if [ ! -s "$moby" ]; then
-  echo "Moby Dick is not installed at $moby (run scripts/setup.sh)"; exit 1
-fi
+. "$(dirname "$0")/lib.sh"
+require_moby_dick
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
@@ -37,17 +35,5 @@ print("mixed_float16: skipped steps", runs["mixed_float16"]["loss_scale"]["skipp
 PY
 for f in report.json steps.csv report.html; do [ -s "$tmp/compare/$f" ] || { echo "missing $f"; exit 1; }; done
 
-chromium=${CHROMIUM:-/usr/bin/chromium}
-if [ ! -x "$chromium" ]; then
-  if [ -n "${MIXTRAIN_REQUIRE_CHROMIUM:-}" ]; then echo "FAIL: $chromium not found"; exit 1; fi
-  echo "SKIP: chromium not installed; report.html not rendered"; exit 0
-fi
-timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-  --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$(mktemp -d "$tmp/profile.XXXXXX")" --dump-dom "file://$tmp/compare/report.html" \
-  >"$tmp/dom.html" 2>"$tmp/chromium.log"
-for p in float32 mixed_float16 mixed_bfloat16; do
-  n=$(grep -o "<polyline class=\"series\" data-series=\"$p\"[^>]* points=\"[0-9][^\"]*\"" "$tmp/dom.html" | wc -l)
-  [ "$n" -ge 1 ] || { echo "FAIL: no drawn loss curve for $p in the rendered report"; exit 1; }
-  echo "ok: report.html draws $p ($n polyline(s))"
-done
+render_report "$tmp/compare/report.html" "$tmp/dom.html" "$tmp"
+expect_curves "$tmp/dom.html" 1 float32 mixed_float16 mixed_bfloat16

@@ -6,10 +6,9 @@
 # float16 by switching exactly the attention layers to float32.
 set -eu
 bin="$1"
-moby="${MIXTRAIN_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/mixtrain}/moby-dick.txt"
-if [ ! -s "$moby" ]; then
-  echo "Moby Dick is not installed at $moby (run scripts/setup.sh)"; exit 1
-fi
+. "$(dirname "$0")/lib.sh"
+require_moby_dick
+moby=$(moby_dick_path)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 - "$moby" "$tmp/moby.txt" <<'PY'
