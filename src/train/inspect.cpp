@@ -5,6 +5,7 @@
 #include <map>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/train/float32_shadow.h"
 
 namespace mixtrain {
 
@@ -52,27 +53,15 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
                  "inspect: x " << x.describe() << " and y " << y.describe() << " need the same, non-zero row count");
   model.build_for(Shape(std::vector<int64_t>(x.shape().dims().begin() + 1, x.shape().dims().end())));
 
-  // Switch every layer to float32 compute for the shadow run; the guard puts the real policies and the
-  // previous observer back however the run ends.
+  // The statistics are taken against each layer's real compute dtype, in a float32 shadow run.
   std::map<const Layer*, DType> real;
   std::map<const Layer*, LayerInspection> stats;
-  struct Restore {
-    Model& model;
-    LayerObserver* observer;
-    std::map<const Layer*, DTypePolicy> policies;
-    ~Restore() {
-      model.set_observer(observer);
-      for (auto& l : model.layers()) l->set_dtype_policy(policies.at(l.get()));
-    }
-  } restore{model, model.observer(), {}};
   for (auto& l : model.layers()) {
     real[l.get()] = l->compute_dtype();
-    restore.policies.emplace(l.get(), l->dtype_policy());
     stats[l.get()] = LayerInspection{l->name(), l->class_name(), l->compute_dtype(), {}, {}, {}, {}};
-    l->set_dtype_policy(DTypePolicy::from_name("float32"));
   }
   StatsObserver obs(stats, real);
-  model.set_observer(&obs);
+  Float32Shadow shadow(model, &obs);
   const int64_t n = x.dim(0);
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t begin = (s * batch_size) % n, end = std::min(n, begin + batch_size);

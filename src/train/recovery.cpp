@@ -9,6 +9,7 @@
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/train/float32_shadow.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
@@ -132,26 +133,14 @@ std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x)
   MIXTRAIN_CHECK(x.defined() && x.rank() >= 1 && x.dim(0) > 0,
                  "measure_layer_numerics: x " << x.describe() << " needs at least one row");
   std::map<const Layer*, LayerNumerics> stats;
-  // The shadow: every layer computes in float32; the guard puts the real policies and observer back.
-  struct Restore {
-    Model& model;
-    LayerObserver* observer;
-    std::map<const Layer*, DTypePolicy> policies;
-    ~Restore() {
-      model.set_observer(observer);
-      for (auto& l : model.layers()) l->set_dtype_policy(policies.at(l.get()));
-    }
-  } restore{model, model.observer(), {}};
   for (auto& l : model.layers()) {
     LayerNumerics n;
     n.layer = l->name();
     n.compute_dtype = l->compute_dtype();
     stats.emplace(l.get(), n);
-    restore.policies.emplace(l.get(), l->dtype_policy());
-    l->set_dtype_policy(DTypePolicy::from_name("float32"));
   }
   NumericsObserver observer(stats);
-  model.set_observer(&observer);
+  Float32Shadow shadow(model, &observer);
   {
     // Inference mode: no dropout draws and no moving-statistics updates, so training replays unchanged.
     NoGradGuard no_grad;
