@@ -19,6 +19,7 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/model.h"
+#include "blobs.h"
 
 extern char** environ;
 
@@ -27,17 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Three Gaussian blobs in 8 dimensions (as in model_test.cpp).
-std::pair<Tensor, Tensor> blobs(int64_t n, uint64_t seed) {
-  Rng r(seed);
-  std::vector<float> x(static_cast<size_t>(n * 8));
-  std::vector<int32_t> y(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = static_cast<int32_t>(i % 3);
-    for (int64_t j = 0; j < 8; ++j) x[i * 8 + j] = 0.7f * r.normal() + (j % 3 == y[i] ? 2.0f : 0.0f);
-  }
-  return {Tensor::from_floats({n, 8}, x), Tensor::from_ints({n}, y)};
-}
+using train_test::blobs;
 
 // The model of every test here. scenario: "adam_f32" (float32, Adam), "mixed_auto" (mixed_float16, the
 // LossScaleOptimizer added by compile), "mixed_growing" (mixed_float16, a scaler that doubles after 5 finite steps so

@@ -9,20 +9,12 @@
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model.h"
 
+#include "blobs.h"
+
 namespace mixtrain {
 namespace {
 
-std::pair<Tensor, Tensor> blobs(int64_t n, uint64_t seed) {
-  Rng r(seed);
-  std::vector<float> x(static_cast<size_t>(n * 8));
-  std::vector<int32_t> y(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    y[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
-    for (int64_t j = 0; j < 8; ++j)
-      x[static_cast<size_t>(i * 8 + j)] = 0.7f * r.normal() + (j % 3 == y[static_cast<size_t>(i)] ? 2.0f : 0.0f);
-  }
-  return {Tensor::from_floats({n, 8}, x), Tensor::from_ints({n}, y)};
-}
+using train_test::blobs;
 
 std::unique_ptr<Model> residual_model(uint64_t seed, const std::string& policy) {
   set_global_policy(policy);

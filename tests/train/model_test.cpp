@@ -7,20 +7,12 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/train/model.h"
 
+#include "blobs.h"
+
 namespace mixtrain {
 namespace {
 
-// Three Gaussian blobs in 8 dimensions: separable, so a small MLP must reach high accuracy.
-std::pair<Tensor, Tensor> blobs(int64_t n, uint64_t seed) {
-  Rng r(seed);
-  std::vector<float> x(static_cast<size_t>(n * 8));
-  std::vector<int32_t> y(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = static_cast<int32_t>(i % 3);
-    for (int64_t j = 0; j < 8; ++j) x[i * 8 + j] = 0.7f * r.normal() + (j % 3 == y[i] ? 2.0f : 0.0f);
-  }
-  return {Tensor::from_floats({n, 8}, x), Tensor::from_ints({n}, y)};
-}
+using train_test::blobs;
 
 std::unique_ptr<Model> small_mlp(uint64_t seed, float dropout = 0.0f) {
   auto m = std::make_unique<Model>("mlp", seed);
