@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake ninja-build libgtest-dev libbenchmark-dev zlib1g-dev dataset-fashion-mnist python3 chromium)
+# openmpi: data-parallel training (mpirun); clang + libclang-rt: the fuzz targets and the sanitizer build.
+packages=(g++ cmake ninja-build libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist
+          python3 chromium openmpi-bin libopenmpi-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
