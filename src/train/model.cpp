@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 
@@ -93,8 +94,15 @@ void Model::build_for(const Shape& sample_shape) {
   if (!built()) build(sample_shape, init_rng_);
 }
 
-Logs Model::train_step(const Tensor& x, const Tensor& y) {
+Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows) {
   MIXTRAIN_CHECK(compiled(), "train_step: call compile() before training");
+  check_xy(x, y, "train_step");
+  if (comm && comm->size() == 1 && (global_rows == 0 || global_rows == x.dim(0))) comm = nullptr;
+  const int64_t rows = x.dim(0);
+  if (comm && global_rows == 0) global_rows = rows * comm->size();
+  MIXTRAIN_CHECK(!comm || (global_rows > 0 && rows <= global_rows),
+                 "train_step: a shard of " << rows << " rows of a global batch of " << global_rows << " rows");
+  MIXTRAIN_CHECK(comm || rows > 0, "train_step: the batch is empty");
   build_for(sample_shape_of(x));
   clear_tape();
   const std::vector<Var> vars = trainable_weights();
@@ -109,27 +117,59 @@ Logs Model::train_step(const Tensor& x, const Tensor& y) {
     }
     arena_.zero_grad();
   }
-  Var out = call(Var(as_input(x)), CallContext{true, &dropout_rng_});
-  Var loss = (*loss_)(out, y);
   // Read for the logs only: the scale this step uses.
   const std::optional<float> logged_scale =
       optimizer_->scales_loss() ? std::optional<float>(optimizer_->loss_scale_for_logs()) : std::nullopt;
-  // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
-  backward(loss, optimizer_->scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
+  double loss_value = 0, accuracy = 0;
+  if (rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
+    Var out = call(Var(as_input(x)), CallContext{true, &dropout_rng_});
+    Var loss = (*loss_)(out, y);
+    // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
+    backward(loss, optimizer_->scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
+    loss_value = loss.value().item();
+    if (track_accuracy_) accuracy = ops::sparse_categorical_accuracy(out.value(), y);
+  }
   {
     NoGradGuard no_grad;
-    if (flat) {
-      optimizer_->apply_arena(arena_);  // a LossScaleOptimizer unscales, checks and applies or skips here
-    } else {
-      std::vector<Tensor> grads;
+    std::vector<Tensor> grads;
+    if (!flat) {
       grads.reserve(vars.size());
       for (const Var& v : vars) grads.push_back(v.has_grad() ? v.grad().to(DType::kFloat32) : Tensor());
-      optimizer_->apply(grads, vars);
     }
+    if (comm) {
+      // One small all-reduce: which variables got a gradient on any rank (so every rank updates the same ones)
+      // and the global batch's row-weighted loss and accuracy.
+      std::vector<double> small(vars.size() + 2, 0.0);
+      for (size_t i = 0; i < vars.size(); ++i) small[i] = vars[i].has_grad() ? 1.0 : 0.0;
+      small[vars.size()] = loss_value * static_cast<double>(rows);
+      small[vars.size() + 1] = accuracy * static_cast<double>(rows);
+      comm->all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
+      loss_value = small[vars.size()] / static_cast<double>(global_rows);
+      accuracy = small[vars.size() + 1] / static_cast<double>(global_rows);
+      const auto weight = static_cast<float>(static_cast<double>(rows) / static_cast<double>(global_rows));
+      if (flat) {
+        for (size_t i = 0; i < vars.size(); ++i) {
+          Var v = vars[i];
+          // The arena's buffer holds zeros for it: mark it written, as on the ranks that computed one.
+          if (small[i] > 0 && !v.has_grad()) v.set_grad(Tensor::zeros(v.shape(), v.dtype()));
+        }
+        all_reduce_gradients(arena_, *comm, weight);
+      } else {
+        for (size_t i = 0; i < vars.size(); ++i)
+          if (!grads[i].defined()) grads[i] = Tensor::zeros(vars[i].shape(), DType::kFloat32);
+        all_reduce_gradients(grads, *comm, weight);
+        for (size_t i = 0; i < vars.size(); ++i)
+          if (small[i] == 0) grads[i] = Tensor();
+      }
+    }
+    if (flat)
+      optimizer_->apply_arena(arena_);  // a LossScaleOptimizer unscales, checks and applies or skips here
+    else
+      optimizer_->apply(grads, vars);
   }
   for (Var v : vars) v.zero_grad();
-  Logs logs{{"loss", loss.value().item()}};
-  if (track_accuracy_) logs.emplace_back("accuracy", ops::sparse_categorical_accuracy(out.value(), y));
+  Logs logs{{"loss", loss_value}};
+  if (track_accuracy_) logs.emplace_back("accuracy", accuracy);
   if (logged_scale) logs.emplace_back("loss_scale", *logged_scale);
   return logs;
 }
@@ -156,6 +196,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     val_y = v.val_y;
   }
   build_for(sample_shape_of(x));
+  Communicator* comm = options.communicator && options.communicator->size() > 1 ? options.communicator : nullptr;
+  if (comm) start_data_parallel(options, *comm);
 
   MIXTRAIN_CHECK(options.steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0, got " << options.steps_per_epoch);
   const int64_t n = x.dim(0);
@@ -193,13 +235,15 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     }
     const auto rows_in_order = static_cast<int64_t>(pos.order.size());
     const int64_t begin = pos.step * options.batch_size, end = std::min(rows_in_order, begin + options.batch_size);
-    const std::vector<int64_t> idx(pos.order.begin() + begin, pos.order.begin() + end);
+    // Data-parallel: this rank's contiguous shard of the global batch (all ranks hold the same order).
+    const ShardRange shard = comm ? shard_range(end - begin, comm->rank(), comm->size()) : ShardRange{0, end - begin};
+    const std::vector<int64_t> idx(pos.order.begin() + begin + shard.begin, pos.order.begin() + begin + shard.end);
     // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
     // copy anyway, and the float32 batch would never be needed.
     const DType batch_dtype = is_float(x.dtype()) ? layers_.front()->compute_dtype() : x.dtype();
     const auto step_start = Clock::now();
     Tensor yb = y.gather_rows(idx);
-    Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), yb);
+    Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), yb, comm, end - begin);
     history.train_seconds += seconds_since(step_start);
     history.step_loss.push_back(log_value(step_logs, "loss"));
     if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));
@@ -236,8 +280,10 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     if (++pos.step < steps && !stop_training) continue;
 
     // End of the epoch (or of training, when a callback stopped it).
+    // Per-rank BatchNormalization statistics: evaluate and save their mean, the same on every rank.
+    if (comm) average_variables(non_trainable_weights(), *comm);
     if (val_x.defined()) {
-      EvaluateResult v = evaluate(val_x, val_y, std::max<int64_t>(options.batch_size, 256));
+      EvaluateResult v = evaluate(val_x, val_y, std::max<int64_t>(options.batch_size, 256), comm);
       epoch_logs.emplace_back("val_loss", v.loss);
       if (track_accuracy_) epoch_logs.emplace_back("val_accuracy", v.accuracy);
     }
@@ -255,7 +301,27 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   return history;
 }
 
-EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size) {
+void Model::start_data_parallel(const FitOptions& options, Communicator& comm) {
+  MIXTRAIN_CHECK(options.batch_size % comm.size() == 0,
+                 "fit: the global batch size " << options.batch_size << " does not divide by the " << comm.size()
+                                               << " ranks (each rank takes batch_size / ranks rows of every batch)");
+  MIXTRAIN_CHECK(options.recovery == nullptr, "fit: the recovery ladder does not run data-parallel ("
+                                                  << comm.size() << " ranks); train without it");
+  // Rank 0's weights and streams everywhere: the same start and the same batch order on every rank.
+  broadcast_variables(weights(), comm);
+  if (!arena_.empty()) arena_.refresh_compute_copies();
+  broadcast_rng(init_rng_, comm);
+  broadcast_rng(shuffle_rng_, comm);
+  broadcast_rng(dropout_rng_, comm);
+  // Dropout draws one mask per rank: rank 0 keeps the model's stream (one rank trains as one process does), the
+  // others derive theirs from it and the rank.
+  if (comm.rank() > 0) {
+    const std::vector<uint64_t> s = dropout_rng_.state();
+    dropout_rng_ = Rng::derive(s[0] ^ s[1] ^ s[2] ^ s[3], kDropoutStream + static_cast<uint64_t>(comm.rank()));
+  }
+}
+
+EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size, Communicator* comm) {
   MIXTRAIN_CHECK(compiled(), "evaluate: call compile() first");
   check_xy(x, y, "evaluate");
   MIXTRAIN_CHECK(batch_size > 0, "evaluate: batch_size must be positive");
@@ -263,13 +329,21 @@ EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_s
   NoGradGuard no_grad;
   double loss_sum = 0, acc_sum = 0;
   const int64_t n = x.dim(0);
-  for (int64_t begin = 0; begin < n; begin += batch_size) {
-    const int64_t end = std::min(n, begin + batch_size);
+  if (comm && comm->size() == 1) comm = nullptr;
+  const ShardRange mine = comm ? shard_range(n, comm->rank(), comm->size()) : ShardRange{0, n};
+  for (int64_t begin = mine.begin; begin < mine.end; begin += batch_size) {
+    const int64_t end = std::min(mine.end, begin + batch_size);
     Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
     Var out = call(Var(as_input(xb)), CallContext{false, nullptr});
     const double rows = static_cast<double>(end - begin);
     loss_sum += (*loss_)(out, yb).value().item() * rows;
     if (track_accuracy_) acc_sum += ops::sparse_categorical_accuracy(out.value(), yb) * rows;
+  }
+  if (comm) {
+    double sums[2] = {loss_sum, acc_sum};
+    comm->all_reduce(sums, 2, ReduceOp::kSum);
+    loss_sum = sums[0];
+    acc_sum = sums[1];
   }
   return {n ? loss_sum / static_cast<double>(n) : 0.0, n ? acc_sum / static_cast<double>(n) : 0.0};
 }

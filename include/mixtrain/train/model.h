@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/callbacks.h"
@@ -33,6 +34,15 @@ struct FitOptions {
   std::vector<Callback*> callbacks;
   // When set, non-finite steps are handled by the recovery ladder (see train/recovery.h). Not owned.
   RecoveryGuard* recovery = nullptr;
+  // Data-parallel training when it has more than one rank (not owned; every rank calls fit with the same data,
+  // options and seed). fit() first copies rank 0's weights and random streams to every rank; batch_size is the
+  // global batch (it must divide by the rank count), each rank trains on its contiguous shard of every global
+  // batch of the one shuffled order, and the gradients are all-reduced before the optimizer, so every rank
+  // applies (or, under loss scaling, skips) the same update. Dropout masks differ per rank (a stream derived from
+  // the rank); BatchNormalization uses per-rank batch statistics unless created with sync (nn/normalization.h),
+  // and its moving statistics are averaged over the ranks before each validation. Validation is sharded.
+  // The recovery ladder does not run data-parallel.
+  Communicator* communicator = nullptr;
 };
 
 // Keras' validation_split: the last floor(n * fraction) rows (taken before shuffling) validate, the rest train.
@@ -71,12 +81,20 @@ class Model : public Network {
 
   // Trains on x (N, features...) float32 and y (N,) int32 or (N, k) float.
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
-  EvaluateResult evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 256);
+  // With a communicator of several ranks, each rank evaluates its shard of the rows and the results are combined
+  // (every rank returns the same numbers).
+  EvaluateResult evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 256, Communicator* comm = nullptr);
   // Model outputs for x in float32, computed batch by batch without recording gradients.
   Tensor predict(const Tensor& x, int64_t batch_size = 256);
 
   // One optimisation step on a batch; returns {"loss", "accuracy"?, "loss_scale"?}.
-  Logs train_step(const Tensor& x, const Tensor& y);
+  // Data-parallel (comm with more than one rank): x and y are this rank's shard (possibly empty) of a global batch
+  // of global_rows rows (0: x's rows times the rank count). After backward the gradients, each weighted by the
+  // shard's share of the global batch, are summed over the ranks (dist/data_parallel.h), so the optimizer sees
+  // the global batch's mean gradient on every rank, and one non-finite element on one rank makes every rank's
+  // loss-scale check skip the step. The logs are the global batch's (all ranks return the same). Every rank must
+  // start from the same weights (fit() broadcasts them; a custom loop calls broadcast_variables).
+  Logs train_step(const Tensor& x, const Tensor& y, Communicator* comm = nullptr, int64_t global_rows = 0);
 
   // Set by callbacks to end fit() after the current epoch (or step, for TerminateOnNaN).
   bool stop_training = false;
@@ -94,6 +112,9 @@ class Model : public Network {
   const Rng& dropout_rng() const { return dropout_rng_; }
 
  private:
+  // fit() on several ranks: checks the options, copies rank 0's weights and streams, derives per-rank dropout.
+  void start_data_parallel(const FitOptions& options, Communicator& comm);
+
   uint64_t seed_;
   Rng init_rng_, shuffle_rng_, dropout_rng_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -1,0 +1,95 @@
+#include "mixtrain/dist/data_parallel.h"
+
+#include <algorithm>
+
+#include "mixtrain/core/error.h"
+
+namespace mixtrain {
+
+ShardRange shard_range(int64_t rows, int rank, int size) {
+  MIXTRAIN_CHECK(size > 0 && rank >= 0 && rank < size, "shard_range: rank " << rank << " of " << size);
+  MIXTRAIN_CHECK(rows >= 0, "shard_range: negative row count " << rows);
+  const int64_t base = rows / size, extra = rows % size;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+void broadcast_variables(const std::vector<Var>& vars, Communicator& comm, int root) {
+  if (comm.size() == 1) return;
+  for (const Var& v : vars) {
+    Var var = v;
+    Tensor t = var.value().clone();  // contiguous, this rank's own copy
+    comm.broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), root);
+    var.set_value(t);
+  }
+}
+
+void average_variables(const std::vector<Var>& vars, Communicator& comm) {
+  if (comm.size() == 1) return;
+  const float inv = 1.0f / static_cast<float>(comm.size());
+  for (const Var& v : vars) {
+    Var var = v;
+    Tensor t = var.value().to(DType::kFloat32).clone();
+    float* p = t.data<float>();
+    comm.all_reduce(p, t.numel(), ReduceOp::kSum);
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] *= inv;
+    var.set_value(t);
+  }
+}
+
+void broadcast_rng(Rng& rng, Communicator& comm, int root) {
+  if (comm.size() == 1) return;
+  std::vector<uint64_t> s = rng.state();
+  comm.broadcast(s.data(), static_cast<int64_t>(s.size() * sizeof(uint64_t)), root);
+  rng.set_state(s);
+}
+
+namespace {
+// Scales and starts the buckets of one float32 buffer, then waits for all of them.
+void reduce_float32(float* p, int64_t n, Communicator& comm, float weight, int64_t bucket_bytes) {
+  const int64_t bucket = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
+  std::vector<std::unique_ptr<Communicator::Request>> inflight;
+  for (int64_t b = 0; b < n; b += bucket) {
+    const int64_t len = std::min(bucket, n - b);
+    // Scaling a bucket just before it leaves keeps it in cache for the send.
+    if (weight != 1.0f)
+      for (int64_t i = b; i < b + len; ++i) p[i] *= weight;
+    inflight.push_back(comm.start_all_reduce(p + b, len, ReduceOp::kSum));
+  }
+  for (auto& r : inflight) r->wait();
+}
+
+int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucket_bytes) {
+  MIXTRAIN_CHECK(g.defined() && g.is_contiguous() && is_float(g.dtype()),
+                 "all_reduce_gradients: needs a contiguous floating tensor, got " << g.describe());
+  if (g.dtype() == DType::kFloat32) {
+    reduce_float32(g.data<float>(), g.numel(), comm, weight, bucket_bytes);
+  } else {
+    // MPI has no 16-bit float type: sum in float32, round once.
+    Tensor f = g.to(DType::kFloat32).clone();
+    reduce_float32(f.data<float>(), f.numel(), comm, weight, bucket_bytes);
+    g.copy_from(f);
+  }
+  return g.numel() * static_cast<int64_t>(sizeof(float));
+}
+}  // namespace
+
+int64_t all_reduce_gradients(const ParameterArena& arena, Communicator& comm, float weight, int64_t bucket_bytes) {
+  MIXTRAIN_CHECK(bucket_bytes > 0, "all_reduce_gradients: bucket_bytes must be positive, got " << bucket_bytes);
+  if (comm.size() == 1 && weight == 1.0f) return 0;
+  int64_t bytes = 0;
+  for (DType d : arena.dtypes()) {
+    Tensor g = arena.gradient_buffer(d);
+    bytes += reduce_tensor(g, comm, weight, bucket_bytes);
+  }
+  return bytes;
+}
+
+int64_t all_reduce_gradients(std::vector<Tensor>& grads, Communicator& comm, float weight) {
+  if (comm.size() == 1 && weight == 1.0f) return 0;
+  int64_t bytes = 0;
+  for (Tensor& g : grads) bytes += reduce_tensor(g, comm, weight, kDefaultBucketBytes);
+  return bytes;
+}
+
+}  // namespace mixtrain
