@@ -5,11 +5,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
+
+#include <zlib.h>
 
 #include "mixtrain/core/file_checks.h"
 
@@ -18,7 +20,8 @@ namespace mixtrain {
 namespace {
 
 constexpr const char* kCsvHint =
-    "expected a header row, then rows of numeric features with an integer class id (0, 1, ...) in the last column";
+    "expected rows of numeric features with an integer class id (0, 1, ...) in the label column (the last unless "
+    "chosen), after an optional header row naming the columns";
 
 std::string_view trim(std::string_view s) {
   const char* ws = " \t\r\n\f\v";
@@ -69,82 +72,154 @@ std::optional<double> parse_number(std::string_view s) {
   return v;
 }
 
+struct GzCloser {
+  void operator()(gzFile_s* f) const { gzclose(f); }
+};
+
+// The whole file; gzopen inflates gzip streams (1f 8b magic) and passes any other file through unchanged.
 std::string read_file(const std::string& path) {
   require_regular_file(path, "CSV file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) MIXTRAIN_FAIL(kIo, "cannot open CSV file '" << path << "': " << std::strerror(errno), "check permissions");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) MIXTRAIN_FAIL(kIo, "error reading CSV file '" << path << "'", "check the file");
-  return ss.str();
+  std::unique_ptr<gzFile_s, GzCloser> f(gzopen(path.c_str(), "rb"));
+  if (!f) MIXTRAIN_FAIL(kIo, "cannot open CSV file '" << path << "': " << std::strerror(errno), "check permissions");
+  std::string out;
+  std::vector<char> chunk(1 << 16);
+  for (;;) {
+    const int got = gzread(f.get(), chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (got < 0) {
+      int code = 0;
+      const char* why = gzerror(f.get(), &code);
+      MIXTRAIN_FAIL(kInvalidInput, "CSV file '" << path << "': cannot decompress its gzip data (" << why << ")",
+                    "the file starts like gzip but is damaged or truncated; download it again or pass it "
+                    "uncompressed");
+    }
+    if (got == 0) break;
+    out.append(chunk.data(), static_cast<size_t>(got));
+  }
+  // zlib ends a truncated gzip stream like a complete one and reports it only here (Z_BUF_ERROR).
+  int code = Z_OK;
+  const char* why = gzerror(f.get(), &code);
+  if (code != Z_OK)
+    MIXTRAIN_FAIL(kInvalidInput, "CSV file '" << path << "': cannot decompress its gzip data (" << why << ")",
+                  "the gzip stream is truncated or damaged; download the file again or pass it uncompressed");
+  return out;
 }
 
 struct CsvReader {
   const std::string& path;
-  std::vector<std::string> columns;
-  std::vector<float> features;  // (N * F) row-major
-  std::vector<int32_t> labels;  // (N,)
+  const CsvOptions& options;
+  std::vector<std::string> columns;  // names; empty strings without a header
+  bool has_header = false;
+  size_t label = 0;                  // the label column's index
+  std::vector<float> features;       // (N * F) row-major
+  std::vector<int32_t> labels;       // (N,)
 
-  std::string column_label(size_t c) const { return "column " + std::to_string(c + 1) + " '" + columns[c] + "'"; }
+  std::string column_label(size_t c) const {
+    return "column " + std::to_string(c + 1) + (columns[c].empty() ? "" : " '" + columns[c] + "'");
+  }
 
   [[noreturn]] void fail_cell(int64_t line_no, size_t c, const std::string& cell, const char* problem) const {
     MIXTRAIN_FAIL(
         kInvalidInput,
         "CSV file '" << path << "' line " << line_no << ", " << column_label(c) << ": '" << cell << "' " << problem,
-        c + 1 == columns.size() ? "the last column must hold integer class ids 0, 1, ... (map class names to ids first)"
-                                : kCsvHint);
+        c == label ? "the label column must hold integer class ids 0, 1, ... (map class names to ids first, or "
+                     "choose another label column)"
+                   : kCsvHint);
   }
 
-  void read_header(const std::vector<std::string>& cells, int64_t line_no) {
-    if (cells.size() < 2)
-      MIXTRAIN_FAIL(kInvalidInput,
-                    "CSV file '" << path << "' line " << line_no << ": the header has " << cells.size()
-                                 << " column; at least one feature column and a label column are needed",
-                    kCsvHint);
+  // The first non-blank line: a header or the first row, as options.header says.
+  void read_first(const std::vector<std::string>& cells, int64_t line_no) {
     bool all_numeric = true;
     for (const std::string& c : cells) all_numeric = all_numeric && parse_number(c).has_value();
-    if (all_numeric)
+    has_header = options.header == CsvHeader::kYes || (options.header == CsvHeader::kAuto && !all_numeric);
+    if (options.header == CsvHeader::kYes && all_numeric)
       MIXTRAIN_FAIL(kInvalidInput,
                     "CSV file '" << path << "' line " << line_no
                                  << " holds numbers where the header row naming the columns is required",
-                    "add a first line with column names, e.g. x1,x2,...,label");
-    columns = cells;
+                    "add a first line with column names, e.g. x1,x2,...,label, or read it with header=no (or auto)");
+    if (cells.size() < 2)
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "CSV file '" << path << "' line " << line_no << ": the " << (has_header ? "header" : "first row")
+                                 << " has " << cells.size()
+                                 << " column; at least one feature column and a label column are needed",
+                    kCsvHint);
+    columns = has_header ? cells : std::vector<std::string>(cells.size());
+    resolve_label(line_no);
+    if (!has_header) read_row(cells, line_no);
+  }
+
+  void resolve_label(int64_t line_no) {
+    const int64_t n = static_cast<int64_t>(columns.size());
+    if (!options.label_column.empty()) {
+      if (!has_header)
+        MIXTRAIN_FAIL(kInvalidInput,
+                      "CSV file '" << path << "': label column '" << options.label_column
+                                   << "' is chosen by name, but the file has no header row naming its columns",
+                      "choose the label column by index (label_index), or add a header row");
+      auto it = std::find(columns.begin(), columns.end(), options.label_column);
+      if (it == columns.end()) {
+        std::string names;
+        for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + c;
+        MIXTRAIN_FAIL(kInvalidInput,
+                      "CSV file '" << path << "' line " << line_no << ": no column is named '" << options.label_column
+                                   << "'; the header names " << names,
+                      "pass one of the header's names as the label column");
+      }
+      label = static_cast<size_t>(it - columns.begin());
+      return;
+    }
+    const int64_t i = options.label_index < 0 ? n + options.label_index : options.label_index;
+    if (i < 0 || i >= n)
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "CSV file '" << path << "': label column index " << options.label_index << " is outside the "
+                                 << n << " columns",
+                    "use 0 .. " + std::to_string(n - 1) + ", or -1 for the last column");
+    label = static_cast<size_t>(i);
   }
 
   void read_row(const std::vector<std::string>& cells, int64_t line_no) {
     if (cells.size() != columns.size())
       MIXTRAIN_FAIL(kInvalidInput,
-                    "CSV file '" << path << "' line " << line_no << " has " << cells.size()
-                                 << " cells but the header has " << columns.size() << " columns",
-                    "every row needs one cell per header column");
-    const size_t f = columns.size() - 1;
-    for (size_t c = 0; c < f; ++c) {
+                    "CSV file '" << path << "' line " << line_no << " has " << cells.size() << " cells but the "
+                                 << (has_header ? "header has " : "first row has ") << columns.size()
+                                 << (has_header ? " columns" : " cells"),
+                    "every row needs one cell per column");
+    for (size_t c = 0; c < columns.size(); ++c) {
+      if (c == label) continue;
       const std::optional<double> v = parse_number(cells[c]);
       if (!v) fail_cell(line_no, c, cells[c], "is not a number");
       const float value = static_cast<float>(*v);
       if (!std::isfinite(value)) fail_cell(line_no, c, cells[c], "is not a finite float32 number");
       features.push_back(value);
     }
-    const std::optional<double> label = parse_number(cells[f]);
-    if (!label) fail_cell(line_no, f, cells[f], "is not a number; labels must be integer class ids");
-    if (!std::isfinite(*label) || *label != std::floor(*label))
-      fail_cell(line_no, f, cells[f], "is not an integer; labels must be integer class ids");
-    if (*label < 0) fail_cell(line_no, f, cells[f], "is negative; labels must be class ids >= 0");
-    if (*label >= static_cast<double>(kCsvMaxClasses))
-      fail_cell(line_no, f, cells[f], "is too large; labels must be class ids below 65536");
-    labels.push_back(static_cast<int32_t>(*label));
+    const std::string& cell = cells[label];
+    const std::optional<double> v = parse_number(cell);
+    if (!v) fail_cell(line_no, label, cell, "is not a number; labels must be integer class ids");
+    if (!std::isfinite(*v) || *v != std::floor(*v))
+      fail_cell(line_no, label, cell, "is not an integer; labels must be integer class ids");
+    if (*v < 0) fail_cell(line_no, label, cell, "is negative; labels must be class ids >= 0");
+    if (*v >= static_cast<double>(kCsvMaxClasses))
+      fail_cell(line_no, label, cell, "is too large; labels must be class ids below 65536");
+    labels.push_back(static_cast<int32_t>(*v));
   }
 };
 
 }  // namespace
 
-Dataset load_csv(const std::string& path) {
+CsvHeader parse_csv_header(std::string_view text) {
+  if (text == "auto") return CsvHeader::kAuto;
+  if (text == "yes") return CsvHeader::kYes;
+  if (text == "no") return CsvHeader::kNo;
+  MIXTRAIN_FAIL(kInvalidInput, "CSV header option '" << text << "' is not one of auto, yes, no",
+                "auto: a header when the first line is not all numbers; yes: always; no: never");
+}
+
+Dataset load_csv(const std::string& path, const CsvOptions& options) {
   std::string text = read_file(path);
   std::string_view rest(text);
   if (rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);  // UTF-8 byte order mark
   if (trim(rest).empty()) MIXTRAIN_FAIL(kInvalidInput, "CSV file '" << path << "' is empty", kCsvHint);
 
-  CsvReader reader{path, {}, {}, {}};
+  CsvReader reader{path, options, {}, false, 0, {}, {}};
   int64_t line_no = 0;
   while (!rest.empty()) {
     const size_t nl = rest.find('\n');
@@ -154,13 +229,12 @@ Dataset load_csv(const std::string& path) {
     if (trim(line).empty()) continue;
     const std::vector<std::string> cells = split_cells(line, path, line_no);
     if (reader.columns.empty())
-      reader.read_header(cells, line_no);
+      reader.read_first(cells, line_no);
     else
       reader.read_row(cells, line_no);
   }
   const int64_t n = static_cast<int64_t>(reader.labels.size());
   if (n == 0) MIXTRAIN_FAIL(kInvalidInput, "CSV file '" << path << "' has a header but no data rows", kCsvHint);
-
   const int64_t f = static_cast<int64_t>(reader.columns.size()) - 1;
   Dataset d;
   d.x = Tensor::empty({n, f}, DType::kFloat32);  // (N, F)
@@ -175,8 +249,9 @@ Dataset load_csv(const std::string& path) {
   return d;
 }
 
-DataSplits load_csv_splits(const std::string& path, double holdout_fraction, uint64_t seed) {
-  Dataset all = load_csv(path);
+DataSplits load_csv_splits(const std::string& path, double holdout_fraction, uint64_t seed,
+                           const CsvOptions& options) {
+  Dataset all = load_csv(path, options);
   auto [train, test] = split_holdout(all, holdout_fraction, seed);
   return DataSplits{std::move(train), std::move(test), false};
 }

@@ -1,6 +1,10 @@
 #include "mixtrain/data/csv.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <iterator>
 
 #include "test_files.h"
 
@@ -14,10 +18,10 @@ using testing::TempDir;
 using testing::write_text;
 
 // Writes text to a fresh file and returns the error load_csv throws for it, checking it names the file.
-Error csv_error(const TempDir& dir, const std::string& name, const std::string& text) {
+Error csv_error(const TempDir& dir, const std::string& name, const std::string& text, const CsvOptions& options = {}) {
   const std::string path = dir.file(name);
   write_text(path, text);
-  Error e = error_of([&] { load_csv(path); });
+  Error e = error_of([&] { load_csv(path, options); });
   EXPECT_TRUE(contains(e.what(), "'" + path + "'")) << e.what();
   return e;
 }
@@ -93,7 +97,7 @@ TEST(Csv, EmptyHeaderOnlyAndHeaderless) {
   EXPECT_TRUE(contains(csv_error(dir, "blank.csv", "\r\n \n\t\n").what(), "is empty"));
   const Error header_only = csv_error(dir, "header.csv", "a,b,label\r\n\r\n");
   EXPECT_TRUE(contains(header_only.what(), "has a header but no data rows")) << header_only.what();
-  const Error headerless = csv_error(dir, "numbers.csv", "1,2,0\n3,4,1\n");
+  const Error headerless = csv_error(dir, "numbers.csv", "1,2,0\n3,4,1\n", {.header = CsvHeader::kYes});
   EXPECT_TRUE(contains(headerless.what(), "line 1 holds numbers where the header row")) << headerless.what();
   const Error one_column = csv_error(dir, "one.csv", "label\n0\n");
   EXPECT_TRUE(contains(one_column.what(), "line 1: the header has 1 column")) << one_column.what();
@@ -146,6 +150,83 @@ TEST(Csv, SplitsHoldOutATestPart) {
   EXPECT_EQ(all, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   for (int64_t r = 0; r < s.test.size(); ++r)
     EXPECT_EQ(s.test.y.at(r), static_cast<float>(static_cast<int>(s.test.x.at(r)) % 2));
+}
+
+// header=auto|yes|no: public CSVs usually have no header row; auto reads both layouts.
+TEST(Csv, HeaderAutoYesNo) {
+  TempDir dir;
+  const std::string plain = dir.file("plain.csv");
+  write_text(plain, "1,2,0\n3,4,1\n5,6,1\n");
+  for (CsvHeader h : {CsvHeader::kAuto, CsvHeader::kNo}) {
+    const Dataset d = load_csv(plain, {.header = h});
+    EXPECT_EQ(d.x.to_floats(), (std::vector<float>{1, 2, 3, 4, 5, 6}));  // the first row is a sample
+    EXPECT_EQ(d.y.to_ints(), (std::vector<int32_t>{0, 1, 1}));
+  }
+  const std::string named = dir.file("named.csv");
+  write_text(named, "x1,x2,y\n1,2,0\n");
+  EXPECT_EQ(load_csv(named).x.shape(), (Shape{1, 2}));
+  EXPECT_EQ(load_csv(named, {.header = CsvHeader::kYes}).x.shape(), (Shape{1, 2}));
+  // header=no on a file with a header: the names are cells that are not numbers.
+  const Error e = error_of([&] { load_csv(named, {.header = CsvHeader::kNo}); });
+  EXPECT_TRUE(contains(e.what(), "line 1, column 1: 'x1' is not a number")) << e.what();
+  // Without a header, a short row names the first row's width.
+  const Error short_row = csv_error(dir, "short.csv", "1,2,0\n3,1\n");
+  EXPECT_TRUE(contains(short_row.what(), "line 2 has 2 cells but the first row has 3 cells")) << short_row.what();
+  EXPECT_EQ(parse_csv_header("no"), CsvHeader::kNo);
+  EXPECT_THROW(parse_csv_header("maybe"), Error);
+}
+
+TEST(Csv, LabelColumnByNameOrIndex) {
+  TempDir dir;
+  const std::string path = dir.file("first.csv");
+  write_text(path, "species,len,width\n2,1.5,0.5\n0,2.5,0.25\n");
+  for (const CsvOptions& o : {CsvOptions{.label_column = "species"}, CsvOptions{.label_index = 0},
+                              CsvOptions{.label_index = -3}}) {
+    const Dataset d = load_csv(path, o);
+    EXPECT_EQ(d.y.to_ints(), (std::vector<int32_t>{2, 0}));
+    EXPECT_EQ(d.x.to_floats(), (std::vector<float>{1.5f, 0.5f, 2.5f, 0.25f}));  // the others, in file order
+    EXPECT_EQ(d.sample_shape, (std::vector<int64_t>{2}));
+  }
+  const Error unknown = csv_error(dir, "u.csv", "a,b\n1,0\n", {.label_column = "label"});
+  EXPECT_TRUE(contains(unknown.what(), "no column is named 'label'; the header names a, b")) << unknown.what();
+  const Error nameless = csv_error(dir, "n.csv", "1,0\n", {.label_column = "label"});
+  EXPECT_TRUE(contains(nameless.what(), "has no header row")) << nameless.what();
+  const Error outside = csv_error(dir, "o.csv", "a,b\n1,0\n", {.label_index = 2});
+  EXPECT_TRUE(contains(outside.what(), "label column index 2 is outside the 2 columns")) << outside.what();
+  // A bad label names the chosen column.
+  const Error bad = csv_error(dir, "b.csv", "y,x\n0.5,1\n", {.label_column = "y"});
+  EXPECT_TRUE(contains(bad.what(), "column 1 'y': '0.5' is not an integer")) << bad.what();
+}
+
+void write_gzip(const std::string& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+TEST(Csv, GzipCompressedFilesReadTransparently) {
+  TempDir dir;
+  std::string text = "a,b,label\n";
+  for (int i = 0; i < 5000; ++i) text += std::to_string(i) + "," + std::to_string(-i) + "," + std::to_string(i % 3) + "\n";
+  const std::string gz = dir.file("big.csv.gz");
+  write_gzip(gz, text);
+  const Dataset d = load_csv(gz);
+  EXPECT_EQ(d.x.shape(), (Shape{5000, 2}));
+  EXPECT_EQ(d.x.to_floats()[2 * 4999 + 1], -4999.0f);
+  EXPECT_EQ(d.y.to_ints()[4999], 4999 % 3);
+  // The name does not matter: the magic bytes do.
+  const std::string disguised = dir.file("data.csv");
+  write_gzip(disguised, "1,2,1\n");
+  EXPECT_EQ(load_csv(disguised).y.to_ints(), (std::vector<int32_t>{1}));
+  // A truncated gzip stream is reported as such, not as a wrong cell count.
+  std::string bytes;
+  {
+    std::ifstream in(gz, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const Error e = csv_error(dir, "cut.csv.gz", bytes.substr(0, bytes.size() / 2));
+  EXPECT_TRUE(contains(e.what(), "cannot decompress its gzip data")) << e.what();
 }
 
 }  // namespace
