@@ -31,6 +31,16 @@ Var cast(const Var& x, DType dtype) {
   return out;
 }
 
+Var cast_cached(const Var& x, const Tensor& converted) {
+  MIXTRAIN_CHECK(x.defined() && converted.defined() && converted.shape() == x.shape(),
+                 "cast_cached: the converted value must have the Var's shape");
+  if (converted.dtype() == x.dtype()) return x;
+  const bool rec = should_record({&x});
+  Var out = output(converted, rec);
+  if (rec) record_backward(out, [x, out]() { give(x, out.grad()); });
+  return out;
+}
+
 Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   const bool rec = should_record({&a, &b});
   Var out = output(ops::matmul(a.value(), b.value(), trans_a, trans_b), rec);

@@ -1,14 +1,15 @@
 #include "mixtrain/autograd/tape.h"
 
+#include <iterator>
+#include <utility>
 #include <vector>
+
+#include "gradient_sink.h"
 
 namespace mixtrain {
 
 namespace {
-struct Node {
-  Var output;
-  std::function<void()> backward_fn;
-};
+using Node = detail::RecordedStep;
 thread_local std::vector<Node> t_tape;
 thread_local bool t_grad_enabled = true;
 }  // namespace
@@ -67,6 +68,19 @@ void backward(const Var& root, const Tensor& seed) {
 }
 
 void clear_tape() { t_tape.clear(); }
+
+namespace detail {
+std::vector<RecordedStep> take_recorded(size_t start) {
+  std::vector<RecordedStep> out;
+  if (start >= t_tape.size()) return out;
+  out.assign(std::make_move_iterator(t_tape.begin() + static_cast<std::ptrdiff_t>(start)),
+             std::make_move_iterator(t_tape.end()));
+  t_tape.resize(start);
+  return out;
+}
+
+bool set_grad_enabled(bool enabled) { return std::exchange(t_grad_enabled, enabled); }
+}  // namespace detail
 size_t tape_size() { return t_tape.size(); }
 
 }  // namespace mixtrain

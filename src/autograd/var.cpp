@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gradient_sink.h"
 #include "mixtrain/ops/elementwise.h"
 
 namespace mixtrain {
@@ -69,6 +70,12 @@ void Var::set_grad(Tensor g) {
 }
 
 void Var::accumulate_grad_owned(Tensor g) {
+  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(*this)) {
+    MIXTRAIN_CHECK(g.shape() == shape(), "gradient " << g.describe() << " does not match variable '" << impl_->name
+                                                     << "' " << impl_->value.describe());
+    sink->add(*this, g, /*owned=*/true);
+    return;
+  }
   if (!impl_->grad.defined() && !impl_->grad_buffer.defined() && g.dtype() == dtype() && g.shape() == shape()) {
     impl_->grad = std::move(g);
     return;
@@ -79,6 +86,10 @@ void Var::accumulate_grad_owned(Tensor g) {
 void Var::accumulate_grad(const Tensor& g) {
   MIXTRAIN_CHECK(g.shape() == shape(), "gradient " << g.describe() << " does not match variable '" << impl_->name
                                                    << "' " << impl_->value.describe());
+  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(*this)) {
+    sink->add(*this, g, /*owned=*/false);
+    return;
+  }
   Tensor& buffer = impl_->grad_buffer;
   if (buffer.defined() && (buffer.dtype() != dtype() || buffer.shape() != shape())) {
     // The value changed dtype (a new dtype policy) since the buffer was attached: the owner must rebuild it.

@@ -40,8 +40,8 @@ ops::Pool2dOptions pool_options(ops::Size2 pool_size, std::optional<ops::Size2> 
 // ---- Conv2D ----
 
 Conv2D::Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides, std::string_view padding,
-               std::string_view activation, bool use_bias, DTypeArg dtype)
-    : Layer("conv2d", std::move(dtype)),
+               std::string_view activation, bool use_bias, DTypeArg dtype, const std::string& name)
+    : Layer("conv2d", std::move(dtype), name),
       filters_(filters),
       kernel_size_(kernel_size),
       options_{strides, ops::parse_padding(padding)},
@@ -63,16 +63,35 @@ void Conv2D::build_impl(const Shape& input_shape, Rng& rng) {
   check_image_shape(input_shape, *this);
   const int64_t cin = input_shape[2];
   const Shape ks{kernel_size_.h, kernel_size_.w, cin, filters_};
-  // Keras' glorot_uniform counts the receptive field in both fans (the base initializer counts only the
-  // last axis as fan_out), so the kernel is drawn here and written into the variable.
-  kernel_ = add_weight("kernel", ks, Initializer::kZeros, rng);
-  const double receptive = static_cast<double>(kernel_size_.h * kernel_size_.w);
-  const float limit = static_cast<float>(std::sqrt(6.0 / (receptive * static_cast<double>(cin + filters_))));
-  Tensor init = Tensor::empty(ks, DType::kFloat32);
-  float* p = init.data<float>();
-  for (int64_t i = 0; i < init.numel(); ++i) p[i] = rng.uniform(-limit, limit);
-  kernel_.set_value(init);
-  if (use_bias_) bias_ = add_weight("bias", {filters_}, Initializer::kZeros, rng);
+  // The initializers count the receptive field kh kw in both fans, as Keras' (glorot_uniform draws the same
+  // values it drew when this layer computed its own limit).
+  kernel_ = add_weight("kernel", ks, kernel_initializer_, rng);
+  if (use_bias_) bias_ = add_weight("bias", {filters_}, bias_initializer_, rng);
+}
+
+Conv2D& Conv2D::set_kernel_initializer(std::string_view name) {
+  MIXTRAIN_CHECK(!built(), "Conv2D '" << this->name() << "': set the kernel initializer before the layer is built");
+  kernel_initializer_ = initializer_from_name(name);
+  return *this;
+}
+
+Conv2D& Conv2D::set_bias_initializer(std::string_view name) {
+  MIXTRAIN_CHECK(!built(), "Conv2D '" << this->name() << "': set the bias initializer before the layer is built");
+  bias_initializer_ = initializer_from_name(name);
+  return *this;
+}
+
+Conv2D& Conv2D::set_kernel_regularizer(Regularizer r) {
+  MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
+                 "Conv2D '" << name() << "': regularizer factors must be finite and >= 0, got l1 " << r.l1 << ", l2 "
+                         << r.l2);
+  kernel_regularizer_ = r;
+  return *this;
+}
+
+std::vector<Var> Conv2D::regularization_losses() const {
+  if (!kernel_regularizer_.active() || !kernel_.defined()) return {};
+  return {regularization_penalty(kernel_, kernel_regularizer_)};
 }
 
 Var Conv2D::call(const Var& x, const CallContext&) {
@@ -88,8 +107,8 @@ Var Conv2D::call(const Var& x, const CallContext&) {
 // ---- Pooling ----
 
 MaxPooling2D::MaxPooling2D(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
-                           DTypeArg dtype)
-    : Layer("max_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding, "MaxPooling2D")) {}
+                           DTypeArg dtype, const std::string& name)
+    : Layer("max_pooling2d", std::move(dtype), name), options_(pool_options(pool_size, strides, padding, "MaxPooling2D")) {}
 
 Shape MaxPooling2D::compute_output_shape(const Shape& input_shape) const {
   check_image_shape(input_shape, *this);
@@ -103,8 +122,8 @@ Var MaxPooling2D::call(const Var& x, const CallContext&) {
 }
 
 AveragePooling2D::AveragePooling2D(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
-                                   DTypeArg dtype)
-    : Layer("average_pooling2d", std::move(dtype)), options_(pool_options(pool_size, strides, padding, "AveragePooling2D")) {}
+                                   DTypeArg dtype, const std::string& name)
+    : Layer("average_pooling2d", std::move(dtype), name), options_(pool_options(pool_size, strides, padding, "AveragePooling2D")) {}
 
 Shape AveragePooling2D::compute_output_shape(const Shape& input_shape) const {
   check_image_shape(input_shape, *this);
@@ -117,7 +136,8 @@ Var AveragePooling2D::call(const Var& x, const CallContext&) {
   return avg_pool2d(x, options_);
 }
 
-GlobalAveragePooling2D::GlobalAveragePooling2D(DTypeArg dtype) : Layer("global_average_pooling2d", std::move(dtype)) {}
+GlobalAveragePooling2D::GlobalAveragePooling2D(DTypeArg dtype, const std::string& name)
+    : Layer("global_average_pooling2d", std::move(dtype), name) {}
 
 Shape GlobalAveragePooling2D::compute_output_shape(const Shape& input_shape) const {
   check_image_shape(input_shape, *this);

@@ -6,37 +6,114 @@
 namespace mixtrain {
 
 namespace {
+struct InitializerName {
+  Initializer init;
+  const char* name;
+};
+constexpr InitializerName kInitializerNames[] = {
+    {Initializer::kGlorotUniform, "glorot_uniform"}, {Initializer::kGlorotNormal, "glorot_normal"},
+    {Initializer::kHeUniform, "he_uniform"},         {Initializer::kHeNormal, "he_normal"},
+    {Initializer::kLecunUniform, "lecun_uniform"},   {Initializer::kLecunNormal, "lecun_normal"},
+    {Initializer::kZeros, "zeros"},                  {Initializer::kOnes, "ones"},
+};
+}  // namespace
+
+Initializer initializer_from_name(std::string_view name) {
+  std::string valid;
+  for (const InitializerName& n : kInitializerNames) {
+    if (name == n.name) return n.init;
+    valid += (valid.empty() ? "" : ", ") + std::string(n.name);
+  }
+  MIXTRAIN_FAIL(kInvalidInput, "unknown initializer '" << name << "'; valid names: " << valid,
+                "use one of Keras' names: " + valid);
+}
+
+std::string initializer_name(Initializer init) {
+  for (const InitializerName& n : kInitializerNames)
+    if (n.init == init) return n.name;
+  MIXTRAIN_FAIL(kInternal, "initializer " << static_cast<int>(init) << " has no name", "");
+}
+
 Tensor initial_value(const Shape& shape, Initializer init, Rng& rng) {
   Tensor t = Tensor::empty(shape, DType::kFloat32);
   float* p = t.data<float>();
   const int64_t n = t.numel();
-  // Fan-in / fan-out of a (in, out) kernel; other ranks treat the last dimension as fan-out.
-  const double fan_in = shape.rank() >= 2 ? static_cast<double>(n / shape[-1]) : static_cast<double>(n);
-  const double fan_out = shape.rank() >= 2 ? static_cast<double>(shape[-1]) : static_cast<double>(n);
+  // Keras' compute_fans: a kernel's leading axes are its receptive field, counted in both fans.
+  double fan_in = static_cast<double>(n), fan_out = static_cast<double>(n);
+  if (shape.rank() >= 2) {
+    double receptive = 1;
+    for (int d = 0; d < shape.rank() - 2; ++d) receptive *= static_cast<double>(shape[d]);
+    fan_in = static_cast<double>(shape[-2]) * receptive;
+    fan_out = static_cast<double>(shape[-1]) * receptive;
+  }
+  auto uniform = [&](double scale, double fans) {
+    const float limit = static_cast<float>(std::sqrt(3.0 * scale / fans));
+    for (int64_t i = 0; i < n; ++i) p[i] = rng.uniform(-limit, limit);
+  };
+  auto truncated_normal = [&](double scale, double fans) {
+    // 0.879...: the standard deviation of a unit normal truncated to [-2, 2], divided out as Keras does.
+    const double stddev = std::sqrt(scale / fans) / 0.87962566103423978;
+    for (int64_t i = 0; i < n; ++i) {
+      float z = rng.normal();
+      while (std::fabs(z) > 2.0f) z = rng.normal();  // redraw outside two deviations
+      p[i] = static_cast<float>(stddev * z);
+    }
+  };
   switch (init) {
     case Initializer::kZeros:
     case Initializer::kOnes:
       for (int64_t i = 0; i < n; ++i) p[i] = init == Initializer::kOnes ? 1.0f : 0.0f;
       break;
     case Initializer::kGlorotUniform: {
+      // Written as before (limit = sqrt(6 / (fan_in + fan_out))) so existing models draw the same bits.
       const float limit = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));
       for (int64_t i = 0; i < n; ++i) p[i] = rng.uniform(-limit, limit);
       break;
     }
-    case Initializer::kHeNormal: {
-      const float stddev = static_cast<float>(std::sqrt(2.0 / fan_in));
-      for (int64_t i = 0; i < n; ++i) p[i] = stddev * rng.normal();
-      break;
-    }
+    case Initializer::kGlorotNormal: truncated_normal(1.0, (fan_in + fan_out) / 2.0); break;
+    case Initializer::kHeUniform: uniform(2.0, fan_in); break;
+    case Initializer::kHeNormal: truncated_normal(2.0, fan_in); break;
+    case Initializer::kLecunUniform: uniform(1.0, fan_in); break;
+    case Initializer::kLecunNormal: truncated_normal(1.0, fan_in); break;
   }
   return t;
 }
-}  // namespace
+
+Var regularization_penalty(const Var& w, const Regularizer& r) {
+  MIXTRAIN_CHECK(w.defined() && is_float(w.dtype()), "regularization_penalty: the weight must be floating");
+  MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
+                 "regularizer factors must be finite and >= 0, got l1 " << r.l1 << ", l2 " << r.l2);
+  // Read as float32 (the variable itself under the float32 and mixed policies), summed in double.
+  const Tensor v = w.value().to(DType::kFloat32).contiguous();
+  const float* p = v.data<float>();
+  double total = 0;
+  for (int64_t i = 0; i < v.numel(); ++i)
+    total += static_cast<double>(r.l1) * std::fabs(p[i]) + static_cast<double>(r.l2) * p[i] * p[i];
+  Tensor value = Tensor::empty({}, DType::kFloat32);  // a scalar, as the losses are
+  value.data<float>()[0] = static_cast<float>(total);
+  const bool rec = should_record({&w});
+  Var out(value, rec);
+  if (rec) {
+    record_backward(out, [w, v, r, out]() {
+      // d/dw = seed * (l1 sign(w) + 2 l2 w), in float32; accumulate_grad converts it to w's dtype.
+      const float seed = out.grad().to(DType::kFloat32).at(0);
+      Tensor g = Tensor::empty(v.shape(), DType::kFloat32);
+      const float* x = v.data<float>();
+      float* d = g.data<float>();
+      for (int64_t i = 0; i < v.numel(); ++i)
+        d[i] = seed * (r.l1 * static_cast<float>((x[i] > 0) - (x[i] < 0)) + 2.0f * r.l2 * x[i]);
+      Var(w).accumulate_grad_owned(std::move(g));
+    });
+  }
+  return out;
+}
 
 DTypeArg dtype_arg(std::string_view name) { return DTypePolicy::from_name(name); }
 
-Layer::Layer(std::string base_name, DTypeArg dtype)
-    : base_name_(base_name), name_(std::move(base_name)), policy_(dtype ? *dtype : global_policy()) {}
+Layer::Layer(std::string base_name, DTypeArg dtype, const std::string& name)
+    : base_name_(base_name), name_(std::move(base_name)), policy_(dtype ? *dtype : global_policy()) {
+  if (!name.empty()) set_name(name);
+}
 
 void Layer::set_name(const std::string& name) {
   MIXTRAIN_CHECK(!name.empty() && name.front() != '/' && name.back() != '/' && name.find("//") == std::string::npos,
@@ -193,6 +270,12 @@ Var Layer::add_non_trainable_weight(const std::string& name, const Shape& shape,
   weights_.push_back(w);
   weight_names_.push_back(name);
   return w;
+}
+
+Var Layer::autocast(const Var& w) {
+  MIXTRAIN_CHECK(w.defined(), "layer '" << name_ << "': autocast of an undefined variable (is the layer built?)");
+  if (!is_float(w.dtype()) || w.dtype() == compute_dtype()) return w;
+  return cast_cached(w, read_weight(w));
 }
 
 Tensor Layer::read_weight(const Var& w) {

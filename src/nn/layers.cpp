@@ -1,9 +1,11 @@
 #include "mixtrain/nn/layers.h"
 
+#include <cmath>
+
 namespace mixtrain {
 
-Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool use_bias)
-    : Layer("dense", std::move(dtype)), units_(units), activation_(ops::parse_activation(activation)), use_bias_(use_bias) {
+Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool use_bias, const std::string& name)
+    : Layer("dense", std::move(dtype), name), units_(units), activation_(ops::parse_activation(activation)), use_bias_(use_bias) {
   MIXTRAIN_CHECK(units > 0, "Dense: units must be positive, got " << units);
 }
 
@@ -18,8 +20,33 @@ void Dense::build_impl(const Shape& input_shape, Rng& rng) {
   MIXTRAIN_CHECK(input_shape.rank() >= 1 && input_shape[-1] > 0,
                  "Dense '" << name() << "' expects inputs shaped (batch, ..., features), got per-sample shape "
                            << input_shape);
-  kernel_ = add_weight("kernel", {input_shape[-1], units_}, Initializer::kGlorotUniform, rng);
-  if (use_bias_) bias_ = add_weight("bias", {units_}, Initializer::kZeros, rng);
+  kernel_ = add_weight("kernel", {input_shape[-1], units_}, kernel_initializer_, rng);
+  if (use_bias_) bias_ = add_weight("bias", {units_}, bias_initializer_, rng);
+}
+
+Dense& Dense::set_kernel_initializer(std::string_view name) {
+  MIXTRAIN_CHECK(!built(), "Dense '" << this->name() << "': set the kernel initializer before the layer is built");
+  kernel_initializer_ = initializer_from_name(name);
+  return *this;
+}
+
+Dense& Dense::set_bias_initializer(std::string_view name) {
+  MIXTRAIN_CHECK(!built(), "Dense '" << this->name() << "': set the bias initializer before the layer is built");
+  bias_initializer_ = initializer_from_name(name);
+  return *this;
+}
+
+Dense& Dense::set_kernel_regularizer(Regularizer r) {
+  MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
+                 "Dense '" << name() << "': regularizer factors must be finite and >= 0, got l1 " << r.l1 << ", l2 "
+                         << r.l2);
+  kernel_regularizer_ = r;
+  return *this;
+}
+
+std::vector<Var> Dense::regularization_losses() const {
+  if (!kernel_regularizer_.active() || !kernel_.defined()) return {};
+  return {regularization_penalty(kernel_, kernel_regularizer_)};
 }
 
 Var Dense::call(const Var& x, const CallContext&) {
@@ -32,12 +59,13 @@ Var Dense::call(const Var& x, const CallContext&) {
   return activation(linear(x, kernel_, read_weight(kernel_), bias), activation_);
 }
 
-Activation::Activation(std::string_view activation, DTypeArg dtype)
-    : Layer("activation", std::move(dtype)), activation_(ops::parse_activation(activation)) {}
+Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)
+    : Layer("activation", std::move(dtype), name), activation_(ops::parse_activation(activation)) {}
 
 Var Activation::call(const Var& x, const CallContext&) { return activation(x, activation_); }
 
-Dropout::Dropout(float rate, DTypeArg dtype) : Layer("dropout", std::move(dtype)), rate_(rate) {
+Dropout::Dropout(float rate, DTypeArg dtype, const std::string& name)
+    : Layer("dropout", std::move(dtype), name), rate_(rate) {
   MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "Dropout: rate must be in [0, 1), got " << rate);
 }
 
@@ -47,11 +75,11 @@ Var Dropout::call(const Var& x, const CallContext& ctx) {
   return dropout(x, rate_, *ctx.rng);
 }
 
-Softmax::Softmax(DTypeArg dtype) : Layer("softmax", std::move(dtype)) {}
+Softmax::Softmax(DTypeArg dtype, const std::string& name) : Layer("softmax", std::move(dtype), name) {}
 
 Var Softmax::call(const Var& x, const CallContext&) { return softmax(x); }
 
-Flatten::Flatten(DTypeArg dtype) : Layer("flatten", std::move(dtype)) {}
+Flatten::Flatten(DTypeArg dtype, const std::string& name) : Layer("flatten", std::move(dtype), name) {}
 
 Shape Flatten::compute_output_shape(const Shape& input_shape) const { return Shape{input_shape.numel()}; }
 

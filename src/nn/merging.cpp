@@ -4,7 +4,7 @@
 
 namespace mixtrain {
 
-Add::Add(DTypeArg dtype) : Layer("add", std::move(dtype)) {}
+Add::Add(DTypeArg dtype, const std::string& name) : Layer("add", std::move(dtype), name) {}
 
 Shape Add::compute_output_shape_multi(const std::vector<Shape>& input_shapes) const {
   MIXTRAIN_CHECK(input_shapes.size() >= 2, "Add '" << name() << "' takes two or more inputs");
@@ -20,7 +20,8 @@ Var Add::call_multi(const std::vector<Var>& xs, const CallContext&) {
   return sum;
 }
 
-Concatenate::Concatenate(int axis, DTypeArg dtype) : Layer("concatenate", std::move(dtype)), axis_(axis) {
+Concatenate::Concatenate(int axis, DTypeArg dtype, const std::string& name)
+    : Layer("concatenate", std::move(dtype), name), axis_(axis) {
   MIXTRAIN_CHECK(axis != 0, "Concatenate: axis 0 is the batch; concatenate along a feature axis (e.g. -1)");
 }
 

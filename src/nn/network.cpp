@@ -34,6 +34,13 @@ std::string batch_shape(const Shape& s) {
 
 Network::Network(std::string name) : name_(std::move(name)) {}
 
+Var regularization_loss(const Network& network) {
+  Var total;
+  for (const auto& l : network.layers())
+    for (const Var& penalty : l->regularization_losses()) total = total.defined() ? add(total, penalty) : penalty;
+  return total.defined() ? total : Var(Tensor::zeros({}, DType::kFloat32));
+}
+
 Network::Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name)
     : name_(std::move(name)), graph_inputs_(std::move(inputs)), graph_outputs_(std::move(outputs)) {
   MIXTRAIN_CHECK(!graph_inputs_.empty(), "model '" << name_ << "': no inputs");

@@ -10,8 +10,8 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 }
 }  // namespace
 
-Reshape::Reshape(std::vector<int64_t> target_shape, DTypeArg dtype)
-    : Layer("reshape", std::move(dtype)), target_(std::move(target_shape)) {
+Reshape::Reshape(std::vector<int64_t> target_shape, DTypeArg dtype, const std::string& name)
+    : Layer("reshape", std::move(dtype), name), target_(std::move(target_shape)) {
   int unknown = 0;
   for (int64_t d : target_) {
     MIXTRAIN_CHECK(d > 0 || d == -1, "Reshape: target dimensions must be positive or -1, got " << dims_text(target_));

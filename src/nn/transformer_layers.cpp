@@ -38,8 +38,8 @@ void check_sequence_shape(const Shape& s, const Layer& layer) {
 
 // ---- Embedding ----
 
-Embedding::Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype)
-    : Layer("embedding", std::move(dtype)), input_dim_(input_dim), output_dim_(output_dim) {
+Embedding::Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype, const std::string& name)
+    : Layer("embedding", std::move(dtype), name), input_dim_(input_dim), output_dim_(output_dim) {
   MIXTRAIN_CHECK(input_dim > 0 && output_dim > 0,
                  "Embedding: input_dim and output_dim must be positive, got " << input_dim << " and " << output_dim);
 }
@@ -65,8 +65,8 @@ Var Embedding::call(const Var& x, const CallContext&) {
 
 // ---- PositionEmbedding ----
 
-PositionEmbedding::PositionEmbedding(int64_t sequence_length, DTypeArg dtype)
-    : Layer("position_embedding", std::move(dtype)), sequence_length_(sequence_length) {
+PositionEmbedding::PositionEmbedding(int64_t sequence_length, DTypeArg dtype, const std::string& name)
+    : Layer("position_embedding", std::move(dtype), name), sequence_length_(sequence_length) {
   MIXTRAIN_CHECK(sequence_length > 0, "PositionEmbedding: sequence_length must be positive, got " << sequence_length);
 }
 
@@ -95,8 +95,8 @@ Var PositionEmbedding::call(const Var& x, const CallContext&) {
 
 // ---- LayerNormalization ----
 
-LayerNormalization::LayerNormalization(float epsilon, DTypeArg dtype)
-    : Layer("layer_normalization", std::move(dtype)), epsilon_(epsilon) {
+LayerNormalization::LayerNormalization(float epsilon, DTypeArg dtype, const std::string& name)
+    : Layer("layer_normalization", std::move(dtype), name), epsilon_(epsilon) {
   MIXTRAIN_CHECK(epsilon > 0.0f, "LayerNormalization: epsilon must be positive, got " << epsilon);
 }
 
@@ -117,7 +117,7 @@ Var LayerNormalization::call(const Var& x, const CallContext&) {
 // ---- MultiHeadAttention ----
 
 MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
-    : Layer("multi_head_attention", options.dtype), options_(std::move(options)) {
+    : Layer("multi_head_attention", options.dtype, options.name), options_(std::move(options)) {
   MIXTRAIN_CHECK(options_.num_heads > 0 && options_.key_dim > 0,
                  "MultiHeadAttention: num_heads and key_dim must be positive, got " << options_.num_heads << " and "
                                                                                     << options_.key_dim);

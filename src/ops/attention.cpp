@@ -1,6 +1,7 @@
 // Attention entries: validation of the packed layout, output allocation, dispatch (kernels in
 // cpu/attention.cpp).
 #include "mixtrain/ops/attention.h"
+#include "mixtrain/ops/dtype_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -47,9 +48,8 @@ Dims check_layout(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
     MIXTRAIN_CHECK(x->defined() && is_float(x->dtype()) && x->rank() == 3,
                    op << ": q, k and v must be floating (batch, length, heads * head_dim) tensors, got "
                       << text(*x));
-  MIXTRAIN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
-                 op << ": q " << q.describe() << ", k " << k.describe() << " and v " << v.describe()
-                    << " must share the compute dtype");
+  check_same_dtype(op, "q", q, "k", k);
+  check_same_dtype(op, "q", q, "v", v);
   MIXTRAIN_CHECK(o.num_heads > 0, op << ": num_heads must be positive, got " << o.num_heads);
   const int64_t h = o.num_heads;
   MIXTRAIN_CHECK(q.dim(2) % h == 0 && k.dim(2) % h == 0 && v.dim(2) % h == 0 && q.dim(2) > 0 && v.dim(2) > 0,

@@ -1,4 +1,5 @@
 #include "mixtrain/ops/conv2d.h"
+#include "mixtrain/ops/dtype_check.h"
 
 #include <algorithm>
 
@@ -68,8 +69,7 @@ void check_conv_args(const Tensor& x, const Tensor& kernel, const char* op) {
   MIXTRAIN_CHECK(kernel.defined() && kernel.rank() == 4,
                  op << ": kernel must be (kh, kw, cin, cout), got "
                     << (kernel.defined() ? kernel.describe() : std::string("undefined")));
-  MIXTRAIN_CHECK(x.dtype() == kernel.dtype(), op << ": input " << x.describe() << " and kernel " << kernel.describe()
-                                                 << " must share the compute dtype");
+  check_same_dtype(op, "input", x, "kernel", kernel);
   MIXTRAIN_CHECK(x.dim(3) == kernel.dim(2), op << ": input " << x.describe() << " has " << x.dim(3)
                                                << " channels, kernel " << kernel.describe() << " expects "
                                                << kernel.dim(2));

@@ -1,6 +1,7 @@
 // Matrix product entries: validation, layout of strided operands, output allocation, dispatch
 // (the CPU kernel, in cpu/matmul.cpp, calls kernels::gemm per product).
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/dtype_check.h"
 
 #include <algorithm>
 
@@ -70,7 +71,7 @@ Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DTy
                const char* op) {
   check_operand(a, "a", op);
   check_operand(b, "b", op);
-  MIXTRAIN_CHECK(a.dtype() == b.dtype(), op << ": operands differ in dtype: " << a.describe() << " and " << b.describe());
+  check_same_dtype(op, "operand a", a, "operand b", b);
   MIXTRAIN_CHECK(is_float(out_dtype), op << ": the output dtype must be floating, got " << dtype_name(out_dtype));
   const int64_t m = trans_a ? a.dim(-1) : a.dim(-2);
   const int64_t k = trans_a ? a.dim(-2) : a.dim(-1);
@@ -182,8 +183,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   MIXTRAIN_CHECK(w.defined() && w.rank() == 2 && is_float(w.dtype()),
                  "linear: kernel must be a floating (in, out) tensor, got "
                      << (w.defined() ? w.describe() : std::string("an undefined tensor")));
-  MIXTRAIN_CHECK(x.dtype() == w.dtype(), "linear: input " << x.describe() << " and kernel " << w.describe()
-                                                          << " must share the compute dtype");
+  check_same_dtype("linear", "input", x, "kernel", w);
   MIXTRAIN_CHECK(x.dim(-1) == w.dim(0),
                  "linear: input " << x.describe() << " has " << x.dim(-1) << " features, kernel expects " << w.dim(0));
   std::vector<int64_t> dims = x.shape().dims();

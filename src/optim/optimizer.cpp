@@ -98,7 +98,16 @@ std::string Optimizer::var_key(const Var& var, size_t index) {
   return var.name().empty() ? "var_" + std::to_string(index) : var.name();
 }
 
+void Optimizer::check_has_variables(const std::vector<Var>& vars) const {
+  if (vars.empty()) {
+    MIXTRAIN_FAIL(kInvalidInput, name() << ".apply: no variables to update, so nothing would train",
+                  "a model has no weights until it is built: call model.build_for(sample_shape) (or run it once) "
+                  "before taking model.trainable_weights()");
+  }
+}
+
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
+  check_has_variables(vars);
   MIXTRAIN_CHECK(grads.size() == vars.size(),
                  name() << ".apply: " << grads.size() << " gradients for " << vars.size() << " variables");
   const StepRatePin rate(*this);  // one scheduled rate for the whole update, checked before anything changes

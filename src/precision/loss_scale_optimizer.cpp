@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "mixtrain/autograd/functions.h"
 #include "mixtrain/ops/loss_scale.h"
 
 namespace mixtrain {
@@ -127,12 +128,21 @@ std::vector<Tensor> LossScaleOptimizer::unscale(const std::vector<Tensor>& scale
   return out;
 }
 
+Var LossScaleOptimizer::scale_loss(const Var& loss) const {
+  MIXTRAIN_CHECK(loss.defined() && is_float(loss.dtype()),
+                 "scale_loss: the loss must be a floating-point value, got "
+                     << (loss.defined() ? loss.value().describe() : std::string("an undefined Var")));
+  // float32 first, so a float16 loss times 2^15 cannot overflow.
+  return scale(cast(loss, DType::kFloat32), loss_scale());
+}
+
 std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(const std::vector<Tensor>& scaled,
                                                                bool* all_finite) const {
   return unscale(scaled, /*stop_early=*/false, all_finite);
 }
 
 void LossScaleOptimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
+  check_has_variables(vars);
   check_pairs(grads, vars);
   bool finite = true;
   std::vector<Tensor> unscaled = unscale(grads, /*stop_early=*/true, &finite);
@@ -141,6 +151,7 @@ void LossScaleOptimizer::apply(const std::vector<Tensor>& grads, const std::vect
 
 void LossScaleOptimizer::apply_unscaled(const std::vector<Tensor>& grads, const std::vector<Var>& vars,
                                         bool all_finite) {
+  check_has_variables(vars);
   check_pairs(grads, vars);
   finish_step(all_finite, [&] { inner_->apply(grads, vars); });
 }

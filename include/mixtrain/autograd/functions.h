@@ -11,6 +11,9 @@ namespace mixtrain {
 // Converts to dtype; the gradient is converted back (so a float32 variable read as float16
 // receives its gradient in float32).
 Var cast(const Var& x, DType dtype);
+// x read in another dtype whose conversion is already done (`converted`, e.g. a layer's cached cast of a
+// variable): the value is `converted`, the gradient reaches x converted back to x's dtype, as cast() would.
+Var cast_cached(const Var& x, const Tensor& converted);
 // op(a) x op(b), float32 accumulation, result in a's dtype.
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
 // Dense product: x (B, in) times kernel (in, out) plus bias. kernel_compute is the kernel read in x's dtype

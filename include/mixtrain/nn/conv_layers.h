@@ -17,7 +17,11 @@ namespace mixtrain {
 class Conv2D : public Layer {
  public:
   Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides = 1, std::string_view padding = "valid",
-         std::string_view activation = "linear", bool use_bias = true, DTypeArg dtype = std::nullopt);
+         std::string_view activation = "linear", bool use_bias = true, DTypeArg dtype = std::nullopt,
+         const std::string& name = {});
+  // A name in use_bias' place would convert to `true` silently: refused at compile time.
+  Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides, std::string_view padding,
+         std::string_view activation, const char* name) = delete;
   std::string class_name() const override { return "Conv2D"; }
   // (H, W, cin) -> (OH, OW, filters).
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -26,12 +30,22 @@ class Conv2D : public Layer {
   const ops::Conv2dOptions& options() const { return options_; }
   const Var& kernel() const { return kernel_; }
   const Var& bias() const { return bias_; }
+  // Keras' kernel_initializer, bias_initializer (by name: "he_normal", ...) and kernel_regularizer
+  // (L1/L2/L1L2); set before the layer is built. Return the layer, for chaining after emplace().
+  Conv2D& set_kernel_initializer(std::string_view name);
+  Conv2D& set_bias_initializer(std::string_view name);
+  Conv2D& set_kernel_regularizer(Regularizer r);
+  const Regularizer& kernel_regularizer() const { return kernel_regularizer_; }
+  std::vector<Var> regularization_losses() const override;
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
+  Initializer kernel_initializer_ = Initializer::kGlorotUniform;
+  Initializer bias_initializer_ = Initializer::kZeros;
+  Regularizer kernel_regularizer_;
   int64_t filters_;
   ops::Size2 kernel_size_;
   ops::Conv2dOptions options_;
@@ -45,7 +59,8 @@ class Conv2D : public Layer {
 class MaxPooling2D : public Layer {
  public:
   explicit MaxPooling2D(ops::Size2 pool_size = 2, std::optional<ops::Size2> strides = std::nullopt,
-                        std::string_view padding = "valid", DTypeArg dtype = std::nullopt);
+                        std::string_view padding = "valid", DTypeArg dtype = std::nullopt,
+                        const std::string& name = {});
   std::string class_name() const override { return "MaxPooling2D"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   const ops::Pool2dOptions& options() const { return options_; }
@@ -61,7 +76,8 @@ class MaxPooling2D : public Layer {
 class AveragePooling2D : public Layer {
  public:
   explicit AveragePooling2D(ops::Size2 pool_size = 2, std::optional<ops::Size2> strides = std::nullopt,
-                            std::string_view padding = "valid", DTypeArg dtype = std::nullopt);
+                            std::string_view padding = "valid", DTypeArg dtype = std::nullopt,
+                        const std::string& name = {});
   std::string class_name() const override { return "AveragePooling2D"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   const ops::Pool2dOptions& options() const { return options_; }
@@ -76,7 +92,7 @@ class AveragePooling2D : public Layer {
 // (batch, H, W, C) -> (batch, C): the mean over height and width, summed in float32.
 class GlobalAveragePooling2D : public Layer {
  public:
-  explicit GlobalAveragePooling2D(DTypeArg dtype = std::nullopt);
+  explicit GlobalAveragePooling2D(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "GlobalAveragePooling2D"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
 

@@ -4,7 +4,8 @@
 // weights in the compute dtype through a cast cached until the variable next changes.
 //
 // Names: a layer is called by its kind ("dense") until a model names it uniquely among its own layers
-// ("dense", "dense_1", ... in model order) or the caller names it (set_name("block_1/conv")). Its
+// ("dense", "dense_1", ... in model order) or the caller names it (Keras' name=, the last argument of every
+// built-in layer's constructor, or set_name("block_1/conv")). Its
 // variables are addressed by "<layer name>/<weight name>" (e.g. "block_1/conv/kernel"), the keys of
 // checkpoints, so they do not depend on other models built earlier in the process.
 //
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/autograd/functions.h"
@@ -41,11 +43,45 @@ struct CallContext {
 using DTypeArg = std::optional<DTypePolicy>;
 DTypeArg dtype_arg(std::string_view name);
 
-enum class Initializer { kGlorotUniform, kHeNormal, kZeros, kOnes };
+// Initial values, by Keras' names and formulas (keras.initializers): fan_in and fan_out count the receptive
+// field of kernels of rank > 2 ((kh, kw, cin, filters): fan_in = kh kw cin, fan_out = kh kw filters), a vector
+// is its own fan. Uniform: U(-limit, limit) with limit = sqrt(3 scale / n); normal: a normal of standard
+// deviation sqrt(scale / n) / 0.87962566103423978 truncated at two deviations (Keras' truncated normal). Glorot:
+// scale 1, n = (fan_in + fan_out) / 2; He: scale 2, n = fan_in; LeCun: scale 1, n = fan_in.
+enum class Initializer {
+  kGlorotUniform,
+  kGlorotNormal,
+  kHeUniform,
+  kHeNormal,
+  kLecunUniform,
+  kLecunNormal,
+  kZeros,
+  kOnes,
+};
+// "glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "lecun_uniform", "lecun_normal", "zeros",
+// "ones"; Error listing them otherwise.
+Initializer initializer_from_name(std::string_view name);
+std::string initializer_name(Initializer init);
+// A float32 tensor of initial values for a variable shaped `shape`, drawn from rng in element order.
+Tensor initial_value(const Shape& shape, Initializer init, Rng& rng);
+
+// Weight penalties (keras.regularizers): l1 * sum |w| + l2 * sum w^2 over the variable read as float32, summed
+// in double and rounded once; the gradient l1 sign(w) + 2 l2 w is float32. Layers that take a kernel regularizer (Dense, Conv2D) report its penalty in regularization_losses().
+struct Regularizer {
+  float l1 = 0;
+  float l2 = 0;
+  bool active() const { return l1 != 0 || l2 != 0; }
+};
+inline Regularizer L1(float l1 = 0.01f) { return {l1, 0}; }
+inline Regularizer L2(float l2 = 0.01f) { return {0, l2}; }
+inline Regularizer L1L2(float l1 = 0.0f, float l2 = 0.0f) { return {l1, l2}; }
+// The penalty of w as a recorded scalar float32 Var (its gradient reaches w): l1 sum|w| + l2 sum w^2.
+Var regularization_penalty(const Var& w, const Regularizer& r);
 
 class Layer : public std::enable_shared_from_this<Layer> {
  public:
-  Layer(std::string base_name, DTypeArg dtype);
+  // name: the layer's name (Keras' name=), kept as set_name() keeps it; empty: named by its kind.
+  Layer(std::string base_name, DTypeArg dtype = std::nullopt, const std::string& name = {});
   virtual ~Layer() = default;
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
@@ -73,7 +109,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Layers that read integer ids (Embedding) keep integer inputs; every other layer casts them.
   virtual bool keeps_integer_inputs() const { return false; }
 
-  virtual std::string class_name() const = 0;
+  // The layer's class as summaries and errors show it ("Dense"); a custom layer that does not say is shown by
+  // its base name.
+  virtual std::string class_name() const { return base_name_; }
   const std::string& name() const { return name_; }
   // The kind of layer ("dense"): the name before a model makes it unique.
   const std::string& base_name() const { return base_name_; }
@@ -87,6 +125,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   DType variable_dtype() const { return policy_.variable_dtype(); }
   // Changes the policy of a built layer: variables keep their values, converted to the new variable dtype.
   void set_dtype_policy(const DTypePolicy& policy);
+
+  // The penalties of this layer's regularized weights (Keras' layer.losses), each a recorded scalar float32
+  // Var computed from the current values; empty when none is regularized. A training step adds their sum,
+  // regularization_loss(model) (nn/network.h), to its loss: a custom loop does it itself (Model::train_step,
+  // and so fit(), does not add it yet; docs/KERAS.md).
+  virtual std::vector<Var> regularization_losses() const { return {}; }
 
   const std::vector<Var>& weights() const { return weights_; }
   std::vector<Var> trainable_weights() const;
@@ -108,6 +152,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
                                std::optional<DType> dtype = std::nullopt);
   // w read in the compute dtype; recomputed only after w.version() changes.
   Tensor read_weight(const Var& w);
+  // Autocast of variables (Keras reads a layer's variables in its compute dtype inside call()): w as a Var in
+  // the compute dtype, from the same cached cast (read_weight) Dense uses, and differentiable: its gradient
+  // reaches w in w's dtype (float32 under the mixed policies). w itself when it already has the compute
+  // dtype or is not floating. Write a custom layer's call() with it:
+  //   Var call(const Var& x, const CallContext&) override { return matmul(x, autocast(kernel_)); }
+  Var autocast(const Var& w);
 
  private:
   struct CachedCast {

@@ -13,18 +13,30 @@ namespace mixtrain {
 class Dense : public Layer {
  public:
   explicit Dense(int64_t units, std::string_view activation = "linear", DTypeArg dtype = std::nullopt,
-                 bool use_bias = true);
+                 bool use_bias = true, const std::string& name = {});
+  // A name in use_bias' place would convert to `true` silently: refused at compile time.
+  Dense(int64_t units, std::string_view activation, DTypeArg dtype, const char* name) = delete;
   std::string class_name() const override { return "Dense"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   int64_t units() const { return units_; }
   const Var& kernel() const { return kernel_; }
   const Var& bias() const { return bias_; }
+  // Keras' kernel_initializer, bias_initializer (by name: "he_normal", ...) and kernel_regularizer
+  // (L1/L2/L1L2); set before the layer is built. Return the layer, for chaining after emplace().
+  Dense& set_kernel_initializer(std::string_view name);
+  Dense& set_bias_initializer(std::string_view name);
+  Dense& set_kernel_regularizer(Regularizer r);
+  const Regularizer& kernel_regularizer() const { return kernel_regularizer_; }
+  std::vector<Var> regularization_losses() const override;
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
+  Initializer kernel_initializer_ = Initializer::kGlorotUniform;
+  Initializer bias_initializer_ = Initializer::kZeros;
+  Regularizer kernel_regularizer_;
   int64_t units_;
   ops::Activation activation_;
   bool use_bias_;
@@ -34,7 +46,7 @@ class Dense : public Layer {
 
 class Activation : public Layer {
  public:
-  explicit Activation(std::string_view activation, DTypeArg dtype = std::nullopt);
+  explicit Activation(std::string_view activation, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Activation"; }
 
  protected:
@@ -47,7 +59,7 @@ class Activation : public Layer {
 // Inverted dropout in training; identity in inference.
 class Dropout : public Layer {
  public:
-  explicit Dropout(float rate, DTypeArg dtype = std::nullopt);
+  explicit Dropout(float rate, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Dropout"; }
   float rate() const { return rate_; }
 
@@ -62,7 +74,7 @@ class Dropout : public Layer {
 // so `Softmax(dtype_arg("float32"))` gives float32 probabilities under a mixed policy, as Keras advises.
 class Softmax : public Layer {
  public:
-  explicit Softmax(DTypeArg dtype = std::nullopt);
+  explicit Softmax(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Softmax"; }
 
  protected:
@@ -72,7 +84,7 @@ class Softmax : public Layer {
 // (batch, d1, d2, ...) -> (batch, d1 * d2 * ...).
 class Flatten : public Layer {
  public:
-  explicit Flatten(DTypeArg dtype = std::nullopt);
+  explicit Flatten(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Flatten"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
 

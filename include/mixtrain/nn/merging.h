@@ -10,7 +10,7 @@ namespace mixtrain {
 // Elementwise sum of two or more inputs of one shape (keras.layers.Add), computed in float32 and rounded once.
 class Add : public Layer {
  public:
-  explicit Add(DTypeArg dtype = std::nullopt);
+  explicit Add(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Add"; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
@@ -23,7 +23,7 @@ class Add : public Layer {
 // not allowed). The other dimensions must agree.
 class Concatenate : public Layer {
  public:
-  explicit Concatenate(int axis = -1, DTypeArg dtype = std::nullopt);
+  explicit Concatenate(int axis = -1, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Concatenate"; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;

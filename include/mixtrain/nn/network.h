@@ -44,6 +44,12 @@ class LayerObserver {
   }
 };
 
+class Network;
+// The sum of every layer's regularization_losses() (Keras' sum(model.losses)): a recorded scalar float32 Var
+// whose gradient reaches the regularized weights; a constant 0 when no layer is regularized. Add it to the
+// loss of a custom training step: loss = add(loss, regularization_loss(model)).
+Var regularization_loss(const Network& network);
+
 class Network {
  public:
   // A stack; layers come with add()/emplace().

@@ -11,7 +11,7 @@ namespace mixtrain {
 // E.g. Reshape({28, 28, 1}) turns flat Fashion-MNIST rows of 784 pixels into images.
 class Reshape : public Layer {
  public:
-  explicit Reshape(std::vector<int64_t> target_shape, DTypeArg dtype = std::nullopt);
+  explicit Reshape(std::vector<int64_t> target_shape, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Reshape"; }
   // The target shape with -1 resolved; Error when the element counts cannot match.
   Shape compute_output_shape(const Shape& input_shape) const override;

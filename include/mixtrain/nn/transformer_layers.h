@@ -26,7 +26,7 @@ namespace mixtrain {
 // bfloat16 up to 256).
 class Embedding : public Layer {
  public:
-  Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype = std::nullopt);
+  Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Embedding"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   bool keeps_integer_inputs() const override { return true; }
@@ -50,7 +50,8 @@ class Embedding : public Layer {
 // from P's own values and rounded once into the compute dtype; P's gradient is the float32 batch sum.
 class PositionEmbedding : public Layer {
  public:
-  explicit PositionEmbedding(int64_t sequence_length, DTypeArg dtype = std::nullopt);
+  explicit PositionEmbedding(int64_t sequence_length, DTypeArg dtype = std::nullopt,
+                             const std::string& name = {});
   std::string class_name() const override { return "PositionEmbedding"; }
   // (T, D) -> (T, D); Error when T > sequence_length or the rank is not 2.
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -72,7 +73,7 @@ class PositionEmbedding : public Layer {
 // its spread), the output is rounded once into the compute dtype, and the backward is float32 too.
 class LayerNormalization : public Layer {
  public:
-  explicit LayerNormalization(float epsilon = 1e-3f, DTypeArg dtype = std::nullopt);
+  explicit LayerNormalization(float epsilon = 1e-3f, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "LayerNormalization"; }
   float epsilon() const { return epsilon_; }
   const Var& gamma() const { return gamma_; }
@@ -98,6 +99,7 @@ struct MultiHeadAttentionOptions {
   // inputs past 65504), which is what the recovery guard and `mixtrain inspect` must catch.
   float logit_multiplier = 1.0f;
   DTypeArg dtype = std::nullopt;
+  std::string name = "";  // the layer's name (Keras' name=); empty: named by its kind
 };
 
 // Self-attention on one input x (batch, T, D) (keras.layers.MultiHeadAttention called as mha(x, x)):

@@ -68,6 +68,9 @@ class Optimizer {
   // The loss multiplied by the current loss scale; the loss itself for an optimizer that does not scale.
   // A training step seeds backward with scale_loss(ones): the gradient of the scaled loss.
   virtual Tensor scale_loss(const Tensor& loss) const { return loss; }
+  // The same on a recorded loss, differentiably (Keras' optimizer.scale_loss(loss) in a custom loop): the
+  // gradients of the result, e.g. from a GradientTape, are those of the scaled loss, which apply() unscales.
+  virtual Var scale_loss(const Var& loss) const { return loss; }
   // The current loss scale read back to the host, for logs (1 when the loss is not scaled).
   virtual float loss_scale_for_logs() const { return 1.0f; }
   // The loss-scaling state read back to the host, for logs and reports; nullopt when the loss is not scaled.
@@ -134,6 +137,10 @@ class Optimizer {
 
   // The float32 slot `slot` of the variable keyed var_key (it has the variable's element count).
   float* slot(const std::string& var_key, const std::string& slot);
+
+  // Refuses an update of no variables: nothing would train, silently (the usual cause is a model that was not
+  // built yet, whose trainable_weights() is still empty).
+  void check_has_variables(const std::vector<Var>& vars) const;
 
   // Name of variable i in checkpoints: its own name, or "var_<i>" when it has none.
   static std::string var_key(const Var& var, size_t index);

@@ -10,14 +10,17 @@
 //   arena.zero_grad();
 //   backward(loss, opt.scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));  // seed S: scaled loss
 //   opt.apply_arena(arena);  // one fused unscale + finite check over the flat gradients, then update or skip
-// A loop with per-variable gradients:
-//   backward(loss, opt.loss_scale());                  // gradients of the scaled loss
-//   opt.apply(scaled_grads, vars);                     // unscales, checks, updates or skips, adjusts the scale
+// A custom loop (Keras' scale_loss + GradientTape; autograd/gradient_tape.h):
+//   GradientTape tape;
+//   Var loss = sparse_categorical_crossentropy(model.call(Var(x), ctx), y, /*from_logits=*/true);
+//   std::vector<Tensor> scaled_grads = tape.gradient(opt.scale_loss(loss), vars);  // gradients of loss * S
+//   opt.apply(scaled_grads, vars);  // unscales, checks, updates or skips, adjusts the scale
 // Custom loops that clip or inspect unscaled gradients:
 //   bool finite;
-//   auto g = opt.get_unscaled_gradients(scaled_grads, &finite);
+//   std::vector<Tensor> g = opt.get_unscaled_gradients(scaled_grads, &finite);
 //   clip_by_global_norm(g, 1.0f);
 //   opt.apply_unscaled(g, vars, finite);
+// (tests/train/header_examples_test.cpp compiles and runs these lines.)
 //
 // The scale and its counters live in two small tensors (scale_state(), counter_state()), with the all-finite flag
 // of the last step; the step updates them in place and the accessors below read them for logs. (On the CPU backend
@@ -76,6 +79,9 @@ class LossScaleOptimizer : public Optimizer {
   float scale_loss_factor() const { return loss_scale(); }
   // loss * S as a new float32 tensor (float16/bfloat16 losses are converted first so the product cannot overflow).
   Tensor scale_loss(const Tensor& loss) const override;
+  // loss * S on a recorded loss (Keras' scale_loss in a custom loop): a float32 Var whose gradients, e.g.
+  // tape.gradient(opt.scale_loss(loss), vars), are the scaled ones that apply() or get_unscaled_gradients() take.
+  Var scale_loss(const Var& loss) const override;
   bool scales_loss() const override { return true; }
   float loss_scale_for_logs() const override { return loss_scale(); }
   std::optional<LossScaleReport> loss_scale_report() const override;
@@ -96,7 +102,7 @@ class LossScaleOptimizer : public Optimizer {
   void apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) override;
 
   // Unscales without applying, for custom loops. *all_finite (if not null) says whether every element is finite.
-  std::vector<Tensor> get_unscaled_gradients(const std::vector<Tensor>& scaled, bool* all_finite) const;
+  std::vector<Tensor> get_unscaled_gradients(const std::vector<Tensor>& scaled, bool* all_finite = nullptr) const;
   // The second half of apply(): takes float32 gradients that are already unscaled (and perhaps clipped), and
   // applies or skips them according to all_finite, updating the scale exactly as apply() does.
   void apply_unscaled(const std::vector<Tensor>& grads, const std::vector<Var>& vars, bool all_finite);

@@ -1,0 +1,122 @@
+#include "mixtrain/autograd/gradient_tape.h"
+
+#include <unordered_map>
+
+#include "gradient_sink.h"
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/ops/elementwise.h"
+
+namespace mixtrain {
+
+namespace detail {
+
+namespace {
+thread_local GradientSink* t_sink = nullptr;
+}  // namespace
+
+GradientSink* active_gradient_sink() { return t_sink; }
+void set_active_gradient_sink(GradientSink* sink) { t_sink = sink; }
+
+void GradientSink::add(const Var& v, const Tensor& g, bool owned) {
+  auto it = grads.find(v.id());
+  if (it == grads.end()) {
+    Tensor converted = g.to(v.dtype());
+    // A gradient shared with another input (add() gives one tensor to both) is copied before it is summed into.
+    if (!owned && converted.shares_storage(g)) converted = g.clone();
+    grads.emplace(v.id(), std::move(converted));
+    return;
+  }
+  ops::add_into(it->second, g);  // float32 sums, rounded once into the variable's dtype (as Var::accumulate_grad)
+}
+
+}  // namespace detail
+
+namespace {
+
+// Replays steps (in reverse) from target, seeded with output_gradient, collecting the sources' gradients.
+std::vector<Tensor> replay(std::vector<detail::RecordedStep> steps, const Var& target,
+                           const std::vector<Var>& sources, float output_gradient) {
+  MIXTRAIN_CHECK(target.defined(), "gradient: the target is undefined");
+  MIXTRAIN_CHECK(is_float(target.dtype()), "gradient: the target must be floating-point, got "
+                                               << target.value().describe());
+  for (size_t i = 0; i < sources.size(); ++i)
+    MIXTRAIN_CHECK(sources[i].defined(), "gradient: source " << i << " is undefined");
+
+  detail::GradientSink sink;
+  for (const detail::RecordedStep& s : steps) sink.intermediates.insert(s.output.id());
+  // Sources that are recorded values: their gradient is read just before the replay releases it.
+  std::unordered_map<const void*, Tensor> intermediate_grads;
+  for (const Var& s : sources)
+    if (!sink.takes(s)) intermediate_grads[s.id()] = Tensor();
+
+  const Tensor seed = Tensor::full(target.shape(), target.dtype(), output_gradient);
+  {
+    struct SinkScope {
+      explicit SinkScope(detail::GradientSink* s) { detail::set_active_gradient_sink(s); }
+      ~SinkScope() { detail::set_active_gradient_sink(nullptr); }
+    } scope(&sink);
+    NoGradGuard no_grad;  // backward steps compute with ops; nothing they do is recorded
+    Var root = target;
+    if (sink.takes(root))
+      sink.add(root, seed, /*owned=*/true);  // the target is itself a variable: d(target)/d(target) = seed
+    else
+      root.set_grad(seed);
+    try {
+      for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+        if (it->output.has_grad()) it->backward_fn();
+        // Every consumer of this output was recorded later and has run: its gradient is final.
+        if (auto g = intermediate_grads.find(it->output.id()); g != intermediate_grads.end() && it->output.has_grad())
+          g->second = it->output.grad();
+        it->output.zero_grad();
+      }
+    } catch (...) {
+      for (auto& s : steps) s.output.zero_grad();
+      throw;
+    }
+  }
+  std::vector<Tensor> out;
+  out.reserve(sources.size());
+  for (const Var& s : sources) {
+    if (auto g = intermediate_grads.find(s.id()); g != intermediate_grads.end()) {
+      out.push_back(g->second);
+    } else if (auto h = sink.grads.find(s.id()); h != sink.grads.end()) {
+      out.push_back(h->second);
+    } else {
+      out.emplace_back();  // the target does not depend on this source
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+GradientTape::GradientTape() : start_(tape_size()), previous_grad_enabled_(detail::set_grad_enabled(true)) {}
+
+GradientTape::~GradientTape() {
+  if (!used_) detail::take_recorded(start_);
+  detail::set_grad_enabled(previous_grad_enabled_);
+}
+
+void GradientTape::watch(Var v) {
+  MIXTRAIN_CHECK(v.defined(), "GradientTape::watch: the Var is undefined");
+  MIXTRAIN_CHECK(is_float(v.dtype()), "GradientTape::watch: only floating values have gradients, got "
+                                          << v.value().describe());
+  v.set_requires_grad(true);
+}
+
+std::vector<Tensor> GradientTape::gradient(const Var& target, const std::vector<Var>& sources,
+                                           float output_gradient) {
+  if (used_) {
+    MIXTRAIN_FAIL(kInvalidInput, "GradientTape::gradient called twice on one tape",
+                  "a tape gives gradients once (its record is consumed); record the forward pass again under a "
+                  "new GradientTape");
+  }
+  used_ = true;
+  return replay(detail::take_recorded(start_), target, sources, output_gradient);
+}
+
+std::vector<Tensor> gradients(const Var& target, const std::vector<Var>& sources, float output_gradient) {
+  return replay(detail::take_recorded(0), target, sources, output_gradient);
+}
+
+}  // namespace mixtrain
