@@ -145,20 +145,27 @@ Tensor read_idx(const std::string& path, int expected_rank) {
                                << dim_bytes.size() << " dimension bytes, the file has " << got_dims,
                   kIdxHint);
   std::vector<int64_t> dims(static_cast<size_t>(rank));
-  int64_t count = 1;
+  // The limit applies to the product of the non-zero dimensions: a zero makes the data empty, but (0, 2^32-1,
+  // 2^32-1) is still no shape a real file has, and its strides would overflow int64.
+  int64_t nonzero_product = 1;
+  bool empty = false;
   for (int i = 0; i < rank; ++i) {
     const unsigned char* b = &dim_bytes[static_cast<size_t>(i) * 4];
     dims[i] =
         static_cast<int64_t>((uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]});
+    empty = empty || dims[i] == 0;
     // Checked per factor: with up to 255 factors of up to 2^32 the product overflows int64 long before the end.
-    if (__builtin_mul_overflow(count, dims[i], &count) || count > kIdxMaxElements)
+    if (dims[i] != 0 &&
+        (__builtin_mul_overflow(nonzero_product, dims[i], &nonzero_product) || nonzero_product > kIdxMaxElements))
       MIXTRAIN_FAIL(kInvalidInput,
                     "IDX file '" << path << "' declares dimensions "
                                  << Shape(std::vector<int64_t>(dims.begin(), dims.begin() + i + 1))
-                                 << (i + 1 < rank ? "..." : "") << " whose product exceeds the limit of "
+                                 << (i + 1 < rank ? "..." : "") << " whose product"
+                                 << (empty ? " (leaving out the zeros)" : "") << " exceeds the limit of "
                                  << kIdxMaxElements << " elements",
                     "the header is corrupt; download the file again");
   }
+  const int64_t count = empty ? 0 : nonzero_product;
 
   // What the header declares must fit in the file before the tensor is allocated: a plain file holds exactly the
   // header and the data; a gzip stream cannot inflate to more than kIdxMaxGzipRatio times its compressed size.

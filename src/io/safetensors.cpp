@@ -233,15 +233,24 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
 
   const Json& shape = info.at("shape");
   if (!shape.is_array()) fail_field("shape is " + shape.dump() + ", expected an array");
+  if (shape.size() > static_cast<size_t>(kMaxRank))
+    fail_field("shape " + shape.dump() + " has rank " + std::to_string(shape.size()) + "; mixtrain tensors have at most " +
+               std::to_string(kMaxRank) + " dimensions");
   std::vector<int64_t> dims;
-  int64_t numel = 1;
+  // The product of the non-zero dimensions must fit too: a zero makes the tensor empty, but the strides of
+  // [0, 2^40, 2^40] would still overflow int64.
+  int64_t nonzero_product = 1;
+  bool empty = false;
   for (const Json& d : shape.as_array()) {
     dims.push_back(read_count(d, path, name, "shape"));
-    if (__builtin_mul_overflow(numel, dims.back(), &numel)) fail_field("shape " + shape.dump() + " has more elements than fit in 64 bits");
+    empty = empty || dims.back() == 0;
+    if (dims.back() != 0 && __builtin_mul_overflow(nonzero_product, dims.back(), &nonzero_product))
+      fail_field("shape " + shape.dump() + " has more elements than fit in 64 bits" + (empty ? " (leaving out the zeros)" : ""));
   }
   int64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(e.dtype)), &nbytes))
-    fail_field("shape " + shape.dump() + " needs more bytes than fit in 64 bits");
+  if (__builtin_mul_overflow(nonzero_product, static_cast<int64_t>(dtype_size(e.dtype)), &nbytes))
+    fail_field("shape " + shape.dump() + " needs more bytes than fit in 64 bits" + (empty ? " (leaving out the zeros)" : ""));
+  if (empty) nbytes = 0;
   e.shape = Shape(std::move(dims));
 
   const Json& offsets = info.at("data_offsets");

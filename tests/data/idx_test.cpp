@@ -170,6 +170,20 @@ TEST(Idx, RejectsHugeOrOverflowingDimensions) {
   expect_bad_file(overflow, 0, "(4294967295, 4294967295)... whose product exceeds the limit");
 }
 
+// Found by fuzz/idx_fuzz.cpp (fuzz/corpus/idx/zero_then_huge_dims): a zero dimension made the product 0, so the
+// huge dimensions after it passed the limit and the tensor's strides overflowed int64 (undefined behaviour).
+TEST(Idx, AZeroDimensionDoesNotHideHugeOnes) {
+  TempDir dir;
+  const std::string path = dir.file("zero-then-huge");
+  write_bytes(path, testing::idx_bytes({0, 514, 65534, 4110765679u}, {}), false);
+  expect_bad_file(path, 0, "(0, 514, 65534, 4110765679) whose product (leaving out the zeros) exceeds the limit");
+  write_bytes(path, testing::idx_bytes({3, 0, 1u << 31, 2}, {}), false);
+  expect_bad_file(path, 0, "(3, 0, 2147483648)... whose product (leaving out the zeros) exceeds the limit");
+  // Zeros with ordinary dimensions are still an empty data set, as before.
+  write_bytes(path, testing::idx_bytes({0, 28, 28}, {}), false);
+  EXPECT_EQ(read_idx(path, 3).shape(), (Shape{0, 28, 28}));
+}
+
 TEST(Idx, RejectsDataBeyondTheDeclaredSize) {
   TempDir dir;
   const std::string path = dir.file("long");

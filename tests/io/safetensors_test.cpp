@@ -238,6 +238,14 @@ TEST_F(Safetensors, RejectsCorruptFiles) {
                  "expected a non-negative integer");  // 2^62 is beyond the exact-integer range
   expect_corrupt(image("{" + entry("a", "F32", "[1099511627776,4194304]", "[0,8]") + "}", eight),
                  "more bytes than fit in 64 bits");  // 2^62 elements fit, 2^64 bytes do not
+  // Found by fuzzing (fuzz/corpus/safetensors/zero_then_huge_dims): a zero dimension made the element count 0,
+  // so huge dimensions beside it passed and the tensor's strides overflowed int64 (undefined behaviour).
+  expect_corrupt(image("{" + entry("a", "U8", "[0,4294967296,4294967296]", "[0,0]") + "}", ""),
+                 "has more elements than fit in 64 bits (leaving out the zeros)");
+  expect_corrupt(image("{" + entry("a", "F32", "[2147483648,0,2147483648]", "[0,0]") + "}", ""),
+                 "needs more bytes than fit in 64 bits (leaving out the zeros)");
+  expect_corrupt(image("{" + entry("a", "U8", "[1,1,1,1,1,1,1,1,1]", "[0,1]") + "}", "x"),
+                 "has rank 9; mixtrain tensors have at most 8 dimensions");
   expect_corrupt(image("{" + entry("a", "F32", "[-2]", "[0,8]") + "}", eight), "expected a non-negative integer");
   expect_corrupt(image("{" + entry("a", "F32", "[1.5]", "[0,8]") + "}", eight), "expected a non-negative integer");
   expect_corrupt(image("{" + entry("a", "F32", "{}", "[0,8]") + "}", eight), "expected an array");
