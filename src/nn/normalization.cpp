@@ -1,5 +1,8 @@
 #include "mixtrain/nn/normalization.h"
 
+#include <cmath>
+#include <vector>
+
 namespace mixtrain {
 
 BatchNormalization::BatchNormalization(float momentum, float epsilon, DTypeArg dtype)
@@ -28,6 +31,8 @@ Var BatchNormalization::call(const Var& x, const CallContext& ctx) {
   // back when a pure 16-bit policy stores them in 16 bits).
   const Var gamma = gamma_.dtype() == DType::kFloat32 ? gamma_ : cast(gamma_, DType::kFloat32);
   const Var beta = beta_.dtype() == DType::kFloat32 ? beta_ : cast(beta_, DType::kFloat32);
+  if (ctx.training && synchronized_ && communicator_ && communicator_->size() > 1)
+    return call_synchronized(x, gamma, beta, *communicator_);
   BatchNormOutput out = batch_norm(x, gamma, beta, moving_mean_.value().to(DType::kFloat32),
                                    moving_variance_.value().to(DType::kFloat32), epsilon_, ctx.training);
   if (ctx.training) {
@@ -45,6 +50,90 @@ void BatchNormalization::update_moving(Var& moving, const Tensor& batch) {
   float* n = next.data<float>();
   for (int64_t i = 0; i < next.numel(); ++i) n[i] = o[i] * momentum_ + b[i] * (1.0f - momentum_);
   moving.set_value(next);  // converted to the variable dtype; bumps the version
+}
+
+Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm) {
+  const int64_t C = gamma.shape()[0];
+  const Tensor xf = x.value().to(DType::kFloat32).contiguous();  // read as (rows, C)
+  const int64_t rows = xf.numel() / C;
+  const float* xp = xf.data<float>();
+  // The global mean: one all-reduce of {rows, per-channel sums}; then the global biased variance from the
+  // squared deviations about it (two passes, as the local statistics, so a large mean does not cancel it).
+  std::vector<double> sums(static_cast<size_t>(C + 1), 0.0);
+  sums[0] = static_cast<double>(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) sums[static_cast<size_t>(c + 1)] += xp[r * C + c];
+  comm.all_reduce(sums.data(), C + 1, ReduceOp::kSum);
+  const double total = sums[0];
+  MIXTRAIN_CHECK(total > 0, "BatchNormalization '" << name() << "': the global batch is empty");
+  std::vector<double> mean(static_cast<size_t>(C)), squares(static_cast<size_t>(C), 0.0);
+  for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] = sums[static_cast<size_t>(c + 1)] / total;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = xp[r * C + c] - mean[static_cast<size_t>(c)];
+      squares[static_cast<size_t>(c)] += d * d;
+    }
+  comm.all_reduce(squares.data(), C, ReduceOp::kSum);
+  Tensor mean_t = Tensor::empty({C}, DType::kFloat32), var_t = Tensor::empty({C}, DType::kFloat32);
+  for (int64_t c = 0; c < C; ++c) {
+    mean_t.data<float>()[c] = static_cast<float>(mean[static_cast<size_t>(c)]);
+    var_t.data<float>()[c] = static_cast<float>(squares[static_cast<size_t>(c)] / total);
+  }
+  update_moving(moving_mean_, mean_t);
+  update_moving(moving_variance_, var_t);
+
+  const bool rec = should_record({&x, &gamma, &beta});
+  Var y(ops::batch_norm(x.value(), mean_t, var_t, gamma.value(), beta.value(), epsilon_), rec);
+  if (!rec) return y;
+  const float eps = epsilon_;
+  Communicator* c_ptr = &comm;
+  record_backward(y, [x, gamma, beta, y, xf, mean_t, var_t, eps, C, rows, total, c_ptr]() {
+    // dy is this rank's loss gradient; the gradient all-reduce later weighs this rank by share = rows / total.
+    // The global loss's dy on these rows is share * dy, so the global per-channel sums are
+    // T = sum over ranks of share * (sum dy, sum dy * xhat), and this rank's input gradient, in its own scale, is
+    //   dx = gamma * rstd * (dy - (T_dy + xhat * T_dyxhat) / rows).
+    const Tensor dyf = y.grad().to(DType::kFloat32).contiguous();
+    const float* dy = dyf.data<float>();
+    const float* xv = xf.data<float>();
+    const float* m = mean_t.data<float>();
+    const Tensor gf = gamma.value().to(DType::kFloat32);
+    const float* g = gf.data<float>();
+    std::vector<float> rstd(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) rstd[static_cast<size_t>(c)] = 1.0f / std::sqrt(var_t.data<float>()[c] + eps);
+    std::vector<double> local(static_cast<size_t>(2 * C), 0.0);  // sum dy, sum dy * xhat
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        const float xhat = (xv[r * C + c] - m[c]) * rstd[static_cast<size_t>(c)];
+        local[static_cast<size_t>(c)] += dy[r * C + c];
+        local[static_cast<size_t>(C + c)] += static_cast<double>(dy[r * C + c]) * xhat;
+      }
+    Tensor dbeta = Tensor::empty({C}, DType::kFloat32), dgamma = Tensor::empty({C}, DType::kFloat32);
+    for (int64_t c = 0; c < C; ++c) {
+      dbeta.data<float>()[c] = static_cast<float>(local[static_cast<size_t>(c)]);
+      dgamma.data<float>()[c] = static_cast<float>(local[static_cast<size_t>(C + c)]);
+    }
+    const double share = static_cast<double>(rows) / total;
+    std::vector<double> global(local);
+    for (double& v : global) v *= share;
+    c_ptr->all_reduce(global.data(), 2 * C, ReduceOp::kSum);
+    if (x.requires_grad()) {
+      Tensor dx = Tensor::empty(xf.shape(), DType::kFloat32);
+      float* dxp = dx.data<float>();
+      const double inv_rows = 1.0 / static_cast<double>(rows);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < C; ++c) {
+          const float xhat = (xv[r * C + c] - m[c]) * rstd[static_cast<size_t>(c)];
+          const double correction =
+              (global[static_cast<size_t>(c)] + xhat * global[static_cast<size_t>(C + c)]) * inv_rows;
+          dxp[r * C + c] = g[c] * rstd[static_cast<size_t>(c)] * static_cast<float>(dy[r * C + c] - correction);
+        }
+      Var xv_var = x;
+      xv_var.accumulate_grad_owned(x.dtype() == DType::kFloat32 ? dx : dx.to(x.dtype()));
+    }
+    if (gamma.requires_grad()) Var(gamma).accumulate_grad_owned(dgamma);
+    if (beta.requires_grad()) Var(beta).accumulate_grad_owned(dbeta);
+  });
+  return y;
 }
 
 }  // namespace mixtrain

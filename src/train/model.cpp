@@ -6,6 +6,7 @@
 
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/nn/normalization.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 
@@ -120,6 +121,9 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
   // Read for the logs only: the scale this step uses.
   const std::optional<float> logged_scale =
       optimizer_->scales_loss() ? std::optional<float>(optimizer_->loss_scale_for_logs()) : std::nullopt;
+  // Synchronized BatchNormalization reduces its statistics over this step's ranks (none outside data parallelism).
+  for (const auto& l : layers_)
+    if (auto* bn = dynamic_cast<BatchNormalization*>(l.get())) bn->set_communicator(comm);
   double loss_value = 0, accuracy = 0;
   if (rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
     Var out = call(Var(as_input(x)), CallContext{true, &dropout_rng_});

@@ -128,6 +128,8 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   fo.epochs = cfg.fit_epochs();
   fo.steps_per_epoch = cfg.steps_per_epoch();
   fo.batch_size = cfg.batch_size;
+  fo.communicator = cfg.communicator;
+  const bool writes_checkpoints = cfg.communicator == nullptr || cfg.communicator->rank() == 0;
   // Token windows (a language model): the data set's second part is the validation text, evaluated at the end
   // of each epoch (each evaluation interval of a run by steps).
   // The recovery ladder handles non-finite steps itself; without it a NaN loss ends training (Keras' TerminateOnNaN).
@@ -147,7 +149,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
       *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch << " of " << fo.epochs << "\n";
   }
   std::unique_ptr<CheckpointCallback> saver;
-  if (!cfg.save_path.empty()) {
+  if (!cfg.save_path.empty() && writes_checkpoints) {
     saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg));
     fo.callbacks.push_back(saver.get());
   }
@@ -167,7 +169,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   if (sequences && !val_loss.empty() && !val_acc.empty() && r.history.epoch.back() == fo.epochs - 1)
     r.test = {val_loss.back(), val_acc.back()};
   else
-    r.test = model->evaluate(data.test.x, data.test.y);
+    r.test = model->evaluate(data.test.x, data.test.y, 256, cfg.communicator);
   const double secs = r.history.train_seconds;
   r.steps_per_second = secs > 0 ? static_cast<double>(r.history.steps) / secs : 0;
   r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;

@@ -1,6 +1,7 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
 //   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE]
+//   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
 //   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
 //              --policy P [--steps N] [--json FILE]
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/precision/hardware_check.h"
 
@@ -180,15 +182,32 @@ int bench_step(const std::vector<std::string>& argv) {
     batch.description = cfg.model + " (28x28x1 images, " + std::to_string(weights) + " weights)";
   }
 
-  for (int64_t i = 0; i < kWarmupSteps; ++i) model->train_step(batch.x, batch.y);
+  // Data-parallel (mpirun -np N): --batch-size is the global batch, each rank steps on its shard of it and
+  // all-reduces the gradients; every rank starts from rank 0's weights.
+  Communicator* job = data_parallel_job();
+  check_global_batch(cfg, job);
+  if (job) broadcast_variables(model->weights(), *job);
+  const ShardRange shard = job ? shard_range(cfg.batch_size, job->rank(), job->size()) : ShardRange{0, cfg.batch_size};
+  const Tensor xs = batch.x.slice_rows(shard.begin, shard.end), ys = batch.y.slice_rows(shard.begin, shard.end);
+  for (int64_t i = 0; i < kWarmupSteps; ++i) model->train_step(xs, ys, job, cfg.batch_size);
+  if (job) {
+    job->barrier();
+    job->reset_stats();  // count the timed steps' communication only
+  }
   std::vector<double> times;
   for (int64_t s = 0; s < steps; ++s) {
     const auto t = Clock::now();
-    model->train_step(batch.x, batch.y);
+    model->train_step(xs, ys, job, cfg.batch_size);
     times.push_back(since(t));
   }
+  double total = 0;
+  for (double t : times) total += t;
+  // Time inside collectives (the transfer, and waiting for the slowest rank) over the timed steps' time.
+  const double comm_share = job && total > 0 ? job->stats().seconds / total : 0.0;
+  const int64_t comm_bytes = job ? job->stats().bytes / steps : 0;
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
+  const double samples_per_second = static_cast<double>(cfg.batch_size) / median;
   // MLP: forward 2 flops per weight per row, backward 4 (input and weight gradients). A convolution reuses
   // its weights across positions and attention has products without weights, so no such count is printed for
   // the other models.
@@ -201,7 +220,11 @@ int bench_step(const std::vector<std::string>& argv) {
               cfg.optimizer.c_str(), kernels::gemm_isa(), median * 1e3, static_cast<long long>(steps), 1.0 / median);
   if (mlp) std::printf(", %.1f GFLOP/s", gflops);
   if (transformer) std::printf(", %.0f tokens/s", tokens_per_second);
-  std::printf("\n");
+  std::printf(", %.0f samples/s\n", samples_per_second);
+  if (job)
+    std::printf("data-parallel: %d ranks, %.1f%% of step time in communication (rank 0), %.2f MiB all-reduced per "
+                "step per rank\n",
+                job->size(), 100.0 * comm_share, static_cast<double>(comm_bytes) / (1 << 20));
   const std::string json_path = a.str("json", "");
   if (!json_path.empty()) {
     Json j = Json::object({{"ms_per_step", median * 1e3},
@@ -213,7 +236,11 @@ int bench_step(const std::vector<std::string>& argv) {
                            {"batch_size", cfg.batch_size},
                            {"steps", steps},
                            {"weights", weights},
-                           {"isa", kernels::gemm_isa()}});
+                           {"isa", kernels::gemm_isa()},
+                           {"samples_per_second", samples_per_second},
+                           {"ranks", job ? job->size() : 1},
+                           {"communication_share", comm_share},
+                           {"communication_bytes_per_step_per_rank", static_cast<double>(comm_bytes)}});
     if (transformer) {
       j["tokens_per_second"] = tokens_per_second;
       j["vocabulary"] = vocabulary;
@@ -222,7 +249,7 @@ int bench_step(const std::vector<std::string>& argv) {
       j["layers"] = cfg.num_layers;
       j["heads"] = cfg.num_heads;
     }
-    write_file_atomically(json_path, j.dump(2) + "\n");
+    if (writes_outputs()) write_file_atomically(json_path, j.dump(2) + "\n");
     std::printf("wrote %s\n", json_path.c_str());
   }
   return 0;

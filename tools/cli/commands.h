@@ -10,6 +10,7 @@
 
 #include "mixtrain/core/json.h"
 #include "mixtrain/data/dataset.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/run.h"
 
 namespace mixtrain::cli {
@@ -46,5 +47,13 @@ void print_data_line(const std::string& spec, const DataSplits& data);
 Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunResult& r);
 // Writes text to path through a temporary file and a rename, so a failure never leaves a partial file.
 void write_file_atomically(const std::string& path, const std::string& text);
+
+// The data-parallel job this process is a rank of (started by mpirun with more than one process), else null.
+Communicator* data_parallel_job();
+// Whether this process prints results and writes files: one process, or rank 0 of a job.
+bool writes_outputs();
+// With a job: --batch-size is the global batch and must divide by the rank count (Error, exit 2); prints how
+// the batch splits.
+void check_global_batch(const RunConfig& cfg, Communicator* job);
 
 }  // namespace mixtrain::cli

@@ -68,9 +68,14 @@ int compare_command(const std::vector<std::string>& argv) {
   }
   const std::string out_dir = a.str("out", "out/compare");
   const std::string data_spec = a.str("data", "fashion-mnist");
+  // Data-parallel (mpirun): every rank trains every run; rank 0 alone writes the report.
+  Communicator* job = data_parallel_job();
+  const bool writer = writes_outputs();
+  if (a.str("batch-size", "") != "auto") check_global_batch(base, job);
+  base.communicator = job;
   std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec || !std::filesystem::is_directory(out_dir))
+  if (writer) std::filesystem::create_directories(out_dir, ec);
+  if (writer && (ec || !std::filesystem::is_directory(out_dir)))
     MIXTRAIN_FAIL(kIo, "cannot create the output directory '" << out_dir << "'", "pass a writable --out DIR");
 
   // The data (and a CSV's hold-out split, drawn from --seed) is loaded once: the float32 seeds differ only in
@@ -182,6 +187,7 @@ int compare_command(const std::vector<std::string>& argv) {
   for (size_t k = 0; k < seed_results.size(); ++k) seed_runs.push_back(run_to_json(seed_configs[k], data_spec, seed_results[k]));
   j["baseline_seed_runs"] = seed_runs;
   j["comparison"] = comparison_to_json(report);
+  if (!writer) return 0;
   const std::string json_path = out_dir + "/report.json", csv_path = out_dir + "/steps.csv",
                     html_path = out_dir + "/report.html";
   write_file_atomically(json_path, j.dump(2) + "\n");

@@ -1,5 +1,8 @@
 // mixtrain: the command-line tool. The only place that turns errors into exit codes:
 // 2 for bad input (files, flags), 1 for internal errors.
+// Under an MPI launcher (mpirun -np N mixtrain train ...) every process runs the command as one rank of a
+// data-parallel job; rank 0 alone prints to stdout and writes files.
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -7,6 +10,7 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/dist/communicator.h"
 
 namespace {
 const char* kUsage =
@@ -32,7 +36,27 @@ const char* kUsage =
     "           --temperature X (0: greedy) --top-k K --seed S\n"
     "  bench    gemm [--sizes 512,1024,2048] [--json FILE]: GFLOP/s per dtype\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
-    "           [--json FILE]: milliseconds per training step\n";
+    "           [--json FILE]: milliseconds per training step\n"
+    "data-parallel: mpirun -np N mixtrain train|compare|bench step ... trains on N processes; --batch-size is\n"
+    "           the global batch (divisible by N); rank 0 prints and writes files (docs/SCALING.md)\n";
+
+// The job's communicator when an MPI launcher started this process (MPI starts only then), else null.
+mixtrain::Communicator* job = nullptr;
+
+// " (rank r)" in a job of several processes, so that a message says which one failed.
+std::string rank_tag() {
+  return job && job->size() > 1 ? " (rank " + std::to_string(job->rank()) + ")" : std::string();
+}
+
+// An error ends the whole job: the other ranks may be waiting for this one in a collective.
+int fail(int code) {
+  if (job && job->size() > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    job->abort(code);
+  }
+  return code;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,6 +67,12 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
   try {
+    if (mixtrain::launched_by_mpi()) {
+      job = &mixtrain::world_communicator();
+      // One voice: the other ranks' stdout (progress, summaries) is dropped; their errors still reach stderr.
+      if (job->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+        std::cerr << "mixtrain: warning: rank " << job->rank() << " could not silence its output\n";
+    }
     if (command == "train") return mixtrain::cli::train_command(args);
     if (command == "doctor") return mixtrain::cli::doctor_command(args);
     if (command == "compare") return mixtrain::cli::compare_command(args);
@@ -53,15 +83,15 @@ int main(int argc, char** argv) {
               << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
     return 2;
   } catch (const mixtrain::Error& e) {
-    std::cerr << "mixtrain " << command << ": error: " << e.message();
+    std::cerr << "mixtrain " << command << rank_tag() << ": error: " << e.message();
     if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";
     std::cerr << "\n";
-    return e.kind() == mixtrain::ErrorKind::kInternal ? 1 : 2;
+    return fail(e.kind() == mixtrain::ErrorKind::kInternal ? 1 : 2);
   } catch (const std::bad_alloc&) {
-    std::cerr << "mixtrain " << command << ": error: out of memory (try a smaller --batch-size)\n";
-    return 1;
+    std::cerr << "mixtrain " << command << rank_tag() << ": error: out of memory (try a smaller --batch-size)\n";
+    return fail(1);
   } catch (const std::exception& e) {
-    std::cerr << "mixtrain " << command << ": internal error: " << e.what() << "\n";
-    return 1;
+    std::cerr << "mixtrain " << command << rank_tag() << ": internal error: " << e.what() << "\n";
+    return fail(1);
   }
 }

@@ -69,6 +69,11 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   j["seed"] = static_cast<double>(cfg.seed);
   j["batch_size"] = cfg.batch_size;
   if (cfg.steps > 0) j["steps"] = cfg.steps;
+  if (cfg.communicator) {
+    j["ranks"] = cfg.communicator->size();
+    j["communication_seconds"] = cfg.communicator->stats().seconds;
+    j["communication_bytes_per_rank"] = static_cast<double>(cfg.communicator->stats().bytes);
+  }
   Json epochs = Json::array();
   const auto& h = r.history.history;
   auto at = [&](const char* key, size_t i) {
@@ -135,6 +140,29 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+Communicator* data_parallel_job() {
+  if (!launched_by_mpi()) return nullptr;
+  Communicator& world = world_communicator();
+  return world.size() > 1 ? &world : nullptr;
+}
+
+bool writes_outputs() {
+  const Communicator* job = data_parallel_job();
+  return !job || job->rank() == 0;
+}
+
+void check_global_batch(const RunConfig& cfg, Communicator* job) {
+  if (!job) return;
+  MIXTRAIN_CHECK(cfg.batch_size % job->size() == 0,
+                 "--batch-size " << cfg.batch_size << " is the global batch and must divide by the " << job->size()
+                                 << " ranks of this job (each rank trains on batch-size / ranks rows per step); give "
+                                 << (cfg.batch_size / job->size() + 1) * job->size() << " or "
+                                 << std::max<int64_t>(1, cfg.batch_size / job->size()) * job->size());
+  std::printf("data-parallel: %d ranks (%s), global batch %lld = %d x %lld rows per rank\n", job->size(),
+              job->backend().c_str(), static_cast<long long>(cfg.batch_size), job->size(),
+              static_cast<long long>(cfg.batch_size / job->size()));
+}
+
 const std::set<std::string>& run_flags() {
   static const std::set<std::string> flags = {
       "model",         "data",       "epochs",        "batch-size", "lr",         "optimizer",   "seed",
@@ -157,6 +185,8 @@ void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
   std::printf("batch size auto (%s): %lld rows, one step peaks at %.1f MiB of a %.1f MiB budget (%zu trial steps)\n",
               cfg.policy.c_str(), static_cast<long long>(s.batch_size), static_cast<double>(s.peak_bytes) / (1 << 20),
               static_cast<double>(budget) / (1 << 20), s.trials.size());
+  // Data-parallel: the budget is each rank's; the global batch is the ranks' batches together.
+  if (const Communicator* job = data_parallel_job()) cfg.batch_size *= job->size();
 }
 
 namespace {
@@ -285,15 +315,21 @@ int train_command(const std::vector<std::string>& argv) {
   const std::string data_spec = a.str("data", "fashion-mnist");
   const std::string json_path = a.str("json", "");
 
+  // Data-parallel (mpirun): every rank trains; rank 0 alone writes the JSON and the checkpoints.
+  Communicator* job = data_parallel_job();
+  const bool writer = writes_outputs();
+  if (!auto_batch_size(a)) check_global_batch(cfg, job);
+  cfg.communicator = job;
   // Output paths are checked before the (long) training, not found unwritable after it.
-  if (!json_path.empty()) require_writable_output(json_path, "--json");
-  if (!cfg.save_path.empty()) require_writable_output(cfg.save_path, "--save");
+  if (!json_path.empty() && writer) require_writable_output(json_path, "--json");
+  if (!cfg.save_path.empty() && writer) require_writable_output(cfg.save_path, "--save");
   DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg);
   print_data_line(data_spec, data);
   resolve_batch_size(cfg, a, data);
+  if (auto_batch_size(a)) check_global_batch(cfg, job);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
   print_run_summary(r);
-  if (!json_path.empty()) {
+  if (!json_path.empty() && writer) {
     write_file_atomically(json_path, run_to_json(cfg, data_spec, r).dump(2) + "\n");
     std::cout << "wrote " << json_path << "\n";
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mixtrain/autograd/conv_functions.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/nn/layer.h"
 
 namespace mixtrain {
@@ -16,9 +17,26 @@ namespace mixtrain {
 // Inference: the same with the moving statistics. gamma (ones) and beta (zeros) are trainable;
 // moving_mean (zeros) and moving_variance (ones) are non-trainable variables that no optimizer touches and
 // checkpoints save.
+//
+// Data-parallel training (Model::fit with a Communicator): by default each rank normalizes with its own shard's
+// statistics (as PyTorch DDP's BatchNorm). set_synchronized(true) (PyTorch's SyncBatchNorm): in training the mean
+// and variance are those of the global batch over the ranks, and the backward pass all-reduces the two
+// per-channel sums the input gradient needs, so each rank's result equals one process on the global batch (within
+// float32 reduction order). Costs two all-reduces of C+1 and C values forward and one of 2C backward, per layer
+// per step. Every rank must then hold rows in every step (a rank with an empty shard would leave the others
+// waiting). Outside data-parallel training the option changes nothing.
 class BatchNormalization : public Layer {
  public:
   explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f, DTypeArg dtype = std::nullopt);
+  // Global-batch statistics in data-parallel training (see above); returns the layer, for chaining.
+  BatchNormalization& set_synchronized(bool synchronized) {
+    synchronized_ = synchronized;
+    return *this;
+  }
+  bool synchronized() const { return synchronized_; }
+  // The ranks a synchronized layer reduces over in its next training call (Model::train_step sets it each step;
+  // null or one rank: local statistics). Not owned.
+  void set_communicator(Communicator* comm) { communicator_ = comm; }
   std::string class_name() const override { return "BatchNormalization"; }
   float momentum() const { return momentum_; }
   float epsilon() const { return epsilon_; }
@@ -34,9 +52,13 @@ class BatchNormalization : public Layer {
  private:
   // moving = moving * momentum + batch * (1 - momentum), in float32.
   void update_moving(Var& moving, const Tensor& batch);
+  // Training with the global batch's statistics over communicator_ (synchronized_).
+  Var call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm);
 
   float momentum_;
   float epsilon_;
+  bool synchronized_ = false;
+  Communicator* communicator_ = nullptr;
   Var gamma_, beta_, moving_mean_, moving_variance_;
 };
 

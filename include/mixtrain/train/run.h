@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mixtrain/data/dataset.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
@@ -53,6 +54,10 @@ struct RunConfig {
   float attention_logit_multiplier = 1.0f;
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
+  // Data-parallel training (not owned; null or one rank: one process). Every rank runs run_training with the same
+  // configuration and data; batch_size is the global batch. Rank 0 alone writes the checkpoints; a checkpoint
+  // resumes with any number of ranks. Not stored in checkpoints.
+  Communicator* communicator = nullptr;
 
   // Number of epochs fit() runs: epochs, or for a run by steps the number of evaluation intervals.
   int fit_epochs() const;

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 mixtrain train` as a user runs it: rank 0 alone prints and writes the JSON and the checkpoint,
+# the result equals one process at the same global batch, a global batch that does not divide by the ranks is
+# refused (exit 2), and checkpoints resume across rank counts (2 -> 1 and 1 -> 2).
+# Usage: cli_two_ranks_test.sh MIXTRAIN MPIEXEC
+set -eu
+bin="$1"
+mpiexec="$2"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+two=("$mpiexec" -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$bin")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Three classes in 6 features, separable with some overlap.
+python3 - "$tmp/data.csv" <<'PY'
+import random, sys
+random.seed(5)
+with open(sys.argv[1], "w") as f:
+    f.write("a,b,c,d,e,f,label\n")
+    for i in range(900):
+        c = i % 3
+        row = [random.gauss(1.5 if j % 3 == c else 0.0, 1.0) for j in range(6)]
+        f.write(",".join(f"{v:.4f}" for v in row) + f",{c}\n")
+PY
+flags=(train --data "$tmp/data.csv" --batch-size 32 --seed 3 --lr 0.003)
+
+"$bin" "${flags[@]}" --epochs 3 --json "$tmp/one.json" >"$tmp/one.log"
+"${two[@]}" "${flags[@]}" --epochs 3 --json "$tmp/two.json" --save "$tmp/two.ckpt" >"$tmp/two.log"
+cat "$tmp/two.log"
+test "$(grep -c '^test: ' "$tmp/two.log")" -eq 1 || { echo "FAIL: expected one summary (rank 0 only)"; exit 1; }
+grep -q '^data-parallel: 2 ranks (mpi), global batch 32 = 2 x 16 rows per rank' "$tmp/two.log"
+test -s "$tmp/two.ckpt"
+
+python3 - "$tmp/one.json" "$tmp/two.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p)) for p in sys.argv[1:3])
+assert two["ranks"] == 2 and "ranks" not in one, (two.get("ranks"), one.get("ranks"))
+assert len(one["step_loss"]) == len(two["step_loss"]), "the global batch must give the same number of steps"
+worst = max(abs(a - b) for a, b in zip(one["step_loss"], two["step_loss"]))
+assert worst < 1e-4, f"per-step loss differs from one process by {worst}"
+da = abs(one["test"]["accuracy"] - two["test"]["accuracy"])
+assert da <= 0.001, f"test accuracy {two['test']['accuracy']} vs one process {one['test']['accuracy']}"
+assert abs(one["test"]["loss"] - two["test"]["loss"]) < 1e-4
+assert two["samples_per_second"] > 0 and two["communication_bytes_per_rank"] > 0
+print(f"two ranks = one process: largest step-loss difference {worst:.2e}, test accuracy {two['test']['accuracy']:.4f}")
+PY
+
+# A global batch of 15 does not split over 2 ranks: refused before any training, exit status 2.
+set +e
+"${two[@]}" "${flags[@]}" --epochs 1 --batch-size 15 >"$tmp/bad.log" 2>&1
+status=$?
+set -e
+test "$status" -eq 2 || { cat "$tmp/bad.log"; echo "FAIL: exit status $status, expected 2"; exit 1; }
+grep -q -- "--batch-size 15 is the global batch and must divide by the 2 ranks" "$tmp/bad.log"
+
+# Resume across rank counts: 2 epochs on 2 ranks then the 3rd on 1, and 2 epochs on 1 then the 3rd on 2, both
+# end where 3 epochs in one process end.
+"${two[@]}" "${flags[@]}" --epochs 2 --save "$tmp/a.ckpt" >/dev/null
+"$bin" "${flags[@]}" --epochs 3 --resume "$tmp/a.ckpt" --json "$tmp/a.json" >"$tmp/a.log"
+grep -q "resumed from" "$tmp/a.log"
+"$bin" "${flags[@]}" --epochs 2 --save "$tmp/b.ckpt" >/dev/null
+"${two[@]}" "${flags[@]}" --epochs 3 --resume "$tmp/b.ckpt" --json "$tmp/b.json" >"$tmp/b.log"
+grep -q "resumed from" "$tmp/b.log"
+python3 - "$tmp/one.json" "$tmp/a.json" "$tmp/b.json" <<'PY'
+import json, sys
+one, a, b = (json.load(open(p)) for p in sys.argv[1:4])
+for name, r in (("2 -> 1 ranks", a), ("1 -> 2 ranks", b)):
+    d = abs(r["test"]["loss"] - one["test"]["loss"])
+    assert d < 1e-4, f"{name}: test loss {r['test']['loss']} vs {one['test']['loss']} uninterrupted"
+    assert abs(r["test"]["accuracy"] - one["test"]["accuracy"]) <= 0.001
+    print(f"resume {name}: test loss within {d:.1e} of the uninterrupted run")
+PY
+echo "cli two ranks ok"
