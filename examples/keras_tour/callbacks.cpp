@@ -1,0 +1,24 @@
+// Keras tour 4: fit() with callbacks: a progress bar, early stopping, a plateau schedule and a checkpoint.
+#include <iostream>
+
+#include "data.h"
+#include "mixtrain/train/keras.h"
+
+using namespace mixtrain;
+
+int main() {
+  auto [x, y] = make_blobs(1200, 4);
+  Model model;
+  model.emplace<Dense>(32, "relu");
+  model.emplace<Dense>(3);
+  model.compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  ProgressBarLogger progress(std::cout, /*interactive=*/false);
+  EarlyStopping early_stopping("val_loss", /*patience=*/2, 0.0, /*restore_best_weights=*/true);
+  ReduceLROnPlateau reduce_lr({.monitor = "val_loss", .factor = 0.5, .patience = 1});
+  CheckpointCallback checkpoint("tour-{epoch}.safetensors");
+  History history = model.fit(x, y, {.epochs = 20, .batch_size = 32, .validation_split = 0.2,
+                                     .callbacks = {&progress, &early_stopping, &reduce_lr, &checkpoint}});
+  std::cout << "epochs run " << history.history["loss"].size() << ", last learning rate "
+            << history.history["learning_rate"].back() << "\n";
+  return model.evaluate(x, y).accuracy > 0.95 ? 0 : 1;
+}
