@@ -44,6 +44,27 @@ assert two["samples_per_second"] > 0 and two["communication_bytes_per_rank"] > 0
 print(f"two ranks = one process: largest step-loss difference {worst:.2e}, test accuracy {two['test']['accuracy']:.4f}")
 PY
 
+# Bit for bit where the reduction order is fixed: the same 2-rank run again, and one rank under mpirun against
+# the plain process (the checkpoint tensors too; the metadata holds a time stamp).
+"${two[@]}" "${flags[@]}" --epochs 3 --json "$tmp/two_again.json" --save "$tmp/two_again.ckpt" >/dev/null
+"$mpiexec" -np 1 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$bin" "${flags[@]}" --epochs 1 \
+  --json "$tmp/np1.json" --save "$tmp/np1.ckpt" >/dev/null
+"$bin" "${flags[@]}" --epochs 1 --json "$tmp/plain.json" --save "$tmp/plain.ckpt" >/dev/null
+python3 - "$tmp" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    header = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items() if k != "__metadata__"}
+for x, y in (("two", "two_again"), ("np1", "plain")):
+    a, b = (json.load(open(f"{d}/{n}.json")) for n in (x, y))
+    assert a["step_loss"] == b["step_loss"] and a["test"] == b["test"], f"{x} and {y} differ"
+    assert tensors(f"{d}/{x}.ckpt") == tensors(f"{d}/{y}.ckpt"), f"{x} and {y}: checkpoint tensors differ"
+print("bit-identical: a repeated 2-rank run, and mpirun -np 1 against one plain process")
+PY
+
 # A global batch of 15 does not split over 2 ranks: refused before any training, exit status 2.
 set +e
 "${two[@]}" "${flags[@]}" --epochs 1 --batch-size 15 >"$tmp/bad.log" 2>&1
