@@ -118,6 +118,45 @@ TEST(DataParallelFit, RefusesAGlobalBatchThatDoesNotDivideByTheRanks) {
   }
 }
 
+// A user's optimizer with only the per-variable update rule (no flat-buffer support): train_step takes the
+// per-tensor path, whose gradients are all-reduced one tensor at a time.
+class PlainSgd : public Optimizer {
+ public:
+  explicit PlainSgd(float lr) : Optimizer(lr) {}
+  std::string name() const override { return "plain_sgd"; }
+
+ protected:
+  void update(float* value, const float* grad, int64_t n, const std::string&) override {
+    for (int64_t i = 0; i < n; ++i) value[i] -= learning_rate() * grad[i];
+  }
+  std::vector<std::string> slot_names() const override { return {}; }
+};
+
+TEST(DataParallelFit, AnOptimizerWithoutFlatBuffersTrainsToTheSingleProcessWeights) {
+  MIXTRAIN_REQUIRE_TWO_RANKS();
+  Communicator& comm = world_communicator();
+  auto [x, y] = blobs(200, 17);
+  auto make = [] {
+    auto m = std::make_unique<Model>("mlp", 8);
+    m->emplace<Dense>(16, "relu");
+    m->emplace<Dense>(3);
+    m->compile(std::make_unique<PlainSgd>(0.1f), Loss("sparse_categorical_crossentropy", true));
+    return m;
+  };
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 40;
+  auto single = make();
+  ASSERT_FALSE(single->optimizer().supports_arena());
+  single->fit(x, y, o);
+  o.communicator = &comm;
+  auto parallel = make();
+  parallel->fit(x, y, o);
+  const std::vector<float> wp = flat_values(parallel->weights());
+  EXPECT_LT(max_relative_difference(wp, flat_values(single->weights())), kWeightTolerance);
+  EXPECT_TRUE(same_bits_on_all_ranks(wp, comm));
+}
+
 class DataParallelLossScale : public ::testing::Test {
  protected:
   void SetUp() override { set_precision_warning_sink([](const std::string&) {}); }
