@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <unordered_map>
 
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/dist/data_parallel.h"
@@ -31,6 +32,104 @@ Shape sample_shape_of(const Tensor& x) {
 // Integer inputs (ids) stay integers: each layer casts what it does not keep (Layer::operator()).
 const Tensor& as_input(const Tensor& x) { return x; }
 }  // namespace
+
+// The all-reduce of a stack model's float32 gradient buffer in buckets started during the backward pass, as
+// soon as every gradient in a bucket is final (PyTorch DDP's overlap). The arena lays variables out in layer
+// order, so a bucket is a range of offsets covering whole layers; the backward pass reaches layer L's output
+// gradient (the network observer's on_gradient) only after every operation recorded after L's output has run,
+// which in a stack includes every use of the later layers' variables. Buckets start in one fixed order (last
+// first) on every rank whatever the timing, as MPI's matching of collectives requires.
+class Model::OverlappedReduce : public LayerObserver {
+ public:
+  // Whether `model` qualifies (a stack, one float32 group, every variable in exactly one layer) and the buckets;
+  // false leaves the caller on the reduce-after-backward path.
+  bool prepare(const Model& model, const ParameterArena& arena, int64_t bucket_bytes) {
+    if (model.is_functional() || arena.dtypes() != std::vector<DType>{DType::kFloat32}) return false;
+    if (layout_ == arena.layout_id() && bucket_bytes == bucket_bytes_) return !buckets_.empty();
+    layout_ = arena.layout_id();
+    bucket_bytes_ = bucket_bytes;
+    buckets_.clear();
+    layer_index_.clear();
+    // start[l]: the first offset of layer l's variables (the next layer's start when it has none).
+    const auto& layers = model.layers();
+    std::unordered_map<const void*, size_t> var_index;
+    for (size_t i = 0; i < arena.vars().size(); ++i) var_index[arena.vars()[i].id()] = i;
+    const int64_t capacity = arena.capacity(DType::kFloat32);
+    std::vector<int64_t> start(layers.size() + 1, capacity);
+    size_t mapped = 0;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      layer_index_[layers[l].get()] = l;
+      int64_t lo = -1;
+      for (const Var& v : layers[l]->trainable_weights()) {
+        auto it = var_index.find(v.id());
+        if (it == var_index.end()) continue;
+        ++mapped;
+        const int64_t off = arena.entry(it->second).offset;
+        lo = lo < 0 ? off : std::min(lo, off);
+      }
+      start[l] = lo;
+    }
+    if (mapped != arena.vars().size()) return false;
+    for (size_t l = layers.size(); l-- > 0;)
+      if (start[l] < 0) start[l] = start[l + 1];
+    // Buckets from the last layer back: close one at a layer boundary once it holds bucket_bytes.
+    int64_t hi = capacity;
+    for (size_t l = layers.size(); l-- > 1;) {
+      if ((hi - start[l]) * static_cast<int64_t>(sizeof(float)) >= bucket_bytes && start[l] > 0) {
+        buckets_.push_back({l, start[l], hi});
+        hi = start[l];
+      }
+    }
+    buckets_.push_back({0, 0, hi});  // the first layers' bucket: ready when backward ends
+    return true;
+  }
+
+  void begin(Communicator& comm, float* grads, float weight) {
+    comm_ = &comm;
+    grads_ = grads;
+    weight_ = weight;
+    next_ = 0;
+    inflight_.clear();
+  }
+  // Layer `layer`'s output gradient exists: every later layer's gradients are final.
+  void on_gradient(const Layer& layer, const Tensor&) override {
+    auto it = layer_index_.find(&layer);
+    if (it != layer_index_.end()) start_until(it->second + 1);
+  }
+  // After backward: starts what is left, in the same order.
+  void start_rest() { start_until(0); }
+  void wait() {
+    for (auto& r : inflight_) r->wait();
+    inflight_.clear();
+  }
+
+ private:
+  struct Bucket {
+    size_t first_layer;
+    int64_t lo, hi;  // float32 offsets
+  };
+  // Starts, last bucket first, every bucket whose layers all come at or after `layer`.
+  void start_until(size_t layer) {
+    while (next_ < buckets_.size() && buckets_[next_].first_layer >= layer) {
+      const Bucket& b = buckets_[next_++];
+      float* p = grads_ + b.lo;
+      const int64_t n = b.hi - b.lo;
+      if (weight_ != 1.0f)
+        for (int64_t i = 0; i < n; ++i) p[i] *= weight_;
+      inflight_.push_back(comm_->start_all_reduce(p, n, ReduceOp::kSum));
+    }
+  }
+
+  uint64_t layout_ = 0;
+  int64_t bucket_bytes_ = 0;
+  std::vector<Bucket> buckets_;  // last layers first
+  std::unordered_map<const Layer*, size_t> layer_index_;
+  Communicator* comm_ = nullptr;
+  float* grads_ = nullptr;
+  float weight_ = 1.0f;
+  size_t next_ = 0;
+  std::vector<std::unique_ptr<Communicator::Request>> inflight_;
+};
 
 int64_t training_rows(int64_t n, double fraction) {
   MIXTRAIN_CHECK(fraction >= 0 && fraction < 1, "validation_split must be in [0, 1), got " << fraction);
@@ -119,11 +218,21 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
     arena_.zero_grad();
   }
   // Read for the logs only: the scale this step uses.
-  const std::optional<float> logged_scale =
-      optimizer_->scales_loss() ? std::optional<float>(optimizer_->loss_scale_for_logs()) : std::nullopt;
+  const bool scales_loss = optimizer_->scales_loss();
+  const float logged_scale = scales_loss ? optimizer_->loss_scale_for_logs() : 0.0f;
   // Synchronized BatchNormalization reduces its statistics over this step's ranks (none outside data parallelism).
   for (const auto& l : layers_)
     if (auto* bn = dynamic_cast<BatchNormalization*>(l.get())) bn->set_communicator(comm);
+  const float weight =
+      comm ? static_cast<float>(static_cast<double>(rows) / static_cast<double>(global_rows)) : 1.0f;
+  // Data-parallel with flat buffers: buckets of a stack's gradients start during backward (unless an observer
+  // is already in force, e.g. inspection's).
+  if (!overlap_) overlap_ = std::make_shared<OverlappedReduce>();
+  const bool overlapped = comm && flat && observer() == nullptr && overlap_->prepare(*this, arena_, bucket_bytes_);
+  if (overlapped) {
+    overlap_->begin(*comm, arena_.gradient_buffer(DType::kFloat32).data<float>(), weight);
+    set_observer(overlap_.get());
+  }
   double loss_value = 0, accuracy = 0;
   if (rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
     Var out = call(Var(as_input(x)), CallContext{true, &dropout_rng_});
@@ -132,6 +241,10 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
     backward(loss, optimizer_->scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
     loss_value = loss.value().item();
     if (track_accuracy_) accuracy = ops::sparse_categorical_accuracy(out.value(), y);
+  }
+  if (overlapped) {
+    set_observer(nullptr);
+    overlap_->start_rest();
   }
   {
     NoGradGuard no_grad;
@@ -150,14 +263,20 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
       comm->all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
       loss_value = small[vars.size()] / static_cast<double>(global_rows);
       accuracy = small[vars.size() + 1] / static_cast<double>(global_rows);
-      const auto weight = static_cast<float>(static_cast<double>(rows) / static_cast<double>(global_rows));
-      if (flat) {
+      if (overlapped) {
+        overlap_->wait();
+        // Written on some rank, not here: the reduced values are in the buffer; mark them as this variable's.
+        for (size_t i = 0; i < vars.size(); ++i) {
+          Var v = vars[i];
+          if (small[i] > 0 && !v.has_grad()) v.set_grad(arena_.gradient_view(i).clone());
+        }
+      } else if (flat) {
         for (size_t i = 0; i < vars.size(); ++i) {
           Var v = vars[i];
           // The arena's buffer holds zeros for it: mark it written, as on the ranks that computed one.
           if (small[i] > 0 && !v.has_grad()) v.set_grad(Tensor::zeros(v.shape(), v.dtype()));
         }
-        all_reduce_gradients(arena_, *comm, weight);
+        all_reduce_gradients(arena_, *comm, weight, bucket_bytes_);
       } else {
         for (size_t i = 0; i < vars.size(); ++i)
           if (!grads[i].defined()) grads[i] = Tensor::zeros(vars[i].shape(), DType::kFloat32);
@@ -174,7 +293,7 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
   for (Var v : vars) v.zero_grad();
   Logs logs{{"loss", loss_value}};
   if (track_accuracy_) logs.emplace_back("accuracy", accuracy);
-  if (logged_scale) logs.emplace_back("loss_scale", *logged_scale);
+  if (scales_loss) logs.emplace_back("loss_scale", logged_scale);
   return logs;
 }
 

@@ -67,6 +67,36 @@ TEST(DataParallelFit, TwoRanksTrainTheMlpToTheSingleProcessWeights) {
   EXPECT_GT(ep.accuracy, 0.9);
 }
 
+TEST(DataParallelFit, BucketsStartedDuringBackwardGiveTheSameBitsAsOneBucket) {
+  MIXTRAIN_REQUIRE_TWO_RANKS();
+  Communicator& comm = world_communicator();
+  auto [x, y] = blobs(256, 18);
+  auto run = [&](int64_t bucket_bytes) {
+    auto m = std::make_unique<Model>("mlp", 4);
+    m->emplace<Dense>(64, "relu");
+    m->emplace<Dense>(64, "relu");
+    m->emplace<Dense>(3);
+    m->compile(make_optimizer("adam", 0.01f), Loss("sparse_categorical_crossentropy", true));
+    m->set_gradient_bucket_bytes(bucket_bytes);
+    FitOptions o;
+    o.epochs = 1;
+    o.batch_size = 32;
+    o.communicator = &comm;
+    m->fit(x, y, o);
+    return flat_values(m->weights());
+  };
+  const int64_t calls_before = comm.stats().calls;
+  const std::vector<float> one_bucket = run(int64_t{1} << 30);
+  const int64_t calls_one = comm.stats().calls - calls_before;
+  // 1 KiB buckets: the last two layers' gradients (17 KiB, one bucket) leave while the first layer's backward
+  // runs, the first layer's after it; the sums are elementwise, so bucketing changes no bit.
+  const std::vector<float> small_buckets = run(1024);
+  const int64_t calls_small = comm.stats().calls - calls_before - calls_one;
+  EXPECT_GT(calls_small, calls_one) << "the small buckets were not used";
+  EXPECT_EQ(small_buckets, one_bucket);
+  EXPECT_TRUE(same_bits_on_all_ranks(small_buckets, comm));
+}
+
 TEST(DataParallelFit, AnEmptyShardOfASmallLastBatchStillTakesPart) {
   MIXTRAIN_REQUIRE_TWO_RANKS();
   Communicator& comm = world_communicator();

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/callbacks.h"
@@ -96,6 +96,14 @@ class Model : public Network {
   // start from the same weights (fit() broadcasts them; a custom loop calls broadcast_variables).
   Logs train_step(const Tensor& x, const Tensor& y, Communicator* comm = nullptr, int64_t global_rows = 0);
 
+  // Bytes per gradient all-reduce bucket in data-parallel steps (kDefaultBucketBytes unless set). A stack
+  // model's buckets start during the backward pass, as soon as their gradients are final.
+  void set_gradient_bucket_bytes(int64_t bytes) {
+    MIXTRAIN_CHECK(bytes > 0, "set_gradient_bucket_bytes: must be positive, got " << bytes);
+    bucket_bytes_ = bytes;
+  }
+  int64_t gradient_bucket_bytes() const { return bucket_bytes_; }
+
   // Set by callbacks to end fit() after the current epoch (or step, for TerminateOnNaN).
   bool stop_training = false;
   uint64_t seed() const { return seed_; }
@@ -114,6 +122,9 @@ class Model : public Network {
  private:
   // fit() on several ranks: checks the options, copies rank 0's weights and streams, derives per-rank dropout.
   void start_data_parallel(const FitOptions& options, Communicator& comm);
+  class OverlappedReduce;
+  std::shared_ptr<OverlappedReduce> overlap_;  // data-parallel buckets started during backward
+  int64_t bucket_bytes_ = kDefaultBucketBytes;
 
   uint64_t seed_;
   Rng init_rng_, shuffle_rng_, dropout_rng_;
