@@ -1,5 +1,6 @@
 #include "mixtrain/train/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -77,6 +78,46 @@ bool parse_int(const std::string& text, Int* out) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, *out);
   return ec == std::errc() && ptr == end && !text.empty();
+}
+
+// Building allocates the model's weights before they can be compared with the file's, so the saved input_shape
+// decides how much the build asks for. A model's weights grow with its input (a Dense kernel holds a row per
+// input feature), so a shape with more elements per sample than all the file's tensors together is damage;
+// models whose weights do not grow with the input (global pooling) are still accepted up to this many elements.
+constexpr int64_t kUncheckedInputElements = int64_t{1} << 20;
+
+// The per-sample shape in the "input_shape" metadata: a JSON array of 1 to kMaxRank - 1 positive integers (the
+// batch dimension comes on top), with at most max(kUncheckedInputElements, elements in the file) elements.
+Shape saved_input_shape(const std::string& path, const std::string& text, const SafetensorsFile& file) {
+  const auto fail = [&](const std::string& why) {
+    MIXTRAIN_FAIL(kInvalidInput, "checkpoint '" << path << "': 'input_shape' metadata '" << text << "' " << why,
+                  "the file is damaged; use another copy or an earlier checkpoint");
+  };
+  Json parsed;
+  try {
+    parsed = Json::parse(text, "input_shape");
+  } catch (const Error& e) {
+    fail("is not JSON: " + e.message());
+  }
+  if (!parsed.is_array() || parsed.size() < 1 || parsed.size() >= static_cast<size_t>(kMaxRank))
+    fail("is not an array of 1 to " + std::to_string(kMaxRank - 1) + " dimensions");
+  int64_t file_elements = 0;
+  for (const auto& [name, t] : file.tensors) file_elements += t.numel();  // each fits the file, so no overflow
+  const int64_t limit = std::max(kUncheckedInputElements, file_elements);
+  std::vector<int64_t> dims;
+  int64_t elements = 1;
+  for (const Json& d : parsed.as_array()) {
+    const double v = d.is_number() ? d.as_number() : 0;
+    if (!(v >= 1 && v == std::floor(v))) fail("holds " + d.dump() + " where a positive integer dimension belongs");
+    // v <= limit before the cast, and the product checked as it grows: a hostile value cannot overflow either.
+    if (v > static_cast<double>(limit) || __builtin_mul_overflow(elements, static_cast<int64_t>(v), &elements) ||
+        elements > limit)
+      fail("asks for more than " + std::to_string(limit) + " elements per sample (the larger of " +
+           std::to_string(kUncheckedInputElements) + " and the " + std::to_string(file_elements) +
+           " values of the file's tensors)");
+    dims.push_back(static_cast<int64_t>(v));
+  }
+  return Shape(std::move(dims));
 }
 
 }  // namespace
@@ -215,10 +256,7 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   if (!model.built()) {
     const std::string* input_shape = meta("input_shape");
     if (!input_shape) CKPT_FAIL("the model is not built and no 'input_shape' metadata says how to build it", "");
-    std::vector<int64_t> dims;
-    const Json parsed = Json::parse(*input_shape, path + " input_shape");
-    for (const Json& d : parsed.as_array()) dims.push_back(d.as_int64());
-    model.build_for(Shape(dims));
+    model.build_for(saved_input_shape(path, *input_shape, file));
   }
   const std::vector<Var> weights = model.weights();
   std::map<std::string, const Tensor*> by_name;

@@ -486,6 +486,44 @@ TEST(Checkpoint, DamagedFilesAreRefusedNamingFileAndTensor) {
   EXPECT_TRUE(load_checkpoint(good, *m).checksums_verified);
 }
 
+// Found by fuzz/checkpoint_fuzz.cpp (fuzz/corpus/checkpoint/huge_input_shape): an unbuilt model was built for
+// whatever input_shape the file held, so [2^52] asked for 2^56 bytes and [2, 2^30] for gigabytes before any weight
+// was compared. The shape is now checked first (each edit below keeps the checksums valid, as an editing tool
+// would), and the model stays unbuilt.
+TEST(Checkpoint, AHostileInputShapeIsRefusedBeforeTheModelIsBuilt) {
+  TempDir dir;
+  auto [x, y] = blobs(60, 7);
+  auto trained = make_model("adam_f32", 4);
+  trained->fit(x, y, fit_options(1));
+  const std::string good = dir.file("good.safetensors");
+  save_checkpoint(good, *trained, CheckpointInfo{});
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"[4503599627370496]", "asks for more than 1048576 elements per sample"},
+      {"[2,1073741824]", "asks for more than 1048576 elements per sample"},
+      {"[1048576,2]", "asks for more than 1048576 elements per sample"},
+      {"[]", "is not an array of 1 to 7 dimensions"},
+      {"[1,1,1,1,1,1,1,8]", "is not an array of 1 to 7 dimensions"},
+      {"{\"a\":8}", "is not an array of 1 to 7 dimensions"},
+      {"[8", "is not JSON"},
+      {"[0]", "holds 0 where a positive integer dimension belongs"},
+      {"[-8]", "holds -8 where a positive integer dimension belongs"},
+      {"[2.5]", "holds 2.5 where a positive integer dimension belongs"},
+      {"[\"8\"]", "holds \"8\" where a positive integer dimension belongs"},
+  };
+  for (const auto& c : cases) {
+    const std::string& shape = c.first;
+    const std::string path = dir.file("shape.safetensors");
+    write_edited(good, path, [&](NamedTensors&, std::map<std::string, std::string>& meta) { meta["input_shape"] = shape; });
+    auto fresh = make_model("adam_f32", 4);
+    expect_refused(path, *fresh, "'input_shape' metadata '" + shape + "' " + c.second);
+    EXPECT_FALSE(fresh->built()) << shape;
+  }
+  auto fresh = make_model("adam_f32", 4);
+  load_checkpoint(good, *fresh);
+  EXPECT_TRUE(fresh->built());
+  expect_same(snapshot(*trained), snapshot(*fresh));
+}
+
 // A checkpoint saved before checksums were added loads (after every other check) with a warning naming the file.
 TEST(Checkpoint, CheckpointWithoutChecksumsLoadsWithAWarning) {
   TempDir dir;
