@@ -96,6 +96,7 @@ void csv_seeds() {
   write("csv", "plain.csv", "x1,x2,label\n0.5,1.5,0\n-2,3e-2,1\n4,5,2\n");
   write("csv", "quoted_crlf_bom.csv", "\xEF\xBB\xBF\"a,b\", c ,label\r\n\"1\",2,0\r\n\r\n 3 ,\"4\",1\r\n");
   write("csv", "signs_and_exponents.csv", "f,label\n+1.25e3,0\n-inf,1\n1e39,0\n");
+  write("csv", "headerless.csv.gz", gzip("1,2,0\n3,4,1\n5,6,2\n"));
 }
 
 void text_seeds() {
