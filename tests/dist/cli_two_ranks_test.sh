@@ -90,4 +90,19 @@ for name, r in (("2 -> 1 ranks", a), ("1 -> 2 ranks", b)):
     assert abs(r["test"]["accuracy"] - one["test"]["accuracy"]) <= 0.001
     print(f"resume {name}: test loss within {d:.1e} of the uninterrupted run")
 PY
+# bench step and compare under mpirun: the step's samples/s and communication share, one report from rank 0.
+"${two[@]}" bench step --model mlp --hidden 64 --batch-size 32 --steps 3 --json "$tmp/bench.json" >"$tmp/bench.log"
+grep -q '^data-parallel: 2 ranks, .* of step time in communication' "$tmp/bench.log"
+"${two[@]}" compare --data "$tmp/data.csv" --epochs 1 --batch-size 32 --policies float32,mixed_bfloat16 \
+  --baseline-seeds 2 --out "$tmp/cmp" >"$tmp/cmp.log"
+test -s "$tmp/cmp/report.json" && test -s "$tmp/cmp/report.html"
+test "$(grep -c '^mixed_bfloat16: ' "$tmp/cmp.log")" -eq 1
+python3 - "$tmp/bench.json" "$tmp/cmp/report.json" <<'PY'
+import json, sys
+b, c = (json.load(open(p)) for p in sys.argv[1:3])
+assert b["ranks"] == 2 and 0 <= b["communication_share"] <= 1 and b["samples_per_second"] > 0, b
+assert b["communication_bytes_per_step_per_rank"] > 0
+assert c["policies"]["float32"]["ranks"] == 2
+print(f"bench step on 2 ranks: {b['samples_per_second']:.0f} samples/s, {100 * b['communication_share']:.0f}% communication")
+PY
 echo "cli two ranks ok"
