@@ -93,6 +93,9 @@ class Model::OverlappedReduce : public LayerObserver {
   }
   // Layer `layer`'s output gradient exists: every later layer's gradients are final.
   void on_gradient(const Layer& layer, const Tensor&) override {
+    // Between layers' backward steps: let the buckets in flight advance (Open MPI moves their data only inside
+    // MPI calls), then start the ones now ready.
+    for (auto& r : inflight_) r->test();
     auto it = layer_index_.find(&layer);
     if (it != layer_index_.end()) start_until(it->second + 1);
   }

@@ -48,6 +48,9 @@ class Communicator {
    public:
     virtual ~Request() = default;
     virtual void wait() = 0;
+    // Lets the transfer advance without blocking (MPI moves a non-blocking collective's data only inside MPI
+    // calls); true once it is complete. wait() is still required.
+    virtual bool test() { return false; }
   };
   virtual std::unique_ptr<Request> start_all_reduce(float* data, int64_t n, ReduceOp op) = 0;
 
