@@ -27,7 +27,8 @@ void validate_run_config(const RunConfig& cfg) {
   for (int64_t h : cfg.hidden) MIXTRAIN_CHECK(h > 0, "--hidden sizes must be positive, got " << h);
   MIXTRAIN_CHECK(cfg.steps >= 0, "--steps must be a positive integer, got " << cfg.steps);
   MIXTRAIN_CHECK(cfg.eval_interval >= 0, "--eval-every must be a positive integer, got " << cfg.eval_interval);
-  MIXTRAIN_CHECK(cfg.warmup_steps >= 0, "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
+  MIXTRAIN_CHECK(cfg.warmup_steps >= 0 || cfg.warmup_steps == RunConfig::kAutoWarmup,
+                 "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
   MIXTRAIN_CHECK(cfg.weight_decay >= 0, "--weight-decay must be >= 0, got " << cfg.weight_decay);
   MIXTRAIN_CHECK(cfg.clipnorm >= 0, "--clipnorm must be >= 0 (0: no clipping), got " << cfg.clipnorm);
   MIXTRAIN_CHECK(cfg.context_length > 0 && cfg.context_length <= 65536,
@@ -39,7 +40,8 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "--dropout must be in [0, 1), got " << cfg.dropout);
   MIXTRAIN_CHECK(cfg.attention_logit_multiplier > 0, "the attention logit multiplier must be positive");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
-  make_schedule(cfg.lr_schedule, cfg.learning_rate, std::max<int64_t>(cfg.warmup_steps, 1), cfg.warmup_steps);
+  const int64_t warmup = std::max<int64_t>(cfg.warmup_steps, 0);
+  make_schedule(cfg.lr_schedule, cfg.learning_rate, std::max<int64_t>(warmup, 1), warmup);
   if (cfg.loss_scale != "dynamic" && cfg.loss_scale != "none") {
     char* end = nullptr;
     const double v = std::strtod(cfg.loss_scale.c_str(), &end);
@@ -77,6 +79,11 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
   return model;
 }
 
+int64_t resolved_warmup_steps(const RunConfig& cfg, int64_t total_steps) {
+  if (cfg.warmup_steps != RunConfig::kAutoWarmup) return cfg.warmup_steps;
+  return std::min<int64_t>(100, total_steps / 10);
+}
+
 std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t total_steps) {
   std::unique_ptr<Optimizer> opt;
   if (cfg.optimizer == "adamw") {
@@ -88,8 +95,9 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t tota
     opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
   }
   if (cfg.clipnorm > 0) opt->set_global_clipnorm(cfg.clipnorm);
-  if (cfg.lr_schedule != "constant" || cfg.warmup_steps > 0)
-    opt->set_learning_rate_schedule(make_schedule(cfg.lr_schedule, cfg.learning_rate, total_steps, cfg.warmup_steps));
+  const int64_t warmup = resolved_warmup_steps(cfg, total_steps);
+  if (cfg.lr_schedule != "constant" || warmup > 0)
+    opt->set_learning_rate_schedule(make_schedule(cfg.lr_schedule, cfg.learning_rate, total_steps, warmup));
   return opt;
 }
 

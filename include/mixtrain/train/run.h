@@ -41,6 +41,8 @@ struct RunConfig {
   // Learning-rate schedule over the whole run, after a linear warm-up over warmup_steps: "constant", "cosine"
   // (decay to 0.1 x the rate) or "linear" (decay to 0); see make_schedule() in optim/schedules.h.
   std::string lr_schedule = "constant";
+  // kAutoWarmup: min(100, a tenth of the run's updates), resolved once the run's length is known.
+  static constexpr int64_t kAutoWarmup = -1;
   int64_t warmup_steps = 0;
   float weight_decay = 0.004f;  // AdamW only; the Keras default
   float clipnorm = 0;           // > 0: clip gradients to this global norm after unscaling
@@ -92,6 +94,8 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
 // normalization parameters excluded), gradient clipping and learning-rate schedule.
 // total_steps: the updates of the whole run, over which the schedule runs.
 std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t total_steps);
+// cfg.warmup_steps with kAutoWarmup resolved for a run of total_steps updates.
+int64_t resolved_warmup_steps(const RunConfig& cfg, int64_t total_steps);
 // Builds, compiles, fits and evaluates. progress: where the progress bar goes (nullptr: silent).
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive);
 // cfg as a JSON string (stored in checkpoints), and back: run_config_from_json(run_config_json(c)) gives c's
