@@ -240,6 +240,10 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
   if (rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
     Var out = call(Var(as_input(x)), CallContext{true, &dropout_rng_});
     Var loss = (*loss_)(out, y);
+    // Kernel regularizers' penalties join the training loss (Keras adds model.losses); without any, the sum is
+    // a constant 0 that records nothing and is left out.
+    const Var penalty = regularization_loss(*this);
+    if (penalty.requires_grad()) loss = mixtrain::add(loss, penalty);
     // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
     backward(loss, optimizer_->scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
     loss_value = loss.value().item();

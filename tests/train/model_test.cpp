@@ -43,6 +43,28 @@ TEST(Model, FitLearnsSeparableBlobs) {
   EXPECT_EQ(p.shape(), (Shape{300, 3}));
 }
 
+// A kernel regularizer set on a layer acts in fit(): its penalty joins the loss (and its gradient the update).
+TEST(Model, FitAddsKernelRegularizerPenalties) {
+  auto [x, y] = blobs(600, 1);
+  auto kernel_norm = [&](float l2) {
+    auto m = std::make_unique<Model>("mlp", 7);
+    m->emplace<Dense>(16, "relu")->set_kernel_regularizer(L2(l2));
+    m->emplace<Dense>(3);
+    m->compile(make_optimizer("adam", 0.01f), Loss("sparse_categorical_crossentropy", true));
+    FitOptions o;
+    o.epochs = 3;
+    History h = m->fit(x, y, o);
+    const Tensor k = m->layers().front()->weights().front().value();
+    double sq = 0;
+    for (int64_t i = 0; i < k.numel(); ++i) sq += double(k.data<float>()[i]) * k.data<float>()[i];
+    return std::make_pair(sq, h.history["loss"].back());
+  };
+  const auto [plain_sq, plain_loss] = kernel_norm(0.0f);
+  const auto [reg_sq, reg_loss] = kernel_norm(0.1f);
+  EXPECT_LT(reg_sq, 0.5 * plain_sq) << "an L2 penalty of 0.1 must shrink the kernel";
+  EXPECT_GT(reg_loss, plain_loss) << "the logged loss includes the penalty";
+}
+
 TEST(Model, SameSeedGivesBitIdenticalWeightsOtherSeedDoesNot) {
   auto [x, y] = blobs(300, 3);
   FitOptions o;
