@@ -5,8 +5,8 @@
 
 namespace mixtrain {
 
-BatchNormalization::BatchNormalization(float momentum, float epsilon, DTypeArg dtype)
-    : Layer("batch_normalization", std::move(dtype)), momentum_(momentum), epsilon_(epsilon) {
+BatchNormalization::BatchNormalization(float momentum, float epsilon, DTypeArg dtype, const std::string& name)
+    : Layer("batch_normalization", std::move(dtype), name), momentum_(momentum), epsilon_(epsilon) {
   MIXTRAIN_CHECK(momentum >= 0.0f && momentum <= 1.0f, "BatchNormalization: momentum must be in [0, 1], got " << momentum);
   MIXTRAIN_CHECK(epsilon > 0.0f, "BatchNormalization: epsilon must be positive, got " << epsilon);
 }

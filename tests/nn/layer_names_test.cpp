@@ -7,6 +7,7 @@
 #include "mixtrain/nn/conv_layers.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
+#include "mixtrain/nn/normalization.h"
 #include "mixtrain/nn/reshaping.h"
 #include "mixtrain/nn/sequential.h"
 #include "mixtrain/nn/session.h"
@@ -33,6 +34,7 @@ TEST(LayerNames, EveryBuiltInLayerTakesANameAtConstruction) {
       std::make_shared<Embedding>(10, 4, std::nullopt, "l_embedding"),
       std::make_shared<PositionEmbedding>(8, std::nullopt, "l_position"),
       std::make_shared<LayerNormalization>(1e-3f, std::nullopt, "l_layernorm"),
+      std::make_shared<BatchNormalization>(0.99f, 1e-3f, std::nullopt, "l_batchnorm"),
       std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 2, .name = "l_mha"}),
   };
   for (const auto& l : layers) {

@@ -27,7 +27,8 @@ namespace mixtrain {
 // waiting). Outside data-parallel training the option changes nothing.
 class BatchNormalization : public Layer {
  public:
-  explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f, DTypeArg dtype = std::nullopt);
+  explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f, DTypeArg dtype = std::nullopt,
+                              const std::string& name = {});
   // Global-batch statistics in data-parallel training (see above); returns the layer, for chaining.
   BatchNormalization& set_synchronized(bool synchronized) {
     synchronized_ = synchronized;

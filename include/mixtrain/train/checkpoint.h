@@ -12,8 +12,9 @@
 //
 // Resuming: build and compile the model exactly as before (same layers, policy, optimizer), call
 // load_checkpoint(), then fit(..., {.epochs = N, .initial_epoch = info.epoch}). Weights are matched by variable
-// name, and layer names are unique per process ("dense", "dense_1", ...), so build the model in a fresh process,
-// or in the same order of layer creation, as the saving process did.
+// path ("<layer name>/<weight name>"); layer names are unique per model ("dense", "dense_1", ... in model order,
+// or given with name=), so a model built the same way loads a checkpoint in any process, after any other model.
+// To load weights only, into a model built differently, see save_weights / load_weights (train/weights_file.h).
 #pragma once
 
 #include <cstdint>
