@@ -65,34 +65,26 @@ void Conv2D::build_impl(const Shape& input_shape, Rng& rng) {
   const Shape ks{kernel_size_.h, kernel_size_.w, cin, filters_};
   // The initializers count the receptive field kh kw in both fans, as Keras' (glorot_uniform draws the same
   // values it drew when this layer computed its own limit).
-  kernel_ = add_weight("kernel", ks, kernel_initializer_, rng);
-  if (use_bias_) bias_ = add_weight("bias", {filters_}, bias_initializer_, rng);
+  kernel_ = add_weight("kernel", ks, kernel_options_.kernel_initializer, rng);
+  if (use_bias_) bias_ = add_weight("bias", {filters_}, kernel_options_.bias_initializer, rng);
 }
 
 Conv2D& Conv2D::set_kernel_initializer(std::string_view name) {
-  MIXTRAIN_CHECK(!built(), "Conv2D '" << this->name() << "': set the kernel initializer before the layer is built");
-  kernel_initializer_ = initializer_from_name(name);
+  kernel_options_.set_kernel_initializer(*this, name);
   return *this;
 }
 
 Conv2D& Conv2D::set_bias_initializer(std::string_view name) {
-  MIXTRAIN_CHECK(!built(), "Conv2D '" << this->name() << "': set the bias initializer before the layer is built");
-  bias_initializer_ = initializer_from_name(name);
+  kernel_options_.set_bias_initializer(*this, name);
   return *this;
 }
 
 Conv2D& Conv2D::set_kernel_regularizer(Regularizer r) {
-  MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
-                 "Conv2D '" << name() << "': regularizer factors must be finite and >= 0, got l1 " << r.l1 << ", l2 "
-                         << r.l2);
-  kernel_regularizer_ = r;
+  kernel_options_.set_kernel_regularizer(*this, r);
   return *this;
 }
 
-std::vector<Var> Conv2D::regularization_losses() const {
-  if (!kernel_regularizer_.active() || !kernel_.defined()) return {};
-  return {regularization_penalty(kernel_, kernel_regularizer_)};
-}
+std::vector<Var> Conv2D::regularization_losses() const { return kernel_options_.penalties(kernel_); }
 
 Var Conv2D::call(const Var& x, const CallContext&) {
   check_image_input(x, *this);

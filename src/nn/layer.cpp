@@ -79,6 +79,30 @@ Tensor initial_value(const Shape& shape, Initializer init, Rng& rng) {
   return t;
 }
 
+void KernelOptions::set_kernel_initializer(const Layer& layer, std::string_view name) {
+  MIXTRAIN_CHECK(!layer.built(), layer.class_name() << " '" << layer.name()
+                                                    << "': set the kernel initializer before the layer is built");
+  kernel_initializer = initializer_from_name(name);
+}
+
+void KernelOptions::set_bias_initializer(const Layer& layer, std::string_view name) {
+  MIXTRAIN_CHECK(!layer.built(), layer.class_name() << " '" << layer.name()
+                                                    << "': set the bias initializer before the layer is built");
+  bias_initializer = initializer_from_name(name);
+}
+
+void KernelOptions::set_kernel_regularizer(const Layer& layer, Regularizer r) {
+  MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
+                 layer.class_name() << " '" << layer.name() << "': regularizer factors must be finite and >= 0, got l1 "
+                                    << r.l1 << ", l2 " << r.l2);
+  kernel_regularizer = r;
+}
+
+std::vector<Var> KernelOptions::penalties(const Var& kernel) const {
+  if (!kernel_regularizer.active() || !kernel.defined()) return {};
+  return {regularization_penalty(kernel, kernel_regularizer)};
+}
+
 Var regularization_penalty(const Var& w, const Regularizer& r) {
   MIXTRAIN_CHECK(w.defined() && is_float(w.dtype()), "regularization_penalty: the weight must be floating");
   MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,

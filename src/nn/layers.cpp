@@ -20,34 +20,26 @@ void Dense::build_impl(const Shape& input_shape, Rng& rng) {
   MIXTRAIN_CHECK(input_shape.rank() >= 1 && input_shape[-1] > 0,
                  "Dense '" << name() << "' expects inputs shaped (batch, ..., features), got per-sample shape "
                            << input_shape);
-  kernel_ = add_weight("kernel", {input_shape[-1], units_}, kernel_initializer_, rng);
-  if (use_bias_) bias_ = add_weight("bias", {units_}, bias_initializer_, rng);
+  kernel_ = add_weight("kernel", {input_shape[-1], units_}, kernel_options_.kernel_initializer, rng);
+  if (use_bias_) bias_ = add_weight("bias", {units_}, kernel_options_.bias_initializer, rng);
 }
 
 Dense& Dense::set_kernel_initializer(std::string_view name) {
-  MIXTRAIN_CHECK(!built(), "Dense '" << this->name() << "': set the kernel initializer before the layer is built");
-  kernel_initializer_ = initializer_from_name(name);
+  kernel_options_.set_kernel_initializer(*this, name);
   return *this;
 }
 
 Dense& Dense::set_bias_initializer(std::string_view name) {
-  MIXTRAIN_CHECK(!built(), "Dense '" << this->name() << "': set the bias initializer before the layer is built");
-  bias_initializer_ = initializer_from_name(name);
+  kernel_options_.set_bias_initializer(*this, name);
   return *this;
 }
 
 Dense& Dense::set_kernel_regularizer(Regularizer r) {
-  MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
-                 "Dense '" << name() << "': regularizer factors must be finite and >= 0, got l1 " << r.l1 << ", l2 "
-                         << r.l2);
-  kernel_regularizer_ = r;
+  kernel_options_.set_kernel_regularizer(*this, r);
   return *this;
 }
 
-std::vector<Var> Dense::regularization_losses() const {
-  if (!kernel_regularizer_.active() || !kernel_.defined()) return {};
-  return {regularization_penalty(kernel_, kernel_regularizer_)};
-}
+std::vector<Var> Dense::regularization_losses() const { return kernel_options_.penalties(kernel_); }
 
 Var Dense::call(const Var& x, const CallContext&) {
   MIXTRAIN_CHECK(x.value().rank() >= 2 && x.shape()[-1] == kernel_.shape()[0],

@@ -35,7 +35,7 @@ class Conv2D : public Layer {
   Conv2D& set_kernel_initializer(std::string_view name);
   Conv2D& set_bias_initializer(std::string_view name);
   Conv2D& set_kernel_regularizer(Regularizer r);
-  const Regularizer& kernel_regularizer() const { return kernel_regularizer_; }
+  const Regularizer& kernel_regularizer() const { return kernel_options_.kernel_regularizer; }
   std::vector<Var> regularization_losses() const override;
 
  protected:
@@ -43,9 +43,7 @@ class Conv2D : public Layer {
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
-  Initializer kernel_initializer_ = Initializer::kGlorotUniform;
-  Initializer bias_initializer_ = Initializer::kZeros;
-  Regularizer kernel_regularizer_;
+  KernelOptions kernel_options_;
   int64_t filters_;
   ops::Size2 kernel_size_;
   ops::Conv2dOptions options_;

@@ -78,6 +78,21 @@ inline Regularizer L1L2(float l1 = 0.0f, float l2 = 0.0f) { return {l1, l2}; }
 // The penalty of w as a recorded scalar float32 Var (its gradient reaches w): l1 sum|w| + l2 sum w^2.
 Var regularization_penalty(const Var& w, const Regularizer& r);
 
+class Layer;
+// The options Keras gives layers with a kernel (Dense, Conv2D): kernel and bias initializers by name, set
+// before the layer is built, and a kernel regularizer. One copy of their checks for every such layer.
+struct KernelOptions {
+  Initializer kernel_initializer = Initializer::kGlorotUniform;
+  Initializer bias_initializer = Initializer::kZeros;
+  Regularizer kernel_regularizer;
+  // Each checks its value and, for initializers, that `layer` is not built yet (errors name the layer).
+  void set_kernel_initializer(const Layer& layer, std::string_view name);
+  void set_bias_initializer(const Layer& layer, std::string_view name);
+  void set_kernel_regularizer(const Layer& layer, Regularizer r);
+  // The kernel's penalty, or none (no regularizer, or the layer is not built).
+  std::vector<Var> penalties(const Var& kernel) const;
+};
+
 class Layer : public std::enable_shared_from_this<Layer> {
  public:
   // name: the layer's name (Keras' name=), kept as set_name() keeps it; empty: named by its kind.
@@ -128,8 +143,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   // The penalties of this layer's regularized weights (Keras' layer.losses), each a recorded scalar float32
   // Var computed from the current values; empty when none is regularized. A training step adds their sum,
-  // regularization_loss(model) (nn/network.h), to its loss: a custom loop does it itself (Model::train_step,
-  // and so fit(), does not add it yet; docs/KERAS.md).
+  // regularization_loss(model) (nn/network.h), to its loss: Model::train_step (and so fit()) does; a custom
+  // loop adds it itself.
   virtual std::vector<Var> regularization_losses() const { return {}; }
 
   const std::vector<Var>& weights() const { return weights_; }

@@ -26,7 +26,7 @@ class Dense : public Layer {
   Dense& set_kernel_initializer(std::string_view name);
   Dense& set_bias_initializer(std::string_view name);
   Dense& set_kernel_regularizer(Regularizer r);
-  const Regularizer& kernel_regularizer() const { return kernel_regularizer_; }
+  const Regularizer& kernel_regularizer() const { return kernel_options_.kernel_regularizer; }
   std::vector<Var> regularization_losses() const override;
 
  protected:
@@ -34,9 +34,7 @@ class Dense : public Layer {
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
-  Initializer kernel_initializer_ = Initializer::kGlorotUniform;
-  Initializer bias_initializer_ = Initializer::kZeros;
-  Regularizer kernel_regularizer_;
+  KernelOptions kernel_options_;
   int64_t units_;
   ops::Activation activation_;
   bool use_bias_;
