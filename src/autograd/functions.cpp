@@ -60,8 +60,10 @@ Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const 
   Var out = output(ops::linear(x.value(), kernel_compute, bias.defined() ? bias.value() : Tensor()), rec);
   if (rec) {
     record_backward(out, [x, kernel, kernel_compute, bias, out]() {
+      // The kernel's first gradient goes straight into its flat buffer where it has one (ParameterArena).
+      const Tensor dw_into = kernel.requires_grad() ? kernel.fresh_gradient_destination(DType::kFloat32) : Tensor();
       auto g = ops::linear_backward(out.grad(), x.value(), kernel_compute, x.requires_grad(),
-                                    bias.defined() && bias.requires_grad());
+                                    bias.defined() && bias.requires_grad(), dw_into);
       give_fresh(x, g.dx);
       give_fresh(kernel, g.dw);
       give_fresh(bias, g.dbias);

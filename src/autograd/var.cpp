@@ -57,6 +57,15 @@ void Var::set_grad_buffer(Tensor view) {
   impl_->grad_buffer = std::move(view);
 }
 
+Tensor Var::fresh_gradient_destination(DType dtype) const {
+  const Tensor& buffer = impl_->grad_buffer;
+  if (impl_->grad.defined() || !buffer.defined() || buffer.dtype() != dtype || buffer.dtype() != this->dtype() ||
+      buffer.shape() != shape() || !buffer.is_contiguous())
+    return Tensor();
+  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(*this)) return Tensor();
+  return buffer;
+}
+
 void Var::set_grad(Tensor g) {
   if (g.defined() && impl_->grad_buffer.defined() && g.shape() == impl_->grad_buffer.shape() &&
       impl_->grad_buffer.dtype() == dtype() && impl_->grad_buffer.shape() == shape()) {
@@ -98,7 +107,11 @@ void Var::accumulate_grad(const Tensor& g) {
   }
   if (!impl_->grad.defined()) {
     if (buffer.defined()) {
-      buffer.copy_from(g);  // converts; overwrites whatever an earlier step left
+      // Converts; overwrites whatever an earlier step left. A gradient written straight into the buffer
+      // (fresh_gradient_destination) is adopted as it is.
+      if (!(g.dtype() == buffer.dtype() && g.shares_storage(buffer) && g.raw() == buffer.raw() &&
+            g.is_contiguous()))
+        buffer.copy_from(g);
       impl_->grad = buffer;
       return;
     }

@@ -67,8 +67,9 @@ Tensor prepare_operand(const Tensor& t, bool* trans, int64_t* ld) {
 std::string operand_text(const Tensor& t, bool trans) { return t.describe() + (trans ? "^T" : ""); }
 
 // The shared path of bmm, matmul and linear.
+// `into`, when defined, receives the result in place (it must be contiguous, of the result's shape and dtype).
 Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype, const Tensor& bias,
-               const char* op) {
+               const char* op, const Tensor& into = Tensor()) {
   check_operand(a, "a", op);
   check_operand(b, "b", op);
   check_same_dtype(op, "operand a", a, "operand b", b);
@@ -108,7 +109,17 @@ Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DTy
   std::vector<int64_t> dims = l.batch;
   dims.push_back(m);
   dims.push_back(n);
-  Tensor c = Tensor::empty(Shape(dims), out_dtype, device);
+  Tensor c;
+  if (into.defined()) {
+    MIXTRAIN_CHECK(into.shape() == Shape(dims) && into.dtype() == out_dtype && into.is_contiguous() &&
+                       into.device() == device,
+                   op << ": the output tensor " << into.describe() << " does not fit the product "
+                      << dtype_name(out_dtype) << " " << Shape(dims) << " (needs it contiguous, on " << device.str()
+                      << ")");
+    c = into;
+  } else {
+    c = Tensor::empty(Shape(dims), out_dtype, device);
+  }
   Tensor bias_c = bias.defined() ? bias.contiguous() : Tensor();
   kernel::bmm_table()(device)(ar, br, bias_c, l, c);
   return c;
@@ -192,7 +203,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return y.reshape(Shape(dims));
 }
 
-LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool need_x, bool need_bias) {
+LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool need_x, bool need_bias,
+                            const Tensor& dw_into) {
   std::vector<int64_t> out_dims = x.shape().dims();
   if (!out_dims.empty()) out_dims.back() = w.dim(1);
   MIXTRAIN_CHECK(dy.defined() && dy.shape() == Shape(out_dims),
@@ -203,7 +215,8 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
   Tensor x2 = x.reshape({-1, in});                   // (B, in)
   LinearGrads g;
   if (need_x) g.dx = matmul(dy2, w, false, true, x.dtype()).reshape(x.shape());  // (B, out) x (out, in)
-  g.dw = matmul(x2, dy2, true, false, DType::kFloat32);                          // (in, B) x (B, out), float32 out
+  // (in, B) x (B, out), float32 out
+  g.dw = product(x2, dy2, true, false, DType::kFloat32, Tensor(), "linear_backward", dw_into);
   if (need_bias) g.dbias = sum_rows(dy2);                                        // float32 sums
   return g;
 }

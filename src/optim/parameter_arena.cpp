@@ -66,7 +66,27 @@ Tensor ParameterArena::value_buffer(DType dtype) const {
 
 Tensor ParameterArena::gradient_buffer(DType dtype) const {
   const Group* g = find_group(dtype);
-  return g ? g->grads : Tensor();
+  if (!g) return Tensor();
+  zero_unwritten_gradients();
+  return g->grads;
+}
+
+Tensor ParameterArena::gradient_view(size_t i) const {
+  zero_unwritten_gradients();
+  return view(group(entry(i).dtype).grads, i);
+}
+
+void ParameterArena::zero_unwritten_gradients() const {
+  if (!unwritten_stale_) return;
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    if (vars_[i].has_grad()) continue;
+    const Entry& e = entries_[i];
+    Tensor grads = group(e.dtype).grads;  // a handle to the shared buffer
+    const size_t es = dtype_size(e.dtype);
+    std::memset(static_cast<char*>(grads.raw()) + static_cast<size_t>(e.offset) * es, 0,
+                static_cast<size_t>(e.numel) * es);  // all-zero bits are 0 in every dtype
+  }
+  unwritten_stale_ = false;
 }
 
 Tensor ParameterArena::compute_copy_buffer(DType dtype) const {
@@ -148,6 +168,7 @@ void ParameterArena::bind(const std::vector<Var>& vars) {
   entries_ = std::move(entries);
   groups_ = std::move(groups);
   layout_id_ = g_next_layout.fetch_add(1);
+  unwritten_stale_ = false;  // fresh buffers are zero
   for (size_t i = 0; i < vars_.size(); ++i) {
     Var& v = vars_[i];
     Tensor value = view(group(entries_[i].dtype).values, i);
@@ -163,8 +184,8 @@ void ParameterArena::bind(const std::vector<Var>& vars) {
 }
 
 void ParameterArena::zero_grad() {
-  for (Group& g : groups_) std::memset(g.grads.raw(), 0, g.grads.nbytes());  // all-zero bits are 0 in every dtype
   for (Var& v : vars_) v.zero_grad();
+  unwritten_stale_ = true;
 }
 
 void ParameterArena::attach_copy(Group& g, size_t c) {

@@ -5,6 +5,12 @@
 #include <cstring>
 #include <random>
 
+#include "mixtrain/autograd/functions.h"
+#include "mixtrain/autograd/gradient_tape.h"
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/matmul.h"
+
 namespace mixtrain {
 namespace {
 
@@ -109,7 +115,7 @@ TEST(ParameterArena, GradientsAccumulateIntoTheViews) {
   EXPECT_EQ(arena.gradient_view(4).at(128), 2.0f);
 }
 
-TEST(ParameterArena, ZeroGradIsOneFillPerDtype) {
+TEST(ParameterArena, BuffersReadAsZerosAfterZeroGrad) {
   std::vector<Var> vars = make_vars();
   ParameterArena arena(vars);
   for (size_t i = 0; i < vars.size(); ++i) {
@@ -124,6 +130,66 @@ TEST(ParameterArena, ZeroGradIsOneFillPerDtype) {
     EXPECT_FALSE(v.has_grad());
     EXPECT_FALSE(v.grad().defined());
   }
+}
+
+// zero_grad() fills nothing: a view written afterwards holds exactly its new gradient (not a sum with the
+// stale one), and the views of variables still without a gradient read as zeros.
+TEST(ParameterArena, ZeroGradDefersTheFillToTheNextRead) {
+  std::vector<Var> vars = make_vars();
+  ParameterArena arena(vars);
+  for (size_t i = 0; i < vars.size(); ++i)
+    vars[i].accumulate_grad(random_tensor(vars[i].shape(), DType::kFloat32, 40 + static_cast<uint32_t>(i)));
+  arena.zero_grad();
+  const Tensor g0 = random_tensor(vars[0].shape(), DType::kFloat32, 50);
+  const Tensor g3 = random_tensor(vars[3].shape(), DType::kFloat16, 51);
+  vars[0].accumulate_grad(g0);
+  vars[3].accumulate_grad(g3);
+  EXPECT_TRUE(bit_equal(arena.gradient_view(0), g0));
+  EXPECT_TRUE(bit_equal(arena.gradient_view(3), g3));
+  for (size_t i : {1, 2, 4}) EXPECT_TRUE(all_zero(arena.gradient_view(i))) << "variable " << i;
+  // The whole buffers agree with the views, padding included.
+  Tensor expect32 = Tensor::zeros({arena.capacity(DType::kFloat32)}, DType::kFloat32);
+  expect32.slice(0, arena.entry(0).offset, arena.entry(0).offset + 15).copy_from(g0.reshape({15}));
+  EXPECT_TRUE(bit_equal(arena.gradient_buffer(DType::kFloat32), expect32));
+  // A gradient written after the buffers were read is still its own value.
+  const Tensor g4 = random_tensor(vars[4].shape(), DType::kFloat32, 52);
+  vars[4].accumulate_grad(g4);
+  EXPECT_TRUE(bit_equal(arena.gradient_view(4), g4));
+}
+
+// Dense's backward writes the kernel's first gradient straight into the kernel's view (no copy), with the bits
+// of the product computed on its own; a later contribution adds to it; a GradientTape still collects it apart.
+TEST(ParameterArena, LinearBackwardWritesTheKernelGradientInPlace) {
+  Var kernel(random_tensor({6, 4}, DType::kFloat32, 60), true, "d/kernel");
+  Var bias(random_tensor({4}, DType::kFloat32, 61), true, "d/bias");
+  ParameterArena arena(std::vector<Var>{kernel, bias});
+  const Tensor x = random_tensor({5, 6}, DType::kFloat32, 62);
+  // d(sum of y) / dy: ones.
+  const Tensor ones = Tensor::full({5, 4}, DType::kFloat32, 1.0f);
+  const Tensor expect_dw = ops::linear_backward(ones, x, kernel.value(), false, true).dw;
+
+  arena.zero_grad();
+  EXPECT_EQ(kernel.fresh_gradient_destination(DType::kFloat32).raw(), arena.gradient_view(0).raw());
+  EXPECT_FALSE(kernel.fresh_gradient_destination(DType::kFloat16).defined()) << "only in the buffer's dtype";
+  backward(sum(linear(Var(x), kernel, kernel.value(), bias)));
+  ASSERT_TRUE(kernel.has_grad());
+  EXPECT_EQ(kernel.grad().raw(), arena.gradient_view(0).raw());
+  EXPECT_TRUE(bit_equal(kernel.grad(), expect_dw));
+  EXPECT_FALSE(kernel.fresh_gradient_destination(DType::kFloat32).defined()) << "a gradient is written";
+
+  // Second use without zero_grad: accumulates (2 x dw, exact in float32).
+  backward(sum(linear(Var(x), kernel, kernel.value(), bias)));
+  EXPECT_TRUE(bit_equal(arena.gradient_view(0), ops::add(expect_dw, expect_dw)));
+
+  // Under a tape, the buffer is left alone and the tape gets the gradient.
+  arena.zero_grad();
+  GradientTape tape;
+  Var y = linear(Var(x), kernel, kernel.value(), bias);
+  const std::vector<Tensor> grads = tape.gradient(y, {kernel});  // d(sum of y)
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_TRUE(bit_equal(grads[0], expect_dw));
+  EXPECT_FALSE(kernel.has_grad());
+  EXPECT_TRUE(all_zero(arena.gradient_view(0)));
 }
 
 TEST(ParameterArena, RebindIsIdempotentAndDetectsDtypeChanges) {

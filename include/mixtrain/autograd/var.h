@@ -64,6 +64,11 @@ class Var {
   // detached at the next accumulation and gradients are allocated as before.
   void set_grad_buffer(Tensor view);
   const Tensor& grad_buffer() const { return impl_->grad_buffer; }
+  // Where a backward op may write this Var's first gradient since zero_grad() directly, saving the copy into the
+  // buffer: the attached gradient buffer, when it is in `dtype`, no gradient has been written yet and no
+  // GradientTape collects this Var's gradient; undefined otherwise. After writing into it, hand the same tensor to
+  // accumulate_grad / accumulate_grad_owned / set_grad, which then adopt it without copying.
+  Tensor fresh_gradient_destination(DType dtype) const;
 
   // A copy of the value in a 16-bit compute dtype kept by the owner of flat storage (the optimizer refreshes it in
   // its update pass), so layers need not convert the weight each step. set_compute_copy() attaches a buffer with

@@ -45,7 +45,10 @@ struct LinearGrads {
   Tensor dw;     // (in, out), float32: written straight into the variable's dtype, no 16-bit rounding
   Tensor dbias;  // (out,), float32; summed in float32
 };
-LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool need_x, bool need_bias);
+// dw_into, when defined (float32 (in, out), contiguous: a variable's gradient buffer), receives dw in place and
+// g.dw is that tensor, saving a copy of the largest gradient of a Dense layer.
+LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool need_x, bool need_bias,
+                            const Tensor& dw_into = Tensor());
 
 namespace kernel {
 // A batch of products C[p] (m, n) = op(A[p]) op(B[p]) [+ bias], read from strided memory. A[p] starts at

@@ -61,14 +61,17 @@ class ParameterArena {
   int64_t capacity(DType dtype) const;
 
   // The whole flat buffers, 1-D of capacity(dtype) elements (undefined when the dtype is absent). Padding
-  // between variables is zero. Writing into them writes the variables.
+  // between variables is zero. Writing into them writes the variables. A gradient buffer read after zero_grad()
+  // holds zeros for every variable that has no gradient yet.
   Tensor value_buffer(DType dtype) const;
   Tensor gradient_buffer(DType dtype) const;
   // Variable i's views, with its shape.
   Tensor value_view(size_t i) const { return view(group(entry(i).dtype).values, i); }
-  Tensor gradient_view(size_t i) const { return view(group(entry(i).dtype).grads, i); }
+  Tensor gradient_view(size_t i) const;
 
-  // Fills every gradient buffer with zeros (one fill per dtype) and marks every variable as having no gradient.
+  // Marks every variable as having no gradient: its first gradient then overwrites its view (backward writes
+  // most of them in place), and the views of variables still without one are zeroed when the buffers are next
+  // read (gradient_buffer / gradient_view), so that no step pays for a fill of the whole buffer.
   void zero_grad();
 
   // Keeps a copy of every float32 variable in `dtype` (float16 or bfloat16): a buffer with the float32 layout,
@@ -98,12 +101,16 @@ class ParameterArena {
   const Group* find_group(DType dtype) const;
   Tensor view(const Tensor& flat, size_t i) const;
   void attach_copy(Group& g, size_t copy_index);
+  // Zeroes the views of the variables without a gradient when zero_grad() left them stale.
+  void zero_unwritten_gradients() const;
 
   std::vector<Var> vars_;
   std::vector<Entry> entries_;
   std::vector<Group> groups_;
   std::vector<DType> copy_dtypes_;
   uint64_t layout_id_ = 0;
+  // Set by zero_grad(): views of variables without a gradient may hold an earlier step's values.
+  mutable bool unwritten_stale_ = false;
 };
 
 }  // namespace mixtrain
