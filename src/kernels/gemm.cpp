@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_backend.h"
+#include "kernels/f16_split.h"
 #include "kernels/gemm_internal.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/kernels/cpu_features.h"
@@ -483,8 +484,15 @@ int bf16_method() {
 
 // ---- float16 method: widen to float32, or AVX512-FP16 FMAs on float16 partial sums ----
 
-enum F16Method : int { kF16Widen = 0, kF16Fma = 1, kF16FmaEmulated = 2, kNumF16Methods = 3 };
-constexpr const char* kF16MethodNames[] = {"widen", "fp16", "fp16_emulated"};
+enum F16Method : int {
+  kF16Widen = 0,
+  kF16Fma = 1,
+  kF16FmaEmulated = 2,
+  kF16Amx = 3,          // each value split into two bfloat16 values, three AMX products (f16_split.h)
+  kF16AmxEmulated = 4,  // the same on the AMX kernel's portable emulation
+  kNumF16Methods = 5
+};
+constexpr const char* kF16MethodNames[] = {"widen", "fp16", "fp16_emulated", "amx", "amx_emulated"};
 static_assert(sizeof(kF16MethodNames) / sizeof(kF16MethodNames[0]) == kNumF16Methods);
 
 constexpr int kDefaultF16Interval = 32;  // k values per float16 partial sum (16 products a lane)
@@ -502,7 +510,7 @@ int env_f16_method() {
     const int parsed = parse_f16_method(env);
     if (parsed < 0)
       MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_F16_GEMM='" << env << "' names no float16 GEMM method",
-                    "set MIXTRAIN_F16_GEMM to fp16, widen or fp16_emulated, or unset it");
+                    "set MIXTRAIN_F16_GEMM to amx, fp16, widen, amx_emulated or fp16_emulated, or unset it");
     return parsed;
   }();
   return method;
@@ -532,7 +540,69 @@ bool cpu_has_f16_fma() { return best_level() == kLevelAvx512 && cpu_features().a
 
 bool f16_method_available(int method) {
   if (method == kF16Fma) return cpu_has_f16_fma() && &active_backend() == kBackends[kLevelAvx512];
+  if (method == kF16Amx) return method_available(kAmx);
   return true;
+}
+
+thread_local AlignedBuffer t_split_a;  // A' = [A_hi, A_hi, A_lo] along k, bfloat16
+thread_local AlignedBuffer t_split_b;  // B' = [B_hi; B_lo; B_hi] along k, bfloat16
+
+// A float16 product as a bfloat16 product three times as deep on `be` (AMX, or its emulation): see f16_split.h.
+// The split operands are dense copies; a 16-bit C is still rounded once, from the float32 sum of all 3k terms.
+void gemm_f16_split(const GemmBackend& be, const Problem& p, int max_threads = 0) {
+  const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;
+  const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
+  // 3 * rows * cols bfloat16 values, in a buffer of floats (two values each).
+  auto* a2 = reinterpret_cast<uint16_t*>(t_split_a.get(static_cast<size_t>((3 * a_rows * a_cols + 1) / 2)));
+  auto* b2 = reinterpret_cast<uint16_t*>(t_split_b.get(static_cast<size_t>((3 * b_rows * b_cols + 1) / 2)));
+  if (a2 == nullptr || b2 == nullptr)
+    MIXTRAIN_FAIL(kInternal,
+                  "gemm: out of memory for the bfloat16 split of float16 operands (m=" << p.m << ", n=" << p.n
+                                                                                      << ", k=" << p.k << ")",
+                  "free memory, use smaller matrices or set MIXTRAIN_F16_GEMM=widen");
+  split_f16_to_bf16(static_cast<const uint16_t*>(p.a), a_rows, a_cols, p.lda, !p.trans_a,
+                    {SplitPiece::kHi, SplitPiece::kHi, SplitPiece::kLo}, a2);
+  split_f16_to_bf16(static_cast<const uint16_t*>(p.b), b_rows, b_cols, p.ldb, p.trans_b,
+                    {SplitPiece::kHi, SplitPiece::kLo, SplitPiece::kHi}, b2);
+  Problem q = p;
+  q.ab_dtype = DType::kBFloat16;
+  q.k = 3 * p.k;
+  q.a = a2;
+  q.lda = p.trans_a ? p.m : q.k;
+  q.b = b2;
+  q.ldb = p.trans_b ? q.k : p.n;
+  gemm_blocked(be, q, max_threads);
+}
+
+// Whether the calibrated split method serves a product of this shape: AMX tiles are 16 rows by 16 columns,
+// and a thin product (a matrix-vector one, a small batch) would pay for splitting a whole operand while using a
+// sliver of each tile; widening serves those.
+bool worth_splitting(const Problem& p) { return p.m >= 16 && p.n >= 16 && p.m * p.n * p.k >= kMinParallelMacs; }
+
+// Widening or the AMX split, by measurement (as calibrated_bf16_method, on the same shape with float16 values in
+// [1, 2), the split included in the time). The float16 FMA method is never chosen by itself (see f16_method).
+int calibrated_f16_method() {
+  if (!method_available(kAmx)) return kF16Widen;
+  constexpr int64_t kM = 192, kN = 256, kK = 512;
+  std::vector<uint16_t> a(kM * kK), b(kK * kN);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(0x3C00 + (i * 37) % 1024);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(0x3C00 + (i * 53) % 1024);
+  std::vector<float> c(kM * kN);
+  const Problem p{false, false, kM, kN, kK, DType::kFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
+                  c.data(), kN, false, nullptr};
+  auto best_of_three = [&](auto&& run) {
+    run();  // warm-up
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      run();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best;
+  };
+  const double widen = best_of_three([&] { gemm_blocked(active_backend(), p, 1); });
+  const double split = best_of_three([&] { gemm_f16_split(bf16_backend(kAmx), p, 1); });
+  return split * 1.1 < widen ? kF16Amx : kF16Widen;
 }
 
 const GemmBackend& f16_backend(int method) {
@@ -541,18 +611,31 @@ const GemmBackend& f16_backend(int method) {
       return cpu::kAvx512Fp16Backend;
     case kF16FmaEmulated:
       return cpu::kAvx512Fp16EmulatedBackend;
+    case kF16Amx:
+      return bf16_backend(kAmx);
+    case kF16AmxEmulated:
+      return bf16_backend(kAmxEmulated);
     default:
       return *kBackends[kLevelAvx512];
   }
 }
 
-// Widening unless forced: the fp16 method sums partly in float16, outside gemm()'s contract, so only a
-// caller who asks for it (MIXTRAIN_F16_GEMM=fp16) gets it, on a CPU that has it.
-int f16_method() {
+// The forced method (test hook, then MIXTRAIN_F16_GEMM) where it can run, or -1.
+int forced_f16_method() {
   int wanted = g_test_f16_method.load(std::memory_order_relaxed);
   if (wanted < 0) wanted = env_f16_method();
-  if (wanted >= 0 && f16_method_available(wanted)) return wanted;
-  return kF16Widen;
+  return wanted >= 0 && f16_method_available(wanted) ? wanted : -1;
+}
+
+// The forced method, else the calibrated one on the AVX-512 path (widening or the AMX split), else widening.
+// The fp16 method sums partly in float16, outside gemm()'s contract, so only a caller who asks for it
+// (MIXTRAIN_F16_GEMM=fp16) gets it, on a CPU that has it.
+int f16_method() {
+  const int forced = forced_f16_method();
+  if (forced >= 0) return forced;
+  if (&active_backend() != kBackends[kLevelAvx512]) return kF16Widen;
+  static const int calibrated = calibrated_f16_method();
+  return calibrated;
 }
 
 const GemmBackend& backend_for(DType ab_dtype) {
@@ -562,9 +645,18 @@ const GemmBackend& backend_for(DType ab_dtype) {
   }
   if (ab_dtype == DType::kFloat16) {
     const int method = f16_method();
-    if (method != kF16Widen) return f16_backend(method);
+    if (method == kF16Fma || method == kF16FmaEmulated) return f16_backend(method);
   }
   return active_backend();
+}
+
+// Whether a float16 product goes through the bfloat16 split: the method says so and, unless forced, the shape
+// is worth it.
+bool use_f16_split(const Problem& p) {
+  if (p.ab_dtype != DType::kFloat16) return false;
+  const int method = f16_method();
+  if (method != kF16Amx && method != kF16AmxEmulated) return false;
+  return forced_f16_method() >= 0 || worth_splitting(p);
 }
 
 }  // namespace
@@ -576,6 +668,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_
   check_args(p);
   if (m == 0 || n == 0) return;
   if (k == 0) return gemm_no_products(p);
+  if (use_f16_split(p)) return gemm_f16_split(f16_backend(f16_method()), p);
   gemm_blocked(backend_for(ab_dtype), p);
 }
 
@@ -622,7 +715,8 @@ const char* set_gemm_f16_method_for_testing(const char* method) {
   if (method != nullptr) {
     wanted = parse_f16_method(method);
     if (wanted < 0)
-      MIXTRAIN_FAIL(kInvalidInput, "unknown float16 GEMM method '" << method << "'", "use fp16, widen or fp16_emulated");
+      MIXTRAIN_FAIL(kInvalidInput, "unknown float16 GEMM method '" << method << "'",
+                    "use amx, fp16, widen, amx_emulated or fp16_emulated");
   }
   g_test_f16_method.store(wanted, std::memory_order_relaxed);
   return gemm_f16_method();

@@ -13,9 +13,9 @@ const char* set_gemm_isa_for_testing(const char* isa);
 // default. Returns gemm_bf16_method(), which callers compare to what they asked for.
 const char* set_gemm_bf16_method_for_testing(const char* method);
 
-// Forces the float16 method ("fp16", "widen" or "fp16_emulated"; fp16 only where the CPU and the path in
-// use can run it), over MIXTRAIN_F16_GEMM and the calibration; nullptr returns to the default. Returns
-// gemm_f16_method().
+// Forces the float16 method ("amx", "fp16", "widen", "amx_emulated" or "fp16_emulated"; amx and fp16 only
+// where the CPU and the path in use can run them), over MIXTRAIN_F16_GEMM and the calibration, for products of
+// every shape; nullptr returns to the default. Returns gemm_f16_method().
 const char* set_gemm_f16_method_for_testing(const char* method);
 
 // Forces the float16 promotion interval (k values, even, 2..1024); 0 returns to the default. Returns

@@ -86,8 +86,14 @@ double unit_roundoff(DType dtype) {
 // f16_terms > 0 (the float16 FMA method): each float16 partial sum of at most f16_terms products adds
 // up to f16_terms * 2^-11 relative to the magnitudes it sums, and each float16 rounding of a tiny sum up
 // to 2^-25 absolute (half the smallest float16 subnormal), k of them at most.
-double tolerance(int64_t k, double abs_sum, double exact, DType c_dtype, int64_t f16_terms = 0) {
+// bf16_split (the float16 "amx" method): 3k products are summed, and each float16 product a b misses
+// a_lo b_lo, at most 2^-16 |a b| (f16_split.h); their terms' magnitudes sum to at most (1 + 2^-7) abs_sum.
+double tolerance(int64_t k, double abs_sum, double exact, DType c_dtype, int64_t f16_terms = 0,
+                 bool bf16_split = false) {
   double accumulation = 1.01 * static_cast<double>(k + 2) * std::ldexp(1.0, -24) * abs_sum;
+  if (bf16_split)
+    accumulation = 1.01 * static_cast<double>(3 * k + 2) * std::ldexp(1.0, -24) * abs_sum +
+                   std::ldexp(1.0, -16) * abs_sum;
   if (f16_terms > 0)
     accumulation += 1.01 * static_cast<double>(f16_terms) * std::ldexp(1.0, -11) * abs_sum +
                     static_cast<double>(k) * std::ldexp(1.0, -25);
@@ -103,7 +109,7 @@ struct Shape3 {
 // Everything for one (shape, transposes, input dtype): runs every output dtype, accumulate and bias
 // combination and checks each element of C and that C's padding columns are untouched.
 void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DType ab, std::mt19937& rng,
-                       int64_t f16_terms = 0) {
+                       int64_t f16_terms = 0, bool bf16_split = false) {
   const int64_t m = s.m, n = s.n, k = s.k;
   const int64_t pad = (m + n + k) % 3 == 0 ? 0 : 3;  // some cases with ld > cols
   Matrix a(ab, trans_a ? k : m, trans_a ? m : k, pad);
@@ -156,7 +162,7 @@ void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DT
               abs_sum += std::fabs(bias[j]);
             }
             const double got = c.get(i, j);
-            const double tol = tolerance(k, abs_sum, exact, c_dtype, f16_terms);
+            const double tol = tolerance(k, abs_sum, exact, c_dtype, f16_terms, bf16_split);
             if (!(std::fabs(got - exact) <= tol)) {
               ADD_FAILURE() << where.str() << ": C[" << i << "][" << j << "] = " << got << ", expected " << exact
                             << " +- " << tol;
@@ -527,15 +533,158 @@ TEST_P(GemmF16Fma, ErrorWithin4xOfFloat32AccumulationUpTo8192) {
 INSTANTIATE_TEST_SUITE_P(Method, GemmF16Fma, ::testing::Values("fp16", "fp16_emulated"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
+// ---- float16 on bfloat16 AMX tiles ("amx": each value split into hi + lo, three products per product;
+// "amx_emulated" on every CPU) ----
+
+class GemmF16Split : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    const std::string method = GetParam();
+    const bool on_avx512 = std::strcmp(set_gemm_isa_for_testing("avx512"), "avx512") == 0;
+    if (method == "amx_emulated") set_gemm_isa_for_testing(nullptr);  // any path
+    if (set_gemm_f16_method_for_testing(GetParam()) != method || (method != "amx_emulated" && !on_avx512)) {
+      if (required("amx")) FAIL() << "MIXTRAIN_REQUIRE_GEMM names amx, which this CPU cannot run";
+      GTEST_SKIP() << "this CPU has no float16 method " << method;
+    }
+  }
+  void TearDown() override {
+    set_gemm_isa_for_testing(nullptr);
+    set_gemm_f16_method_for_testing(nullptr);
+  }
+  bool emulated() const { return std::strcmp(GetParam(), "amx_emulated") == 0; }
+};
+
+TEST_P(GemmF16Split, OddShapesAllTransposesAndDtypes) {
+  const std::vector<int64_t> sizes = emulated() ? std::vector<int64_t>{1, 13, 33, 70}
+                                                : std::vector<int64_t>{1, 7, 17, 31, 129};
+  std::vector<Shape3> shapes;
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes) shapes.push_back({m, n, k});
+  if (!emulated()) shapes.push_back({1000, 33, 257});
+  std::mt19937 rng(4242);
+  for (const Shape3& s : shapes)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        check_all_outputs(GetParam(), s, trans_a, trans_b, DType::kFloat16, rng, 0, /*bf16_split=*/true);
+}
+
+// Depths whose tripled k straddles the pairs and blocks of the AMX kernel at every offset.
+TEST_P(GemmF16Split, OddAndEvenDepths) {
+  std::mt19937 rng(10);
+  for (int64_t k = 1; k <= (emulated() ? 34 : 70); ++k)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        check_all_outputs(GetParam(), {13, 45, k}, trans_a, trans_b, DType::kFloat16, rng, 0, true);
+}
+
+TEST_P(GemmF16Split, SeveralColumnAndDepthBlocks) {
+  std::mt19937 rng(99);
+  const Shape3 shape = emulated() ? Shape3{37, 211, 101} : Shape3{5, 4133, 701};
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true})
+      check_all_outputs(GetParam(), shape, trans_a, trans_b, DType::kFloat16, rng, 0, true);
+}
+
+TEST_P(GemmF16Split, OneAndTwoThreadsGiveIdenticalBits) {
+  const int saved = omp_get_max_threads();
+  std::mt19937 rng(17);
+  const std::vector<Shape3> shapes = emulated() ? std::vector<Shape3>{{100, 70, 200}, {7, 300, 101}}
+                                                : std::vector<Shape3>{{300, 200, 600}, {7, 1000, 301}, {129, 515, 1500}};
+  for (const Shape3& s : shapes) {
+    for (bool trans_b : {false, true}) {
+      for (DType c_dtype : kFloatTypes) {
+        Matrix a(DType::kFloat16, s.m, s.k, 0);
+        Matrix b(DType::kFloat16, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 0);
+        a.fill_uniform(rng);
+        b.fill_uniform(rng);
+        std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
+        Matrix c1(c_dtype, s.m, s.n, 0);
+        c1.fill_uniform(rng);
+        Matrix c2 = c1;
+        omp_set_num_threads(1);
+        gemm(false, trans_b, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(),
+             c1.ld, true, bias.data());
+        omp_set_num_threads(2);
+        gemm(false, trans_b, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(),
+             c2.ld, true, bias.data());
+        EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                                      << " trans_b=" << trans_b << " c=" << dtype_name(c_dtype);
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// As a mixed_float16 forward pass uses it (float16 A, B and C): the error against the exact product stays
+// within 1.5x that of widening up to k = 8192, root mean square and largest (it is mostly C's rounding).
+// Values of mixed magnitude (x 2^-12 .. 2^12) and an infinity show the split keeps range and non-finiteness.
+TEST_P(GemmF16Split, ErrorOfWideningUpTo8192AndNonFiniteInputs) {
+  std::mt19937 rng(2025);
+  constexpr int64_t kM = 32, kN = 48;
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  for (int64_t k : {256, 1024, 4096, 8192}) {
+    if (emulated() && k > 1024) break;  // the emulation is slow; the kernel's order is the same
+    Matrix a(DType::kFloat16, kM, k, 0), b(DType::kFloat16, k, kN, 0);
+    a.fill_uniform(rng);
+    b.fill_uniform(rng);
+    for (int64_t p = 0; p < k; p += 7) a.set_flat(p, static_cast<float>(std::ldexp(a.get(0, p), exponent(rng))));
+    Matrix c_split(DType::kFloat16, kM, kN, 0), c_widen(DType::kFloat16, kM, kN, 0);
+    gemm(false, false, kM, kN, k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, DType::kFloat16, c_split.data(),
+         c_split.ld, false, nullptr);
+    set_gemm_f16_method_for_testing("widen");
+    gemm(false, false, kM, kN, k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, DType::kFloat16, c_widen.data(),
+         c_widen.ld, false, nullptr);
+    set_gemm_f16_method_for_testing(GetParam());
+    double sq_split = 0, sq_widen = 0, max_split = 0, max_widen = 0;
+    for (int64_t i = 0; i < kM; ++i) {
+      for (int64_t j = 0; j < kN; ++j) {
+        double exact = 0;
+        for (int64_t p = 0; p < k; ++p) exact += a.get(i, p) * b.get(p, j);
+        if (std::fabs(exact) >= 65504) continue;  // overflows float16 either way
+        const double e_split = std::fabs(c_split.get(i, j) - exact), e_widen = std::fabs(c_widen.get(i, j) - exact);
+        sq_split += e_split * e_split;
+        sq_widen += e_widen * e_widen;
+        max_split = std::max(max_split, e_split);
+        max_widen = std::max(max_widen, e_widen);
+      }
+    }
+    EXPECT_LE(std::sqrt(sq_split / sq_widen), 1.5) << GetParam() << " k=" << k;
+    EXPECT_LE(max_split / max_widen, 1.5) << GetParam() << " k=" << k;
+    std::printf("%s k=%lld: error vs widening: rms %.3fx, max %.3fx\n", GetParam(), static_cast<long long>(k),
+                std::sqrt(sq_split / sq_widen), max_split / max_widen);
+  }
+  // An infinite input makes its row of C non-finite (NaN or infinite), never a finite number.
+  Matrix a(DType::kFloat16, 20, 40, 0), b(DType::kFloat16, 40, 24, 0), c(DType::kFloat32, 20, 24, 0);
+  a.fill_uniform(rng);
+  b.fill_uniform(rng);
+  a.set_flat(3 * 40 + 5, INFINITY);
+  gemm(false, false, 20, 24, 40, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, DType::kFloat32, c.data(), c.ld,
+       false, nullptr);
+  for (int64_t i = 0; i < 20; ++i)
+    for (int64_t j = 0; j < 24; ++j) EXPECT_EQ(std::isfinite(c.get(i, j)), i != 3) << i << ", " << j;
+}
+
+INSTANTIATE_TEST_SUITE_P(Method, GemmF16Split, ::testing::Values("amx", "amx_emulated"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
 TEST(GemmF16Method, ForcedMethodsIntervalAndLowerPaths) {
-  const std::string chosen = gemm_f16_method();  // widen, or MIXTRAIN_F16_GEMM
-  if (std::getenv("MIXTRAIN_F16_GEMM") == nullptr) EXPECT_EQ(chosen, "widen");  // never chosen by itself
-  EXPECT_TRUE(chosen == "fp16" || chosen == "widen" || chosen == "fp16_emulated") << chosen;
+  const std::string chosen = gemm_f16_method();  // calibrated (widen or amx), or MIXTRAIN_F16_GEMM
+  if (std::getenv("MIXTRAIN_F16_GEMM") == nullptr) {
+    EXPECT_TRUE(chosen == "widen" || chosen == "amx") << chosen << ": fp16 is never chosen by itself";
+    if (chosen == "amx") EXPECT_TRUE(gemm_amx_granted());
+  }
   EXPECT_STREQ(set_gemm_f16_method_for_testing("widen"), "widen");
   EXPECT_STREQ(set_gemm_f16_method_for_testing("fp16_emulated"), "fp16_emulated");
+  EXPECT_STREQ(set_gemm_f16_method_for_testing("amx_emulated"), "amx_emulated");
   const std::string fma = set_gemm_f16_method_for_testing("fp16");
-  EXPECT_TRUE(fma == "fp16" || fma == "widen") << fma;
-  set_gemm_isa_for_testing("avx2");  // fp16 needs the AVX-512 path
+  EXPECT_TRUE(fma == "fp16" || fma == chosen) << fma;
+  const std::string amx = set_gemm_f16_method_for_testing("amx");
+  EXPECT_TRUE(amx == "amx" || amx == chosen) << amx;
+  set_gemm_f16_method_for_testing("fp16");
+  set_gemm_isa_for_testing("avx2");  // fp16 and amx need the AVX-512 path
+  EXPECT_STREQ(gemm_f16_method(), "widen");
+  set_gemm_f16_method_for_testing("amx");
   EXPECT_STREQ(gemm_f16_method(), "widen");
   set_gemm_isa_for_testing(nullptr);
   EXPECT_EQ(set_gemm_f16_method_for_testing(nullptr), chosen);
