@@ -579,8 +579,11 @@ void gemm_f16_split(const GemmBackend& be, const Problem& p, int max_threads = 0
 // sliver of each tile; widening serves those.
 bool worth_splitting(const Problem& p) { return p.m >= 16 && p.n >= 16 && p.m * p.n * p.k >= kMinParallelMacs; }
 
-// Widening or the AMX split, by measurement (as calibrated_bf16_method, on the same shape with float16 values in
-// [1, 2), the split included in the time). The float16 FMA method is never chosen by itself (see f16_method).
+// Widening or the AMX split, whichever is faster on this CPU, by measurement (as calibrated_bf16_method: the
+// same shape with float16 values in [1, 2), one thread, best of three after a warm-up; the split replaces
+// widening only when 10% faster), the split included in the time. Both sum in float32. The AVX512-FP16 FMAs
+// (about 1.7x float32 on one thread of an Intel Xeon without AMX) sum partly in float16, outside gemm()'s
+// contract, so they are never chosen by themselves: MIXTRAIN_F16_GEMM=fp16 opts in.
 int calibrated_f16_method() {
   if (!method_available(kAmx)) return kF16Widen;
   constexpr int64_t kM = 192, kN = 256, kK = 512;
@@ -627,9 +630,7 @@ int forced_f16_method() {
   return wanted >= 0 && f16_method_available(wanted) ? wanted : -1;
 }
 
-// The forced method, else the calibrated one on the AVX-512 path (widening or the AMX split), else widening.
-// The fp16 method sums partly in float16, outside gemm()'s contract, so only a caller who asks for it
-// (MIXTRAIN_F16_GEMM=fp16) gets it, on a CPU that has it.
+// The forced method, else the calibrated one on the AVX-512 path, else widening.
 int f16_method() {
   const int forced = forced_f16_method();
   if (forced >= 0) return forced;

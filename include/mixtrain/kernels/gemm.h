@@ -45,22 +45,22 @@ const char* gemm_isa();
 // AMX kernel on a portable emulation of its instructions (slow; for checking the kernel on any CPU).
 const char* gemm_bf16_method();
 
-// Method for float16 inputs: "widen", "amx" or "fp16". "widen" keeps the contract of gemm above: values
-// widened to float32 while packing, float32 FMAs. "amx" (CPUs with AMX-BF16, tile state granted, on the
-// "avx512" path): each float16 value is split into the exact sum of two bfloat16 values hi + lo, and the
-// product is one bfloat16 AMX product three times as deep, a_hi b_hi + a_hi b_lo + a_lo b_hi, summed in float32
-// (the dropped a_lo b_lo is at most 2^-16 |a b|, 32x below a float16 result's rounding; an infinite or NaN input
-// gives NaN where widening may give an infinity). It keeps a dense bfloat16 copy three times the size of each
-// operand per calling thread between calls. Chosen where a one-time timing (as for bfloat16) finds it faster than
-// widening, for products of at least 16 rows and 16 columns. "fp16" (CPUs with AVX512-FP16, on the
-// "avx512" path): vfmadd231ph on float16 values, two float16 products per 32-bit lane pair, partial sums in
-// float16 promoted to float32 every gemm_f16_promote_interval() k values. It alone does not sum entirely
-// in float32: its error is that of float32 accumulation plus that of float16 sums of interval / 2
-// products (tested: at the default interval, with a float16 C, within 4x the float32 path's error up to
-// k = 8192). So it is never chosen by itself: MIXTRAIN_F16_GEMM=fp16 opts in (falling back to the default
-// on a CPU without AVX512-FP16). MIXTRAIN_F16_GEMM=amx|widen forces those (for every shape);
-// MIXTRAIN_F16_GEMM=fp16_emulated or amx_emulated runs that kernel on a portable emulation of its
-// instructions (slow; for checks).
+// Method for float16 inputs: "widen", "amx" or "fp16". By default the faster of widening and "amx" by a
+// one-time timing (as for bfloat16: "amx" replaces widening only when 10% faster); both sum in float32.
+// "widen" keeps the contract of gemm above: values widened to float32 while packing, float32 FMAs. "amx" (CPUs
+// with AMX-BF16, tile state granted, on the "avx512" path): each float16 value is split into the exact sum of
+// two bfloat16 values hi + lo, and the product is one bfloat16 AMX product three times as deep,
+// a_hi b_hi + a_hi b_lo + a_lo b_hi, summed in float32 (the dropped a_lo b_lo is at most 2^-16 |a b|, 32x below
+// a float16 result's rounding; an infinite or NaN input gives NaN where widening may give an infinity). It keeps
+// a dense bfloat16 copy three times the size of each operand per calling thread between calls, and serves
+// products of at least 16 rows and 16 columns (widening the thinner ones). "fp16" (CPUs with AVX512-FP16, on
+// the "avx512" path): vfmadd231ph on float16 values, two float16 products per 32-bit lane pair, partial sums in
+// float16 promoted to float32 every gemm_f16_promote_interval() k values. It alone does not sum entirely in
+// float32: its error is that of float32 accumulation plus that of float16 sums of interval / 2 products
+// (tested: at the default interval, with a float16 C, within 4x the float32 path's error up to k = 8192). So
+// it is never chosen by itself: MIXTRAIN_F16_GEMM=fp16 opts in. MIXTRAIN_F16_GEMM=widen|amx|fp16 forces one
+// (for every shape; a method the CPU cannot run falls back to the default); MIXTRAIN_F16_GEMM=fp16_emulated or
+// amx_emulated runs that kernel on a portable emulation of its instructions (slow; for checks).
 const char* gemm_f16_method();
 
 // k values per float16 partial sum on the "fp16" method: 32 by default, or MIXTRAIN_F16_GEMM_INTERVAL
