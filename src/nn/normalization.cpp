@@ -35,11 +35,24 @@ Var BatchNormalization::call(const Var& x, const CallContext& ctx) {
     return call_synchronized(x, gamma, beta, *communicator_);
   BatchNormOutput out = batch_norm(x, gamma, beta, moving_mean_.value().to(DType::kFloat32),
                                    moving_variance_.value().to(DType::kFloat32), epsilon_, ctx.training);
-  if (ctx.training) {
-    update_moving(moving_mean_, out.batch.mean);
-    update_moving(moving_variance_, out.batch.variance);
-  }
+  if (ctx.training) update_moving_statistics(out.batch.mean, out.batch.variance);
   return out.y;
+}
+
+void BatchNormalization::update_moving_statistics(const Tensor& mean, const Tensor& variance) {
+  auto finite = [](const Tensor& t) {
+    const Tensor c = t.to(DType::kFloat32).contiguous();
+    const float* p = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i)
+      if (!std::isfinite(p[i])) return false;
+    return true;
+  };
+  if (!finite(mean) || !finite(variance)) {
+    ++skipped_moving_updates_;
+    return;
+  }
+  update_moving(moving_mean_, mean);
+  update_moving(moving_variance_, variance);
 }
 
 void BatchNormalization::update_moving(Var& moving, const Tensor& batch) {
@@ -79,8 +92,7 @@ Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const 
     mean_t.data<float>()[c] = static_cast<float>(mean[static_cast<size_t>(c)]);
     var_t.data<float>()[c] = static_cast<float>(squares[static_cast<size_t>(c)] / total);
   }
-  update_moving(moving_mean_, mean_t);
-  update_moving(moving_variance_, var_t);
+  update_moving_statistics(mean_t, var_t);  // the same on every rank: the statistics are global
 
   const bool rec = should_record({&x, &gamma, &beta});
   Var y(ops::batch_norm(x.value(), mean_t, var_t, gamma.value(), beta.value(), epsilon_), rec);

@@ -171,6 +171,41 @@ TEST_F(ConvLayerTest, BatchNormalizationTrainingUsesBatchStatisticsAndUpdatesMov
   EXPECT_EQ(bn.moving_mean().value().to_floats(), mm);
 }
 
+// A batch that overflowed float16 (an infinity in one channel) leaves both moving statistics exactly as they
+// were and is counted; the next finite batch updates them again.
+TEST_F(ConvLayerTest, BatchNormalizationMovingStatisticsSkipNonFiniteBatches) {
+  set_global_policy("mixed_float16");
+  BatchNormalization bn(/*momentum=*/0.9f);
+  Rng rng(11);
+  const Tensor good = random_tensor({8, 3}, 12, -1.0f, 1.0f).to(DType::kFloat16);
+  bn(Var(good), CallContext{true, &rng});
+  clear_tape();
+  const std::vector<float> mean = bn.moving_mean().value().to_floats();
+  const std::vector<float> variance = bn.moving_variance().value().to_floats();
+  const uint64_t version = bn.moving_mean().version();
+  EXPECT_EQ(bn.skipped_moving_updates(), 0);
+
+  std::vector<float> bad = good.to_floats();
+  bad[4] = INFINITY;  // row 1, channel 1
+  Var y = bn(Var(Tensor::from_floats({8, 3}, bad).to(DType::kFloat16)), CallContext{true, &rng});
+  clear_tape();
+  EXPECT_EQ(bn.skipped_moving_updates(), 1);
+  EXPECT_EQ(bn.moving_mean().value().to_floats(), mean);
+  EXPECT_EQ(bn.moving_variance().value().to_floats(), variance);
+  EXPECT_EQ(bn.moving_mean().version(), version);
+  // The batch itself still normalizes with its own (non-finite) statistics, as in Keras: the loss is not
+  // finite, and the loss-scale optimizer skips the step.
+  bool any_nonfinite = false;
+  for (float v : y.value().to_floats()) any_nonfinite = any_nonfinite || !std::isfinite(v);
+  EXPECT_TRUE(any_nonfinite);
+
+  bn(Var(good), CallContext{true, &rng});
+  clear_tape();
+  EXPECT_EQ(bn.skipped_moving_updates(), 1);
+  EXPECT_NE(bn.moving_mean().value().to_floats(), mean);
+  for (float v : bn.moving_variance().value().to_floats()) EXPECT_TRUE(std::isfinite(v));
+}
+
 TEST_F(ConvLayerTest, BatchNormalizationIsFloat32MathOnFloat16Inputs) {
   // Values near 300 with a spread of ~0.1: float16 arithmetic (spacing 0.25 there) would lose the
   // deviations entirely; float32 statistics keep them, and only the output is rounded to float16.

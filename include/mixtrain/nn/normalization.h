@@ -45,12 +45,20 @@ class BatchNormalization : public Layer {
   const Var& beta() const { return beta_; }
   const Var& moving_mean() const { return moving_mean_; }
   const Var& moving_variance() const { return moving_variance_; }
+  // Training batches whose statistics were not finite, so the moving statistics skipped them (see
+  // update_moving_statistics); counted since construction.
+  int64_t skipped_moving_updates() const { return skipped_moving_updates_; }
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
+  // Both moving statistics from one training batch's float32 mean and variance, unless either holds a
+  // non-finite value: a float16 overflow in the forward pass gives such a batch, the loss-scale optimizer then
+  // skips the step's update, and this update (which no optimizer makes) must be skipped with it, or every later
+  // inference reads NaN and recovery can only go back to a checkpoint from before it.
+  void update_moving_statistics(const Tensor& mean, const Tensor& variance);
   // moving = moving * momentum + batch * (1 - momentum), in float32.
   void update_moving(Var& moving, const Tensor& batch);
   // Training with the global batch's statistics over communicator_ (synchronized_).
@@ -61,6 +69,7 @@ class BatchNormalization : public Layer {
   bool synchronized_ = false;
   Communicator* communicator_ = nullptr;
   Var gamma_, beta_, moving_mean_, moving_variance_;
+  int64_t skipped_moving_updates_ = 0;
 };
 
 }  // namespace mixtrain
