@@ -180,6 +180,14 @@ void LossScaleOptimizer::apply_arena(ParameterArena& arena) {
   finish_step(nonfinite == 0, [&] { inner_->apply_flat_gradients(arena, unscaled); });
 }
 
+void LossScaleOptimizer::restart_loss_scale() {
+  scale_state_.data<float>()[0] = options_.initial_scale;
+  counter_ref(kGrowth) = 0;
+  counter_ref(kHysteresisLeft) = options_.hysteresis;
+  counter_ref(kFloorSkips) = 0;
+  counter_ref(kStuck) = 0;
+}
+
 void LossScaleOptimizer::set_scale(float scale) {
   float* s = scale_state_.data<float>();
   s[0] = scale;

@@ -179,40 +179,49 @@ RecoveryGuard::RecoveryGuard(RecoveryOptions options) : options_(options) {}
 void RecoveryGuard::snapshot(Model& model, const FitPosition& position) {
   // Only a good state is worth returning to.
   if (!all_finite(model)) return;
-  position_ = position;
-  weights_.clear();
-  for (const Var& w : model.weights()) weights_.push_back(w.value().clone());
-  optimizer_state_ = model.optimizer().state();
-  optimizer_was_scaled_ = model.optimizer().scales_loss();
-  shuffle_state_ = model.shuffle_rng().state();
-  dropout_state_ = model.dropout_rng().state();
-  snapshot_ema_ = ema_;
-  snapshot_reference_ema_ = reference_ema_;
-  snapshot_has_ema_ = has_ema_;
-  snapshot_has_reference_ema_ = has_reference_ema_;
+  last_.position = position;
+  last_.weights.clear();
+  for (const Var& w : model.weights()) last_.weights.push_back(w.value().clone());
+  last_.optimizer_state = model.optimizer().state();
+  last_.optimizer_was_scaled = model.optimizer().scales_loss();
+  last_.shuffle_state = model.shuffle_rng().state();
+  last_.dropout_state = model.dropout_rng().state();
+  last_.ema = ema_;
+  last_.reference_ema = reference_ema_;
+  last_.has_ema = has_ema_;
+  last_.has_reference_ema = has_reference_ema_;
+  if (!has_snapshot_) first_ = last_;  // its tensors are never written: sharing them with last_ is safe
   has_snapshot_ = true;
 }
 
+const RecoveryGuard::Snapshot& RecoveryGuard::rollback_target() const { return restore_first_ ? first_ : last_; }
+
 const FitPosition& RecoveryGuard::restore(Model& model) {
   MIXTRAIN_CHECK(has_snapshot_, "RecoveryGuard: no snapshot to roll back to");
+  const Snapshot& snap = rollback_target();
   std::vector<Var> ws = model.weights();
-  for (size_t i = 0; i < ws.size(); ++i) ws[i].set_value(weights_[i]);
+  // Copies: the snapshot must survive the training that follows, for the next rollback.
+  for (size_t i = 0; i < ws.size(); ++i) ws[i].set_value(snap.weights[i].clone());
   Optimizer& opt = model.optimizer();
   // A snapshot taken before loss scaling was switched on holds the inner optimizer's state only.
-  if (opt.scales_loss() && !optimizer_was_scaled_)
-    opt.inner_optimizer().load_state(optimizer_state_);
+  if (opt.scales_loss() && !snap.optimizer_was_scaled)
+    opt.inner_optimizer().load_state(snap.optimizer_state);
   else
-    opt.load_state(optimizer_state_);
-  model.shuffle_rng().set_state(shuffle_state_);
-  model.dropout_rng().set_state(dropout_state_);
-  ema_ = snapshot_ema_;
-  reference_ema_ = snapshot_reference_ema_;
-  has_ema_ = snapshot_has_ema_;
-  has_reference_ema_ = snapshot_has_reference_ema_;
+    opt.load_state(snap.optimizer_state);
+  if (restart_scale_on_restore_) opt.restart_loss_scale();
+  restart_scale_on_restore_ = false;
+  model.shuffle_rng().set_state(snap.shuffle_state);
+  model.dropout_rng().set_state(snap.dropout_state);
+  ema_ = snap.ema;
+  reference_ema_ = snap.reference_ema;
+  has_ema_ = snap.has_ema;
+  has_reference_ema_ = snap.has_reference_ema;
   consecutive_failures_ = 0;
   drifting_steps_ = 0;
   last_bad_batch_ = {};
-  return position_;
+  if (restore_first_) last_ = first_;  // later snapshots belong to the abandoned run
+  restore_first_ = false;
+  return snap.position;
 }
 
 void RecoveryGuard::record(RecoveryEvent e) {
@@ -224,11 +233,12 @@ void RecoveryGuard::record(RecoveryEvent e) {
 }
 
 void RecoveryGuard::record_rollback(int64_t global_step) {
+  const FitPosition& to = rollback_target().position;
   RecoveryEvent e{global_step, "rollback",
-                  "back to the last good snapshot (step " + std::to_string(position_.step) + " of epoch " +
-                      std::to_string(position_.epoch + 1) + ")",
+                  std::string(restore_first_ ? "back to the first snapshot of the run" : "back to the last good snapshot") +
+                      " (step " + std::to_string(to.step) + " of epoch " + std::to_string(to.epoch + 1) + ")",
                   {}};
-  e.resume_step = static_cast<int64_t>(position_.history_steps);
+  e.resume_step = static_cast<int64_t>(to.history_steps);
   record(std::move(e));
 }
 
@@ -328,6 +338,10 @@ bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Te
     model.stop_training = true;
     return false;
   }
+  restart_scale_on_restore_ = true;
+  // A drift has no first bad step to date it: every snapshot since the start may already hold its damage (the
+  // steps skipped while the loss scale collapsed, the precision lost), so it starts over from the first one.
+  restore_first_ = drift;
   record_rollback(global_step);
   return has_snapshot_;
 }

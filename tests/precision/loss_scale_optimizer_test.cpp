@@ -165,6 +165,32 @@ TEST(LossScaleOptimizer, FloorAlarmFiresOncePerEpisode) {
   EXPECT_EQ(events.size(), 2u) << "a new episode after a finite step alarms again";
 }
 
+TEST(LossScaleOptimizer, RestartReturnsToTheInitialScaleAndKeepsTheHistory) {
+  LossScaleOptimizer opt =
+      make_lso({.initial_scale = 64.0f, .dynamic_growth_steps = 3, .min_scale = 1.0f, .hysteresis = 2,
+                .floor_alarm_steps = 2});
+  Var w = make_var();
+  opt.apply({finite_grad()}, {w});
+  opt.apply({finite_grad()}, {w});  // two of three growth steps
+  for (int i = 0; i < 12; ++i) opt.apply({inf_grad()}, {w});  // down to the floor, alarm raised
+  ASSERT_EQ(opt.loss_scale(), 1.0f);
+  ASSERT_TRUE(opt.stuck_at_floor());
+  const Tensor before = w.value().clone();
+  opt.restart_loss_scale();
+  EXPECT_EQ(opt.loss_scale(), 64.0f);
+  EXPECT_FALSE(opt.stuck_at_floor());
+  EXPECT_EQ(opt.good_steps_in_a_row(), 0);
+  EXPECT_EQ(opt.skipped_steps(), 12) << "the skip history stays";
+  EXPECT_TRUE(bit_equal(w.value(), before)) << "a restart touches no variable";
+  // Hysteresis refilled: the first overflow after the restart does not halve; growth counts from zero.
+  opt.apply({inf_grad()}, {w});
+  EXPECT_EQ(opt.loss_scale(), 64.0f);
+  for (int i = 0; i < 2; ++i) opt.apply({finite_grad()}, {w});
+  EXPECT_EQ(opt.loss_scale(), 64.0f);
+  opt.apply({finite_grad()}, {w});
+  EXPECT_EQ(opt.loss_scale(), 128.0f);
+}
+
 TEST(LossScaleOptimizer, FixedScaleModeSkipsButNeverRescales) {
   LossScaleOptimizer opt = make_lso({.initial_scale = 8.0f, .dynamic_growth_steps = 2, .dynamic = false});
   Var w = make_var();

@@ -178,6 +178,12 @@ TEST_F(RecoveryTest, LossDriftingFromTheFloat32ReferenceRevertsToFloat32) {
   EXPECT_EQ(guard.events().front().action, "model_to_float32") << log.str();
   EXPECT_NE(guard.events().front().reason.find("float32 reference"), std::string::npos) << log.str();
   for (auto& l : mixed->layers()) EXPECT_EQ(l->compute_dtype(), DType::kFloat32);
+  // A drift cannot be dated: every snapshot since the start may hold it, so the run starts over from the first.
+  ASSERT_GE(guard.events().size(), 2u) << log.str();
+  EXPECT_EQ(guard.events()[1].action, "rollback");
+  EXPECT_NE(guard.events()[1].reason.find("first snapshot of the run (step 0 of epoch 1)"), std::string::npos)
+      << guard.events()[1].reason;
+  EXPECT_EQ(guard.events()[1].resume_step, 0);
 
   // The honest reference (the float32 run itself) is tracked: no action.
   auto mixed2 = mlp("mixed_bfloat16");

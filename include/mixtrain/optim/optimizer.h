@@ -75,6 +75,9 @@ class Optimizer {
   virtual float loss_scale_for_logs() const { return 1.0f; }
   // The loss-scaling state read back to the host, for logs and reports; nullopt when the loss is not scaled.
   virtual std::optional<LossScaleReport> loss_scale_report() const { return std::nullopt; }
+  // Starts dynamic loss scaling over from its initial scale (recovery, once the layers whose overflows drove the
+  // scale down compute in float32); nothing for an optimizer that does not scale.
+  virtual void restart_loss_scale() {}
   // The optimizer that owns the update rule and its slots: this one, or the one a wrapper wraps.
   virtual Optimizer& inner_optimizer() { return *this; }
   virtual const Optimizer& inner_optimizer() const { return *this; }

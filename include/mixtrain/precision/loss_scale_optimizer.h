@@ -85,6 +85,9 @@ class LossScaleOptimizer : public Optimizer {
   bool scales_loss() const override { return true; }
   float loss_scale_for_logs() const override { return loss_scale(); }
   std::optional<LossScaleReport> loss_scale_report() const override;
+  // Dynamic scaling from initial_scale again: the growth and hysteresis counters and the floor alarm restart;
+  // the skipped-step count and the smallest scale seen keep their history. The inner optimizer is untouched.
+  void restart_loss_scale() override;
 
   // One step on the arena's flat gradients, which hold gradients of the scaled loss (variables without a gradient
   // since arena.zero_grad() are zero there). One fused pass per dtype group unscales (g * (1/S), 1/S computed in

@@ -8,7 +8,9 @@
 //      layers_to_blame), roll back, continue. Repeated while it finds new layers to switch.
 //   3. Still failing, or no layer to blame: switch the whole model to float32, roll back, continue.
 //   In float32 and still failing: stop training (nothing more to try) and say so.
-// Every action is printed and recorded. A rollback restores the snapshot bit for bit.
+// Every action is printed and recorded. A rollback restores the snapshot bit for bit, except that after rungs 2
+// and 3 the loss scale starts over from its initial value: the overflows that drove it down came from layers
+// now computing in float32, and a collapsed scale would leave the 16-bit layers' gradients underflowing.
 #pragma once
 
 #include <functional>
@@ -123,8 +125,21 @@ class RecoveryGuard {
   const std::vector<RecoveryEvent>& events() const { return events_; }
 
  private:
+  // A training state to return to: the weights, the optimizer's state, the random streams and the smoothed losses.
+  struct Snapshot {
+    FitPosition position;
+    std::vector<Tensor> weights;
+    NamedTensors optimizer_state;
+    bool optimizer_was_scaled = false;
+    std::vector<uint64_t> shuffle_state, dropout_state;
+    double ema = 0, reference_ema = 0;
+    bool has_ema = false, has_reference_ema = false;
+  };
+
   void record(RecoveryEvent event);
   void record_rollback(int64_t global_step);
+  // The snapshot the next restore() returns to.
+  const Snapshot& rollback_target() const;
   // Updates the smoothed losses (the run's only for a finite loss); true while this run drifts above the reference.
   bool drifts(double loss, int64_t global_step);
   // Rungs 2 and 3 (switch the layers to blame, else the whole model, to float32; or give up).
@@ -136,17 +151,14 @@ class RecoveryGuard {
   // The last batch whose loss or gradients were non-finite (inspected with the current one when climbing).
   std::pair<Tensor, Tensor> last_bad_batch_;
   bool has_snapshot_ = false;
-  FitPosition position_;
-  std::vector<Tensor> weights_;
-  NamedTensors optimizer_state_;
-  bool optimizer_was_scaled_ = false;
-  std::vector<uint64_t> shuffle_state_, dropout_state_;
+  Snapshot last_;   // the latest good state
+  Snapshot first_;  // the first one of the run: where a drift rolls back to
+  bool restore_first_ = false;             // set by a climb for a drift
+  bool restart_scale_on_restore_ = false;  // set when a rung switched layers to float32
   int64_t consecutive_failures_ = 0;
   int64_t drifting_steps_ = 0;
   double ema_ = 0, reference_ema_ = 0;  // smoothed loss of this run and of the reference
   bool has_ema_ = false, has_reference_ema_ = false;
-  double snapshot_ema_ = 0, snapshot_reference_ema_ = 0;
-  bool snapshot_has_ema_ = false, snapshot_has_reference_ema_ = false;
   int rung_ = 0;
   bool gave_up_ = false;
   std::vector<RecoveryEvent> events_;
