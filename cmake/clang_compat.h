@@ -1,6 +1,6 @@
 // Forced into every translation unit when clang compiles mixtrain (the sanitizer and fuzz builds; releases use
 // GCC). It lets two GCC-only constructs compile under clang 14, without changing what the GCC build does:
-// - __builtin_cpu_supports("f16c") (src/core/tensor.cpp): clang before 17 does not know the feature name and
+// - __builtin_cpu_supports("f16c") (src/core/isa_level.cpp): clang before 17 does not know the feature name and
 //   refuses the call; "f16c" is answered from CPUID (leaf 1, ECX bit 29) and other names go to the builtin.
 // - __attribute__((target_clones(...))) on function templates (src/ops/cpu/*.cpp): clang 14 refuses it. The
 //   attribute only adds AVX2/AVX-512 copies chosen at load time, bit-identical to the default code by design,
@@ -18,7 +18,11 @@ inline bool mixtrain_cpu_supports_with_f16c(const char* feature) {
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
   }
   if (std::strcmp(feature, "avx2") == 0) return __builtin_cpu_supports("avx2");
+  if (std::strcmp(feature, "fma") == 0) return __builtin_cpu_supports("fma");
   if (std::strcmp(feature, "avx512f") == 0) return __builtin_cpu_supports("avx512f");
+  if (std::strcmp(feature, "avx512bw") == 0) return __builtin_cpu_supports("avx512bw");
+  if (std::strcmp(feature, "avx512vl") == 0) return __builtin_cpu_supports("avx512vl");
+  if (std::strcmp(feature, "avx512dq") == 0) return __builtin_cpu_supports("avx512dq");
   return false;  // a feature name used in the code must be added here
 }
 #define __builtin_cpu_supports(feature) mixtrain_cpu_supports_with_f16c(feature)

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/core/isa_level.h"
 
 namespace mixtrain {
 
@@ -369,15 +370,10 @@ void float_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
 }  // namespace detail
 
 namespace {
-// F16C (and the AVX state it needs) is checked once; the scalar code serves everywhere else.
-bool have_f16c() {
-  static const bool ok = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-  return ok;
-}
-bool have_avx512f() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
+// The conversion paths follow the shared instruction-set level (core/isa_level.h), so MIXTRAIN_ISA and the
+// tests' override reach them as they reach the GEMM: F16C comes with the avx2 level, AVX-512 F with avx512.
+bool have_f16c() { return isa_level() >= IsaLevel::kAvx2; }
+bool have_avx512f() { return isa_level() >= IsaLevel::kAvx512; }
 }  // namespace
 
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "kernels/f16_split.h"
 #include "kernels/gemm_internal.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/isa_level.h"
 #include "mixtrain/kernels/cpu_features.h"
 
 namespace mixtrain::kernels {
@@ -42,13 +44,6 @@ using cpu::PackSource;
 enum Level : int { kLevelScalar = 0, kLevelAvx2 = 1, kLevelAvx512 = 2 };
 const GemmBackend* const kBackends[] = {&cpu::kScalarBackend, &cpu::kAvx2Backend, &cpu::kAvx512Backend};
 
-int parse_level(const char* name) {
-  if (std::strcmp(name, "scalar") == 0) return kLevelScalar;
-  if (std::strcmp(name, "avx2") == 0) return kLevelAvx2;
-  if (std::strcmp(name, "avx512") == 0) return kLevelAvx512;
-  return -1;
-}
-
 int best_level() {
   static const int level = [] {
     const CpuFeatures& f = cpu_features();
@@ -59,28 +54,9 @@ int best_level() {
   return level;
 }
 
-// -1 when MIXTRAIN_ISA is unset.
-int env_level() {
-  static const int level = [] {
-    const char* env = std::getenv("MIXTRAIN_ISA");
-    if (env == nullptr || *env == '\0') return -1;
-    const int parsed = parse_level(env);
-    if (parsed < 0)
-      MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_ISA='" << env << "' names no GEMM path",
-                    "set MIXTRAIN_ISA to scalar, avx2 or avx512, or unset it");
-    return parsed;
-  }();
-  return level;
-}
-
-std::atomic<int> g_test_level{-1};
-
-const GemmBackend& active_backend() {
-  int wanted = g_test_level.load(std::memory_order_relaxed);
-  if (wanted < 0) wanted = env_level();
-  const int level = wanted < 0 ? best_level() : std::min(wanted, best_level());
-  return *kBackends[level];
-}
+// The level every run-time-dispatched routine shares (core/isa_level.h: MIXTRAIN_ISA, the test override),
+// capped by what the GEMM kernels need on top (best_level() also asks for FMA and F16C with AVX-512).
+const GemmBackend& active_backend() { return *kBackends[std::min(static_cast<int>(isa_level()), best_level())]; }
 
 // ---- buffers ----
 
@@ -689,13 +665,12 @@ bool gemm_amx_granted() { return amx_state().granted; }
 const char* gemm_amx_status() { return amx_state().status.c_str(); }
 
 const char* set_gemm_isa_for_testing(const char* isa) {
-  int level = -1;
+  std::optional<IsaLevel> level;
   if (isa != nullptr) {
-    level = parse_level(isa);
-    if (level < 0)
-      MIXTRAIN_FAIL(kInvalidInput, "unknown GEMM path '" << isa << "'", "use scalar, avx2 or avx512");
+    level = parse_isa_level(isa);
+    if (!level) MIXTRAIN_FAIL(kInvalidInput, "unknown GEMM path '" << isa << "'", "use scalar, avx2 or avx512");
   }
-  g_test_level.store(level, std::memory_order_relaxed);
+  set_isa_level_for_testing(level);
   return gemm_isa();
 }
 

@@ -2,26 +2,44 @@
 
 #include <cmath>
 
+#include "optim/isa_variants.h"
+
 namespace mixtrain {
 
 namespace {
 // Below this many elements a thread team costs more than it saves.
 constexpr int64_t kParallelMin = int64_t{1} << 16;
 
-// The Adam update is a square root and a division per element: compute-bound at the baseline's 4-wide
-// SSE. Clones for AVX-512 and AVX2 are chosen when the program loads (GCC function multiversioning), so
-// the binary still runs on any x86-64. Without FMA contraction (ISO C++ mode) every clone gives the
-// same bits.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adam_kernel(float* w, const float* g, float* m,
-                                                                              float* v, int64_t n, float alpha,
-                                                                              float one_minus_b1,
-                                                                              float one_minus_b2, float eps) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+// The Adam update is a square root and a division per element: compute-bound at the baseline's 4-wide SSE, so
+// it runs in the widest variant the instruction-set level allows (optim/isa_variants.h).
+[[gnu::always_inline]] inline void adam_span(float* w, const float* g, float* m, float* v, int64_t n, float alpha,
+                                             float one_minus_b1, float one_minus_b2, float eps) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     m[i] += (g[i] - m[i]) * one_minus_b1;
     v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
     w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + eps);
   }
+}
+using AdamSpan = void (*)(float*, const float*, float*, float*, int64_t, float, float, float, float);
+void adam_span_scalar(float* w, const float* g, float* m, float* v, int64_t n, float a, float b1, float b2, float e) {
+  adam_span(w, g, m, v, n, a, b1, b2, e);
+}
+[[gnu::target("avx2")]] void adam_span_avx2(float* w, const float* g, float* m, float* v, int64_t n, float a,
+                                            float b1, float b2, float e) {
+  adam_span(w, g, m, v, n, a, b1, b2, e);
+}
+[[gnu::target("avx512f")]] void adam_span_avx512(float* w, const float* g, float* m, float* v, int64_t n, float a,
+                                                 float b1, float b2, float e) {
+  adam_span(w, g, m, v, n, a, b1, b2, e);
+}
+
+void adam_kernel(float* w, const float* g, float* m, float* v, int64_t n, float alpha, float one_minus_b1,
+                 float one_minus_b2, float eps) {
+  const AdamSpan span = optim_detail::variant_for_isa<AdamSpan>(adam_span_scalar, adam_span_avx2, adam_span_avx512);
+  optim_detail::for_each_span(n, kParallelMin, [&](int64_t begin, int64_t end) {
+    span(w + begin, g + begin, m + begin, v + begin, end - begin, alpha, one_minus_b1, one_minus_b2, eps);
+  });
 }
 }  // namespace
 

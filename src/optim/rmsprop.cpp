@@ -2,41 +2,41 @@
 
 #include <cmath>
 
+#include "optim/isa_variants.h"
+
 namespace mixtrain {
 
 namespace {
 // Below this many elements a thread team costs more than it saves.
 constexpr int64_t kParallelMin = int64_t{1} << 16;
 
-// A square root and a division per element, like Adam: compute-bound at the baseline's 4-wide SSE, so clones
-// for AVX-512 and AVX2 are chosen when the program loads. Without FMA contraction (ISO C++ mode) every clone
-// gives the same bits. m is null without momentum, a is null unless centered; each case is its own loop so
-// each vectorises.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void rmsprop_kernel(
-    float* w, const float* g, float* v, float* m, float* a, int64_t n, float lr, float rho, float one_minus_rho,
-    float mu, float eps) {
+// A square root and a division per element, like Adam: compute-bound at the baseline's 4-wide SSE, so it runs in
+// the widest variant the instruction-set level allows (optim/isa_variants.h). m is null without momentum, a is
+// null unless centered; each case is its own loop so each vectorises.
+[[gnu::always_inline]] inline void rmsprop_span(float* w, const float* g, float* v, float* m, float* a, int64_t n,
+                                                float lr, float rho, float one_minus_rho, float mu, float eps) {
   if (a == nullptr && m == nullptr) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       v[i] = rho * v[i] + one_minus_rho * (g[i] * g[i]);
       w[i] -= (lr * g[i]) / std::sqrt(v[i] + eps);
     }
   } else if (a == nullptr) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       v[i] = rho * v[i] + one_minus_rho * (g[i] * g[i]);
       m[i] = mu * m[i] + (lr * g[i]) / std::sqrt(v[i] + eps);
       w[i] -= m[i];
     }
   } else if (m == nullptr) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       v[i] = rho * v[i] + one_minus_rho * (g[i] * g[i]);
       a[i] = rho * a[i] + one_minus_rho * g[i];
       w[i] -= (lr * g[i]) / std::sqrt((v[i] - a[i] * a[i]) + eps);
     }
   } else {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       v[i] = rho * v[i] + one_minus_rho * (g[i] * g[i]);
       a[i] = rho * a[i] + one_minus_rho * g[i];
@@ -44,6 +44,29 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void rmsprop_kernel
       w[i] -= m[i];
     }
   }
+}
+using RmspropSpan = void (*)(float*, const float*, float*, float*, float*, int64_t, float, float, float, float, float);
+void rmsprop_span_scalar(float* w, const float* g, float* v, float* m, float* a, int64_t n, float lr, float rho,
+                         float omr, float mu, float eps) {
+  rmsprop_span(w, g, v, m, a, n, lr, rho, omr, mu, eps);
+}
+[[gnu::target("avx2")]] void rmsprop_span_avx2(float* w, const float* g, float* v, float* m, float* a, int64_t n,
+                                               float lr, float rho, float omr, float mu, float eps) {
+  rmsprop_span(w, g, v, m, a, n, lr, rho, omr, mu, eps);
+}
+[[gnu::target("avx512f")]] void rmsprop_span_avx512(float* w, const float* g, float* v, float* m, float* a,
+                                                    int64_t n, float lr, float rho, float omr, float mu, float eps) {
+  rmsprop_span(w, g, v, m, a, n, lr, rho, omr, mu, eps);
+}
+
+void rmsprop_kernel(float* w, const float* g, float* v, float* m, float* a, int64_t n, float lr, float rho,
+                    float one_minus_rho, float mu, float eps) {
+  const RmspropSpan span =
+      optim_detail::variant_for_isa<RmspropSpan>(rmsprop_span_scalar, rmsprop_span_avx2, rmsprop_span_avx512);
+  optim_detail::for_each_span(n, kParallelMin, [&](int64_t begin, int64_t end) {
+    span(w + begin, g + begin, v + begin, m ? m + begin : nullptr, a ? a + begin : nullptr, end - begin, lr, rho,
+         one_minus_rho, mu, eps);
+  });
 }
 }  // namespace
 

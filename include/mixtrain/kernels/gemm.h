@@ -33,7 +33,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           DType c_dtype, void* c, int64_t ldc, bool accumulate, const float* bias);
 
 // Name of the instruction-set path in use: "avx512", "avx2", "scalar". The best path the CPU and the
-// operating system support, unless the environment variable MIXTRAIN_ISA names a lower one.
+// operating system support, unless the shared instruction-set level (core/isa_level.h: MIXTRAIN_ISA) is lower.
 const char* gemm_isa();
 
 // Method for bfloat16 inputs: "amx", "dot" or "widen" (see gemm above). "dot" and "amx" only on the
