@@ -25,6 +25,7 @@ int inspect_command(const std::vector<std::string>& argv) {
     FitOptions fo;
     fo.epochs = cfg.epochs;
     fo.batch_size = cfg.batch_size;
+    fo.verbose = 0;  // the report below is the output; training progress would bury it
     model->fit(data.train.x, data.train.y, fo);
   }
   const std::vector<LayerInspection> layers =
