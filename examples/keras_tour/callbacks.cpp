@@ -1,4 +1,4 @@
-// Keras tour 4: fit() with callbacks: a progress bar, early stopping, a plateau schedule and a checkpoint.
+// Keras tour 4: fit() with callbacks: early stopping, a plateau schedule and a checkpoint; one line per epoch.
 #include <iostream>
 
 #include "data.h"
@@ -12,12 +12,11 @@ int main() {
   model.emplace<Dense>(32, "relu");
   model.emplace<Dense>(3);
   model.compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
-  ProgressBarLogger progress(std::cout, /*interactive=*/false);
   EarlyStopping early_stopping("val_loss", /*patience=*/2, 0.0, /*restore_best_weights=*/true);
   ReduceLROnPlateau reduce_lr({.monitor = "val_loss", .factor = 0.5, .patience = 1});
   CheckpointCallback checkpoint("tour-{epoch}.safetensors");
   History history = model.fit(x, y, {.epochs = 20, .batch_size = 32, .validation_split = 0.2,
-                                     .callbacks = {&progress, &early_stopping, &reduce_lr, &checkpoint}});
+                                     .callbacks = {&early_stopping, &reduce_lr, &checkpoint}, .verbose = 2});
   std::cout << "epochs run " << history.history["loss"].size() << ", last learning rate "
             << history.history["learning_rate"].back() << "\n";
   return model.evaluate(x, y).accuracy > 0.95 ? 0 : 1;

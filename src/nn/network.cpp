@@ -220,7 +220,17 @@ std::vector<Layer*> Network::output_layers() const {
   return out;
 }
 
+void Network::require_built(const char* what) const {
+  if (built_) return;
+  MIXTRAIN_FAIL(kInvalidInput,
+                "model '" << name_ << "'." << what << ": the model is not built yet, so it has no weights; a model "
+                          << "creates them once it knows its input shape",
+                "call model.build_for(sample_shape), e.g. build_for({784}) (Keras' build(input_shape); a bare "
+                "Network: build(input_shape, rng)), or call it on data (predict, train_step) or fit it first");
+}
+
 std::vector<Var> Network::weights() const {
+  require_built("weights()");
   std::vector<Var> out;
   for (auto& l : layers_)
     for (const Var& w : l->weights()) out.push_back(w);
@@ -228,6 +238,7 @@ std::vector<Var> Network::weights() const {
 }
 
 std::vector<Var> Network::trainable_weights() const {
+  require_built("trainable_weights()");
   std::vector<Var> out;
   for (auto& l : layers_)
     for (const Var& w : l->trainable_weights()) out.push_back(w);
@@ -235,6 +246,7 @@ std::vector<Var> Network::trainable_weights() const {
 }
 
 std::vector<Var> Network::non_trainable_weights() const {
+  require_built("non_trainable_weights()");
   std::vector<Var> out;
   for (auto& l : layers_)
     for (const Var& w : l->weights())
@@ -243,19 +255,21 @@ std::vector<Var> Network::non_trainable_weights() const {
 }
 
 int64_t Network::count_params() const {
+  require_built("count_params()");
   int64_t n = 0;
   for (auto& l : layers_) n += l->count_params();
   return n;
 }
 
 void Network::summary(std::ostream& out) const {
+  require_built("summary()");
   struct Row {
     std::string layer, shape, params, compute, variable, connected;
   };
   std::vector<Row> rows;
   int64_t trainable = 0, total = 0;
   auto add_row = [&](const Layer& l, const Shape& s, std::string connected) {
-    rows.push_back({l.name() + " (" + l.class_name() + ")", built_ || is_functional() ? batch_shape(s) : "?",
+    rows.push_back({l.name() + " (" + l.class_name() + ")", batch_shape(s),
                     with_commas(l.count_params()),
                     dtype_name(l.compute_dtype()), dtype_name(l.variable_dtype()), std::move(connected)});
   };

@@ -68,6 +68,7 @@ void Optimizer::apply_arena(ParameterArena& arena) { apply_flat_gradients(arena,
 
 void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads) {
   const std::vector<Var>& vars = arena.vars();
+  check_has_variables(vars);  // an arena bound to no variables (an unbuilt model's) would train nothing
   if (!updates_spans()) {
     MIXTRAIN_FAIL(kInvalidInput, name() << ".apply_arena: this optimizer updates variables one by one",
                   "call apply() with the gradients instead");

@@ -157,6 +157,7 @@ void LossScaleOptimizer::apply_unscaled(const std::vector<Tensor>& grads, const 
 }
 
 void LossScaleOptimizer::apply_arena(ParameterArena& arena) {
+  check_has_variables(arena.vars());
   if (!arena.bound_to(arena.vars())) {
     MIXTRAIN_FAIL(kInvalidInput,
                   "LossScaleOptimizer.apply_arena: the arena's variables were replaced or changed dtype since bind()",

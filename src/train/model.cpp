@@ -10,6 +10,7 @@
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/report/progress_bar.h"
 
 namespace mixtrain {
 
@@ -31,6 +32,18 @@ Shape sample_shape_of(const Tensor& x) {
 
 // Integer inputs (ids) stay integers: each layer casts what it does not keep (Layer::operator()).
 const Tensor& as_input(const Tensor& x) { return x; }
+
+// The progress logger fit() adds for options.verbose, or null: when silent, on a data-parallel rank other than 0
+// (one voice for the job), or when the caller's callbacks already show progress (two bars would interleave).
+std::unique_ptr<ProgressBarLogger> verbose_progress(const FitOptions& options, const Communicator* comm) {
+  if (options.verbose == 0 || (comm && comm->rank() != 0)) return nullptr;
+  for (Callback* cb : options.callbacks)
+    if (dynamic_cast<ProgressBarLogger*>(cb)) return nullptr;
+  std::ostream& out = options.verbose_out ? *options.verbose_out : std::cout;
+  // Redrawing in place needs a terminal; a captured or redirected stream gets one line per epoch.
+  const bool interactive = options.verbose == 1 && &out == &std::cout && stdout_is_terminal();
+  return std::make_unique<ProgressBarLogger>(out, interactive);
+}
 }  // namespace
 
 // The all-reduce of a stack model's float32 gradient buffer in buckets started during the backward pass, as
@@ -312,6 +325,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   MIXTRAIN_CHECK(options.batch_size > 0, "fit: batch_size must be positive, got " << options.batch_size);
   MIXTRAIN_CHECK(options.validation_split >= 0 && options.validation_split < 1,
                  "fit: validation_split must be in [0, 1), got " << options.validation_split);
+  MIXTRAIN_CHECK(options.verbose >= 0 && options.verbose <= 2,
+                 "fit: verbose must be 0 (silent), 1 (progress bar) or 2 (one line per epoch), got " << options.verbose);
 
   Tensor x = x_all, y = y_all, val_x, val_y;
   if (options.validation_data) {
@@ -333,8 +348,11 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   const int64_t n = x.dim(0);
   const bool sampled = options.steps_per_epoch > 0;
   const int64_t steps = sampled ? options.steps_per_epoch : (n + options.batch_size - 1) / options.batch_size;
-  for (Callback* cb : options.callbacks) cb->set_model(this);
-  for (Callback* cb : options.callbacks) cb->on_train_begin(options.epochs, steps);
+  std::vector<Callback*> callbacks = options.callbacks;
+  const std::unique_ptr<ProgressBarLogger> progress = verbose_progress(options, comm);
+  if (progress) callbacks.push_back(progress.get());  // last, as Keras, so it shows what the others logged
+  for (Callback* cb : callbacks) cb->set_model(this);
+  for (Callback* cb : callbacks) cb->on_train_begin(options.epochs, steps);
   stop_training = false;
   History history;
   Logs epoch_logs;
@@ -345,7 +363,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   while (pos.epoch < options.epochs && !stop_training) {
     if (pos.step == 0 && pos.order.empty()) {  // a new epoch (a rollback restores its order instead)
       epoch_start = Clock::now();
-      for (Callback* cb : options.callbacks) cb->on_epoch_begin(pos.epoch);
+      for (Callback* cb : callbacks) cb->on_epoch_begin(pos.epoch);
       pos.order.clear();
       if (sampled) {
         pos.order.resize(static_cast<size_t>(steps * options.batch_size));
@@ -405,7 +423,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     pos.seen += end - begin;
     Logs running;
     for (auto& [k, v] : pos.sums) running.emplace_back(k, k == "loss_scale" ? v : v / static_cast<double>(pos.seen));
-    for (Callback* cb : options.callbacks) cb->on_train_batch_end(pos.step + 1, running);
+    for (Callback* cb : callbacks) cb->on_train_batch_end(pos.step + 1, running);
     epoch_logs = running;
     if (++pos.step < steps && !stop_training) continue;
 
@@ -418,16 +436,16 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       if (track_accuracy_) epoch_logs.emplace_back("val_accuracy", v.accuracy);
     }
     // Callbacks add their entries (the learning-rate callbacks: "learning_rate") before History records them.
-    for (Callback* cb : options.callbacks) cb->on_epoch_logs(pos.epoch, epoch_logs);
+    for (Callback* cb : callbacks) cb->on_epoch_logs(pos.epoch, epoch_logs);
     history.epoch.push_back(pos.epoch);
     for (auto& [k, v] : epoch_logs) history.history[k].push_back(v);
     history.epoch_seconds.push_back(seconds_since(epoch_start));
-    for (Callback* cb : options.callbacks) cb->on_epoch_end(pos.epoch, epoch_logs);
+    for (Callback* cb : callbacks) cb->on_epoch_end(pos.epoch, epoch_logs);
     ++pos.epoch;
     pos.step = 0;
     pos.order.clear();
   }
-  for (Callback* cb : options.callbacks) cb->on_train_end(epoch_logs);
+  for (Callback* cb : callbacks) cb->on_train_end(epoch_logs);
   return history;
 }
 

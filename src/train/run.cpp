@@ -137,6 +137,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   fo.steps_per_epoch = cfg.steps_per_epoch();
   fo.batch_size = cfg.batch_size;
   fo.communicator = cfg.communicator;
+  fo.verbose = 0;  // progress goes to `progress` alone, through the bar above; without it the run is silent
   const bool writes_checkpoints = cfg.communicator == nullptr || cfg.communicator->rank() == 0;
   // Token windows (a language model): the data set's second part is the validation text, evaluated at the end
   // of each epoch (each evaluation interval of a run by steps).

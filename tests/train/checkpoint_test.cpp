@@ -83,7 +83,8 @@ struct Snapshot {
 
 Snapshot snapshot(Model& m) {
   Snapshot s;
-  for (const Var& w : m.weights()) s.weights.emplace_back(w.name(), w.value().clone());
+  if (m.built())  // an unbuilt model has no weights yet (and weights() says so)
+    for (const Var& w : m.weights()) s.weights.emplace_back(w.name(), w.value().clone());
   s.optimizer = m.optimizer().state();
   s.rngs = {m.init_rng().state(), m.shuffle_rng().state(), m.dropout_rng().state()};
   return s;

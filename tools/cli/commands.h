@@ -9,6 +9,7 @@
 #include "args.h"
 
 #include "mixtrain/core/json.h"
+#include "mixtrain/data/csv.h"
 #include "mixtrain/data/dataset.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/train/run.h"
@@ -34,9 +35,15 @@ void resolve_batch_size(RunConfig& cfg, const Args& args, const DataSplits& data
 Json recovery_to_json(const std::vector<RecoveryEvent>& events);
 void print_run_summary(const RunResult& r);
 
-// --data fashion-mnist | PATH (IDX images or CSV), normalised with statistics of the training split; or text
-// for the transformer: moby-dick | text:PATH, windows of cfg.context_length characters (cfg.vocabulary is set).
-DataSplits load_data(const std::string& spec, const std::string& normalize, RunConfig& cfg);
+// --data fashion-mnist | PATH (IDX images or CSV), normalised (--normalize) with statistics of the training split;
+// or text for the transformer: moby-dick | text:PATH, windows of cfg.context_length characters (cfg.vocabulary is
+// set). A CSV (FILE.csv, or FILE.csv.gz gzip-compressed) is read as --csv-header and --label-column say.
+DataSplits load_data(const std::string& spec, const Args& args, RunConfig& cfg);
+// Whether --data names a CSV file (.csv or .csv.gz).
+bool is_csv_data(const std::string& spec);
+// --csv-header auto|yes|no and --label-column NAME|INDEX, checked (Error naming the flag and the accepted
+// values; either flag with data that is not a CSV is an Error too).
+CsvOptions csv_options_from(const Args& args);
 // Exit status of a run whose loss ended non-finite (2 is bad input, 1 an internal error).
 inline constexpr int kExitDiverged = 3;
 // Error (kIo, exit 2) unless path can be created: its directory exists and is writable, and it is no directory.

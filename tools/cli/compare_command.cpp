@@ -80,7 +80,7 @@ int compare_command(const std::vector<std::string>& argv) {
 
   // The data (and a CSV's hold-out split, drawn from --seed) is loaded once: the float32 seeds differ only in
   // what the model's seed draws.
-  DataSplits data = load_data(data_spec, a.str("normalize", ""), base);
+  DataSplits data = load_data(data_spec, a, base);
   print_data_line(data_spec, data);
   std::cout << "policies: ";
   for (const auto& p : policies) std::cout << p << " ";

@@ -15,7 +15,7 @@ int inspect_command(const std::vector<std::string>& argv) {
   MIXTRAIN_CHECK(steps > 0, "--steps must be a positive integer, got " << steps);
   const std::string data_spec = a.str("data", "fashion-mnist");
   const bool train_first = a.has("epochs");
-  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg);
+  DataSplits data = load_data(data_spec, a, cfg);
 
   auto model = build_model(cfg, data.train.num_features(), data.train.num_classes, data.train.sample_shape);
   model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate),
@@ -25,6 +25,7 @@ int inspect_command(const std::vector<std::string>& argv) {
     FitOptions fo;
     fo.epochs = cfg.epochs;
     fo.batch_size = cfg.batch_size;
+    fo.verbose = 0;  // the report below is the output; training progress would bury it
     model->fit(data.train.x, data.train.y, fo);
   }
   const std::vector<LayerInspection> layers =

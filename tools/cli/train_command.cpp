@@ -28,7 +28,45 @@ Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
 bool is_text_data(const std::string& spec) { return spec == "moby-dick" || spec.rfind("text:", 0) == 0; }
 
-DataSplits load_data(const std::string& spec, const std::string& normalize, RunConfig& cfg) {
+// Whether text is a whole integer: an optional sign, then digits only.
+bool is_integer_text(const std::string& text) {
+  const size_t first = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  return text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
+}
+
+bool is_csv_data(const std::string& spec) { return ends_with(spec, ".csv") || ends_with(spec, ".csv.gz"); }
+
+CsvOptions csv_options_from(const Args& a) {
+  CsvOptions o;
+  const std::string spec = a.str("data", "fashion-mnist");
+  for (const char* flag : {"csv-header", "label-column"})
+    if (a.has(flag) && !is_csv_data(spec))
+      MIXTRAIN_FAIL(kInvalidInput, "--" << flag << " applies to CSV data, not to --data " << spec,
+                    "give a CSV file: --data FILE.csv or FILE.csv.gz");
+  if (a.has("csv-header")) {
+    const std::string v = a.str("csv-header", "");
+    if (v != "auto" && v != "yes" && v != "no")
+      MIXTRAIN_FAIL(kInvalidInput, "--csv-header must be auto, yes or no, got '" << v << "'",
+                    "auto (the default) reads the first line as a header when one of its cells is not a number");
+    o.header = parse_csv_header(v);
+  }
+  if (a.has("label-column")) {
+    const std::string v = a.str("label-column", "");
+    if (v.empty())
+      MIXTRAIN_FAIL(kInvalidInput, "--label-column needs a column NAME from the header row or a 0-based INDEX, got ''",
+                    "a negative INDEX counts from the end: -1 (the default) is the last column");
+    // A whole integer is an index (a column literally named "3" is chosen by its position); anything else a name.
+    if (is_integer_text(v))
+      o.label_index = a.integer("label-column", -1);
+    else
+      o.label_column = v;
+  }
+  return o;
+}
+
+DataSplits load_data(const std::string& spec, const Args& a, RunConfig& cfg) {
+  const std::string normalize = a.str("normalize", "");
+  const CsvOptions csv = csv_options_from(a);
   const bool text = is_text_data(spec);
   MIXTRAIN_CHECK(text == (cfg.model == "transformer"),
                  (text ? "--data " + spec + " is text: train it with --model transformer"
@@ -45,12 +83,12 @@ DataSplits load_data(const std::string& spec, const std::string& normalize, RunC
     return std::move(t.splits);
   }
   const uint64_t seed = cfg.seed;
-  const bool is_csv = ends_with(spec, ".csv") || ends_with(spec, ".csv.gz");
+  const bool is_csv = is_csv_data(spec);
   DataSplits d;
   if (spec == "fashion-mnist")
     d = load_fashion_mnist();
   else if (is_csv)
-    d = load_csv_splits(spec, kHoldoutFraction, seed);
+    d = load_csv_splits(spec, kHoldoutFraction, seed, csv);
   else
     d = load_idx_dataset(spec, kHoldoutFraction, seed);
   // Images arrive scaled to [0, 1]; CSV features are standardised unless told otherwise.
@@ -168,7 +206,8 @@ const std::set<std::string>& run_flags() {
       "model",         "data",       "epochs",        "batch-size", "lr",         "optimizer",   "seed",
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
-      "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier"};
+      "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
+      "label-column"};
   return flags;
 }
 
@@ -260,7 +299,9 @@ RunConfig run_config_from(const Args& a) {
   cfg.recover = a.has("recover");
   apply_sequence_flags(cfg, a);
   validate_run_config(cfg);  // before the (slow) data load, so a typo fails at once
+  // The data flags too (load_data reads them again where it uses them).
   if (a.has("normalize")) parse_normalization(a.str("normalize", ""));
+  csv_options_from(a);
   return cfg;
 }
 
@@ -335,7 +376,7 @@ int train_command(const std::vector<std::string>& argv) {
   // Output paths are checked before the (long) training, not found unwritable after it.
   if (!json_path.empty() && writer) require_writable_output(json_path, "--json");
   if (!cfg.save_path.empty() && writer) require_writable_output(cfg.save_path, "--save");
-  DataSplits data = load_data(data_spec, a.str("normalize", ""), cfg);
+  DataSplits data = load_data(data_spec, a, cfg);
   print_data_line(data_spec, data);
   resolve_batch_size(cfg, a, data);
   if (auto_batch_size(a)) check_global_batch(cfg, job);

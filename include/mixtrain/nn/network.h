@@ -101,6 +101,9 @@ class Network {
   Layer* layer(const std::string& name) const;
   // The layers producing the outputs (a stack's last layer).
   std::vector<Layer*> output_layers() const;
+  // The variables of every layer, in layer order. These, count_params() and summary() throw Error on a network
+  // that is not built yet (it has no weights until it knows its input shape), rather than answer an empty list
+  // that a custom loop would silently train.
   std::vector<Var> weights() const;
   std::vector<Var> trainable_weights() const;
   std::vector<Var> non_trainable_weights() const;
@@ -115,6 +118,8 @@ class Network {
   void add_layer(std::shared_ptr<Layer> layer);
   // Gives every layer without an explicit name a unique one: its kind, then kind_1, kind_2, ...
   void assign_layer_names();
+  // Throws the "not built yet" Error naming `what` (e.g. "weights()") unless the network is built.
+  void require_built(const char* what) const;
 
   std::string name_;
   std::vector<std::shared_ptr<Layer>> layers_;

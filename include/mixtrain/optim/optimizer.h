@@ -141,8 +141,8 @@ class Optimizer {
   // The float32 slot `slot` of the variable keyed var_key (it has the variable's element count).
   float* slot(const std::string& var_key, const std::string& slot);
 
-  // Refuses an update of no variables: nothing would train, silently (the usual cause is a model that was not
-  // built yet, whose trainable_weights() is still empty).
+  // Refuses an update of no variables (apply(), apply_arena()): nothing would train, silently (the usual cause is
+  // a variable list gathered from layers before they were built).
   void check_has_variables(const std::vector<Var>& vars) const;
 
   // Name of variable i in checkpoints: its own name, or "var_<i>" when it has none.

@@ -49,7 +49,7 @@ class Callback {
 };
 
 // Keras-like progress bar: step counter, ETA, running loss and metrics; one line per epoch when the
-// output is not a terminal.
+// output is not a terminal. fit() adds one for FitOptions::verbose unless its callbacks already hold one.
 class ProgressBarLogger : public Callback {
  public:
   explicit ProgressBarLogger(std::ostream& out, bool interactive);

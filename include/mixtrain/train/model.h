@@ -2,6 +2,7 @@
 // stack (Model m; m.emplace<Dense>(...)) or as a functional graph (Model(inputs, outputs)).
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -43,6 +44,13 @@ struct FitOptions {
   // and its moving statistics are averaged over the ranks before each validation. Validation is sharded.
   // The recovery ladder does not run data-parallel.
   Communicator* communicator = nullptr;
+  // Keras' verbose: 0 prints nothing; 1 (the default) a progress bar per epoch when the output is standard output
+  // on a terminal, otherwise one summary line per epoch, as Keras does when not on a tty; 2 one summary line per
+  // epoch. Each epoch starts with "Epoch N/M". Only rank 0 of a data-parallel run prints, and callbacks that
+  // already hold a ProgressBarLogger get no second one.
+  int verbose = 1;
+  // Where verbose progress goes (not owned); null: std::cout. Another stream is never redrawn as a terminal.
+  std::ostream* verbose_out = nullptr;
 };
 
 // Keras' validation_split: the last floor(n * fraction) rows (taken before shuffling) validate, the rest train.
