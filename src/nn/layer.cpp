@@ -161,43 +161,91 @@ Var Layer::input_cast(const Var& x) {
   return x;
 }
 
-Var Layer::operator()(const Var& x, const CallContext& ctx) {
-  MIXTRAIN_CHECK(x.defined(), "layer '" << name_ << "': input is undefined");
-  MIXTRAIN_CHECK(num_inputs() == 1, "layer '" << name_ << "' (" << class_name() << ") takes several inputs; "
-                                              << "call it with a list");
-  if (!built_) {
-    MIXTRAIN_CHECK(x.value().rank() >= 1, "layer '" << name_ << "': input needs a batch dimension");
-    std::vector<int64_t> dims(x.shape().dims().begin() + 1, x.shape().dims().end());
-    Rng fallback(0);
-    build(Shape(dims), ctx.rng ? *ctx.rng : fallback);
-  }
-  return call(input_cast(x), ctx);
-}
-
-Var Layer::operator()(const std::vector<Var>& xs, const CallContext& ctx) {
+std::vector<Var> Layer::prepare_inputs(const std::vector<Var>& xs, const CallContext& ctx) {
   if (num_inputs() == 1) {
-    MIXTRAIN_CHECK(xs.size() == 1, "layer '" << name_ << "' (" << class_name() << ") takes one input, got " << xs.size());
-    return (*this)(xs[0], ctx);
+    MIXTRAIN_CHECK(xs.size() == 1, "layer '" << name_ << "' (" << class_name() << ") takes one input, got "
+                                             << xs.size());
+  } else {
+    MIXTRAIN_CHECK(xs.size() >= 2, "layer '" << name_ << "' (" << class_name()
+                                             << ") takes two or more inputs, got " << xs.size());
   }
-  MIXTRAIN_CHECK(xs.size() >= 2, "layer '" << name_ << "' (" << class_name() << ") takes two or more inputs, got "
-                                           << xs.size());
   std::vector<Var> cast_inputs;
   std::vector<Shape> shapes;
   for (const Var& x : xs) {
-    cast_inputs.push_back(input_cast(x));
+    MIXTRAIN_CHECK(x.defined(), "layer '" << name_ << "': input is undefined");
     MIXTRAIN_CHECK(x.value().rank() >= 1, "layer '" << name_ << "': input needs a batch dimension");
     shapes.emplace_back(std::vector<int64_t>(x.shape().dims().begin() + 1, x.shape().dims().end()));
   }
   if (!built_) {
     Rng fallback(0);
-    build_multi(shapes, ctx.rng ? *ctx.rng : fallback);
+    Rng& rng = ctx.rng ? *ctx.rng : fallback;
+    // One input: build() alone, as a stack builds its layers; several: build_multi() checks their shapes.
+    if (xs.size() == 1 && num_outputs() == 1)
+      build(shapes.front(), rng);
+    else
+      build_multi(shapes, rng);
   }
-  return call_multi(cast_inputs, ctx);
+  for (const Var& x : xs) cast_inputs.push_back(input_cast(x));
+  return cast_inputs;
+}
+
+void Layer::require_one_output() const {
+  if (num_outputs() == 1) return;
+  MIXTRAIN_FAIL(kInvalidInput,
+                "layer '" << name_ << "' (" << class_name() << ") has " << num_outputs()
+                          << " outputs; calling it directly gives one value",
+                "call layer.outputs(x) for the list of its outputs (in a functional model: auto outs = "
+                "layer->outputs(x); then outs[0], outs[1], ...)");
+}
+
+Var Layer::operator()(const Var& x, const CallContext& ctx) {
+  MIXTRAIN_CHECK(x.defined(), "layer '" << name_ << "': input is undefined");
+  MIXTRAIN_CHECK(num_inputs() == 1, "layer '" << name_ << "' (" << class_name() << ") takes several inputs; "
+                                              << "call it with a list");
+  require_one_output();
+  return call(prepare_inputs({x}, ctx).front(), ctx);
+}
+
+Var Layer::operator()(const std::vector<Var>& xs, const CallContext& ctx) {
+  if (num_inputs() == 1) {
+    MIXTRAIN_CHECK(xs.size() == 1, "layer '" << name_ << "' (" << class_name() << ") takes one input, got "
+                                             << xs.size());
+    return (*this)(xs[0], ctx);
+  }
+  require_one_output();
+  return call_multi(prepare_inputs(xs, ctx), ctx);
+}
+
+std::vector<Var> Layer::outputs(const Var& x, const CallContext& ctx) { return outputs(std::vector<Var>{x}, ctx); }
+
+std::vector<Var> Layer::outputs(const std::vector<Var>& xs, const CallContext& ctx) {
+  std::vector<Var> ys = call_outputs(prepare_inputs(xs, ctx), ctx);
+  MIXTRAIN_CHECK(ys.size() == static_cast<size_t>(num_outputs()),
+                 "layer '" << name_ << "' (" << class_name() << "): call_outputs() gave " << ys.size()
+                           << " values; num_outputs() says " << num_outputs());
+  return ys;
+}
+
+std::vector<Var> Layer::call_outputs(const std::vector<Var>& xs, const CallContext& ctx) {
+  if (num_inputs() == 1) {
+    MIXTRAIN_CHECK(xs.size() == 1, "layer '" << name_ << "' (" << class_name() << ") takes one input");
+    return {call(xs.front(), ctx)};
+  }
+  return {call_multi(xs, ctx)};
 }
 
 SymbolicTensor Layer::operator()(const SymbolicTensor& x) { return (*this)(std::vector<SymbolicTensor>{x}); }
 
 SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& xs) {
+  require_one_output();
+  return outputs(xs).front();
+}
+
+std::vector<SymbolicTensor> Layer::outputs(const SymbolicTensor& x) {
+  return outputs(std::vector<SymbolicTensor>{x});
+}
+
+std::vector<SymbolicTensor> Layer::outputs(const std::vector<SymbolicTensor>& xs) {
   std::shared_ptr<Layer> self = weak_from_this().lock();
   if (!self) {
     MIXTRAIN_FAIL(kInvalidInput, "layer '" << name_ << "' was called on a symbolic tensor but is not shared-owned",
@@ -216,9 +264,18 @@ SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& xs) {
   auto node = std::make_shared<SymbolicNode>();
   node->layer = self;
   node->inputs = xs;
-  node->shape = compute_output_shape_multi(shapes);  // validates the shapes now, where the model is written
-  node->dtype = compute_dtype();
-  return SymbolicTensor(node);
+  node->shapes = compute_output_shapes(shapes);  // validates the shapes now, where the model is written
+  MIXTRAIN_CHECK(node->shapes.size() == static_cast<size_t>(num_outputs()),
+                 "layer '" << name_ << "' (" << class_name() << "): compute_output_shapes() gave "
+                           << node->shapes.size() << " shapes; num_outputs() says " << num_outputs());
+  node->dtypes.assign(node->shapes.size(), compute_dtype());
+  std::vector<SymbolicTensor> out;
+  for (size_t i = 0; i < node->shapes.size(); ++i) out.emplace_back(node, static_cast<int>(i));
+  return out;
+}
+
+std::vector<Shape> Layer::compute_output_shapes(const std::vector<Shape>& input_shapes) const {
+  return {compute_output_shape_multi(input_shapes)};
 }
 
 Shape Layer::compute_output_shape_multi(const std::vector<Shape>& input_shapes) const {
@@ -247,7 +304,7 @@ void Layer::build(const Shape& input_shape, Rng& rng) {
 void Layer::build_multi(const std::vector<Shape>& input_shapes, Rng& rng) {
   if (built_) return;
   MIXTRAIN_CHECK(!input_shapes.empty(), "layer '" << name_ << "': build without input shapes");
-  compute_output_shape_multi(input_shapes);  // validates
+  compute_output_shapes(input_shapes);  // validates
   build_impl(input_shapes[0], rng);
   built_ = true;
 }

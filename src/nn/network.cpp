@@ -13,8 +13,8 @@ SymbolicTensor Input(const Shape& shape, DType dtype, std::string name) {
   for (int64_t d : shape.dims())
     MIXTRAIN_CHECK(d > 0, "Input: shape " << shape << " must have positive dimensions (the batch is not part of it)");
   auto node = std::make_shared<SymbolicNode>();
-  node->shape = shape;
-  node->dtype = dtype;
+  node->shapes = {shape};
+  node->dtypes = {dtype};
   node->name = std::move(name);
   return SymbolicTensor(node);
 }
@@ -65,7 +65,7 @@ Network::Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor>
       }
       if (!node->layer) {
         MIXTRAIN_CHECK(input_nodes.count(node), "model '" << name_ << "': an output depends on Input '" << node->name
-                                                          << "' " << node->shape << ", which is not among the inputs");
+                                                          << "' " << node->shapes.front() << ", which is not among the inputs");
         placed.insert(node);
         stack.pop_back();
         continue;
@@ -75,9 +75,7 @@ Network::Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor>
         if (!placed.count(child)) stack.emplace_back(child, 0);
         continue;
       }
-      Step step{node, {}};
-      for (const SymbolicTensor& in : node->inputs) step.inputs.push_back(in.node());
-      steps_.push_back(step);
+      steps_.push_back(Step{node, node->inputs});
       if (seen_layers.insert(node->layer.get()).second) layers_.push_back(node->layer);
       placed.insert(node);
       stack.pop_back();
@@ -94,6 +92,9 @@ void Network::add_layer(std::shared_ptr<Layer> layer) {
   MIXTRAIN_CHECK(layer->num_inputs() == 1, "model '" << name_ << "': layer '" << layer->name() << "' ("
                                                      << layer->class_name()
                                                      << ") takes several inputs; write a functional model");
+  MIXTRAIN_CHECK(layer->num_outputs() == 1, "model '" << name_ << "': layer '" << layer->name() << "' ("
+                                                      << layer->class_name() << ") has " << layer->num_outputs()
+                                                      << " outputs; write a functional model");
   layers_.push_back(std::move(layer));
   assign_layer_names();
 }
@@ -126,7 +127,7 @@ void Network::build(const Shape& input_shape, Rng& rng) {
                              << input_shape);
     for (const Step& s : steps_) {
       std::vector<Shape> shapes;
-      for (const SymbolicNode* in : s.inputs) shapes.push_back(in->shape);
+      for (const SymbolicTensor& in : s.inputs) shapes.push_back(in.shape());
       s.node->layer->build_multi(shapes, rng);
     }
   } else {
@@ -147,25 +148,31 @@ Shape Network::output_shape() const {
   return s;
 }
 
-Var Network::run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx) {
+std::vector<Var> Network::run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx) {
   if (observer_) observer_->on_input(layer, inputs.front());
   // The network's observer is the one in force for its layers; without one, the caller's (if any) stays.
   CallContext layer_ctx = ctx;
   if (observer_) layer_ctx.observer = observer_;
-  Var h = inputs.size() == 1 ? layer(inputs.front(), layer_ctx) : layer(inputs, layer_ctx);
+  std::vector<Var> ys;
+  if (layer.num_outputs() != 1)
+    ys = layer.outputs(inputs, layer_ctx);
+  else
+    ys.push_back(inputs.size() == 1 ? layer(inputs.front(), layer_ctx) : layer(inputs, layer_ctx));
   if (observer_) {
-    observer_->on_output(layer, h);
     LayerObserver* obs = observer_;
     const Layer* l = &layer;
-    h = tap(h, [obs, l](const Tensor& dy) { obs->on_gradient(*l, dy); });
+    for (Var& y : ys) {
+      obs->on_output(layer, y);
+      y = tap(y, [obs, l](const Tensor& dy) { obs->on_gradient(*l, dy); });
+    }
   }
-  return h;
+  return ys;
 }
 
 Var Network::call(const Var& x, const CallContext& ctx) {
   if (!is_functional()) {
     Var h = x;
-    for (auto& l : layers_) h = run_layer(*l, {h}, ctx);
+    for (auto& l : layers_) h = run_layer(*l, {h}, ctx).front();
     return h;
   }
   MIXTRAIN_CHECK(graph_outputs_.size() == 1, "model '" << name_ << "' has " << graph_outputs_.size()
@@ -180,7 +187,7 @@ std::vector<Var> Network::call(const std::vector<Var>& inputs, const CallContext
   }
   MIXTRAIN_CHECK(inputs.size() == graph_inputs_.size(),
                  "model '" << name_ << "' takes " << graph_inputs_.size() << " inputs, got " << inputs.size());
-  std::map<const SymbolicNode*, Var> values;
+  std::map<const SymbolicNode*, std::vector<Var>> values;  // every output of each call
   for (size_t i = 0; i < inputs.size(); ++i) {
     const SymbolicTensor& in = graph_inputs_[i];
     const Var& v = inputs[i];
@@ -191,15 +198,18 @@ std::vector<Var> Network::call(const std::vector<Var>& inputs, const CallContext
       MIXTRAIN_CHECK(v.shape()[d + 1] == in.shape()[d], "model '" << name_ << "': input '" << in.name()
                                                                   << "' expects per-sample shape " << in.shape()
                                                                   << ", got " << v.value().describe());
-    values[in.node()] = v;
+    values[in.node()] = {v};
   }
+  auto value_of = [&values](const SymbolicTensor& t) -> const Var& {
+    return values.at(t.node()).at(static_cast<size_t>(t.output_index()));
+  };
   for (const Step& s : steps_) {
     std::vector<Var> args;
-    for (const SymbolicNode* in : s.inputs) args.push_back(values.at(in));
+    for (const SymbolicTensor& in : s.inputs) args.push_back(value_of(in));
     values[s.node] = run_layer(*s.node->layer, args, ctx);
   }
   std::vector<Var> out;
-  for (const SymbolicTensor& o : graph_outputs_) out.push_back(values.at(o.node()));
+  for (const SymbolicTensor& o : graph_outputs_) out.push_back(value_of(o));
   return out;
 }
 
@@ -213,7 +223,7 @@ std::vector<Layer*> Network::output_layers() const {
   std::vector<Layer*> out;
   if (is_functional()) {
     for (const SymbolicTensor& o : graph_outputs_)
-      if (o.layer()) out.push_back(o.layer());
+      if (o.layer() && std::find(out.begin(), out.end(), o.layer()) == out.end()) out.push_back(o.layer());
   } else if (!layers_.empty()) {
     out.push_back(layers_.back().get());
   }
@@ -268,8 +278,8 @@ void Network::summary(std::ostream& out) const {
   };
   std::vector<Row> rows;
   int64_t trainable = 0, total = 0;
-  auto add_row = [&](const Layer& l, const Shape& s, std::string connected) {
-    rows.push_back({l.name() + " (" + l.class_name() + ")", batch_shape(s),
+  auto add_row = [&](const Layer& l, const std::string& shape, std::string connected) {
+    rows.push_back({l.name() + " (" + l.class_name() + ")", shape,
                     with_commas(l.count_params()),
                     dtype_name(l.compute_dtype()), dtype_name(l.variable_dtype()), std::move(connected)});
   };
@@ -284,16 +294,28 @@ void Network::summary(std::ostream& out) const {
       rows.push_back({in.name() + " (InputLayer)", batch_shape(in.shape()), "0", dtype_name(in.dtype()), "-", ""});
     for (const Step& s : steps_) {
       std::string connected;
-      for (const SymbolicNode* in : s.inputs)
-        connected += (connected.empty() ? "" : ", ") + (in->layer ? in->layer->name() : in->name);
-      add_row(*s.node->layer, s.node->shape, connected);
+      for (const SymbolicTensor& in : s.inputs) {
+        // An output of a layer with several is named by its index, as Keras writes "layer[0][1]".
+        std::string from = in.is_input() ? in.name() : in.layer()->name();
+        if (!in.is_input() && in.layer()->num_outputs() > 1) from += "[" + std::to_string(in.output_index()) + "]";
+        connected += (connected.empty() ? "" : ", ") + from;
+      }
+      // Several outputs: their shapes as a list, as Keras prints them.
+      std::string shape;
+      if (s.node->shapes.size() == 1) {
+        shape = batch_shape(s.node->shapes.front());
+      } else {
+        for (const Shape& o : s.node->shapes) shape += (shape.empty() ? "[" : ", ") + batch_shape(o);
+        shape += "]";
+      }
+      add_row(*s.node->layer, shape, connected);
       count(*s.node->layer);
     }
   } else {
     Shape s = input_shape_;
     for (auto& l : layers_) {
       s = l->compute_output_shape(s);
-      add_row(*l, s, "");
+      add_row(*l, batch_shape(s), "");
       count(*l);
     }
   }

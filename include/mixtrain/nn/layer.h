@@ -109,6 +109,14 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Functional API: a symbolic output, recording this layer as its producer. Needs shared ownership.
   SymbolicTensor operator()(const SymbolicTensor& x);
   SymbolicTensor operator()(const std::vector<SymbolicTensor>& xs);
+  // Every output of one call, for a layer with several outputs (Keras returns their list); a list of one for
+  // the others. The layer runs once for all of them; operator() on such a layer is an Error that points here.
+  //   std::vector<Var> parts = split.outputs(x, ctx);                 // eager
+  //   std::vector<SymbolicTensor> outs = split->outputs(features);   // functional: outs[0], outs[1], ...
+  std::vector<Var> outputs(const Var& x, const CallContext& ctx = {});
+  std::vector<Var> outputs(const std::vector<Var>& xs, const CallContext& ctx = {});
+  std::vector<SymbolicTensor> outputs(const SymbolicTensor& x);
+  std::vector<SymbolicTensor> outputs(const std::vector<SymbolicTensor>& xs);
 
   // Creates the variables for inputs shaped (batch, ...input_shape); rng draws initial values.
   void build(const Shape& input_shape, Rng& rng);
@@ -121,6 +129,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // How many inputs a call takes: 1, or kAnyInputs (two or more).
   static constexpr int kAnyInputs = -1;
   virtual int num_inputs() const { return 1; }
+  // How many outputs a call gives. A layer with several overrides this, compute_output_shapes() and
+  // call_outputs(); it cannot sit in a stack (Sequential), only in a functional model.
+  virtual int num_outputs() const { return 1; }
+  // The per-sample shape of each output; by default the one compute_output_shape_multi() gives.
+  virtual std::vector<Shape> compute_output_shapes(const std::vector<Shape>& input_shapes) const;
   // Layers that read integer ids (Embedding) keep integer inputs; every other layer casts them.
   virtual bool keeps_integer_inputs() const { return false; }
 
@@ -159,6 +172,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Single-input layers override call(); multi-input layers override call_multi() and num_inputs().
   virtual Var call(const Var& x, const CallContext& ctx);
   virtual Var call_multi(const std::vector<Var>& xs, const CallContext& ctx);
+  // Layers with several outputs override this: num_outputs() values from the inputs (already cast and built
+  // for). The default gives call()'s (one input) or call_multi()'s output as a list of one.
+  virtual std::vector<Var> call_outputs(const std::vector<Var>& xs, const CallContext& ctx);
   // A trainable variable "<layer name>/<name>" in the variable dtype.
   Var add_weight(const std::string& name, const Shape& shape, Initializer init, Rng& rng);
   // A non-trainable variable (e.g. BatchNormalization's moving statistics): saved in checkpoints, never
@@ -181,6 +197,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
     Tensor value;
   };
   Var input_cast(const Var& x);
+  // Checks the number of inputs, casts them to the compute dtype and builds the layer on first use.
+  std::vector<Var> prepare_inputs(const std::vector<Var>& xs, const CallContext& ctx);
+  // The Error for operator() on a layer with several outputs.
+  void require_one_output() const;
   void rename_weights();
 
   std::string base_name_;

@@ -25,11 +25,12 @@ class LayerObserver {
     (void)layer;
     (void)x;
   }
+  // Once per output: a layer with several outputs reports each.
   virtual void on_output(const Layer& layer, const Var& y) {
     (void)layer;
     (void)y;
   }
-  // The gradient of the loss with respect to the layer's output, in the layer's compute dtype.
+  // The gradient of the loss with respect to the layer's output (each output's), in the layer's compute dtype.
   virtual void on_gradient(const Layer& layer, const Tensor& dy) {
     (void)layer;
     (void)dy;
@@ -128,12 +129,13 @@ class Network {
   LayerObserver* observer_ = nullptr;
 
  private:
-  // The layer calls of a graph in topological order.
+  // The layer calls of a graph in topological order; each input names a call and which of its outputs.
   struct Step {
     const SymbolicNode* node;
-    std::vector<const SymbolicNode*> inputs;
+    std::vector<SymbolicTensor> inputs;
   };
-  Var run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx);
+  // Every output of one layer call (one for most layers), each reported to the observer.
+  std::vector<Var> run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx);
 
   std::vector<SymbolicTensor> graph_inputs_, graph_outputs_;
   std::vector<Step> steps_;

@@ -16,23 +16,29 @@ namespace mixtrain {
 class Layer;
 class SymbolicTensor;
 
-// One node of the graph: the layer that produced a tensor (null for an Input) and that layer's inputs.
+// One node of the graph: one call of a layer (null for an Input), that call's inputs, and the per-sample shape
+// and dtype of each of its outputs (one for most layers and for an Input; several for a layer with several
+// outputs, whose call runs once for all of them).
 struct SymbolicNode {
   std::shared_ptr<Layer> layer;
   std::vector<SymbolicTensor> inputs;
-  Shape shape;  // per sample (no batch dimension)
-  DType dtype = DType::kFloat32;
-  std::string name;  // inputs only: the Input's name
+  std::vector<Shape> shapes;  // per sample (no batch dimension), one per output
+  std::vector<DType> dtypes;  // one per output
+  std::string name;           // inputs only: the Input's name
 };
 
 class SymbolicTensor {
  public:
   SymbolicTensor() = default;
-  explicit SymbolicTensor(std::shared_ptr<SymbolicNode> node) : node_(std::move(node)) {}
+  // Output `output_index` of the call `node`.
+  explicit SymbolicTensor(std::shared_ptr<SymbolicNode> node, int output_index = 0)
+      : node_(std::move(node)), output_index_(output_index) {}
 
   bool defined() const { return node_ != nullptr; }
-  const Shape& shape() const { return node_->shape; }
-  DType dtype() const { return node_->dtype; }
+  const Shape& shape() const { return node_->shapes[static_cast<size_t>(output_index_)]; }
+  DType dtype() const { return node_->dtypes[static_cast<size_t>(output_index_)]; }
+  // Which output of its layer's call this is (0 for a layer with one output).
+  int output_index() const { return output_index_; }
   // The producing layer; nullptr for an Input.
   Layer* layer() const { return node_->layer.get(); }
   const std::shared_ptr<Layer>& layer_ptr() const { return node_->layer; }
@@ -40,10 +46,11 @@ class SymbolicTensor {
   bool is_input() const { return node_->layer == nullptr; }
   const std::string& name() const { return node_->name; }
   const SymbolicNode* node() const { return node_.get(); }
-  bool operator==(const SymbolicTensor& o) const { return node_ == o.node_; }
+  bool operator==(const SymbolicTensor& o) const { return node_ == o.node_ && output_index_ == o.output_index_; }
 
  private:
   std::shared_ptr<SymbolicNode> node_;
+  int output_index_ = 0;
 };
 
 // A model input of per-sample shape `shape` (Keras' keras.Input(shape, dtype)). Integer dtypes (token ids)
