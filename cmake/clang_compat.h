@@ -1,11 +1,8 @@
 // Forced into every translation unit when clang compiles mixtrain (the sanitizer and fuzz builds; releases use
-// GCC). It lets two GCC-only constructs compile under clang 14, without changing what the GCC build does:
-// - __builtin_cpu_supports("f16c") (src/core/isa_level.cpp): clang before 17 does not know the feature name and
+// GCC). It lets a GCC-only construct compile under clang 14, without changing what the GCC build does:
+// __builtin_cpu_supports("f16c") (src/core/isa_level.cpp): clang before 17 does not know the feature name and
 //   refuses the call; "f16c" is answered from CPUID (leaf 1, ECX bit 29) and other names go to the builtin.
-// - __attribute__((target_clones(...))) on function templates (src/ops/cpu/*.cpp): clang 14 refuses it. The
-//   attribute only adds AVX2/AVX-512 copies chosen at load time, bit-identical to the default code by design,
-//   so under clang it becomes `unused` and the default code runs.
-// Remove each part once the code it serves stops needing it.
+// Remove it once the code it serves stops needing it.
 #pragma once
 
 #if defined(__clang__) && defined(__cplusplus)
@@ -26,5 +23,4 @@ inline bool mixtrain_cpu_supports_with_f16c(const char* feature) {
   return false;  // a feature name used in the code must be added here
 }
 #define __builtin_cpu_supports(feature) mixtrain_cpu_supports_with_f16c(feature)
-#define target_clones(...) unused
 #endif

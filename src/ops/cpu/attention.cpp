@@ -32,7 +32,7 @@ constexpr int kLanes = 8;
 
 // kLanes floats as one GCC/Clang vector: the row loops below are written on it, because the compiler will
 // not vectorize a float comparison or select in a plain loop under the default trapping-math rules. Each
-// MIXTRAIN_CPU_CLONES function gets it as wide as its instruction set allows.
+// MIXTRAIN_CPU_VARIANTS function gets it as wide as its instruction-set variant allows.
 using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 using LaneBits = uint32_t __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -58,7 +58,7 @@ inline void exp_lanes(const Lanes& x, Lanes& out) { expf_poly::exp<Lanes, LaneBi
 
 // Softmax of x[0, n) in place, float32, n >= 1: the maximum and the sum are taken over kLanes interleaved
 // partial results combined in a fixed order.
-MIXTRAIN_CPU_CLONES void softmax_row(float* x, int64_t n) {
+MIXTRAIN_CPU_BODY void softmax_row_body(float* x, int64_t n) {
   Lanes m, v;
   load_lanes(x, std::min<int64_t>(n, kLanes), -INFINITY, m);
   for (int64_t j = kLanes; j < n; j += kLanes) {
@@ -81,9 +81,10 @@ MIXTRAIN_CPU_CLONES void softmax_row(float* x, int64_t n) {
   const float inv = 1.0f / sum;
   for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
+MIXTRAIN_CPU_VARIANTS(softmax_row)
 
 // The softmax gradient of one row in place: g[j] <- p[j] * (g[j] - sum_l g[l] p[l]) * scale over [0, n).
-MIXTRAIN_CPU_CLONES void softmax_backward_row(float* g, const float* p, int64_t n, float scale) {
+MIXTRAIN_CPU_BODY void softmax_backward_row_body(float* g, const float* p, int64_t n, float scale) {
   float s[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -93,10 +94,12 @@ MIXTRAIN_CPU_CLONES void softmax_backward_row(float* g, const float* p, int64_t 
   for (; j < n; ++j) dot += g[j] * p[j];
   for (j = 0; j < n; ++j) g[j] = p[j] * (g[j] - dot) * scale;
 }
+MIXTRAIN_CPU_VARIANTS(softmax_backward_row)
 
-MIXTRAIN_CPU_CLONES void scale_row(float* x, int64_t n, float s) {
+MIXTRAIN_CPU_BODY void scale_row_body(float* x, int64_t n, float s) {
   for (int64_t j = 0; j < n; ++j) x[j] *= s;
 }
+MIXTRAIN_CPU_VARIANTS(scale_row)
 
 // Per-pair scratch, left uninitialised: every element is written before it is read.
 template <typename T>

@@ -36,7 +36,7 @@ int64_t sub_rows(int64_t c) { return std::clamp<int64_t>(2048 / std::max<int64_t
 // One block of rows of channel_sums / map_rows with x, dy and y in dtype T, read and written in steps of
 // sub_rows(c) rows. The bodies run over rows in order, so stepping leaves every sum's order unchanged.
 template <typename T, typename Body>
-MIXTRAIN_CPU_CLONES void sums_block(const T* x, const T* dy, int64_t c, int64_t count, float* bx, float* bdy,
+MIXTRAIN_CPU_BODY void sums_block_body(const T* x, const T* dy, int64_t c, int64_t count, float* bx, float* bdy,
                                     float* sums, const Body& body) {
   const int64_t step = sub_rows(c);
   for (int64_t r = 0; r < count; r += step) {
@@ -44,9 +44,10 @@ MIXTRAIN_CPU_CLONES void sums_block(const T* x, const T* dy, int64_t c, int64_t 
     body(lanes::read(x + r * c, k * c, bx), dy ? lanes::read(dy + r * c, k * c, bdy) : nullptr, k, sums);
   }
 }
+MIXTRAIN_CPU_VARIANTS(sums_block)
 
 template <typename T, typename Fn>
-MIXTRAIN_CPU_CLONES void rows_block(const T* x, const T* dy, T* y, int64_t c, int64_t count, float* bx, float* bdy,
+MIXTRAIN_CPU_BODY void rows_block_body(const T* x, const T* dy, T* y, int64_t c, int64_t count, float* bx, float* bdy,
                                     float* by, const Fn& f) {
   const int64_t step = sub_rows(c);
   for (int64_t r = 0; r < count; r += step) {
@@ -56,6 +57,7 @@ MIXTRAIN_CPU_CLONES void rows_block(const T* x, const T* dy, T* y, int64_t c, in
     lanes::write(o, k * c, y + r * c);
   }
 }
+MIXTRAIN_CPU_VARIANTS(rows_block)
 
 // Per-channel sums: for each block of rows, body(block_x, block_dy, rows_in_block, sums) adds into
 // `sums` (nsum arrays of C floats, laid out [s][c]); the blocks' partials are then added in order.

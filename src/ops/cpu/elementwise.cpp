@@ -19,16 +19,17 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;  // below this a thread team 
 
 // One block of map_unary / map_binary with every operand in dtype T: elements b .. b + m (m <= kBlock).
 template <typename T, typename Fn>
-MIXTRAIN_CPU_CLONES void unary_block(const T* x, T* y, int64_t b, int64_t m, const Fn& fn) {
+MIXTRAIN_CPU_BODY void unary_block_body(const T* x, T* y, int64_t b, int64_t m, const Fn& fn) {
   float in_buf[kBlock], out_buf[kBlock];
   const float* in = lanes::read(x + b, m, in_buf);
   float* o = lanes::out(y + b, out_buf);
   for (int64_t i = 0; i < m; ++i) o[i] = fn(b + i, in[i]);
   lanes::write(o, m, y + b);
 }
+MIXTRAIN_CPU_VARIANTS(unary_block)
 
 template <typename T, typename Fn>
-MIXTRAIN_CPU_CLONES void binary_block(const T* a, const T* c, T* y, int64_t b, int64_t m, const Fn& fn) {
+MIXTRAIN_CPU_BODY void binary_block_body(const T* a, const T* c, T* y, int64_t b, int64_t m, const Fn& fn) {
   float a_buf[kBlock], c_buf[kBlock], out_buf[kBlock];
   const float* u = lanes::read(a + b, m, a_buf);
   const float* v = lanes::read(c + b, m, c_buf);
@@ -36,6 +37,7 @@ MIXTRAIN_CPU_CLONES void binary_block(const T* a, const T* c, T* y, int64_t b, i
   for (int64_t i = 0; i < m; ++i) o[i] = fn(u[i], v[i]);
   lanes::write(o, m, y + b);
 }
+MIXTRAIN_CPU_VARIANTS(binary_block)
 
 // y[i] = fn(i, x[i]) for flat index i.
 template <typename Fn>

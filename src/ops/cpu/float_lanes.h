@@ -7,14 +7,36 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "mixtrain/core/half.h"
+#include "mixtrain/core/isa_level.h"
 #include "mixtrain/core/tensor.h"
 
-// An AVX2 clone of a kernel's block function, chosen at load time (as Adam's update): its float32 loops
-// run 8 lanes wide. No AVX-512 clone: GCC contracts a * b + c into an FMA under avx512f (its EVEX FMAs
-// come with it), which would change the bits; AVX2 without FMA computes exactly what the scalar code does.
-#define MIXTRAIN_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+// A kernel's block function compiled twice, for the x86-64 baseline and for AVX2 (its float32 loops 8 lanes
+// wide), and called through the one the shared instruction-set level allows (core/isa_level.h), so
+// MIXTRAIN_ISA and the tests' override choose it as they choose the GEMM, the conversions and the optimizer
+// passes. Write the function as `name_body` (always inline, so each wrapper compiles it for its own target),
+// then MIXTRAIN_CPU_VARIANTS(name) defines `name` with the same arguments. No AVX-512 variant: GCC contracts
+// a * b + c into an FMA under avx512f, which would change the bits; AVX2 without FMA computes exactly what the
+// baseline code does, so every level gives the same results.
+#define MIXTRAIN_CPU_BODY __attribute__((always_inline)) inline
+#define MIXTRAIN_CPU_VARIANTS(name)                                              \
+  template <class... Args>                                                       \
+  __attribute__((target("avx2"))) void name##_avx2(Args&&... args) {             \
+    name##_body(std::forward<Args>(args)...);                                    \
+  }                                                                              \
+  template <class... Args>                                                       \
+  void name##_baseline(Args&&... args) {                                         \
+    name##_body(std::forward<Args>(args)...);                                    \
+  }                                                                              \
+  template <class... Args>                                                       \
+  void name(Args&&... args) {                                                    \
+    if (::mixtrain::isa_level() >= ::mixtrain::IsaLevel::kAvx2)                  \
+      name##_avx2(std::forward<Args>(args)...);                                  \
+    else                                                                         \
+      name##_baseline(std::forward<Args>(args)...);                              \
+  }
 
 namespace mixtrain::ops::cpu::lanes {
 

@@ -38,7 +38,7 @@ namespace {
 // Output row r (image, oh) of pool2d: input rows read as float32 (16-bit ones converted a row at a time),
 // reduced in float32, rounded once.
 template <typename T>
-MIXTRAIN_CPU_CLONES void pool_row(const T* xp, T* yp, PoolKind kind, const Window2d& g, int64_t r, float* in_buf,
+MIXTRAIN_CPU_BODY void pool_row_body(const T* xp, T* yp, PoolKind kind, const Window2d& g, int64_t r, float* in_buf,
                                   float* out_buf) {
   const int64_t c = g.channels, w = g.w.in, ow_n = g.w.out, oh_n = g.h.out;
   const int64_t n = r / oh_n, oh = r % oh_n;
@@ -70,6 +70,7 @@ MIXTRAIN_CPU_CLONES void pool_row(const T* xp, T* yp, PoolKind kind, const Windo
   }
   lanes::write(out, ow_n * c, dst);
 }
+MIXTRAIN_CPU_VARIANTS(pool_row)
 
 }  // namespace
 
@@ -94,7 +95,7 @@ namespace {
 // Image n of pool2d_backward: x and dx in T, dy in U. A float32 dx is its own accumulator; a 16-bit one
 // sums in float32 (acc_buf) and is rounded once.
 template <typename T, typename U>
-MIXTRAIN_CPU_CLONES void pool_backward_image(const U* dyp, const T* xp, T* dxp, PoolKind kind, const Window2d& g,
+MIXTRAIN_CPU_BODY void pool_backward_image_body(const U* dyp, const T* xp, T* dxp, PoolKind kind, const Window2d& g,
                                              int64_t n, float* acc_buf, float* win_buf, float* grad_buf,
                                              float* best, int32_t* where) {
   const int64_t c = g.channels, h = g.h.in, w = g.w.in, ow_n = g.w.out, oh_n = g.h.out;
@@ -146,6 +147,7 @@ MIXTRAIN_CPU_CLONES void pool_backward_image(const U* dyp, const T* xp, T* dxp, 
   }
   lanes::write(acc, h * w * c, dst);
 }
+MIXTRAIN_CPU_VARIANTS(pool_backward_image)
 
 }  // namespace
 
