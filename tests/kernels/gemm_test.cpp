@@ -106,6 +106,36 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
+// C = A B + bias (B transposed and not, every C dtype) with inputs of `ab`, once on one thread and once on two:
+// the results must match bit for bit, as each thread owns whole output blocks and sums in the same order.
+void expect_same_bits_on_one_and_two_threads(const char* path, DType ab, const std::vector<Shape3>& shapes,
+                                             std::mt19937& rng) {
+  const int saved = omp_get_max_threads();
+  for (const Shape3& s : shapes) {
+    for (bool trans_b : {false, true}) {
+      for (DType c_dtype : kFloatTypes) {
+        Matrix a(ab, s.m, s.k, 0);
+        Matrix b(ab, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 0);
+        a.fill_uniform(rng);
+        b.fill_uniform(rng);
+        std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
+        Matrix c1(c_dtype, s.m, s.n, 0);
+        c1.fill_uniform(rng);
+        Matrix c2 = c1;
+        omp_set_num_threads(1);
+        gemm(false, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(), c1.ld, true,
+             bias.data());
+        omp_set_num_threads(2);
+        gemm(false, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(), c2.ld, true,
+             bias.data());
+        EXPECT_EQ(c1.bytes, c2.bytes) << path << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                                      << " trans_b=" << trans_b << " c=" << dtype_name(c_dtype);
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 // Everything for one (shape, transposes, input dtype): runs every output dtype, accumulate and bias
 // combination and checks each element of C and that C's padding columns are untouched.
 void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DType ab, std::mt19937& rng,
@@ -372,32 +402,10 @@ TEST_P(GemmBf16Pairs, SeveralColumnAndDepthBlocks) {
 }
 
 TEST_P(GemmBf16Pairs, OneAndTwoThreadsGiveIdenticalBits) {
-  const int saved = omp_get_max_threads();
-  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}, {70, 300, emulated() ? 999 : 4199}};
   std::mt19937 rng(6);
-  for (const Shape3& s : shapes) {
-    for (bool trans_b : {false, true}) {
-      for (DType c_dtype : kFloatTypes) {
-        Matrix a(DType::kBFloat16, s.m, s.k, 0);
-        Matrix b(DType::kBFloat16, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 0);
-        a.fill_uniform(rng);
-        b.fill_uniform(rng);
-        std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
-        Matrix c1(c_dtype, s.m, s.n, 0);
-        c1.fill_uniform(rng);
-        Matrix c2 = c1;
-        omp_set_num_threads(1);
-        gemm(false, trans_b, s.m, s.n, s.k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(),
-             c1.ld, true, bias.data());
-        omp_set_num_threads(2);
-        gemm(false, trans_b, s.m, s.n, s.k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(),
-             c2.ld, true, bias.data());
-        EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
-                                      << " trans_b=" << trans_b << " c=" << dtype_name(c_dtype);
-      }
-    }
-  }
-  omp_set_num_threads(saved);
+  expect_same_bits_on_one_and_two_threads(
+      GetParam(), DType::kBFloat16,
+      {{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}, {70, 300, emulated() ? 999 : 4199}}, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Method, GemmBf16Pairs, ::testing::Values("dot", "amx", "amx_emulated"),
@@ -587,33 +595,12 @@ TEST_P(GemmF16Split, SeveralColumnAndDepthBlocks) {
 }
 
 TEST_P(GemmF16Split, OneAndTwoThreadsGiveIdenticalBits) {
-  const int saved = omp_get_max_threads();
   std::mt19937 rng(17);
-  const std::vector<Shape3> shapes = emulated() ? std::vector<Shape3>{{100, 70, 200}, {7, 300, 101}}
-                                                : std::vector<Shape3>{{300, 200, 600}, {7, 1000, 301}, {129, 515, 1500}};
-  for (const Shape3& s : shapes) {
-    for (bool trans_b : {false, true}) {
-      for (DType c_dtype : kFloatTypes) {
-        Matrix a(DType::kFloat16, s.m, s.k, 0);
-        Matrix b(DType::kFloat16, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 0);
-        a.fill_uniform(rng);
-        b.fill_uniform(rng);
-        std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
-        Matrix c1(c_dtype, s.m, s.n, 0);
-        c1.fill_uniform(rng);
-        Matrix c2 = c1;
-        omp_set_num_threads(1);
-        gemm(false, trans_b, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(),
-             c1.ld, true, bias.data());
-        omp_set_num_threads(2);
-        gemm(false, trans_b, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(),
-             c2.ld, true, bias.data());
-        EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
-                                      << " trans_b=" << trans_b << " c=" << dtype_name(c_dtype);
-      }
-    }
-  }
-  omp_set_num_threads(saved);
+  expect_same_bits_on_one_and_two_threads(
+      GetParam(), DType::kFloat16,
+      emulated() ? std::vector<Shape3>{{100, 70, 200}, {7, 300, 101}}
+                 : std::vector<Shape3>{{300, 200, 600}, {7, 1000, 301}, {129, 515, 1500}},
+      rng);
 }
 
 // As a mixed_float16 forward pass uses it (float16 A, B and C): the error against the exact product stays
