@@ -60,6 +60,20 @@ int fail(int code) {
   }
   return code;
 }
+// What to try after running out of memory: a smaller batch, unless the batch is already one sample (then the
+// model itself, its weights, gradients and optimizer state, does not fit).
+std::string out_of_memory_hint(const std::vector<std::string>& args) {
+  std::string batch;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--batch-size" && i + 1 < args.size()) batch = args[i + 1];
+    if (args[i].rfind("--batch-size=", 0) == 0) batch = args[i].substr(std::string("--batch-size=").size());
+  }
+  if (batch == "1")
+    return "even at --batch-size 1: the model's weights, gradients and optimizer state do not fit; use fewer or "
+           "narrower layers (--hidden) or a machine with more memory";
+  if (batch == "auto") return "--batch-size auto found no batch that fits; use fewer or narrower layers (--hidden)";
+  return "try a smaller --batch-size, or --batch-size auto to find the largest that fits";
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,7 +105,8 @@ int main(int argc, char** argv) {
     std::cerr << "\n";
     return fail(e.kind() == mixtrain::ErrorKind::kInternal ? 1 : 2);
   } catch (const std::bad_alloc&) {
-    std::cerr << "mixtrain " << command << rank_tag() << ": error: out of memory (try a smaller --batch-size)\n";
+    std::cerr << "mixtrain " << command << rank_tag() << ": error: out of memory (" << out_of_memory_hint(args)
+              << ")\n";
     return fail(1);
   } catch (const std::exception& e) {
     std::cerr << "mixtrain " << command << rank_tag() << ": internal error: " << e.what() << "\n";

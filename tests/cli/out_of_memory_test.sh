@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Running out of memory: a model too wide for the memory allowed (ulimit -v) ends with status 1 and one line
+# that says what to try; at --batch-size 1 it does not suggest a smaller batch (the model itself does not fit).
+set -u
+bin="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+
+python3 - "$tmp/four.csv" <<'PY'
+import random, sys
+random.seed(3)
+with open(sys.argv[1], "w") as f:
+    f.write("a,b,c,d,label\n")
+    for i in range(200):
+        f.write(",".join(f"{random.random():.3f}" for _ in range(4)) + f",{i % 2}\n")
+PY
+
+# 100 million hidden units: a 1.6 GB kernel, more than the 1 GiB of address space the run is given.
+run() { (ulimit -v 1048576; OMP_NUM_THREADS=1 "$bin" train --data "$tmp/four.csv" --hidden 100000000 --epochs 1 "$@") \
+          > "$tmp/out" 2> "$tmp/err"; }
+
+run --batch-size 1
+code=$?
+[ "$code" = 1 ] || fail "batch 1: exit status $code, expected 1 ($(cat "$tmp/err"))"
+grep -q "out of memory (even at --batch-size 1" "$tmp/err" || fail "batch 1: message was: $(cat "$tmp/err")"
+grep -q "smaller --batch-size" "$tmp/err" && fail "batch 1: suggests a smaller batch: $(cat "$tmp/err")"
+[ "$(wc -l < "$tmp/err")" -le 2 ] || fail "batch 1: more than one error line: $(cat "$tmp/err")"
+
+run --batch-size 32
+code=$?
+[ "$code" = 1 ] || fail "batch 32: exit status $code, expected 1 ($(cat "$tmp/err"))"
+grep -q "out of memory (try a smaller --batch-size" "$tmp/err" || fail "batch 32: message was: $(cat "$tmp/err")"
+
+[ "$fails" = 0 ] && echo "out_of_memory: all checks passed"
+exit "$fails"
