@@ -100,9 +100,11 @@ size_t read_some(gzFile f, void* dst, size_t bytes, const std::string& path) {
 
 }  // namespace
 
-Tensor read_idx(const std::string& path, int expected_rank) {
-  GzHandle file = open_idx(path);
-  gzFile f = file.get();
+namespace {
+
+// Reads and checks the header of the open file f: magic, element type, rank, dimensions and what they declare
+// against the file's size. Leaves f at the first data byte.
+std::vector<int64_t> read_header(gzFile f, const std::string& path, int expected_rank) {
 
   unsigned char magic[4];
   const size_t got_magic = read_some(f, magic, 4, path);
@@ -190,7 +192,21 @@ Tensor read_idx(const std::string& path, int expected_rank) {
                                     << kIdxMaxGzipRatio << " times)",
                   "the header is corrupt or the file is truncated; download the file again");
   }
+  return dims;
+}
 
+}  // namespace
+
+Shape read_idx_shape(const std::string& path, int expected_rank) {
+  GzHandle file = open_idx(path);
+  return Shape(read_header(file.get(), path, expected_rank));
+}
+
+Tensor read_idx(const std::string& path, int expected_rank) {
+  GzHandle file = open_idx(path);
+  gzFile f = file.get();
+  const std::vector<int64_t> dims = read_header(f, path, expected_rank);
+  const size_t want = static_cast<size_t>(Shape(dims).numel());
   Tensor t = Tensor::empty(Shape(dims), DType::kUInt8);  // (d0, d1, ...)
   const size_t got = want ? read_some(f, t.raw(), want, path) : 0;
   if (got < want)

@@ -73,15 +73,20 @@ int32_t max_label(const Dataset& d) {
   return d.size() ? *std::max_element(y, y + d.size()) : -1;
 }
 
-// Builds a Dataset from an (N, H, W) uint8 image tensor and the label file beside it.
-Dataset with_labels(const Tensor& images, const std::string& images_path, const std::string& labels_path) {
-  const Tensor labels = read_idx(labels_path, 1);  // (N,) uint8
-  const int64_t n = images.dim(0);
+// Reads an images file and its labels file into a Dataset. The images file's header comes first (a mistaken
+// images file is reported as such), then the labels (one byte per sample), and the counts are compared before
+// the images' data is read: a header declaring more images than there are labels is refused before it can make
+// the reader inflate its data.
+Dataset read_labelled_images(const std::string& images_path, const std::string& labels_path) {
+  const Shape declared = read_idx_shape(images_path, 3);  // (N, H, W)
+  const Tensor labels = read_idx(labels_path, 1);         // (N,) uint8
+  const int64_t n = declared[0];
   if (labels.dim(0) != n)
     MIXTRAIN_FAIL(kInvalidInput,
                   "image file '" << images_path << "' holds " << n << " images but label file '" << labels_path
                                  << "' holds " << labels.dim(0) << " labels",
                   "use the labels file that belongs to this images file");
+  const Tensor images = read_idx(images_path, 3);
   if (n == 0 || images.dim(1) == 0 || images.dim(2) == 0)
     MIXTRAIN_FAIL(kInvalidInput, "image file '" << images_path << "' is empty: shape " << images.shape(),
                   "pass a file with at least one image");
@@ -135,20 +140,21 @@ std::vector<std::string> test_path_candidates(const std::string& images_path) {
 }
 
 Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path) {
-  return with_labels(read_idx(images_path, 3), images_path, labels_path);
+  return read_labelled_images(images_path, labels_path);
 }
 
 DataSplits load_idx_dataset(const std::string& images_path, double holdout_fraction, uint64_t seed) {
   DataSplits splits;
-  // Images first, so a missing or mistaken images file is reported as such rather than as missing labels.
-  const Tensor train_images = read_idx(images_path, 3);  // (N, H, W) uint8
-  splits.train = with_labels(train_images, images_path, find_labels(images_path));
+  // The images header first, so a missing or mistaken images file is reported as such rather than as missing
+  // labels.
+  read_idx_shape(images_path, 3);
+  splits.train = read_labelled_images(images_path, find_labels(images_path));
 
   std::vector<std::string> test_candidates = test_path_candidates(images_path);
   std::erase(test_candidates, images_path);
   if (const std::string* test_images = first_existing(test_candidates)) {
-    const Tensor images = read_idx(*test_images, 3);
-    splits.test = with_labels(images, *test_images, find_labels(*test_images));
+    read_idx_shape(*test_images, 3);
+    splits.test = read_labelled_images(*test_images, find_labels(*test_images));
     if (splits.test.sample_shape != splits.train.sample_shape)
       MIXTRAIN_FAIL(kInvalidInput,
                     "test images '" << *test_images << "' are " << Shape(splits.test.sample_shape)

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "mixtrain/data/idx.h"
 #include "test_files.h"
 
 namespace mixtrain {
@@ -126,6 +127,27 @@ TEST(ImageDataset, MismatchedCountsNameBothFiles) {
   EXPECT_TRUE(contains(e.what(), "label file '" + dir.file("train-labels-idx1-ubyte") + "' holds 2 labels"))
       << e.what();
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+}
+
+// The labels are counted against the images header before the images' data is read: a gzip images file whose
+// header declares 1,000 images (784,000 bytes, within what its 3,000 incompressible bytes could inflate to) but
+// whose stream holds only 3,000 is refused for the count, not read until its data runs out.
+TEST(ImageDataset, LabelsAreCountedBeforeTheImagesDataIsRead) {
+  TempDir dir;
+  std::vector<uint8_t> noise(3000);
+  uint32_t state = 12345;
+  for (uint8_t& b : noise) b = static_cast<uint8_t>((state = state * 1664525u + 1013904223u) >> 24);
+  std::vector<uint8_t> bytes = {0, 0, 0x08, 3, 0, 0, 0x03, 0xE8, 0, 0, 0, 28, 0, 0, 0, 28};  // (1000, 28, 28)
+  bytes.insert(bytes.end(), noise.begin(), noise.end());
+  const std::string images = dir.file("train-images-idx3-ubyte.gz");
+  testing::write_bytes(images, bytes, true);
+  write_idx(dir.file("train-labels-idx1-ubyte.gz"), {10}, std::vector<uint8_t>(10, 1), true);
+  ASSERT_EQ(read_idx_shape(images, 3), (Shape{1000, 28, 28}));
+  const Error e = error_of([&] { load_idx_dataset(images, 0.5, 0); });
+  EXPECT_TRUE(contains(e.what(), "holds 1000 images but label file")) << e.what();
+  EXPECT_TRUE(contains(e.what(), "holds 10 labels")) << e.what();
+  // The images file itself is truncated: reading its data says so.
+  EXPECT_TRUE(contains(error_of([&] { read_idx(images, 3); }).what(), "truncated"));
 }
 
 TEST(ImageDataset, MissingLabelsListTheNamesTried) {

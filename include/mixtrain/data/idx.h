@@ -26,5 +26,8 @@ constexpr uint64_t kIdxMaxGzipRatio = 1032;
 // exactly header + data; gzip: at most kIdxMaxGzipRatio times the compressed size), and inflating stops one byte
 // past the declared size, so a gzip bomb costs at most the declared size in memory.
 Tensor read_idx(const std::string& path, int expected_rank = 0);
+// The dimensions an IDX file's header declares, with every check read_idx makes before reading the data (the
+// data itself is neither read nor inflated): to compare an images file with its labels before the large part.
+Shape read_idx_shape(const std::string& path, int expected_rank = 0);
 
 }  // namespace mixtrain
