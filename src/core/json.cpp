@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
@@ -19,17 +21,6 @@ constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
 
 [[noreturn]] void type_mismatch(const Json& j, const char* wanted) {
   MIXTRAIN_FAIL(kInvalidInput, "JSON value is " << j.type_name() << ", expected " << wanted, "");
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-    return;
-  }
-  static const unsigned char kLead[] = {0, 0xC0, 0xE0, 0xF0};  // by number of continuation bytes
-  const int continuation = cp < 0x800 ? 1 : cp < 0x10000 ? 2 : 3;
-  out += static_cast<char>(kLead[continuation] | (cp >> (6 * continuation)));
-  for (int k = continuation - 1; k >= 0; --k) out += static_cast<char>(0x80 | ((cp >> (6 * k)) & 0x3F));
 }
 
 // Length of the well-formed UTF-8 sequence starting at s[i], or 0 when it is malformed
@@ -157,248 +148,85 @@ void dump_value(std::string& out, const Json& j, int indent, int depth) {
   }
 }
 
-// Recursive-descent parser over the whole text; depth is bounded by Json::kMaxDepth.
-class Parser {
+// Builds a Json from nlohmann::json's SAX events: nlohmann's parser (RFC 8259, UTF-8 checked, iterative, so
+// no input can exhaust the stack) reads the text, and this keeps mixtrain's own rules on top of it — nesting
+// bounded by Json::kMaxDepth, duplicate object keys refused, keys kept in their order, numbers as doubles.
+class JsonBuilder : public nlohmann::json_sax<nlohmann::json> {
  public:
-  Parser(std::string_view text, const std::string& source) : text_(text), source_(source) {}
-
-  Json parse_document() {
-    skip_whitespace();
-    Json value = parse_value(0);
-    skip_whitespace();
-    if (pos_ != text_.size()) fail("expected end of input after the JSON value");
-    return value;
+  bool null() override { return add(Json()); }
+  bool boolean(bool value) override { return add(Json(value)); }
+  bool number_integer(number_integer_t value) override { return add(Json(static_cast<double>(value))); }
+  bool number_unsigned(number_unsigned_t value) override { return add(Json(static_cast<double>(value))); }
+  bool number_float(number_float_t value, const string_t&) override { return add(Json(value)); }
+  bool string(string_t& value) override { return add(Json(std::move(value))); }
+  bool binary(binary_t&) override { return refuse("binary values are not JSON"); }
+  bool start_object(std::size_t) override { return open(Json::object()); }
+  bool key(string_t& key) override {
+    Frame& f = stack_.back();
+    if (!f.keys.insert(key).second) return refuse("duplicate object key \"" + key + "\"");
+    f.key = std::move(key);
+    return true;
   }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(Json::array()); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    // nlohmann's what() is "[json.exception.parse_error.101] parse error at line 2, column 6: ...".
+    const std::string what = e.what();
+    const size_t tag_end = what.find("] ");
+    // Its "last read" echoes the input: bytes outside ASCII are shown as \xNN, so the message stays valid text.
+    for (size_t i = tag_end == std::string::npos ? 0 : tag_end + 2; i < what.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(what[i]);
+      if (c < 0x80) {
+        error_ += static_cast<char>(c);
+      } else {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", c);
+        error_ += hex;
+      }
+    }
+    return false;
+  }
+
+  Json take() { return std::move(root_); }
+  const std::string& error() const { return error_; }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const { fail_at(pos_, what); }
+  struct Frame {
+    Json value;
+    std::string key;                        // objects: the key of the member being read
+    std::unordered_set<std::string> keys;   // objects: every key so far (a set keeps big headers linear)
+  };
 
-  [[noreturn]] void fail_at(size_t pos, const std::string& what) const {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < pos && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    std::string found;
-    if (pos >= text_.size()) {
-      found = "end of input";
+  bool refuse(std::string what) {
+    error_ = std::move(what);
+    return false;
+  }
+  bool open(Json container) {
+    if (static_cast<int>(stack_.size()) >= Json::kMaxDepth)
+      return refuse("nesting deeper than " + std::to_string(Json::kMaxDepth) + " levels");
+    stack_.push_back(Frame{std::move(container), {}, {}});
+    return true;
+  }
+  bool close() {
+    Json done = std::move(stack_.back().value);
+    stack_.pop_back();
+    return add(std::move(done));
+  }
+  bool add(Json value) {
+    if (stack_.empty()) {
+      root_ = std::move(value);
+    } else if (Frame& f = stack_.back(); f.value.is_array()) {
+      f.value.as_array().push_back(std::move(value));
     } else {
-      const unsigned char c = static_cast<unsigned char>(text_[pos]);
-      char buf[16];
-      if (c >= 0x20 && c < 0x7F) {
-        std::snprintf(buf, sizeof buf, "'%c'", c);
-      } else {
-        std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
-      }
-      found = buf;
+      f.value.as_object().emplace_back(std::move(f.key), std::move(value));
     }
-    MIXTRAIN_FAIL(kInvalidInput,
-                  source_ << ": invalid JSON at byte offset " << pos << " (line " << line << ", column "
-                          << column << "): " << what << ", found " << found,
-                  "check that the file is complete, valid JSON");
+    return true;
   }
 
-  bool at_end() const { return pos_ >= text_.size(); }
-  char peek() const { return at_end() ? '\0' : text_[pos_]; }
-
-  void skip_whitespace() {
-    while (!at_end() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
-      ++pos_;
-  }
-
-  void expect_literal(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) fail("expected '" + std::string(word) + "'");
-    pos_ += word.size();
-  }
-
-  Json parse_value(int depth) {
-    switch (peek()) {
-      case '{': return parse_object(depth + 1);
-      case '[': return parse_array(depth + 1);
-      case '"': return Json(parse_string());
-      case 't': expect_literal("true"); return Json(true);
-      case 'f': expect_literal("false"); return Json(false);
-      case 'n': expect_literal("null"); return Json();
-      default:
-        if (peek() == '-' || (peek() >= '0' && peek() <= '9')) return Json(parse_number());
-        fail("expected a value (object, array, string, number, true, false or null)");
-    }
-  }
-
-  void check_depth(int depth) const {
-    if (depth > Json::kMaxDepth)
-      fail("nesting deeper than " + std::to_string(Json::kMaxDepth) + " levels");
-  }
-
-  Json parse_array(int depth) {
-    check_depth(depth);
-    ++pos_;  // '['
-    Json result = Json::array();
-    Json::Array& items = result.as_array();
-    skip_whitespace();
-    if (peek() == ']') {
-      ++pos_;
-      return result;
-    }
-    while (true) {
-      skip_whitespace();
-      items.push_back(parse_value(depth));
-      skip_whitespace();
-      if (peek() == ',') {
-        ++pos_;
-      } else if (peek() == ']') {
-        ++pos_;
-        return result;
-      } else {
-        fail("expected ',' or ']' in array");
-      }
-    }
-  }
-
-  Json parse_object(int depth) {
-    check_depth(depth);
-    ++pos_;  // '{'
-    Json result = Json::object();
-    Json::Object& members = result.as_object();
-    // A set keeps duplicate detection linear for headers with thousands of keys.
-    std::unordered_set<std::string> seen;
-    skip_whitespace();
-    if (peek() == '}') {
-      ++pos_;
-      return result;
-    }
-    while (true) {
-      skip_whitespace();
-      if (peek() != '"') fail("expected a string key in object");
-      const size_t key_pos = pos_;
-      std::string key = parse_string();
-      if (!seen.insert(key).second) fail_at(key_pos, "duplicate object key \"" + key + "\"");
-      skip_whitespace();
-      if (peek() != ':') fail("expected ':' after object key");
-      ++pos_;
-      skip_whitespace();
-      Json value = parse_value(depth);
-      members.emplace_back(std::move(key), std::move(value));
-      skip_whitespace();
-      if (peek() == ',') {
-        ++pos_;
-      } else if (peek() == '}') {
-        ++pos_;
-        return result;
-      } else {
-        fail("expected ',' or '}' in object");
-      }
-    }
-  }
-
-  uint32_t parse_hex4() {
-    uint32_t v = 0;
-    const char* first = text_.data() + pos_;
-    const auto res = std::from_chars(first, first + std::min<size_t>(4, text_.size() - pos_), v, 16);
-    if (res.ec != std::errc() || res.ptr != first + 4) fail("expected 4 hex digits after \\u");
-    pos_ += 4;
-    return v;
-  }
-
-  std::string parse_string() {
-    ++pos_;  // opening quote
-    std::string out;
-    while (true) {
-      if (at_end()) fail("expected '\"' to close the string");
-      const unsigned char c = static_cast<unsigned char>(text_[pos_]);
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c < 0x20) fail("expected an escape sequence for a control character in string");
-      if (c >= 0x80) {
-        const size_t len = utf8_sequence_length(text_, pos_);
-        if (len == 0) fail("expected valid UTF-8 in string");
-        out.append(text_.substr(pos_, len));
-        pos_ += len;
-        continue;
-      }
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        ++pos_;
-        continue;
-      }
-      const size_t escape_pos = pos_;
-      ++pos_;
-      if (at_end()) fail("expected an escape character after '\\'");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = parse_hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) fail_at(escape_pos, "unexpected low surrogate without a high surrogate");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (text_.substr(pos_, 2) != "\\u") fail_at(escape_pos, "expected a low surrogate \\uDC00-\\uDFFF after high surrogate");
-            pos_ += 2;
-            const uint32_t low = parse_hex4();
-            if (low < 0xDC00 || low > 0xDFFF) fail_at(pos_ - 6, "expected a low surrogate \\uDC00-\\uDFFF after high surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          fail_at(escape_pos, "expected a valid escape (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)");
-      }
-    }
-  }
-
-  double parse_number() {
-    // Validate the RFC 8259 grammar first: from_chars alone would accept "01", "1." or "+1"-like forms.
-    const size_t start = pos_;
-    const auto digit = [&] { return !at_end() && text_[pos_] >= '0' && text_[pos_] <= '9'; };
-    if (peek() == '-') ++pos_;
-    if (peek() == '0') {
-      ++pos_;
-      if (digit()) fail("expected no leading zeros in number");
-    } else if (digit()) {
-      while (digit()) ++pos_;
-    } else {
-      fail("expected a digit in number");
-    }
-    if (peek() == '.') {
-      ++pos_;
-      if (!digit()) fail("expected a digit after the decimal point");
-      while (digit()) ++pos_;
-    }
-    if (peek() == 'e' || peek() == 'E') {
-      ++pos_;
-      if (peek() == '+' || peek() == '-') ++pos_;
-      if (!digit()) fail("expected a digit in the exponent");
-      while (digit()) ++pos_;
-    }
-    double value = 0;
-    const auto res = std::from_chars(text_.data() + start, text_.data() + pos_, value);
-    if (res.ec == std::errc::result_out_of_range) {
-      // from_chars leaves value untouched here; strtod tells overflow (infinity, which JSON cannot
-      // hold) from underflow (rounds to zero, harmless).
-      const double approx = std::strtod(std::string(text_.substr(start, pos_ - start)).c_str(), nullptr);
-      if (std::isinf(approx)) fail_at(start, "expected a number within the double range");
-      return approx;
-    }
-    if (res.ec != std::errc() || res.ptr != text_.data() + pos_) fail_at(start, "expected a number");
-    return value;
-  }
-
-  std::string_view text_;
-  const std::string& source_;
-  size_t pos_ = 0;
+  std::vector<Frame> stack_;
+  Json root_;
+  std::string error_;
 };
 
 }  // namespace
@@ -526,7 +354,16 @@ std::string Json::dump(int indent) const {
 }
 
 Json Json::parse(std::string_view text, const std::string& source_name) {
-  return Parser(text, source_name).parse_document();
+  JsonBuilder builder;
+  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder, nlohmann::json::input_format_t::json,
+                                            /*strict=*/true);
+  if (!ok) {
+    // nlohmann's messages say where ("parse error at line 2, column 6: ..."); mixtrain's own name the key or
+    // the depth.
+    MIXTRAIN_FAIL(kInvalidInput, source_name << ": invalid JSON: " << builder.error(),
+                  "check that the file is complete, valid JSON");
+  }
+  return builder.take();
 }
 
 }  // namespace mixtrain
