@@ -5,10 +5,8 @@
 # and a one-line message naming the flag and what it accepts.
 set -u
 bin="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+source "$(dirname "$0")/lib.sh"
+start_checks
 
 # Two classes separated along the second feature; 350 rows = 300 training + 50 held-out test rows.
 python3 - "$tmp" <<'PY'

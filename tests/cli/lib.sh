@@ -1,5 +1,14 @@
 # Shared by the end-to-end scripts (sourced): where the setup puts Moby Dick, and the rendered-report checks.
 
+# start_checks: a scratch directory $tmp, removed when the script exits, and fail MESSAGE, which prints the
+# message and counts it in $fails (the script ends with `exit "$fails"`).
+start_checks() {
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  fails=0
+}
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+
 # Where scripts/setup.sh installs Moby Dick (the CLI's --data moby-dick reads the same place).
 moby_dick_path() { echo "${MIXTRAIN_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/mixtrain}/moby-dick.txt"; }
 require_moby_dick() {

@@ -3,10 +3,8 @@
 # that says what to try; at --batch-size 1 it does not suggest a smaller batch (the model itself does not fit).
 set -u
 bin="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+source "$(dirname "$0")/lib.sh"
+start_checks
 
 python3 - "$tmp/four.csv" <<'PY'
 import random, sys

@@ -259,32 +259,11 @@ TEST_P(GemmPath, SeveralColumnAndDepthBlocks) {
 
 // Each element is summed in the same order whatever the team size, so the bits match.
 TEST_P(GemmPath, OneAndTwoThreadsGiveIdenticalBits) {
-  const int saved = omp_get_max_threads();
   // Rows split between threads; columns split (a single row panel); odd edges; several k blocks.
-  const Shape3 shapes[] = {{300, 200, 600}, {7, 1000, 300}, {129, 515, 257}, {70, 300, 2100}};
   std::mt19937 rng(5);
-  for (const Shape3& s : shapes) {
-    for (DType ab : kFloatTypes) {
-      for (DType c_dtype : kFloatTypes) {
-        Matrix a(ab, s.m, s.k, 0), b(ab, s.n, s.k, 0);
-        a.fill_uniform(rng);
-        b.fill_uniform(rng);
-        std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
-        Matrix c1(c_dtype, s.m, s.n, 0);
-        c1.fill_uniform(rng);
-        Matrix c2 = c1;
-        omp_set_num_threads(1);
-        gemm(false, true, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(), c1.ld, true,
-             bias.data());
-        omp_set_num_threads(2);
-        gemm(false, true, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(), c2.ld, true,
-             bias.data());
-        EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
-                                      << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype);
-      }
-    }
-  }
-  omp_set_num_threads(saved);
+  for (DType ab : kFloatTypes)
+    expect_same_bits_on_one_and_two_threads(GetParam(), ab,
+                                            {{300, 200, 600}, {7, 1000, 300}, {129, 515, 257}, {70, 300, 2100}}, rng);
 }
 
 // C = 1 x row: each C element is one product, 0 + 1 * x, so the output is exactly x rounded once into
