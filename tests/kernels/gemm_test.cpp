@@ -450,31 +450,13 @@ TEST_P(GemmF16Fma, SeveralColumnAndDepthBlocks) {
 }
 
 TEST_P(GemmF16Fma, OneAndTwoThreadsGiveIdenticalBits) {
-  const int saved = omp_get_max_threads();
   std::mt19937 rng(16);
   const bool emulated = std::strcmp(GetParam(), "fp16_emulated") == 0;
-  const std::vector<Shape3> shapes = emulated ? std::vector<Shape3>{{100, 70, 200}, {7, 300, 101}, {45, 100, 257}}
-                                              : std::vector<Shape3>{{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}};
-  for (const Shape3& s : shapes) {
-    for (DType c_dtype : kFloatTypes) {
-      Matrix a(DType::kFloat16, s.m, s.k, 0), b(DType::kFloat16, s.n, s.k, 0);
-      a.fill_uniform(rng);
-      b.fill_uniform(rng);
-      std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
-      Matrix c1(c_dtype, s.m, s.n, 0);
-      c1.fill_uniform(rng);
-      Matrix c2 = c1;
-      omp_set_num_threads(1);
-      gemm(false, true, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(), c1.ld,
-           true, bias.data());
-      omp_set_num_threads(2);
-      gemm(false, true, s.m, s.n, s.k, DType::kFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(), c2.ld,
-           true, bias.data());
-      EXPECT_EQ(c1.bytes, c2.bytes) << GetParam() << " m=" << s.m << " n=" << s.n << " k=" << s.k
-                                    << " c=" << dtype_name(c_dtype);
-    }
-  }
-  omp_set_num_threads(saved);
+  expect_same_bits_on_one_and_two_threads(
+      GetParam(), DType::kFloat16,
+      emulated ? std::vector<Shape3>{{100, 70, 200}, {7, 300, 101}, {45, 100, 257}}
+               : std::vector<Shape3>{{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}},
+      rng);
 }
 
 // The promise of the default interval, as a mixed_float16 forward pass uses it (float16 A, B and C):
