@@ -78,12 +78,24 @@ full_tensors, full_meta = safetensors(full_ckpt)
 full_report = json.load(open(full_json))
 steps = len(full_report["step_loss"])
 print(f"uninterrupted: {steps} steps in {full_seconds:.2f} s")
-# Delays up to twice the mean time per step times the steps per kill: the kills of a series together reach about
-# the end of a run, so most series see several and some kills land in the last steps.
-max_delay = 2 * full_seconds / kills_wanted
+# A run with nothing left to train (resumed from the finished checkpoint): the start-up, data load, checkpoint
+# load and final evaluation every run pays.
+start_up = time.monotonic()
+subprocess.run([mixtrain, *flags[:-2], "--resume", full_ckpt], env=env, check=True, stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL)
+start_up = time.monotonic() - start_up
+training = max(full_seconds - start_up, 0.05)
+print(f"start-up and evaluation alone: {start_up:.2f} s")
+# One kill in five lands in the start-up (data or checkpoint load); the others after it, up to twice the time
+# of a run's steps divided by the kills, so the kills of a series together reach about its end.
+def kill_delay():
+    if rnd.random() < 0.2:
+        return rnd.uniform(0, start_up)
+    return start_up + rnd.uniform(0, 2 * training / kills_wanted)
 
 failures = []
 kills = 0
+mid_save = 0
 series = 0
 positions = []  # (epoch, step) each resume started from
 while kills < kills_wanted:
@@ -98,7 +110,7 @@ while kills < kills_wanted:
         err_path = os.path.join(tmp, "stderr")
         with open(err_path, "w") as err:
             p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
-            delay = rnd.uniform(0, max_delay)
+            delay = kill_delay()
             try:
                 rc = p.wait(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -106,6 +118,8 @@ while kills < kills_wanted:
                     p.send_signal(signal.SIGKILL)
                     p.wait()
                     kills += 1
+                    # A temp file left behind: the kill landed inside a save (the next save removes it).
+                    mid_save += any(".tmp." in f for f in os.listdir(tmp))
                     continue
                 rc = p.wait()  # enough kills: let the series finish
         if rc != 0:
@@ -135,8 +149,8 @@ while kills < kills_wanted:
         break
 
 mid = sum(1 for e, s in positions if s > 0)
-print(f"{kills} kills in {series} series, {len(positions)} resumes ({mid} inside an epoch, "
-      f"{len(set(positions))} distinct positions), {time.monotonic() - start:.1f} s")
+print(f"{kills} kills in {series} series ({mid_save} inside a save), {len(positions)} resumes ({mid} inside an "
+      f"epoch, {len(set(positions))} distinct positions), {time.monotonic() - start:.1f} s")
 if failures:
     print("FAIL:\n  " + "\n  ".join(failures))
     print(f"files kept in {tmp}")
