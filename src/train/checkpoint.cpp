@@ -243,7 +243,8 @@ FitState parse_fit_state(const std::string& text, const std::function<void(const
   }
   if (s.step > 0 && s.epoch_shuffle_state.size() != 4)
     fail("'epoch_shuffle_state' is missing for an epoch in progress (step " + std::to_string(s.step) + ")");
-  if (s.step > 0 && std::all_of(s.epoch_shuffle_state.begin(), s.epoch_shuffle_state.end(), [](uint64_t w) { return w == 0; }))
+  const auto is_zero = [](uint64_t w) { return w == 0; };
+  if (s.step > 0 && std::all_of(s.epoch_shuffle_state.begin(), s.epoch_shuffle_state.end(), is_zero))
     fail("'epoch_shuffle_state' is the all-zero state, which no generator reaches");
   const Json& sums = member(j, "sums");
   if (!sums.is_array()) fail("'sums' is not an array");
@@ -391,7 +392,8 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   const std::string* step = meta("step");
   const std::string* fit_state = meta("fit_state");
   if (!step != !fit_state)
-    CKPT_FAIL("has '" << (step ? "step" : "fit_state") << "' metadata without '" << (step ? "fit_state" : "step") << "'",
+    CKPT_FAIL("has '" << (step ? "step" : "fit_state") << "' metadata without '" << (step ? "fit_state" : "step")
+                      << "'",
               "the file is damaged; use another copy or an earlier checkpoint");
   if (fit_state) {
     const auto fail = [&](const std::string& why) {

@@ -436,7 +436,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       // The model's shuffle stream (restored with the checkpoint) must stand exactly after that draw, or the
       // following epochs would get other orders than the interrupted run's.
       if (redraw.state() != shuffle_rng_.state())
-        MIXTRAIN_FAIL(kInvalidInput, "fit: the model's shuffle stream does not continue from the resumed epoch's row order",
+        MIXTRAIN_FAIL(kInvalidInput,
+                      "fit: the model's shuffle stream does not continue from the resumed epoch's row order",
                       "load the checkpoint that holds this state (load_checkpoint) right before fit()");
       pos.shuffle_state = s.epoch_shuffle_state;
       pos.step = s.step;
@@ -480,7 +481,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     // A checkpoint saved after an epoch's last step resumes with only the epoch's end left.
     if (pos.step < steps) {
       // A resumed fit snapshots at its first step, or a rollback before the next period would have no target.
-      if (guard && guard->healthy() && (pos.step == 0 || pos.step % guard->snapshot_every() == 0 || first_step_of_fit)) {
+      if (guard && guard->healthy() &&
+          (pos.step == 0 || pos.step % guard->snapshot_every() == 0 || first_step_of_fit)) {
         pos.history_steps = history.step_loss.size();
         pos.history_scales = history.step_loss_scale.size();
         pos.history_samples = history.samples;

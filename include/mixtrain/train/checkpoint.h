@@ -19,9 +19,10 @@
 //
 // Resuming: build and compile the model exactly as before (same layers, policy, optimizer), call
 // load_checkpoint(), then fit(..., {.epochs = N, .resume = info.fit_state}) when the file holds a fit state (the
-// next batch, the whole History), else fit(..., {.epochs = N, .initial_epoch = info.epoch}). Weights are matched by variable
-// path ("<layer name>/<weight name>"); layer names are unique per model ("dense", "dense_1", ... in model order,
-// or given with name=), so a model built the same way loads a checkpoint in any process, after any other model.
+// next batch, the whole History), else fit(..., {.epochs = N, .initial_epoch = info.epoch}). Weights are matched
+// by variable path ("<layer name>/<weight name>"); layer names are unique per model ("dense", "dense_1", ... in
+// model order, or given with name=), so a model built the same way loads a checkpoint in any process, after any
+// other model.
 // To load weights only, into a model built differently, see save_weights / load_weights (train/weights_file.h).
 #pragma once
 
