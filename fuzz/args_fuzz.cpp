@@ -15,7 +15,8 @@ namespace {
 
 const std::set<std::string> kFlags = {
     "model", "data",   "epochs",      "batch-size", "lr",        "optimizer", "seed",       "policy",
-    "hidden", "steps", "eval-every",  "context",    "memory-budget", "dropout", "json",     "save"};
+    "hidden", "steps", "eval-every",  "context",    "memory-budget", "dropout", "json",     "save",
+    "save-every"};
 const std::set<std::string> kSwitches = {"recover"};
 
 }  // namespace

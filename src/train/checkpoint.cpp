@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
 #include <iostream>
 #include <set>
 #include <string_view>
@@ -120,7 +123,170 @@ Shape saved_input_shape(const std::string& path, const std::string& text, const 
   return Shape(std::move(dims));
 }
 
+// ---- The fit state as JSON ----
+// Every double must read back bit for bit: finite values as JSON numbers (the shortest spelling that reads back
+// the same), the others as strings, which JSON has no numbers for (a NaN loss is part of a run's history).
+Json exact_number(double v) {
+  if (std::isnan(v)) return Json("nan");
+  if (std::isinf(v)) return Json(v > 0 ? "inf" : "-inf");
+  return Json(v);
+}
+
+Json exact_numbers(const std::vector<double>& values) {
+  Json a = Json::array();
+  for (double v : values) a.push_back(exact_number(v));
+  return a;
+}
+
+std::string hex_word(uint64_t w) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(w));
+  return buf;
+}
+
+std::string fit_state_json(const FitState& s) {
+  Json j = Json::object();
+  j["epoch"] = s.epoch;
+  j["step"] = s.step;
+  j["steps_per_epoch"] = s.steps_per_epoch;
+  j["batch_size"] = s.batch_size;
+  j["rows"] = s.rows;
+  j["shuffle"] = s.shuffle;
+  j["sampled"] = s.sampled;
+  Json words = Json::array();
+  for (uint64_t w : s.epoch_shuffle_state) words.push_back(hex_word(w));  // 64 bits do not fit a double
+  j["epoch_shuffle_state"] = words;
+  Json sums = Json::array();
+  for (const auto& [k, v] : s.sums) sums.push_back(Json::array({Json(k), exact_number(v)}));
+  j["sums"] = sums;
+  j["seen"] = s.seen;
+  const History& h = s.history;
+  Json hist = Json::object();
+  Json epochs = Json::array();
+  for (int e : h.epoch) epochs.push_back(e);
+  hist["epoch"] = epochs;
+  Json metrics = Json::object();
+  for (const auto& [k, v] : h.history) metrics[k] = exact_numbers(v);
+  hist["history"] = metrics;
+  hist["step_loss"] = exact_numbers(h.step_loss);
+  hist["epoch_seconds"] = exact_numbers(h.epoch_seconds);
+  hist["step_loss_scale"] = exact_numbers(h.step_loss_scale);
+  hist["steps"] = h.steps;
+  hist["samples"] = h.samples;
+  hist["train_seconds"] = exact_number(h.train_seconds);
+  j["history"] = hist;
+  return j.dump();
+}
+
+// The FitState of a "fit_state" metadata entry; fail(why) (which throws) on anything malformed.
+FitState parse_fit_state(const std::string& text, const std::function<void(const std::string&)>& fail) {
+  Json j;
+  try {
+    j = Json::parse(text, "fit_state");
+  } catch (const Error& e) {
+    fail("is not JSON: " + e.message());
+  }
+  const auto member = [&](const Json& obj, const char* key) -> const Json& {
+    const Json* v = obj.is_object() ? obj.find(key) : nullptr;
+    if (!v) fail(std::string("has no '") + key + "'");
+    return *v;
+  };
+  const auto integer = [&](const Json& obj, const char* key, int64_t min) {
+    const Json& v = member(obj, key);
+    if (!v.is_number() || v.as_number() != std::floor(v.as_number()) || std::fabs(v.as_number()) > 9007199254740992.0 ||
+        v.as_int64() < min)
+      fail(std::string("'") + key + "' is " + v.dump() + ", expected an integer >= " + std::to_string(min));
+    return v.as_int64();
+  };
+  const auto boolean = [&](const Json& obj, const char* key) {
+    const Json& v = member(obj, key);
+    if (!v.is_bool()) fail(std::string("'") + key + "' is " + v.dump() + ", expected true or false");
+    return v.as_bool();
+  };
+  const auto number = [&](const Json& v, const std::string& where) -> double {
+    if (v.is_number()) return v.as_number();
+    if (v.is_string() && v.as_string() == "nan") return std::numeric_limits<double>::quiet_NaN();
+    if (v.is_string() && v.as_string() == "inf") return std::numeric_limits<double>::infinity();
+    if (v.is_string() && v.as_string() == "-inf") return -std::numeric_limits<double>::infinity();
+    fail(where + " holds " + v.dump() + ", expected a number");
+    return 0;
+  };
+  const auto numbers = [&](const Json& obj, const char* key) {
+    const Json& v = member(obj, key);
+    if (!v.is_array()) fail(std::string("'") + key + "' is not an array");
+    std::vector<double> out;
+    for (const Json& e : v.as_array()) out.push_back(number(e, std::string("'") + key + "'"));
+    return out;
+  };
+  FitState s;
+  const int64_t epoch = integer(j, "epoch", 0);
+  if (epoch > std::numeric_limits<int>::max()) fail("'epoch' " + std::to_string(epoch) + " is out of range");
+  s.epoch = static_cast<int>(epoch);
+  s.step = integer(j, "step", 0);
+  s.steps_per_epoch = integer(j, "steps_per_epoch", 1);
+  if (s.step > s.steps_per_epoch)
+    fail("'step' " + std::to_string(s.step) + " is past the epoch's " + std::to_string(s.steps_per_epoch) + " steps");
+  s.batch_size = integer(j, "batch_size", 1);
+  s.rows = integer(j, "rows", 1);
+  s.shuffle = boolean(j, "shuffle");
+  s.sampled = boolean(j, "sampled");
+  const Json& words = member(j, "epoch_shuffle_state");
+  if (!words.is_array() || (words.size() != 0 && words.size() != 4))
+    fail("'epoch_shuffle_state' is not an array of 0 or 4 words");
+  for (const Json& w : words.as_array()) {
+    uint64_t v = 0;
+    if (!w.is_string() || w.as_string().size() != 16) fail("'epoch_shuffle_state' holds " + w.dump());
+    const std::string& t = w.as_string();
+    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v, 16);
+    if (ec != std::errc() || ptr != t.data() + t.size()) fail("'epoch_shuffle_state' holds " + w.dump());
+    s.epoch_shuffle_state.push_back(v);
+  }
+  if (s.step > 0 && s.epoch_shuffle_state.size() != 4)
+    fail("'epoch_shuffle_state' is missing for an epoch in progress (step " + std::to_string(s.step) + ")");
+  const auto is_zero = [](uint64_t w) { return w == 0; };
+  if (s.step > 0 && std::all_of(s.epoch_shuffle_state.begin(), s.epoch_shuffle_state.end(), is_zero))
+    fail("'epoch_shuffle_state' is the all-zero state, which no generator reaches");
+  const Json& sums = member(j, "sums");
+  if (!sums.is_array()) fail("'sums' is not an array");
+  for (const Json& e : sums.as_array()) {
+    if (!e.is_array() || e.size() != 2 || !e.at(size_t{0}).is_string()) fail("'sums' holds " + e.dump());
+    s.sums.emplace_back(e.at(size_t{0}).as_string(), number(e.at(size_t{1}), "'sums'"));
+  }
+  s.seen = integer(j, "seen", 0);
+  const Json& h = member(j, "history");
+  History& hist = s.history;
+  const Json& epochs = member(h, "epoch");
+  if (!epochs.is_array()) fail("'history.epoch' is not an array");
+  for (const Json& e : epochs.as_array()) {
+    if (!e.is_number() || e.as_number() != std::floor(e.as_number()) || e.as_number() < 0 ||
+        e.as_number() > std::numeric_limits<int>::max())
+      fail("'history.epoch' holds " + e.dump());
+    hist.epoch.push_back(static_cast<int>(e.as_number()));
+  }
+  const Json& metrics = member(h, "history");
+  if (!metrics.is_object()) fail("'history.history' is not an object");
+  for (const auto& [key, v] : metrics.as_object()) hist.history[key] = numbers(metrics, key.c_str());
+  hist.step_loss = numbers(h, "step_loss");
+  hist.epoch_seconds = numbers(h, "epoch_seconds");
+  hist.step_loss_scale = numbers(h, "step_loss_scale");
+  hist.steps = integer(h, "steps", 0);
+  hist.samples = integer(h, "samples", 0);
+  hist.train_seconds = number(member(h, "train_seconds"), "'train_seconds'");
+  if (hist.epoch_seconds.size() != hist.epoch.size())
+    fail("'history' records " + std::to_string(hist.epoch.size()) + " epochs but " +
+         std::to_string(hist.epoch_seconds.size()) + " epoch times");
+  for (const auto& [key, v] : hist.history)
+    if (v.size() != hist.epoch.size())
+      fail("'history." + key + "' holds " + std::to_string(v.size()) + " values for " +
+           std::to_string(hist.epoch.size()) + " epochs");
+  return s;
+}
+
 }  // namespace
+
+bool is_checkpoint_format(const std::string& format) {
+  return format == kCheckpointFormat || format == kCheckpointFormatMidEpoch;
+}
 
 bool checkpoint_state_is_finite(const Model& model) {
   for (const Var& w : model.weights())
@@ -154,8 +320,14 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
     tensors.emplace_back(name, w.value());
   }
   std::map<std::string, std::string> meta;
-  meta["format"] = kCheckpointFormat;
-  meta["epoch"] = std::to_string(info.epoch);
+  // Inside fit(): the loop's position and History, so a resume continues at the next batch.
+  const std::optional<FitState> fit = model.fit_state();
+  meta["format"] = fit && fit->step > 0 ? kCheckpointFormatMidEpoch : kCheckpointFormat;
+  meta["epoch"] = std::to_string(fit ? fit->epoch : info.epoch);
+  if (fit) {
+    meta["step"] = std::to_string(fit->step);
+    meta["fit_state"] = fit_state_json(*fit);
+  }
   meta["seed"] = std::to_string(model.seed());
   meta["config"] = info.config;
   meta["layers"] = layer_list(model);
@@ -185,8 +357,9 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   // 1. Everything known before the model is built: format, layers, policies, optimizer, counters, Rng entries.
   const std::string* format = meta("format");
   if (!format) CKPT_FAIL("not a mixtrain checkpoint (no 'format' metadata)", "pass a file written by save_checkpoint");
-  if (*format != kCheckpointFormat) {
-    CKPT_FAIL("format '" << *format << "' is not supported (expected '" << kCheckpointFormat << "')",
+  if (!is_checkpoint_format(*format)) {
+    CKPT_FAIL("format '" << *format << "' is not supported (expected '" << kCheckpointFormat << "' or '"
+                         << kCheckpointFormatMidEpoch << "')",
               "the file was written by another version of mixtrain");
   }
   const std::string* layers = meta("layers");
@@ -215,6 +388,30 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   if (wrapped && *wrapped != "true" && *wrapped != "false")
     CKPT_FAIL("'loss_scale_optimizer' metadata must be true or false, got '" << *wrapped << "'", "");
   info.loss_scale_optimizer = wrapped && *wrapped == "true";
+  // The fit's position: "step" and "fit_state" together, agreeing with "epoch" and the format.
+  const std::string* step = meta("step");
+  const std::string* fit_state = meta("fit_state");
+  if (!step != !fit_state)
+    CKPT_FAIL("has '" << (step ? "step" : "fit_state") << "' metadata without '" << (step ? "fit_state" : "step")
+                      << "'",
+              "the file is damaged; use another copy or an earlier checkpoint");
+  if (fit_state) {
+    const auto fail = [&](const std::string& why) {
+      CKPT_FAIL("'fit_state' metadata " << why, "the file is damaged; use another copy or an earlier checkpoint");
+    };
+    FitState s = parse_fit_state(*fit_state, fail);
+    int64_t step_value = -1;
+    if (!parse_int(*step, &step_value) || step_value != s.step)
+      CKPT_FAIL("'step' metadata '" << *step << "' differs from the fit state's step " << s.step, "");
+    if (s.epoch != info.epoch)
+      CKPT_FAIL("'epoch' metadata " << info.epoch << " differs from the fit state's epoch " << s.epoch, "");
+    info.fit_state = std::move(s);
+  }
+  const bool mid_epoch = info.fit_state && info.fit_state->step > 0;
+  if (mid_epoch != (*format == kCheckpointFormatMidEpoch))
+    CKPT_FAIL("format '" << *format << "' does not match its position ("
+                         << (mid_epoch ? "inside an epoch" : "an epoch boundary") << ")",
+              "the file is damaged; use another copy or an earlier checkpoint");
   info.metadata = file.metadata;
   info.checksums_verified = file.checksums_verified;
   // save_checkpoint never writes NaN or Inf, so one in the file is damage a checksum could not catch (a file of
@@ -321,10 +518,12 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   return info;
 }
 
-CheckpointCallback::CheckpointCallback(std::string path, int period, std::string config)
-    : path_(std::move(path)), period_(period), config_(std::move(config)) {
+CheckpointCallback::CheckpointCallback(std::string path, int period, std::string config, int64_t every_steps)
+    : path_(std::move(path)), period_(period), config_(std::move(config)), every_steps_(every_steps) {
   MIXTRAIN_CHECK(!path_.empty(), "CheckpointCallback: path is empty");
   MIXTRAIN_CHECK(period_ > 0, "CheckpointCallback: period must be positive, got " << period_);
+  MIXTRAIN_CHECK(every_steps_ >= 0, "CheckpointCallback: every_steps must be >= 0 (0: epoch ends only), got "
+                                        << every_steps_);
 }
 
 std::string CheckpointCallback::path_for(int completed_epochs) const {
@@ -335,21 +534,40 @@ std::string CheckpointCallback::path_for(int completed_epochs) const {
   return out;
 }
 
+void CheckpointCallback::on_train_begin(int epochs, int64_t steps_per_epoch) {
+  (void)epochs;
+  steps_per_epoch_ = steps_per_epoch;
+}
+
+void CheckpointCallback::on_epoch_begin(int epoch) { epoch_ = epoch; }
+
+void CheckpointCallback::on_train_batch_end(int64_t step, const Logs& logs) {
+  (void)logs;
+  if (every_steps_ == 0) return;
+  // The step of the whole data stream, the same in a resumed run as in an uninterrupted one.
+  const int64_t global_step = static_cast<int64_t>(epoch_) * steps_per_epoch_ + step;
+  if (global_step % every_steps_ != 0) return;
+  save(path_for(epoch_ + 1), epoch_, "step " + std::to_string(global_step));
+}
+
 void CheckpointCallback::on_epoch_end(int epoch, const Logs& logs) {
   (void)logs;
-  MIXTRAIN_CHECK(model_ != nullptr, "CheckpointCallback: no model (fit() sets it)");
   const int completed = epoch + 1;
   if (completed % period_ != 0) return;
-  const std::string path = path_for(completed);
+  save(path_for(completed), completed, "epoch " + std::to_string(completed));
+}
+
+void CheckpointCallback::save(const std::string& path, int completed_epochs, const std::string& when) {
+  MIXTRAIN_CHECK(model_ != nullptr, "CheckpointCallback: no model (fit() sets it)");
   if (!checkpoint_state_is_finite(*model_)) {
     ++skipped_saves_;
-    std::cerr << "warning: epoch " << completed << ": weights or optimizer state contain NaN or Inf; checkpoint '"
-              << path << "' not written"
+    std::cerr << "warning: " << when << ": weights or optimizer state contain NaN or Inf; checkpoint '" << path
+              << "' not written"
               << (last_saved_path_.empty() ? "" : " (the last good one is '" + last_saved_path_ + "')") << "\n";
     return;
   }
   CheckpointInfo info;
-  info.epoch = completed;
+  info.epoch = completed_epochs;
   info.config = config_;
   save_checkpoint(path, *model_, info);
   ++saves_;

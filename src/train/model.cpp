@@ -147,6 +147,39 @@ class Model::OverlappedReduce : public LayerObserver {
   std::vector<std::unique_ptr<Communicator::Request>> inflight_;
 };
 
+// What fit_state() reads while fit() runs.
+struct Model::LiveFit {
+  const FitPosition* pos;
+  const History* history;
+  int64_t steps_per_epoch, batch_size, rows;
+  bool shuffle, sampled;
+  bool epoch_recorded = false;  // pos->epoch is in the History (on_epoch_end): the state is the next epoch's start
+};
+
+std::optional<FitState> Model::fit_state() const {
+  if (!live_fit_) return std::nullopt;
+  const LiveFit& f = *live_fit_;
+  FitState s;
+  s.steps_per_epoch = f.steps_per_epoch;
+  s.batch_size = f.batch_size;
+  s.rows = f.rows;
+  s.shuffle = f.shuffle;
+  s.sampled = f.sampled;
+  s.history = *f.history;
+  if (f.epoch_recorded) {
+    s.epoch = f.pos->epoch + 1;
+  } else {
+    s.epoch = f.pos->epoch;
+    s.step = f.pos->step;
+    if (s.step > 0) {
+      s.epoch_shuffle_state = f.pos->shuffle_state;
+      s.sums = f.pos->sums;
+      s.seen = f.pos->seen;
+    }
+  }
+  return s;
+}
+
 int64_t training_rows(int64_t n, double fraction) {
   MIXTRAIN_CHECK(fraction >= 0 && fraction < 1, "validation_split must be in [0, 1), got " << fraction);
   const int64_t n_train = n - static_cast<int64_t>(std::floor(static_cast<double>(n) * fraction));
@@ -351,83 +384,159 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   std::vector<Callback*> callbacks = options.callbacks;
   const std::unique_ptr<ProgressBarLogger> progress = verbose_progress(options, comm);
   if (progress) callbacks.push_back(progress.get());  // last, as Keras, so it shows what the others logged
-  for (Callback* cb : callbacks) cb->set_model(this);
-  for (Callback* cb : callbacks) cb->on_train_begin(options.epochs, steps);
-  stop_training = false;
   History history;
-  Logs epoch_logs;
   RecoveryGuard* guard = options.recovery;
   FitPosition pos;  // epoch, step within it, row order and running sums
   pos.epoch = options.initial_epoch;
+  // Draws an epoch's row order from `rng` (the shuffle stream, or a copy of it set to a saved state).
+  const auto draw_order = [&](Rng& rng) {
+    std::vector<int64_t> order;
+    if (sampled) {
+      order.resize(static_cast<size_t>(steps * options.batch_size));
+      for (int64_t& row : order) row = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
+    } else if (options.shuffle) {
+      order = rng.permutation(n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) order.push_back(i);
+    }
+    return order;
+  };
+  bool resumed_mid_epoch = false;
+  if (options.resume) {
+    const FitState& s = *options.resume;
+    // Inside an epoch the rest of its batches must come from the same order; at an epoch boundary the next
+    // epoch draws a new one, so the data or batch size may change there (as with initial_epoch).
+    const bool mid_epoch = s.step > 0;
+    const auto refuse = [](const std::string& what, const std::string& saved, const std::string& now) {
+      MIXTRAIN_FAIL(kInvalidInput, "fit: the state to resume was saved with " << what << " " << saved
+                                       << ", this fit has " << now,
+                    "resume with the data, validation split, batch_size, steps_per_epoch and shuffle setting of the "
+                    "run that saved it");
+    };
+    if (mid_epoch && s.rows != n) refuse("training rows", std::to_string(s.rows), std::to_string(n));
+    if (mid_epoch && s.batch_size != options.batch_size)
+      refuse("batch_size", std::to_string(s.batch_size), std::to_string(options.batch_size));
+    if (mid_epoch && s.steps_per_epoch != steps)
+      refuse("steps per epoch", std::to_string(s.steps_per_epoch), std::to_string(steps));
+    if (mid_epoch && s.sampled != sampled)
+      refuse("batches", s.sampled ? "sampled (steps_per_epoch)" : "in epochs", sampled ? "sampled" : "in epochs");
+    if (mid_epoch && !sampled && s.shuffle != options.shuffle)
+      refuse("shuffle", s.shuffle ? "true" : "false", options.shuffle ? "true" : "false");
+    MIXTRAIN_CHECK(s.epoch >= 0 && s.step >= 0 && s.step <= steps && s.seen >= 0,
+                   "fit: the state to resume is at epoch " << s.epoch << ", step " << s.step << " of " << steps
+                                                           << " (" << s.seen << " rows seen): out of range");
+    history = s.history;
+    pos.epoch = s.epoch;
+    if (s.step > 0) {
+      MIXTRAIN_CHECK(s.epoch_shuffle_state.size() == 4,
+                     "fit: the state to resume has no shuffle state for its epoch in progress");
+      Rng redraw;
+      redraw.set_state(s.epoch_shuffle_state);
+      pos.order = draw_order(redraw);
+      // The model's shuffle stream (restored with the checkpoint) must stand exactly after that draw, or the
+      // following epochs would get other orders than the interrupted run's.
+      if (redraw.state() != shuffle_rng_.state())
+        MIXTRAIN_FAIL(kInvalidInput,
+                      "fit: the model's shuffle stream does not continue from the resumed epoch's row order",
+                      "load the checkpoint that holds this state (load_checkpoint) right before fit()");
+      pos.shuffle_state = s.epoch_shuffle_state;
+      pos.step = s.step;
+      pos.sums = s.sums;
+      pos.seen = s.seen;
+      resumed_mid_epoch = true;
+    }
+  }
+  LiveFit live{&pos, &history, steps, options.batch_size, n, options.shuffle, sampled};
+  struct LiveScope {  // fit_state() is empty again however fit() ends (a callback may throw)
+    const LiveFit*& slot;
+    ~LiveScope() { slot = nullptr; }
+  } live_scope{live_fit_};
+  live_fit_ = &live;
+
+  for (Callback* cb : callbacks) cb->set_model(this);
+  for (Callback* cb : callbacks) cb->on_train_begin(options.epochs, steps);
+  stop_training = false;
+  Logs epoch_logs;
+  const auto running_means = [&] {
+    Logs running;
+    for (auto& [k, v] : pos.sums)
+      running.emplace_back(k, k == "loss_scale" ? v : v / static_cast<double>(pos.seen));
+    return running;
+  };
   auto epoch_start = Clock::now();
+  bool first_step_of_fit = true;
   while (pos.epoch < options.epochs && !stop_training) {
-    if (pos.step == 0 && pos.order.empty()) {  // a new epoch (a rollback restores its order instead)
+    if (resumed_mid_epoch) {
+      epoch_start = Clock::now();
+      for (Callback* cb : callbacks) cb->on_epoch_resume(pos.epoch, pos.step);
+      resumed_mid_epoch = false;
+    } else if (pos.step == 0 && pos.order.empty()) {  // a new epoch (a rollback restores its order instead)
       epoch_start = Clock::now();
       for (Callback* cb : callbacks) cb->on_epoch_begin(pos.epoch);
-      pos.order.clear();
-      if (sampled) {
-        pos.order.resize(static_cast<size_t>(steps * options.batch_size));
-        for (int64_t& row : pos.order) row = static_cast<int64_t>(shuffle_rng_.below(static_cast<uint64_t>(n)));
-      } else if (options.shuffle) {
-        pos.order = shuffle_rng_.permutation(n);
-      } else
-        for (int64_t i = 0; i < n; ++i) pos.order.push_back(i);
+      pos.shuffle_state = shuffle_rng_.state();
+      pos.order = draw_order(shuffle_rng_);
       pos.sums.clear();
       pos.seen = 0;
     }
-    if (guard && guard->healthy() && (pos.step == 0 || pos.step % guard->snapshot_every() == 0)) {
-      pos.history_steps = history.step_loss.size();
-      pos.history_scales = history.step_loss_scale.size();
-      pos.history_samples = history.samples;
-      guard->snapshot(*this, pos);
-    }
-    const auto rows_in_order = static_cast<int64_t>(pos.order.size());
-    const int64_t begin = pos.step * options.batch_size, end = std::min(rows_in_order, begin + options.batch_size);
-    // Data-parallel: this rank's contiguous shard of the global batch (all ranks hold the same order).
-    const ShardRange shard = comm ? shard_range(end - begin, comm->rank(), comm->size()) : ShardRange{0, end - begin};
-    const std::vector<int64_t> idx(pos.order.begin() + begin + shard.begin, pos.order.begin() + begin + shard.end);
-    // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
-    // copy anyway, and the float32 batch would never be needed.
-    const DType batch_dtype = is_float(x.dtype()) ? layers_.front()->compute_dtype() : x.dtype();
-    const auto step_start = Clock::now();
-    Tensor yb = y.gather_rows(idx);
-    Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), yb, comm, end - begin);
-    history.train_seconds += seconds_since(step_start);
-    history.step_loss.push_back(log_value(step_logs, "loss"));
-    if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));
-    ++history.steps;
-    history.samples += end - begin;
-    if (guard && guard->after_step(
-                     *this, step_logs, [&] { return std::make_pair(x.gather_rows(idx, is_float(x.dtype()) ? DType::kFloat32 : x.dtype()), yb); },
-                     static_cast<int64_t>(history.step_loss.size()))) {
-      pos = guard->restore(*this);
-      history.step_loss.resize(pos.history_steps);
-      history.step_loss_scale.resize(pos.history_scales);
-      history.samples = pos.history_samples;
-      // A snapshot from an earlier epoch: forget the epochs after it.
-      while (!history.epoch.empty() && history.epoch.back() >= pos.epoch) {
-        history.epoch.pop_back();
-        history.epoch_seconds.pop_back();
-        for (auto& [k, v] : history.history)
-          if (!v.empty()) v.pop_back();
+    // A checkpoint saved after an epoch's last step resumes with only the epoch's end left.
+    if (pos.step < steps) {
+      // A resumed fit snapshots at its first step, or a rollback before the next period would have no target.
+      if (guard && guard->healthy() &&
+          (pos.step == 0 || pos.step % guard->snapshot_every() == 0 || first_step_of_fit)) {
+        pos.history_steps = history.step_loss.size();
+        pos.history_scales = history.step_loss_scale.size();
+        pos.history_samples = history.samples;
+        guard->snapshot(*this, pos);
       }
-      continue;
+      first_step_of_fit = false;
+      const auto rows_in_order = static_cast<int64_t>(pos.order.size());
+      const int64_t begin = pos.step * options.batch_size, end = std::min(rows_in_order, begin + options.batch_size);
+      // Data-parallel: this rank's contiguous shard of the global batch (all ranks hold the same order).
+      const ShardRange shard = comm ? shard_range(end - begin, comm->rank(), comm->size()) : ShardRange{0, end - begin};
+      const std::vector<int64_t> idx(pos.order.begin() + begin + shard.begin, pos.order.begin() + begin + shard.end);
+      // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
+      // copy anyway, and the float32 batch would never be needed.
+      const DType batch_dtype = is_float(x.dtype()) ? layers_.front()->compute_dtype() : x.dtype();
+      const auto step_start = Clock::now();
+      Tensor yb = y.gather_rows(idx);
+      Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), yb, comm, end - begin);
+      history.train_seconds += seconds_since(step_start);
+      history.step_loss.push_back(log_value(step_logs, "loss"));
+      if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));
+      ++history.steps;
+      history.samples += end - begin;
+      if (guard && guard->after_step(
+                       *this, step_logs, [&] { return std::make_pair(x.gather_rows(idx, is_float(x.dtype()) ? DType::kFloat32 : x.dtype()), yb); },
+                       static_cast<int64_t>(history.step_loss.size()))) {
+        pos = guard->restore(*this);
+        history.step_loss.resize(pos.history_steps);
+        history.step_loss_scale.resize(pos.history_scales);
+        history.samples = pos.history_samples;
+        // A snapshot from an earlier epoch: forget the epochs after it.
+        while (!history.epoch.empty() && history.epoch.back() >= pos.epoch) {
+          history.epoch.pop_back();
+          history.epoch_seconds.pop_back();
+          for (auto& [k, v] : history.history)
+            if (!v.empty()) v.pop_back();
+        }
+        continue;
+      }
+      // Running means weighted by rows, as Keras reports; the loss scale is the latest value.
+      const double rows = static_cast<double>(end - begin);
+      if (pos.sums.empty())
+        for (auto& [k, v] : step_logs) pos.sums.emplace_back(k, 0.0);
+      for (size_t i = 0; i < pos.sums.size() && i < step_logs.size(); ++i)
+        pos.sums[i].second =
+            pos.sums[i].first == "loss_scale" ? step_logs[i].second : pos.sums[i].second + step_logs[i].second * rows;
+      pos.seen += end - begin;
+      ++pos.step;  // before the callbacks: a checkpoint saved by one resumes after this step
+      const Logs running = running_means();
+      for (Callback* cb : callbacks) cb->on_train_batch_end(pos.step, running);
+      if (pos.step < steps && !stop_training) continue;
     }
-    // Running means weighted by rows, as Keras reports; the loss scale is the latest value.
-    const double rows = static_cast<double>(end - begin);
-    if (pos.sums.empty())
-      for (auto& [k, v] : step_logs) pos.sums.emplace_back(k, 0.0);
-    for (size_t i = 0; i < pos.sums.size() && i < step_logs.size(); ++i)
-      pos.sums[i].second =
-          pos.sums[i].first == "loss_scale" ? step_logs[i].second : pos.sums[i].second + step_logs[i].second * rows;
-    pos.seen += end - begin;
-    Logs running;
-    for (auto& [k, v] : pos.sums) running.emplace_back(k, k == "loss_scale" ? v : v / static_cast<double>(pos.seen));
-    for (Callback* cb : callbacks) cb->on_train_batch_end(pos.step + 1, running);
-    epoch_logs = running;
-    if (++pos.step < steps && !stop_training) continue;
 
     // End of the epoch (or of training, when a callback stopped it).
+    epoch_logs = running_means();
     // Per-rank BatchNormalization statistics: evaluate and save their mean, the same on every rank.
     if (comm) average_variables(non_trainable_weights(), *comm);
     if (val_x.defined()) {
@@ -440,7 +549,9 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     history.epoch.push_back(pos.epoch);
     for (auto& [k, v] : epoch_logs) history.history[k].push_back(v);
     history.epoch_seconds.push_back(seconds_since(epoch_start));
+    live.epoch_recorded = true;  // a checkpoint saved in on_epoch_end resumes at the next epoch
     for (Callback* cb : callbacks) cb->on_epoch_end(pos.epoch, epoch_logs);
+    live.epoch_recorded = false;
     ++pos.epoch;
     pos.step = 0;
     pos.order.clear();

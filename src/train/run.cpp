@@ -26,6 +26,7 @@ void validate_run_config(const RunConfig& cfg) {
                  "--validation-split must be in [0, 1), got " << cfg.validation_split);
   for (int64_t h : cfg.hidden) MIXTRAIN_CHECK(h > 0, "--hidden sizes must be positive, got " << h);
   MIXTRAIN_CHECK(cfg.steps >= 0, "--steps must be a positive integer, got " << cfg.steps);
+  MIXTRAIN_CHECK(cfg.save_every >= 0, "--save-every must be a positive integer, got " << cfg.save_every);
   MIXTRAIN_CHECK(cfg.eval_interval >= 0, "--eval-every must be a positive integer, got " << cfg.eval_interval);
   MIXTRAIN_CHECK(cfg.warmup_steps >= 0 || cfg.warmup_steps == RunConfig::kAutoWarmup,
                  "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
@@ -151,15 +152,21 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   if (split.val_x.defined()) fo.validation_data = std::make_pair(split.val_x, split.val_y);
 
   if (!cfg.resume_path.empty()) {
-    const CheckpointInfo info = load_checkpoint(cfg.resume_path, *model);
+    CheckpointInfo info = load_checkpoint(cfg.resume_path, *model);
     fo.initial_epoch = std::min(info.epoch, fo.epochs);
     r.initial_epoch = fo.initial_epoch;
-    if (progress)
-      *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch << " of " << fo.epochs << "\n";
+    if (progress) {
+      *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch;
+      if (info.fit_state && info.fit_state->step > 0)
+        *progress << " and step " << info.fit_state->step << " of epoch " << info.epoch + 1;
+      *progress << " of " << fo.epochs << "\n";
+    }
+    // A file saved during training continues at its next batch with the run's History; older files at the epoch.
+    if (info.fit_state) fo.resume = std::move(info.fit_state);
   }
   std::unique_ptr<CheckpointCallback> saver;
   if (!cfg.save_path.empty() && writes_checkpoints) {
-    saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg));
+    saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg), cfg.save_every);
     fo.callbacks.push_back(saver.get());
   }
   RecoveryOptions ro;

@@ -30,7 +30,7 @@ std::string shape_json(const Shape& s) {
 // The weight entries of a file in its order: for a checkpoint, everything but its optimizer and Rng state.
 std::vector<const std::pair<std::string, Tensor>*> weight_entries(const SafetensorsFile& file) {
   auto it = file.metadata.find("format");
-  const bool checkpoint = it != file.metadata.end() && it->second == kCheckpointFormat;
+  const bool checkpoint = it != file.metadata.end() && is_checkpoint_format(it->second);
   std::vector<const std::pair<std::string, Tensor>*> out;
   for (const auto& entry : file.tensors) {
     if (checkpoint && (starts_with(entry.first, "optimizer/") || starts_with(entry.first, "rng/"))) continue;

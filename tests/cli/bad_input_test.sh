@@ -60,6 +60,12 @@ expect_error "--seed must be a non-negative integer no larger than 9223372036854
 expect_error "--hidden items must be integers from 1 to 2147483647, got '4611686018427387904'" train --hidden 16,4611686018427387904
 expect_error "--steps must be a positive integer no larger than 2147483647" bench step --steps 4294967297
 expect_error "--batch-size must be a positive integer" train --batch-size -3
+# --save-every counts steps: the whole int64 range, checked before any data is read; it needs --save.
+expect_error "--save-every must be a positive integer no larger than 9223372036854775807, got 0" train --save-every 0 --save "$tmp/ck-every.safetensors"
+expect_error "--save-every must be a positive integer no larger than 9223372036854775807, got 9223372036854775808" train --save-every 9223372036854775808 --save "$tmp/ck-every.safetensors"
+expect_error "--save-every must be a positive integer no larger than 9223372036854775807, got -2" train --save-every -2 --save "$tmp/ck-every.safetensors"
+expect_error "--save-every expects an integer, got '1.5'" train --save-every 1.5 --save "$tmp/ck-every.safetensors"
+expect_error "--save-every 5 needs --save PATH" train --save-every 5
 expect_error "unknown flag '--epoch'" train --epoch 3
 expect_error "--loss-scale" train --loss-scale lots
 expect_error "unknown normalization" train --data "$tmp/ragged.csv" --normalize zscore

@@ -60,6 +60,8 @@ IntRange integer_range(const std::string& name) {
   if (name == "epochs" || name == "batch-size" || name == "steps" || name == "hidden" || name == "sizes")
     return {1, kIntMax};
   if (name == "seed") return {0, std::numeric_limits<int64_t>::max()};
+  // A count of steps, which a long run by steps can take past 2^31.
+  if (name == "save-every") return {1, std::numeric_limits<int64_t>::max()};
   return {std::numeric_limits<int32_t>::min(), kIntMax};
 }
 

@@ -30,6 +30,8 @@ const char* kUsage =
     "           when a cell of the first line is not a number) --label-column NAME|INDEX (0-based, -1 the\n"
     "           last column: the default)\n"
     "           --validation-split F --json FILE --save CKPT --resume CKPT --recover\n"
+    "           --save-every N: also write CKPT after every N steps, so a killed run resumed with\n"
+    "           --resume CKPT continues at the next batch and ends bit-identical to an uninterrupted run\n"
     "           transformer: --context T --width D --layers L --heads H --dropout X\n"
     "  compare  train under several policies on identical data and weights and judge each against\n"
     "           float32: the train flags plus --policies float32,mixed_float16,mixed_bfloat16 --out DIR\n"

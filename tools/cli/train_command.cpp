@@ -360,10 +360,14 @@ void print_run_summary(const RunResult& r) {
 
 int train_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
-  flags.insert({"json", "save", "resume"});
+  flags.insert({"json", "save", "save-every", "resume"});
   Args a(argv, flags, {"recover"});
   RunConfig cfg = run_config_from(a);
   cfg.save_path = a.str("save", "");
+  cfg.save_every = a.integer("save-every", 0);  // 1 to 2^63-1 (integer_range)
+  if (a.has("save-every") && cfg.save_path.empty())
+    MIXTRAIN_FAIL(kInvalidInput, "--save-every " << cfg.save_every << " needs --save PATH (the checkpoint it rewrites)",
+                  "add --save CKPT; resume a killed run with the same flags plus --resume CKPT");
   cfg.resume_path = a.str("resume", "");
   const std::string data_spec = a.str("data", "fashion-mnist");
   const std::string json_path = a.str("json", "");

@@ -25,6 +25,13 @@ class Callback {
     (void)steps_per_epoch;
   }
   virtual void on_epoch_begin(int epoch) { (void)epoch; }
+  // Instead of on_epoch_begin when fit() resumes (FitOptions::resume) inside an epoch, `steps_done` steps into
+  // it. By default the same as on_epoch_begin; a callback whose epoch-begin action is already in the restored
+  // state (LearningRateScheduler's rate is in the optimizer's) overrides it so the action is not applied twice.
+  virtual void on_epoch_resume(int epoch, int64_t steps_done) {
+    (void)steps_done;
+    on_epoch_begin(epoch);
+  }
   // step is 1-based within the epoch; logs hold the running means of the epoch so far.
   virtual void on_train_batch_end(int64_t step, const Logs& logs) {
     (void)step;
@@ -110,6 +117,12 @@ class LearningRateScheduler : public Callback {
   explicit LearningRateScheduler(std::function<float(int epoch, float lr)> schedule, int verbose = 0,
                                  std::ostream* out = nullptr);
   void on_epoch_begin(int epoch) override;
+  // The rate set at this epoch's start is in the restored optimizer state: calling schedule again would apply a
+  // rate-dependent schedule (lr * 0.9) twice.
+  void on_epoch_resume(int epoch, int64_t steps_done) override {
+    (void)epoch;
+    (void)steps_done;
+  }
   void on_epoch_logs(int epoch, Logs& logs) override;
 
  private:

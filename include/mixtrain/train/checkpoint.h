@@ -6,32 +6,48 @@
 //                           and for a LossScaleOptimizer "optimizer/loss_scale/scale", ...
 //   "rng/init", "rng/shuffle", "rng/dropout"
 //                           the Model's Rng states: U8 (4, 8), one row per uint64 word, little-endian bytes
-// __metadata__: "format" = "mixtrain-checkpoint-1", "epoch" (completed epochs), "seed", "config" (free-form),
-//   "optimizer" (the inner name under a loss-scale wrapper), "loss_scale_optimizer" ("true"/"false"),
-//   "layers" (layer names in order, comma-separated), "layer/<name>/policy", "input_shape" (JSON array).
+// __metadata__: "format" = "mixtrain-checkpoint-1" ("-2" for a file saved inside an epoch, see below), "epoch"
+//   (completed epochs), "seed", "config" (free-form), "optimizer" (the inner name under a loss-scale wrapper),
+//   "loss_scale_optimizer" ("true"/"false"), "layers" (layer names in order, comma-separated),
+//   "layer/<name>/policy", "input_shape" (JSON array).
+//   Saved while fit() runs (from a callback) also: "step" (steps done in the epoch in progress) and "fit_state",
+//   a JSON object of the FitState (train/fit_state.h): data-stream shape, the epoch's shuffle state (4 words as
+//   16 hex digits each), running sums, rows seen and the History so far; numbers are written so they read back
+//   to the same double ("nan", "inf", "-inf" as strings). A file with step > 0 is format 2, so an older mixtrain
+//   refuses it by name instead of resuming it as an epoch boundary; older files (format 1, no fit_state) load as
+//   epoch-boundary checkpoints.
 //
 // Resuming: build and compile the model exactly as before (same layers, policy, optimizer), call
-// load_checkpoint(), then fit(..., {.epochs = N, .initial_epoch = info.epoch}). Weights are matched by variable
-// path ("<layer name>/<weight name>"); layer names are unique per model ("dense", "dense_1", ... in model order,
-// or given with name=), so a model built the same way loads a checkpoint in any process, after any other model.
+// load_checkpoint(), then fit(..., {.epochs = N, .resume = info.fit_state}) when the file holds a fit state (the
+// next batch, the whole History), else fit(..., {.epochs = N, .initial_epoch = info.epoch}). Weights are matched
+// by variable path ("<layer name>/<weight name>"); layer names are unique per model ("dense", "dense_1", ... in
+// model order, or given with name=), so a model built the same way loads a checkpoint in any process, after any
+// other model.
 // To load weights only, into a model built differently, see save_weights / load_weights (train/weights_file.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "mixtrain/train/callbacks.h"
+#include "mixtrain/train/fit_state.h"
 
 namespace mixtrain {
 
 class Model;
 
-// The value of the "format" metadata entry of checkpoints this version writes and reads.
+// The value of the "format" metadata entry of checkpoints this version writes and reads: at an epoch boundary
+// (or outside fit()), and inside an epoch (which an older version must not take for an epoch boundary).
 inline constexpr const char* kCheckpointFormat = "mixtrain-checkpoint-1";
+inline constexpr const char* kCheckpointFormatMidEpoch = "mixtrain-checkpoint-2";
+// Whether a "format" value is one of the two above.
+bool is_checkpoint_format(const std::string& format);
 
 struct CheckpointInfo {
-  // Completed epochs when saved; resume with FitOptions::initial_epoch = epoch.
+  // Completed epochs when saved; resume with FitOptions::initial_epoch = epoch (or with fit_state, below).
+  // Saved during fit() (model.fit_state() set), the epoch comes from the fit's position and this one is ignored.
   int epoch = 0;
   // Free-form text stored with the checkpoint (e.g. the RunConfig as JSON).
   std::string config;
@@ -41,9 +57,13 @@ struct CheckpointInfo {
   bool loss_scale_optimizer = false;  // the optimizer was wrapped in a LossScaleOptimizer
   std::map<std::string, std::string> metadata;  // the whole __metadata__ table (without checksum entries)
   bool checksums_verified = false;              // every tensor and the metadata matched their checksums
+  // Filled by load_checkpoint for a file saved while fit() ran: pass it as FitOptions::resume to continue at the
+  // exact next batch. Empty for files saved outside fit() or by older versions.
+  std::optional<FitState> fit_state;
 };
 
-// Writes model weights, optimizer state (when compiled), Rng states, metadata and checksums of all of them to path
+// Writes model weights, optimizer state (when compiled), Rng states, metadata, the fit's position and History when
+// called while fit() runs (Model::fit_state()), and checksums of all of them to path
 // atomically (an existing file is replaced only by a complete new one; temp files of killed saves are removed,
 // see save_safetensors). The model must be built. Throws Error (kInvalidInput) without
 // writing when a weight or a floating optimizer entry holds NaN or Inf, so a diverged run never overwrites a good
@@ -71,9 +91,17 @@ bool checkpoint_state_is_finite(const Model& model);
 // ModelCheckpoint), e.g. "ckpt-{epoch}.safetensors"; without it each save replaces the previous file. When the
 // weights or optimizer state hold NaN/Inf the save is skipped with a warning on stderr and the previous file
 // stays as it was: no NaN reaches a saved checkpoint.
+// With every_steps > 0 it also saves after every every_steps-th step of the data stream (global steps
+// every_steps, 2*every_steps, ... counted from the run's start across epochs and resumes; a step whose update the
+// loss scale skipped counts, as its batch was drawn), so a run killed at any moment resumes at most every_steps
+// batches back, bit-identically. Such a save inside epoch e (0-based) names the file with {epoch} = e + 1 (as
+// Keras), the name the end of that epoch then replaces.
 class CheckpointCallback : public Callback {
  public:
-  explicit CheckpointCallback(std::string path, int period = 1, std::string config = "");
+  explicit CheckpointCallback(std::string path, int period = 1, std::string config = "", int64_t every_steps = 0);
+  void on_train_begin(int epochs, int64_t steps_per_epoch) override;
+  void on_epoch_begin(int epoch) override;
+  void on_train_batch_end(int64_t step, const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
 
   // The path written for a given number of completed epochs.
@@ -84,9 +112,15 @@ class CheckpointCallback : public Callback {
   const std::string& last_saved_path() const { return last_saved_path_; }
 
  private:
+  // Writes path unless the state holds NaN/Inf (then warns, naming what saved it).
+  void save(const std::string& path, int completed_epochs, const std::string& when);
+
   std::string path_;
   int period_;
   std::string config_;
+  int64_t every_steps_;
+  int64_t steps_per_epoch_ = 0;
+  int epoch_ = 0;  // the epoch in progress
   int saves_ = 0;
   int skipped_saves_ = 0;
   std::string last_saved_path_;

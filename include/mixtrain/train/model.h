@@ -11,6 +11,7 @@
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/callbacks.h"
+#include "mixtrain/train/fit_state.h"
 #include "mixtrain/train/history.h"
 #include "mixtrain/train/losses.h"
 #include "mixtrain/train/recovery.h"
@@ -22,6 +23,14 @@ struct FitOptions {
   // epochs, load the checkpoint and pass initial_epoch = k with the original epochs.
   int epochs = 1;
   int initial_epoch = 0;
+  // Continues a fit saved during training (CheckpointInfo::fit_state from load_checkpoint) at the exact next
+  // batch: the epoch in progress is resumed at its next step with the same row order and running sums, and the
+  // returned History continues the saved one. Takes the place of initial_epoch. fit() refuses a state saved
+  // inside an epoch with other training rows, batch size, steps_per_epoch or shuffle setting, naming the
+  // difference (at an epoch boundary they may change, as with initial_epoch). One process resumes bit-identically;
+  // data-parallel ranks other than 0 derive their dropout streams anew at every fit(), so with Dropout their
+  // masks after a resume differ from an uninterrupted run's.
+  std::optional<FitState> resume;
   int64_t batch_size = 32;
   // Fraction of the training rows (the last ones, before shuffling, as Keras) held out for validation.
   double validation_split = 0.0;
@@ -114,6 +123,9 @@ class Model : public Network {
 
   // Set by callbacks to end fit() after the current epoch (or step, for TerminateOnNaN).
   bool stop_training = false;
+  // While fit() runs (in callbacks): where it stands after the last completed step or epoch, for a checkpoint
+  // to resume from (save_checkpoint writes it). Empty outside fit().
+  std::optional<FitState> fit_state() const;
   uint64_t seed() const { return seed_; }
   // Builds with the model's initialisation stream if not built yet.
   void build_for(const Shape& sample_shape);
@@ -133,6 +145,10 @@ class Model : public Network {
   class OverlappedReduce;
   std::shared_ptr<OverlappedReduce> overlap_;  // data-parallel buckets started during backward
   int64_t bucket_bytes_ = kDefaultBucketBytes;
+
+  // fit()'s loop position and History while it runs (null otherwise), for fit_state().
+  struct LiveFit;
+  const LiveFit* live_fit_ = nullptr;
 
   uint64_t seed_;
   Rng init_rng_, shuffle_rng_, dropout_rng_;

@@ -65,6 +65,7 @@ struct FitPosition {
   int epoch = 0;
   int64_t step = 0;                 // step within the epoch
   std::vector<int64_t> order;       // the epoch's row order
+  std::vector<uint64_t> shuffle_state;  // the shuffle Rng before `order` was drawn (a checkpoint redraws it)
   Logs sums;                        // the epoch's running sums
   int64_t seen = 0;
   size_t history_steps = 0;         // History::step_loss size

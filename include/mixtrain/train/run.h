@@ -29,6 +29,9 @@ struct RunConfig {
   std::string loss_scale = "dynamic";    // float16 compute only: "dynamic", "none", or a fixed value
   bool recover = false;                  // run the recovery ladder (train/recovery.h)
   std::string save_path;                 // checkpoint written after every epoch (empty: none)
+  // > 0: save_path is also written after every save_every steps of the data stream (CheckpointCallback's
+  // every_steps), so a killed run resumes bit-identically from at most that many batches back.
+  int64_t save_every = 0;
   std::string resume_path;               // checkpoint to resume from (empty: start fresh)
   // With recover: a float32 run's per-step loss on the same data order, for the recovery drift check.
   std::vector<double> reference_step_loss;

@@ -1,0 +1,32 @@
+// FitState: where a fit() stands between two steps, as much as a checkpoint needs to continue it at the next
+// batch bit-identically (with the weights, optimizer, loss-scale and Rng states the checkpoint also holds).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mixtrain/train/history.h"
+
+namespace mixtrain {
+
+struct FitState {
+  int epoch = 0;      // the epoch in progress, 0-based (equal to the completed epochs)
+  int64_t step = 0;   // steps of it done: 0 at an epoch boundary, steps_per_epoch when only its end is left
+  // The shape of the data stream, checked on resume: a different data set, batch size or epoch length would
+  // continue with other batches than the ones the interrupted run would have drawn.
+  int64_t steps_per_epoch = 0;
+  int64_t batch_size = 0;
+  int64_t rows = 0;  // training rows (after any validation split)
+  bool shuffle = true;
+  bool sampled = false;  // FitOptions::steps_per_epoch > 0: batches drawn with replacement
+  // The shuffle Rng's state before this epoch's row order was drawn (only meaningful when step > 0): resuming
+  // draws the order again from it and checks that the stream then stands where the checkpoint's does.
+  std::vector<uint64_t> epoch_shuffle_state;
+  // The epoch's running sums (rows-weighted, as the progress logs report them) and rows seen so far.
+  Logs sums;
+  int64_t seen = 0;
+  // Everything recorded since the run started, so a resumed run returns the whole run's History.
+  History history;
+};
+
+}  // namespace mixtrain

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""`mixtrain train --save-every 1` SIGKILLed at random moments and resumed with --resume each time ends with the
+checkpoint and the JSON report of an uninterrupted run, bit for bit.
+
+Usage: save_every_kill_test.py MIXTRAIN [KILLS]. A mixed_float16 MLP (so the dynamic loss scale's state is part of
+what must survive) on a small synthetic CSV, one thread. Each run is killed after a random delay; the next one
+resumes from whatever checkpoint the killed one left (or starts afresh when it left none). A series ends when a run
+finishes on its own; its checkpoint and report are then compared with the uninterrupted run's, and another series
+starts until KILLS kills (default 20) have landed. MIXTRAIN_KILL_SEED fixes the delays (printed on every run).
+"""
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+mixtrain = sys.argv[1]
+kills_wanted = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+seed = int(os.environ.get("MIXTRAIN_KILL_SEED", str(time.time_ns() % 2**32)))
+print(f"kill delays from seed {seed} (MIXTRAIN_KILL_SEED={seed} repeats them)")
+rnd = random.Random(seed)
+tmp = tempfile.mkdtemp(prefix="mixtrain_save_every_kill_")
+env = dict(os.environ, OMP_NUM_THREADS="1")
+
+# Three Gaussian blobs in 12 dimensions, 480 rows: 24 steps of 16 rows per epoch after the test and validation
+# splits.
+data = os.path.join(tmp, "blobs.csv")
+drng = random.Random(7)
+with open(data, "w") as f:
+    f.write(",".join(f"f{j}" for j in range(12)) + ",label\n")
+    for i in range(480):
+        label = i % 3
+        xs = [drng.gauss(0, 0.8) + (1.5 if j % 3 == label else 0.0) for j in range(12)]
+        f.write(",".join(f"{v:.5f}" for v in xs) + f",{label}\n")
+
+flags = ["train", "--data", data, "--policy", "mixed_float16", "--hidden", "32", "--batch-size", "16",
+         "--epochs", "6", "--seed", "3", "--save-every", "1"]
+
+
+def safetensors(path):
+    """(tensors: name -> bytes, metadata) of a safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = blob[8 + n:]
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}, meta
+
+
+def without_timing(report):
+    """The report without what depends on the clock (and the allocator's peak, which a resumed run measures
+    from its own start)."""
+    r = dict(report)
+    for k in ("steps_per_second", "samples_per_second", "peak_memory_bytes"):
+        r.pop(k, None)
+    r["epochs"] = [{k: v for k, v in e.items() if k != "seconds"} for e in r["epochs"]]
+    return r
+
+
+def without_timing_state(meta):
+    state = json.loads(meta["fit_state"])
+    state["history"].pop("epoch_seconds")
+    state["history"].pop("train_seconds")
+    return state
+
+
+start = time.monotonic()
+full_ckpt, full_json = os.path.join(tmp, "full.safetensors"), os.path.join(tmp, "full.json")
+subprocess.run([mixtrain, *flags, "--save", full_ckpt, "--json", full_json], env=env, check=True,
+               stdout=subprocess.DEVNULL)
+full_seconds = time.monotonic() - start
+full_tensors, full_meta = safetensors(full_ckpt)
+full_report = json.load(open(full_json))
+steps = len(full_report["step_loss"])
+print(f"uninterrupted: {steps} steps in {full_seconds:.2f} s")
+# A run with nothing left to train (resumed from the finished checkpoint): the start-up, data load, checkpoint
+# load and final evaluation every run pays.
+start_up = time.monotonic()
+subprocess.run([mixtrain, *flags[:-2], "--resume", full_ckpt], env=env, check=True, stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL)
+start_up = time.monotonic() - start_up
+training = max(full_seconds - start_up, 0.05)
+print(f"start-up and evaluation alone: {start_up:.2f} s")
+# One kill in five lands in the start-up (data or checkpoint load); the others after it, up to twice the time
+# of a run's steps divided by the kills, so the kills of a series together reach about its end.
+def kill_delay():
+    if rnd.random() < 0.2:
+        return rnd.uniform(0, start_up)
+    return start_up + rnd.uniform(0, 2 * training / kills_wanted)
+
+failures = []
+kills = 0
+mid_save = 0
+series = 0
+positions = []  # (epoch, step) each resume started from
+while kills < kills_wanted:
+    series += 1
+    ckpt, report = os.path.join(tmp, f"s{series}.safetensors"), os.path.join(tmp, f"s{series}.json")
+    while True:
+        args = [mixtrain, *flags, "--save", ckpt, "--json", report]
+        if os.path.exists(ckpt):
+            _, meta = safetensors(ckpt)
+            positions.append((int(meta["epoch"]), int(meta.get("step", 0))))
+            args += ["--resume", ckpt]
+        err_path = os.path.join(tmp, "stderr")
+        with open(err_path, "w") as err:
+            p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            delay = kill_delay()
+            try:
+                rc = p.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                if kills < kills_wanted:
+                    p.send_signal(signal.SIGKILL)
+                    p.wait()
+                    kills += 1
+                    # A temp file left behind: the kill landed inside a save (the next save removes it).
+                    mid_save += any(".tmp." in f for f in os.listdir(tmp))
+                    continue
+                rc = p.wait()  # enough kills: let the series finish
+        if rc != 0:
+            failures.append(f"series {series}: a run exited {rc}: {open(err_path).read().strip()}")
+        break
+    if failures:
+        break
+    tensors, meta = safetensors(ckpt)
+    if set(tensors) != set(full_tensors):
+        failures.append(f"series {series}: tensors {sorted(set(tensors) ^ set(full_tensors))} differ in presence")
+    for name in sorted(set(tensors) & set(full_tensors)):
+        if tensors[name] != full_tensors[name]:
+            failures.append(f"series {series}: tensor '{name}' differs from the uninterrupted run's")
+    for key in ("format", "epoch", "step", "seed", "config"):
+        if meta.get(key) != full_meta.get(key):
+            failures.append(f"series {series}: metadata '{key}' {meta.get(key)!r} != {full_meta.get(key)!r}")
+    if without_timing_state(meta) != without_timing_state(full_meta):
+        failures.append(f"series {series}: the saved fit state (history) differs from the uninterrupted run's")
+    if without_timing(json.load(open(report))) != without_timing(full_report):
+        failures.append(f"series {series}: the JSON report differs from the uninterrupted run's")
+    leftovers = [f for f in os.listdir(tmp) if ".tmp." in f]
+    if leftovers:
+        failures.append(f"series {series}: temporary files left: {leftovers}")
+    print(f"series {series}: done after {kills} kills in all; checkpoint and report identical: "
+          f"{not failures}")
+    if failures:
+        break
+
+mid = sum(1 for e, s in positions if s > 0)
+print(f"{kills} kills in {series} series ({mid_save} inside a save), {len(positions)} resumes ({mid} inside an "
+      f"epoch, {len(set(positions))} distinct positions), {time.monotonic() - start:.1f} s")
+if failures:
+    print("FAIL:\n  " + "\n  ".join(failures))
+    print(f"files kept in {tmp}")
+    sys.exit(1)
+for f in os.listdir(tmp):
+    os.remove(os.path.join(tmp, f))
+os.rmdir(tmp)
+print("ok: every series ended bit-identical to the uninterrupted run")
