@@ -135,7 +135,8 @@ struct CsvReader {
       MIXTRAIN_FAIL(kInvalidInput,
                     "CSV file '" << path << "' line " << line_no
                                  << " holds numbers where the header row naming the columns is required",
-                    "add a first line with column names, e.g. x1,x2,...,label, or read it with header=no (or auto)");
+                    "add a first line with column names, e.g. x1,x2,...,label, or read the file as headerless "
+                    "(--csv-header no or auto; CsvOptions::header = CsvHeader::kNo or kAuto)");
     if (cells.size() < 2)
       MIXTRAIN_FAIL(kInvalidInput,
                     "CSV file '" << path << "' line " << line_no << ": the " << (has_header ? "header" : "first row")
@@ -154,7 +155,8 @@ struct CsvReader {
         MIXTRAIN_FAIL(kInvalidInput,
                       "CSV file '" << path << "': label column '" << options.label_column
                                    << "' is chosen by name, but the file has no header row naming its columns",
-                      "choose the label column by index (label_index), or add a header row");
+                      "choose the label column by index (--label-column 0, 1, ... or -1 for the last; CsvOptions::label_index), "
+                      "or add a header row");
       auto it = std::find(columns.begin(), columns.end(), options.label_column);
       if (it == columns.end()) {
         std::string names;
@@ -162,7 +164,7 @@ struct CsvReader {
         MIXTRAIN_FAIL(kInvalidInput,
                       "CSV file '" << path << "' line " << line_no << ": no column is named '" << options.label_column
                                    << "'; the header names " << names,
-                      "pass one of the header's names as the label column");
+                      "pass one of the header's names as the label column (--label-column NAME; CsvOptions::label_column)");
       }
       label = static_cast<size_t>(it - columns.begin());
       return;

@@ -91,6 +91,10 @@ expect_error "--label-column applies to CSV data, not to --data moby-dick" train
 expect_error "headerless.csv" train --data "$tmp/headerless.csv" --csv-header yes --epochs 1
 expect_error "label_first.csv" train --data "$csv" --csv-header no --epochs 1
 expect_error "species" train --data "$csv" --csv-header no --label-column species --epochs 1
+# Their hints name the CLI's flags.
+expect_error "read the file as headerless (--csv-header no or auto" train --data "$tmp/headerless.csv" --csv-header yes --epochs 1
+expect_error "choose the label column by index (--label-column 0, 1" train --data "$csv" --csv-header no --label-column species --epochs 1
+expect_error "the label column (--label-column NAME" train --data "$csv" --csv-header yes --label-column nope --epochs 1
 # The label column's cells must be class ids: the last column of label_first.csv holds fractions.
 expect_error "label_first.csv" train --data "$csv" --epochs 1
 "$bin" --help | grep -q -- "--csv-header auto|yes|no" || fail "--help does not show --csv-header"
