@@ -1,7 +1,11 @@
 #include "mixtrain/core/allocator.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <map>
 #include <mutex>
 #include <new>
@@ -15,6 +19,7 @@ namespace {
 std::atomic<int64_t> g_live{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_count{0};
+std::atomic<int64_t> g_limit{0};  // 0: no limit
 constexpr size_t kAlignment = 64;  // one cache line; also a full AVX-512 register
 
 // Freed blocks of 64 KiB and more are kept for reuse, keyed by their rounded size. A training step
@@ -37,9 +42,54 @@ void raise_peak(int64_t live) {
   while (live > peak && !g_peak.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
   }
 }
+
+// "1.5 GiB": sizes in messages.
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 6) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+}  // namespace
+
+MemoryLimitExceeded::MemoryLimitExceeded(int64_t requested, int64_t live, int64_t limit)
+    : Error(ErrorKind::kInvalidInput,
+            "out of the memory limit: a tensor of " + format_bytes(static_cast<double>(requested)) + " with " +
+                format_bytes(static_cast<double>(live)) + " of tensors in use would pass the limit of " +
+                format_bytes(static_cast<double>(limit)),
+            "", "use fewer or narrower layers or a smaller batch (the limit is 80% of the memory available when "
+                "the run started)"),
+      requested_(requested),
+      live_(live) {}
+
+void set_memory_limit(int64_t bytes) {
+  MIXTRAIN_CHECK(bytes >= 0, "set_memory_limit: the limit must be >= 0 bytes (0: none), got " << bytes);
+  g_limit.store(bytes, std::memory_order_relaxed);
+}
+int64_t memory_limit() { return g_limit.load(std::memory_order_relaxed); }
+
+namespace {
+// Throws MemoryLimitExceeded when `bytes` more would pass the limit. Checked before allocating (and so racing
+// with other threads' allocations by at most their sizes).
+void check_limit(size_t bytes) {
+  const int64_t limit = g_limit.load(std::memory_order_relaxed);
+  if (limit <= 0) return;
+  const int64_t live = g_live.load(std::memory_order_relaxed);
+  if (bytes > static_cast<uint64_t>(std::max<int64_t>(0, limit - live))) {
+    const int64_t requested =
+        bytes > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(bytes);
+    throw MemoryLimitExceeded(requested, live, limit);
+  }
+}
 }  // namespace
 
 void* allocate_bytes(size_t bytes) {
+  check_limit(bytes);
   const size_t rounded = rounded_size(bytes);
   void* p = nullptr;
   if (rounded >= kCacheMinBytes) {

@@ -59,7 +59,14 @@ BatchSizeSearch find_max_batch_size(const RunConfig& cfg, int64_t num_features, 
   // Trial models are built and dropped; their warnings were already shown for the real one.
   set_precision_warning_sink([](const std::string&) {});
   auto fits = [&](int64_t b) {
-    const int64_t peak = measure_step_peak(cfg, num_features, num_classes, b);
+    int64_t peak = 0;
+    try {
+      peak = measure_step_peak(cfg, num_features, num_classes, b);
+    } catch (const MemoryLimitExceeded& e) {
+      // Past the process's memory limit: it does not fit; what it had asked for is a lower bound of its peak.
+      s.trials.emplace_back(b, e.live_bytes() + e.requested_bytes());
+      return false;
+    }
     s.trials.emplace_back(b, peak);
     // 5% headroom for what a real epoch adds around the step (validation batches, history).
     if (static_cast<double>(peak) <= 0.95 * static_cast<double>(budget_bytes)) {

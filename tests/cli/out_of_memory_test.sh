@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Running out of memory: a model too wide for the memory allowed (ulimit -v) ends with status 1 and one line
 # that says what to try; at --batch-size 1 it does not suggest a smaller batch (the model itself does not fit).
+# A model too big for the machine's memory is refused by the run's memory limit (exit status 2).
 set -u
 bin="$1"
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +31,15 @@ run --batch-size 32
 code=$?
 [ "$code" = 1 ] || fail "batch 32: exit status $code, expected 1 ($(cat "$tmp/err"))"
 grep -q "out of memory (try a smaller --batch-size" "$tmp/err" || fail "batch 32: message was: $(cat "$tmp/err")"
+
+# Without an address-space limit: the run's tensors may hold 80% of the memory available, so a layer of 2^31-1
+# units (a 32 GiB kernel on 4 features) is refused as it asks for the memory, with exit status 2 and one line.
+OMP_NUM_THREADS=1 "$bin" train --data "$tmp/four.csv" --hidden 2147483647 --epochs 1 > "$tmp/out" 2> "$tmp/err"
+code=$?
+[ "$code" = 2 ] || fail "2^31-1 units: exit status $code, expected 2 ($(cat "$tmp/err"))"
+grep -q "out of the memory limit: a tensor of 32.0 GiB" "$tmp/err" || fail "2^31-1 units: message was: $(cat "$tmp/err")"
+grep -q "fewer or narrower layers" "$tmp/err" || fail "2^31-1 units: no hint: $(cat "$tmp/err")"
+[ "$(wc -l < "$tmp/err")" = 1 ] || fail "2^31-1 units: not one line: $(cat "$tmp/err")"
 
 [ "$fails" = 0 ] && echo "out_of_memory: all checks passed"
 exit "$fails"

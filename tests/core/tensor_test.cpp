@@ -64,6 +64,35 @@ TEST(Allocator, CountsLiveAndPeakBytes) {
   EXPECT_EQ(memory_stats().peak_bytes, base);
 }
 
+// The memory limit refuses an allocation that would take the live tensor bytes past it, before allocating,
+// and says how much was asked for and in use; under the limit, and with no limit, allocations go through.
+TEST(Allocator, MemoryLimitRefusesWhatWouldPassIt) {
+  struct NoLimitAfterwards {
+    ~NoLimitAfterwards() { set_memory_limit(0); }
+  } no_limit_afterwards;
+  const int64_t base = memory_stats().live_bytes;
+  set_memory_limit(base + 10000);
+  {
+    Tensor fits = Tensor::zeros({2000}, DType::kFloat32);  // 8,000 bytes
+    try {
+      Tensor too_big = Tensor::zeros({1000}, DType::kFloat32);  // 4,000 more: 12,000 > 10,000
+      FAIL() << "an allocation past the limit was made";
+    } catch (const MemoryLimitExceeded& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+      EXPECT_EQ(e.requested_bytes(), 4000);
+      EXPECT_EQ(e.live_bytes(), base + 8000);
+      EXPECT_NE(e.message().find("a tensor of 3.9 KiB"), std::string::npos) << e.message();
+    }
+    EXPECT_EQ(memory_stats().live_bytes, base + 8000);  // nothing was counted for the refused tensor
+  }
+  Tensor again = Tensor::zeros({2400}, DType::kFloat32);  // 9,600 bytes: fits once the first is freed
+  EXPECT_THROW(set_memory_limit(-1), Error);
+  set_memory_limit(0);  // none
+  EXPECT_EQ(memory_limit(), 0);
+  Tensor big = Tensor::zeros({100000}, DType::kFloat32);
+  EXPECT_EQ(memory_stats().live_bytes, base + 9600 + 400000);
+}
+
 TEST(Error, CarriesLocationAndHint) {
   try {
     MIXTRAIN_FAIL(kIo, "cannot open 'x.idx'", "check the path");

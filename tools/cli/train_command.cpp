@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
@@ -287,6 +288,9 @@ RunConfig run_config_from(const Args& a) {
     MIXTRAIN_CHECK(auto_batch_size(a), "--memory-budget needs --batch-size auto");
     parse_memory_size(a.str("memory-budget", ""), "--memory-budget");
   }
+  // The run's tensors may hold at most 80% of the memory available now: a model or batch that cannot fit is
+  // refused when it asks for the memory, with a message, instead of being killed by the system.
+  set_memory_limit(default_memory_budget());
   cfg.learning_rate = static_cast<float>(a.number("lr", cfg.learning_rate));
   cfg.optimizer = a.str("optimizer", cfg.optimizer);
   const int64_t seed = a.integer("seed", static_cast<int64_t>(cfg.seed));

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "mixtrain/core/device.h"
+#include "mixtrain/core/error.h"
 
 namespace mixtrain {
 
@@ -28,6 +29,25 @@ MemoryStats memory_stats();
 void reset_peak_memory();
 // Returns the cached free blocks to the system.
 void release_cached_memory();
+
+// A ceiling on the CPU allocator's live tensor bytes (0, the default: none). An allocation that would take the
+// live bytes past it throws MemoryLimitExceeded before any memory is requested, so a model or batch too big for
+// the machine is refused with a message rather than ended by the system's out-of-memory killer. The CLI sets it
+// to 80% of the memory available when a run starts (default_memory_budget(), train/batch_size.h).
+void set_memory_limit(int64_t bytes);
+int64_t memory_limit();
+
+// What the limit throws: an Error (kInvalidInput: the sizes asked for do not fit) that also says how many bytes
+// were asked for and were in use, for callers that try sizes (the --batch-size auto search).
+class MemoryLimitExceeded : public Error {
+ public:
+  MemoryLimitExceeded(int64_t requested, int64_t live, int64_t limit);
+  int64_t requested_bytes() const { return requested_; }
+  int64_t live_bytes() const { return live_; }
+
+ private:
+  int64_t requested_, live_;
+};
 
 // One device type's memory. Implementations count live and peak bytes for each device index.
 class DeviceAllocator {
