@@ -193,6 +193,14 @@ TEST_P(Autocast, VariablesReadWithoutAskingGiveTheBitsOfExplicitAutocast) {
     EXPECT_TRUE(same_bits(a.grad(), e.grad())) << a.name();
   }
 
+  // An explicit read inside call() is not cast again: both forms record the same steps.
+  const size_t before = tape_size();
+  explicit_layer(Var(xv));
+  const size_t explicit_steps = tape_size() - before;
+  automatic(Var(xv));
+  EXPECT_EQ(tape_size() - before - explicit_steps, explicit_steps);
+  clear_tape();
+
   // A custom loop's tape sees the same, and so does a prediction (nothing recorded).
   GradientTape t1;
   const std::vector<Tensor> g1 = t1.gradient(sum(explicit_layer(Var(xv))), {explicit_layer.w, explicit_layer.b});
@@ -280,8 +288,9 @@ TEST_P(Autocast, NestedLayersEachReadTheirOwnVariablesCast) {
       sum(explicit_block(Var(xv))), {explicit_block.w1, explicit_block.w2, explicit_block.dense.weights()[0],
                                      explicit_block.dense.weights()[1]});
   GradientTape t2;
-  const std::vector<Tensor> g2 = t2.gradient(
-      sum(automatic(Var(xv))), {automatic.w1, automatic.w2, automatic.dense.weights()[0], automatic.dense.weights()[1]});
+  const std::vector<Tensor> g2 = t2.gradient(sum(automatic(Var(xv))), {automatic.w1, automatic.w2,
+                                                                      automatic.dense.weights()[0],
+                                                                      automatic.dense.weights()[1]});
   for (size_t i = 0; i < g1.size(); ++i) {
     EXPECT_EQ(g2[i].dtype(), DType::kFloat32) << i;
     EXPECT_TRUE(same_bits(g2[i], g1[i])) << i;
