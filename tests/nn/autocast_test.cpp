@@ -303,6 +303,47 @@ TEST_P(Autocast, NestedLayersEachReadTheirOwnVariablesCast) {
   EXPECT_EQ(inner.seen, DType::kFloat32);
 }
 
+// Two outputs of one call (x W, relu(x W) V), each reading a variable.
+class TwoHeads : public Layer {
+ public:
+  explicit TwoHeads(Read read) : Layer("two_heads"), read_(read) {}
+  int num_outputs() const override { return 2; }
+  std::vector<Shape> compute_output_shapes(const std::vector<Shape>&) const override { return {Shape{4}, Shape{2}}; }
+  Var w, v;
+
+ protected:
+  void build_impl(const Shape& in, Rng& rng) override {
+    w = add_weight("w", {in[-1], 4}, Initializer::kGlorotUniform, rng);
+    v = add_weight("v", {4, 2}, Initializer::kGlorotUniform, rng);
+  }
+  std::vector<Var> call_outputs(const std::vector<Var>& xs, const CallContext&) override {
+    auto r = [&](const Var& u) { return read_ == Read::kExplicit ? autocast(u) : u; };
+    const Var h = matmul(xs[0], r(w));
+    return {h, matmul(activation(h, ops::Activation::kRelu), r(v))};
+  }
+
+ private:
+  Read read_;
+};
+
+TEST_P(Autocast, ALayerWithSeveralOutputsReadsItsVariablesCast) {
+  set_global_policy(GetParam());
+  const Tensor xv = wave({5, 3}, 0.61f);
+  TwoHeads explicit_layer(Read::kExplicit), automatic(Read::kAutomatic);
+  Rng r1(4), r2(4);
+  GradientTape t1;
+  const std::vector<Var> y1 = explicit_layer.outputs(Var(xv), {.rng = &r1});
+  const std::vector<Tensor> g1 = t1.gradient(add(sum(y1[0]), sum(y1[1])), {explicit_layer.w, explicit_layer.v});
+  GradientTape t2;
+  const std::vector<Var> y2 = automatic.outputs(Var(xv), {.rng = &r2});
+  const std::vector<Tensor> g2 = t2.gradient(add(sum(y2[0]), sum(y2[1])), {automatic.w, automatic.v});
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(y2[i].dtype(), global_policy().compute_dtype());
+    EXPECT_TRUE(same_bits(y2[i].value(), y1[i].value())) << i;
+    EXPECT_TRUE(same_bits(g2[i], g1[i])) << i;
+  }
+}
+
 TEST_P(Autocast, VariablesOutsideEveryCallStayAsTheyAre) {
   set_global_policy(GetParam());
   MyLinear layer(3, Read::kAutomatic);

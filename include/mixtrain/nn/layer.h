@@ -136,9 +136,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual std::vector<Shape> compute_output_shapes(const std::vector<Shape>& input_shapes) const;
   // Layers that read integer ids (Embedding) keep integer inputs; every other layer casts them.
   virtual bool keeps_integer_inputs() const { return false; }
-  // Whether call() reads this layer's floating variables in the compute dtype automatically (nn/autocast_scope.h),
-  // Keras' autocast argument: true but for the normalization layers, whose float32 parameters keep their
-  // statistics exact.
+  // Whether call() (call_multi(), call_outputs()) reads this layer's floating variables in the compute dtype
+  // automatically (nn/autocast_scope.h), Keras' autocast argument: true but for the normalization layers, whose
+  // float32 parameters keep their statistics exact.
   virtual bool autocasts_variables() const { return true; }
 
   // The layer's class as summaries and errors show it ("Dense"); a custom layer that does not say is shown by
