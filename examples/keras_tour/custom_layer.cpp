@@ -6,8 +6,9 @@
 
 using namespace mixtrain;
 
-// y = relu(x W + b), the Keras guide's Linear layer. Its float32 variables are read through autocast():
-// in bfloat16 under mixed_bfloat16, with their gradients reaching the float32 variables.
+// y = relu(x W + b), the Keras guide's Linear layer. Inside call() its float32 variables are read in the
+// compute dtype, bfloat16 under mixed_bfloat16, as Keras reads them, with their gradients reaching the float32
+// variables.
 class Linear : public Layer {
  public:
   explicit Linear(int64_t units) : Layer("linear"), units(units) {}
@@ -17,7 +18,7 @@ class Linear : public Layer {
     b = add_weight("b", {units}, Initializer::kZeros, rng);
   }
   Var call(const Var& x, const CallContext&) override {
-    return activation(bias_add(matmul(x, autocast(w)), autocast(b)), ops::Activation::kRelu);
+    return activation(bias_add(matmul(x, w), b), ops::Activation::kRelu);
   }
   int64_t units;
   Var w, b;

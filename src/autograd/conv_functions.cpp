@@ -1,5 +1,7 @@
 #include "mixtrain/autograd/conv_functions.h"
 
+#include "mixtrain/autograd/autocast.h"
+
 namespace mixtrain {
 
 namespace {
@@ -29,7 +31,8 @@ Var conv2d(const Var& x, const Var& kernel, const Tensor& kernel_compute, const 
   return out;
 }
 
-Var max_pool2d(const Var& x, const ops::Pool2dOptions& options) {
+Var max_pool2d(const Var& x_arg, const ops::Pool2dOptions& options) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::max_pool2d(x.value(), options), rec);
   // The backward pass finds each window's maximum again in x (kept for it anyway by the producer of x
@@ -39,7 +42,8 @@ Var max_pool2d(const Var& x, const ops::Pool2dOptions& options) {
   return out;
 }
 
-Var avg_pool2d(const Var& x, const ops::Pool2dOptions& options) {
+Var avg_pool2d(const Var& x_arg, const ops::Pool2dOptions& options) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::avg_pool2d(x.value(), options), rec);
   if (rec) {
@@ -53,7 +57,8 @@ Var avg_pool2d(const Var& x, const ops::Pool2dOptions& options) {
   return out;
 }
 
-Var global_average_pool2d(const Var& x) {
+Var global_average_pool2d(const Var& x_arg) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::global_average_pool2d(x.value()), rec);
   if (rec) {

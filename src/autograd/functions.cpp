@@ -1,5 +1,6 @@
 #include "mixtrain/autograd/functions.h"
 
+#include "mixtrain/autograd/autocast.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/softmax.h"
@@ -41,7 +42,8 @@ Var cast_cached(const Var& x, const Tensor& converted) {
   return out;
 }
 
-Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
+Var matmul(const Var& a_arg, const Var& b_arg, bool trans_a, bool trans_b) {
+  const Var a = autocast_operand(a_arg), b = autocast_operand(b_arg);
   const bool rec = should_record({&a, &b});
   Var out = output(ops::matmul(a.value(), b.value(), trans_a, trans_b), rec);
   if (rec) {
@@ -72,7 +74,8 @@ Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const 
   return out;
 }
 
-Var add(const Var& a, const Var& b) {
+Var add(const Var& a_arg, const Var& b_arg) {
+  const Var a = autocast_operand(a_arg), b = autocast_operand(b_arg);
   const bool rec = should_record({&a, &b});
   Var out = output(ops::add(a.value(), b.value()), rec);
   if (rec) {
@@ -84,14 +87,16 @@ Var add(const Var& a, const Var& b) {
   return out;
 }
 
-Var scale(const Var& x, float s) {
+Var scale(const Var& x_arg, float s) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::scale(x.value(), s), rec);
   if (rec) record_backward(out, [x, out, s]() { give(x, ops::scale(out.grad(), s)); });
   return out;
 }
 
-Var bias_add(const Var& x, const Var& bias) {
+Var bias_add(const Var& x_arg, const Var& bias_arg) {
+  const Var x = autocast_operand(x_arg), bias = autocast_operand(bias_arg);
   const bool rec = should_record({&x, &bias});
   Var out = output(ops::bias_add(x.value(), bias.value()), rec);
   if (rec) {
@@ -103,7 +108,8 @@ Var bias_add(const Var& x, const Var& bias) {
   return out;
 }
 
-Var activation(const Var& x, ops::Activation a) {
+Var activation(const Var& x_arg, ops::Activation a) {
+  const Var x = autocast_operand(x_arg);
   if (a == ops::Activation::kLinear) return x;
   const bool rec = should_record({&x});
   Var out = output(ops::activation(x.value(), a), rec);
@@ -116,21 +122,24 @@ Var activation(const Var& x, ops::Activation a) {
   return out;
 }
 
-Var softmax(const Var& x) {
+Var softmax(const Var& x_arg) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::softmax(x.value()), rec);
   if (rec) record_backward(out, [x, out]() { give_fresh(x, ops::softmax_backward(out.grad(), out.value())); });
   return out;
 }
 
-Var log_softmax(const Var& x) {
+Var log_softmax(const Var& x_arg) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::log_softmax(x.value()), rec);
   if (rec) record_backward(out, [x, out]() { give_fresh(x, ops::log_softmax_backward(out.grad(), out.value())); });
   return out;
 }
 
-Var dropout(const Var& x, float rate, Rng& rng) {
+Var dropout(const Var& x_arg, float rate, Rng& rng) {
+  const Var x = autocast_operand(x_arg);
   MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "dropout: rate must be in [0, 1), got " << rate);
   if (rate == 0.0f) return x;
   Tensor mask = Tensor::empty(x.shape(), DType::kUInt8);
@@ -142,14 +151,16 @@ Var dropout(const Var& x, float rate, Rng& rng) {
   return out;
 }
 
-Var reshape(const Var& x, const Shape& shape) {
+Var reshape(const Var& x_arg, const Shape& shape) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(x.value().reshape(shape), rec);
   if (rec) record_backward(out, [x, out]() { give(x, out.grad().reshape(x.shape())); });
   return out;
 }
 
-Var sparse_categorical_crossentropy(const Var& pred, const Tensor& labels, bool from_logits) {
+Var sparse_categorical_crossentropy(const Var& pred_arg, const Tensor& labels, bool from_logits) {
+  const Var pred = autocast_operand(pred_arg);
   const bool rec = should_record({&pred});
   Var out = output(ops::sparse_categorical_crossentropy(pred.value(), labels, from_logits), rec);
   if (rec) {
@@ -160,7 +171,8 @@ Var sparse_categorical_crossentropy(const Var& pred, const Tensor& labels, bool 
   return out;
 }
 
-Var categorical_crossentropy(const Var& pred, const Tensor& targets, bool from_logits) {
+Var categorical_crossentropy(const Var& pred_arg, const Tensor& targets, bool from_logits) {
+  const Var pred = autocast_operand(pred_arg);
   const bool rec = should_record({&pred});
   Var out = output(ops::categorical_crossentropy(pred.value(), targets, from_logits), rec);
   if (rec) {
@@ -171,7 +183,8 @@ Var categorical_crossentropy(const Var& pred, const Tensor& targets, bool from_l
   return out;
 }
 
-Var mean_squared_error(const Var& pred, const Tensor& target) {
+Var mean_squared_error(const Var& pred_arg, const Tensor& target) {
+  const Var pred = autocast_operand(pred_arg);
   const bool rec = should_record({&pred});
   Var out = output(ops::mean_squared_error(pred.value(), target), rec);
   if (rec) {
@@ -182,14 +195,16 @@ Var mean_squared_error(const Var& pred, const Tensor& target) {
   return out;
 }
 
-Var sum(const Var& x) {
+Var sum(const Var& x_arg) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::sum(x.value()), rec);
   if (rec) record_backward(out, [x, out]() { give(x, ops::sum_backward(x.value(), out.grad().item())); });
   return out;
 }
 
-Var mean(const Var& x) {
+Var mean(const Var& x_arg) {
+  const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::mean(x.value()), rec);
   if (rec) record_backward(out, [x, out]() { give(x, ops::mean_backward(x.value(), out.grad().item())); });

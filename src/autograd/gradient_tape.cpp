@@ -1,6 +1,8 @@
 #include "mixtrain/autograd/gradient_tape.h"
 
+#include <algorithm>
 #include <unordered_map>
+#include <vector>
 
 #include "gradient_sink.h"
 #include "mixtrain/autograd/tape.h"
@@ -90,10 +92,38 @@ std::vector<Tensor> replay(std::vector<detail::RecordedStep> steps, const Var& t
 
 }  // namespace
 
-GradientTape::GradientTape() : start_(tape_size()), previous_grad_enabled_(detail::set_grad_enabled(true)) {}
+namespace {
+
+// Where the records of this thread's live, unconsumed tapes start: the steps from there on must stay on the
+// thread's tape until those tapes are done with them (nested tapes share one tape).
+thread_local std::vector<size_t*> t_live_starts;
+
+void forget_live(const size_t* start) { std::erase(t_live_starts, start); }
+
+// The steps from `start` on for a replay, removing from the thread's tape those no live tape still needs, and
+// moving the live tapes' starts down past what was removed.
+std::vector<detail::RecordedStep> take_for_replay(size_t start) {
+  size_t keep_from = static_cast<size_t>(-1);
+  for (const size_t* s : t_live_starts) keep_from = std::min(keep_from, *s);
+  const size_t before = tape_size();
+  std::vector<detail::RecordedStep> steps = detail::take_recorded(start, keep_from);
+  const size_t removed = before - tape_size();
+  for (size_t* s : t_live_starts)
+    if (*s >= start) *s = *s >= start + removed ? *s - removed : start;
+  return steps;
+}
+
+}  // namespace
+
+GradientTape::GradientTape() : start_(tape_size()), previous_grad_enabled_(detail::set_grad_enabled(true)) {
+  t_live_starts.push_back(&start_);
+}
 
 GradientTape::~GradientTape() {
-  if (!used_) detail::take_recorded(start_);
+  if (!used_) {
+    forget_live(&start_);
+    take_for_replay(start_);  // dropped: what an enclosing tape recorded stays for it
+  }
   detail::set_grad_enabled(previous_grad_enabled_);
 }
 
@@ -112,11 +142,12 @@ std::vector<Tensor> GradientTape::gradient(const Var& target, const std::vector<
                   "new GradientTape");
   }
   used_ = true;
-  return replay(detail::take_recorded(start_), target, sources, output_gradient);
+  forget_live(&start_);
+  return replay(take_for_replay(start_), target, sources, output_gradient);
 }
 
 std::vector<Tensor> gradients(const Var& target, const std::vector<Var>& sources, float output_gradient) {
-  return replay(detail::take_recorded(0), target, sources, output_gradient);
+  return replay(take_for_replay(0), target, sources, output_gradient);
 }
 
 }  // namespace mixtrain

@@ -1,5 +1,6 @@
 #include "mixtrain/autograd/tape.h"
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 #include <vector>
@@ -70,12 +71,15 @@ void backward(const Var& root, const Tensor& seed) {
 void clear_tape() { t_tape.clear(); }
 
 namespace detail {
-std::vector<RecordedStep> take_recorded(size_t start) {
+std::vector<RecordedStep> take_recorded(size_t start, size_t keep_from) {
   std::vector<RecordedStep> out;
   if (start >= t_tape.size()) return out;
-  out.assign(std::make_move_iterator(t_tape.begin() + static_cast<std::ptrdiff_t>(start)),
-             std::make_move_iterator(t_tape.end()));
-  t_tape.resize(start);
+  const auto begin = t_tape.begin() + static_cast<std::ptrdiff_t>(start);
+  const auto kept = t_tape.begin() + static_cast<std::ptrdiff_t>(std::clamp(keep_from, start, t_tape.size()));
+  out.reserve(static_cast<size_t>(t_tape.end() - begin));
+  out.assign(std::make_move_iterator(begin), std::make_move_iterator(kept));
+  out.insert(out.end(), kept, t_tape.end());  // copies: the closures only read what they captured
+  t_tape.erase(begin, kept);
   return out;
 }
 

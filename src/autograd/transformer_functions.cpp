@@ -1,5 +1,6 @@
 #include "mixtrain/autograd/transformer_functions.h"
 
+#include "mixtrain/autograd/autocast.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/matmul.h"
 
@@ -135,7 +136,8 @@ Var fused_projection(const Var& x, const std::vector<Var>& kernels, const std::v
   return out;
 }
 
-Var packed_self_attention(const Var& qkv, const ops::AttentionOptions& options, Tensor* logits) {
+Var packed_self_attention(const Var& qkv_arg, const ops::AttentionOptions& options, Tensor* logits) {
+  const Var qkv = autocast_operand(qkv_arg);
   MIXTRAIN_CHECK(qkv.defined() && qkv.value().rank() == 3 && qkv.shape()[2] % 3 == 0,
                  "packed_self_attention: expected (batch, T, 3 * heads * key_dim), got "
                      << (qkv.defined() ? qkv.value().describe() : std::string("undefined")));
@@ -160,8 +162,9 @@ Var packed_self_attention(const Var& qkv, const ops::AttentionOptions& options, 
   return out;
 }
 
-Var scaled_dot_product_attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options,
-                                 Tensor* logits) {
+Var scaled_dot_product_attention(const Var& q_arg, const Var& k_arg, const Var& v_arg,
+                                 const ops::AttentionOptions& options, Tensor* logits) {
+  const Var q = autocast_operand(q_arg), k = autocast_operand(k_arg), v = autocast_operand(v_arg);
   const bool rec = should_record({&q, &k, &v});
   ops::AttentionOutput r =
       ops::scaled_dot_product_attention(q.value(), k.value(), v.value(), options, /*keep_probs=*/rec, logits != nullptr);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <mutex>
 
+#include "mixtrain/nn/autocast_scope.h"
+
 namespace mixtrain {
 
 namespace {
@@ -203,7 +205,9 @@ Var Layer::operator()(const Var& x, const CallContext& ctx) {
   MIXTRAIN_CHECK(num_inputs() == 1, "layer '" << name_ << "' (" << class_name() << ") takes several inputs; "
                                               << "call it with a list");
   require_one_output();
-  return call(prepare_inputs({x}, ctx).front(), ctx);
+  const Var input = prepare_inputs({x}, ctx).front();
+  LayerAutocastScope autocast_scope(*this);
+  return call(input, ctx);
 }
 
 Var Layer::operator()(const std::vector<Var>& xs, const CallContext& ctx) {
@@ -213,13 +217,20 @@ Var Layer::operator()(const std::vector<Var>& xs, const CallContext& ctx) {
     return (*this)(xs[0], ctx);
   }
   require_one_output();
-  return call_multi(prepare_inputs(xs, ctx), ctx);
+  const std::vector<Var> inputs = prepare_inputs(xs, ctx);
+  LayerAutocastScope autocast_scope(*this);
+  return call_multi(inputs, ctx);
 }
 
 std::vector<Var> Layer::outputs(const Var& x, const CallContext& ctx) { return outputs(std::vector<Var>{x}, ctx); }
 
 std::vector<Var> Layer::outputs(const std::vector<Var>& xs, const CallContext& ctx) {
-  std::vector<Var> ys = call_outputs(prepare_inputs(xs, ctx), ctx);
+  const std::vector<Var> inputs = prepare_inputs(xs, ctx);
+  std::vector<Var> ys;
+  {
+    LayerAutocastScope autocast_scope(*this);
+    ys = call_outputs(inputs, ctx);
+  }
   MIXTRAIN_CHECK(ys.size() == static_cast<size_t>(num_outputs()),
                  "layer '" << name_ << "' (" << class_name() << "): call_outputs() gave " << ys.size()
                            << " values; num_outputs() says " << num_outputs());

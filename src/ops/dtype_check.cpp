@@ -3,9 +3,10 @@
 namespace mixtrain::ops {
 
 const char* dtype_mismatch_hint() {
-  return "cast one operand to the other's dtype (cast(x, DType::kFloat16)); inside a layer's call(), read the "
-         "layer's variables in its compute dtype with autocast(variable) (Layer::autocast: differentiable, the "
-         "cached cast Dense uses), as Keras reads a layer's variables in its compute dtype";
+  return "cast one operand to the other's dtype (cast(x, DType::kFloat16)); inside a layer's call() the layer's "
+         "own variables are read in its compute dtype already; a variable of another layer, of a layer that opts "
+         "out (autocasts_variables()), or used outside call() is read as it is: there read it with "
+         "autocast(variable) (Layer::autocast: differentiable, the cached cast Dense uses)";
 }
 
 void check_same_dtype(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,

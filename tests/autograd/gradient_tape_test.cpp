@@ -118,5 +118,105 @@ TEST(GradientTape, OnlyItsOwnRecordAndNothingLeftWhenUnused) {
   EXPECT_EQ(tape.gradient(w, {w}, 2.0f)[0].at(1), 2.0f);
 }
 
+
+// Nested tapes (tf.GradientTape inside tf.GradientTape): each gives the gradients of what it recorded, and the
+// inner one's gradient() leaves the outer one's record whole.
+struct TwoStage {
+  Var w1{ramp({5, 4}, 0.1f, -0.5f), true, "w1"};
+  Var b1{ramp({4}, 0.05f, -0.1f), true, "b1"};
+  Var w2{ramp({4, 3}, -0.07f, 0.4f), true, "w2"};
+  Var w3{ramp({3, 3}, 0.03f, -0.2f), true, "w3"};
+  Tensor x = ramp({6, 5}, 0.2f, -1.0f);
+  Tensor y = Tensor::from_ints({6}, {0, 1, 2, 0, 1, 2});
+  Var first() const { return activation(bias_add(matmul(Var(x), w1), b1), ops::parse_activation("tanh")); }
+  Var second(const Var& h) const { return activation(matmul(h, w2), ops::parse_activation("relu")); }
+  Var loss(const Var& z) const { return sparse_categorical_crossentropy(matmul(z, w3), y, /*from_logits=*/true); }
+};
+
+TEST(GradientTape, NestedTapesGiveTheirOwnGradientsAndTheOuterRecordStaysWhole) {
+  // References, each from a tape of its own.
+  TwoStage ref;
+  std::vector<Tensor> outer_ref, inner_ref;
+  {
+    GradientTape tape;
+    Var h = ref.first();
+    outer_ref = tape.gradient(ref.loss(ref.second(h)), {ref.w1, ref.b1, ref.w2, ref.w3});
+  }
+  {
+    Var h;
+    {
+      NoGradGuard constant;  // h as the inner tape sees it: a value computed before it started
+      h = ref.first();
+    }
+    GradientTape tape;
+    tape.watch(h);
+    inner_ref = tape.gradient(sum(ref.second(h)), {ref.w2, h});
+  }
+  EXPECT_EQ(tape_size(), 0u);
+
+  TwoStage net;
+  GradientTape outer;
+  Var h = net.first();
+  Var z;
+  {
+    GradientTape inner;
+    z = net.second(h);
+    const std::vector<Tensor> g = inner.gradient(sum(z), {net.w2, h, net.w1});
+    EXPECT_TRUE(same_bits(g[0], inner_ref[0]));
+    EXPECT_TRUE(same_bits(g[1], inner_ref[1]));  // h came before the inner tape: a source, not replayed through
+    EXPECT_FALSE(g[2].defined());                // the inner tape did not record w1's use
+    EXPECT_GT(tape_size(), 0u);                  // the outer tape still holds all it recorded
+  }
+  const std::vector<Tensor> g = outer.gradient(net.loss(z), {net.w1, net.b1, net.w2, net.w3});
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(same_bits(g[i], outer_ref[i])) << i;
+  for (const Var& v : {net.w1, net.b1, net.w2, net.w3}) EXPECT_FALSE(v.has_grad());
+  EXPECT_EQ(tape_size(), 0u);
+}
+
+TEST(GradientTape, AnUnusedInnerTapeLeavesTheOuterRecordAndOrderDoesNotMatter) {
+  TwoStage ref;
+  std::vector<Tensor> outer_ref;
+  {
+    GradientTape tape;
+    outer_ref = tape.gradient(ref.loss(ref.second(ref.first())), {ref.w1, ref.w3});
+  }
+  TwoStage net;
+  {
+    GradientTape outer;
+    Var h = net.first();
+    Var z;
+    {
+      GradientTape inner;
+      z = net.second(h);
+    }  // never asked: what the outer tape recorded with it stays
+    const std::vector<Tensor> g = outer.gradient(net.loss(z), {net.w1, net.w3});
+    EXPECT_TRUE(same_bits(g[0], outer_ref[0]));
+    EXPECT_TRUE(same_bits(g[1], outer_ref[1]));
+  }
+  EXPECT_EQ(tape_size(), 0u);
+
+  // The outer tape asked first, while the inner one still records: the inner one keeps its record.
+  std::vector<Tensor> inner_ref;
+  {
+    Var h;
+    {
+      NoGradGuard constant;
+      h = ref.first();
+    }
+    GradientTape tape;
+    inner_ref = tape.gradient(sum(ref.second(h)), {ref.w2});
+  }
+  GradientTape outer;
+  Var h = net.first();
+  GradientTape inner;
+  Var z = net.second(h);
+  const std::vector<Tensor> g = outer.gradient(net.loss(z), {net.w1, net.w3});
+  EXPECT_TRUE(same_bits(g[0], outer_ref[0]));
+  EXPECT_TRUE(same_bits(g[1], outer_ref[1]));
+  Var after = sum(z);  // recorded by the inner tape, still alive
+  EXPECT_TRUE(same_bits(inner.gradient(after, {net.w2})[0], inner_ref[0]));
+  EXPECT_EQ(tape_size(), 0u);
+}
+
 }  // namespace
 }  // namespace mixtrain

@@ -1,5 +1,6 @@
 // The comment examples of the public headers a Keras user reads first, compiled and run line for line:
-// precision/loss_scale_optimizer.h, autograd/gradient_tape.h, train/weights_file.h, nn/layer.h (autocast).
+// precision/loss_scale_optimizer.h, autograd/gradient_tape.h (one tape, nested tapes), train/weights_file.h,
+// nn/layer.h (a custom layer reading its variables).
 // An example that stops compiling fails the build here.
 #include <gtest/gtest.h>
 
@@ -68,6 +69,58 @@ TEST(HeaderExamples, GradientTape) {
   optimizer.apply(grads, model.trainable_weights());
   // ---
   EXPECT_EQ(optimizer.iterations(), 1);
+}
+
+TEST(HeaderExamples, NestedGradientTapes) {
+  Var x(Tensor::from_floats({2, 3}, {0.5f, -1, 2, 1, 0.25f, -0.5f}));
+  Var w1(Tensor::from_floats({3, 2}, {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f}), true, "w1");
+  Var w2(Tensor::from_floats({2, 2}, {1, -1, 0.5f, 2}), true, "w2");
+  // --- autograd/gradient_tape.h ---
+  GradientTape outer;
+  Var h = activation(matmul(x, w1), ops::Activation::kTanh);
+  std::vector<Tensor> inner_grads;
+  {
+    GradientTape inner;
+    Var y = sum(matmul(h, w2));
+    inner_grads = inner.gradient(y, {w2, h});                    // d y / d w2 and d y / d h
+  }
+  Var loss = mean(matmul(h, w2));
+  std::vector<Tensor> grads = outer.gradient(loss, {w1, w2});  // through h: all outer recorded
+  // ---
+  // d mean / d w2 = d sum / d w2 / 4 (four elements, sums exact in float32 at these magnitudes up to rounding).
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(grads[1].at(i), inner_grads[0].at(i) / 4, 1e-6f) << i;
+  ASSERT_TRUE(grads[0].defined());
+  GradientTape alone;
+  Var h2 = activation(matmul(x, w1), ops::Activation::kTanh);
+  const std::vector<Tensor> expected = alone.gradient(mean(matmul(h2, w2)), {w1});
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(grads[0].at(i), expected[0].at(i)) << i;
+}
+
+// nn/layer.h's custom layer, whose call() is the header's line.
+class HeaderLinear : public Layer {
+ public:
+  HeaderLinear() : Layer("header_linear") {}
+  Shape compute_output_shape(const Shape&) const override { return Shape{2}; }
+  Var kernel_;
+
+ protected:
+  void build_impl(const Shape& in, Rng& rng) override {
+    kernel_ = add_weight("kernel", {in[-1], 2}, Initializer::kGlorotUniform, rng);
+  }
+  // --- nn/layer.h ---
+  Var call(const Var& x, const CallContext&) override { return matmul(x, kernel_); }
+  // ---
+};
+
+TEST(HeaderExamples, CustomLayerReadsItsVariablesInTheComputeDtype) {
+  set_global_policy("mixed_bfloat16");
+  HeaderLinear layer;
+  Var y = layer(Var(Tensor::full({4, 3}, DType::kFloat32, 1.0f)));
+  set_global_policy("float32");
+  EXPECT_EQ(y.dtype(), DType::kBFloat16);
+  EXPECT_EQ(layer.kernel_.dtype(), DType::kFloat32);
+  backward(sum(y));
+  EXPECT_EQ(layer.kernel_.grad().dtype(), DType::kFloat32);
 }
 
 TEST(HeaderExamples, WeightsFile) {

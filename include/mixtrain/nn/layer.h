@@ -136,6 +136,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual std::vector<Shape> compute_output_shapes(const std::vector<Shape>& input_shapes) const;
   // Layers that read integer ids (Embedding) keep integer inputs; every other layer casts them.
   virtual bool keeps_integer_inputs() const { return false; }
+  // Whether call() (call_multi(), call_outputs()) reads this layer's floating variables in the compute dtype
+  // automatically (nn/autocast_scope.h), Keras' autocast argument: true but for the normalization layers, whose
+  // float32 parameters keep their statistics exact.
+  virtual bool autocasts_variables() const { return true; }
 
   // The layer's class as summaries and errors show it ("Dense"); a custom layer that does not say is shown by
   // its base name.
@@ -183,14 +187,19 @@ class Layer : public std::enable_shared_from_this<Layer> {
                                std::optional<DType> dtype = std::nullopt);
   // w read in the compute dtype; recomputed only after w.version() changes.
   Tensor read_weight(const Var& w);
-  // Autocast of variables (Keras reads a layer's variables in its compute dtype inside call()): w as a Var in
-  // the compute dtype, from the same cached cast (read_weight) Dense uses, and differentiable: its gradient
-  // reaches w in w's dtype (float32 under the mixed policies). w itself when it already has the compute
-  // dtype or is not floating. Write a custom layer's call() with it:
-  //   Var call(const Var& x, const CallContext&) override { return matmul(x, autocast(kernel_)); }
+  // Autocast of a variable, explicitly: w as a Var in the compute dtype, from the same cached cast (read_weight)
+  // Dense uses, and differentiable: its gradient reaches w in w's dtype (float32 under the mixed policies).
+  // w itself when it already has the compute dtype or is not floating. Inside call() the differentiable
+  // functions do this for the layer's own variables already (autocasts_variables()), so a custom layer writes
+  //   Var call(const Var& x, const CallContext&) override { return matmul(x, kernel_); }
+  // and needs autocast(w) only where the automatic read does not reach: a variable the layer does not own (a
+  // weight tied to another layer's) or an operand of a function that takes variables as they are
+  // (autograd/autocast.h). An explicit read already has the compute dtype, so it is never cast twice.
   Var autocast(const Var& w);
 
  private:
+  friend class LayerAutocastScope;  // reads variables through autocast() while call() runs
+
   struct CachedCast {
     uint64_t version;
     DType dtype;

@@ -39,6 +39,8 @@ class BatchNormalization : public Layer {
   // null or one rank: local statistics). Not owned.
   void set_communicator(Communicator* comm) { communicator_ = comm; }
   std::string class_name() const override { return "BatchNormalization"; }
+  // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
+  bool autocasts_variables() const override { return false; }
   float momentum() const { return momentum_; }
   float epsilon() const { return epsilon_; }
   const Var& gamma() const { return gamma_; }

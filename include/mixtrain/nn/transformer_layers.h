@@ -75,6 +75,8 @@ class LayerNormalization : public Layer {
  public:
   explicit LayerNormalization(float epsilon = 1e-3f, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "LayerNormalization"; }
+  // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
+  bool autocasts_variables() const override { return false; }
   float epsilon() const { return epsilon_; }
   const Var& gamma() const { return gamma_; }
   const Var& beta() const { return beta_; }
