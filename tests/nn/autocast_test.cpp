@@ -254,7 +254,7 @@ TEST_P(Autocast, NormalizationLayersAndLayersThatOptOutKeepFloat32Variables) {
 // A custom block around a Dense sublayer, reading its own variables before and after the sublayer's call.
 class Block : public Layer {
  public:
-  explicit Block(Read read) : Layer("block"), read_(read), dense(5, "tanh") {}
+  explicit Block(Read read) : Layer("block"), dense(5, "tanh"), read_(read) {}
   Shape compute_output_shape(const Shape&) const override { return Shape{3}; }
   Var w1, w2;
   Dense dense;
