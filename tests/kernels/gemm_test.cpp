@@ -620,7 +620,9 @@ TEST(GemmF16Method, ForcedMethodsIntervalAndLowerPaths) {
   const std::string chosen = gemm_f16_method();  // calibrated (widen or amx), or MIXTRAIN_F16_GEMM
   if (std::getenv("MIXTRAIN_F16_GEMM") == nullptr) {
     EXPECT_TRUE(chosen == "widen" || chosen == "amx") << chosen << ": fp16 is never chosen by itself";
-    if (chosen == "amx") EXPECT_TRUE(gemm_amx_granted());
+    if (chosen == "amx") {
+      EXPECT_TRUE(gemm_amx_granted());
+    }
   }
   EXPECT_STREQ(set_gemm_f16_method_for_testing("widen"), "widen");
   EXPECT_STREQ(set_gemm_f16_method_for_testing("fp16_emulated"), "fp16_emulated");
