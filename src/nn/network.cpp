@@ -153,11 +153,7 @@ std::vector<Var> Network::run_layer(Layer& layer, const std::vector<Var>& inputs
   // The network's observer is the one in force for its layers; without one, the caller's (if any) stays.
   CallContext layer_ctx = ctx;
   if (observer_) layer_ctx.observer = observer_;
-  std::vector<Var> ys;
-  if (layer.num_outputs() != 1)
-    ys = layer.outputs(inputs, layer_ctx);
-  else
-    ys.push_back(inputs.size() == 1 ? layer(inputs.front(), layer_ctx) : layer(inputs, layer_ctx));
+  std::vector<Var> ys = layer.outputs(inputs, layer_ctx);  // one call, however many outputs
   if (observer_) {
     LayerObserver* obs = observer_;
     const Layer* l = &layer;
