@@ -177,6 +177,13 @@ Tensor dropout(const Tensor& x, const Tensor& mask, float rate) {
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate) { return dropout(dy, mask, rate); }
 
+void fill(Tensor& y, float value) {
+  MIXTRAIN_CHECK(y.defined() && is_float(y.dtype()) && y.is_contiguous(),
+                 "fill: the tensor must be a contiguous floating tensor, got "
+                     << (y.defined() ? y.describe() : std::string("an undefined tensor")));
+  kernel::fill_table()(y.device())(y, value);
+}
+
 int64_t count_nonfinite(const Tensor& x) {
   if (!x.defined() || !is_float(x.dtype()) || x.numel() == 0) return 0;
   const Device device = common_device("count_nonfinite", {&x});

@@ -32,6 +32,12 @@ struct WorkItem {
   int cls;
 };
 
+// The device of the arena's buffers (the first group's; every group lives on one device).
+Device arena_device(const ParameterArena& arena) {
+  const std::vector<DType> dtypes = arena.dtypes();
+  return dtypes.empty() ? Device::cpu() : arena.value_buffer(dtypes.front()).device();
+}
+
 }  // namespace
 
 void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<std::string>& keys) {
@@ -66,7 +72,8 @@ void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<s
 
 void Optimizer::apply_arena(ParameterArena& arena) { apply_flat_gradients(arena, {}); }
 
-void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads) {
+void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads,
+                                     const UpdateGate& gate) {
   const std::vector<Var>& vars = arena.vars();
   check_has_variables(vars);  // an arena bound to no variables (an unbuilt model's) would train nothing
   if (!updates_spans()) {
@@ -131,7 +138,18 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
       grad_bufs.push_back(t);
     }
   }
+  if (gate.found_inf != nullptr) {
+    const Tensor& f = *gate.found_inf;
+    MIXTRAIN_CHECK(f.defined() && f.dtype() == DType::kFloat32 && f.numel() == 1 && f.device() == arena_device(arena),
+                   name() << ".apply_flat_gradients: the skip flag must be one float32 on the arena's device, got "
+                          << (f.defined() ? f.describe() : std::string("(undefined)")));
+  }
   if (flat_.layout_id != arena.layout_id() || flat_.generation != slots_generation_) bind_flat_slots(arena, keys);
+  // From here on this is the update kernel of the CPU backend: it reads the skip flag where the flag lives.
+  if (gate.found_inf != nullptr && gate.found_inf->data<float>()[0] != 0.0f) {
+    if (gate.skipped_steps_advance_iterations) ++iterations_;
+    return;
+  }
   auto group_of = [&](DType dt) {
     return static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), dt) - dtypes.begin());
   };

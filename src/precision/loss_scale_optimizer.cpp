@@ -58,6 +58,18 @@ LossScaleOptimizer::LossScaleOptimizer(std::unique_ptr<Optimizer> inner, LossSca
   counters_ = Tensor::zeros({kNumCounters}, DType::kInt32);
   counter_ref(kHysteresisLeft) = o.hysteresis;
   counter_ref(kAllFinite) = 1;
+  found_inf_ = Tensor::zeros({1}, DType::kFloat32);
+}
+
+ops::LossScaleRule LossScaleOptimizer::rule() const {
+  ops::LossScaleRule r;
+  r.dynamic = options_.dynamic;
+  r.growth_steps = options_.dynamic_growth_steps;
+  r.min_scale = options_.min_scale;
+  r.max_scale = options_.max_scale;
+  r.hysteresis = options_.hysteresis;
+  r.floor_alarm_steps = options_.floor_alarm_steps;
+  return r;
 }
 
 float LossScaleOptimizer::loss_scale() const { return scale_state_.data<float>()[0]; }
@@ -70,6 +82,7 @@ float LossScaleOptimizer::inverse_scale() const {
 }
 
 std::optional<LossScaleReport> LossScaleOptimizer::loss_scale_report() const {
+  tell_alarms();
   LossScaleReport r;
   r.scale = loss_scale();
   r.min_scale_seen = min_scale_seen();
@@ -84,13 +97,7 @@ Tensor LossScaleOptimizer::scale_loss(const Tensor& loss) const {
   MIXTRAIN_CHECK(loss.defined() && is_float(loss.dtype()),
                  "scale_loss: the loss must be a floating-point tensor, got "
                      << (loss.defined() ? loss.describe() : std::string("an undefined tensor")));
-  Tensor src = loss.to(DType::kFloat32);
-  Tensor out = Tensor::empty(loss.shape(), DType::kFloat32);
-  const float* s = src.data<float>();
-  float* d = out.data<float>();
-  const float scale = loss_scale();
-  for (int64_t i = 0; i < loss.numel(); ++i) d[i] = s[i] * scale;
-  return out;
+  return ops::apply_loss_scale(loss, scale_state_);  // S read where the state lives: no host round trip
 }
 
 void LossScaleOptimizer::check_pairs(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const {
@@ -163,22 +170,25 @@ void LossScaleOptimizer::apply_arena(ParameterArena& arena) {
                   "LossScaleOptimizer.apply_arena: the arena's variables were replaced or changed dtype since bind()",
                   "call arena.bind(vars) again after changing a dtype policy");
   }
-  const float inv = inverse_scale();
+  // Three ops on the state tensors, nothing read back: unscale and raise the flag, the fused update that skips on
+  // it, the scale rule that reads it.
+  ops::fill(found_inf_, 0.0f);
   const std::vector<DType> dtypes = arena.dtypes();
   std::vector<Tensor> unscaled(dtypes.size());
-  int64_t nonfinite = 0;
   for (size_t g = 0; g < dtypes.size(); ++g) {
     Tensor scaled = arena.gradient_buffer(dtypes[g]);  // (capacity,)
     if (dtypes[g] == DType::kFloat32) {
-      nonfinite += ops::unscale_and_count_nonfinite(scaled, inv);
+      ops::unscale_and_check(scaled, scale_state_, found_inf_);
       unscaled[g] = scaled;
     } else {
       // Unscaled 16-bit gradients would underflow: they go to float32, as apply() unscales them.
       unscaled[g] = Tensor::empty({scaled.numel()}, DType::kFloat32, scaled.device());
-      nonfinite += ops::unscale_and_count_nonfinite(scaled, inv, unscaled[g]);
+      ops::unscale_and_check(scaled, scale_state_, found_inf_, unscaled[g]);
     }
   }
-  finish_step(nonfinite == 0, [&] { inner_->apply_flat_gradients(arena, unscaled); });
+  inner_->apply_flat_gradients(arena, unscaled, {&found_inf_, options_.skipped_steps_advance_iterations});
+  ops::update_loss_scale(scale_state_, counters_, found_inf_, rule());
+  if (counters_.device().type == DeviceType::kCpu) tell_alarms();  // in host memory: no transfer
 }
 
 void LossScaleOptimizer::restart_loss_scale() {
@@ -189,71 +199,31 @@ void LossScaleOptimizer::restart_loss_scale() {
   counter_ref(kStuck) = 0;
 }
 
-void LossScaleOptimizer::set_scale(float scale) {
-  float* s = scale_state_.data<float>();
-  s[0] = scale;
-  s[1] = std::min(s[1], scale);
+void LossScaleOptimizer::finish_step(bool all_finite, const std::function<void()>& apply_inner) {
+  // The inner optimizer validates and may throw; bookkeeping follows only a successful update. A skipped step
+  // reaches nothing of the inner optimizer, so variables and slots stay bit-identical.
+  if (all_finite) apply_inner();
+  if (!all_finite && options_.skipped_steps_advance_iterations) inner_->set_iterations(inner_->iterations() + 1);
+  ops::fill(found_inf_, all_finite ? 0.0f : 1.0f);
+  ops::update_loss_scale(scale_state_, counters_, found_inf_, rule());
+  tell_alarms();
 }
 
-void LossScaleOptimizer::finish_step(bool all_finite, const std::function<void()>& apply_inner) {
-  // Counters saturate rather than wrap (they are int32, as in checkpoints).
-  auto bump = [this](Counter c) {
-    int32_t& v = counter_ref(c);
-    if (v < std::numeric_limits<int32_t>::max()) ++v;
-  };
-  if (all_finite) {
-    // The inner optimizer validates and may throw; bookkeeping follows only a successful update.
-    apply_inner();
-    counter_ref(kAllFinite) = 1;
-    counter_ref(kLastSkipped) = 0;
-    bump(kGood);
-    counter_ref(kFloorSkips) = 0;
-    counter_ref(kStuck) = 0;
-    if (options_.dynamic) {
-      bump(kGrowth);
-      if (counter(kGrowth) >= options_.dynamic_growth_steps) {
-        counter_ref(kGrowth) = 0;
-        counter_ref(kHysteresisLeft) = options_.hysteresis;
-        const float grown = loss_scale() * 2.0f;
-        if (std::isfinite(grown) && grown <= options_.max_scale) set_scale(grown);
-      }
-    }
-    return;
-  }
-
-  // Skipped: nothing reaches the inner optimizer, so variables and slots stay bit-identical.
-  const float scale = loss_scale();
-  const bool at_floor = !options_.dynamic || scale <= options_.min_scale;
-  counter_ref(kAllFinite) = 0;
-  counter_ref(kLastSkipped) = 1;
-  bump(kSkipped);
-  counter_ref(kGood) = 0;
-  counter_ref(kGrowth) = 0;
-  if (options_.skipped_steps_advance_iterations) inner_->set_iterations(inner_->iterations() + 1);
-  if (options_.dynamic) {
-    counter_ref(kHysteresisLeft) = std::max(counter_ref(kHysteresisLeft) - 1, 0);
-    // min_scale > 0 is enforced, so the scale can never reach 0 (Keras 3's 0/0 = NaN trap).
-    if (counter(kHysteresisLeft) == 0) set_scale(std::max(scale * 0.5f, options_.min_scale));
-  }
-  if (at_floor)
-    bump(kFloorSkips);
+void LossScaleOptimizer::tell_alarms() const {
+  const int64_t raised = counter(kAlarms);
+  if (raised <= alarms_told_) return;
+  alarms_told_ = raised;
+  std::ostringstream msg;
+  msg << "LossScaleOptimizer: " << options_.floor_alarm_steps << " consecutive steps skipped with the loss scale at "
+      << (options_.dynamic ? "its minimum " : "its fixed value ") << loss_scale()
+      << ". The gradients are inf/NaN even at this scale, so lowering it cannot help: the inf/NaN most likely "
+         "comes from the forward pass, the loss or the data, not from float16 gradient overflow. Training is not "
+         "progressing. Check the inputs and the loss for inf/NaN, keep softmax, normalization and the loss in "
+         "float32, or use the mixed_bfloat16 or float32 policy.";
+  if (options_.on_event)
+    options_.on_event(msg.str());
   else
-    counter_ref(kFloorSkips) = 0;
-  const int64_t floor_skips = counter(kFloorSkips);
-  if (options_.floor_alarm_steps > 0 && floor_skips == options_.floor_alarm_steps && !stuck_at_floor()) {
-    counter_ref(kStuck) = 1;
-    std::ostringstream msg;
-    msg << "LossScaleOptimizer: " << floor_skips << " consecutive steps skipped with the loss scale at "
-        << (options_.dynamic ? "its minimum " : "its fixed value ") << loss_scale()
-        << ". The gradients are inf/NaN even at this scale, so lowering it cannot help: the inf/NaN most likely "
-           "comes from the forward pass, the loss or the data, not from float16 gradient overflow. Training is not "
-           "progressing. Check the inputs and the loss for inf/NaN, keep softmax, normalization and the loss in "
-           "float32, or use the mixed_bfloat16 or float32 policy.";
-    if (options_.on_event)
-      options_.on_event(msg.str());
-    else
-      std::cerr << "warning: " << msg.str() << "\n";  // never silent: a run that stopped updating must be seen
-  }
+    std::cerr << "warning: " << msg.str() << "\n";  // never silent: a run that stopped updating must be seen
 }
 
 void LossScaleOptimizer::update(float*, const float*, int64_t, const std::string&) {
@@ -349,6 +319,9 @@ void LossScaleOptimizer::load_state(const NamedTensors& state) {
   put(kLastSkipped, last_skipped ? 1 : 0);
   put(kStuck, stuck ? 1 : 0);
   put(kAllFinite, last_skipped ? 0 : 1);
+  put(kAlarms, 0);
+  alarms_told_ = 0;
+  ops::fill(found_inf_, last_skipped ? 1.0f : 0.0f);
 }
 
 }  // namespace mixtrain

@@ -15,6 +15,7 @@
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/parameter_arena.h"
 #include "mixtrain/optim/sgd.h"
@@ -153,6 +154,68 @@ TEST(LossScaleArena, SkippedStepLeavesTheArenaUntouched) {
     EXPECT_TRUE(vars[i].compute_copy(DType::kBFloat16).defined());  // still current
   }
   EXPECT_EQ(opt->iterations(), 1);
+}
+
+// The step's decision travels in tensors: the unscale kernel's flag alone makes the fused update skip and the
+// scale back off. Here the unscale kernel raises the flag on finite gradients, and the kernel that returns a
+// count to the host is made to fail, so a step that branched on a host count could not pass.
+ops::kernel::UnscaleCheckFn* g_real_unscale_check = nullptr;
+void unscale_check_raising(const Tensor& scaled, const Tensor& state, Tensor& found_inf, Tensor& out) {
+  g_real_unscale_check(scaled, state, found_inf, out);
+  found_inf.data<float>()[0] = 1.0f;
+}
+int64_t unscale_count_forbidden(const Tensor&, float, Tensor&) {
+  ADD_FAILURE() << "the arena step read a non-finite count back to the host";
+  return 0;
+}
+
+TEST(LossScaleArena, TheFlagTensorAloneDecidesTheStep) {
+  std::vector<Var> vars = make_vars(DType::kFloat32);
+  auto opt = make_lso(false);
+  ParameterArena arena(vars);
+  auto& check = ops::kernel::unscale_check_table();
+  auto& count = ops::kernel::unscale_table();
+  g_real_unscale_check = check(Device::cpu());
+  ops::kernel::UnscaleFn* real_count = count(Device::cpu());
+  count.set(DeviceType::kCpu, &unscale_count_forbidden);
+
+  const std::vector<Tensor> g = scaled_grads(vars, 0, opt->loss_scale(), 0);  // all finite
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (g[i].defined()) vars[i].set_grad(g[i]);
+  opt->apply_arena(arena);  // the real kernels: applied
+  EXPECT_FALSE(opt->last_step_skipped());
+  EXPECT_EQ(opt->found_inf().item(), 0.0f);
+  const Tensor values = arena.value_buffer(DType::kFloat32).clone();
+
+  check.set(DeviceType::kCpu, &unscale_check_raising);
+  arena.zero_grad();
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (g[i].defined()) vars[i].set_grad(g[i]);
+  opt->apply_arena(arena);
+  check.set(DeviceType::kCpu, g_real_unscale_check);
+  count.set(DeviceType::kCpu, real_count);
+  EXPECT_TRUE(opt->last_step_skipped());
+  EXPECT_EQ(opt->found_inf().item(), 1.0f);
+  EXPECT_EQ(opt->loss_scale(), 512.0f);
+  EXPECT_EQ(opt->iterations(), 1);
+  EXPECT_TRUE(bit_equal(arena.value_buffer(DType::kFloat32), values));
+}
+
+// A wrapper that counts skipped steps as iterations (tf.keras 2) advances them on the flag too.
+TEST(LossScaleArena, SkippedStepsAdvanceIterationsWhenAsked) {
+  std::vector<Var> vars = make_vars(DType::kFloat32);
+  LossScaleOptions o;
+  o.skipped_steps_advance_iterations = true;
+  LossScaleOptimizer opt(std::make_unique<Adam>(1e-2f), o);
+  ParameterArena arena(vars);
+  const std::vector<Tensor> g = scaled_grads(vars, 0, opt.loss_scale(), 1);  // an inf
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (g[i].defined()) vars[i].set_grad(g[i]);
+  const Tensor values = arena.value_buffer(DType::kFloat32).clone();
+  opt.apply_arena(arena);
+  EXPECT_TRUE(opt.last_step_skipped());
+  EXPECT_EQ(opt.iterations(), 1);
+  EXPECT_TRUE(bit_equal(arena.value_buffer(DType::kFloat32), values));
 }
 
 TEST(LossScaleArena, ScaleAndCountersLiveInTensors) {

@@ -46,6 +46,8 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate);
 int64_t count_nonfinite(const Tensor& x);
 // Whether every defined floating tensor in xs is free of inf and NaN (stops at the first that is not).
 bool all_finite(const std::vector<Tensor>& xs);
+// Sets every element of a contiguous floating tensor to value (rounded once into its dtype), on its device.
+void fill(Tensor& y, float value);
 
 // The kernels behind these ops (dispatch.h). Inputs are contiguous and validated, outputs preallocated.
 namespace kernel {

@@ -32,6 +32,13 @@ struct LossScaleReport {
   bool stuck_at_floor = false;  // the floor alarm fired and no finite step followed
 };
 
+// What gates one fused update (Optimizer::apply_flat_gradients): a found_inf flag on the device, and whether a
+// step it skips still advances iterations().
+struct UpdateGate {
+  const Tensor* found_inf = nullptr;
+  bool skipped_steps_advance_iterations = false;
+};
+
 class Optimizer {
  public:
   explicit Optimizer(float learning_rate);
@@ -57,7 +64,11 @@ class Optimizer {
   // instead of the arena's gradient buffers: each is 1-D with capacity(dtype) elements, in float32 or the
   // group's dtype (a LossScaleOptimizer passes float32 unscaled gradients for 16-bit groups). Whether a
   // variable is updated still follows its has_grad(). An empty flat_grads means the arena's own buffers.
-  void apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads);
+  // With gate.found_inf (float32 (1,), on the arena's device) the pass reads the flag itself and, when it is
+  // nonzero, changes nothing (values, compute copies, slots, versions): the step a LossScaleOptimizer skips.
+  // iterations() then advances only when gate.skipped_steps_advance_iterations. So the skip decision is the
+  // update kernel's, made on the device, and the host never branches on the flag.
+  void apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads, const UpdateGate& gate = {});
   // Whether apply_arena() works for this optimizer (SGD, Adam, AdamW and RMSprop; a custom optimizer that overrides
   // only update() updates variables one by one through apply()).
   virtual bool supports_arena() const { return updates_spans(); }

@@ -22,10 +22,11 @@
 //   opt.apply_unscaled(g, vars, finite);
 // (tests/train/header_examples_test.cpp compiles and runs these lines.)
 //
-// The scale and its counters live in two small tensors (scale_state(), counter_state()), with the all-finite flag
-// of the last step; the step updates them in place and the accessors below read them for logs. (On the CPU backend
-// that bookkeeping and the non-finite count of the fused pass are host code; a GPU backend keeps them on the
-// device.)
+// The scale, its counters and the found_inf flag of the last step live in small tensors (scale_state(),
+// counter_state(), found_inf()). apply_arena() chains three ops on them and reads nothing back: the unscale pass
+// raises the flag, the inner optimizer's fused update reads it and skips, and ops::update_loss_scale moves the
+// scale (ops/loss_scale.h). The accessors below read the tensors for logs; the floor alarm is told when the
+// counters are read on the host (after each step when they live in host memory).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/optim/optimizer.h"
 
 namespace mixtrain {
@@ -90,11 +92,12 @@ class LossScaleOptimizer : public Optimizer {
   void restart_loss_scale() override;
 
   // One step on the arena's flat gradients, which hold gradients of the scaled loss (variables without a gradient
-  // since arena.zero_grad() are zero there). One fused pass per dtype group unscales (g * (1/S), 1/S computed in
-  // double and rounded once) and counts inf/NaN (ops::unscale_and_count_nonfinite): float32 buffers in place,
-  // 16-bit ones into float32 copies. All finite: the inner optimizer's apply_flat_gradients() updates (clipping
-  // sees unscaled gradients). Otherwise the step is skipped: values, compute copies and slots stay bit-identical.
-  // The result equals apply() with the variables' gradients.
+  // since arena.zero_grad() are zero there). One fused pass per dtype group unscales (g * (1/S), S read from
+  // scale_state(), 1/S computed in double and rounded once) and raises found_inf() on inf/NaN
+  // (ops::unscale_and_check): float32 buffers in place, 16-bit ones into float32 copies. The inner optimizer's
+  // fused update reads the flag: all finite, it updates (clipping sees unscaled gradients); otherwise it changes
+  // nothing, and values, compute copies and slots stay bit-identical. ops::update_loss_scale then moves the scale
+  // on the same flag. No value is read back to the host. The result equals apply() with the variables' gradients.
   void apply_arena(ParameterArena& arena) override;
   bool supports_arena() const override { return inner_->supports_arena(); }
 
@@ -126,16 +129,19 @@ class LossScaleOptimizer : public Optimizer {
   // The state tensors: float32 (2,) = {scale, min_scale_seen}; int32 (kNumCounters,) indexed by Counter.
   const Tensor& scale_state() const { return scale_state_; }
   const Tensor& counter_state() const { return counters_; }
+  // The found_inf flag of the last step: float32 (1,), nonzero when a gradient was inf or NaN.
+  const Tensor& found_inf() const { return found_inf_; }
   enum Counter : int {
-    kGrowth = 0,      // finite steps since the last growth or skip
-    kHysteresisLeft,  // overflows still tolerated before halving
-    kSkipped,
-    kGood,
-    kFloorSkips,      // consecutive skipped steps taken at the floor
-    kLastSkipped,
-    kStuck,
-    kAllFinite,       // the last step's gradients were all finite
-    kNumCounters
+    kGrowth = ops::kLsGrowth,  // finite steps since the last growth or skip
+    kHysteresisLeft = ops::kLsHysteresisLeft,  // overflows still tolerated before halving
+    kSkipped = ops::kLsSkipped,
+    kGood = ops::kLsGood,
+    kFloorSkips = ops::kLsFloorSkips,  // consecutive skipped steps taken at the floor
+    kLastSkipped = ops::kLsLastSkipped,
+    kStuck = ops::kLsStuck,
+    kAllFinite = ops::kLsAllFinite,  // the last step's gradients were all finite
+    kAlarms = ops::kLsAlarms,        // floor alarms raised (not in checkpoints)
+    kNumCounters = ops::kLsNumCounters
   };
 
   Optimizer& inner() { return *inner_; }
@@ -183,9 +189,12 @@ class LossScaleOptimizer : public Optimizer {
   // Unscales into float32; stops at the first non-finite tensor when stop_early (the step is skipped anyway).
   std::vector<Tensor> unscale(const std::vector<Tensor>& scaled, bool stop_early, bool* all_finite) const;
   // Runs apply_inner when all_finite (bookkeeping follows only a successful update), else skips; then adjusts
-  // the scale and counters.
+  // the scale and counters through the same op as apply_arena().
   void finish_step(bool all_finite, const std::function<void()>& apply_inner);
-  void set_scale(float scale);
+  // The rule ops::update_loss_scale applies, from options_.
+  ops::LossScaleRule rule() const;
+  // Tells the floor alarms raised since the last call (on_event, or stderr), reading the counters on the host.
+  void tell_alarms() const;
   int64_t counter(Counter c) const;
   int32_t& counter_ref(Counter c);
 
@@ -193,6 +202,8 @@ class LossScaleOptimizer : public Optimizer {
   LossScaleOptions options_;
   Tensor scale_state_;  // float32 (2,): scale, min_scale_seen
   Tensor counters_;     // int32 (kNumCounters,)
+  Tensor found_inf_;    // float32 (1,)
+  mutable int64_t alarms_told_ = 0;
 };
 
 }  // namespace mixtrain

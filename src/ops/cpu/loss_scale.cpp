@@ -1,7 +1,8 @@
-// CPU kernel of the fused unscale and finite check: blocks are widened to float32 (vectorised conversion),
-// multiplied, stored, and tested with the exponent-bits test of count_nonfinite.
+// CPU kernels of loss scaling: the fused unscale and finite check (blocks widened to float32 with the vectorised
+// conversion, multiplied, stored, tested with the exponent-bits test of count_nonfinite) and the scale rule.
 #include <algorithm>
 
+#include "../shared/loss_scale_rule.h"
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/loss_scale.h"
 
@@ -35,6 +36,23 @@ int64_t unscale_and_count_nonfinite(const Tensor& scaled, float inv_scale, Tenso
     bad += local;
   }
   return bad;
+}
+
+void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& found_inf, Tensor& out) {
+  const float inv = shared::inverse_scale(scale_state.data<float>()[0]);
+  if (unscale_and_count_nonfinite(scaled, inv, out) != 0) found_inf.data<float>()[0] = 1.0f;
+}
+
+void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out) {
+  const float scale = scale_state.data<float>()[0];
+  const float* s = loss.data<float>();
+  float* d = out.data<float>();
+  for (int64_t i = 0; i < loss.numel(); ++i) d[i] = s[i] * scale;
+}
+
+void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule) {
+  shared::loss_scale_rule_step(scale_state.data<float>(), counters.data<int32_t>(),
+                               found_inf.data<float>()[0] != 0.0f, rule);
 }
 
 }  // namespace mixtrain::ops::cpu
