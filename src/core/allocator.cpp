@@ -43,7 +43,8 @@ void raise_peak(int64_t live) {
   }
 }
 
-// "1.5 GiB": sizes in messages.
+}  // namespace
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int u = 0;
@@ -55,7 +56,6 @@ std::string format_bytes(double bytes) {
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
   return buf;
 }
-}  // namespace
 
 MemoryLimitExceeded::MemoryLimitExceeded(int64_t requested, int64_t live, int64_t limit)
     : Error(ErrorKind::kInvalidInput,

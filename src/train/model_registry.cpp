@@ -14,6 +14,7 @@ namespace {
 struct Entry {
   std::string description;
   ModelBuilder builder;
+  ModelSizeEstimator estimate;
 };
 
 std::map<std::string, Entry>& registry() {
@@ -39,10 +40,24 @@ std::string joined_names() {
 }
 }  // namespace
 
-void register_model(const std::string& name, const std::string& description, ModelBuilder builder) {
+void register_model(const std::string& name, const std::string& description, ModelBuilder builder,
+                    ModelSizeEstimator estimate) {
   MIXTRAIN_CHECK(!name.empty() && builder, "register_model: a model needs a name and a builder");
   std::lock_guard<std::mutex> lock(registry_mutex());
-  registry()[name] = Entry{description, std::move(builder)};
+  registry()[name] = Entry{description, std::move(builder), std::move(estimate)};
+}
+
+std::optional<ModelSizeEstimate> estimate_model_size(const RunConfig& cfg, const ModelInputSpec& input) {
+  ensure_builtins();
+  ModelSizeEstimator estimate;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = registry().find(cfg.model);
+    MIXTRAIN_CHECK(it != registry().end(), "unknown model '" << cfg.model << "'; valid models: " << joined_names());
+    estimate = it->second.estimate;
+  }
+  if (!estimate) return std::nullopt;
+  return estimate(cfg, input);
 }
 
 std::vector<std::string> model_names() {

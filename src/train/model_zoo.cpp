@@ -108,16 +108,62 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   return build_transformer_lm(o, cfg.seed);
 }
 
+// Dense(units) on `in` inputs: the kernel and the bias.
+double dense_weights(double in, double units) { return (in + 1.0) * units; }
+
+ModelSizeEstimate estimate_mlp(const RunConfig& cfg, const ModelInputSpec& in) {
+  ModelSizeEstimate e;
+  double width = static_cast<double>(in.num_features);
+  std::vector<double> outputs;
+  for (int64_t h : cfg.hidden) outputs.push_back(static_cast<double>(h));
+  outputs.push_back(static_cast<double>(in.num_classes));
+  for (double units : outputs) {
+    e.weights += dense_weights(width, units);
+    e.activations_per_sample += units;
+    e.largest_activation_per_sample = std::max(e.largest_activation_per_sample, units);
+    width = units;
+  }
+  return e;
+}
+
+// The dense head only (the two convolution stages add 18,496 weights and more activations: a lower bound).
+ModelSizeEstimate estimate_cnn(const RunConfig& cfg, const ModelInputSpec& in) {
+  const std::vector<int64_t> image = image_shape_of(in);
+  const double flat = static_cast<double>(image[0] / 4) * static_cast<double>(image[1] / 4) * 64.0;
+  const double units = static_cast<double>(cfg.hidden.empty() ? 128 : cfg.hidden.front());
+  ModelSizeEstimate e;
+  e.weights = dense_weights(flat, units) + dense_weights(units, static_cast<double>(in.num_classes));
+  e.activations_per_sample = flat + 2.0 * units;  // flattened features, the hidden layer and its dropout
+  e.largest_activation_per_sample = std::max(flat, units);
+  return e;
+}
+
+// Per block at least the attention's four D x D projections and the feed-forward's D x rD pair, plus the token
+// and position tables; one (T, D) activation per block is a lower bound on what backward keeps.
+ModelSizeEstimate estimate_transformer(const RunConfig& cfg, const ModelInputSpec& in) {
+  const double d = static_cast<double>(cfg.width);
+  const double t = static_cast<double>(in.num_features);
+  const double ratio = static_cast<double>(TransformerLMOptions{}.mlp_ratio);  // build_transformer keeps it
+  ModelSizeEstimate e;
+  e.weights = static_cast<double>(cfg.num_layers) * (4.0 + 2.0 * ratio) * d * d +
+              (static_cast<double>(in.num_classes) + t) * d;
+  e.activations_per_sample = static_cast<double>(cfg.num_layers) * t * d;
+  e.largest_activation_per_sample = t * d;
+  return e;
+}
+
 }  // namespace
 
 void register_builtin_models() {
-  register_model("mlp", "Dense layers of --hidden sizes with ReLU, float32 logits", build_mlp);
-  register_model("cnn", "two Conv-BatchNorm-ReLU-MaxPool stages (32, 64 filters), Dense, float32 logits", build_cnn);
+  register_model("mlp", "Dense layers of --hidden sizes with ReLU, float32 logits", build_mlp,
+                 estimate_mlp);
+  register_model("cnn", "two Conv-BatchNorm-ReLU-MaxPool stages (32, 64 filters), Dense, float32 logits", build_cnn,
+                 estimate_cnn);
   register_model("resnet", "a small residual network (functional API): stem, two residual blocks, global pooling",
                  build_resnet);
   register_model("transformer",
                  "a character language model: decoder-only transformer (--context, --width, --layers, --heads)",
-                 build_transformer);
+                 build_transformer, estimate_transformer);
 }
 
 }  // namespace mixtrain

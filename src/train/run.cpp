@@ -3,10 +3,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <ostream>
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/json.h"
+#include "mixtrain/dist/communicator.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/schedules.h"
@@ -62,9 +65,50 @@ int64_t RunConfig::steps_per_epoch() const {
   return eval_interval > 0 ? std::min(eval_interval, steps) : std::max<int64_t>(1, steps / 10);
 }
 
+namespace {
+
+// Bytes every weight holds at least while it trains: its float32 value and gradient, the optimizer's float32 slots
+// (Adam's m and v, RMSprop's mean square) and, under a mixed policy, its 16-bit compute copy.
+double bytes_per_weight(const RunConfig& cfg) {
+  const double slots = (cfg.optimizer == "adam" || cfg.optimizer == "adamw") ? 2.0 : cfg.optimizer == "rmsprop" ? 1.0 : 0.0;
+  const bool mixed = cfg.policy.rfind("mixed_", 0) == 0;
+  return 4.0 * (2.0 + slots) + (mixed ? 2.0 : 0.0);
+}
+
+}  // namespace
+
+void check_model_fits_memory(const RunConfig& cfg, const ModelInputSpec& input, int64_t batch) {
+  const int64_t limit = memory_limit();
+  if (limit <= 0) return;
+  const std::optional<ModelSizeEstimate> e = estimate_model_size(cfg, input);
+  if (!e) return;
+  const double state = e->weights * bytes_per_weight(cfg);
+  const bool mixed = cfg.policy.rfind("mixed_", 0) == 0;
+  // Outputs kept for backward in the compute dtype, and the widest one's gradient.
+  const double per_sample = (e->activations_per_sample + e->largest_activation_per_sample) * (mixed ? 2.0 : 4.0);
+  const double need = state + static_cast<double>(batch) * per_sample;
+  if (need <= static_cast<double>(limit)) return;
+  std::ostringstream what, hint;
+  what << "model '" << cfg.model << "' does not fit in memory: its " << std::llround(std::min(e->weights, 9e18))
+       << " weights need at least " << format_bytes(state) << " for values, gradients and optimizer state";
+  if (batch > 0) what << ", and " << format_bytes(per_sample) << " per sample of activations (" << batch << " per batch)";
+  what << ", more than the limit of " << format_bytes(static_cast<double>(limit));
+  if (state < static_cast<double>(limit) && per_sample > 0) {
+    const double fit = std::floor((static_cast<double>(limit) - state) / per_sample);
+    hint << "use --batch-size " << std::llround(std::max(fit, 1.0)) << " or less, or fewer or narrower layers";
+  } else {
+    hint << "about " << std::llround(static_cast<double>(limit) / bytes_per_weight(cfg))
+         << " weights fit: use fewer or narrower layers (--hidden, --width)";
+  }
+  hint << "; the limit is 80% of the memory available when the run started";
+  MIXTRAIN_FAIL(kInvalidInput, what.str(), hint.str());
+}
+
 std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
                                    const std::vector<int64_t>& sample_shape) {
   validate_run_config(cfg);
+  // Before any weight is allocated or initialized (a huge model would take minutes to fail otherwise).
+  check_model_fits_memory(cfg, ModelInputSpec{num_features, sample_shape, num_classes}, 0);
   // The policy applies to layers created while it is global, as in Keras; the previous one is restored.
   const DTypePolicy previous = global_policy();
   set_global_policy(cfg.policy);
@@ -103,6 +147,12 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t tota
 }
 
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
+  validate_run_config(cfg);
+  check_model_fits_memory(cfg,
+                          ModelInputSpec{data.train.num_features(), data.train.sample_shape,
+                                         std::max(data.train.num_classes, data.test.num_classes)},
+                          // Each rank holds its shard of the global batch.
+                          cfg.communicator != nullptr ? cfg.batch_size / cfg.communicator->size() : cfg.batch_size);
   auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
                            data.train.sample_shape);
   // Updates of the whole run, for the learning-rate schedule.

@@ -16,8 +16,9 @@ with open(sys.argv[1], "w") as f:
         f.write(",".join(f"{random.random():.3f}" for _ in range(4)) + f",{i % 2}\n")
 PY
 
-# 100 million hidden units: a 1.6 GB kernel, more than the 1 GiB of address space the run is given.
-run() { (ulimit -v 1048576; OMP_NUM_THREADS=1 "$bin" train --data "$tmp/four.csv" --hidden 100000000 --epochs 1 "$@") \
+# 30 million hidden units: 3.1 GiB of weights, gradients and Adam slots, under the run's memory limit (80% of the
+# memory available) but more than the 1 GiB of address space the run is given.
+run() { (ulimit -v 1048576; OMP_NUM_THREADS=1 "$bin" train --data "$tmp/four.csv" --hidden 30000000 --epochs 1 "$@") \
           > "$tmp/out" 2> "$tmp/err"; }
 
 run --batch-size 1
@@ -32,14 +33,42 @@ code=$?
 [ "$code" = 1 ] || fail "batch 32: exit status $code, expected 1 ($(cat "$tmp/err"))"
 grep -q "out of memory (try a smaller --batch-size" "$tmp/err" || fail "batch 32: message was: $(cat "$tmp/err")"
 
-# Without an address-space limit: the run's tensors may hold 80% of the memory available, so a layer of 2^31-1
-# units (a 32 GiB kernel on 4 features) is refused as it asks for the memory, with exit status 2 and one line.
+# Without an address-space limit: the run's tensors may hold 80% of the memory available, and a model whose size
+# estimate passes it is refused before any weight is allocated, with exit status 2, one line, and what would fit.
+# 100 million units on 4 features: 10.4 GiB of weights and state, 763 MiB of activations per sample.
+start=$(date +%s)
+OMP_NUM_THREADS=1 "$bin" train --data "$tmp/four.csv" --hidden 100000000 --epochs 1 > "$tmp/out" 2> "$tmp/err"
+code=$?
+took=$(( $(date +%s) - start ))
+[ "$code" = 2 ] || fail "10^8 units: exit status $code, expected 2 ($(cat "$tmp/err"))"
+grep -q "model 'mlp' does not fit in memory: its 700000002 weights need at least 10.4 GiB" "$tmp/err" ||
+  fail "10^8 units: message was: $(cat "$tmp/err")"
+grep -q "use --batch-size [0-9]* or less" "$tmp/err" || fail "10^8 units: no batch that fits: $(cat "$tmp/err")"
+[ "$took" -le 5 ] || fail "10^8 units: refused after $took s, expected at once"
+[ "$(wc -l < "$tmp/err")" = 1 ] || fail "10^8 units: not one line: $(cat "$tmp/err")"
+
+# A layer of 2^31-1 units (a 32 GiB kernel on 4 features): the weights alone pass the limit.
 OMP_NUM_THREADS=1 "$bin" train --data "$tmp/four.csv" --hidden 2147483647 --epochs 1 > "$tmp/out" 2> "$tmp/err"
 code=$?
 [ "$code" = 2 ] || fail "2^31-1 units: exit status $code, expected 2 ($(cat "$tmp/err"))"
-grep -q "out of the memory limit: a tensor of 32.0 GiB" "$tmp/err" || fail "2^31-1 units: message was: $(cat "$tmp/err")"
-grep -q "fewer or narrower layers" "$tmp/err" || fail "2^31-1 units: no hint: $(cat "$tmp/err")"
+grep -q "does not fit in memory: its 15032385531 weights need at least 224.0 GiB" "$tmp/err" ||
+  fail "2^31-1 units: message was: $(cat "$tmp/err")"
+grep -q "weights fit: use fewer or narrower layers" "$tmp/err" || fail "2^31-1 units: no hint: $(cat "$tmp/err")"
 [ "$(wc -l < "$tmp/err")" = 1 ] || fail "2^31-1 units: not one line: $(cat "$tmp/err")"
+
+# The same refusal for the other models that estimate their size: a cnn with a dense layer of 2^31-1 units and a
+# transformer of width 65536 and 64 blocks.
+OMP_NUM_THREADS=1 "$bin" train --model cnn --data "$tmp/four.csv" --hidden 2147483647 --epochs 1 > "$tmp/out" 2> "$tmp/err"
+code=$?
+[ "$code" = 2 ] || fail "cnn: exit status $code, expected 2 ($(cat "$tmp/err"))"
+grep -q "model 'cnn' does not fit in memory" "$tmp/err" || fail "cnn: message was: $(cat "$tmp/err")"
+python3 -c "print('the quick brown fox jumps over the lazy dog. ' * 200)" > "$tmp/text.txt"
+OMP_NUM_THREADS=1 "$bin" train --model transformer --data "text:$tmp/text.txt" --width 65536 --layers 64 --heads 1 \
+  --steps 2 > "$tmp/out" 2> "$tmp/err"
+code=$?
+[ "$code" = 2 ] || fail "transformer: exit status $code, expected 2 ($(cat "$tmp/err"))"
+grep -q "model 'transformer' does not fit in memory: its 3298540978176 weights" "$tmp/err" ||
+  fail "transformer: message was: $(cat "$tmp/err")"
 
 [ "$fails" = 0 ] && echo "out_of_memory: all checks passed"
 exit "$fails"

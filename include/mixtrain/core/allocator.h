@@ -35,6 +35,8 @@ void release_cached_memory();
 // the machine is refused with a message rather than ended by the system's out-of-memory killer. The CLI sets it
 // to 80% of the memory available when a run starts (default_memory_budget(), train/batch_size.h).
 void set_memory_limit(int64_t bytes);
+// A size for messages: "1.5 GiB".
+std::string format_bytes(double bytes);
 int64_t memory_limit();
 
 // What the limit throws: an Error (kInvalidInput: the sizes asked for do not fit) that also says how many bytes

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,22 @@ struct ModelInputSpec {
 
 using ModelBuilder = std::function<std::unique_ptr<Model>(const RunConfig& cfg, const ModelInputSpec& input)>;
 
-// Adds (or replaces) a model kind. description: one line for usage texts.
-void register_model(const std::string& name, const std::string& description, ModelBuilder builder);
+// What a model kind knows of its size before it is built, as lower bounds (doubles: a user's sizes may multiply
+// past int64): its weights, and the activations one sample keeps for the backward pass (elements). Enough to
+// refuse a model that cannot fit in memory before any of its weights is allocated or initialized.
+struct ModelSizeEstimate {
+  double weights = 0;
+  double activations_per_sample = 0;
+  double largest_activation_per_sample = 0;  // the widest single output (its gradient exists at some point)
+};
+using ModelSizeEstimator = std::function<ModelSizeEstimate(const RunConfig& cfg, const ModelInputSpec& input)>;
+
+// Adds (or replaces) a model kind. description: one line for usage texts. estimate (optional) says how large
+// the model will be, without building it.
+void register_model(const std::string& name, const std::string& description, ModelBuilder builder,
+                    ModelSizeEstimator estimate = nullptr);
+// The estimate of cfg.model, or nullopt when its kind gives none. Error when the name is unknown.
+std::optional<ModelSizeEstimate> estimate_model_size(const RunConfig& cfg, const ModelInputSpec& input);
 // Registered names, sorted.
 std::vector<std::string> model_names();
 const std::string& model_description(const std::string& name);

@@ -91,6 +91,11 @@ struct RunResult {
 void validate_run_config(const RunConfig& cfg);
 // Builds (not yet trained) the model cfg names, under cfg.policy, for num_features inputs (one sample shaped
 // sample_shape when known, e.g. {28, 28}) and num_classes outputs.
+// Refuses (Error, kInvalidInput) a model that cannot fit under the memory limit (set_memory_limit), before it is
+// built: the registry's size estimate of cfg.model (a lower bound: weights with their gradients and optimizer
+// slots, plus batch samples of activations; batch 0 counts the weights only). Says what would fit.
+struct ModelInputSpec;
+void check_model_fits_memory(const RunConfig& cfg, const ModelInputSpec& input, int64_t batch);
 std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
                                    const std::vector<int64_t>& sample_shape = {});
 // The optimizer a run uses: cfg.optimizer at cfg.learning_rate, with cfg's weight decay (AdamW, biases and

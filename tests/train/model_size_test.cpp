@@ -1,0 +1,105 @@
+// The size estimates of the registered models and the memory check that uses them before a model is built:
+// the estimate equals the built model's weight count where the architecture is exact (mlp) and never exceeds it
+// where it is a lower bound (cnn, transformer); a model past the limit is refused without allocating.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "mixtrain/core/allocator.h"
+#include "mixtrain/train/model_registry.h"
+#include "mixtrain/train/run.h"
+
+namespace mixtrain {
+namespace {
+
+// Restores the process's memory limit after a test.
+class LimitGuard {
+ public:
+  explicit LimitGuard(int64_t bytes) : saved_(memory_limit()) { set_memory_limit(bytes); }
+  ~LimitGuard() { set_memory_limit(saved_); }
+  LimitGuard(const LimitGuard&) = delete;
+  LimitGuard& operator=(const LimitGuard&) = delete;
+
+ private:
+  int64_t saved_;
+};
+
+TEST(ModelFitsMemory, TheMlpEstimateIsItsExactWeightCount) {
+  RunConfig cfg;
+  cfg.model = "mlp";
+  cfg.hidden = {17, 31};
+  const ModelInputSpec in{7, {}, 3};
+  const std::optional<ModelSizeEstimate> e = estimate_model_size(cfg, in);
+  ASSERT_TRUE(e.has_value());
+  const auto model = build_model(cfg, 7, 3);
+  EXPECT_EQ(e->weights, static_cast<double>(model->count_params()));
+  EXPECT_EQ(e->activations_per_sample, 17 + 31 + 3);
+  EXPECT_EQ(e->largest_activation_per_sample, 31);
+}
+
+TEST(ModelFitsMemory, ConvolutionalAndTransformerEstimatesAreLowerBounds) {
+  RunConfig cnn;
+  cnn.model = "cnn";
+  cnn.hidden = {64};
+  const std::optional<ModelSizeEstimate> ce = estimate_model_size(cnn, ModelInputSpec{784, {28, 28}, 10});
+  ASSERT_TRUE(ce.has_value());
+  const double cnn_params = static_cast<double>(build_model(cnn, 784, 10, {28, 28})->count_params());
+  EXPECT_LE(ce->weights, cnn_params);
+  EXPECT_GE(ce->weights, 0.9 * cnn_params);  // the dense head is most of it
+
+  RunConfig lm;
+  lm.model = "transformer";
+  lm.width = 32;
+  lm.num_layers = 2;
+  lm.num_heads = 2;
+  const std::optional<ModelSizeEstimate> le = estimate_model_size(lm, ModelInputSpec{16, {16}, 29});
+  ASSERT_TRUE(le.has_value());
+  const double lm_params = static_cast<double>(build_model(lm, 16, 29, {16})->count_params());
+  EXPECT_LE(le->weights, lm_params);
+  EXPECT_GE(le->weights, 0.8 * lm_params);
+
+  RunConfig res;
+  res.model = "resnet";
+  EXPECT_FALSE(estimate_model_size(res, ModelInputSpec{784, {28, 28}, 10}).has_value());
+}
+
+TEST(ModelFitsMemory, RefusesBeforeBuildingAndSaysWhatFits) {
+  RunConfig cfg;
+  cfg.model = "mlp";
+  cfg.hidden = {1000000};  // 7 million weights on 4 features and 2 classes: 107 MiB with Adam
+  const ModelInputSpec in{4, {}, 2};
+  const LimitGuard limit(int64_t{64} << 20);
+  const int64_t live = memory_stats().live_bytes;
+  try {
+    (void)build_model(cfg, 4, 2);
+    FAIL() << "a model of 107 MiB built under a 64 MiB limit";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("model 'mlp' does not fit in memory: its 7000002 weights need at least 106.8 MiB"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("weights fit: use fewer or narrower layers"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(memory_stats().live_bytes, live);  // nothing was allocated
+
+  // 100,000 units: 10.7 MiB of weights and state fit; 781 KiB of float32 activations per sample, so a batch of
+  // 100 does not, and one of 8 does.
+  cfg.hidden = {100000};
+  EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 0));
+  try {
+    check_model_fits_memory(cfg, in, 100);
+    FAIL() << "a batch of 100 passed";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("per sample of activations (100 per batch)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("use --batch-size "), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 8));
+  // No limit: no check.
+  const LimitGuard none(0);
+  cfg.hidden = {2147483647};
+  EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 1000));
+}
+
+}  // namespace
+}  // namespace mixtrain
