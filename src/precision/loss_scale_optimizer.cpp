@@ -77,10 +77,6 @@ float LossScaleOptimizer::min_scale_seen() const { return scale_state_.data<floa
 int64_t LossScaleOptimizer::counter(Counter c) const { return counters_.data<int32_t>()[c]; }
 int32_t& LossScaleOptimizer::counter_ref(Counter c) { return counters_.data<int32_t>()[c]; }
 
-float LossScaleOptimizer::inverse_scale() const {
-  return static_cast<float>(1.0 / static_cast<double>(loss_scale()));
-}
-
 std::optional<LossScaleReport> LossScaleOptimizer::loss_scale_report() const {
   tell_alarms();
   LossScaleReport r;
@@ -118,20 +114,18 @@ void LossScaleOptimizer::check_pairs(const std::vector<Tensor>& grads, const std
 
 std::vector<Tensor> LossScaleOptimizer::unscale(const std::vector<Tensor>& scaled, bool stop_early,
                                                 bool* all_finite) const {
-  const float inv = inverse_scale();
+  // The pass of apply_arena(), one tensor at a time with a flag of its own (this path decides on the host).
   std::vector<Tensor> out(scaled.size());
-  bool finite = true;
+  Tensor found_inf = Tensor::zeros({1}, DType::kFloat32);
   for (size_t i = 0; i < scaled.size(); ++i) {
     const Tensor& g = scaled[i];
     if (!g.defined()) continue;
     MIXTRAIN_CHECK(is_float(g.dtype()), "LossScaleOptimizer: gradient " << g.describe() << " is not floating-point");
     out[i] = Tensor::empty(g.shape(), DType::kFloat32);
-    if (ops::unscale_and_count_nonfinite(g, inv, out[i]) != 0) {
-      finite = false;
-      if (stop_early) break;
-    }
+    ops::unscale_and_check(g, scale_state_, found_inf, out[i]);
+    if (stop_early && found_inf.item() != 0.0f) break;
   }
-  if (all_finite != nullptr) *all_finite = finite;
+  if (all_finite != nullptr) *all_finite = found_inf.item() == 0.0f;
   return out;
 }
 

@@ -38,6 +38,19 @@ std::string joined_names() {
   for (const auto& [name, e] : registry()) out += (out.empty() ? "" : ", ") + name;
   return out;
 }
+// The entry of `name` (the registry's lock held); Error listing the valid names when unknown.
+const Entry& find_entry(const std::string& name) {
+  auto it = registry().find(name);
+  MIXTRAIN_CHECK(it != registry().end(), "unknown model '" << name << "'; valid models: " << joined_names());
+  return it->second;
+}
+
+// A copy of the entry of `name`, taken under the lock, so its builder runs without it.
+Entry entry_of(const std::string& name) {
+  ensure_builtins();
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  return find_entry(name);
+}
 }  // namespace
 
 void register_model(const std::string& name, const std::string& description, ModelBuilder builder,
@@ -45,19 +58,6 @@ void register_model(const std::string& name, const std::string& description, Mod
   MIXTRAIN_CHECK(!name.empty() && builder, "register_model: a model needs a name and a builder");
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry()[name] = Entry{description, std::move(builder), std::move(estimate)};
-}
-
-std::optional<ModelSizeEstimate> estimate_model_size(const RunConfig& cfg, const ModelInputSpec& input) {
-  ensure_builtins();
-  ModelSizeEstimator estimate;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    auto it = registry().find(cfg.model);
-    MIXTRAIN_CHECK(it != registry().end(), "unknown model '" << cfg.model << "'; valid models: " << joined_names());
-    estimate = it->second.estimate;
-  }
-  if (!estimate) return std::nullopt;
-  return estimate(cfg, input);
 }
 
 std::vector<std::string> model_names() {
@@ -71,21 +71,17 @@ std::vector<std::string> model_names() {
 const std::string& model_description(const std::string& name) {
   ensure_builtins();
   std::lock_guard<std::mutex> lock(registry_mutex());
-  auto it = registry().find(name);
-  MIXTRAIN_CHECK(it != registry().end(), "unknown model '" << name << "'; valid models: " << joined_names());
-  return it->second.description;
+  return find_entry(name).description;
 }
 
 std::unique_ptr<Model> make_registered_model(const RunConfig& cfg, const ModelInputSpec& input) {
-  ensure_builtins();
-  ModelBuilder builder;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    auto it = registry().find(cfg.model);
-    MIXTRAIN_CHECK(it != registry().end(), "unknown model '" << cfg.model << "'; valid models: " << joined_names());
-    builder = it->second.builder;
-  }
-  return builder(cfg, input);
+  return entry_of(cfg.model).builder(cfg, input);
+}
+
+std::optional<ModelSizeEstimate> estimate_model_size(const RunConfig& cfg, const ModelInputSpec& input) {
+  const ModelSizeEstimator estimate = entry_of(cfg.model).estimate;
+  if (!estimate) return std::nullopt;
+  return estimate(cfg, input);
 }
 
 std::vector<int64_t> image_shape_of(const ModelInputSpec& input) {

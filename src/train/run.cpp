@@ -69,9 +69,8 @@ namespace {
 
 // Bytes every weight holds at least while it trains: its float32 value and gradient, the optimizer's float32 slots
 // (Adam's m and v, RMSprop's mean square) and, under a mixed policy, its 16-bit compute copy.
-double bytes_per_weight(const RunConfig& cfg) {
+double bytes_per_weight(const RunConfig& cfg, bool mixed) {
   const double slots = (cfg.optimizer == "adam" || cfg.optimizer == "adamw") ? 2.0 : cfg.optimizer == "rmsprop" ? 1.0 : 0.0;
-  const bool mixed = cfg.policy.rfind("mixed_", 0) == 0;
   return 4.0 * (2.0 + slots) + (mixed ? 2.0 : 0.0);
 }
 
@@ -82,8 +81,9 @@ void check_model_fits_memory(const RunConfig& cfg, const ModelInputSpec& input, 
   if (limit <= 0) return;
   const std::optional<ModelSizeEstimate> e = estimate_model_size(cfg, input);
   if (!e) return;
-  const double state = e->weights * bytes_per_weight(cfg);
   const bool mixed = cfg.policy.rfind("mixed_", 0) == 0;
+  const double per_weight = bytes_per_weight(cfg, mixed);
+  const double state = e->weights * per_weight;
   // Outputs kept for backward in the compute dtype, and the widest one's gradient.
   const double per_sample = (e->activations_per_sample + e->largest_activation_per_sample) * (mixed ? 2.0 : 4.0);
   const double need = state + static_cast<double>(batch) * per_sample;
@@ -97,7 +97,7 @@ void check_model_fits_memory(const RunConfig& cfg, const ModelInputSpec& input, 
     const double fit = std::floor((static_cast<double>(limit) - state) / per_sample);
     hint << "use --batch-size " << std::llround(std::max(fit, 1.0)) << " or less, or fewer or narrower layers";
   } else {
-    hint << "about " << std::llround(static_cast<double>(limit) / bytes_per_weight(cfg))
+    hint << "about " << std::llround(static_cast<double>(limit) / per_weight)
          << " weights fit: use fewer or narrower layers (--hidden, --width)";
   }
   hint << "; the limit is 80% of the memory available when the run started";
@@ -147,7 +147,6 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t tota
 }
 
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
-  validate_run_config(cfg);
   check_model_fits_memory(cfg,
                           ModelInputSpec{data.train.num_features(), data.train.sample_shape,
                                          std::max(data.train.num_classes, data.test.num_classes)},

@@ -184,8 +184,6 @@ class LossScaleOptimizer : public Optimizer {
 
  private:
   void check_pairs(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const;
-  // 1/S in double, rounded once: exact for the power-of-two scales dynamic scaling produces.
-  float inverse_scale() const;
   // Unscales into float32; stops at the first non-finite tensor when stop_early (the step is skipped anyway).
   std::vector<Tensor> unscale(const std::vector<Tensor>& scaled, bool stop_early, bool* all_finite) const;
   // Runs apply_inner when all_finite (bookkeeping follows only a successful update), else skips; then adjusts
