@@ -54,10 +54,10 @@ if [ "$build" = 1 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   # Release optimisation (fast enough to fuzz) with line tables, so reports name file:line; only what the fuzz
-  # targets need is built.
+  # targets need is built (no CUDA backend: nvcc's host compiler is g++, not this build's clang).
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_CXX_FLAGS="-gline-tables-only" -DMIXTRAIN_SANITIZE=ON -DMIXTRAIN_FUZZ=ON -DMIXTRAIN_TESTS=OFF \
-    -DMIXTRAIN_BENCH=OFF >/dev/null
+    -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_CUDA=OFF >/dev/null
   # shellcheck disable=SC2046  # one target name per word
   ninja -C "$build_dir" -j "$(nproc)" $(printf 'fuzz_%s ' "${targets[@]}")
 fi

@@ -17,8 +17,12 @@
 namespace mixtrain::ops::shared {
 
 MIXTRAIN_HOST_DEVICE inline bool float_is_finite(float v) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t bits = __float_as_uint(v);
+#else
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
+#endif
   return (bits & 0x7F800000u) != 0x7F800000u;
 }
 

@@ -1,0 +1,24 @@
+// The CUDA backend behind the dispatch seam (docs/ARCHITECTURE.md, "Plugging in a second backend"). Nothing of
+// CUDA appears in public headers: a build configured with MIXTRAIN_CUDA compiles the backend into the ops layer,
+// and load_cuda_backend() installs its allocator and kernels when the machine has a GPU. Until then, and in a
+// build without it, every op runs on the CPU as before and a cuda tensor is a clear error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mixtrain::ops {
+
+struct CudaBackendStatus {
+  bool compiled = false;  // this build has the CUDA backend (MIXTRAIN_CUDA found the toolkit)
+  bool loaded = false;    // its allocator and kernels are installed: cuda:N tensors work
+  int device_count = 0;   // GPUs the CUDA runtime sees
+  std::string detail;     // one line for people: why it is not loaded, or the GPU names
+  std::vector<std::string> ops;  // the ops with a CUDA kernel once loaded
+};
+
+// Installs the backend once (later calls return the first call's status). Never throws: a missing driver or
+// GPU is reported in detail.
+CudaBackendStatus load_cuda_backend();
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,129 @@
+// The CUDA backend's host side: a caching device allocator with live/peak counts per GPU, and the installer that
+// registers it and the kernels (kernels.cu) in the op tables.
+#include "backend.h"
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "mixtrain/core/allocator.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
+
+namespace mixtrain::ops::cuda {
+
+void check_cuda(int err, const char* what) {
+  if (err == cudaSuccess) return;
+  MIXTRAIN_FAIL(kInternal, "cuda: " << what << " failed: " << cudaGetErrorString(static_cast<cudaError_t>(err)),
+                "check the GPU with nvidia-smi; mixtrain doctor lists what the driver reports");
+}
+
+namespace {
+
+// cudaMalloc and cudaFree synchronize the device and cost tens of microseconds, and a training step asks for the
+// same sizes every time: freed blocks are kept per size and handed out again, as the CPU allocator does.
+class CudaAllocator final : public DeviceAllocator {
+ public:
+  void* allocate(int device_index, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PerDevice& d = devices_[device_index];
+    void* p = nullptr;
+    auto it = d.free_blocks.find(bytes);
+    if (it != d.free_blocks.end()) {
+      p = it->second;
+      d.free_blocks.erase(it);
+      d.stats.cached_bytes -= static_cast<int64_t>(bytes);
+    } else if (bytes > 0) {
+      check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
+      if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        release(device_index, d);  // the cache may hold what is missing
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+          (void)cudaGetLastError();
+          MIXTRAIN_FAIL(kInvalidInput,
+                        "out of GPU memory on cuda:" << device_index << ": a tensor of " << format_bytes(bytes)
+                                                     << " with " << format_bytes(d.stats.live_bytes) << " in use",
+                        "use a smaller batch or model");
+        }
+      }
+    }
+    d.stats.live_bytes += static_cast<int64_t>(bytes);
+    d.stats.peak_bytes = std::max(d.stats.peak_bytes, d.stats.live_bytes);
+    ++d.stats.allocations;
+    return p;
+  }
+
+  void deallocate(int device_index, void* ptr, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PerDevice& d = devices_[device_index];
+    d.stats.live_bytes -= static_cast<int64_t>(bytes);
+    if (ptr == nullptr) return;
+    d.free_blocks.emplace(bytes, ptr);
+    d.stats.cached_bytes += static_cast<int64_t>(bytes);
+  }
+
+  MemoryStats stats(int device_index) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = devices_.find(device_index);
+    return it == devices_.end() ? MemoryStats{} : it->second.stats;
+  }
+
+  void reset_peak(int device_index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PerDevice& d = devices_[device_index];
+    d.stats.peak_bytes = d.stats.live_bytes;
+  }
+
+ private:
+  struct PerDevice {
+    std::multimap<size_t, void*> free_blocks;
+    MemoryStats stats;
+  };
+  static void release(int device_index, PerDevice& d) {
+    (void)cudaSetDevice(device_index);
+    for (const auto& [bytes, p] : d.free_blocks) (void)cudaFree(p);
+    d.free_blocks.clear();
+    d.stats.cached_bytes = 0;
+  }
+
+  mutable std::mutex mu_;
+  std::map<int, PerDevice> devices_;
+};
+
+}  // namespace
+
+CudaBackendStatus install_backend() {
+  CudaBackendStatus s;
+  s.compiled = true;
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();  // clear the sticky error of a machine without a driver
+    s.detail = err != cudaSuccess ? std::string("no GPU: ") + cudaGetErrorString(err) : "no GPU: the CUDA runtime sees none";
+    return s;
+  }
+  s.device_count = count;
+  std::ostringstream names;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) == cudaSuccess)
+      names << (i ? ", " : "") << "cuda:" << i << " " << prop.name << " (compute capability " << prop.major << "."
+            << prop.minor << ")";
+  }
+  s.detail = names.str();
+  // Never destroyed: tensors freed during static destruction still find it.
+  static CudaAllocator* allocator = new CudaAllocator();
+  register_allocator(DeviceType::kCuda, allocator);
+  kernel::fill_table().set(DeviceType::kCuda, &fill);
+  kernel::unscale_check_table().set(DeviceType::kCuda, &unscale_and_check);
+  kernel::update_loss_scale_table().set(DeviceType::kCuda, &update_loss_scale);
+  kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
+  kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
+  s.ops = {"fill", "unscale_and_check", "update_loss_scale", "apply_loss_scale", "to_device"};
+  s.loaded = true;
+  return s;
+}
+
+}  // namespace mixtrain::ops::cuda

@@ -1,0 +1,123 @@
+// CUDA kernels of the loss-scaling chain, fill and device copies. The arithmetic is the CPU backend's: the scale
+// rule is shared::loss_scale_rule_step (ops/shared/loss_scale_rule.h, host-and-device code), 1/S is computed in
+// double and rounded once, and the unscaled value is one float32 product (no fused multiply-add, no fast math),
+// so a GPU step gives the CPU's bits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "../shared/loss_scale_rule.h"
+#include "backend.h"
+
+namespace mixtrain::ops::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 4096 ? (b > 0 ? b : 1) : 4096);  // grid-stride loops cover the rest
+}
+
+__device__ float load_float(const void* p, int dtype, int64_t i) {
+  switch (dtype) {
+    case 1:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case 2:
+      return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16);  // exact widening
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+int dtype_code(DType dt) { return dt == DType::kFloat16 ? 1 : dt == DType::kBFloat16 ? 2 : 0; }
+
+__global__ void unscale_check_kernel(const void* in, int dtype, const float* scale_state, float* found_inf,
+                                     float* out, int64_t n) {
+  const float inv = shared::inverse_scale(scale_state[0]);
+  bool bad = false;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = __fmul_rn(load_float(in, dtype, i), inv);
+    out[i] = v;
+    bad |= !shared::float_is_finite(v);
+  }
+  if (bad) *found_inf = 1.0f;  // every writer writes the same value: no atomic needed
+}
+
+__global__ void update_loss_scale_kernel(float* scale_state, int32_t* counters, const float* found_inf,
+                                         LossScaleRule rule) {
+  shared::loss_scale_rule_step(scale_state, counters, *found_inf != 0.0f, rule);
+}
+
+__global__ void apply_loss_scale_kernel(const float* loss, const float* scale_state, float* out, int64_t n) {
+  const float s = scale_state[0];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __fmul_rn(loss[i], s);
+}
+
+template <typename T>
+__global__ void fill_kernel(T* y, T bits, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = bits;
+}
+
+void launched(const char* what) { check_cuda(cudaGetLastError(), what); }
+
+}  // namespace
+
+void fill(Tensor& y, float value) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
+  // The value is rounded into the dtype once, on the host, by the conversion the CPU kernel uses.
+  if (dtype_size(y.dtype()) == 2) {
+    uint16_t bits = 0;
+    convert_elements(&value, DType::kFloat32, &bits, y.dtype(), 1);
+    fill_kernel<uint16_t><<<blocks_for(n), kThreads>>>(static_cast<uint16_t*>(y.raw()), bits, n);
+  } else {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    fill_kernel<uint32_t><<<blocks_for(n), kThreads>>>(static_cast<uint32_t*>(y.raw()), bits, n);
+  }
+  launched("fill");
+}
+
+void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& found_inf, Tensor& out) {
+  const int64_t n = scaled.numel();
+  check_cuda(cudaSetDevice(scaled.device().index), "cudaSetDevice");
+  unscale_check_kernel<<<blocks_for(n), kThreads>>>(scaled.raw(), dtype_code(scaled.dtype()),
+                                                    scale_state.data<float>(), found_inf.data<float>(),
+                                                    out.data<float>(), n);
+  launched("unscale_and_check");
+}
+
+void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule) {
+  check_cuda(cudaSetDevice(scale_state.device().index), "cudaSetDevice");
+  update_loss_scale_kernel<<<1, 1>>>(scale_state.data<float>(), counters.data<int32_t>(), found_inf.data<float>(),
+                                     rule);
+  launched("update_loss_scale");
+}
+
+void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out) {
+  const int64_t n = loss.numel();
+  check_cuda(cudaSetDevice(loss.device().index), "cudaSetDevice");
+  apply_loss_scale_kernel<<<blocks_for(n), kThreads>>>(loss.data<float>(), scale_state.data<float>(),
+                                                       out.data<float>(), n);
+  launched("apply_loss_scale");
+}
+
+void device_copy(const Tensor& src, Tensor& dst) {
+  MIXTRAIN_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
+                 "to_device: cannot copy " << src.describe() << " into " << dst.describe());
+  // Unified addressing: the runtime knows which side each pointer is on (and copies between GPUs).
+  check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "cudaMemcpy");
+}
+
+}  // namespace mixtrain::ops::cuda

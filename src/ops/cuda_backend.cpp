@@ -1,0 +1,22 @@
+// load_cuda_backend(): the CUDA backend's entry when the build has it (src/ops/cuda/), a status that says why
+// not otherwise.
+#include "mixtrain/ops/cuda_backend.h"
+
+#ifdef MIXTRAIN_HAVE_CUDA
+#include "cuda/backend.h"
+#endif
+
+namespace mixtrain::ops {
+
+CudaBackendStatus load_cuda_backend() {
+#ifdef MIXTRAIN_HAVE_CUDA
+  static const CudaBackendStatus status = cuda::install_backend();
+  return status;
+#else
+  CudaBackendStatus s;
+  s.detail = "this build has no CUDA backend (configure with -DMIXTRAIN_CUDA=ON where the CUDA toolkit is installed)";
+  return s;
+#endif
+}
+
+}  // namespace mixtrain::ops

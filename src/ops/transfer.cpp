@@ -1,0 +1,28 @@
+#include "mixtrain/ops/transfer.h"
+
+namespace mixtrain::ops {
+
+namespace cpu {
+// Host to host: the dtype is the same, so a plain copy.
+void device_copy(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<DeviceCopyFn>& device_copy_table() {
+  static KernelTable<DeviceCopyFn> t("to_device", &cpu::device_copy);
+  return t;
+}
+}  // namespace kernel
+
+Tensor to_device(const Tensor& x, const Device& device) {
+  MIXTRAIN_CHECK(x.defined(), "to_device: the tensor is undefined");
+  if (x.device() == device && x.is_contiguous()) return x;
+  const Tensor src = x.contiguous();
+  Tensor dst = Tensor::empty(src.shape(), src.dtype(), device);
+  if (src.numel() == 0) return dst;
+  // The backend that owns the non-host side does the copy (the CPU's when both are in host memory).
+  kernel::device_copy_table()(src.device().is_cpu() ? device : src.device())(src, dst);
+  return dst;
+}
+
+}  // namespace mixtrain::ops
