@@ -360,6 +360,7 @@ DoctorReport run_doctor(double seconds) {
   DoctorReport r;
   r.cpu = inspect_cpu();
   r.gpu = kernels::probe_gpus();
+  r.cuda_backend = ops::load_cuda_backend();
   r.seconds_budget = seconds;
   TimeUse use;
   r.measurements = measure_gemm(seconds, &r.seconds_spent, &use);
@@ -392,6 +393,12 @@ Json doctor_to_json(const DoctorReport& r) {
                                     {"fast_float16", kernels::gpu_has_fast_float16(g)},
                                     {"bfloat16", kernels::gpu_has_bfloat16(g)}}));
   j["gpus"] = Json::object({{"driver_found", r.gpu.driver_found}, {"status", r.gpu.status}, {"devices", devices}});
+  Json backend_ops = Json::array();
+  for (const std::string& op : r.cuda_backend.ops) backend_ops.push_back(op);
+  j["cuda_backend"] = Json::object({{"compiled", r.cuda_backend.compiled},
+                                    {"loaded", r.cuda_backend.loaded},
+                                    {"detail", r.cuda_backend.detail},
+                                    {"ops", backend_ops}});
   Json measurements = Json::array();
   for (const GemmMeasurement& m : r.measurements)
     measurements.push_back(Json::object({{"dtype", dtype_name(m.dtype)},
@@ -434,6 +441,10 @@ std::string format_doctor(const DoctorReport& r) {
     s += "          gpu" + std::to_string(i) + "  " + g.name + ", " + gib(g.memory_bytes) + ", compute capability " +
          cc_text(g) + "\n";
   }
+  const ops::CudaBackendStatus& cb = r.cuda_backend;
+  s += std::string("backend   CUDA ") +
+       (cb.loaded ? "loaded (" + std::to_string(cb.ops.size()) + " ops): " : cb.compiled ? "built, not loaded: " : "") +
+       cb.detail + "\n";
 
   s += "\nGEMM C = A x B, n x n, inputs and output in dtype, by the methods above (" + fixed(r.seconds_spent, 2) +
        " s)\n";

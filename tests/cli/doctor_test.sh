@@ -8,7 +8,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$bin" doctor --seconds 0.3 --json "$tmp/doctor.json" >"$tmp/out"
 cat "$tmp/out"
-for want in "CPU" "features" "AVX512-FP16" "GPU" "GFLOP/s" "float32" "baseline" "mixed_float16" "mixed_bfloat16"; do
+for want in "CPU" "features" "AVX512-FP16" "GPU" "backend   CUDA" "GFLOP/s" "float32" "baseline" "mixed_float16" "mixed_bfloat16"; do
   grep -qF -- "$want" "$tmp/out" || { echo "FAIL: doctor output lacks '$want'"; exit 1; }
 done
 
@@ -25,6 +25,10 @@ for f in ["avx2", "fma", "f16c", "avx512f", "avx512_fp16", "avx512_bf16", "amx_b
 assert cpu["gemm_isa"] in ("avx512", "avx2", "scalar"), cpu["gemm_isa"]
 g = r["gpus"]
 assert isinstance(g["driver_found"], bool) and g["status"] and isinstance(g["devices"], list), g
+cb = r["cuda_backend"]
+assert isinstance(cb["compiled"], bool) and isinstance(cb["loaded"], bool) and cb["detail"], cb
+assert cb["loaded"] == (len(cb["ops"]) > 0), cb
+assert cb["compiled"] or not cb["loaded"], cb
 ms = r["measurements"]
 assert {m["dtype"] for m in ms} == {"float32", "float16", "bfloat16"}, ms
 for m in ms:

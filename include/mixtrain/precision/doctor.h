@@ -22,6 +22,7 @@
 #include "mixtrain/core/dtype.h"
 #include "mixtrain/core/json.h"
 #include "mixtrain/kernels/gpu_probe.h"
+#include "mixtrain/ops/cuda_backend.h"
 
 namespace mixtrain {
 
@@ -74,6 +75,7 @@ struct PolicyVerdict {
 struct DoctorReport {
   CpuReport cpu;
   kernels::GpuProbe gpu;
+  ops::CudaBackendStatus cuda_backend;  // whether this build's CUDA backend is there and loaded on this machine
   std::vector<GemmMeasurement> measurements;  // by size, then float32, float16, bfloat16
   std::vector<PolicyVerdict> verdicts;        // cpu lines first, then each GPU's
   double seconds_budget = 0;                  // what was asked for

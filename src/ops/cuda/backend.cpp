@@ -101,7 +101,12 @@ CudaBackendStatus install_backend() {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     (void)cudaGetLastError();  // clear the sticky error of a machine without a driver
-    s.detail = err != cudaSuccess ? std::string("no GPU: ") + cudaGetErrorString(err) : "no GPU: the CUDA runtime sees none";
+    // Without any driver the runtime also answers "insufficient driver": say both possibilities.
+    s.detail = err == cudaErrorInsufficientDriver
+                   ? "no GPU: no CUDA driver, or one older than this build's CUDA " + std::to_string(CUDART_VERSION / 1000) +
+                         " runtime needs"
+               : err != cudaSuccess ? std::string("no GPU: ") + cudaGetErrorString(err)
+                                    : std::string("no GPU: the CUDA runtime sees none");
     return s;
   }
   s.device_count = count;
