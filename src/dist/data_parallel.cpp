@@ -44,6 +44,10 @@ void broadcast_rng(Rng& rng, Communicator& comm, int root) {
   rng.set_state(s);
 }
 
+Rng rank_step_rng(Rng& shared, int rank, uint64_t stream) {
+  return Rng::derive(shared.next_u64(), stream + static_cast<uint64_t>(rank));
+}
+
 namespace {
 // Scales and starts the buckets of one float32 buffer, then waits for all of them.
 void reduce_float32(float* p, int64_t n, Communicator& comm, float weight, int64_t bucket_bytes) {

@@ -282,9 +282,17 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
     overlap_->begin(*comm, arena_.gradient_buffer(DType::kFloat32).data<float>(), weight);
     set_observer(overlap_.get());
   }
+  // Data-parallel dropout: the model's stream stays the same on every rank (checkpoints save it) and each step's
+  // masks come from a stream derived from it and the rank (dist/data_parallel.h).
+  Rng* mask_rng = &dropout_rng_;
+  Rng rank_rng;
+  if (comm != nullptr && comm->size() > 1) {
+    rank_rng = rank_step_rng(dropout_rng_, comm->rank(), kDropoutStream);
+    mask_rng = &rank_rng;
+  }
   double loss_value = 0, accuracy = 0;
   if (rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
-    Var out = call(Var(as_input(x)), CallContext{true, &dropout_rng_});
+    Var out = call(Var(as_input(x)), CallContext{true, mask_rng});
     Var loss = (*loss_)(out, y);
     // Kernel regularizers' penalties join the training loss (Keras adds model.losses); without any, the sum is
     // a constant 0 that records nothing and is left out.
@@ -571,13 +579,7 @@ void Model::start_data_parallel(const FitOptions& options, Communicator& comm) {
   if (!arena_.empty()) arena_.refresh_compute_copies();
   broadcast_rng(init_rng_, comm);
   broadcast_rng(shuffle_rng_, comm);
-  broadcast_rng(dropout_rng_, comm);
-  // Dropout draws one mask per rank: rank 0 keeps the model's stream (one rank trains as one process does), the
-  // others derive theirs from it and the rank.
-  if (comm.rank() > 0) {
-    const std::vector<uint64_t> s = dropout_rng_.state();
-    dropout_rng_ = Rng::derive(s[0] ^ s[1] ^ s[2] ^ s[3], kDropoutStream + static_cast<uint64_t>(comm.rank()));
-  }
+  broadcast_rng(dropout_rng_, comm);  // each step derives the rank's masks from it (train_step)
 }
 
 EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size, Communicator* comm) {

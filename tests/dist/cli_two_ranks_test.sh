@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 mixtrain train` as a user runs it: rank 0 alone prints and writes the JSON and the checkpoint,
 # the result equals one process at the same global batch, a global batch that does not divide by the ranks is
-# refused (exit 2), and checkpoints resume across rank counts (2 -> 1 and 1 -> 2).
+# refused (exit 2), checkpoints resume across rank counts (2 -> 1 and 1 -> 2), and a run with dropout resumed on
+# two ranks ends bit-identical to the uninterrupted one.
 # Usage: cli_two_ranks_test.sh MIXTRAIN MPIEXEC
 set -eu
 bin="$1"
@@ -89,6 +90,27 @@ for name, r in (("2 -> 1 ranks", a), ("1 -> 2 ranks", b)):
     assert d < 1e-4, f"{name}: test loss {r['test']['loss']} vs {one['test']['loss']} uninterrupted"
     assert abs(r["test"]["accuracy"] - one["test"]["accuracy"]) <= 0.001
     print(f"resume {name}: test loss within {d:.1e} of the uninterrupted run")
+PY
+# Resume on the same two ranks with Dropout (the cnn, on 4x4 images: a 16-feature CSV): the resumed run ends bit-identical to the uninterrupted one, masks of rank 1 included. A constant rate:
+# the default schedule's length follows --epochs, which differs between the two halves.
+python3 - "$tmp/images.csv" <<'PY'
+import random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    f.write(",".join(f"p{i}" for i in range(16)) + ",label\n")
+    for i in range(640):
+        c = i % 3
+        f.write(",".join(f"{random.gauss(1.0 if j % 3 == c else 0.0, 1.0):.4f}" for j in range(16)) + f",{c}\n")
+PY
+cnn=(train --model cnn --data "$tmp/images.csv" --batch-size 32 --seed 3 --lr-schedule constant --warmup-steps 0)
+"${two[@]}" "${cnn[@]}" --epochs 3 --json "$tmp/cnn_full.json" >/dev/null
+"${two[@]}" "${cnn[@]}" --epochs 2 --save "$tmp/cnn.ckpt" >/dev/null
+"${two[@]}" "${cnn[@]}" --epochs 3 --resume "$tmp/cnn.ckpt" --json "$tmp/cnn_resumed.json" >/dev/null
+python3 - "$tmp/cnn_full.json" "$tmp/cnn_resumed.json" <<'PY'
+import json, sys
+full, resumed = (json.load(open(p))["test"] for p in sys.argv[1:3])
+assert full == resumed, f"2 -> 2 ranks with dropout: resumed {resumed} vs uninterrupted {full}"
+print(f"resume 2 -> 2 ranks with dropout: test loss {full['loss']!r} in both")
 PY
 # bench step and compare under mpirun: the step's samples/s and communication share, one report from rank 0.
 "${two[@]}" bench step --model mlp --hidden 64 --batch-size 32 --steps 3 --json "$tmp/bench.json" >"$tmp/bench.log"

@@ -128,9 +128,19 @@ TEST(DataParallelFit, StartsFromRankZeroAndDrawsDropoutPerRank) {
   o.communicator = &comm;
   m->fit(x, y, o);
   EXPECT_TRUE(same_bits_on_all_ranks(flat_values(m->weights()), comm));
-  std::vector<float> stream;
-  for (uint64_t w : m->dropout_rng().state()) stream.push_back(static_cast<float>(w & 0xffff));
-  EXPECT_FALSE(same_bits_on_all_ranks(stream, comm)) << "both ranks drew the same dropout masks";
+  // The model's dropout stream is the same on every rank (so a checkpoint of it resumes every rank) ...
+  auto low_bits = [](const std::vector<uint64_t>& words) {
+    std::vector<float> out;
+    for (uint64_t w : words) out.push_back(static_cast<float>(w & 0xffff));
+    return out;
+  };
+  EXPECT_TRUE(same_bits_on_all_ranks(low_bits(m->dropout_rng().state()), comm));
+  // ... and the streams a step draws its masks from differ by rank.
+  Rng shared = m->dropout_rng();
+  Rng step = rank_step_rng(shared, comm.rank(), 3);
+  EXPECT_FALSE(same_bits_on_all_ranks(low_bits({step.next_u64(), step.next_u64(), step.next_u64()}), comm))
+      << "both ranks drew the same dropout masks";
+  EXPECT_TRUE(same_bits_on_all_ranks(low_bits(shared.state()), comm));
 }
 
 TEST(DataParallelFit, RefusesAGlobalBatchThatDoesNotDivideByTheRanks) {

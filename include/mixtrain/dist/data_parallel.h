@@ -35,6 +35,10 @@ void broadcast_variables(const std::vector<Var>& vars, Communicator& comm, int r
 void average_variables(const std::vector<Var>& vars, Communicator& comm);
 // Copies root's random stream state to every rank.
 void broadcast_rng(Rng& rng, Communicator& comm, int root = 0);
+// The random stream of one data-parallel step on `rank`: derived from one draw of `shared` (a stream kept the same
+// on every rank, which this advances) and the rank. Ranks draw different numbers (dropout masks), and the shared
+// stream, which a checkpoint saves, is all a resumed run needs to draw the same ones again on every rank.
+Rng rank_step_rng(Rng& shared, int rank, uint64_t stream);
 
 // Bytes per all-reduce bucket: large enough that per-message latency is small against the transfer, small enough
 // that several buckets are in flight at once (PyTorch DDP's default is 25 MiB; this CPU library's models are
