@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_backend.h"
-#include "kernels/f16_split.h"
 #include "kernels/gemm_internal.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/isa_level.h"
@@ -161,10 +160,10 @@ void split_among_threads(int threads, int64_t m, int64_t n, const GemmBackend& b
 // thin last block that pays a full pass over C for a few products. Depends on k only, never on threads.
 int64_t k_block(const GemmBackend& be, int64_t k) { return ceil_div(k, ceil_div(k, be.kc)); }
 
-// Depth in 32-bit slots of a packed panel kc deep: k_per_slot values a slot, padded to k_align.
+// Depth in 32-bit slots of a packed panel kc deep: k_per_slot values a slot, padded to k_align, k_copies times.
 int64_t packed_slots(const GemmBackend& be, int64_t kc) {
   const int64_t align = std::max<int64_t>(be.k_per_slot, be.k_align);
-  return ceil_div(kc, align) * align / be.k_per_slot;
+  return be.k_copies * (ceil_div(kc, align) * align / be.k_per_slot);
 }
 
 // Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
@@ -464,7 +463,7 @@ enum F16Method : int {
   kF16Widen = 0,
   kF16Fma = 1,
   kF16FmaEmulated = 2,
-  kF16Amx = 3,          // each value split into two bfloat16 values, three AMX products (f16_split.h)
+  kF16Amx = 3,          // each value split into two bfloat16 values, three AMX products (kAmxF16Backend)
   kF16AmxEmulated = 4,  // the same on the AMX kernel's portable emulation
   kNumF16Methods = 5
 };
@@ -520,39 +519,9 @@ bool f16_method_available(int method) {
   return true;
 }
 
-thread_local AlignedBuffer t_split_a;  // A' = [A_hi, A_hi, A_lo] along k, bfloat16
-thread_local AlignedBuffer t_split_b;  // B' = [B_hi; B_lo; B_hi] along k, bfloat16
-
-// A float16 product as a bfloat16 product three times as deep on `be` (AMX, or its emulation): see f16_split.h.
-// The split operands are dense copies; a 16-bit C is still rounded once, from the float32 sum of all 3k terms.
-void gemm_f16_split(const GemmBackend& be, const Problem& p, int max_threads = 0) {
-  const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;
-  const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
-  // 3 * rows * cols bfloat16 values, in a buffer of floats (two values each).
-  auto* a2 = reinterpret_cast<uint16_t*>(t_split_a.get(static_cast<size_t>((3 * a_rows * a_cols + 1) / 2)));
-  auto* b2 = reinterpret_cast<uint16_t*>(t_split_b.get(static_cast<size_t>((3 * b_rows * b_cols + 1) / 2)));
-  if (a2 == nullptr || b2 == nullptr)
-    MIXTRAIN_FAIL(kInternal,
-                  "gemm: out of memory for the bfloat16 split of float16 operands (m=" << p.m << ", n=" << p.n
-                                                                                      << ", k=" << p.k << ")",
-                  "free memory, use smaller matrices or set MIXTRAIN_F16_GEMM=widen");
-  split_f16_to_bf16(static_cast<const uint16_t*>(p.a), a_rows, a_cols, p.lda, !p.trans_a,
-                    {SplitPiece::kHi, SplitPiece::kHi, SplitPiece::kLo}, a2);
-  split_f16_to_bf16(static_cast<const uint16_t*>(p.b), b_rows, b_cols, p.ldb, p.trans_b,
-                    {SplitPiece::kHi, SplitPiece::kLo, SplitPiece::kHi}, b2);
-  Problem q = p;
-  q.ab_dtype = DType::kBFloat16;
-  q.k = 3 * p.k;
-  q.a = a2;
-  q.lda = p.trans_a ? p.m : q.k;
-  q.b = b2;
-  q.ldb = p.trans_b ? q.k : p.n;
-  gemm_blocked(be, q, max_threads);
-}
-
 // Whether the calibrated split method serves a product of this shape: AMX tiles are 16 rows by 16 columns,
-// and a thin product (a matrix-vector one, a small batch) would pay for splitting a whole operand while using a
-// sliver of each tile; widening serves those.
+// and a thin product (a matrix-vector one, a small batch) would pack three pieces of each operand while using
+// a sliver of each tile; widening serves those.
 bool worth_splitting(const Problem& p) { return p.m >= 16 && p.n >= 16 && p.m * p.n * p.k >= kMinParallelMacs; }
 
 // Widening or the AMX split, whichever is faster on this CPU, by measurement (as calibrated_bf16_method: the
@@ -580,7 +549,7 @@ int calibrated_f16_method() {
     return best;
   };
   const double widen = best_of_three([&] { gemm_blocked(active_backend(), p, 1); });
-  const double split = best_of_three([&] { gemm_f16_split(bf16_backend(kAmx), p, 1); });
+  const double split = best_of_three([&] { gemm_blocked(cpu::kAmxF16Backend, p, 1); });
   return split * 1.1 < widen ? kF16Amx : kF16Widen;
 }
 
@@ -591,9 +560,9 @@ const GemmBackend& f16_backend(int method) {
     case kF16FmaEmulated:
       return cpu::kAvx512Fp16EmulatedBackend;
     case kF16Amx:
-      return bf16_backend(kAmx);
+      return cpu::kAmxF16Backend;
     case kF16AmxEmulated:
-      return bf16_backend(kAmxEmulated);
+      return cpu::kAmxF16EmulatedBackend;
     default:
       return *kBackends[kLevelAvx512];
   }
@@ -615,25 +584,19 @@ int f16_method() {
   return calibrated;
 }
 
-const GemmBackend& backend_for(DType ab_dtype) {
-  if (ab_dtype == DType::kBFloat16) {
+// The path of a product: its inputs' dtype's method, and for the float16 split, unless forced, its shape.
+const GemmBackend& backend_for(const Problem& p) {
+  if (p.ab_dtype == DType::kBFloat16) {
     const int method = bf16_method();
     if (method != kWiden) return bf16_backend(method);
   }
-  if (ab_dtype == DType::kFloat16) {
+  if (p.ab_dtype == DType::kFloat16) {
     const int method = f16_method();
     if (method == kF16Fma || method == kF16FmaEmulated) return f16_backend(method);
+    const bool split = method == kF16Amx || method == kF16AmxEmulated;
+    if (split && (forced_f16_method() >= 0 || worth_splitting(p))) return f16_backend(method);
   }
   return active_backend();
-}
-
-// Whether a float16 product goes through the bfloat16 split: the method says so and, unless forced, the shape
-// is worth it.
-bool use_f16_split(const Problem& p) {
-  if (p.ab_dtype != DType::kFloat16) return false;
-  const int method = f16_method();
-  if (method != kF16Amx && method != kF16AmxEmulated) return false;
-  return forced_f16_method() >= 0 || worth_splitting(p);
 }
 
 }  // namespace
@@ -645,8 +608,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_
   check_args(p);
   if (m == 0 || n == 0) return;
   if (k == 0) return gemm_no_products(p);
-  if (use_f16_split(p)) return gemm_f16_split(f16_backend(f16_method()), p);
-  gemm_blocked(backend_for(ab_dtype), p);
+  gemm_blocked(backend_for(p), p);
 }
 
 const char* gemm_isa() { return active_backend().name; }

@@ -87,7 +87,7 @@ double unit_roundoff(DType dtype) {
 // up to f16_terms * 2^-11 relative to the magnitudes it sums, and each float16 rounding of a tiny sum up
 // to 2^-25 absolute (half the smallest float16 subnormal), k of them at most.
 // bf16_split (the float16 "amx" method): 3k products are summed, and each float16 product a b misses
-// a_lo b_lo, at most 2^-16 |a b| (f16_split.h); their terms' magnitudes sum to at most (1 + 2^-7) abs_sum.
+// a_lo b_lo, at most 2^-16 |a b| (gemm_amx_kernel.h); their terms' magnitudes sum to at most (1 + 2^-7) abs_sum.
 double tolerance(int64_t k, double abs_sum, double exact, DType c_dtype, int64_t f16_terms = 0,
                  bool bf16_split = false) {
   double accumulation = 1.01 * static_cast<double>(k + 2) * std::ldexp(1.0, -24) * abs_sum;

@@ -14,4 +14,12 @@ const GemmBackend kAmxEmulatedBackend = {"amx_emulated", amx::kMR,   amx::kNR,  
                                          2,              amx::kStep, amx::pack_a,       amx::thread_begin,
                                          amx::thread_end};
 
+// The float16 split with the same small blocks (2 source steps, 6 packed).
+const GemmBackend kAmxF16EmulatedBackend = {"amx_f16_emulated", amx::kMR,    amx::kNR,
+                                            64,                 64,          96,
+                                            amx::pack_b_split,  amx::micro_kernel_split,
+                                            2,                  amx::kStep,  amx::pack_a_split,
+                                            amx::thread_begin,  amx::thread_end,
+                                            amx::kSplitCopies};
+
 }  // namespace mixtrain::kernels::cpu

@@ -143,8 +143,8 @@ void pack_a(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t
 // bias), they store straight into ep.out. So k blocks after the first cost a tile load and store rather
 // than a pass of the epilogue, and k blocks can be shallow enough for a B panel to stay in L1. Tiles cut
 // by C's edges (never full whatever the thread count) take the epilogue.
-void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
-                  const Epilogue& ep) {
+void run_tiles(int64_t steps, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
+               const Epilogue& ep) {
   const bool full = mr_used == kMR && nr_used == kNR;
   const bool start_from_add = full && ep.add != nullptr && ep.add_dtype == DType::kFloat32;
   const bool store_to_out = full && ep.out_dtype == DType::kFloat32 && ep.bias == nullptr &&
@@ -166,7 +166,6 @@ void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr
 
   const char* a = reinterpret_cast<const char*>(a_panel);
   const char* b = reinterpret_cast<const char*>(b_panel);
-  const int64_t steps = (kc + kStep - 1) / kStep;
   // Tile registers are not renamed: a load into a tile waits until the products reading its old value
   // are done. So each operand of the next step is loaded right after the last product that reads this
   // step's, and its load overlaps the products still running.
@@ -208,6 +207,80 @@ void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr
   Epilogue rest = ep;
   if (start_from_add) rest.add = nullptr;  // already in the sum
   shim::finish(tile, mr_used, nr_used, rest);
+}
+
+// a and b are kc deep (padded to a multiple of kStep).
+void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
+                  const Epilogue& ep) {
+  run_tiles((kc + kStep - 1) / kStep, a_panel, b_panel, mr_used, nr_used, ep);
+}
+
+// ---- float16 inputs as three bfloat16 products, packed on the fly (the "amx" method for float16) ----
+//
+// Every float16 value x is the exact sum of two bfloat16 values: hi, x rounded to nearest (8 significant
+// bits), and lo = x - hi (at most 4 significant bits, |lo| <= 2^-8 |x|; float16's exponent range lies well
+// inside bfloat16's, so neither is ever subnormal). Then a b = a_hi b_hi + a_hi b_lo + a_lo b_hi + a_lo b_lo,
+// each product exact in float32. The first three terms summed in float32 give a product of float16 matrices
+// whose error is float32 accumulation's plus at most 2^-16 |a||b| per product (the dropped a_lo b_lo): 32x
+// below the rounding of a float16 result. An infinite or NaN x gets hi = x and lo = 0 (so a product with one
+// reads NaN where widening could give an infinity; either way the result is not finite).
+//
+// A step of 32 k values is packed as three steps:
+// A as (hi, hi, lo), B as (hi, lo, hi), so the tiles sum a_hi b_hi + a_hi b_lo + a_lo b_hi step by step, all
+// in float32, in an order fixed by k alone. The packers above move 16-bit values without looking at them, so
+// a panel of float16 bits is packed by them into L1-sized scratch, and each of its steps is then split into
+// the three steps of the panel the micro-kernel reads (three times as deep).
+constexpr int kSplitCopies = 3;
+constexpr int64_t kSplitMaxSteps = 32;                 // source k per call <= 1024: the scratch is 64 KiB
+constexpr int64_t kStepHalves = kMR * kStep;           // 16-bit values per step of a panel, A or B (2 KiB)
+static_assert(kMR * kStep == kNR * kStep, "A and B steps are the same size");
+
+// One panel of float16 bits, per thread (64 KiB: kept off the stacks of OpenMP's threads).
+struct alignas(64) SplitScratch {
+  uint16_t halves[kSplitMaxSteps * kStepHalves];
+};
+thread_local SplitScratch t_split_scratch;
+
+// lo_copy[j]: whether copy j of each step holds lo (else hi); exactly one does.
+using PackPanels = void (*)(const PackSource&, int64_t, int64_t, int64_t, int64_t, int, float*);
+void pack_split(PackPanels pack16, const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc,
+                const bool (&lo_copy)[kSplitCopies], float* dst) {
+  const int64_t steps = (kc + kStep - 1) / kStep;
+  uint16_t* scratch = t_split_scratch.halves;
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  int hi_copy = 0, lo_copy_index = 0;  // the copy the split writes hi into (the first hi one), and lo's
+  for (int j = kSplitCopies - 1; j >= 0; --j) (lo_copy[j] ? lo_copy_index : hi_copy) = j;
+  for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
+    pack16(src, r0 + q0, min64(kMR, rows - q0), p0, kc, kMR, reinterpret_cast<float*>(scratch));
+    for (int64_t t = 0; t < steps; ++t) {
+      uint16_t* first = out + (t * kSplitCopies) * kStepHalves;
+      uint16_t* hi = first + hi_copy * kStepHalves;
+      shim::split_f16_to_bf16(scratch + t * kStepHalves, kStepHalves, hi, first + lo_copy_index * kStepHalves);
+      for (int j = 0; j < kSplitCopies; ++j) {
+        if (!lo_copy[j] && j != hi_copy) shim::copy_halves(hi, kStepHalves, first + j * kStepHalves);
+      }
+    }
+    out += steps * kSplitCopies * kStepHalves;
+  }
+}
+
+constexpr bool kSplitA[kSplitCopies] = {false, false, true};  // hi, hi, lo
+constexpr bool kSplitB[kSplitCopies] = {false, true, false};  // hi, lo, hi
+
+void pack_a_split(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int width, float* dst) {
+  pack_split(pack_a, src, r0, rows, p0, kc, kSplitA, dst);
+  (void)width;
+}
+
+void pack_b_split(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, int width, float* dst) {
+  pack_split(pack, src, r0, cols, p0, kc, kSplitB, dst);
+  (void)width;
+}
+
+// a and b are 3 x kc deep: three packed steps per step of source k.
+void micro_kernel_split(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
+                        const Epilogue& ep) {
+  run_tiles(kSplitCopies * ((kc + kStep - 1) / kStep), a_panel, b_panel, mr_used, nr_used, ep);
 }
 
 void thread_begin() { shim::configure_tiles(); }

@@ -66,6 +66,9 @@ struct GemmBackend {
   // configuration and release).
   void (*thread_begin)() = nullptr;
   void (*thread_end)() = nullptr;
+  // Packed steps per step of source k: 3 where each float16 input is packed as three bfloat16 pieces (the AMX
+  // float16 split), so a panel of source depth kc is k_copies times as deep.
+  int k_copies = 1;
 };
 
 // Plain data, so selecting a path never runs code compiled for an instruction set the CPU lacks.
@@ -80,6 +83,12 @@ extern const GemmBackend kAmxBackend;
 // The same AMX kernel source on the portable emulation of its instructions (amx_shim_emulated.h): runs
 // on any CPU, slowly; for the tests.
 extern const GemmBackend kAmxEmulatedBackend;
+
+// float16 inputs only, on the AMX kernel: each value packed as two bfloat16 pieces, three tile products per
+// step (kernels/f16_split.h), float32 sums throughout. Same requirements as kAmxBackend.
+extern const GemmBackend kAmxF16Backend;
+// The same on the portable emulation; for the tests.
+extern const GemmBackend kAmxF16EmulatedBackend;
 
 // float16 inputs only, with AVX512-FP16 FMAs on float16 partial sums promoted to float32 every
 // f16_promote_pairs() products per lane; needs the AVX-512 path's features plus AVX512-FP16.

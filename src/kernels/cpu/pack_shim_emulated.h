@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "mixtrain/core/half.h"
+
 namespace mixtrain::kernels::cpu {
 namespace {
 namespace shim {
@@ -31,6 +33,20 @@ inline void transpose16_u32(const void* src, int64_t stride_bytes, int rows, int
     if (i < rows) std::memcpy(row, static_cast<const char*>(src) + i * stride_bytes, 2 * static_cast<size_t>(halves));
     for (int j = 0; j < 16; ++j) dst[j * dst_stride + i] = row[2 * j] | static_cast<uint32_t>(row[2 * j + 1]) << 16;
   }
+}
+
+inline void split_f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* hi, uint16_t* lo) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = half_bits_to_float(src[i]);
+    hi[i] = float_to_bf16_bits(x);  // round to nearest even; NaN quietened
+    const float h = bf16_bits_to_float(hi[i]);
+    const float rest = (float_bits(x) & 0x7F800000u) != 0x7F800000u ? x - h : 0.0f;
+    lo[i] = static_cast<uint16_t>(float_bits(rest) >> 16);  // exact: rest has <= 4 significant bits
+  }
+}
+
+inline void copy_halves(const uint16_t* src, int64_t n, uint16_t* dst) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(uint16_t));
 }
 
 }  // namespace shim
