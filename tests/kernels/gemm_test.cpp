@@ -17,6 +17,7 @@
 #include "kernels/gemm_internal.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/half.h"
+#include "mixtrain/kernels/cpu_features.h"
 #include "mixtrain/kernels/gemm.h"
 
 namespace mixtrain::kernels {
@@ -214,13 +215,40 @@ void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DT
 
 // Runs a test once per path; skips paths this CPU lacks. bfloat16 inputs are widened to float32 here
 // (the dot-product method has its own tests below).
+// MIXTRAIN_REQUIRE_GEMM=amx,dot,fp16,avx512,avx2 (a comma-separated list) makes the named methods and paths
+// mandatory: a test that would skip for lack of one fails instead, so a CI machine that should run it cannot
+// pass silently. "detected" names every one that cpuid reports on this machine (.ci/run sets it): the processor
+// behind a CI machine varies, and a path its CPU has must then run, not skip.
+bool cpu_reports(const std::string& method) {
+  const CpuFeatures& f = cpu_features();
+  const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c;
+  if (method == "avx2") return f.avx2 && f.fma && f.f16c;
+  if (method == "avx512") return avx512;
+  if (method == "dot") return avx512 && f.avx512_bf16;
+  if (method == "fp16") return avx512 && f.avx512_fp16;
+  if (method == "amx") return avx512 && f.amx_bf16;
+  return false;
+}
+
+bool required(const std::string& method) {
+  const char* env = std::getenv("MIXTRAIN_REQUIRE_GEMM");
+  if (env == nullptr) return false;
+  std::stringstream list(env);
+  std::string item;
+  while (std::getline(list, item, ','))
+    if (item == method || (item == "detected" && cpu_reports(method))) return true;
+  return false;
+}
+
 class GemmPath : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     set_gemm_bf16_method_for_testing("widen");
     set_gemm_f16_method_for_testing("widen");
-    if (std::strcmp(set_gemm_isa_for_testing(GetParam()), GetParam()) != 0)
+    if (std::strcmp(set_gemm_isa_for_testing(GetParam()), GetParam()) != 0) {
+      if (required(GetParam())) FAIL() << "MIXTRAIN_REQUIRE_GEMM names " << GetParam() << ", which this CPU cannot run";
       GTEST_SKIP() << "this CPU has no " << GetParam() << " path";
+    }
   }
   void TearDown() override {
     set_gemm_isa_for_testing(nullptr);
@@ -313,18 +341,6 @@ INSTANTIATE_TEST_SUITE_P(Isa, GemmPath, ::testing::Values("scalar", "avx2", "avx
 // bfloat16 subnormals as zero and flush subnormal results to zero, which that bound does not cover; the
 // inputs here (uniform in [-1, 1], bias and old C likewise) have no bfloat16 subnormals, and every nonzero
 // partial sum of their products is far above the float32 subnormal range, so neither ever happens.
-
-// MIXTRAIN_REQUIRE_GEMM=amx,dot,fp16 (a comma-separated list) makes the named methods mandatory: a test
-// that would skip for lack of one fails instead, so a CI machine that should run it cannot pass silently.
-bool required(const std::string& method) {
-  const char* env = std::getenv("MIXTRAIN_REQUIRE_GEMM");
-  if (env == nullptr) return false;
-  std::stringstream list(env);
-  std::string item;
-  while (std::getline(list, item, ','))
-    if (item == method) return true;
-  return false;
-}
 
 class GemmBf16Pairs : public ::testing::TestWithParam<const char*> {
  protected:
