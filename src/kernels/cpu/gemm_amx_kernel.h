@@ -241,31 +241,30 @@ struct alignas(64) SplitScratch {
 };
 thread_local SplitScratch t_split_scratch;
 
-// lo_copy[j]: whether copy j of each step holds lo (else hi); exactly one does.
+// Which of a step's three packed copies hold hi (two of them) and lo.
+struct SplitOrder {
+  int hi0, hi1, lo;
+};
+
 using PackPanels = void (*)(const PackSource&, int64_t, int64_t, int64_t, int64_t, int, float*);
 void pack_split(PackPanels pack16, const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc,
-                const bool (&lo_copy)[kSplitCopies], float* dst) {
+                SplitOrder order, float* dst) {
   const int64_t steps = (kc + kStep - 1) / kStep;
   uint16_t* scratch = t_split_scratch.halves;
   uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-  int hi_copy = 0, lo_copy_index = 0;  // the copy the split writes hi into (the first hi one), and lo's
-  for (int j = kSplitCopies - 1; j >= 0; --j) (lo_copy[j] ? lo_copy_index : hi_copy) = j;
   for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
     pack16(src, r0 + q0, min64(kMR, rows - q0), p0, kc, kMR, reinterpret_cast<float*>(scratch));
     for (int64_t t = 0; t < steps; ++t) {
       uint16_t* first = out + (t * kSplitCopies) * kStepHalves;
-      uint16_t* hi = first + hi_copy * kStepHalves;
-      shim::split_f16_to_bf16(scratch + t * kStepHalves, kStepHalves, hi, first + lo_copy_index * kStepHalves);
-      for (int j = 0; j < kSplitCopies; ++j) {
-        if (!lo_copy[j] && j != hi_copy) shim::copy_halves(hi, kStepHalves, first + j * kStepHalves);
-      }
+      shim::split_f16_to_bf16(scratch + t * kStepHalves, kStepHalves, first + order.hi0 * kStepHalves,
+                              first + order.hi1 * kStepHalves, first + order.lo * kStepHalves);
     }
     out += steps * kSplitCopies * kStepHalves;
   }
 }
 
-constexpr bool kSplitA[kSplitCopies] = {false, false, true};  // hi, hi, lo
-constexpr bool kSplitB[kSplitCopies] = {false, true, false};  // hi, lo, hi
+constexpr SplitOrder kSplitA = {0, 1, 2};  // hi, hi, lo
+constexpr SplitOrder kSplitB = {0, 2, 1};  // hi, lo, hi
 
 void pack_a_split(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int width, float* dst) {
   pack_split(pack_a, src, r0, rows, p0, kc, kSplitA, dst);
