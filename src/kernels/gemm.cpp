@@ -79,7 +79,7 @@ struct AlignedBuffer {
   }
 };
 
-thread_local AlignedBuffer t_a_panels;  // (mc / mr) panels of (kc, mr)
+thread_local AlignedBuffer t_a_panels;  // (mc / mr) panels of (kc, mr), or a slab's whole packed A (keep_a)
 thread_local AlignedBuffer t_b_panels;  // (nc / nr) panels of (kc, nr)
 thread_local AlignedBuffer t_partial;   // (slab rows, nc) float32 partial sums when C is 16-bit
 
@@ -88,6 +88,8 @@ thread_local AlignedBuffer t_partial;   // (slab rows, nc) float32 partial sums 
 constexpr int64_t kPartialFloats = int64_t{2} << 20;  // 8 MiB
 // Below this many multiply-adds a second thread costs more to wake than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{64} * 64 * 64;
+// Largest packed A a thread keeps across column blocks (run_slab's keep_a).
+constexpr int64_t kKeptPackedABytes = int64_t{4} << 20;
 // Packing one element (load, widen, store) costs about as much as this many multiply-adds.
 constexpr int64_t kPackCostInMacs = 8;
 
@@ -170,7 +172,10 @@ int64_t packed_slots(const GemmBackend& be, int64_t kc) {
 // on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
 // bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
 // only once.
-void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc, float* a_panels,
+//
+// keep_a: a_panels holds the whole slab's packed A (every k block, every chunk of rows), packed for the first
+// column block and read again for the others, rather than one chunk packed anew for each column block.
+void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc, float* a_panels, bool keep_a,
               float* b_panels, float* partial) {
   const int64_t mr = be.mr, nr = be.nr, kc = k_block(be, p.k);
   const PackSource src_a{p.a, p.lda, p.ab_dtype, !p.trans_a};
@@ -178,6 +183,8 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
   const int64_t row_panels = ceil_div(s.i1 - s.i0, mr);
   // Rows in chunks of at most mc, all about the same size so no chunk is a thin leftover.
   const int64_t chunks = ceil_div(row_panels, be.mc / mr);
+  std::vector<Epilogue> eps(static_cast<size_t>(be.mc / mr));  // one per row panel of a chunk
+  std::vector<int> mr_used(eps.size());
 
   for (int64_t jc = s.j0; jc < s.j1; jc += nc) {
     const int64_t nc_cur = std::min(nc, s.j1 - jc);
@@ -191,16 +198,20 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
       for (int64_t ch = 0; ch < chunks; ++ch) {
         const int64_t q0 = row_panels * ch / chunks, q1 = row_panels * (ch + 1) / chunks;
         const int64_t chunk_i0 = s.i0 + q0 * mr;
-        (be.pack_a ? be.pack_a : be.pack)(src_a, chunk_i0, std::min(s.i0 + q1 * mr, s.i1) - chunk_i0, pc, kc_cur, static_cast<int>(mr),
-                a_panels);
+        float* chunk_a = keep_a ? a_panels + ((pc / kc) * row_panels + q0) * packed_slots(be, kc) * mr : a_panels;
+        if (!keep_a || jc == s.j0) {
+          (be.pack_a ? be.pack_a : be.pack)(src_a, chunk_i0, std::min(s.i0 + q1 * mr, s.i1) - chunk_i0, pc, kc_cur,
+                                            static_cast<int>(mr), chunk_a);
+        }
         // Column panel outer, row panel inner: the B panel stays in cache while A panels stream past.
         for (int64_t cq = 0; cq < col_panels; ++cq) {
           const int64_t j = jc + cq * nr;
           const int nr_used = static_cast<int>(std::min(nr, jc + nc_cur - j));
           for (int64_t rq = q0; rq < q1; ++rq) {
             const int64_t i = s.i0 + rq * mr;
-            const int mr_used = static_cast<int>(std::min(mr, s.i1 - i));
-            Epilogue ep{};
+            mr_used[rq - q0] = static_cast<int>(std::min(mr, s.i1 - i));
+            Epilogue& ep = eps[rq - q0];
+            ep = Epilogue{};
             ep.bias = (last && p.bias) ? p.bias + j : nullptr;
             void* c_tile = c_at(p, i, j);
             const void* old_c = (first && p.accumulate) ? c_tile : nullptr;
@@ -220,8 +231,15 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
               ep.add_dtype = first ? p.c_dtype : DType::kFloat32;
               ep.ld_add = first ? p.ldc : nc;
             }
-            be.micro_kernel(kc_cur, a_panels + (rq - q0) * slots * mr, b_panels + cq * slots * nr, mr_used,
-                            nr_used, ep);
+          }
+          const float* b_panel = b_panels + cq * slots * nr;
+          if (be.column_kernel != nullptr) {
+            be.column_kernel(kc_cur, chunk_a, slots * mr, static_cast<int>(q1 - q0), b_panel, mr_used.data(),
+                             nr_used, eps.data());
+          } else {
+            for (int64_t rq = q0; rq < q1; ++rq)
+              be.micro_kernel(kc_cur, chunk_a + (rq - q0) * slots * mr, b_panel, mr_used[rq - q0], nr_used,
+                              eps[rq - q0]);
           }
         }
       }
@@ -253,7 +271,13 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
         nc = std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / (s.i1 - s.i0) / be.nr * be.nr));
       }
       const int64_t max_slots = packed_slots(be, be.kc);  // depth of the deepest packed panel
-      float* a_panels = t_a_panels.get(static_cast<size_t>(be.mc * max_slots));
+      // With several column blocks, a 16-bit product keeps the slab's packed A for all of them when it is small
+      // enough: its tile products are so fast that packing A again for every column block costs 5% at
+      // n = 1024 on an AMX core (float32 products were measured no faster keeping it).
+      const int64_t a_kept = ceil_div(p.k, k_block(be, p.k)) * ceil_div(s.i1 - s.i0, be.mr) * max_slots * be.mr;
+      const bool keep_a = be.k_per_slot == 2 && s.j1 - s.j0 > nc &&
+                          a_kept * static_cast<int64_t>(sizeof(float)) <= kKeptPackedABytes;
+      float* a_panels = t_a_panels.get(static_cast<size_t>(keep_a ? a_kept : be.mc * max_slots));
       float* b_panels = t_b_panels.get(static_cast<size_t>(max_slots * nc));
       float* partial = need_partial ? t_partial.get(static_cast<size_t>((s.i1 - s.i0) * nc)) : nullptr;
       if (a_panels == nullptr || b_panels == nullptr || (need_partial && partial == nullptr)) {
@@ -261,7 +285,7 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
         continue;
       }
       if (be.thread_begin) be.thread_begin();
-      run_slab(be, p, s, nc, a_panels, b_panels, partial);
+      run_slab(be, p, s, nc, a_panels, keep_a, b_panels, partial);
       if (be.thread_end) be.thread_end();
     }
   }

@@ -185,6 +185,8 @@ std::string method_clause(const CpuReport& cpu, DType dtype) {
     if (cpu.f16_method == "fp16")
       return "float16 FMAs (AVX512-FP16), partial sums promoted to float32 every " +
              std::to_string(cpu.f16_interval) + " k values";
+    if (cpu.f16_method == "amx")
+      return "each input split into two bfloat16 pieces, three AMX tile products (tdpbf16ps), float32 accumulation";
     return "inputs widened to float32, float32 FMAs";
   }
   if (cpu.bf16_method == "amx") return "AMX tiles (tdpbf16ps), float32 accumulation";

@@ -121,6 +121,11 @@ TEST(Doctor, MeasuresEveryDTypeOnThisMachine) {
   EXPECT_TRUE(j.at("cpu").at("amx_granted").is_bool());
   EXPECT_NE(text.find(r.gpu.status), std::string::npos) << text;
   EXPECT_NE(text.find(r.verdicts[1].verdict), std::string::npos) << text;
+  // The mixed_float16 verdict says how float16 products run: the calibrated method, not widening by default.
+  const std::string f16_how = r.cpu.f16_method == "amx"    ? "three AMX tile products"
+                              : r.cpu.f16_method == "fp16" ? "float16 FMAs (AVX512-FP16)"
+                                                           : "inputs widened to float32";
+  EXPECT_NE(r.verdicts[1].reason.find(f16_how), std::string::npos) << r.verdicts[1].reason;
 }
 
 TEST(Doctor, GpuLinesFollowComputeCapability) {

@@ -143,29 +143,47 @@ void pack_a(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t
 // bias), they store straight into ep.out. So k blocks after the first cost a tile load and store rather
 // than a pass of the epilogue, and k blocks can be shallow enough for a B panel to stay in L1. Tiles cut
 // by C's edges (never full whatever the thread count) take the epilogue.
-void run_tiles(int64_t steps, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
-               const Epilogue& ep) {
+struct TilePlan {
+  bool start_from_add, store_to_out;
+};
+
+TilePlan plan_tile(int mr_used, int nr_used, const Epilogue& ep) {
   const bool full = mr_used == kMR && nr_used == kNR;
   const bool start_from_add = full && ep.add != nullptr && ep.add_dtype == DType::kFloat32;
   const bool store_to_out = full && ep.out_dtype == DType::kFloat32 && ep.bias == nullptr &&
                             (ep.add == nullptr || start_from_add);
-  if (!store_to_out) shim::prefetch_c(mr_used, ep);
-  if (start_from_add) {
-    const char* add = static_cast<const char*>(ep.add);
-    const int64_t stride = ep.ld_add * 4;
-    shim::tile_load<0>(add, stride);
-    shim::tile_load<1>(add + 64, stride);
-    shim::tile_load<2>(add + 16 * stride, stride);
-    shim::tile_load<3>(add + 16 * stride + 64, stride);
-  } else {
-    shim::tile_zero<0>();
-    shim::tile_zero<1>();
-    shim::tile_zero<2>();
-    shim::tile_zero<3>();
-  }
+  return {start_from_add, store_to_out};
+}
 
-  const char* a = reinterpret_cast<const char*>(a_panel);
-  const char* b = reinterpret_cast<const char*>(b_panel);
+// Accumulators 0..3 = the (32, 32) float32 tile at `base` with row stride `stride` bytes.
+void load_accumulators(const void* base, int64_t stride) {
+  const char* p = static_cast<const char*>(base);
+  shim::tile_load<0>(p, stride);
+  shim::tile_load<1>(p + 64, stride);
+  shim::tile_load<2>(p + 16 * stride, stride);
+  shim::tile_load<3>(p + 16 * stride + 64, stride);
+}
+
+void store_accumulators(void* base, int64_t stride) {
+  char* p = static_cast<char*>(base);
+  shim::tile_store<0>(p, stride);
+  shim::tile_store<1>(p + 64, stride);
+  shim::tile_store<2>(p + 16 * stride, stride);
+  shim::tile_store<3>(p + 16 * stride + 64, stride);
+}
+
+// Accumulators = the sum the tile starts from: ep.add when the plan reads it in, else zero.
+void start_accumulators(const TilePlan& plan, int mr_used, const Epilogue& ep) {
+  if (!plan.store_to_out) shim::prefetch_c(mr_used, ep);
+  if (plan.start_from_add) return load_accumulators(ep.add, ep.ld_add * 4);
+  shim::tile_zero<0>();
+  shim::tile_zero<1>();
+  shim::tile_zero<2>();
+  shim::tile_zero<3>();
+}
+
+// Accumulators += `steps` steps of the packed panels a and b, in order.
+void accumulate_steps(int64_t steps, const char* a, const char* b) {
   // Tile registers are not renamed: a load into a tile waits until the products reading its old value
   // are done. So each operand of the next step is loaded right after the last product that reads this
   // step's, and its load overlaps the products still running.
@@ -189,30 +207,82 @@ void run_tiles(int64_t steps, const float* a_panel, const float* b_panel, int mr
   shim::tile_dpbf16ps<1, 4, 7>();
   shim::tile_dpbf16ps<2, 5, 6>();
   shim::tile_dpbf16ps<3, 5, 7>();
+}
 
-  if (store_to_out) {
-    char* out = static_cast<char*>(ep.out);
-    const int64_t stride = ep.ld_out * 4;
-    shim::tile_store<0>(out, stride);
-    shim::tile_store<1>(out + 64, stride);
-    shim::tile_store<2>(out + 16 * stride, stride);
-    shim::tile_store<3>(out + 16 * stride + 64, stride);
+// The finished accumulators to C: stored straight into ep.out, or through the epilogue.
+void finish_accumulators(const TilePlan& plan, int mr_used, int nr_used, const Epilogue& ep) {
+  if (plan.store_to_out) return store_accumulators(ep.out, ep.ld_out * 4);
+  alignas(64) float tile[kMR * kNR];  // (32, 32)
+  store_accumulators(tile, kNR * 4);
+  Epilogue rest = ep;
+  if (plan.start_from_add) rest.add = nullptr;  // already in the sum
+  shim::finish(tile, mr_used, nr_used, rest);
+}
+
+void run_tiles(int64_t steps, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
+               const Epilogue& ep) {
+  const TilePlan plan = plan_tile(mr_used, nr_used, ep);
+  start_accumulators(plan, mr_used, ep);
+  accumulate_steps(steps, reinterpret_cast<const char*>(a_panel), reinterpret_cast<const char*>(b_panel));
+  finish_accumulators(plan, mr_used, nr_used, ep);
+}
+
+// A column of micro-tiles: `count` (<= kMaxColumnTiles) A panels, each `a_stride` floats after the one before,
+// against one B panel, `steps` deep, tile r finishing with eps[r]. A tile streams both of its operand panels
+// from L2 at about half the tile units' rate, so the steps are taken in slices of kSliceSteps, every tile of
+// the column through a slice before the next: the B panel's slice (16 KiB) then stays in L1 across the column
+// while the A slices stream past, and each tile's running sum waits in L1 between slices, as exact float32.
+// Every element still sums its products step by step in the same order, so the bits are micro_kernel's.
+// (The emulation takes slices of 2 steps, so that the tests' small shapes cross slices too.)
+constexpr int kMaxColumnTiles = 4;
+constexpr int64_t kSliceSteps = shim::kEmulated ? 2 : 8;
+
+void run_column(int64_t steps, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
+                const int* mr_used, int nr_used, const Epilogue* eps) {
+  if (count > kMaxColumnTiles) {  // never with the backends' blocks; kept correct anyway
+    for (int r0 = 0; r0 < count; r0 += kMaxColumnTiles) {
+      const int n = count - r0 < kMaxColumnTiles ? count - r0 : kMaxColumnTiles;
+      run_column(steps, a_panels + r0 * a_stride, a_stride, n, b_panel, mr_used + r0, nr_used, eps + r0);
+    }
     return;
   }
-  alignas(64) float tile[kMR * kNR];  // (32, 32)
-  shim::tile_store<0>(tile, kNR * 4);
-  shim::tile_store<1>(tile + 16, kNR * 4);
-  shim::tile_store<2>(tile + 16 * kNR, kNR * 4);
-  shim::tile_store<3>(tile + 16 * kNR + 16, kNR * 4);
-  Epilogue rest = ep;
-  if (start_from_add) rest.add = nullptr;  // already in the sum
-  shim::finish(tile, mr_used, nr_used, rest);
+  if (count == 1 || steps <= kSliceSteps) {
+    for (int r = 0; r < count; ++r) run_tiles(steps, a_panels + r * a_stride, b_panel, mr_used[r], nr_used, eps[r]);
+    return;
+  }
+  alignas(64) float sums[kMaxColumnTiles][kMR * kNR];  // (32, 32) running sums between slices
+  TilePlan plans[kMaxColumnTiles];
+  for (int r = 0; r < count && r < kMaxColumnTiles; ++r) plans[r] = plan_tile(mr_used[r], nr_used, eps[r]);
+  const char* b = reinterpret_cast<const char*>(b_panel);
+  for (int64_t s0 = 0; s0 < steps; s0 += kSliceSteps) {
+    const int64_t slice = min64(kSliceSteps, steps - s0);
+    const bool first = s0 == 0, last = s0 + slice == steps;
+    for (int r = 0; r < count; ++r) {
+      if (first) {
+        start_accumulators(plans[r], mr_used[r], eps[r]);
+      } else {
+        load_accumulators(sums[r], kNR * 4);
+      }
+      const char* a = reinterpret_cast<const char*>(a_panels + r * a_stride);
+      accumulate_steps(slice, a + s0 * 2048, b + s0 * 2048);
+      if (last) {
+        finish_accumulators(plans[r], mr_used[r], nr_used, eps[r]);
+      } else {
+        store_accumulators(sums[r], kNR * 4);
+      }
+    }
+  }
 }
 
 // a and b are kc deep (padded to a multiple of kStep).
 void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
                   const Epilogue& ep) {
   run_tiles((kc + kStep - 1) / kStep, a_panel, b_panel, mr_used, nr_used, ep);
+}
+
+void column_kernel(int64_t kc, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
+                   const int* mr_used, int nr_used, const Epilogue* eps) {
+  run_column((kc + kStep - 1) / kStep, a_panels, a_stride, count, b_panel, mr_used, nr_used, eps);
 }
 
 // ---- float16 inputs as three bfloat16 products, packed on the fly (the "amx" method for float16) ----
@@ -280,6 +350,11 @@ void pack_b_split(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, i
 void micro_kernel_split(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
                         const Epilogue& ep) {
   run_tiles(kSplitCopies * ((kc + kStep - 1) / kStep), a_panel, b_panel, mr_used, nr_used, ep);
+}
+
+void column_kernel_split(int64_t kc, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
+                         const int* mr_used, int nr_used, const Epilogue* eps) {
+  run_column(kSplitCopies * ((kc + kStep - 1) / kStep), a_panels, a_stride, count, b_panel, mr_used, nr_used, eps);
 }
 
 void thread_begin() { shim::configure_tiles(); }

@@ -69,6 +69,11 @@ struct GemmBackend {
   // Packed steps per step of source k: 3 where each float16 input is packed as three bfloat16 pieces (the AMX
   // float16 split), so a panel of source depth kc is k_copies times as deep.
   int k_copies = 1;
+  // Optional: micro_kernel for `count` A panels of one chunk (at most mc / mr; panel r at a + r * a_stride
+  // floats, tile r has mr_used[r] rows and takes eps[r]) against one B panel, with the same bits, in an order
+  // that keeps the B panel in L1.
+  void (*column_kernel)(int64_t kc, const float* a, int64_t a_stride, int count, const float* b, const int* mr_used,
+                        int nr_used, const Epilogue* eps) = nullptr;
 };
 
 // Plain data, so selecting a path never runs code compiled for an instruction set the CPU lacks.
