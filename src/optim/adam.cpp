@@ -12,13 +12,26 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;
 
 // The Adam update is a square root and a division per element: compute-bound at the baseline's 4-wide SSE, so
 // it runs in the widest variant the instruction-set level allows (optim/isa_variants.h).
+//
+// The four streams are prefetched a few cache lines ahead: the square root and the division hold the
+// out-of-order window long enough that the hardware prefetchers alone leave the loads waiting on memory
+// (bench/optimizer_bench BM_AdamArena/float32, 20M weights, 2 threads of this machine kind's Xeon, alternating
+// runs: 20.6-21.6 ms without, 18.4-18.9 ms with).
 [[gnu::always_inline]] inline void adam_span(float* w, const float* g, float* m, float* v, int64_t n, float alpha,
                                              float one_minus_b1, float one_minus_b2, float eps) {
+  constexpr int64_t kLine = 16, kAhead = 256;  // floats per cache line; how far ahead to prefetch
+  for (int64_t i0 = 0; i0 < n; i0 += kLine) {
+    __builtin_prefetch(w + i0 + kAhead, 1);
+    __builtin_prefetch(g + i0 + kAhead, 0);
+    __builtin_prefetch(m + i0 + kAhead, 1);
+    __builtin_prefetch(v + i0 + kAhead, 1);
+    const int64_t i1 = i0 + kLine < n ? i0 + kLine : n;
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] += (g[i] - m[i]) * one_minus_b1;
-    v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
-    w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + eps);
+    for (int64_t i = i0; i < i1; ++i) {
+      m[i] += (g[i] - m[i]) * one_minus_b1;
+      v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
+      w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + eps);
+    }
   }
 }
 using AdamSpan = void (*)(float*, const float*, float*, float*, int64_t, float, float, float, float);
