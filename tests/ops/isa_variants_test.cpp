@@ -1,9 +1,10 @@
-// The CPU kernels' block functions (elementwise, pooling, batch normalization, attention's softmax rows) at every
-// instruction-set level the CPU can run (core/isa_level.h): forcing a level selects their baseline or AVX2
-// variant, and every level gives the bits of the baseline, in every floating dtype.
+// The CPU kernels' block functions (elementwise, pooling, batch normalization, attention's softmax rows, loss
+// scaling's unscale) at every instruction-set level the CPU can run (core/isa_level.h): forcing a level selects
+// their baseline or AVX2 variant, and every level gives the bits of the baseline, in every floating dtype.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -14,6 +15,7 @@
 #include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/pooling.h"
 
 namespace mixtrain {
@@ -87,6 +89,16 @@ std::vector<std::vector<uint8_t>> run_kernels(DType dtype) {
   att.causal = true;
   att.scale = 0.35f;
   out.push_back(bytes_of(ops::scaled_dot_product_attention(q, k, v, att).probs));
+
+  // Loss scaling's unscale and count, with an overflow to infinity in the tail and a NaN.
+  Tensor unscaled = Tensor::empty({70001}, DType::kFloat32);
+  Tensor scaled = x.to(DType::kFloat32).contiguous();
+  scaled.data<float>()[70000] = 3.0e38f;
+  scaled.data<float>()[12345] = std::nanf("");
+  const int64_t bad = ops::unscale_and_count_nonfinite(scaled, 4.0f, unscaled);
+  out.push_back(bytes_of(unscaled));
+  out.push_back(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&bad),
+                                     reinterpret_cast<const uint8_t*>(&bad) + sizeof(bad)));
   return out;
 }
 
