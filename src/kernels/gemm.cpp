@@ -168,6 +168,8 @@ int64_t packed_slots(const GemmBackend& be, int64_t kc) {
   return be.k_copies * (ceil_div(kc, align) * align / be.k_per_slot);
 }
 
+std::atomic<bool> g_column_kernel{true};  // off only in tests (set_gemm_column_kernel_for_testing)
+
 // Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
 // on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
 // bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
@@ -233,7 +235,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
             }
           }
           const float* b_panel = b_panels + cq * slots * nr;
-          if (be.column_kernel != nullptr) {
+          if (be.column_kernel != nullptr && g_column_kernel.load(std::memory_order_relaxed)) {
             be.column_kernel(kc_cur, chunk_a, slots * mr, static_cast<int>(q1 - q0), b_panel, mr_used.data(),
                              nr_used, eps.data());
           } else {
@@ -691,6 +693,8 @@ int set_gemm_f16_promote_interval_for_testing(int k_values) {
   g_test_f16_interval.store(k_values, std::memory_order_relaxed);
   return gemm_f16_promote_interval();
 }
+
+bool set_gemm_column_kernel_for_testing(bool enabled) { return g_column_kernel.exchange(enabled); }
 
 namespace cpu {
 int64_t f16_promote_pairs() { return gemm_f16_promote_interval() / 2; }

@@ -22,4 +22,8 @@ const char* set_gemm_f16_method_for_testing(const char* method);
 // gemm_f16_promote_interval().
 int set_gemm_f16_promote_interval_for_testing(int k_values);
 
+// Turns the column kernels (the AMX paths' run of several row tiles against one B panel in slices) off or back
+// on, so tests can check that they give the bits of one tile at a time. Returns the previous setting.
+bool set_gemm_column_kernel_for_testing(bool enabled);
+
 }  // namespace mixtrain::kernels

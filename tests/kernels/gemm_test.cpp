@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -109,9 +110,10 @@ struct Shape3 {
 
 // C = A B + bias (B transposed and not, every C dtype) with inputs of `ab`, once on one thread and once on two:
 // the results must match bit for bit, as each thread owns whole output blocks and sums in the same order.
-void expect_same_bits_on_one_and_two_threads(const char* path, DType ab, const std::vector<Shape3>& shapes,
-                                             std::mt19937& rng) {
-  const int saved = omp_get_max_threads();
+// Runs each shape (B as stored and transposed, every output dtype, accumulating, with a bias) once under
+// `first` and once under `second` (settings applied before each gemm) and expects the same bytes of C.
+void expect_same_bits(const char* path, DType ab, const std::vector<Shape3>& shapes, std::mt19937& rng,
+                      const std::function<void()>& first, const std::function<void()>& second, const char* what) {
   for (const Shape3& s : shapes) {
     for (bool trans_b : {false, true}) {
       for (DType c_dtype : kFloatTypes) {
@@ -123,18 +125,32 @@ void expect_same_bits_on_one_and_two_threads(const char* path, DType ab, const s
         Matrix c1(c_dtype, s.m, s.n, 0);
         c1.fill_uniform(rng);
         Matrix c2 = c1;
-        omp_set_num_threads(1);
+        first();
         gemm(false, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c1.data(), c1.ld, true,
              bias.data());
-        omp_set_num_threads(2);
+        second();
         gemm(false, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, c2.data(), c2.ld, true,
              bias.data());
-        EXPECT_EQ(c1.bytes, c2.bytes) << path << " m=" << s.m << " n=" << s.n << " k=" << s.k
+        EXPECT_EQ(c1.bytes, c2.bytes) << path << " (" << what << ") m=" << s.m << " n=" << s.n << " k=" << s.k
                                       << " trans_b=" << trans_b << " c=" << dtype_name(c_dtype);
       }
     }
   }
+}
+
+void expect_same_bits_on_one_and_two_threads(const char* path, DType ab, const std::vector<Shape3>& shapes,
+                                             std::mt19937& rng) {
+  const int saved = omp_get_max_threads();
+  expect_same_bits(path, ab, shapes, rng, [] { omp_set_num_threads(1); }, [] { omp_set_num_threads(2); },
+                   "1 and 2 threads");
   omp_set_num_threads(saved);
+}
+
+// The AMX paths' column kernel (row tiles against one B panel in slices of steps) against one tile at a time.
+void expect_column_kernel_bits(const char* path, DType ab, const std::vector<Shape3>& shapes, std::mt19937& rng) {
+  expect_same_bits(path, ab, shapes, rng, [] { set_gemm_column_kernel_for_testing(true); },
+                   [] { set_gemm_column_kernel_for_testing(false); }, "column kernel and tile by tile");
+  set_gemm_column_kernel_for_testing(true);
 }
 
 // Everything for one (shape, transposes, input dtype): runs every output dtype, accumulate and bias
@@ -403,6 +419,16 @@ TEST_P(GemmBf16Pairs, OneAndTwoThreadsGiveIdenticalBits) {
       {{300, 200, 600}, {7, 1000, 301}, {129, 515, 257}, {70, 300, emulated() ? 999 : 4199}}, rng);
 }
 
+// Shapes whose chunks hold several row tiles and whose depth crosses several slices (2 steps each in the
+// emulation, 8 on the AMX tiles), with ragged edges.
+TEST_P(GemmBf16Pairs, ColumnKernelGivesTheTileByTileBits) {
+  std::mt19937 rng(23);
+  expect_column_kernel_bits(GetParam(), DType::kBFloat16,
+                            emulated() ? std::vector<Shape3>{{70, 40, 200}, {64, 33, 95}}
+                                       : std::vector<Shape3>{{130, 70, 1000}, {128, 64, 257}, {97, 300, 2100}},
+                            rng);
+}
+
 INSTANTIATE_TEST_SUITE_P(Method, GemmBf16Pairs, ::testing::Values("dot", "amx", "amx_emulated"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
@@ -578,6 +604,14 @@ TEST_P(GemmF16Split, OneAndTwoThreadsGiveIdenticalBits) {
       emulated() ? std::vector<Shape3>{{100, 70, 200}, {7, 300, 101}}
                  : std::vector<Shape3>{{300, 200, 600}, {7, 1000, 301}, {129, 515, 1500}},
       rng);
+}
+
+TEST_P(GemmF16Split, ColumnKernelGivesTheTileByTileBits) {
+  std::mt19937 rng(29);
+  expect_column_kernel_bits(GetParam(), DType::kFloat16,
+                            emulated() ? std::vector<Shape3>{{70, 40, 100}, {64, 33, 45}}
+                                       : std::vector<Shape3>{{130, 70, 700}, {128, 64, 90}, {97, 300, 1500}},
+                            rng);
 }
 
 // As a mixed_float16 forward pass uses it (float16 A, B and C): the error against the exact product stays
