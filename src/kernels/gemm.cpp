@@ -185,6 +185,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
   const int64_t row_panels = ceil_div(s.i1 - s.i0, mr);
   // Rows in chunks of at most mc, all about the same size so no chunk is a thin leftover.
   const int64_t chunks = ceil_div(row_panels, be.mc / mr);
+  const bool by_column = be.column_kernel != nullptr && g_column_kernel.load(std::memory_order_relaxed);
   std::vector<Epilogue> eps(static_cast<size_t>(be.mc / mr));  // one per row panel of a chunk
   std::vector<int> mr_used(eps.size());
 
@@ -235,7 +236,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
             }
           }
           const float* b_panel = b_panels + cq * slots * nr;
-          if (be.column_kernel != nullptr && g_column_kernel.load(std::memory_order_relaxed)) {
+          if (by_column) {
             be.column_kernel(kc_cur, chunk_a, slots * mr, static_cast<int>(q1 - q0), b_panel, mr_used.data(),
                              nr_used, eps.data());
           } else {

@@ -7,21 +7,12 @@
 
 namespace mixtrain::kernels::cpu {
 
-static_assert(64 / amx::kMR <= amx::kMaxColumnTiles, "a chunk of rows is one column of tiles");
-
 // Small cache blocks (3 tile steps deep, 3 micro-tiles wide, 2 tall), so that small test shapes already
 // cross k, column and row blocks and the padded ends of each.
-const GemmBackend kAmxEmulatedBackend = {"amx_emulated", amx::kMR,   amx::kNR,          64,
-                                         96,             96,         amx::pack,         amx::micro_kernel,
-                                         2,              amx::kStep, amx::pack_a,       amx::thread_begin,
-                                         amx::thread_end,   1,           amx::column_kernel};
+const GemmBackend kAmxEmulatedBackend = amx::make_backend<64>("amx_emulated", amx::Inputs::kBFloat16, 96, 96);
 
 // The float16 split with the same small blocks (2 source steps, 6 packed).
-const GemmBackend kAmxF16EmulatedBackend = {"amx_f16_emulated", amx::kMR,    amx::kNR,
-                                            64,                 64,          96,
-                                            amx::pack_b_split,  amx::micro_kernel_split,
-                                            2,                  amx::kStep,  amx::pack_a_split,
-                                            amx::thread_begin,  amx::thread_end,
-                                            amx::kSplitCopies, amx::column_kernel_split};
+const GemmBackend kAmxF16EmulatedBackend =
+    amx::make_backend<64>("amx_f16_emulated", amx::Inputs::kFloat16Split, 64, 96);
 
 }  // namespace mixtrain::kernels::cpu

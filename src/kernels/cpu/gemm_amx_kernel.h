@@ -33,11 +33,13 @@ constexpr int kNR = 32;
 constexpr int kStep = 32;  // k values per tile product
 
 inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+// Tile steps in a panel kc deep (k padded with zeros to a multiple of kStep).
+constexpr int64_t steps_of(int64_t kc) { return (kc + kStep - 1) / kStep; }
 
 // A: rows with k contiguous (element (r, p) at data[r * ld + p]): each tile row is a 64-byte copy.
 void pack_a_k_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
   const uint16_t* data = static_cast<const uint16_t*>(src.data);
-  const int64_t steps = (kc + kStep - 1) / kStep;
+  const int64_t steps = steps_of(kc);
   for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
     const int64_t used = min64(kMR, rows - q0);
     for (int64_t t = 0; t < steps; ++t) {
@@ -57,7 +59,7 @@ void pack_a_k_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_
 void pack_a_rows_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc,
                             uint16_t* dst) {
   const uint16_t* data = static_cast<const uint16_t*>(src.data);
-  const int64_t steps = (kc + kStep - 1) / kStep;
+  const int64_t steps = steps_of(kc);
   alignas(64) uint32_t pairs[16 * 16];  // (16 pairs, 16 rows)
   for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
     const int64_t used = min64(kMR, rows - q0);
@@ -86,7 +88,7 @@ void pack_a_rows_contiguous(const PackSource& src, int64_t r0, int64_t rows, int
 // (k, n): each tile row interleaves two source rows.
 void pack_b_rows_contiguous(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, uint32_t* dst) {
   const uint16_t* data = static_cast<const uint16_t*>(src.data);
-  const int64_t steps = (kc + kStep - 1) / kStep;
+  const int64_t steps = steps_of(kc);
   for (int64_t q0 = 0; q0 < cols; q0 += kNR) {
     const int64_t used = min64(kNR, cols - q0);
     for (int64_t t = 0; t < steps; ++t) {
@@ -111,7 +113,7 @@ void pack_b_rows_contiguous(const PackSource& src, int64_t r0, int64_t cols, int
 // slot, so (16 columns, 16 pairs) blocks are transposed.
 void pack_b_k_contiguous(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, uint32_t* dst) {
   const uint16_t* data = static_cast<const uint16_t*>(src.data);
-  const int64_t steps = (kc + kStep - 1) / kStep;
+  const int64_t steps = steps_of(kc);
   for (int64_t q0 = 0; q0 < cols; q0 += kNR) {
     const int64_t used = min64(kNR, cols - q0);
     for (int64_t t = 0; t < steps; ++t) {
@@ -274,17 +276,6 @@ void run_column(int64_t steps, const float* a_panels, int64_t a_stride, int coun
   }
 }
 
-// a and b are kc deep (padded to a multiple of kStep).
-void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
-                  const Epilogue& ep) {
-  run_tiles((kc + kStep - 1) / kStep, a_panel, b_panel, mr_used, nr_used, ep);
-}
-
-void column_kernel(int64_t kc, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
-                   const int* mr_used, int nr_used, const Epilogue* eps) {
-  run_column((kc + kStep - 1) / kStep, a_panels, a_stride, count, b_panel, mr_used, nr_used, eps);
-}
-
 // ---- float16 inputs as three bfloat16 products, packed on the fly (the "amx" method for float16) ----
 //
 // Every float16 value x is the exact sum of two bfloat16 values: hi, x rounded to nearest (8 significant
@@ -319,7 +310,7 @@ struct SplitOrder {
 using PackPanels = void (*)(const PackSource&, int64_t, int64_t, int64_t, int64_t, int, float*);
 void pack_split(PackPanels pack16, const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc,
                 SplitOrder order, float* dst) {
-  const int64_t steps = (kc + kStep - 1) / kStep;
+  const int64_t steps = steps_of(kc);
   uint16_t* scratch = t_split_scratch.halves;
   uint16_t* out = reinterpret_cast<uint16_t*>(dst);
   for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
@@ -336,29 +327,55 @@ void pack_split(PackPanels pack16, const PackSource& src, int64_t r0, int64_t ro
 constexpr SplitOrder kSplitA = {0, 1, 2};  // hi, hi, lo
 constexpr SplitOrder kSplitB = {0, 2, 1};  // hi, lo, hi
 
-void pack_a_split(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int width, float* dst) {
+void pack_a_split(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int /*width*/,
+                  float* dst) {
   pack_split(pack_a, src, r0, rows, p0, kc, kSplitA, dst);
-  (void)width;
 }
 
-void pack_b_split(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, int width, float* dst) {
+void pack_b_split(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, int /*width*/,
+                  float* dst) {
   pack_split(pack, src, r0, cols, p0, kc, kSplitB, dst);
-  (void)width;
 }
 
-// a and b are 3 x kc deep: three packed steps per step of source k.
-void micro_kernel_split(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
-                        const Epilogue& ep) {
-  run_tiles(kSplitCopies * ((kc + kStep - 1) / kStep), a_panel, b_panel, mr_used, nr_used, ep);
+// The panels are Copies x kc deep: Copies packed steps per step of source k (1, or kSplitCopies for float16).
+template <int Copies>
+void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
+                  const Epilogue& ep) {
+  run_tiles(Copies * steps_of(kc), a_panel, b_panel, mr_used, nr_used, ep);
 }
 
-void column_kernel_split(int64_t kc, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
-                         const int* mr_used, int nr_used, const Epilogue* eps) {
-  run_column(kSplitCopies * ((kc + kStep - 1) / kStep), a_panels, a_stride, count, b_panel, mr_used, nr_used, eps);
+template <int Copies>
+void column_kernel(int64_t kc, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
+                   const int* mr_used, int nr_used, const Epilogue* eps) {
+  run_column(Copies * steps_of(kc), a_panels, a_stride, count, b_panel, mr_used, nr_used, eps);
 }
 
 void thread_begin() { shim::configure_tiles(); }
 void thread_end() { shim::release_tiles(); }
+
+// This kernel's backend table on the shim it was compiled with, for bfloat16 inputs or the float16 split, with
+// its cache blocks: Mc rows a chunk (one column of tiles, so at most kMaxColumnTiles of them), kc, nc.
+enum class Inputs { kBFloat16, kFloat16Split };
+template <int64_t Mc>
+constexpr GemmBackend make_backend(const char* name, Inputs inputs, int64_t kc, int64_t nc) {
+  static_assert(Mc % kMR == 0 && Mc / kMR <= kMaxColumnTiles, "a chunk of rows is one column of tiles");
+  const bool split = inputs == Inputs::kFloat16Split;
+  return {name,
+          kMR,
+          kNR,
+          Mc,
+          kc,
+          nc,
+          split ? pack_b_split : pack,
+          split ? micro_kernel<kSplitCopies> : micro_kernel<1>,
+          2,
+          kStep,
+          split ? pack_a_split : pack_a,
+          thread_begin,
+          thread_end,
+          split ? kSplitCopies : 1,
+          split ? column_kernel<kSplitCopies> : column_kernel<1>};
+}
 
 }  // namespace amx
 }  // namespace

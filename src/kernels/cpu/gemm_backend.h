@@ -90,7 +90,7 @@ extern const GemmBackend kAmxBackend;
 extern const GemmBackend kAmxEmulatedBackend;
 
 // float16 inputs only, on the AMX kernel: each value packed as two bfloat16 pieces, three tile products per
-// step (kernels/f16_split.h), float32 sums throughout. Same requirements as kAmxBackend.
+// step (gemm_amx_kernel.h), float32 sums throughout. Same requirements as kAmxBackend.
 extern const GemmBackend kAmxF16Backend;
 // The same on the portable emulation; for the tests.
 extern const GemmBackend kAmxF16EmulatedBackend;

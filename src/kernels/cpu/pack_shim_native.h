@@ -60,19 +60,12 @@ inline void transpose16_u32(const void* src, int64_t stride_bytes, int rows, int
 // hi = x rounded to nearest even, lo = x - hi (exact), as gemm_amx_kernel.h defines them; a NaN gives a quiet
 // NaN hi, and an infinity or NaN a zero lo.
 inline void split_f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* hi, uint16_t* hi2, uint16_t* lo) {
-  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000), quiet = _mm512_set1_epi32(0x00400000);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
-  const __m512i round_bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
   for (int64_t i = 0; i < n; i += 16) {
     const __m512 x = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(src + i)));
-    const __m512i u = _mm512_castps_si512(x);
-    // Finite: exponent field not all ones. float16 inputs cannot round up to an infinity in bfloat16, and an
-    // infinity rounds to itself (its low half is zero); a NaN is quietened instead of rounded.
-    const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(u, exp_mask), exp_mask);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), exp_mask);
-    const __m512i rounded = _mm512_add_epi32(
-        u, _mm512_add_epi32(round_bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-    const __m512i hi_bits = _mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(u, quiet)), 16);
+    // float16 inputs cannot round up to an infinity in bfloat16, and an infinity rounds to itself.
+    const __m512i hi_bits = to_bf16_bits(x);
+    const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), exp_mask), exp_mask);
     const __m512 hi_wide = _mm512_castsi512_ps(_mm512_slli_epi32(hi_bits, 16));
     const __m512 rest = _mm512_maskz_sub_ps(finite, x, hi_wide);  // exact; zero where x is not finite
     const __m256i hi_halves = _mm512_cvtepi32_epi16(hi_bits);
