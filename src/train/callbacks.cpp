@@ -4,11 +4,15 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <ostream>
 #include <utility>
 
+#include "mixtrain/core/json.h"
 #include "mixtrain/report/csv_writer.h"
 #include "mixtrain/report/progress_bar.h"
+#include "mixtrain/train/exact_json.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
@@ -113,6 +117,76 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
 
 namespace {
 
+// A callback's saved state as a JSON object; Error naming the callback when it is not one.
+Json parse_state(const CallbackState& state, const char* callback) {
+  Json j = Json::parse(state.json, std::string(callback) + " state");
+  MIXTRAIN_CHECK(j.is_object(), callback << ": the saved state is " << j.type_name() << ", expected an object");
+  return j;
+}
+
+double state_number(const Json& j, const char* key, const char* callback) {
+  const Json* v = j.find(key);
+  const std::optional<double> d = v ? read_exact_number(*v) : std::nullopt;
+  MIXTRAIN_CHECK(d.has_value(), callback << ": the saved state's '" << key << "' is "
+                                         << (v ? v->dump() : std::string("missing")) << ", expected a number");
+  return *d;
+}
+
+int state_int(const Json& j, const char* key, int min, const char* callback) {
+  const double d = state_number(j, key, callback);
+  MIXTRAIN_CHECK(d == std::floor(d) && d >= min && d <= std::numeric_limits<int>::max(),
+                 callback << ": the saved state's '" << key << "' is " << d << ", expected an integer >= " << min);
+  return static_cast<int>(d);
+}
+
+}  // namespace
+
+CallbackState EarlyStopping::state() const {
+  CallbackState s;
+  Json j = Json::object();
+  j["best"] = exact_number(best_);
+  j["wait"] = wait_;
+  j["stopped_epoch"] = stopped_epoch_;
+  s.json = j.dump();
+  // The best weights in the order of model_->weights(), named as they are (the names are unique in a model).
+  if (!best_weights_.empty()) {
+    const std::vector<Var> ws = model_->weights();
+    for (size_t i = 0; i < ws.size(); ++i) s.tensors.emplace_back(ws[i].name(), best_weights_[i]);
+  }
+  return s;
+}
+
+void EarlyStopping::restore_state(const CallbackState& state) {
+  const Json j = parse_state(state, "EarlyStopping");
+  const double best = state_number(j, "best", "EarlyStopping");
+  const int wait = state_int(j, "wait", 0, "EarlyStopping");
+  const int stopped = state_int(j, "stopped_epoch", -1, "EarlyStopping");
+  std::vector<Tensor> best_weights;
+  // Saved by a callback that kept them; a resumed one that does not restore weights has no use for them.
+  if (restore_best_weights_ && !state.tensors.empty()) {
+    const std::vector<Var> ws = model_->weights();
+    MIXTRAIN_CHECK(state.tensors.size() == ws.size(), "EarlyStopping: the saved state holds "
+                                                          << state.tensors.size() << " best weights for a model of "
+                                                          << ws.size());
+    for (const Var& w : ws) {
+      const auto it = std::find_if(state.tensors.begin(), state.tensors.end(),
+                                   [&](const auto& named) { return named.first == w.name(); });
+      MIXTRAIN_CHECK(it != state.tensors.end(), "EarlyStopping: the saved state has no best value of weight '"
+                                                    << w.name() << "'");
+      MIXTRAIN_CHECK(it->second.dtype() == w.dtype() && it->second.shape() == w.shape(),
+                     "EarlyStopping: saved best weight '" << w.name() << "' is " << it->second.describe()
+                                                          << " but the model's is " << w.value().describe());
+      best_weights.push_back(it->second.clone());
+    }
+  }
+  best_ = best;
+  wait_ = wait;
+  stopped_epoch_ = stopped;
+  best_weights_ = std::move(best_weights);
+}
+
+namespace {
+
 // Sets key in logs, replacing an entry of that name (two learning-rate callbacks record one "learning_rate").
 void set_log(Logs& logs, const std::string& key, double value) {
   for (auto& [k, v] : logs) {
@@ -186,6 +260,25 @@ bool ReduceLROnPlateau::improved(double current) const {
 }
 
 void ReduceLROnPlateau::on_train_begin(int, int64_t) { reset(); }
+
+// The rate itself is in the optimizer's state, which the checkpoint restores.
+CallbackState ReduceLROnPlateau::state() const {
+  Json j = Json::object();
+  j["best"] = exact_number(best_);
+  j["wait"] = wait_;
+  j["cooldown_counter"] = cooldown_counter_;
+  return {j.dump(), {}};
+}
+
+void ReduceLROnPlateau::restore_state(const CallbackState& state) {
+  const Json j = parse_state(state, "ReduceLROnPlateau");
+  const double best = state_number(j, "best", "ReduceLROnPlateau");
+  const int wait = state_int(j, "wait", 0, "ReduceLROnPlateau");
+  const int cooldown = state_int(j, "cooldown_counter", 0, "ReduceLROnPlateau");
+  best_ = best;
+  wait_ = wait;
+  cooldown_counter_ = cooldown;
+}
 
 void ReduceLROnPlateau::on_epoch_logs(int, Logs& logs) {
   // The rate this epoch trained with: recorded before on_epoch_end may reduce it, as Keras does.

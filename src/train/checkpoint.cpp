@@ -13,7 +13,9 @@
 #include "mixtrain/core/json.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/train/exact_json.h"
 #include "mixtrain/train/model.h"
+#include "mixtrain/train/recovery.h"
 
 namespace mixtrain {
 
@@ -21,6 +23,8 @@ namespace {
 
 constexpr std::string_view kOptimizerPrefix = "optimizer/";
 constexpr std::string_view kRngPrefix = "rng/";
+// A callback's tensors (EarlyStopping's best weights): callback/<state key>/<tensor name>.
+constexpr std::string_view kCallbackPrefix = "callback/";
 constexpr const char* kRebuildHint =
     "build and compile the model exactly as the run that saved the checkpoint (same layers in the same order, "
     "same policy, same optimizer)";
@@ -123,21 +127,7 @@ Shape saved_input_shape(const std::string& path, const std::string& text, const 
   return Shape(std::move(dims));
 }
 
-// ---- The fit state as JSON ----
-// Every double must read back bit for bit: finite values as JSON numbers (the shortest spelling that reads back
-// the same), the others as strings, which JSON has no numbers for (a NaN loss is part of a run's history).
-Json exact_number(double v) {
-  if (std::isnan(v)) return Json("nan");
-  if (std::isinf(v)) return Json(v > 0 ? "inf" : "-inf");
-  return Json(v);
-}
-
-Json exact_numbers(const std::vector<double>& values) {
-  Json a = Json::array();
-  for (double v : values) a.push_back(exact_number(v));
-  return a;
-}
-
+// ---- The fit state as JSON (doubles through exact_number, so they read back bit for bit) ----
 std::string hex_word(uint64_t w) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(w));
@@ -175,6 +165,11 @@ std::string fit_state_json(const FitState& s) {
   hist["samples"] = h.samples;
   hist["train_seconds"] = exact_number(h.train_seconds);
   j["history"] = hist;
+  // Nested as JSON rather than as strings, so the header stays readable; their tensors are saved apart.
+  if (!s.recovery.empty()) j["recovery"] = Json::parse(s.recovery, "recovery state");
+  Json callbacks = Json::object();
+  for (const auto& [key, state] : s.callbacks) callbacks[key] = Json::parse(state.json, key + " state");
+  j["callbacks"] = callbacks;
   return j.dump();
 }
 
@@ -204,12 +199,9 @@ FitState parse_fit_state(const std::string& text, const std::function<void(const
     return v.as_bool();
   };
   const auto number = [&](const Json& v, const std::string& where) -> double {
-    if (v.is_number()) return v.as_number();
-    if (v.is_string() && v.as_string() == "nan") return std::numeric_limits<double>::quiet_NaN();
-    if (v.is_string() && v.as_string() == "inf") return std::numeric_limits<double>::infinity();
-    if (v.is_string() && v.as_string() == "-inf") return -std::numeric_limits<double>::infinity();
-    fail(where + " holds " + v.dump() + ", expected a number");
-    return 0;
+    const std::optional<double> d = read_exact_number(v);
+    if (!d) fail(where + " holds " + v.dump() + ", expected a number");
+    return *d;
   };
   const auto numbers = [&](const Json& obj, const char* key) {
     const Json& v = member(obj, key);
@@ -272,6 +264,19 @@ FitState parse_fit_state(const std::string& text, const std::function<void(const
   hist.steps = integer(h, "steps", 0);
   hist.samples = integer(h, "samples", 0);
   hist.train_seconds = number(member(h, "train_seconds"), "'train_seconds'");
+  // Both absent from files saved before callbacks and the recovery ladder kept state: they resume with none.
+  if (const Json* r = j.find("recovery")) {
+    if (!r->is_object()) fail("'recovery' is " + r->dump() + ", expected an object");
+    s.recovery = r->dump();
+  }
+  if (const Json* cbs = j.find("callbacks")) {
+    if (!cbs->is_object()) fail("'callbacks' is not an object");
+    for (const auto& [key, state] : cbs->as_object()) {
+      if (key.empty() || key.find('/') != std::string::npos || !state.is_object())
+        fail("'callbacks' holds '" + key + "': " + state.dump());
+      s.callbacks.emplace_back(key, CallbackState{state.dump(), {}});
+    }
+  }
   if (hist.epoch_seconds.size() != hist.epoch.size())
     fail("'history' records " + std::to_string(hist.epoch.size()) + " epochs but " +
          std::to_string(hist.epoch_seconds.size()) + " epoch times");
@@ -311,11 +316,12 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
   NamedTensors tensors;
   for (const Var& w : model.weights()) {
     const std::string& name = w.name();
-    if (name.empty() || starts_with(name, kOptimizerPrefix) || starts_with(name, kRngPrefix)) {
+    if (name.empty() || starts_with(name, kOptimizerPrefix) || starts_with(name, kRngPrefix) ||
+        starts_with(name, kCallbackPrefix)) {
       MIXTRAIN_FAIL(kInvalidInput,
                     "save_checkpoint('" << path << "'): weight name '" << name << "' is empty or uses a reserved "
-                                        << "prefix (optimizer/, rng/)",
-                    "give every layer a name that does not start with 'optimizer' or 'rng'");
+                                        << "prefix (optimizer/, rng/, callback/)",
+                    "give every layer a name that does not start with 'optimizer', 'rng' or 'callback'");
     }
     tensors.emplace_back(name, w.value());
   }
@@ -327,6 +333,8 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
   if (fit) {
     meta["step"] = std::to_string(fit->step);
     meta["fit_state"] = fit_state_json(*fit);
+    for (const auto& [key, state] : fit->callbacks)
+      for (const auto& [name, t] : state.tensors) tensors.emplace_back(std::string(kCallbackPrefix) + key + "/" + name, t);
   }
   meta["seed"] = std::to_string(model.seed());
   meta["config"] = info.config;
@@ -367,14 +375,6 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
     CKPT_FAIL("saved layers [" << (layers ? *layers : "") << "] differ from the model's [" << layer_list(model) << "]",
               kRebuildHint);
   }
-  for (const auto& l : model.layers()) {
-    const std::string* policy = meta("layer/" + l->name() + "/policy");
-    if (!policy || *policy != l->dtype_policy().name()) {
-      CKPT_FAIL("layer '" << l->name() << "' was saved under policy '" << (policy ? *policy : "?")
-                          << "' but the model's is '" << l->dtype_policy().name() << "'",
-                kRebuildHint);
-    }
-  }
   CheckpointInfo info;
   const std::string* epoch = meta("epoch");
   const std::string* seed = meta("seed");
@@ -407,6 +407,32 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
       CKPT_FAIL("'epoch' metadata " << info.epoch << " differs from the fit state's epoch " << s.epoch, "");
     info.fit_state = std::move(s);
   }
+  // What the recovery ladder changed in the model: its layers in float32 and its loss scaling are the saved
+  // model's, so they are applied (step 4) instead of refused as a different model.
+  RecoveryModelChanges recovered;
+  if (info.fit_state && !info.fit_state->recovery.empty()) {
+    try {
+      RecoveryGuard().restore_state(info.fit_state->recovery);  // the whole state checked here, not at fit()
+      recovered = recovery_model_changes(info.fit_state->recovery);
+    } catch (const Error& e) {
+      CKPT_FAIL("'fit_state' metadata: " << e.message(), "the file is damaged; use another copy or an earlier checkpoint");
+    }
+  }
+  std::vector<Layer*> to_float32;
+  for (const auto& l : model.layers()) {
+    const std::string* policy = meta("layer/" + l->name() + "/policy");
+    if (policy && *policy != l->dtype_policy().name() && *policy == "float32" &&
+        std::find(recovered.float32_layers.begin(), recovered.float32_layers.end(), l->name()) !=
+            recovered.float32_layers.end()) {
+      to_float32.push_back(l.get());
+      continue;
+    }
+    if (!policy || *policy != l->dtype_policy().name()) {
+      CKPT_FAIL("layer '" << l->name() << "' was saved under policy '" << (policy ? *policy : "?")
+                          << "' but the model's is '" << l->dtype_policy().name() << "'",
+                kRebuildHint);
+    }
+  }
   const bool mid_epoch = info.fit_state && info.fit_state->step > 0;
   if (mid_epoch != (*format == kCheckpointFormatMidEpoch))
     CKPT_FAIL("format '" << *format << "' does not match its position ("
@@ -425,9 +451,11 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   for (const auto& [key, t] : file.tensors)
     if (starts_with(key, kOptimizerPrefix)) opt_state.emplace_back(key.substr(kOptimizerPrefix.size()), t);
   const bool restore_optimizer = model.compiled() && !info.optimizer.empty();
+  bool enable_loss_scaling = false;  // the recovery ladder switched it on in the run that saved the file
   if (restore_optimizer) {
     const auto [name, is_wrapped] = optimizer_identity(model.optimizer());
-    if (name != info.optimizer || is_wrapped != info.loss_scale_optimizer) {
+    enable_loss_scaling = !is_wrapped && info.loss_scale_optimizer && recovered.enabled_loss_scaling;
+    if (name != info.optimizer || (is_wrapped || enable_loss_scaling) != info.loss_scale_optimizer) {
       auto describe = [](const std::string& n, bool w) { return w ? "loss_scale_optimizer(" + n + ")" : n; };
       CKPT_FAIL("saved optimizer " << describe(info.optimizer, info.loss_scale_optimizer)
                                    << " differs from the model's " << describe(name, is_wrapped),
@@ -473,6 +501,20 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   }
   for (const auto& [key, t] : file.tensors) {
     if (starts_with(key, kOptimizerPrefix) || starts_with(key, kRngPrefix) || used.count(key)) continue;
+    if (starts_with(key, kCallbackPrefix)) {
+      // callback/<state key>/<name>, for a callback state the fit state holds.
+      const std::string rest = key.substr(kCallbackPrefix.size());
+      const size_t slash = rest.find('/');
+      CallbackState* state = nullptr;
+      if (info.fit_state && slash != std::string::npos && slash + 1 < rest.size())
+        for (auto& [state_key, st] : info.fit_state->callbacks)
+          if (state_key == rest.substr(0, slash)) state = &st;
+      if (!state)
+        CKPT_FAIL("'" << key << "' belongs to no callback state of the fit state",
+                  "the file is damaged; use another copy or an earlier checkpoint");
+      state->tensors.emplace_back(rest.substr(slash + 1), t);
+      continue;
+    }
     CKPT_FAIL("weight '" << key << "' " << t.describe() << " has no variable in the model", kRebuildHint);
   }
 
@@ -496,6 +538,8 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
   }
 
   // 4. Apply. load_state is the only step that can still throw, and it leaves the optimizer unchanged when it does.
+  for (Layer* l : to_float32) l->set_dtype_policy(DTypePolicy::from_name("float32"));
+  if (enable_loss_scaling) model.enable_dynamic_loss_scaling();
   if (restore_optimizer) {
     try {
       model.optimizer().load_state(opt_state);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <unordered_map>
 
 #include "mixtrain/autograd/tape.h"
@@ -153,8 +154,26 @@ struct Model::LiveFit {
   const History* history;
   int64_t steps_per_epoch, batch_size, rows;
   bool shuffle, sampled;
+  const std::vector<Callback*>* callbacks;
+  const RecoveryGuard* guard;
   bool epoch_recorded = false;  // pos->epoch is in the History (on_epoch_end): the state is the next epoch's start
 };
+
+namespace {
+
+// The key of each callback that keeps state: its kind and its rank among the callbacks of that kind
+// ("EarlyStopping.0"), so two of a kind keep their own states. Empty for the callbacks that keep none.
+std::vector<std::string> callback_state_keys(const std::vector<Callback*>& callbacks) {
+  std::map<std::string, int> seen;
+  std::vector<std::string> keys;
+  for (const Callback* cb : callbacks) {
+    const std::string kind = cb->state_key();
+    keys.push_back(kind.empty() ? "" : kind + "." + std::to_string(seen[kind]++));
+  }
+  return keys;
+}
+
+}  // namespace
 
 std::optional<FitState> Model::fit_state() const {
   if (!live_fit_) return std::nullopt;
@@ -177,6 +196,10 @@ std::optional<FitState> Model::fit_state() const {
       s.seen = f.pos->seen;
     }
   }
+  if (f.guard) s.recovery = f.guard->state_json();
+  const std::vector<std::string> keys = callback_state_keys(*f.callbacks);
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (!keys[i].empty()) s.callbacks.emplace_back(keys[i], (*f.callbacks)[i]->state());
   return s;
 }
 
@@ -454,7 +477,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       resumed_mid_epoch = true;
     }
   }
-  LiveFit live{&pos, &history, steps, options.batch_size, n, options.shuffle, sampled};
+  LiveFit live{&pos, &history, steps, options.batch_size, n, options.shuffle, sampled, &callbacks, guard};
   struct LiveScope {  // fit_state() is empty again however fit() ends (a callback may throw)
     const LiveFit*& slot;
     ~LiveScope() { slot = nullptr; }
@@ -463,6 +486,15 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
 
   for (Callback* cb : callbacks) cb->set_model(this);
   for (Callback* cb : callbacks) cb->on_train_begin(options.epochs, steps);
+  if (options.resume) {
+    // What the callbacks and the recovery ladder had counted when the state was saved (on_train_begin reset it).
+    // A saved state without a callback of its key belongs to a callback this fit does without: ignored.
+    const std::vector<std::string> keys = callback_state_keys(callbacks);
+    for (const auto& [key, state] : options.resume->callbacks)
+      for (size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] == key) callbacks[i]->restore_state(state);
+    if (guard && !options.resume->recovery.empty()) guard->restore_state(options.resume->recovery);
+  }
   stop_training = false;
   Logs epoch_logs;
   const auto running_means = [&] {

@@ -138,6 +138,26 @@ ModelSizeEstimate estimate_cnn(const RunConfig& cfg, const ModelInputSpec& in) {
   return e;
 }
 
+// build_resnet's weights exactly (each BatchNormalization holds 4 per channel: gamma, beta and the two moving
+// statistics) and every layer output it keeps for backward, per sample.
+ModelSizeEstimate estimate_resnet(const RunConfig&, const ModelInputSpec& in) {
+  const std::vector<int64_t> image = image_shape_of(in);
+  const double channels = static_cast<double>(image.size() == 3 ? image[2] : 1);
+  const auto conv_bn = [](double in_ch, double out_ch, double kernel) { return kernel * kernel * in_ch * out_ch + 4 * out_ch; };
+  ModelSizeEstimate e;
+  e.weights = conv_bn(channels, 32, 3) + 2 * conv_bn(32, 32, 3) + conv_bn(32, 64, 3) + conv_bn(64, 64, 3) +
+              conv_bn(32, 64, 1) + dense_weights(64, static_cast<double>(in.num_classes));
+  const double full = static_cast<double>(image[0]) * static_cast<double>(image[1]);
+  const double half = static_cast<double>(image[0] / 2) * static_cast<double>(image[1] / 2);
+  const double quarter = static_cast<double>(image[0] / 4) * static_cast<double>(image[1] / 4);
+  // stem conv, BN, ReLU; pool; block 1: conv, BN, ReLU, conv, BN, add, ReLU; pool; block 2: the same seven plus the
+  // shortcut's conv and BN, at 64 channels; global pooling and the logits.
+  e.activations_per_sample = 3 * full * 32 + half * 32 + 7 * half * 32 + quarter * 32 + 9 * quarter * 64 + 64 +
+                             static_cast<double>(in.num_classes);
+  e.largest_activation_per_sample = full * 32;
+  return e;
+}
+
 // Per block at least the attention's four D x D projections and the feed-forward's D x rD pair, plus the token
 // and position tables; one (T, D) activation per block is a lower bound on what backward keeps.
 ModelSizeEstimate estimate_transformer(const RunConfig& cfg, const ModelInputSpec& in) {
@@ -160,7 +180,7 @@ void register_builtin_models() {
   register_model("cnn", "two Conv-BatchNorm-ReLU-MaxPool stages (32, 64 filters), Dense, float32 logits", build_cnn,
                  estimate_cnn);
   register_model("resnet", "a small residual network (functional API): stem, two residual blocks, global pooling",
-                 build_resnet);
+                 build_resnet, estimate_resnet);
   register_model("transformer",
                  "a character language model: decoder-only transformer (--context, --width, --layers, --heads)",
                  build_transformer, estimate_transformer);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Raw, unnormalised CSV features of magnitude ~1e5 (--normalize none) overflow float16 in the first Dense.
 # Under mixed_float16 with --recover training finishes, only the layers that need it run in float32, and
-# test accuracy is within 1 point of float32's. Also: --save / --resume continue bit-identically.
+# test accuracy is within 1 point of float32's. Also: --save / --resume continue bit-identically, a recovered run
+# included.
 set -eu
 bin="$1"
 tmp=$(mktemp -d)
@@ -33,6 +34,23 @@ assert len(rec["epochs"]) == 4 and all(e["loss"] is not None for e in rec["epoch
 a32, arec = f32["test"]["accuracy"], rec["test"]["accuracy"]
 print(f"test accuracy: float32 {a32:.4f}, mixed_float16 --recover {arec:.4f}")
 assert a32 > 0.9 and abs(a32 - arec) <= 0.01, (a32, arec)
+PY
+
+# A recovered run saved after 2 epochs and resumed to 4 keeps what the ladder did: the float32 layers and the
+# record of actions are in the checkpoint, and the resumed run ends as the uninterrupted one (rec.json).
+rec=(--data "$tmp/raw.csv" --normalize none --batch-size 32 --seed 3 --hidden 32,32 --policy mixed_float16 --recover)
+"$bin" train "${rec[@]}" --epochs 2 --save "$tmp/rec.ckpt" >/dev/null
+"$bin" train "${rec[@]}" --epochs 4 --resume "$tmp/rec.ckpt" --json "$tmp/rec_resumed.json" | grep resumed
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+full, res = json.load(open(d + "/rec.json")), json.load(open(d + "/rec_resumed.json"))
+strip = lambda es: [{k: v for k, v in e.items() if k != "seconds"} for e in es]
+assert res["layer_compute_dtypes"] == full["layer_compute_dtypes"], (res["layer_compute_dtypes"], full["layer_compute_dtypes"])
+assert res["recovery"] == full["recovery"], (res["recovery"], full["recovery"])
+assert strip(full["epochs"]) == strip(res["epochs"]), (full["epochs"], res["epochs"])
+assert full["step_loss"] == res["step_loss"] and full["test"] == res["test"], (full["test"], res["test"])
+print("a recovered run resumed from epoch 2 matches the uninterrupted one:", [e["action"] for e in res["recovery"]])
 PY
 
 # Resume: 2 epochs saved, then resumed to 4, equals 4 uninterrupted epochs; the checkpoint carries the history,

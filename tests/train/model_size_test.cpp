@@ -1,6 +1,6 @@
 // The size estimates of the registered models and the memory check that uses them before a model is built:
-// the estimate equals the built model's weight count where the architecture is exact (mlp) and never exceeds it
-// where it is a lower bound (cnn, transformer); a model past the limit is refused without allocating.
+// the estimate equals the built model's weight count where the architecture is exact (mlp, resnet) and never
+// exceeds it where it is a lower bound (cnn, transformer); a model past the limit is refused without allocating.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -58,9 +58,18 @@ TEST(ModelFitsMemory, ConvolutionalAndTransformerEstimatesAreLowerBounds) {
   EXPECT_LE(le->weights, lm_params);
   EXPECT_GE(le->weights, 0.8 * lm_params);
 
+}
+
+TEST(ModelFitsMemory, TheResnetEstimateIsItsExactWeightCount) {
   RunConfig res;
   res.model = "resnet";
-  EXPECT_FALSE(estimate_model_size(res, ModelInputSpec{784, {28, 28}, 10}).has_value());
+  for (const ModelInputSpec& in : {ModelInputSpec{784, {28, 28}, 10}, ModelInputSpec{3 * 15 * 13, {15, 13, 3}, 4}}) {
+    const std::optional<ModelSizeEstimate> e = estimate_model_size(res, in);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->weights, static_cast<double>(build_model(res, in.num_features, in.num_classes, in.sample_shape)
+                                                  ->count_params()));
+    EXPECT_EQ(e->largest_activation_per_sample, static_cast<double>(in.sample_shape[0] * in.sample_shape[1] * 32));
+  }
 }
 
 TEST(ModelFitsMemory, RefusesBeforeBuildingAndSaysWhatFits) {

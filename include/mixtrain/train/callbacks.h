@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/train/fit_state.h"
 #include "mixtrain/train/history.h"
 
 namespace mixtrain {
@@ -51,6 +52,15 @@ class Callback {
   }
   virtual void on_train_end(const Logs& logs) { (void)logs; }
 
+  // A checkpoint saved during fit() keeps the state of every callback with a state key, and a fit() resumed from
+  // it hands that state back right after on_train_begin (which resets it), so counting goes on where it stood.
+  // Keras' BackupAndRestore keeps none, so a resumed EarlyStopping waits its whole patience again; here nothing
+  // is lost. The key names the kind ("EarlyStopping"); an empty key keeps nothing.
+  virtual std::string state_key() const { return ""; }
+  virtual CallbackState state() const { return {}; }
+  // Throws Error when the state is malformed (a damaged checkpoint).
+  virtual void restore_state(const CallbackState& state) { (void)state; }
+
  protected:
   Model* model_ = nullptr;
 };
@@ -93,6 +103,10 @@ class EarlyStopping : public Callback {
   void on_train_begin(int epochs, int64_t steps_per_epoch) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   int stopped_epoch() const { return stopped_epoch_; }  // -1 when it never stopped training
+  // The best value, the epochs waited, and the best weights when they are to be restored.
+  std::string state_key() const override { return "EarlyStopping"; }
+  CallbackState state() const override;
+  void restore_state(const CallbackState& state) override;
 
  private:
   std::string monitor_;
@@ -156,6 +170,9 @@ class ReduceLROnPlateau : public Callback {
   void on_train_begin(int epochs, int64_t steps_per_epoch) override;
   void on_epoch_logs(int epoch, Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  std::string state_key() const override { return "ReduceLROnPlateau"; }
+  CallbackState state() const override;
+  void restore_state(const CallbackState& state) override;
 
   const ReduceLROnPlateauOptions& options() const { return options_; }
   // Keras' counters: epochs waited without improvement, cooldown epochs left, and the best value seen.

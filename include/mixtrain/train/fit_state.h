@@ -3,11 +3,21 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/history.h"
 
 namespace mixtrain {
+
+// A callback's own state in a checkpoint (Callback::state): a JSON object, and the tensors it holds (EarlyStopping's
+// best weights), named without any prefix.
+struct CallbackState {
+  std::string json;
+  NamedTensors tensors;
+};
 
 struct FitState {
   int epoch = 0;      // the epoch in progress, 0-based (equal to the completed epochs)
@@ -27,6 +37,13 @@ struct FitState {
   int64_t seen = 0;
   // Everything recorded since the run started, so a resumed run returns the whole run's History.
   History history;
+  // The recovery ladder's state (RecoveryGuard::state_json) when fit() ran with one: the rung reached, every action
+  // so far and the drift check's averages. Empty otherwise. The layers it switched to float32 and the loss scaling
+  // it switched on are model state: load_checkpoint applies them (recovery_model_changes).
+  std::string recovery;
+  // The callbacks' own states, keyed by Callback::state_key() and the callback's rank among those with that key
+  // ("EarlyStopping.0"), so a resumed fit() stops or lowers the rate exactly where the uninterrupted one would.
+  std::vector<std::pair<std::string, CallbackState>> callbacks;
 };
 
 }  // namespace mixtrain

@@ -102,6 +102,16 @@ std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x)
 std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vector<LayerNumerics>& layers,
                                                                  bool precision);
 
+// What the recovery ladder changed in the model, read from a RecoveryGuard::state_json: the layers it switched to
+// float32 and whether it switched dynamic loss scaling on. load_checkpoint applies them before it compares the
+// saved layer policies and optimizer with the model's, so a recovered run resumes as it was.
+struct RecoveryModelChanges {
+  std::vector<std::string> float32_layers;
+  bool enabled_loss_scaling = false;
+};
+// Throws Error (kInvalidInput) naming what is malformed.
+RecoveryModelChanges recovery_model_changes(const std::string& state_json);
+
 class RecoveryGuard {
  public:
   explicit RecoveryGuard(RecoveryOptions options = {});
@@ -124,6 +134,14 @@ class RecoveryGuard {
   bool gave_up() const { return gave_up_; }
 
   const std::vector<RecoveryEvent>& events() const { return events_; }
+
+  // The ladder's state for a checkpoint saved during fit() (FitState::recovery): the rung reached, every event,
+  // the failure and drift counters and the drift check's averages, so a resumed run climbs from where it stood
+  // and its report lists the whole run's actions. The in-memory snapshots are not kept: a resumed fit() takes a
+  // new one at its first step.
+  std::string state_json() const;
+  // Throws Error (kInvalidInput) naming what is malformed.
+  void restore_state(const std::string& json);
 
  private:
   // A training state to return to: the weights, the optimizer's state, the random streams and the smoothed losses.
