@@ -1,20 +1,32 @@
 // The CUDA backend behind the dispatch seam. Everywhere: load_cuda_backend() says what this build and machine
 // have, and without a GPU no table gains a CUDA kernel (so every op stays on the CPU). On a GPU: each CUDA kernel
 // gives the CPU kernel's bits (the loss-scaling chain, fill, copies) and the device allocator counts its bytes.
+// The kernels whose arithmetic differs from the CPU's in summation order or in exp/log (softmax, cross-entropy,
+// the cuBLASLt GEMM) are compared with dtype-aware tolerances written beside each check; the casts bit for bit.
 // MIXTRAIN_REQUIRE_GPU=1 (scripts/gpu-check.sh) turns the GPU tests' skip into a failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/loss_scale.h"
+#include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/softmax.h"
 #include "mixtrain/ops/transfer.h"
+#include "op_test_util.h"
+#ifdef MIXTRAIN_HAVE_CUDA
+#include "ops/cuda/backend.h"  // the casts, which no op table carries
+#endif
 
 namespace mixtrain::ops {
 namespace {
@@ -46,6 +58,8 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
     // Nothing was installed: ops on cuda tensors are refused by name, every op keeps running on the CPU.
     EXPECT_FALSE(kernel::unscale_check_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::fill_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::bmm_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::softmax_table().supports(DeviceType::kCuda));
     EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), Error);
     if (!s.compiled) {
       EXPECT_NE(s.detail.find("no CUDA backend"), std::string::npos) << s.detail;
@@ -59,8 +73,15 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_GE(s.device_count, 1);
   EXPECT_TRUE(kernel::unscale_check_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::update_loss_scale_table().supports(DeviceType::kCuda));
-  EXPECT_FALSE(kernel::bmm_table().supports(DeviceType::kCuda));  // not in this backend yet
-  EXPECT_EQ(load_cuda_backend().ops, s.ops);                      // installed once
+  EXPECT_FALSE(kernel::conv2d_table().supports(DeviceType::kCuda));  // not in this backend yet
+  EXPECT_TRUE(kernel::softmax_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::crossentropy_backward_table().supports(DeviceType::kCuda));
+  // matmul (the bmm table) needs cuBLASLt, loaded at run time: listed exactly when its kernel is installed, and the
+  // detail says which library served it or why none did.
+  const bool has_matmul = std::find(s.ops.begin(), s.ops.end(), "bmm") != s.ops.end();
+  EXPECT_EQ(kernel::bmm_table().supports(DeviceType::kCuda), has_matmul);
+  EXPECT_NE(s.detail.find("matmul"), std::string::npos) << s.detail;
+  EXPECT_EQ(load_cuda_backend().ops, s.ops);  // installed once
 }
 
 TEST(CudaBackend, CopiesRoundTripAndTheAllocatorCounts) {
@@ -134,6 +155,247 @@ TEST(CudaBackend, LossScaleChainGivesTheCpuBits) {
 
   const Tensor loss = Tensor::from_floats({3}, {2.5f, -1.0f, 60000.0f});
   EXPECT_TRUE(bit_equal(apply_loss_scale(to_device(loss, gpu), d_state), apply_loss_scale(loss, h_state)));
+}
+
+using testing::kFloatDTypes;
+using testing::random_tensor;
+using testing::subnormal_step;
+using testing::unit;
+
+// Float32 differences from a different summation order, exp or log: a few dozen units of float32 rounding
+// (the sums here run over at most a thousand terms).
+constexpr double kFloat32Slack = 64 * 0x1p-24;
+
+// |gpu - cpu| <= tol(i, cpu value) for every element (NaN must match NaN).
+template <typename TolFn>
+void expect_close(const Tensor& gpu, const Tensor& cpu, TolFn&& tol, const std::string& what) {
+  const Tensor g = to_device(gpu, Device::cpu());
+  ASSERT_EQ(g.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(g.shape(), cpu.shape()) << what;
+  const std::vector<float> gv = g.to_floats(), cv = cpu.contiguous().to_floats();
+  int reported = 0;
+  for (size_t i = 0; i < cv.size(); ++i) {
+    if (gv[i] == cv[i] || (std::isnan(cv[i]) && std::isnan(gv[i]))) continue;  // infinities compare equal
+    const double t = tol(i, static_cast<double>(cv[i]));
+    if (std::fabs(static_cast<double>(gv[i]) - cv[i]) <= t) continue;
+    ADD_FAILURE() << what << ": element " << i << " gpu " << gv[i] << " cpu " << cv[i] << " tolerance " << t;
+    if (++reported == 5) return;
+  }
+}
+
+TEST(CudaBackend, CastsGiveTheCpuBitsBetweenEveryFloatDtype) {
+  REQUIRE_CUDA_BACKEND();
+#ifndef MIXTRAIN_HAVE_CUDA
+  GTEST_SKIP() << "this build has no CUDA backend";
+#else
+  // Float32 patterns that exercise every branch of the rounding: ties, subnormals, overflow, NaN payloads.
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x3F800000u, 0x3F801000u, 0x3F802000u, 0x3F803000u,
+                                    0x3F808000u, 0x3F818000u, 0x477FEFFFu, 0x477FF000u, 0x7F7FFFFFu, 0x7F800000u,
+                                    0xFF800000u, 0x7FC00001u, 0x7F800001u, 0xFFA12345u, 0x33000000u, 0x33000001u,
+                                    0x387FC000u, 0x00000001u, 0x807FFFFFu, 0x38800000u};
+  for (uint32_t u = 0; u < 4000; ++u) patterns.push_back(u * 1073741u + 12345u);
+  const int64_t n = static_cast<int64_t>(patterns.size());
+  Tensor f32 = Tensor::empty({n}, DType::kFloat32);
+  std::memcpy(f32.raw(), patterns.data(), f32.nbytes());
+  const Device gpu = Device::cuda(0);
+  for (DType from : kFloatDTypes) {
+    const Tensor h_src = f32.to(from);  // every 16-bit source also seen as data
+    const Tensor d_src = to_device(h_src, gpu);
+    for (DType to : kFloatDTypes) {
+      Tensor d_dst = Tensor::empty({n}, to, gpu);
+      cuda::cast(d_src, d_dst);
+      EXPECT_TRUE(bit_equal(d_dst, h_src.to(to))) << dtype_name(from) << " -> " << dtype_name(to);
+    }
+  }
+#endif
+}
+
+TEST(CudaBackend, SoftmaxAndItsGradientMatchTheCpu) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : kFloatDTypes) {
+    // Rounding of the output dtype (either side may land on the neighbour), plus float32 slack.
+    const double rel = 2 * unit(dt) + kFloat32Slack, floor = 2 * subnormal_step(dt);
+    for (const Shape& shape : {Shape({1, 1}), Shape({3, 7}), Shape({5, 17}), Shape({2, 3, 129}), Shape({4, 1000})}) {
+      const Tensor x = random_tensor(shape, 7 + static_cast<uint64_t>(shape.numel()), dt, -8.0f, 8.0f);
+      const Tensor dy = random_tensor(shape, 9 + static_cast<uint64_t>(shape.numel()), dt);
+      const Tensor x_gpu = to_device(x, gpu), dy_gpu = to_device(dy, gpu);
+      for (bool log : {false, true}) {
+        const std::string what = std::string(log ? "log_softmax " : "softmax ") + x.describe();
+        const Tensor y = log ? log_softmax(x) : softmax(x);
+        const Tensor y_gpu = log ? log_softmax(x_gpu) : softmax(x_gpu);
+        // log-softmax is x - logsumexp(x): its error scales with the logits (|x| <= 8, logsumexp <= 8 + log n).
+        expect_close(
+            y_gpu, y, [&](size_t, double c) { return rel * (std::fabs(c) + (log ? 16.0 : 0.0)) + floor; }, what);
+        const Tensor g = log ? log_softmax_backward(dy, y) : softmax_backward(dy, y);
+        const Tensor y_on_gpu = to_device(y, gpu);  // the CPU's output, so both backwards read the same y
+        const Tensor g_gpu = log ? log_softmax_backward(dy_gpu, y_on_gpu) : softmax_backward(dy_gpu, y_on_gpu);
+        // dx = y (dy - sum(dy y)) or dy - exp(y) sum(dy): terms of size up to |dy| (<= 1) times the row length
+        // for the log form's sum.
+        const double scale = log ? static_cast<double>(shape[-1]) : 2.0;
+        expect_close(
+            g_gpu, g, [&](size_t, double c) { return rel * (std::fabs(c) + scale) + floor; }, what + " backward");
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, CrossentropyMatchesTheCpuInEveryForm) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : kFloatDTypes) {
+    const double rel = 2 * unit(dt) + kFloat32Slack, floor = 2 * subnormal_step(dt);
+    for (int64_t rows : {1, 7, 129}) {
+      for (int64_t classes : {1, 17, 1000}) {
+        const Tensor logits =
+            random_tensor({rows, classes}, 3 + static_cast<uint64_t>(rows * classes), dt, -6.0f, 6.0f);
+        const Tensor probs = softmax(logits);
+        std::vector<int64_t> label(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) label[static_cast<size_t>(r)] = (r * 7 + 5) % classes;
+        const Tensor labels64 = Tensor::from_int64s({rows}, label);
+        const Tensor labels32 = labels64.to(DType::kInt32);
+        const Tensor targets = random_tensor({rows, classes}, 5, DType::kFloat32, 0.0f, 1.0f);
+        const float dloss = 1.5f;
+        const double k = dloss / static_cast<double>(rows);
+        for (bool from_logits : {true, false}) {
+          const Tensor& x = from_logits ? logits : probs;
+          const Tensor dxg = to_device(x, gpu);
+          const std::string what = std::string(from_logits ? "logits " : "probabilities ") + dtype_name(dt) + " (" +
+                                   std::to_string(rows) + ", " + std::to_string(classes) + ")";
+          // The loss is float32 whatever x's dtype; both sides read the same rounded inputs.
+          auto loss_tol = [&](size_t, double c) { return kFloat32Slack * (std::fabs(c) + 1.0); };
+          // Gradients: k (p - t) or -k t / p, rounded into x's dtype.
+          auto grad_tol = [&](size_t, double c) { return rel * (std::fabs(c) + k) + floor; };
+          for (const Tensor* l : {&labels32, &labels64}) {
+            const Tensor dl = to_device(*l, gpu);
+            expect_close(sparse_categorical_crossentropy(dxg, dl, from_logits),
+                         sparse_categorical_crossentropy(x, *l, from_logits), loss_tol,
+                         "sparse " + what + " " + dtype_name(l->dtype()));
+            expect_close(sparse_categorical_crossentropy_backward(dxg, dl, from_logits, dloss),
+                         sparse_categorical_crossentropy_backward(x, *l, from_logits, dloss), grad_tol,
+                         "sparse backward " + what);
+          }
+          const Tensor dt_gpu = to_device(targets, gpu);
+          expect_close(categorical_crossentropy(dxg, dt_gpu, from_logits),
+                       categorical_crossentropy(x, targets, from_logits), loss_tol, "dense " + what);
+          // The dense gradient from logits is k (p sum(t) - t), sum(t) up to the class count.
+          expect_close(
+              categorical_crossentropy_backward(dxg, dt_gpu, from_logits, dloss),
+              categorical_crossentropy_backward(x, targets, from_logits, dloss),
+              [&](size_t, double c) { return rel * (std::fabs(c) + k * static_cast<double>(classes)) + floor; },
+              "dense backward " + what);
+        }
+      }
+    }
+  }
+  // A label outside [0, classes) on the device is found by the kernel and named as the CPU entry names it.
+  const Tensor x = to_device(random_tensor({3, 4}, 1, DType::kFloat32), gpu);
+  const Tensor bad = to_device(Tensor::from_ints({3}, {0, 4, 1}), gpu);
+  try {
+    (void)sparse_categorical_crossentropy(x, bad, true);
+    ADD_FAILURE() << "a label of 4 for 4 classes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 4 at row 1"), std::string::npos) << e.what();
+  }
+}
+
+// Sum over the product's terms of |a| |b| per element of C (float64), the scale of its accumulation error.
+std::vector<double> magnitude_product(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const Tensor a2 = ta ? a.transpose(-2, -1).contiguous() : a.contiguous();
+  const Tensor b2 = tb ? b.transpose(-2, -1).contiguous() : b.contiguous();
+  const int64_t m = a2.dim(-2), k = a2.dim(-1), n = b2.dim(-1);
+  const std::vector<float> av = a2.to_floats(), bv = b2.to_floats();
+  std::vector<double> out(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j)
+        out[static_cast<size_t>(i * n + j)] += std::fabs(static_cast<double>(av[static_cast<size_t>(i * k + p)])) *
+                                               std::fabs(bv[static_cast<size_t>(p * n + j)]);
+  return out;
+}
+
+TEST(CudaBackend, MatmulMatchesTheCpuForEveryDtypeAndTranspose) {
+  REQUIRE_CUDA_BACKEND();
+  if (!kernel::bmm_table().supports(DeviceType::kCuda)) {
+    if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail;
+    GTEST_SKIP() << load_cuda_backend().detail;
+  }
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    int64_t m, k, n;
+  };
+  for (DType dt : kFloatDTypes) {
+    for (const Case& cs : {Case{1, 1, 1}, Case{7, 129, 17}, Case{31, 7, 1}, Case{65, 300, 33}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const Tensor a = random_tensor(ta ? Shape({cs.k, cs.m}) : Shape({cs.m, cs.k}), 17, dt);
+          const Tensor b = random_tensor(tb ? Shape({cs.n, cs.k}) : Shape({cs.k, cs.n}), 19, dt);
+          const std::vector<double> mag = magnitude_product(a, b, ta, tb);
+          for (DType out : {dt, DType::kFloat32, DType::kFloat16}) {
+            // Both sides sum k float32 products in their own order: each within k units of float32 of sum |a||b|
+            // (TF32 is off unless MIXTRAIN_CUDA_TF32=1); then one rounding into the output dtype each.
+            auto tol = [&](size_t i, double c) {
+              return 2 * unit(out) * std::fabs(c) + 2.0 * static_cast<double>(cs.k) * 0x1p-24 * mag[i] +
+                     2 * subnormal_step(out);
+            };
+            const std::string what = std::string(dtype_name(dt)) + " -> " + dtype_name(out) +
+                                     " m=" + std::to_string(cs.m) + " k=" + std::to_string(cs.k) +
+                                     " n=" + std::to_string(cs.n) + " trans_a=" + std::to_string(ta) +
+                                     " trans_b=" + std::to_string(tb);
+            expect_close(matmul(to_device(a, gpu), to_device(b, gpu), ta, tb, out), matmul(a, b, ta, tb, out), tol,
+                         what);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, BatchedMatmulBroadcastsAndReadsTransposedViewsInPlace) {
+  REQUIRE_CUDA_BACKEND();
+  if (!kernel::bmm_table().supports(DeviceType::kCuda)) GTEST_SKIP() << load_cuda_backend().detail;
+  const Device gpu = Device::cuda(0);
+  for (DType dt : kFloatDTypes) {
+    const double rel = 2 * unit(dt), acc = 2.0 * 33 * 0x1p-24 * 33;  // k = 33 products of |values| <= 1
+    auto tol = [&](size_t, double c) { return rel * std::fabs(c) + acc + 2 * subnormal_step(dt); };
+    // (3, 2, 5, 33) x (33, 9): b broadcast over both batch dimensions.
+    const Tensor a = random_tensor({3, 2, 5, 33}, 23, dt), b = random_tensor({33, 9}, 29, dt);
+    expect_close(matmul(to_device(a, gpu), to_device(b, gpu)), matmul(a, b), tol,
+                 std::string("broadcast ") + dtype_name(dt));
+    // (3, 1, 5, 33) x (2, 33, 9): each operand broadcast along a different dimension (a host loop outside).
+    const Tensor a1 = random_tensor({3, 1, 5, 33}, 31, dt), b1 = random_tensor({2, 33, 9}, 37, dt);
+    expect_close(bmm(to_device(a1, gpu), to_device(b1, gpu)), bmm(a1, b1), tol,
+                 std::string("cross broadcast ") + dtype_name(dt));
+    // A transposed view, read in place on both devices.
+    const Tensor bt = random_tensor({2, 9, 33}, 41, dt);
+    expect_close(bmm(to_device(a1, gpu), to_device(bt, gpu).transpose(-2, -1)), bmm(a1, bt.transpose(-2, -1)), tol,
+                 std::string("transposed view ") + dtype_name(dt));
+  }
+}
+
+TEST(CudaBackend, LinearAddsItsFloat32BiasBeforeTheOneRounding) {
+  REQUIRE_CUDA_BACKEND();
+  if (!kernel::bmm_table().supports(DeviceType::kCuda)) GTEST_SKIP() << load_cuda_backend().detail;
+  const Device gpu = Device::cuda(0);
+  for (DType dt : kFloatDTypes) {
+    for (int64_t in : {1, 17, 129}) {
+      const Tensor x = random_tensor({2, 7, in}, 43, dt), w = random_tensor({in, 31}, 47, dt);
+      const Tensor bias = random_tensor({31}, 53, DType::kFloat32, -4.0f, 4.0f);
+      const double acc = 2.0 * static_cast<double>(in) * 0x1p-24 * static_cast<double>(in);
+      expect_close(
+          linear(to_device(x, gpu), to_device(w, gpu), to_device(bias, gpu)), linear(x, w, bias),
+          [&](size_t, double c) { return 2 * unit(dt) * std::fabs(c) + acc + 2 * subnormal_step(dt); },
+          std::string("linear ") + dtype_name(dt) + " in=" + std::to_string(in));
+      // Without a bias.
+      expect_close(
+          linear(to_device(x, gpu), to_device(w, gpu), Tensor()), linear(x, w, Tensor()),
+          [&](size_t, double c) { return 2 * unit(dt) * std::fabs(c) + acc + 2 * subnormal_step(dt); },
+          std::string("linear without bias ") + dtype_name(dt));
+    }
+    // An empty inner dimension: C is zeros (cuBLASLt is not asked; a kernel writes them).
+    const Tensor x0 = Tensor::empty({4, 0}, dt), w0 = Tensor::empty({0, 6}, dt);
+    EXPECT_TRUE(bit_equal(matmul(to_device(x0, gpu), to_device(w0, gpu)), matmul(x0, w0))) << dtype_name(dt);
+  }
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/softmax.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops::cuda {
@@ -126,7 +129,21 @@ CudaBackendStatus install_backend() {
   kernel::update_loss_scale_table().set(DeviceType::kCuda, &update_loss_scale);
   kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
   kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
-  s.ops = {"fill", "unscale_and_check", "update_loss_scale", "apply_loss_scale", "to_device"};
+  kernel::softmax_table().set(DeviceType::kCuda, &softmax);
+  kernel::softmax_backward_table().set(DeviceType::kCuda, &softmax_backward);
+  kernel::crossentropy_table().set(DeviceType::kCuda, &crossentropy);
+  kernel::crossentropy_backward_table().set(DeviceType::kCuda, &crossentropy_backward);
+  s.ops = {"fill",    "unscale_and_check", "update_loss_scale", "apply_loss_scale",     "to_device",
+           "softmax", "softmax_backward",  "crossentropy",      "crossentropy_backward"};
+  // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
+  std::string lt;
+  if (load_cublaslt(&lt)) {
+    kernel::bmm_table().set(DeviceType::kCuda, &bmm);
+    s.ops.push_back("bmm");  // the table behind matmul, bmm and linear
+    s.detail += "; matmul through " + lt;
+  } else {
+    s.detail += "; matmul has no CUDA kernel: " + lt;
+  }
   s.loaded = true;
   return s;
 }

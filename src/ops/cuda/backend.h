@@ -1,9 +1,13 @@
-// The CUDA backend's pieces, private to the ops layer: the kernels (kernels.cu) and the installer (backend.cpp).
+// The CUDA backend's pieces, private to the ops layer: the kernels (*.cu, matmul.cpp over cuBLASLt) and the installer
+// (backend.cpp). No CUDA type appears here, so host code and tests include it freely.
 #pragma once
+
+#include <string>
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/loss_scale.h"
+#include "mixtrain/ops/matmul.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -11,11 +15,31 @@ namespace mixtrain::ops::cuda {
 CudaBackendStatus install_backend();
 
 // Kernels, with the CPU kernels' signatures (ops/*.h, namespace kernel); inputs on one CUDA device.
+// kernels.cu
 void fill(Tensor& y, float value);
 void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& found_inf, Tensor& out);
 void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule);
 void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out);
 void device_copy(const Tensor& src, Tensor& dst);
+// softmax.cu
+void softmax(const Tensor& x, bool log, Tensor& y);
+void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
+// crossentropy.cu
+void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
+void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
+                           Tensor& dx);
+// matmul.cpp (cuBLASLt; installed only when load_cublaslt succeeds)
+void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
+
+// dst = src converted between float32, float16 and bfloat16 (same shape, contiguous, one device), rounding as
+// core's conversions do (convert.cu). No op table carries casts; the backend uses it, and tests call it.
+void cast(const Tensor& src, Tensor& dst);
+// dst (rows, n) of dst_dtype = src (rows, n) float32 [+ bias (n,) float32], rounded once; a null src reads as
+// zeros. Device pointers, on the current device (convert.cu).
+void round_rows_into(const float* src, const float* bias, int64_t rows, int64_t n, void* dst, DType dst_dtype);
+
+// Loads cuBLASLt at run time (cublaslt.cpp); false, with the reason in *why, when it cannot.
+bool load_cublaslt(std::string* why);
 
 // Throws Error (kInternal) naming what failed when err is not cudaSuccess (err is a cudaError_t).
 void check_cuda(int err, const char* what);

@@ -4,27 +4,13 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "host_device.h"
 #include "mixtrain/ops/loss_scale.h"
-
-#if defined(__CUDACC__)
-#define MIXTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define MIXTRAIN_HOST_DEVICE
-#endif
 
 namespace mixtrain::ops::shared {
 
-MIXTRAIN_HOST_DEVICE inline bool float_is_finite(float v) {
-#if defined(__CUDA_ARCH__)
-  const uint32_t bits = __float_as_uint(v);
-#else
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-#endif
-  return (bits & 0x7F800000u) != 0x7F800000u;
-}
+MIXTRAIN_HOST_DEVICE inline bool float_is_finite(float v) { return (bits_of(v) & 0x7F800000u) != 0x7F800000u; }
 
 // 1/S in double, rounded once: exact for the power-of-two scales dynamic scaling produces.
 MIXTRAIN_HOST_DEVICE inline float inverse_scale(float scale) {

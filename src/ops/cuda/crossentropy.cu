@@ -1,0 +1,194 @@
+// Cross-entropy on the GPU (ops/losses.h's crossentropy kernels): sparse labels or dense targets, from logits or
+// from probabilities, forward and backward. One warp per row computes that row's loss term in double; one block
+// then sums the rows in a fixed order (deterministic, and in double as the CPU does) and writes the float32 mean.
+// The element steps are the CPU's (ops/shared/crossentropy_row.h).
+//
+// Labels live on the device, where the op's entry cannot read them: the forward kernel records the first row
+// whose label is outside [0, classes) and the host reads that one word back to raise the CPU's error (a
+// synchronisation per loss, the price of a clear message). The backward marks such a row's gradient NaN.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../shared/crossentropy_row.h"
+#include "../shared/float16_convert.h"
+#include "backend.h"
+#include "device_util.cuh"
+
+namespace mixtrain::ops::cuda {
+
+namespace {
+
+using shared::load_as_float;
+
+constexpr unsigned long long kNoBadRow = ~0ull;
+
+// What a row kernel reads: predictions x (rows, n) and either labels (rows,) or dense targets (rows, n).
+struct RowArgs {
+  const void* x;
+  int x_code;
+  const void* target;
+  int target_code;  // dense targets' dtype code
+  bool sparse;
+  bool labels64;  // int64 labels (else int32)
+  bool from_logits;
+  int64_t rows, n;
+};
+
+__device__ int64_t label_of(const RowArgs& a, int64_t row) {
+  return a.labels64 ? static_cast<const int64_t*>(a.target)[row] : static_cast<const int32_t*>(a.target)[row];
+}
+
+__device__ float weight_of(const RowArgs& a, int64_t row, int64_t j, int64_t label) {
+  return a.sparse ? (j == label ? 1.0f : 0.0f) : load_as_float(a.target, a.target_code, row * a.n + j);
+}
+
+// logsumexp of row `row`, the same value on every lane.
+__device__ float row_lse(const RowArgs& a, int64_t row, int lane) {
+  const int64_t base = row * a.n;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < a.n; j += device::kWarp) mx = shared::max_f32(mx, load_as_float(a.x, a.x_code, base + j));
+  mx = device::warp_max(mx);
+  float sum = 0.0f;
+  for (int64_t j = lane; j < a.n; j += device::kWarp)
+    sum = shared::add_rn(sum, shared::softmax_term(load_as_float(a.x, a.x_code, base + j), mx));
+  return shared::log_sum_exp(mx, device::warp_sum(sum));
+}
+
+__device__ float log_prob(const RowArgs& a, int64_t i, float lse) {
+  const float v = load_as_float(a.x, a.x_code, i);
+  return a.from_logits ? shared::log_softmax_value(v, lse) : shared::clipped_log_prob(v);
+}
+
+__global__ void row_loss_kernel(RowArgs a, double* row_loss, unsigned long long* first_bad_row) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
+  if (row >= a.rows) return;  // the whole warp leaves together
+  const int lane = threadIdx.x % device::kWarp;
+  const int64_t label = a.sparse ? label_of(a, row) : 0;
+  if (a.sparse && (label < 0 || label >= a.n)) {
+    if (lane == 0) {
+      atomicMin(first_bad_row, static_cast<unsigned long long>(row));
+      row_loss[row] = __longlong_as_double(0x7FF8000000000000ll);  // NaN: never a silent number
+    }
+    return;
+  }
+  const float lse = a.from_logits ? row_lse(a, row, lane) : 0.0f;
+  double term = 0.0;
+  if (a.sparse) {
+    if (lane == 0) term = shared::crossentropy_term(1.0f, log_prob(a, row * a.n + label, lse));
+  } else {
+    for (int64_t j = lane; j < a.n; j += device::kWarp) {
+      const float w = weight_of(a, row, j, 0);
+      if (w != 0.0f) term = __dadd_rn(term, shared::crossentropy_term(w, log_prob(a, row * a.n + j, lse)));
+    }
+    term = device::warp_sum(term);
+  }
+  if (lane == 0) row_loss[row] = term;
+}
+
+// One block: loss = sum(row_loss) / rows, rounded once to float32.
+__global__ void mean_kernel(const double* row_loss, int64_t rows, float* loss) {
+  __shared__ double partial[device::kThreads];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) s = __dadd_rn(s, row_loss[i]);
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int width = device::kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width)
+      partial[threadIdx.x] = __dadd_rn(partial[threadIdx.x], partial[threadIdx.x + width]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = rows ? static_cast<float>(partial[0] / static_cast<double>(rows)) : 0.0f;
+}
+
+__global__ void row_grad_kernel(RowArgs a, float k, void* dx, int dx_code) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
+  if (row >= a.rows) return;
+  const int lane = threadIdx.x % device::kWarp;
+  const int64_t base = row * a.n;
+  const int64_t label = a.sparse ? label_of(a, row) : 0;
+  if (a.sparse && (label < 0 || label >= a.n)) {
+    for (int64_t j = lane; j < a.n; j += device::kWarp) shared::store_from_float(dx, dx_code, base + j, NAN);
+    return;
+  }
+  float lse = 0.0f, tsum = 1.0f;  // a label's weights sum to 1
+  if (a.from_logits) {
+    lse = row_lse(a, row, lane);
+    if (!a.sparse) {
+      tsum = 0.0f;
+      for (int64_t j = lane; j < a.n; j += device::kWarp) tsum = shared::add_rn(tsum, weight_of(a, row, j, 0));
+      tsum = device::warp_sum(tsum);
+    }
+  }
+  for (int64_t j = lane; j < a.n; j += device::kWarp) {
+    const float w = weight_of(a, row, j, label);
+    const float g = a.from_logits ? shared::crossentropy_logits_grad(log_prob(a, base + j, lse), w, tsum, k)
+                                  : shared::crossentropy_probs_grad(load_as_float(a.x, a.x_code, base + j), w, k);
+    shared::store_from_float(dx, dx_code, base + j, g);
+  }
+}
+
+RowArgs row_args(const Tensor& x, const Tensor& target, bool sparse, bool from_logits) {
+  RowArgs a{};
+  a.x = x.raw();
+  a.x_code = shared::float_code(x.dtype());
+  a.target = target.raw();
+  a.target_code = sparse ? 0 : shared::float_code(target.dtype());
+  a.sparse = sparse;
+  a.labels64 = sparse && target.dtype() == DType::kInt64;
+  a.from_logits = from_logits;
+  a.rows = x.dim(0);
+  a.n = x.dim(1);
+  return a;
+}
+
+}  // namespace
+
+void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss) {
+  const RowArgs a = row_args(x, target, sparse, from_logits);
+  MIXTRAIN_CHECK(!(sparse && a.n == 0 && a.rows > 0),
+                 "crossentropy: " << a.rows << " labels for predictions with no classes " << x.describe());
+  const Device device = x.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  // Scratch from the caching allocator: the rows' double terms (DType has no float64: int64 storage of the same
+  // size), and the first bad row.
+  Tensor row_loss = Tensor::empty({a.rows > 0 ? a.rows : 1}, DType::kInt64, device);
+  Tensor bad = Tensor::empty({1}, DType::kInt64, device);
+  unsigned long long* bad_row = static_cast<unsigned long long*>(bad.raw());
+  check_cuda(cudaMemsetAsync(bad_row, 0xFF, sizeof(unsigned long long)), "cudaMemsetAsync");
+  double* terms = static_cast<double*>(row_loss.raw());
+  if (a.rows > 0 && a.n > 0) {
+    row_loss_kernel<<<device::row_blocks(a.rows), device::kThreads>>>(a, terms, bad_row);
+    device::launched("crossentropy");
+  } else if (a.rows > 0) {
+    check_cuda(cudaMemsetAsync(terms, 0, static_cast<size_t>(a.rows) * sizeof(double)), "cudaMemsetAsync");
+  }
+  mean_kernel<<<1, device::kThreads>>>(terms, a.rows, loss.data<float>());
+  device::launched("crossentropy mean");
+  if (!sparse || a.rows == 0) return;
+  unsigned long long first = kNoBadRow;
+  check_cuda(cudaMemcpy(&first, bad_row, sizeof first, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (first == kNoBadRow) return;
+  int64_t label = 0;
+  const size_t width = a.labels64 ? sizeof(int64_t) : sizeof(int32_t);
+  int32_t label32 = 0;
+  check_cuda(cudaMemcpy(a.labels64 ? static_cast<void*>(&label) : static_cast<void*>(&label32),
+                        static_cast<const char*>(target.raw()) + first * width, width, cudaMemcpyDeviceToHost),
+             "cudaMemcpy");
+  if (!a.labels64) label = label32;
+  MIXTRAIN_FAIL(kInvalidInput,
+                "crossentropy: label " << label << " at row " << first << " is outside [0, " << a.n << ")",
+                "labels index the classes of the last axis; check the dataset's labels and the model's output width");
+}
+
+void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
+                           Tensor& dx) {
+  const RowArgs a = row_args(x, target, sparse, from_logits);
+  if (a.rows == 0 || a.n == 0) return;
+  check_cuda(cudaSetDevice(x.device().index), "cudaSetDevice");
+  const float k = shared::crossentropy_grad_scale(dloss, a.rows);
+  row_grad_kernel<<<device::row_blocks(a.rows), device::kThreads>>>(a, k, dx.raw(), shared::float_code(dx.dtype()));
+  device::launched("crossentropy_backward");
+}
+
+}  // namespace mixtrain::ops::cuda

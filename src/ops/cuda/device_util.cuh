@@ -1,0 +1,43 @@
+// Launch geometry and warp reductions shared by the backend's row kernels (softmax.cu, crossentropy.cu,
+// convert.cu). Device code only: included by .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../shared/host_device.h"
+#include "backend.h"
+
+namespace mixtrain::ops::cuda::device {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = kThreads / kWarp;  // row kernels: one warp per row
+
+// Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).
+inline int blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+// Blocks for a row kernel over `rows` rows.
+inline unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+inline void launched(const char* what) { check_cuda(cudaGetLastError(), what); }
+
+// Butterfly reductions: every lane ends with the same value, combined in the same order on every run.
+__device__ inline float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = shared::max_f32(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ inline float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = shared::add_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+__device__ inline double warp_sum(double v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = __dadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+
+}  // namespace mixtrain::ops::cuda::device

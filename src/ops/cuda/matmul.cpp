@@ -1,0 +1,290 @@
+// The batched product on the GPU (ops::bmm / matmul / linear's kCuda kernel) through cuBLASLt, loaded at run
+// time (cublaslt_api.h). Numerics as the CPU's kernels::gemm promises them: float16 and bfloat16 inputs multiply
+// with float32 accumulation (CUBLAS_COMPUTE_32F); float32 inputs in plain float32 (TF32 tensor cores, which
+// round the inputs to 10 significand bits, only when MIXTRAIN_CUDA_TF32=1 opts in); the result is rounded
+// once into C's dtype, after the float32 bias is added.
+//
+// cuBLAS is column-major and a row-major (r, c) matrix with row stride ld is the column-major (c, r) matrix with
+// the same ld, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: cuBLASLt's first operand is b's memory,
+// its second a's, and its (n, m) result is C's row-major memory. The bias then runs along the result's rows, as
+// cuBLASLt's bias epilogue expects.
+//
+// Where cuBLASLt cannot write C's dtype (float32 inputs into a 16-bit C) or declines the bias epilogue, the
+// product goes to a float32 scratch and one kernel adds the bias and rounds (convert.cu): one rounding either way.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backend.h"
+#include "cublaslt_api.h"
+
+namespace mixtrain::ops::cuda {
+
+namespace {
+
+// cuBLASLt's split-k and stream-k algorithms need scratch; 32 MiB is what its documentation suggests for Hopper.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+struct DeviceState {
+  int device = 0;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  MIXTRAIN_FAIL(kInternal, "cuBLASLt: " << what << " failed: " << cublaslt().status_string(status),
+                "check the GPU with nvidia-smi; MIXTRAIN_CUDA=OFF or cpu tensors avoid the GPU GEMM");
+}
+
+// One handle and workspace per GPU, made on first use and kept for the process (kernels on the legacy default
+// stream are ordered, so calls from several threads can share the workspace).
+DeviceState& device_state(int device) {
+  static std::mutex mu;
+  static std::map<int, DeviceState>* states = new std::map<int, DeviceState>();  // never destroyed: see allocator
+  std::lock_guard<std::mutex> lock(mu);
+  DeviceState& s = (*states)[device];
+  if (s.handle == nullptr) {
+    s.device = device;
+    check_lt(cublaslt().create(&s.handle), "cublasLtCreate");
+    check_cuda(cudaMalloc(&s.workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+  }
+  return s;
+}
+
+bool tf32_opted_in() {
+  static const bool on = [] {
+    const char* v = std::getenv("MIXTRAIN_CUDA_TF32");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
+cudaDataType_t cuda_type(DType dt) {
+  return dt == DType::kFloat16 ? CUDA_R_16F : dt == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// Result dtypes cuBLASLt writes itself with float32 compute: the inputs' dtype, or float32 from 16-bit inputs.
+bool writes_directly(DType ab, DType c) { return c == ab || (c == DType::kFloat32 && is_low_precision(ab)); }
+
+// The largest power of two up to 256 dividing p and every batch step after it (cuBLASLt assumes 256 unless told).
+uint32_t alignment(const void* p, int64_t batch_stride_bytes) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(batch_stride_bytes) | 256u;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+// Descriptors, destroyed with their scope.
+struct MatmulDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~MatmulDesc() {
+    if (d) cublaslt().desc_destroy(d);
+  }
+  template <typename T>
+  void set(cublasLtMatmulDescAttributes_t attr, const T& v) {
+    check_lt(cublaslt().desc_set(d, attr, &v, sizeof v), "cublasLtMatmulDescSetAttribute");
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t d = nullptr;
+  ~Layout() {
+    if (d) cublaslt().layout_destroy(d);
+  }
+};
+struct Preference {
+  cublasLtMatmulPreference_t d = nullptr;
+  ~Preference() {
+    if (d) cublaslt().pref_destroy(d);
+  }
+  template <typename T>
+  void set(cublasLtMatmulPreferenceAttributes_t attr, const T& v) {
+    check_lt(cublaslt().pref_set(d, attr, &v, sizeof v), "cublasLtMatmulPreferenceSetAttribute");
+  }
+};
+
+// A column-major (rows, cols) matrix with leading dimension ld, count of them stride elements apart.
+void make_layout(Layout& l, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t count,
+                 int64_t stride) {
+  check_lt(cublaslt().layout_create(&l.d, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+           "cublasLtMatrixLayoutCreate");
+  if (count > 1) {
+    const int32_t c = static_cast<int32_t>(count);
+    check_lt(cublaslt().layout_set(l.d, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof c), "batch count");
+    check_lt(cublaslt().layout_set(l.d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+             "batch stride");
+  }
+}
+
+// One cuBLASLt call: `count` products D[p] (m, n) row-major = op(A[p]) op(B[p]) [+ bias], A[p] = a + p * a_stride
+// elements (likewise B), D[p] = d + p * m * n elements of d_dtype.
+struct Problem {
+  const kernel::BmmLayout* l;
+  DType ab_dtype;
+  const void* a;
+  const void* b;
+  int64_t a_stride, b_stride, count;
+  void* d;
+  DType d_dtype;
+  const float* bias;  // null: no epilogue
+};
+
+// Runs the product, or returns the heuristic's status when cuBLASLt offers no algorithm for it (an unsupported
+// combination of dtypes and epilogue; the caller then takes the float32 scratch path).
+cublasStatus_t run(const Problem& p, DeviceState& s) {
+  const kernel::BmmLayout& l = *p.l;
+  const size_t eab = dtype_size(p.ab_dtype), ed = dtype_size(p.d_dtype);
+  MatmulDesc desc;
+  const cublasComputeType_t compute =
+      p.ab_dtype == DType::kFloat32 && tf32_opted_in() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check_lt(cublaslt().desc_create(&desc.d, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // First operand: op(B)^T, from b's memory; second: op(A)^T, from a's (see the top of this file).
+  const int32_t op_first = l.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int32_t op_second = l.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, op_first);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, op_second);
+  if (p.bias) {
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS));
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  }
+  const cudaDataType_t tab = cuda_type(p.ab_dtype), td = cuda_type(p.d_dtype);
+  // b's memory: row-major (k, n), i.e. column-major (n, k); or (n, k) row-major when trans_b, i.e. (k, n).
+  Layout first, second, out;
+  make_layout(first, tab, l.trans_b ? l.k : l.n, l.trans_b ? l.n : l.k, l.ldb, p.count, p.b_stride);
+  make_layout(second, tab, l.trans_a ? l.m : l.k, l.trans_a ? l.k : l.m, l.lda, p.count, p.a_stride);
+  make_layout(out, td, l.n, l.m, l.n, p.count, l.m * l.n);
+
+  Preference pref;
+  check_lt(cublaslt().pref_create(&pref.d), "cublasLtMatmulPreferenceCreate");
+  pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
+  const bool batched = p.count > 1;
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+           alignment(p.b, batched ? p.b_stride * static_cast<int64_t>(eab) : 0));
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+           alignment(p.a, batched ? p.a_stride * static_cast<int64_t>(eab) : 0));
+  const uint32_t d_align = alignment(p.d, batched ? l.m * l.n * static_cast<int64_t>(ed) : 0);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d_align);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d_align);
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t hs =
+      cublaslt().heuristic(s.handle, desc.d, first.d, second.d, out.d, out.d, pref.d, 1, &result, &found);
+  if (hs != CUBLAS_STATUS_SUCCESS) return hs;
+  if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const float alpha = 1.0f, beta = 0.0f;
+  check_lt(cublaslt().matmul(s.handle, desc.d, &alpha, p.b, first.d, p.a, second.d, &beta, p.d, out.d, p.d, out.d,
+                             &result.algo, s.workspace, kWorkspaceBytes, /*stream=*/nullptr),
+           "cublasLtMatmul");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// One strided block of products into p.d (of p.d_dtype, with p.bias): written by cuBLASLt directly where it
+// can, else through the float32 scratch (made when first needed, reused) and one rounding kernel. Returns the
+// failing status when cuBLASLt has no algorithm either way.
+cublasStatus_t run_block(const Problem& p, DeviceState& state, bool bias_epilogue_ok, Tensor& scratch) {
+  if (writes_directly(p.ab_dtype, p.d_dtype) && bias_epilogue_ok && run(p, state) == CUBLAS_STATUS_SUCCESS)
+    return CUBLAS_STATUS_SUCCESS;
+  const kernel::BmmLayout& l = *p.l;
+  if (!scratch.defined() || scratch.numel() < p.count * l.m * l.n)
+    scratch = Tensor::empty({p.count * l.m, l.n}, DType::kFloat32, Device::cuda(state.device));
+  Problem f = p;
+  f.d = scratch.raw();
+  f.d_dtype = DType::kFloat32;
+  f.bias = nullptr;
+  const cublasStatus_t st = run(f, state);
+  if (st == CUBLAS_STATUS_SUCCESS) round_rows_into(scratch.data<float>(), p.bias, p.count * l.m, l.n, p.d, p.d_dtype);
+  return st;
+}
+
+// The batch dimensions split in two: the trailing ones that one strided cuBLASLt call covers (each operand's
+// stride steps evenly through them; a broadcast operand has stride 0 throughout), and the leading rest, looped
+// on the host.
+struct BatchSplit {
+  int outer_rank = 0;       // batch dimensions [0, outer_rank) are looped
+  int64_t inner_count = 1;  // products per cuBLASLt call
+  int64_t a_stride = 0, b_stride = 0;
+};
+
+BatchSplit split_batch(const kernel::BmmLayout& l) {
+  BatchSplit s;
+  int d = static_cast<int>(l.batch.size()) - 1;
+  while (d >= 0 && l.batch[static_cast<size_t>(d)] == 1) --d;  // trailing 1s are nothing
+  if (d < 0) return s;
+  s.a_stride = l.a_batch_strides[static_cast<size_t>(d)];
+  s.b_stride = l.b_batch_strides[static_cast<size_t>(d)];
+  s.inner_count = l.batch[static_cast<size_t>(d)];
+  for (--d; d >= 0; --d) {
+    const size_t i = static_cast<size_t>(d);
+    if (l.batch[i] == 1) continue;
+    if (l.a_batch_strides[i] != s.a_stride * s.inner_count || l.b_batch_strides[i] != s.b_stride * s.inner_count ||
+        s.inner_count * l.batch[i] > INT32_MAX)
+      break;
+    s.inner_count *= l.batch[i];
+  }
+  s.outer_rank = d + 1;
+  return s;
+}
+
+}  // namespace
+
+void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& l, Tensor& c) {
+  int64_t count = 1;
+  for (int64_t d : l.batch) count *= d;
+  if (count == 0 || l.m == 0 || l.n == 0) return;
+  check_cuda(cudaSetDevice(c.device().index), "cudaSetDevice");
+  const float* biasp = bias.defined() ? bias.data<float>() : nullptr;
+  const size_t ec = dtype_size(c.dtype());
+  if (l.k == 0) {  // an empty sum: C = bias (or 0), which cuBLASLt does not serve
+    round_rows_into(nullptr, biasp, count * l.m, l.n, c.raw(), c.dtype());
+    return;
+  }
+  DeviceState& state = device_state(c.device().index);
+  const BatchSplit split = split_batch(l);
+  const size_t eab = dtype_size(a.dtype());
+  const DType ab = a.dtype();
+  // cuBLASLt reads a 16-byte-aligned bias; a bias view at an odd offset goes the scratch way.
+  const bool bias_epilogue_ok = biasp == nullptr || reinterpret_cast<uintptr_t>(biasp) % 16 == 0;
+  Tensor scratch;  // float32, for the products cuBLASLt cannot write in C's dtype
+
+  int64_t outer = 1;
+  for (int d = 0; d < split.outer_rank; ++d) outer *= l.batch[static_cast<size_t>(d)];
+  for (int64_t o = 0; o < outer; ++o) {
+    // Element offsets of this outer index's first product.
+    int64_t oa = 0, ob = 0, rest = o;
+    for (int d = split.outer_rank - 1; d >= 0; --d) {
+      const size_t i = static_cast<size_t>(d);
+      const int64_t idx = rest % l.batch[i];
+      rest /= l.batch[i];
+      oa += idx * l.a_batch_strides[i];
+      ob += idx * l.b_batch_strides[i];
+    }
+    const char* a_block = static_cast<const char*>(a.raw()) + oa * static_cast<int64_t>(eab);
+    const char* b_block = static_cast<const char*>(b.raw()) + ob * static_cast<int64_t>(eab);
+    char* c_block = static_cast<char*>(c.raw()) + o * split.inner_count * l.m * l.n * static_cast<int64_t>(ec);
+    const Problem p{&l,      ab,        a_block, b_block, split.a_stride, split.b_stride, split.inner_count,
+                    c_block, c.dtype(), biasp};
+    cublasStatus_t st = run_block(p, state, bias_epilogue_ok, scratch);
+    // A strided batch cuBLASLt declines (a broadcast operand's stride 0, an odd stride) runs product by product.
+    for (int64_t i = 0; st != CUBLAS_STATUS_SUCCESS && i < p.count; ++i) {
+      Problem one = p;
+      one.a = static_cast<const char*>(p.a) + i * p.a_stride * static_cast<int64_t>(eab);
+      one.b = static_cast<const char*>(p.b) + i * p.b_stride * static_cast<int64_t>(eab);
+      one.d = static_cast<char*>(p.d) + i * l.m * l.n * static_cast<int64_t>(ec);
+      one.count = 1;
+      const cublasStatus_t one_st = run_block(one, state, bias_epilogue_ok, scratch);
+      if (one_st != CUBLAS_STATUS_SUCCESS)
+        MIXTRAIN_FAIL(kInternal,
+                      "cuBLASLt has no algorithm for a " << dtype_name(ab) << " product (" << l.m << ", " << l.k
+                                                         << ") x (" << l.k << ", " << l.n
+                                                         << "): " << cublaslt().status_string(one_st),
+                      "run this product on the cpu device");
+    }
+  }
+  check_cuda(cudaGetLastError(), "bmm");
+}
+
+}  // namespace mixtrain::ops::cuda

@@ -1,0 +1,97 @@
+// What the shared arithmetic (this folder) needs to be one source for the CPU and the GPU: the host-and-device
+// marker, float bit access, and float32 operations that round exactly once on both. Host code is plain C++;
+// nvcc compiles the same functions for the device.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define MIXTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define MIXTRAIN_HOST_DEVICE
+#endif
+
+namespace mixtrain::ops::shared {
+
+MIXTRAIN_HOST_DEVICE inline uint32_t bits_of(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(v);
+#else
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+
+MIXTRAIN_HOST_DEVICE inline float float_of(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+
+// nvcc fuses a * b + c into one FMA by default (one rounding instead of two), which changes bits against the
+// CPU; these forms are never fused. The host side relies on the CPU build not contracting either (baseline
+// x86-64 has no FMA; src/optim is built with -ffp-contract=off for its ISA variants).
+MIXTRAIN_HOST_DEVICE inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MIXTRAIN_HOST_DEVICE inline float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+MIXTRAIN_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+MIXTRAIN_HOST_DEVICE inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+MIXTRAIN_HOST_DEVICE inline float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// exp and log in float32. Not correctly rounded on either side (glibc's expf and CUDA's expf may differ in the
+// last place), so ops using them match the CPU within a few units, not bit for bit, on the GPU.
+MIXTRAIN_HOST_DEVICE inline float exp_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+MIXTRAIN_HOST_DEVICE inline float log_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::logf(x);
+#else
+  return std::log(x);
+#endif
+}
+
+// std::max's rule (the first argument unless the second is larger): a NaN element never replaces a number.
+MIXTRAIN_HOST_DEVICE inline float max_f32(float a, float b) { return a < b ? b : a; }
+
+}  // namespace mixtrain::ops::shared
