@@ -37,7 +37,7 @@ ninja -C build-gpu -j "$(nproc)" $targets >> "$log" 2>&1 || { say "build failed 
 status=0
 if [ "$tests" = ON ]; then
   say "GPU tests (MIXTRAIN_REQUIRE_GPU=1)"
-  if ! MIXTRAIN_REQUIRE_GPU=1 build-gpu/tests/ops/ops_test --gtest_filter='CudaBackend.*:KernelTable.*' \
+  if ! MIXTRAIN_REQUIRE_GPU=1 build-gpu/tests/ops/ops_test --gtest_filter='CudaBackend.*:CudaSharedMath.*:KernelTable.*' \
          --gtest_output="json:$out/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1
