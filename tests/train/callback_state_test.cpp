@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <stdexcept>
 
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/layers.h"
@@ -17,12 +16,15 @@
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/recovery.h"
 #include "blobs.h"
+#include "kill_after.h"
 
 namespace mixtrain {
 namespace {
 
 namespace fs = std::filesystem;
 using train_test::blobs;
+using train_test::Killed;
+using train_test::KillAfter;
 
 // 60 rows in batches of 16: 4 steps per epoch, the last one of 12 rows.
 constexpr int64_t kStepsPerEpoch = 4;
@@ -34,24 +36,6 @@ std::unique_ptr<Model> make_model() {
   m->compile(make_optimizer("adam", 0.01f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
   return m;
 }
-
-struct Killed : std::runtime_error {
-  Killed() : std::runtime_error("killed") {}
-};
-// Ends fit() after global step `at` (counted from the run's start), after the callbacks before it, as a SIGKILL.
-class KillAfter : public Callback {
- public:
-  explicit KillAfter(int64_t at) : at_(at) {}
-  void on_epoch_begin(int epoch) override { epoch_ = epoch; }
-  void on_epoch_resume(int epoch, int64_t) override { epoch_ = epoch; }
-  void on_train_batch_end(int64_t step, const Logs&) override {
-    if (epoch_ * kStepsPerEpoch + step == at_) throw Killed();
-  }
-
- private:
-  int64_t at_;
-  int64_t epoch_ = 0;
-};
 
 struct TempDir {
   fs::path path;
@@ -89,7 +73,7 @@ std::optional<Outcome> run(MakeCallback make_cb, const std::string& ckpt, bool r
   if (resume) o.resume = load_checkpoint(ckpt, *m).fit_state;
   auto cb = make_cb();
   CheckpointCallback saver(ckpt, 1, "", 1);
-  KillAfter killer(kill_at);
+  KillAfter killer(kill_at, kStepsPerEpoch);
   o.callbacks = {cb.get(), &saver, &killer};
   try {
     Outcome out;

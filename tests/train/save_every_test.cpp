@@ -8,7 +8,6 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <stdexcept>
 
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/layers.h"
@@ -17,12 +16,15 @@
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model.h"
 #include "blobs.h"
+#include "kill_after.h"
 
 namespace mixtrain {
 namespace {
 
 namespace fs = std::filesystem;
 using train_test::blobs;
+using train_test::Killed;
+using train_test::KillAfter;
 
 // 100 rows, 20 held out for validation, batches of 16: 5 steps per epoch, the last one of 16 rows too.
 constexpr int kEpochs = 3;
@@ -58,24 +60,6 @@ FitOptions fit_options() {
   o.verbose = 0;
   return o;
 }
-
-// Ends fit() right after the callbacks before it have seen global step `at`, as a SIGKILL would: no epoch end, no
-// further save.
-struct Killed : std::runtime_error {
-  Killed() : std::runtime_error("killed") {}
-};
-class KillAfter : public Callback {
- public:
-  explicit KillAfter(int64_t at) : at_(at) {}
-  void on_epoch_begin(int epoch) override { epoch_ = epoch; }
-  void on_train_batch_end(int64_t step, const Logs&) override {
-    if (epoch_ * kStepsPerEpoch + step == at_) throw Killed();
-  }
-
- private:
-  int64_t at_;
-  int64_t epoch_ = 0;
-};
 
 struct Result {
   NamedTensors state;  // weights (moving statistics included), optimizer slots and counters, loss scale, Rngs
@@ -157,7 +141,7 @@ std::optional<Result> run_until(const std::string& scenario, const std::string& 
     o.resume = info.fit_state;
   }
   CheckpointCallback saver(ckpt, 1, "", save_every);
-  KillAfter killer(kill_at);
+  KillAfter killer(kill_at, kStepsPerEpoch);
   o.callbacks = {&saver, &killer};  // the save of step kill_at happens before the kill, as with a real kill
   try {
     const History h = m->fit(x, y, o);
