@@ -1,8 +1,9 @@
 // The CUDA backend behind the dispatch seam. Everywhere: load_cuda_backend() says what this build and machine
 // have, and without a GPU no table gains a CUDA kernel (so every op stays on the CPU). On a GPU: each CUDA kernel
-// gives the CPU kernel's bits (the loss-scaling chain, fill, copies) and the device allocator counts its bytes.
-// The kernels whose arithmetic differs from the CPU's in summation order or in exp/log (softmax, cross-entropy,
-// the cuBLASLt GEMM) are compared with dtype-aware tolerances written beside each check; the casts bit for bit.
+// gives the CPU kernel's bits (the loss-scaling chain, fill, copies, the elementwise ops but sigmoid and tanh, the
+// reductions) and the device allocator counts its bytes. The kernels whose arithmetic differs from the CPU's in
+// summation order or in exp/log/tanh (softmax, cross-entropy, sigmoid, tanh, the cuBLASLt GEMM) are compared with
+// dtype-aware tolerances written beside each check; the casts bit for bit.
 // MIXTRAIN_REQUIRE_GPU=1 (scripts/gpu-check.sh) turns the GPU tests' skip into a failure.
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/reduce.h"
 #include "mixtrain/ops/softmax.h"
 #include "mixtrain/ops/transfer.h"
 #include "op_test_util.h"
@@ -60,6 +62,8 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
     EXPECT_FALSE(kernel::fill_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::bmm_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::softmax_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::activation_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::reduce_sum_table().supports(DeviceType::kCuda));
     EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), Error);
     if (!s.compiled) {
       EXPECT_NE(s.detail.find("no CUDA backend"), std::string::npos) << s.detail;
@@ -76,6 +80,10 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_FALSE(kernel::conv2d_table().supports(DeviceType::kCuda));  // not in this backend yet
   EXPECT_TRUE(kernel::softmax_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::crossentropy_backward_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::activation_backward_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::sum_rows_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::count_nonfinite_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::reduce_sum_backward_table().supports(DeviceType::kCuda));
   // matmul (the bmm table) needs cuBLASLt, loaded at run time: listed exactly when its kernel is installed, and the
   // detail says which library served it or why none did.
   const bool has_matmul = std::find(s.ops.begin(), s.ops.end(), "bmm") != s.ops.end();
@@ -296,6 +304,123 @@ TEST(CudaBackend, CrossentropyMatchesTheCpuInEveryForm) {
     ADD_FAILURE() << "a label of 4 for 4 classes was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("label 4 at row 1"), std::string::npos) << e.what();
+  }
+}
+
+// Bit for bit, except that NaNs compare equal whatever their payloads: x86 arithmetic passes an operand's NaN on,
+// CUDA's arithmetic writes its canonical NaN.
+bool same_bits_any_nan(const Tensor& gpu, const Tensor& cpu) {
+  const Tensor g = to_device(gpu, Device::cpu());
+  if (g.dtype() != cpu.dtype() || g.shape() != cpu.shape()) return false;
+  const std::vector<float> gv = g.to_floats(), cv = cpu.contiguous().to_floats();
+  for (size_t i = 0; i < gv.size(); ++i) {
+    if (std::isnan(gv[i]) && std::isnan(cv[i])) continue;
+    uint32_t a, b;
+    std::memcpy(&a, &gv[i], sizeof a);
+    std::memcpy(&b, &cv[i], sizeof b);
+    if (a != b) return false;
+  }
+  return true;
+}
+
+// Activation inputs: a spread past GELU's clamp and both sigmoid branches, plus the values where the element
+// steps branch (signed zeros, infinities, NaN, subnormals).
+Tensor activation_inputs(const Shape& shape, uint64_t seed, DType dt) {
+  std::vector<float> v = random_tensor(shape, seed, DType::kFloat32, -18.0f, 18.0f).to_floats();
+  const float special[] = {0.0f, -0.0f, 1e-41f, -1e-41f, 15.0f, -15.0f, -90.0f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  for (size_t i = 0; i < v.size() && i < std::size(special); ++i) v[i * 7 % v.size()] = special[i];
+  return Tensor::from_floats(shape, v, dt);
+}
+
+TEST(CudaBackend, ElementwiseOpsGiveTheCpuBits) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : kFloatDTypes) {
+    for (const Shape& shape : {Shape({1}), Shape({7}), Shape({3, 17}), Shape({2, 3, 129}), Shape({70001})}) {
+      const std::string what = std::string(dtype_name(dt)) + " " + shape.to_string();
+      const Tensor x = activation_inputs(shape, 101 + static_cast<uint64_t>(shape.numel()), dt);
+      const Tensor dy = random_tensor(shape, 103, dt, -2.0f, 2.0f);
+      const Tensor x_gpu = to_device(x, gpu), dy_gpu = to_device(dy, gpu);
+      for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kSigmoid, Activation::kTanh}) {
+        const std::string name = std::string(activation_name(a)) + " " + what;
+        const Tensor y = activation(x, a), y_gpu = activation(x_gpu, a);
+        if (a == Activation::kRelu || a == Activation::kGelu) {
+          EXPECT_TRUE(bit_equal(y_gpu, y)) << name;
+        } else {
+          // CUDA's expf and tanhf are within 2 float32 units, glibc's within 1; sigmoid's 1 / (1 + e) carries e's
+          // error at most once more, so 8 units of float32 cover both sides, then one rounding into dt each.
+          const double rel = 2 * unit(dt) + 8 * 0x1p-24, floor = 4 * subnormal_step(dt);
+          expect_close(y_gpu, y, [&](size_t, double c) { return rel * std::fabs(c) + floor; }, name);
+        }
+        // The backward reads the CPU's saved output, so both sides see the same inputs: bit for bit.
+        const Tensor y_on_gpu = to_device(y, gpu);
+        EXPECT_TRUE(
+            same_bits_any_nan(activation_backward(dy_gpu, x_gpu, y_on_gpu, a), activation_backward(dy, x, y, a)))
+            << name << " backward";
+      }
+      const Tensor b = random_tensor(shape, 107, DType::kFloat32, -3.0f, 3.0f);
+      const Tensor b_gpu = to_device(b, gpu);
+      EXPECT_TRUE(same_bits_any_nan(add(x_gpu, dy_gpu), add(x, dy))) << "add " << what;
+      EXPECT_TRUE(same_bits_any_nan(add(x_gpu, b_gpu), add(x, b))) << "add float32 " << what;
+      Tensor acc = dy.clone(), acc_gpu = to_device(dy, gpu);
+      add_into(acc, b);
+      add_into(acc_gpu, b_gpu);
+      EXPECT_TRUE(bit_equal(acc_gpu, acc)) << "add_into " << what;
+      EXPECT_TRUE(same_bits_any_nan(scale(x_gpu, 0.37f), scale(x, 0.37f))) << "scale " << what;
+      for (DType bias_dt : {dt, DType::kFloat32}) {
+        const Tensor bias = random_tensor({shape[-1]}, 109, bias_dt, -5.0f, 5.0f);
+        EXPECT_TRUE(bit_equal(bias_add(dy_gpu, to_device(bias, gpu)), bias_add(dy, bias)))
+            << "bias_add " << dtype_name(bias_dt) << " " << what;
+      }
+      Tensor mask = Tensor::empty(shape, DType::kUInt8);
+      for (int64_t i = 0; i < mask.numel(); ++i) mask.data<uint8_t>()[i] = (i * 13 + 2) % 5 < 3;
+      const Tensor mask_gpu = to_device(mask, gpu);
+      EXPECT_TRUE(bit_equal(dropout(dy_gpu, mask_gpu, 0.4f), dropout(dy, mask, 0.4f))) << "dropout " << what;
+      EXPECT_TRUE(bit_equal(dropout_backward(dy_gpu, mask_gpu, 0.4f), dropout_backward(dy, mask, 0.4f)))
+          << "dropout_backward " << what;
+      EXPECT_EQ(count_nonfinite(x_gpu), count_nonfinite(x)) << "count_nonfinite " << what;
+    }
+  }
+}
+
+// Each GPU sum is one thread adding in the CPU's order, so the reductions agree bit for bit too.
+TEST(CudaBackend, ReductionsGiveTheCpuBits) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : kFloatDTypes) {
+    for (const Shape& shape : {Shape({1}), Shape({7, 1}), Shape({5, 17, 9}), Shape({3, 129, 31}), Shape({4, 20000})}) {
+      const std::string what = std::string(dtype_name(dt)) + " " + shape.to_string();
+      // Terms of mixed magnitudes, so that any other summation order shows in the bits.
+      std::vector<float> v = random_tensor(shape, 113, DType::kFloat32).to_floats();
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i * 7 % 23) - 11);
+      const Tensor x = Tensor::from_floats(shape, v, dt), x_gpu = to_device(x, gpu);
+      EXPECT_TRUE(bit_equal(sum_rows(x_gpu), sum_rows(x))) << "sum_rows " << what;
+      for (int axis = -shape.rank(); axis < shape.rank(); ++axis) {
+        for (bool keepdims : {false, true}) {
+          for (DType out : {dt, DType::kFloat32}) {
+            const std::string which = what + " axis " + std::to_string(axis) + " keepdims " +
+                                      std::to_string(keepdims) + " -> " + dtype_name(out);
+            const Tensor y = reduce_sum(x, axis, keepdims, out);
+            EXPECT_TRUE(bit_equal(reduce_sum(x_gpu, axis, keepdims, out), y)) << "reduce_sum " << which;
+            const Tensor dy = random_tensor(y.shape(), 127, out);
+            EXPECT_TRUE(bit_equal(reduce_sum_backward(to_device(dy, gpu), x_gpu, axis, keepdims),
+                                  reduce_sum_backward(dy, x, axis, keepdims)))
+                << "reduce_sum_backward " << which;
+          }
+        }
+      }
+    }
+    // Every inf and NaN counted, in a tensor long enough for many blocks.
+    std::vector<float> v(300000, 1.0f);
+    for (size_t i = 0; i < v.size(); i += 977) v[i] = i % 2 ? std::numeric_limits<float>::quiet_NaN()
+                                                            : -std::numeric_limits<float>::infinity();
+    v[5] = 1e38f;  // infinity in float16 only
+    const Tensor x = Tensor::from_floats({300000}, v, dt);
+    EXPECT_EQ(count_nonfinite(to_device(x, gpu)), count_nonfinite(x)) << dtype_name(dt);
+    EXPECT_FALSE(all_finite({to_device(x, gpu)})) << dtype_name(dt);
+    EXPECT_TRUE(all_finite({to_device(Tensor::zeros({70001}, dt), gpu)})) << dtype_name(dt);
   }
 }
 

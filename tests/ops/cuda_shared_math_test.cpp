@@ -1,8 +1,9 @@
 // The arithmetic the CUDA kernels share with the CPU (src/ops/shared/), checked on the host against the
 // library's own CPU code: casts against core's float16/bfloat16 conversions on every 16-bit pattern and every
 // rounding boundary; softmax, log-softmax, their gradients and sparse cross-entropy against the CPU op kernels;
-// the Adam element update against the CPU Adam. Each shared function follows its CPU counterpart's operation
-// order, so every check is bit for bit. Runs everywhere, with or without a GPU.
+// the elementwise element steps and the reductions' summation order against the CPU's elementwise and reduce
+// kernels; the Adam element update against the CPU Adam. Each shared function follows its CPU counterpart's
+// operation order, so every check is bit for bit. Runs everywhere, with or without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,13 +13,19 @@
 #include <vector>
 
 #include "mixtrain/core/random.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/reduce.h"
 #include "mixtrain/ops/softmax.h"
 #include "mixtrain/optim/adam.h"
 #include "op_test_util.h"
 #include "ops/shared/adam_update.h"
+#include "ops/cpu/exp_poly.h"
 #include "ops/shared/crossentropy_row.h"
+#include "ops/shared/elementwise_math.h"
+#include "ops/shared/exp_poly.h"
 #include "ops/shared/float16_convert.h"
+#include "ops/shared/ordered_sum.h"
 #include "ops/shared/softmax_row.h"
 
 namespace mixtrain::ops {
@@ -26,6 +33,7 @@ namespace {
 
 using testing::kFloatDTypes;
 using testing::kOddSizes;
+using testing::random_tensor;
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -219,6 +227,156 @@ TEST(CudaSharedMath, CrossentropyFromProbabilitiesGivesTheCpuKernelsBits) {
       EXPECT_EQ(bits(shared::crossentropy_probs_grad(p[i], j == label[r] ? 1.0f : 0.0f, k)), bits(want[i]))
           << "row " << r << " class " << j;
     }
+}
+
+// out (x's shape, out_dtype) = fn(i, x[i]) through the shared load and store, as an elementwise kernel does.
+template <typename Fn>
+Tensor by_elements(const Tensor& x, DType out_dtype, Fn&& fn) {
+  const Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), out_dtype);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    shared::store_from_float(out.raw(), shared::float_code(out_dtype), i,
+                             fn(i, shared::load_as_float(xc.raw(), shared::float_code(x.dtype()), i)));
+  return out;
+}
+
+float element(const Tensor& t, int64_t i) {
+  return shared::load_as_float(t.raw(), shared::float_code(t.dtype()), i);
+}
+
+// Inputs for the activations: a spread that reaches GELU's clamp and sigmoid's both branches, and the values
+// where the element steps branch (zeros of both signs, infinities, NaN, subnormals, float16's limits).
+Tensor activation_inputs(DType dt, uint64_t seed) {
+  std::vector<float> v = random_tensor({4001}, seed, DType::kFloat32, -18.0f, 18.0f).to_floats();
+  for (float f : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-41f, -1e-41f, 0.7517915f, -0.7517915f, 15.0f, -15.0f, 88.5f,
+                  -88.5f, 65504.0f, -65504.0f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  -std::numeric_limits<float>::quiet_NaN()})
+    v.push_back(f);
+  return Tensor::from_floats({static_cast<int64_t>(v.size())}, v, dt);
+}
+
+const Activation kActivations[] = {Activation::kRelu, Activation::kGelu, Activation::kSigmoid, Activation::kTanh};
+
+TEST(CudaSharedMath, ActivationsGiveTheCpuKernelsBits) {
+  for (DType dt : kFloatDTypes) {
+    const Tensor x = activation_inputs(dt, 61);
+    for (Activation a : kActivations) {
+      const Tensor got = by_elements(x, dt, [a](int64_t, float v) { return shared::activation_value(a, v); });
+      EXPECT_TRUE(same_bits(got, activation(x, a))) << activation_name(a) << " " << dtype_name(dt);
+    }
+  }
+}
+
+TEST(CudaSharedMath, ActivationGradientsGiveTheCpuKernelsBits) {
+  for (DType dt : kFloatDTypes) {
+    const Tensor x = activation_inputs(dt, 71);
+    // The gradient in dt, and in float32 against a 16-bit saved tensor (the kernel reads each in its own dtype).
+    for (DType dy_dt : {dt, DType::kFloat32}) {
+      const Tensor dy = random_tensor(x.shape(), 73, dy_dt, -3.0f, 3.0f);
+      for (Activation a : kActivations) {
+        const Tensor y = activation(x, a);
+        const Tensor& saved = a == Activation::kRelu || a == Activation::kGelu ? x : y;
+        const Tensor got = by_elements(dy, dy_dt, [&](int64_t i, float d) {
+          return shared::activation_grad(a, d, element(saved, i));
+        });
+        EXPECT_TRUE(same_bits(got, activation_backward(dy, x, y, a)))
+            << activation_name(a) << " dy " << dtype_name(dy_dt) << " saved " << dtype_name(dt);
+      }
+    }
+  }
+}
+
+// The scalar exponential polynomial the GPU's GELU uses against the CPU's vector form, instantiated on float.
+TEST(CudaSharedMath, ExpPolynomialMatchesTheCpuForm) {
+  for (float r = -0.4f; r <= 0.4f; r += 1.0f / 4099) {
+    float want = 0, scale = 0;
+    cpu::expf_poly::exp_reduced(r, want);
+    ASSERT_EQ(bits(shared::expf_poly::exp_reduced(r)), bits(want)) << r;
+    const float t = static_cast<float>(static_cast<int>(r * 400)) + shared::expf_poly::kRound;
+    cpu::expf_poly::pow2_of_rounded<float, uint32_t>(t, 64, scale);
+    ASSERT_EQ(bits(shared::expf_poly::pow2_of_rounded(t, 64)), bits(scale)) << r;
+  }
+}
+
+TEST(CudaSharedMath, AddScaleBiasAndDropoutGiveTheCpuKernelsBits) {
+  for (DType dt : kFloatDTypes) {
+    for (int64_t n : kOddSizes) {
+      const Tensor a = random_tensor({3, n}, 81 + static_cast<uint64_t>(n), dt, -100.0f, 100.0f);
+      for (DType b_dt : kFloatDTypes) {  // the second operand (and the bias) in any floating dtype
+        const Tensor b = random_tensor({3, n}, 83 + static_cast<uint64_t>(n), b_dt, -0.01f, 0.01f);
+        const Tensor sum = by_elements(a, dt, [&](int64_t i, float u) { return shared::add_rn(u, element(b, i)); });
+        EXPECT_TRUE(same_bits(sum, add(a, b))) << dtype_name(dt) << " + " << dtype_name(b_dt) << " n=" << n;
+        const Tensor bias = random_tensor({n}, 85 + static_cast<uint64_t>(n), b_dt, -3.0f, 3.0f);
+        const Tensor biased =
+            by_elements(a, dt, [&](int64_t i, float u) { return shared::add_rn(u, element(bias, i % n)); });
+        EXPECT_TRUE(same_bits(biased, bias_add(a, bias))) << dtype_name(dt) << " bias " << dtype_name(b_dt);
+      }
+      const float s = 0.3f;
+      EXPECT_TRUE(same_bits(by_elements(a, dt, [s](int64_t, float u) { return shared::mul_rn(u, s); }), scale(a, s)))
+          << dtype_name(dt);
+      Tensor mask = Tensor::empty({3, n}, DType::kUInt8);
+      for (int64_t i = 0; i < mask.numel(); ++i) mask.data<uint8_t>()[i] = (i * 5 + 1) % 3 != 0;
+      const float rate = 0.3f, keep_scale = 1.0f / (1.0f - rate);
+      const Tensor dropped = by_elements(a, dt, [&](int64_t i, float u) {
+        return shared::dropout_value(u, mask.data<uint8_t>()[i], keep_scale);
+      });
+      EXPECT_TRUE(same_bits(dropped, dropout(a, mask, rate))) << dtype_name(dt);
+    }
+  }
+}
+
+// Terms of mixed magnitudes, so that a different summation order changes the bits.
+Tensor summands(const Shape& shape, uint64_t seed, DType dt) {
+  std::vector<float> v = random_tensor(shape, seed, DType::kFloat32).to_floats();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i * 7 % 23) - 11);
+  return Tensor::from_floats(shape, v, dt);
+}
+
+TEST(CudaSharedMath, SumRowsAndReduceSumAddInTheCpuKernelsOrder) {
+  for (DType dt : kFloatDTypes) {
+    for (int64_t n : kOddSizes) {
+      const Tensor dy = summands({5, n, 9}, 91 + static_cast<uint64_t>(n), dt);
+      // sum_rows: (5 n, 9) -> (9,) float32.
+      const int64_t rows = 5 * n;
+      Tensor want_rows = Tensor::empty({9}, DType::kFloat32);
+      for (int64_t j = 0; j < 9; ++j)
+        want_rows.data<float>()[j] = shared::ordered_sum(rows, [&](int64_t r) { return element(dy, r * 9 + j); });
+      EXPECT_TRUE(same_bits(sum_rows(dy), want_rows)) << dtype_name(dt) << " n=" << n;
+      // reduce_sum over each axis, into the input's dtype and into float32.
+      for (int axis = 0; axis < 3; ++axis) {
+        int64_t outer = 1, inner = 1;
+        for (int d = 0; d < axis; ++d) outer *= dy.dim(d);
+        for (int d = axis + 1; d < 3; ++d) inner *= dy.dim(d);
+        const int64_t len = dy.dim(axis);
+        for (DType out_dt : {dt, DType::kFloat32}) {
+          const Tensor got = reduce_sum(dy, axis, false, out_dt);
+          Tensor want = Tensor::empty(got.shape(), out_dt);
+          for (int64_t idx = 0; idx < outer * inner; ++idx) {
+            const int64_t base = idx / inner * len * inner + idx % inner;
+            const float sum = shared::ordered_sum(len, [&](int64_t k) { return element(dy, base + k * inner); });
+            shared::store_from_float(want.raw(), shared::float_code(out_dt), idx, sum);
+          }
+          EXPECT_TRUE(same_bits(got, want)) << dtype_name(dt) << " -> " << dtype_name(out_dt) << " axis " << axis;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaSharedMath, NonfiniteTestCountsWhatTheCpuCounts) {
+  for (DType dt : kFloatDTypes) {
+    std::vector<float> v = random_tensor({300}, 97, DType::kFloat32, -70000.0f, 70000.0f).to_floats();
+    v[3] = std::numeric_limits<float>::infinity();
+    v[40] = -std::numeric_limits<float>::infinity();
+    v[41] = std::numeric_limits<float>::quiet_NaN();
+    v[299] = std::numeric_limits<float>::max();  // overflows float16, stays finite in bfloat16
+    const Tensor x = Tensor::from_floats({300}, v, dt);
+    int64_t got = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) got += shared::is_nonfinite(element(x, i)) ? 1 : 0;
+    EXPECT_EQ(got, count_nonfinite(x)) << dtype_name(dt);
+    EXPECT_GE(got, 3) << dtype_name(dt);
+  }
 }
 
 // Adam's update on raw float32 spans, as the optimizer's fused pass runs it.

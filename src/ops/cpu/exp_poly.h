@@ -11,22 +11,26 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../shared/exp_poly.h"
+
 namespace mixtrain::ops::cpu::expf_poly {
 
-inline constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-inline constexpr float kLog2e = 1.44269504088896341f;
-inline constexpr float kLn2Hi = 0.693359375f;  // 9 significant bits: n * kLn2Hi is exact for |n| < 2^15
-inline constexpr float kLn2Lo = -2.12194440e-4f;  // ln2 - kLn2Hi
+// The constants are shared with the scalar host-and-device form (ops/shared/exp_poly.h), which the GPU uses.
+using shared::expf_poly::kLn2Hi;
+using shared::expf_poly::kLn2Lo;
+using shared::expf_poly::kLog2e;
+using shared::expf_poly::kRound;
 
 // e^r for |r| <= ln2 / 2 (a little more is harmless): 1 + r + r^2 p(r), within 1e-7 relative.
 template <typename V>
 inline void exp_reduced(const V& r, V& out) {
-  V p = V{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  namespace sp = shared::expf_poly;
+  V p = V{} + sp::kP5;
+  p = p * r + sp::kP4;
+  p = p * r + sp::kP3;
+  p = p * r + sp::kP2;
+  p = p * r + sp::kP1;
+  p = p * r + sp::kP0;
   out = p * r * r + r + 1.0f;
 }
 

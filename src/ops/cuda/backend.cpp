@@ -1,5 +1,5 @@
 // The CUDA backend's host side: a caching device allocator with live/peak counts per GPU, and the installer that
-// registers it and the kernels (kernels.cu) in the op tables.
+// registers it and the kernels (*.cu, matmul.cpp) in the op tables.
 #include "backend.h"
 
 #include <cuda_runtime.h>
@@ -13,6 +13,7 @@
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/reduce.h"
 #include "mixtrain/ops/softmax.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -129,12 +130,24 @@ CudaBackendStatus install_backend() {
   kernel::update_loss_scale_table().set(DeviceType::kCuda, &update_loss_scale);
   kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
   kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
+  kernel::activation_table().set(DeviceType::kCuda, &activation);
+  kernel::activation_backward_table().set(DeviceType::kCuda, &activation_backward);
+  kernel::add_table().set(DeviceType::kCuda, &add);
+  kernel::scale_table().set(DeviceType::kCuda, &scale);
+  kernel::bias_add_table().set(DeviceType::kCuda, &bias_add);
+  kernel::sum_rows_table().set(DeviceType::kCuda, &sum_rows);
+  kernel::dropout_table().set(DeviceType::kCuda, &dropout);
+  kernel::count_nonfinite_table().set(DeviceType::kCuda, &count_nonfinite);
+  kernel::reduce_sum_table().set(DeviceType::kCuda, &reduce_sum);
+  kernel::reduce_sum_backward_table().set(DeviceType::kCuda, &reduce_sum_backward);
   kernel::softmax_table().set(DeviceType::kCuda, &softmax);
   kernel::softmax_backward_table().set(DeviceType::kCuda, &softmax_backward);
   kernel::crossentropy_table().set(DeviceType::kCuda, &crossentropy);
   kernel::crossentropy_backward_table().set(DeviceType::kCuda, &crossentropy_backward);
-  s.ops = {"fill",    "unscale_and_check", "update_loss_scale", "apply_loss_scale",     "to_device",
-           "softmax", "softmax_backward",  "crossentropy",      "crossentropy_backward"};
+  s.ops = {"fill",         "unscale_and_check",   "update_loss_scale", "apply_loss_scale", "to_device",
+           "activation",   "activation_backward", "add",               "scale",            "bias_add",
+           "sum_rows",     "dropout",             "count_nonfinite",   "reduce_sum",       "reduce_sum_backward",
+           "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

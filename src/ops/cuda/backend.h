@@ -6,6 +6,7 @@
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/matmul.h"
 
@@ -21,6 +22,18 @@ void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& 
 void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule);
 void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out);
 void device_copy(const Tensor& src, Tensor& dst);
+// elementwise.cu
+void activation(const Tensor& x, Activation a, Tensor& y);
+void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+void scale(const Tensor& x, float s, Tensor& y);
+void bias_add(const Tensor& x, const Tensor& bias, Tensor& y);
+void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
+// reduce.cu
+void sum_rows(const Tensor& dy, Tensor& out);
+int64_t count_nonfinite(const Tensor& x);
+void reduce_sum(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& y);
+void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inner, Tensor& dx);
 // softmax.cu
 void softmax(const Tensor& x, bool log, Tensor& y);
 void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);

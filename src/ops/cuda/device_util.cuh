@@ -1,5 +1,5 @@
-// Launch geometry and warp reductions shared by the backend's row kernels (softmax.cu, crossentropy.cu,
-// convert.cu). Device code only: included by .cu files.
+// Launch geometry, the grid-stride loop and warp reductions shared by the backend's kernels (softmax.cu,
+// crossentropy.cu, convert.cu, elementwise.cu, reduce.cu). Device code only: included by .cu files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +25,14 @@ inline int blocks_for(int64_t n) {
 inline unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 inline void launched(const char* what) { check_cuda(cudaGetLastError(), what); }
+
+// f(i) for every i in [0, n), spread over the whole grid (launched with blocks_for(n) blocks).
+template <typename Fn>
+__device__ inline void for_each_index(int64_t n, const Fn& f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    f(i);
+}
 
 // Butterfly reductions: every lane ends with the same value, combined in the same order on every run.
 __device__ inline float warp_max(float v) {

@@ -74,7 +74,7 @@ MIXTRAIN_HOST_DEVICE inline float sqrt_rn(float a) {
 #endif
 }
 
-// exp and log in float32. Not correctly rounded on either side (glibc's expf and CUDA's expf may differ in the
+// exp, log and tanh in float32. Not correctly rounded on either side (glibc's expf and CUDA's expf may differ in the
 // last place), so ops using them match the CPU within a few units, not bit for bit, on the GPU.
 MIXTRAIN_HOST_DEVICE inline float exp_f32(float x) {
 #if defined(__CUDA_ARCH__)
@@ -88,6 +88,22 @@ MIXTRAIN_HOST_DEVICE inline float log_f32(float x) {
   return ::logf(x);
 #else
   return std::log(x);
+#endif
+}
+
+MIXTRAIN_HOST_DEVICE inline float tanh_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::tanhf(x);
+#else
+  return std::tanh(x);
+#endif
+}
+
+MIXTRAIN_HOST_DEVICE inline bool is_nan_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::isnan(x);
+#else
+  return std::isnan(x);
 #endif
 }
 

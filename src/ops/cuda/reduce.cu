@@ -1,0 +1,112 @@
+// The reductions on the GPU: sum_rows (the bias gradient), reduce_sum and its gradient, count_nonfinite. Each sum
+// is owned by one thread, which adds its terms in the CPU kernel's order (ops/shared/ordered_sum.h: float32,
+// index order, each partial sum rounded), so results are the CPU's bits and never depend on the launch. That
+// trades speed for it where there are few outputs and long sums (a whole tensor reduced to a few values).
+// count_nonfinite adds integers, exact in any order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../shared/elementwise_math.h"
+#include "../shared/float16_convert.h"
+#include "../shared/ordered_sum.h"
+#include "backend.h"
+#include "device_util.cuh"
+
+namespace mixtrain::ops::cuda {
+
+namespace {
+
+using shared::load_as_float;
+using shared::store_from_float;
+
+// out (cols,) float32 = sum over rows of dy (rows, cols); neighbouring threads read neighbouring columns.
+__global__ void sum_rows_kernel(const void* dy, int dy_code, float* out, int64_t rows, int64_t cols) {
+  device::for_each_index(cols, [&](int64_t j) {
+    out[j] = shared::ordered_sum(rows, [&](int64_t r) { return load_as_float(dy, dy_code, r * cols + j); });
+  });
+}
+
+// y (outer, inner) = sum over k of x (outer, n, inner)[:, k, :].
+__global__ void reduce_sum_kernel(const void* x, int x_code, void* y, int y_code, int64_t outer, int64_t n,
+                                  int64_t inner) {
+  device::for_each_index(outer * inner, [&](int64_t idx) {
+    const int64_t base = (idx / inner) * n * inner + idx % inner;
+    store_from_float(y, y_code, idx,
+                     shared::ordered_sum(n, [&](int64_t k) { return load_as_float(x, x_code, base + k * inner); }));
+  });
+}
+
+// dx (outer, n, inner)[:, k, :] = dy (outer, inner) for every k.
+__global__ void reduce_sum_backward_kernel(const void* dy, int dy_code, void* dx, int dx_code, int64_t outer,
+                                           int64_t n, int64_t inner) {
+  device::for_each_index(outer * n * inner, [&](int64_t idx) {
+    const int64_t o = idx / (n * inner), i = idx % inner;
+    store_from_float(dx, dx_code, idx, load_as_float(dy, dy_code, o * inner + i));
+  });
+}
+
+// *count += the number of inf and NaN elements of x (n,): per-thread counts, summed per block, one integer
+// atomic per block.
+__global__ void count_nonfinite_kernel(const void* x, int x_code, int64_t n, unsigned long long* count) {
+  __shared__ unsigned long long partial[device::kThreads];
+  unsigned long long c = 0;
+  device::for_each_index(n, [&](int64_t i) { c += shared::is_nonfinite(load_as_float(x, x_code, i)) ? 1 : 0; });
+  partial[threadIdx.x] = c;
+  __syncthreads();
+  for (int width = device::kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && partial[0] != 0) atomicAdd(count, partial[0]);
+}
+
+}  // namespace
+
+void sum_rows(const Tensor& dy, Tensor& out) {
+  const int64_t cols = out.numel();
+  if (cols == 0) return;
+  const int64_t rows = dy.numel() / cols;
+  check_cuda(cudaSetDevice(out.device().index), "cudaSetDevice");
+  sum_rows_kernel<<<device::blocks_for(cols), device::kThreads>>>(dy.raw(), shared::float_code(dy.dtype()),
+                                                                  out.data<float>(), rows, cols);
+  device::launched("sum_rows");
+}
+
+void reduce_sum(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& y) {
+  const int64_t outputs = outer * inner;
+  if (outputs == 0) return;
+  check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
+  reduce_sum_kernel<<<device::blocks_for(outputs), device::kThreads>>>(
+      x.raw(), shared::float_code(x.dtype()), y.raw(), shared::float_code(y.dtype()), outer, n, inner);
+  device::launched("reduce_sum");
+}
+
+void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inner, Tensor& dx) {
+  const int64_t total = outer * n * inner;
+  if (total == 0) return;
+  check_cuda(cudaSetDevice(dx.device().index), "cudaSetDevice");
+  reduce_sum_backward_kernel<<<device::blocks_for(total), device::kThreads>>>(
+      dy.raw(), shared::float_code(dy.dtype()), dx.raw(), shared::float_code(dx.dtype()), outer, n, inner);
+  device::launched("reduce_sum_backward");
+}
+
+int64_t count_nonfinite(const Tensor& x) {
+  const int64_t n = x.numel();
+  if (n == 0) return 0;
+  const Device device = x.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  // The count lands in a scratch word from the caching allocator; the op returns it on the host, so this
+  // synchronizes (the training step's own check, unscale_and_check, does not).
+  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
+  unsigned long long* count = static_cast<unsigned long long*>(scratch.raw());
+  check_cuda(cudaMemsetAsync(count, 0, sizeof *count), "cudaMemsetAsync");
+  count_nonfinite_kernel<<<device::blocks_for(n), device::kThreads>>>(x.raw(), shared::float_code(x.dtype()), n,
+                                                                      count);
+  device::launched("count_nonfinite");
+  unsigned long long host = 0;
+  check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return static_cast<int64_t>(host);
+}
+
+}  // namespace mixtrain::ops::cuda
