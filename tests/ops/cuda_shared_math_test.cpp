@@ -1,6 +1,6 @@
 // The arithmetic the CUDA kernels share with the CPU (src/ops/shared/), checked on the host against the
-// library's own CPU code: casts against core's float16/bfloat16 conversions on every 16-bit pattern and every
-// rounding boundary; softmax, log-softmax, their gradients and sparse cross-entropy against the CPU op kernels;
+// library's own CPU code: loads and stores through core's float16/bfloat16 conversions; softmax, log-softmax,
+// their gradients and sparse cross-entropy against the CPU op kernels;
 // the elementwise element steps and the reductions' summation order against the CPU's elementwise and reduce
 // kernels; the Adam element update against the CPU Adam. Each shared function follows its CPU counterpart's
 // operation order, so every check is bit for bit. Runs everywhere, with or without a GPU.
@@ -41,64 +41,8 @@ uint32_t bits(float f) {
   return u;
 }
 
-// Float32 inputs that probe every rounding decision of a 16-bit conversion: each 16-bit value widened, the
-// midpoints to its upper neighbour and the floats just beside them, plus a sweep over all float32 exponents.
-std::vector<float> rounding_probes(bool bf16) {
-  std::vector<float> out;
-  for (uint32_t h = 0; h < 65536; ++h) {
-    const uint16_t b = static_cast<uint16_t>(h);
-    const uint32_t lo = bits(bf16 ? shared::bfloat16_to_float(b) : shared::half_to_float(b));
-    const uint32_t hi = bits(bf16 ? shared::bfloat16_to_float(static_cast<uint16_t>(b + 1))
-                                  : shared::half_to_float(static_cast<uint16_t>(b + 1)));
-    for (uint32_t u : {lo, lo + 1, lo - 1}) out.push_back(shared::float_of(u));
-    if ((lo & 0x7F800000u) == 0x7F800000u || (hi & 0x7F800000u) == 0x7F800000u || (lo >> 31) != (hi >> 31)) continue;
-    // Same sign, both finite: the midpoint (exact in double, and in float32 for both formats' spacings).
-    const float mid =
-        static_cast<float>((static_cast<double>(shared::float_of(lo)) + static_cast<double>(shared::float_of(hi))) / 2);
-    const uint32_t m = bits(mid);
-    for (uint32_t u : {m, m + 1, m - 1}) out.push_back(shared::float_of(u));
-  }
-  // Every float32 exponent (and float16's subnormal and overflow ranges) with assorted significands.
-  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4093) out.push_back(shared::float_of(static_cast<uint32_t>(u)));
-  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.98e-8f, 5.96e-8f, 6.1e-5f,
-                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
-                  std::numeric_limits<float>::max()})
-    out.push_back(f);
-  return out;
-}
-
-TEST(CudaSharedMath, WideningMatchesCoreOnEvery16BitPattern) {
-  std::vector<uint16_t> all(65536);
-  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
-  std::vector<float> f16(65536), bf16(65536);
-  convert_elements(all.data(), DType::kFloat16, f16.data(), DType::kFloat32, 65536);
-  convert_elements(all.data(), DType::kBFloat16, bf16.data(), DType::kFloat32, 65536);
-  for (uint32_t h = 0; h < 65536; ++h) {
-    const uint16_t b = static_cast<uint16_t>(h);
-    ASSERT_EQ(bits(shared::half_to_float(b)), bits(half_bits_to_float(b))) << std::hex << h;
-    ASSERT_EQ(bits(shared::half_to_float(b)), bits(f16[h])) << std::hex << h;
-    ASSERT_EQ(bits(shared::bfloat16_to_float(b)), bits(bf16_bits_to_float(b))) << std::hex << h;
-    ASSERT_EQ(bits(shared::bfloat16_to_float(b)), bits(bf16[h])) << std::hex << h;
-  }
-}
-
-TEST(CudaSharedMath, NarrowingMatchesCoreAtEveryRoundingBoundary) {
-  for (bool bf16 : {false, true}) {
-    const std::vector<float> in = rounding_probes(bf16);
-    // The array conversion the CPU ops use (F16C where the CPU has it) and the scalar rule.
-    std::vector<uint16_t> bulk(in.size());
-    convert_elements(in.data(), DType::kFloat32, bulk.data(), bf16 ? DType::kBFloat16 : DType::kFloat16,
-                     static_cast<int64_t>(in.size()));
-    for (size_t i = 0; i < in.size(); ++i) {
-      const uint16_t got = bf16 ? shared::float_to_bfloat16(in[i]) : shared::float_to_half(in[i]);
-      const uint16_t scalar = bf16 ? float_to_bf16_bits(in[i]) : float_to_half_bits(in[i]);
-      ASSERT_EQ(got, scalar) << (bf16 ? "bfloat16" : "float16") << " of float bits " << std::hex << bits(in[i]);
-      ASSERT_EQ(got, bulk[i]) << (bf16 ? "bfloat16" : "float16") << " of float bits " << std::hex << bits(in[i]);
-    }
-  }
-}
-
+// The casts are core/half.h's own conversions (tests/core/half_test.cpp checks them on every pattern and
+// midpoint); here, that a kernel's load and store pick the right one for each dtype code.
 TEST(CudaSharedMath, LoadAndStoreRoundOnceIntoEachDtype) {
   const std::vector<float> v = {0.1f, -3.7f, 65519.0f, 1e-6f, -0.0f};
   for (DType dt : kFloatDTypes) {

@@ -1,10 +1,13 @@
 // IEEE float16 and bfloat16 storage types and their exact conversions to and from float32.
 // float -> 16-bit rounds to nearest, ties to even; subnormals, infinities and NaN are preserved
-// (NaN stays NaN, quiet). Inline so kernels can call them in inner loops.
+// (NaN stays NaN, quiet). Inline so kernels can call them in inner loops; the CUDA backend's kernels call the same
+// conversions (MIXTRAIN_HOST_DEVICE), so a cast gives the same bits on either device.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#include "mixtrain/core/host_device.h"
 
 namespace mixtrain {
 
@@ -15,18 +18,26 @@ struct bfloat16 {
   uint16_t bits;
 };
 
-inline uint32_t float_bits(float f) {
+MIXTRAIN_HOST_DEVICE inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
-inline float bits_float(uint32_t u) {
+MIXTRAIN_HOST_DEVICE inline float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
 
-inline float half_bits_to_float(uint16_t h) {
+MIXTRAIN_HOST_DEVICE inline float half_bits_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -43,7 +54,7 @@ inline float half_bits_to_float(uint16_t h) {
   return bits_float(sign | static_cast<uint32_t>(112 - e) << 23 | (mant << 13));
 }
 
-inline uint16_t float_to_half_bits(float f) {
+MIXTRAIN_HOST_DEVICE inline uint16_t float_to_half_bits(float f) {
   const uint32_t u = float_bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t absu = u & 0x7FFFFFFFu;
@@ -68,9 +79,9 @@ inline uint16_t float_to_half_bits(float f) {
   return static_cast<uint16_t>(sign | result);
 }
 
-inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+MIXTRAIN_HOST_DEVICE inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
-inline uint16_t float_to_bf16_bits(float f) {
+MIXTRAIN_HOST_DEVICE inline uint16_t float_to_bf16_bits(float f) {
   const uint32_t u = float_bits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
   const uint32_t rounded = u + 0x7FFFu + ((u >> 16) & 1u);

@@ -7,33 +7,14 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define MIXTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define MIXTRAIN_HOST_DEVICE
-#endif
+#include "mixtrain/core/half.h"
+#include "mixtrain/core/host_device.h"
 
 namespace mixtrain::ops::shared {
 
-MIXTRAIN_HOST_DEVICE inline uint32_t bits_of(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(v);
-#else
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-#endif
-}
-
-MIXTRAIN_HOST_DEVICE inline float float_of(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-#endif
-}
+// core/half.h's bit access, compiled for the device too.
+MIXTRAIN_HOST_DEVICE inline uint32_t bits_of(float v) { return float_bits(v); }
+MIXTRAIN_HOST_DEVICE inline float float_of(uint32_t u) { return bits_float(u); }
 
 // nvcc fuses a * b + c into one FMA by default (one rounding instead of two), which changes bits against the
 // CPU; these forms are never fused. The host side relies on the CPU build not contracting either (baseline
