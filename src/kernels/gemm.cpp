@@ -82,6 +82,8 @@ struct AlignedBuffer {
 thread_local AlignedBuffer t_a_panels;  // (mc / mr) panels of (kc, mr), or a slab's whole packed A (keep_a)
 thread_local AlignedBuffer t_b_panels;  // (nc / nr) panels of (kc, nr)
 thread_local AlignedBuffer t_partial;   // (slab rows, nc) float32 partial sums when C is 16-bit
+// Held by the thread that calls gemm: two packed B blocks the threads of its team share (SharedB).
+thread_local AlignedBuffer t_shared_b_panels;
 
 // Largest float32 scratch per thread for partial sums of a 16-bit C; wide C is then done in narrower
 // column blocks.
@@ -170,6 +172,18 @@ int64_t packed_slots(const GemmBackend& be, int64_t kc) {
 
 std::atomic<bool> g_column_kernel{true};  // off only in tests (set_gemm_column_kernel_for_testing)
 
+// Threads that split the rows of one column range need the same packed B blocks. Rather than each packing every
+// block whole (with two threads on an AMX core that packing was about a quarter of the time), the team packs each
+// block once: thread `part` of `parts` packs its share of the column panels into the shared buffer, a barrier,
+// then every thread reads the whole block. Two buffers alternate, so one barrier per block suffices: a thread
+// packing block s + 1 overwrites the buffer of block s - 1, which every thread finished before the barrier of
+// block s. The packed bytes are the same, so C's bits are too.
+struct SharedB {
+  float* buffers[2];
+  int part, parts;
+  int64_t step = 0;  // blocks packed so far, the same count on every thread of the team
+};
+
 // Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
 // on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
 // bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
@@ -177,8 +191,11 @@ std::atomic<bool> g_column_kernel{true};  // off only in tests (set_gemm_column_
 //
 // keep_a: a_panels holds the whole slab's packed A (every k block, every chunk of rows), packed for the first
 // column block and read again for the others, rather than one chunk packed anew for each column block.
+//
+// shared: B's packed blocks are the team's (SharedB), and every thread of it calls run_slab with the same column
+// range, nc and k blocks, so all meet the same barriers.
 void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc, float* a_panels, bool keep_a,
-              float* b_panels, float* partial) {
+              float* b_panels, float* partial, SharedB* shared) {
   const int64_t mr = be.mr, nr = be.nr, kc = k_block(be, p.k);
   const PackSource src_a{p.a, p.lda, p.ab_dtype, !p.trans_a};
   const PackSource src_b{p.b, p.ldb, p.ab_dtype, p.trans_b};
@@ -196,7 +213,18 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
       const int64_t kc_cur = std::min(kc, p.k - pc);
       const int64_t slots = packed_slots(be, kc_cur);  // depth of a packed panel
       const bool first = pc == 0, last = pc + kc_cur == p.k;
-      be.pack(src_b, jc, nc_cur, pc, kc_cur, static_cast<int>(nr), b_panels);
+      float* b_block = b_panels;
+      if (shared == nullptr) {
+        be.pack(src_b, jc, nc_cur, pc, kc_cur, static_cast<int>(nr), b_block);
+      } else {
+        b_block = shared->buffers[shared->step++ & 1];
+        // This thread's share of the block's column panels, packed where the whole block's packing puts them.
+        const int64_t q0 = col_panels * shared->part / shared->parts, q1 = col_panels * (shared->part + 1) / shared->parts;
+        if (q1 > q0)
+          be.pack(src_b, jc + q0 * nr, std::min(nc_cur, q1 * nr) - q0 * nr, pc, kc_cur, static_cast<int>(nr),
+                  b_block + q0 * slots * nr);
+#pragma omp barrier
+      }
 
       for (int64_t ch = 0; ch < chunks; ++ch) {
         const int64_t q0 = row_panels * ch / chunks, q1 = row_panels * (ch + 1) / chunks;
@@ -235,7 +263,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
               ep.ld_add = first ? p.ldc : nc;
             }
           }
-          const float* b_panel = b_panels + cq * slots * nr;
+          const float* b_panel = b_block + cq * slots * nr;
           if (by_column) {
             be.column_kernel(kc_cur, chunk_a, slots * mr, static_cast<int>(q1 - q0), b_panel, mr_used.data(),
                              nr_used, eps.data());
@@ -258,22 +286,33 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
   split_among_threads(threads, p.m, p.n, be, &tm, &tn);
   // A 16-bit C cannot hold partial sums (that would round twice): they go to float32 scratch.
   const bool need_partial = p.c_dtype != DType::kFloat32 && p.k > be.kc;
+  const int64_t row_panels = ceil_div(p.m, be.mr), col_panels = ceil_div(p.n, be.nr);
+  const int64_t max_slots = packed_slots(be, be.kc);  // depth of the deepest packed panel
+  // The column block width of a slab of `rows` rows and `cols` columns.
+  const auto block_width = [&](int64_t rows, int64_t cols) {
+    const int64_t nc = std::min(be.nc, ceil_div(cols, be.nr) * be.nr);
+    return need_partial ? std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / rows / be.nr * be.nr)) : nc;
+  };
+  // Row slabs of one column range share the packed B (SharedB), with one nc for all: the widest slab's.
+  const bool share_b = tn == 1 && tm > 1 && row_panels >= tm;
+  const int64_t shared_nc = block_width(ceil_div(row_panels, tm) * be.mr, p.n);
+  float* shared_b = share_b ? t_shared_b_panels.get(static_cast<size_t>(2 * max_slots * shared_nc)) : nullptr;
+  if (share_b && shared_b == nullptr)
+    MIXTRAIN_FAIL(kInternal, "gemm: out of memory for packing buffers (m=" << p.m << ", n=" << p.n << ", k=" << p.k << ")",
+                  "free memory or use smaller matrices");
   std::atomic<bool> out_of_memory{false};
 
 #pragma omp parallel num_threads(threads)
   {
-    // The runtime may give fewer threads than asked (nested regions); then threads take several slabs.
+    // The runtime may give fewer threads than asked (nested regions); then threads take several slabs, and
+    // each packs its own B (the team's barriers need one slab a thread).
+    const bool sharing = share_b && omp_get_num_threads() == tm;
     for (int slab = omp_get_thread_num(); slab < tm * tn; slab += omp_get_num_threads()) {
       const int ti = slab / tn, tj = slab % tn;
-      const int64_t row_panels = ceil_div(p.m, be.mr), col_panels = ceil_div(p.n, be.nr);
       const Slab s{row_panels * ti / tm * be.mr, std::min(p.m, row_panels * (ti + 1) / tm * be.mr),
                    col_panels * tj / tn * be.nr, std::min(p.n, col_panels * (tj + 1) / tn * be.nr)};
-      if (s.i0 >= s.i1 || s.j0 >= s.j1) continue;
-      int64_t nc = std::min(be.nc, ceil_div(s.j1 - s.j0, be.nr) * be.nr);
-      if (need_partial) {
-        nc = std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / (s.i1 - s.i0) / be.nr * be.nr));
-      }
-      const int64_t max_slots = packed_slots(be, be.kc);  // depth of the deepest packed panel
+      if (!sharing && (s.i0 >= s.i1 || s.j0 >= s.j1)) continue;  // sharing: row_panels >= tm, none is empty
+      const int64_t nc = sharing ? shared_nc : block_width(s.i1 - s.i0, s.j1 - s.j0);
       // With several column blocks, a 16-bit product keeps the slab's packed A for all of them when it is small
       // enough: its tile products are so fast that packing A again for every column block costs 5% at
       // n = 1024 on an AMX core (float32 products were measured no faster keeping it).
@@ -281,14 +320,17 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
       const bool keep_a = be.k_per_slot == 2 && s.j1 - s.j0 > nc &&
                           a_kept * static_cast<int64_t>(sizeof(float)) <= kKeptPackedABytes;
       float* a_panels = t_a_panels.get(static_cast<size_t>(keep_a ? a_kept : be.mc * max_slots));
-      float* b_panels = t_b_panels.get(static_cast<size_t>(max_slots * nc));
+      float* b_panels = sharing ? shared_b : t_b_panels.get(static_cast<size_t>(max_slots * nc));
       float* partial = need_partial ? t_partial.get(static_cast<size_t>((s.i1 - s.i0) * nc)) : nullptr;
-      if (a_panels == nullptr || b_panels == nullptr || (need_partial && partial == nullptr)) {
+      if (a_panels == nullptr || b_panels == nullptr || (need_partial && partial == nullptr))
         out_of_memory = true;  // no exceptions out of a parallel region
-        continue;
+      if (sharing) {
+#pragma omp barrier
       }
+      if (out_of_memory) continue;  // sharing: every thread sees it after the barrier, so none waits alone
+      SharedB team{{shared_b, shared_b + max_slots * nc}, ti, tm};
       if (be.thread_begin) be.thread_begin();
-      run_slab(be, p, s, nc, a_panels, keep_a, b_panels, partial);
+      run_slab(be, p, s, nc, a_panels, keep_a, b_panels, partial, sharing ? &team : nullptr);
       if (be.thread_end) be.thread_end();
     }
   }

@@ -138,11 +138,15 @@ void expect_same_bits(const char* path, DType ab, const std::vector<Shape3>& sha
   }
 }
 
+// 1 against 2 and 3 threads: row slabs of unequal heights sharing each packed B block (SharedB in gemm.cpp), and
+// column splits.
 void expect_same_bits_on_one_and_two_threads(const char* path, DType ab, const std::vector<Shape3>& shapes,
                                              std::mt19937& rng) {
   const int saved = omp_get_max_threads();
   expect_same_bits(path, ab, shapes, rng, [] { omp_set_num_threads(1); }, [] { omp_set_num_threads(2); },
                    "1 and 2 threads");
+  expect_same_bits(path, ab, shapes, rng, [] { omp_set_num_threads(1); }, [] { omp_set_num_threads(3); },
+                   "1 and 3 threads");
   omp_set_num_threads(saved);
 }
 
