@@ -12,7 +12,9 @@
 #include "fuzz_model.h"
 #include "mixtrain/core/json.h"
 #include "mixtrain/io/safetensors.h"
+#include "mixtrain/train/callbacks.h"
 #include "mixtrain/train/checkpoint.h"
+#include "mixtrain/train/recovery.h"
 
 namespace fs = std::filesystem;
 using namespace mixtrain;
@@ -135,6 +137,20 @@ void checkpoint_seeds() {
   save_checkpoint(tmp.string(), *model, info);
   write("checkpoint", "mlp_checksummed.safetensors", read(tmp));
   write("checkpoint", "mlp_unchecked.safetensors", without_checksums(load_safetensors(tmp.string())));
+  // Saved during fit(): the fit state with the recovery ladder's and EarlyStopping's states, and the best
+  // weights as callback/ tensors.
+  auto fitted = fuzz::make_fuzz_model();
+  EarlyStopping stopper("loss", 3, 0.0, /*restore_best_weights=*/true);
+  CheckpointCallback saver(tmp.string());
+  RecoveryGuard guard;
+  FitOptions o;
+  o.epochs = 1;
+  o.batch_size = 2;
+  o.verbose = 0;
+  o.callbacks = {&stopper, &saver};
+  o.recovery = &guard;
+  fitted->fit(Tensor::from_floats({4, 2}, {0.1f, 0.2f, -1, 1, 2, -0.5f, 0, 0.3f}), Tensor::from_ints({4}, {0, 1, 2, 1}), o);
+  write("checkpoint", "mlp_fit_state_callbacks.safetensors", read(tmp));
   fs::remove(tmp);
 }
 
