@@ -75,8 +75,13 @@ void save_epoch(const std::string& path, Model& m, int k) {
   save_checkpoint(path, m, info);
 }
 
-// Child: saves epochs first, first + 1, ... until killed, writing each finished epoch to the pipe.
+// Child: saves epochs first, first + 1, ... until killed, writing each finished epoch to the pipe. It writes
+// first - 1 (the last epoch already saved) before it starts, so the parent times its kill from the moment saving
+// begins: on a loaded machine a forked child may not run for milliseconds, and kills timed from the fork then all
+// land before its first save.
 [[noreturn]] void save_forever(const std::string& path, Model& m, int first, int pipe_fd) {
+  const int saved = first - 1;
+  if (::write(pipe_fd, &saved, sizeof saved) != static_cast<ssize_t>(sizeof saved)) ::_exit(4);
   try {
     for (int k = first;; ++k) {
       save_epoch(path, m, k);
@@ -118,6 +123,9 @@ TEST(CheckpointKill, SigkillDuringSavesAlwaysLeavesALoadableCheckpointAndNoTempF
       save_forever(path, *model, last_complete + 1, fds[1]);
     }
     ::close(fds[1]);
+    int started = 0;
+    ASSERT_EQ(::read(fds[0], &started, sizeof started), static_cast<ssize_t>(sizeof started)) << "kill " << kill;
+    ASSERT_EQ(started, last_complete) << "kill " << kill;
     ::usleep(static_cast<useconds_t>(delay_us(rng)));
     ASSERT_EQ(::kill(child, SIGKILL), 0);
     int status = 0;
