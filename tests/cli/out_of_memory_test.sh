@@ -23,7 +23,9 @@ run() { (ulimit -v 1048576; OMP_NUM_THREADS=1 "$bin" train --data "$tmp/four.csv
 
 # AddressSanitizer reserves terabytes of address space for its shadow memory when the process starts, so under
 # ulimit -v an instrumented binary cannot start at all: these two checks need an uninstrumented one.
-if ldd "$bin" 2>/dev/null | grep -q libasan; then
+asan=0
+ldd "$bin" 2>/dev/null | grep -q libasan && asan=1
+if [ "$asan" = 1 ]; then
   echo "out_of_memory: the ulimit -v checks skipped: this binary runs under AddressSanitizer"
 else
   run --batch-size 1
@@ -50,7 +52,9 @@ took=$(( $(date +%s) - start ))
 grep -q "model 'mlp' does not fit in memory: its 700000002 weights need at least 10.4 GiB" "$tmp/err" ||
   fail "10^8 units: message was: $(cat "$tmp/err")"
 grep -q "use --batch-size [0-9]* or less" "$tmp/err" || fail "10^8 units: no batch that fits: $(cat "$tmp/err")"
-[ "$took" -le 5 ] || fail "10^8 units: refused after $took s, expected at once"
+# At once: within 5 s, or 30 s under AddressSanitizer, whose start-up and instrumented CSV reading on a loaded
+# machine took 6 s once.
+[ "$took" -le $(( asan ? 30 : 5 )) ] || fail "10^8 units: refused after $took s, expected at once"
 [ "$(wc -l < "$tmp/err")" = 1 ] || fail "10^8 units: not one line: $(cat "$tmp/err")"
 
 # A layer of 2^31-1 units (a 32 GiB kernel on 4 features): the weights alone pass the limit.
