@@ -124,19 +124,9 @@ Json parse_state(const CallbackState& state, const char* callback) {
   return j;
 }
 
-double state_number(const Json& j, const char* key, const char* callback) {
-  const Json* v = j.find(key);
-  const std::optional<double> d = v ? read_exact_number(*v) : std::nullopt;
-  MIXTRAIN_CHECK(d.has_value(), callback << ": the saved state's '" << key << "' is "
-                                         << (v ? v->dump() : std::string("missing")) << ", expected a number");
-  return *d;
-}
-
-int state_int(const Json& j, const char* key, int min, const char* callback) {
-  const double d = state_number(j, key, callback);
-  MIXTRAIN_CHECK(d == std::floor(d) && d >= min && d <= std::numeric_limits<int>::max(),
-                 callback << ": the saved state's '" << key << "' is " << d << ", expected an integer >= " << min);
-  return static_cast<int>(d);
+// A counter of a saved state: a whole number from min up to the largest int.
+int saved_int(const Json& j, const char* key, int min, const char* what) {
+  return static_cast<int>(read_exact_integer(j, key, min, std::numeric_limits<int>::max(), what));
 }
 
 }  // namespace
@@ -158,9 +148,9 @@ CallbackState EarlyStopping::state() const {
 
 void EarlyStopping::restore_state(const CallbackState& state) {
   const Json j = parse_state(state, "EarlyStopping");
-  const double best = state_number(j, "best", "EarlyStopping");
-  const int wait = state_int(j, "wait", 0, "EarlyStopping");
-  const int stopped = state_int(j, "stopped_epoch", -1, "EarlyStopping");
+  const double best = read_exact_member(j, "best", "EarlyStopping state");
+  const int wait = saved_int(j, "wait", 0, "EarlyStopping state");
+  const int stopped = saved_int(j, "stopped_epoch", -1, "EarlyStopping state");
   std::vector<Tensor> best_weights;
   // Saved by a callback that kept them; a resumed one that does not restore weights has no use for them.
   if (restore_best_weights_ && !state.tensors.empty()) {
@@ -272,9 +262,9 @@ CallbackState ReduceLROnPlateau::state() const {
 
 void ReduceLROnPlateau::restore_state(const CallbackState& state) {
   const Json j = parse_state(state, "ReduceLROnPlateau");
-  const double best = state_number(j, "best", "ReduceLROnPlateau");
-  const int wait = state_int(j, "wait", 0, "ReduceLROnPlateau");
-  const int cooldown = state_int(j, "cooldown_counter", 0, "ReduceLROnPlateau");
+  const double best = read_exact_member(j, "best", "ReduceLROnPlateau state");
+  const int wait = saved_int(j, "wait", 0, "ReduceLROnPlateau state");
+  const int cooldown = saved_int(j, "cooldown_counter", 0, "ReduceLROnPlateau state");
   best_ = best;
   wait_ = wait;
   cooldown_counter_ = cooldown;

@@ -31,17 +31,10 @@ const Json& member(const Json& obj, const char* key) {
   return *v;
 }
 
-double number(const Json& obj, const char* key) {
-  const std::optional<double> d = read_exact_number(member(obj, key));
-  MIXTRAIN_CHECK(d.has_value(), "recovery state: '" << key << "' is " << member(obj, key).dump() << ", expected a number");
-  return *d;
-}
+double number(const Json& obj, const char* key) { return read_exact_member(obj, key, "recovery state"); }
 
 int64_t integer(const Json& obj, const char* key, int64_t min) {
-  const double d = number(obj, key);
-  MIXTRAIN_CHECK(d == std::floor(d) && d >= static_cast<double>(min) && d <= 9007199254740992.0,
-                 "recovery state: '" << key << "' is " << d << ", expected an integer >= " << min);
-  return static_cast<int64_t>(d);
+  return read_exact_integer(obj, key, min, int64_t{1} << 53, "recovery state");
 }
 
 bool boolean(const Json& obj, const char* key) {

@@ -171,7 +171,20 @@ TEST(CallbackState, MalformedStatesAreRefused) {
   for (const Var& w : m->weights()) wrong_weight.tensors.emplace_back(w.name(), Tensor::zeros(Shape{1}, DType::kFloat32));
   EXPECT_THROW(es.restore_state(wrong_weight), Error);
   ReduceLROnPlateau r;
-  EXPECT_THROW(r.restore_state(CallbackState{"{\"best\": 1, \"wait\": 0}", {}}), Error);
+  try {
+    r.restore_state(CallbackState{"{\"best\": 1, \"wait\": 0}", {}});
+    ADD_FAILURE() << "accepted a state without cooldown_counter";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ReduceLROnPlateau state: 'cooldown_counter' is missing"), std::string::npos)
+        << e.what();
+  }
+  try {
+    r.restore_state(CallbackState{"{\"best\": 1, \"wait\": 2.5, \"cooldown_counter\": 0}", {}});
+    ADD_FAILURE() << "accepted a fractional wait";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'wait' is 2.5, expected a whole number in [0, "), std::string::npos)
+        << e.what();
+  }
 }
 
 // The ladder's state reads back as written, and what it changed in the model is read from it.
