@@ -425,8 +425,8 @@ bool cpu_has_method(int method) {
   switch (method) {
     case kDot:
       return best_level() == kLevelAvx512 && cpu_features().avx512_bf16;
-    case kAmx:
-      return best_level() == kLevelAvx512 && amx_state().granted;
+    case kAmx:  // its epilogue rounds to bfloat16 with vcvtne2ps2bf16
+      return best_level() == kLevelAvx512 && cpu_features().avx512_bf16 && amx_state().granted;
     default:  // widening and the emulation run anywhere
       return true;
   }

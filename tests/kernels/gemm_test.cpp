@@ -433,6 +433,39 @@ TEST_P(GemmBf16Pairs, ColumnKernelGivesTheTileByTileBits) {
                             rng);
 }
 
+// A bfloat16 C of whole tiles: the AMX path rounds each row with vcvtne2ps2bf16, which reads subnormals as zero, so
+// rows with a subnormal take the integer rounding. Either way every value must round as half.h does. The values
+// come in through the bias (A and B are zero, so each element of C is +0 + bias).
+TEST_P(GemmBf16Pairs, RoundsWholeTilesIntoBFloat16LikeHalfConversions) {
+  std::mt19937 rng(13);
+  std::vector<float> bias;
+  for (int i = 0; i < 4000; ++i) bias.push_back(bits_float(static_cast<uint32_t>(rng())));
+  for (uint32_t h = 0; h < 0x10000; h += 5) bias.push_back(bf16_bits_to_float(static_cast<uint16_t>(h)) * (1.0f + 1.0f / 512));
+  for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f, -1e-40f, 1.1754942e-38f, 3.3895314e+38f,
+                  3.4028235e+38f})
+    bias.push_back(x);
+  while (bias.size() % 32 != 0) bias.push_back(1.0f / 3.0f);
+  const int64_t m = 64, n = static_cast<int64_t>(bias.size()), k = emulated() ? 32 : 64;
+  Matrix a(DType::kBFloat16, m, k, 0), b(DType::kBFloat16, k, n, 0), c(DType::kBFloat16, m, n, 0);
+  for (int64_t i = 0; i < m * k; ++i) a.set_flat(i, 0.0f);
+  for (int64_t i = 0; i < k * n; ++i) b.set_flat(i, 0.0f);
+  gemm(false, false, m, n, k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, DType::kBFloat16, c.data(), c.ld, false,
+       bias.data());
+  int failures = 0;
+  for (int64_t i = 0; i < m && failures < 5; ++i) {
+    for (int64_t j = 0; j < n && failures < 5; ++j) {
+      const float exact = 0.0f + bias[static_cast<size_t>(j)];
+      const uint16_t got = reinterpret_cast<const uint16_t*>(c.bytes.data())[i * n + j];
+      if (got != float_to_bf16_bits(exact)) {
+        ADD_FAILURE() << GetParam() << ": " << exact << " (bits 0x" << std::hex << float_bits(exact) << ") rounded to 0x"
+                      << got << ", expected 0x" << float_to_bf16_bits(exact) << std::dec << " at (" << i << ", " << j
+                      << ")";
+        ++failures;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Method, GemmBf16Pairs, ::testing::Values("dot", "amx", "amx_emulated"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 

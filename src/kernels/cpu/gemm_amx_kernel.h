@@ -36,18 +36,19 @@ inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 // Tile steps in a panel kc deep (k padded with zeros to a multiple of kStep).
 constexpr int64_t steps_of(int64_t kc) { return (kc + kStep - 1) / kStep; }
 
-// A: rows with k contiguous (element (r, p) at data[r * ld + p]): each tile row is a 64-byte copy.
+// A: rows with k contiguous (element (r, p) at data[r * ld + p]): each tile row is a 64-byte copy. A row is read
+// from start to end (its 64-byte pieces go to consecutive steps), so the hardware prefetcher sees a few long
+// streams rather than 32 rows read a line at a time.
 void pack_a_k_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, uint16_t* dst) {
   const uint16_t* data = static_cast<const uint16_t*>(src.data);
   const int64_t steps = steps_of(kc);
   for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
     const int64_t used = min64(kMR, rows - q0);
-    for (int64_t t = 0; t < steps; ++t) {
-      const int kn = static_cast<int>(min64(kStep, kc - t * kStep));
-      uint16_t* block = dst + t * kMR * kStep;  // (32 rows, 32 k)
-      for (int r = 0; r < kMR; ++r) {
-        const uint16_t* row = data + (r0 + q0 + r) * src.ld + p0 + t * kStep;
-        shim::copy_row32(row, r < used ? kn : 0, block + r * kStep);
+    for (int r = 0; r < kMR; ++r) {
+      const uint16_t* row = data + (r0 + q0 + r) * src.ld + p0;
+      for (int64_t t = 0; t < steps; ++t) {
+        const int kn = static_cast<int>(min64(kStep, kc - t * kStep));
+        shim::copy_row32(row + t * kStep, r < used ? kn : 0, dst + t * kMR * kStep + r * kStep);
       }
     }
     dst += steps * kMR * kStep;
@@ -85,27 +86,28 @@ void pack_a_rows_contiguous(const PackSource& src, int64_t r0, int64_t rows, int
 }
 
 // B (seen as rows = columns of op(B)) with k strided: element (c, p) at data[p * ld + c], B as stored
-// (k, n): each tile row interleaves two source rows.
+// (k, n): each tile row interleaves two source rows. A pair of source rows is read across every panel before
+// the next pair, so the reads run along the rows (the prefetcher's streams) and the 64-byte writes scatter
+// over the panels, which stay in cache.
 void pack_b_rows_contiguous(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, uint32_t* dst) {
   const uint16_t* data = static_cast<const uint16_t*>(src.data);
   const int64_t steps = steps_of(kc);
-  for (int64_t q0 = 0; q0 < cols; q0 += kNR) {
-    const int64_t used = min64(kNR, cols - q0);
-    for (int64_t t = 0; t < steps; ++t) {
-      const int64_t kn = min64(kStep, kc - t * kStep);
-      uint32_t* block = dst + t * 2 * 256;  // two (16 pairs, 16 columns) blocks
-      const int n = static_cast<int>(used);
-      for (int s = 0; s < 16; ++s) {
-        const uint16_t* even = data + (p0 + t * kStep + 2 * s) * src.ld + r0 + q0;
+  const int64_t panel_slots = steps * kMR * kStep / 2;
+  for (int64_t t = 0; t < steps; ++t) {
+    const int64_t kn = min64(kStep, kc - t * kStep);
+    for (int s = 0; s < 16; ++s) {
+      const uint16_t* even = data + (p0 + t * kStep + 2 * s) * src.ld + r0;
+      const uint16_t* odd = 2 * s + 1 < kn ? even + src.ld : nullptr;
+      uint32_t* block = dst + t * 2 * 256 + s * 16;  // two (16 pairs, 16 columns) blocks of each panel
+      for (int64_t q0 = 0; q0 < cols; q0 += kNR, block += panel_slots) {
         if (2 * s >= kn) {
-          shim::interleave_pairs32(even, nullptr, 0, block + s * 16, block + 256 + s * 16);  // zeros
+          shim::interleave_pairs32(even, nullptr, 0, block, block + 256);  // zeros; reads nothing
         } else {
-          shim::interleave_pairs32(even, 2 * s + 1 < kn ? even + src.ld : nullptr, n, block + s * 16,
-                                   block + 256 + s * 16);
+          shim::interleave_pairs32(even + q0, odd ? odd + q0 : nullptr, static_cast<int>(min64(kNR, cols - q0)),
+                                   block, block + 256);
         }
       }
     }
-    dst += steps * kMR * kStep / 2;
   }
 }
 
