@@ -11,6 +11,7 @@
 #include "mixtrain/kernels/gemm.h"
 
 #include <omp.h>
+#include <xmmintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -160,6 +161,14 @@ void split_among_threads(int threads, int64_t m, int64_t n, const GemmBackend& b
   }
 }
 
+// A C of this many bytes or more is written, on its last k block, with non-temporal stores where a path can
+// (Epilogue::stream_out): it is larger than a core's L2 and its share of the last-level cache, so it leaves the
+// caches before its reader comes, and ordinary stores would read every line in before overwriting it. Measured on
+// an AMX core, weight gradients (m, 4096) with k = 256: 4 MiB 1.12x, 8 MiB 1.18x, 64 MiB 2.3x faster streamed.
+constexpr int64_t kStreamOutBytes = int64_t{4} << 20;
+
+bool streams_c(const Problem& p) { return p.m * p.n * static_cast<int64_t>(dtype_size(p.c_dtype)) >= kStreamOutBytes; }
+
 // Depth of the k blocks: at most the backend's kc, and all equal, so a k just past kc does not leave a
 // thin last block that pays a full pass over C for a few products. Depends on k only, never on threads.
 int64_t k_block(const GemmBackend& be, int64_t k) { return ceil_div(k, ceil_div(k, be.kc)); }
@@ -203,6 +212,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
   // Rows in chunks of at most mc, all about the same size so no chunk is a thin leftover.
   const int64_t chunks = ceil_div(row_panels, be.mc / mr);
   const bool by_column = be.column_kernel != nullptr && g_column_kernel.load(std::memory_order_relaxed);
+  const bool stream_c = streams_c(p);
   std::vector<Epilogue> eps(static_cast<size_t>(be.mc / mr));  // one per row panel of a chunk
   std::vector<int> mr_used(eps.size());
 
@@ -244,6 +254,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
             Epilogue& ep = eps[rq - q0];
             ep = Epilogue{};
             ep.bias = (last && p.bias) ? p.bias + j : nullptr;
+          ep.stream_out = last && stream_c;
             void* c_tile = c_at(p, i, j);
             const void* old_c = (first && p.accumulate) ? c_tile : nullptr;
             if (partial == nullptr) {  // C is float32, or a single k block: C itself holds the sum
@@ -331,6 +342,7 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
       SharedB team{{shared_b, shared_b + max_slots * nc}, ti, tm};
       if (be.thread_begin) be.thread_begin();
       run_slab(be, p, s, nc, a_panels, keep_a, b_panels, partial, sharing ? &team : nullptr);
+      if (streams_c(p)) _mm_sfence();  // non-temporal stores are weakly ordered: done before C is read elsewhere
       if (be.thread_end) be.thread_end();
     }
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -461,6 +462,40 @@ TEST_P(GemmBf16Pairs, RoundsWholeTilesIntoBFloat16LikeHalfConversions) {
                       << got << ", expected 0x" << float_to_bf16_bits(exact) << std::dec << " at (" << i << ", " << j
                       << ")";
         ++failures;
+      }
+    }
+  }
+}
+
+// A C of 4 MiB and more is written with non-temporal stores (gemm.cpp: kStreamOutBytes) where its rows start on
+// cache lines; the same product computed in eight row blocks, each below that size, gives the same bytes. C's rows
+// are 64-byte aligned, and not (C one float16 in, or ldc padded).
+TEST_P(GemmBf16Pairs, LargeCStreamedGivesTheBitsOfSmallerProducts) {
+  std::mt19937 rng(31);
+  const int64_t m = 2048, n = 1056, k = emulated() ? 32 : 96;
+  Matrix a(DType::kBFloat16, m, k, 0), b(DType::kBFloat16, k, n, 0);
+  a.fill_uniform(rng);
+  b.fill_uniform(rng);
+  std::vector<float> bias(static_cast<size_t>(n), 0.5f);
+  for (DType c_dtype : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t size = static_cast<int64_t>(dtype_size(c_dtype));
+    for (int64_t pad : {0, 3}) {
+      for (int64_t offset : {0, 2}) {  // bytes past a 64-byte boundary
+        for (const float* bias_ptr : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+          const int64_t ldc = n + pad, bytes = m * ldc * size + 64;
+          std::unique_ptr<char, decltype(&std::free)> whole(static_cast<char*>(std::aligned_alloc(64, bytes)), &std::free);
+          std::unique_ptr<char, decltype(&std::free)> pieces(static_cast<char*>(std::aligned_alloc(64, bytes)), &std::free);
+          std::memset(whole.get(), 0x7f, static_cast<size_t>(bytes));
+          std::memset(pieces.get(), 0x7f, static_cast<size_t>(bytes));
+          gemm(false, false, m, n, k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, whole.get() + offset,
+               ldc, false, bias_ptr);
+          for (int64_t i0 = 0; i0 < m; i0 += m / 8)  // blocks of 1 MiB or less: not streamed
+            gemm(false, false, m / 8, n, k, DType::kBFloat16, a.bytes.data() + i0 * a.ld * 2, a.ld, b.data(), b.ld,
+                 c_dtype, pieces.get() + offset + i0 * ldc * size, ldc, false, bias_ptr);
+          EXPECT_EQ(std::memcmp(whole.get(), pieces.get(), static_cast<size_t>(bytes)), 0)
+              << GetParam() << " c=" << dtype_name(c_dtype) << " pad=" << pad << " offset=" << offset
+              << " bias=" << (bias_ptr != nullptr);
+        }
       }
     }
   }

@@ -80,6 +80,12 @@ inline void finish(const float* tile, int mr_used, int nr_used, const Epilogue& 
   scalar_epilogue(tile, 32, mr_used, nr_used, ep);
 }
 
+// Writes a finished (32, 32) float32 tile in memory (row stride 32) to rows of out, ld apart (non-temporal stores in
+// the real shim; plain copies here).
+inline void stream_tile(const float* tile, void* out, int64_t ld) {
+  for (int i = 0; i < 32; ++i) std::memcpy(static_cast<float*>(out) + i * ld, tile + i * 32, 128);
+}
+
 inline void prefetch_c(int, const Epilogue&) {}
 
 }  // namespace shim

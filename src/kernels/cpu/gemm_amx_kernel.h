@@ -215,9 +215,10 @@ void accumulate_steps(int64_t steps, const char* a, const char* b) {
 
 // The finished accumulators to C: stored straight into ep.out, or through the epilogue.
 void finish_accumulators(const TilePlan& plan, int mr_used, int nr_used, const Epilogue& ep) {
-  if (plan.store_to_out) return store_accumulators(ep.out, ep.ld_out * 4);
   alignas(64) float tile[kMR * kNR];  // (32, 32)
+  if (plan.store_to_out && !ep.stream_out) return store_accumulators(ep.out, ep.ld_out * 4);
   store_accumulators(tile, kNR * 4);
+  if (plan.store_to_out) return shim::stream_tile(tile, ep.out, ep.ld_out);
   Epilogue rest = ep;
   if (plan.start_from_add) rest.add = nullptr;  // already in the sum
   shim::finish(tile, mr_used, nr_used, rest);

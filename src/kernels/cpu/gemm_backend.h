@@ -33,6 +33,10 @@ struct Epilogue {
   DType out_dtype;
   int64_t ld_out;
   const float* bias;  // (nr), added to every row
+  // out is a large C (gemm.cpp: kStreamOutBytes) that leaves the caches before anything reads it again: a path may
+  // write whole 64-byte-aligned lines of it with non-temporal stores, which skip reading each line in first. The
+  // driver fences after the slab.
+  bool stream_out = false;
 };
 
 struct GemmBackend {
