@@ -74,6 +74,27 @@ Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const 
   return out;
 }
 
+Var linear_activation(const Var& x, const Var& kernel, const Tensor& kernel_compute, const Var& bias,
+                      ops::Activation a) {
+  if (a != ops::Activation::kRelu && a != ops::Activation::kGelu)
+    return activation(linear(x, kernel, kernel_compute, bias), a);
+  const bool rec = should_record({&x, &kernel, &bias});
+  ops::LinearActivation r = ops::linear_activation(x.value(), kernel_compute, bias.defined() ? bias.value() : Tensor(),
+                                                   a, /*keep_pre_activation=*/rec && a == ops::Activation::kGelu);
+  Var out = output(std::move(r.y), rec);
+  if (rec) {
+    record_backward(out, [x, kernel, kernel_compute, bias, out, pre = std::move(r.pre_activation), a]() {
+      const Tensor dw_into = kernel.requires_grad() ? kernel.fresh_gradient_destination(DType::kFloat32) : Tensor();
+      auto g = ops::linear_activation_backward(out.grad(), x.value(), kernel_compute, out.value(), pre, a,
+                                               x.requires_grad(), bias.defined() && bias.requires_grad(), dw_into);
+      give_fresh(x, g.dx);
+      give_fresh(kernel, g.dw);
+      give_fresh(bias, g.dbias);
+    });
+  }
+  return out;
+}
+
 Var add(const Var& a_arg, const Var& b_arg) {
   const Var a = autocast_operand(a_arg), b = autocast_operand(b_arg);
   const bool rec = should_record({&a, &b});

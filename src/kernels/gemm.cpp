@@ -111,6 +111,7 @@ struct Problem {
   int64_t ldc;
   bool accumulate;
   const float* bias;
+  GemmPostOp post;  // post.fn null: none
 };
 
 void* c_at(const Problem& p, int64_t i, int64_t j) {
@@ -133,6 +134,7 @@ void gemm_no_products(const Problem& p) {
       ep.bias = p.bias ? p.bias + j : nullptr;
       cpu::scalar_epilogue(zeros, kChunk, 1, static_cast<int>(std::min<int64_t>(kChunk, p.n - j)), ep);
     }
+    if (p.post.fn) p.post.fn(p.post.ctx, c_at(p, i, 0), p.ldc, i, 0, 1, p.n);  // the row just written
   }
 }
 
@@ -167,7 +169,10 @@ void split_among_threads(int threads, int64_t m, int64_t n, const GemmBackend& b
 // an AMX core, weight gradients (m, 4096) with k = 256: 4 MiB 1.12x, 8 MiB 1.18x, 64 MiB 2.3x faster streamed.
 constexpr int64_t kStreamOutBytes = int64_t{4} << 20;
 
-bool streams_c(const Problem& p) { return p.m * p.n * static_cast<int64_t>(dtype_size(p.c_dtype)) >= kStreamOutBytes; }
+// Not with a post-op, which reads each block of C right after it is written.
+bool streams_c(const Problem& p) {
+  return p.post.fn == nullptr && p.m * p.n * static_cast<int64_t>(dtype_size(p.c_dtype)) >= kStreamOutBytes;
+}
 
 // Depth of the k blocks: at most the backend's kc, and all equal, so a k just past kc does not leave a
 // thin last block that pays a full pass over C for a few products. Depends on k only, never on threads.
@@ -196,7 +201,8 @@ struct SharedB {
 // Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
 // on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
 // bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
-// only once.
+// only once. On the last k block, once every tile of a chunk of rows in the column block is written, that
+// block of C is final and still in cache, and goes to the post-op.
 //
 // keep_a: a_panels holds the whole slab's packed A (every k block, every chunk of rows), packed for the first
 // column block and read again for the others, rather than one chunk packed anew for each column block.
@@ -283,6 +289,10 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
               be.micro_kernel(kc_cur, chunk_a + (rq - q0) * slots * mr, b_panel, mr_used[rq - q0], nr_used,
                               eps[rq - q0]);
           }
+        }
+        if (last && p.post.fn) {
+          const int64_t chunk_i1 = std::min(s.i0 + q1 * mr, s.i1);
+          p.post.fn(p.post.ctx, c_at(p, chunk_i0, jc), p.ldc, chunk_i0, jc, chunk_i1 - chunk_i0, nc_cur);
         }
       }
     }
@@ -509,7 +519,7 @@ int calibrated_bf16_method() {
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(0x3F80 + (i * 53) % 128);
   std::vector<float> c(kM * kN);  // (m, n)
   const Problem p{false, false, kM, kN, kK, DType::kBFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
-                  c.data(), kN, false, nullptr};
+                  c.data(), kN, false, nullptr, {}};
   int chosen = kWiden;
   double chosen_seconds = 0;
   for (int method : {kWiden, kDot, kAmx}) {
@@ -618,7 +628,7 @@ int calibrated_f16_method() {
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(0x3C00 + (i * 53) % 1024);
   std::vector<float> c(kM * kN);
   const Problem p{false, false, kM, kN, kK, DType::kFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
-                  c.data(), kN, false, nullptr};
+                  c.data(), kN, false, nullptr, {}};
   auto best_of_three = [&](auto&& run) {
     run();  // warm-up
     double best = 1e30;
@@ -685,7 +695,14 @@ const GemmBackend& backend_for(const Problem& p) {
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
           int64_t lda, const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc, bool accumulate,
           const float* bias) {
-  const Problem p{trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, accumulate, bias};
+  gemm_with_post_op(trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, accumulate, bias,
+                    GemmPostOp{nullptr, nullptr});
+}
+
+void gemm_with_post_op(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
+                       int64_t lda, const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc,
+                       bool accumulate, const float* bias, const GemmPostOp& post_op) {
+  const Problem p{trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, accumulate, bias, post_op};
   check_args(p);
   if (m == 0 || n == 0) return;
   if (k == 0) return gemm_no_products(p);

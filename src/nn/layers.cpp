@@ -48,7 +48,8 @@ Var Dense::call(const Var& x, const CallContext&) {
   // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
-  return activation(linear(x, kernel_, read_weight(kernel_), bias), activation_);
+  // relu and gelu run inside the product's GEMM; the values and gradients are activation(linear(...))'s.
+  return linear_activation(x, kernel_, read_weight(kernel_), bias, activation_);
 }
 
 Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)

@@ -1,5 +1,5 @@
 // Matrix product entries: validation, layout of strided operands, output allocation, dispatch
-// (the CPU kernel, in cpu/matmul.cpp, calls kernels::gemm per product).
+// (the CPU kernels, in cpu/matmul.cpp and cpu/linear_activation.cpp, call kernels::gemm per product).
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/dtype_check.h"
 
@@ -12,11 +12,17 @@ namespace mixtrain::ops {
 
 namespace cpu {
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
+void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout,
+                       Activation act, Tensor& y, Tensor& pre);
 }  // namespace cpu
 
 namespace kernel {
 KernelTable<BmmFn>& bmm_table() {
   static KernelTable<BmmFn> t("bmm", &cpu::bmm);
+  return t;
+}
+KernelTable<LinearActivationFn>& linear_activation_table() {
+  static KernelTable<LinearActivationFn> t("linear_activation", &cpu::linear_activation);
   return t;
 }
 }  // namespace kernel
@@ -66,10 +72,18 @@ Tensor prepare_operand(const Tensor& t, bool* trans, int64_t* ld) {
 
 std::string operand_text(const Tensor& t, bool trans) { return t.describe() + (trans ? "^T" : ""); }
 
-// The shared path of bmm, matmul and linear.
-// `into`, when defined, receives the result in place (it must be contiguous, of the result's shape and dtype).
-Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype, const Tensor& bias,
-               const char* op, const Tensor& into = Tensor()) {
+// A product checked and laid out for a kernel: the operands as it reads them (in place or copied), the contiguous
+// bias, the layout, the device and the result's dimensions.
+struct Planned {
+  Tensor a, b, bias;
+  kernel::BmmLayout layout;
+  Device device;
+  std::vector<int64_t> dims;  // (batch..., m, n)
+};
+
+// The checks and layout shared by bmm, matmul, linear and linear_activation.
+Planned plan_product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype,
+                     const Tensor& bias, const char* op) {
   check_operand(a, "a", op);
   check_operand(b, "b", op);
   check_same_dtype(op, "operand a", a, "operand b", b);
@@ -109,20 +123,48 @@ Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DTy
   std::vector<int64_t> dims = l.batch;
   dims.push_back(m);
   dims.push_back(n);
+  return Planned{std::move(ar), std::move(br), bias.defined() ? bias.contiguous() : Tensor(), std::move(l), device,
+                 std::move(dims)};
+}
+
+// The shared path of bmm, matmul and linear.
+// `into`, when defined, receives the result in place (it must be contiguous, of the result's shape and dtype).
+Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DType out_dtype, const Tensor& bias,
+               const char* op, const Tensor& into = Tensor()) {
+  const Planned p = plan_product(a, b, trans_a, trans_b, out_dtype, bias, op);
   Tensor c;
   if (into.defined()) {
-    MIXTRAIN_CHECK(into.shape() == Shape(dims) && into.dtype() == out_dtype && into.is_contiguous() &&
-                       into.device() == device,
+    MIXTRAIN_CHECK(into.shape() == Shape(p.dims) && into.dtype() == out_dtype && into.is_contiguous() &&
+                       into.device() == p.device,
                    op << ": the output tensor " << into.describe() << " does not fit the product "
-                      << dtype_name(out_dtype) << " " << Shape(dims) << " (needs it contiguous, on " << device.str()
-                      << ")");
+                      << dtype_name(out_dtype) << " " << Shape(p.dims) << " (needs it contiguous, on "
+                      << p.device.str() << ")");
     c = into;
   } else {
-    c = Tensor::empty(Shape(dims), out_dtype, device);
+    c = Tensor::empty(Shape(p.dims), out_dtype, p.device);
   }
-  Tensor bias_c = bias.defined() ? bias.contiguous() : Tensor();
-  kernel::bmm_table()(device)(ar, br, bias_c, l, c);
+  kernel::bmm_table()(p.device)(p.a, p.b, p.bias, p.layout, c);
   return c;
+}
+
+// x (..., in) and w (in, out) as linear and linear_activation take them.
+void check_linear(const Tensor& x, const Tensor& w, const char* op) {
+  MIXTRAIN_CHECK(x.defined() && x.rank() >= 1 && is_float(x.dtype()),
+                 op << ": input must be a floating tensor (..., in), got "
+                    << (x.defined() ? x.describe() : std::string("an undefined tensor")));
+  MIXTRAIN_CHECK(w.defined() && w.rank() == 2 && is_float(w.dtype()),
+                 op << ": kernel must be a floating (in, out) tensor, got "
+                    << (w.defined() ? w.describe() : std::string("an undefined tensor")));
+  check_same_dtype(op, "input", x, "kernel", w);
+  MIXTRAIN_CHECK(x.dim(-1) == w.dim(0),
+                 op << ": input " << x.describe() << " has " << x.dim(-1) << " features, kernel expects " << w.dim(0));
+}
+
+// linear's output shape: x's with the last dimension w's columns.
+Shape linear_shape(const Tensor& x, const Tensor& w) {
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.back() = w.dim(1);
+  return Shape(dims);
 }
 
 // Whether operand x has the batch dimensions of the product's gradient g (it was not broadcast).
@@ -188,19 +230,9 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, 
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  MIXTRAIN_CHECK(x.defined() && x.rank() >= 1 && is_float(x.dtype()),
-                 "linear: input must be a floating tensor (..., in), got "
-                     << (x.defined() ? x.describe() : std::string("an undefined tensor")));
-  MIXTRAIN_CHECK(w.defined() && w.rank() == 2 && is_float(w.dtype()),
-                 "linear: kernel must be a floating (in, out) tensor, got "
-                     << (w.defined() ? w.describe() : std::string("an undefined tensor")));
-  check_same_dtype("linear", "input", x, "kernel", w);
-  MIXTRAIN_CHECK(x.dim(-1) == w.dim(0),
-                 "linear: input " << x.describe() << " has " << x.dim(-1) << " features, kernel expects " << w.dim(0));
-  std::vector<int64_t> dims = x.shape().dims();
-  dims.back() = w.dim(1);
+  check_linear(x, w, "linear");
   Tensor y = product(x.reshape({-1, x.dim(-1)}), w, false, false, x.dtype(), bias, "linear");  // (B, out)
-  return y.reshape(Shape(dims));
+  return y.reshape(linear_shape(x, w));
 }
 
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool need_x, bool need_bias,
@@ -219,6 +251,37 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
   g.dw = product(x2, dy2, true, false, DType::kFloat32, Tensor(), "linear_backward", dw_into);
   if (need_bias) g.dbias = sum_rows(dy2);                                        // float32 sums
   return g;
+}
+
+LinearActivation linear_activation(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
+                                   bool keep_pre_activation) {
+  const char* op = "linear_activation";
+  check_linear(x, w, op);
+  const Device device = common_device(op, {&x, &w, &bias});
+  const bool fused = (act == Activation::kRelu || act == Activation::kGelu) &&
+                     kernel::linear_activation_table().supports(device.type);
+  if (!fused) {
+    Tensor z = linear(x, w, bias);
+    return {activation(z, act), keep_pre_activation ? z : Tensor()};
+  }
+  // The product exactly as linear() lays it out, so the GEMM reads the same operands the same way.
+  const Planned p = plan_product(x.reshape({-1, x.dim(-1)}), w, false, false, x.dtype(), bias, op);  // (B, out)
+  Tensor y = Tensor::empty(Shape(p.dims), x.dtype(), p.device);
+  Tensor pre = keep_pre_activation ? Tensor::empty(Shape(p.dims), x.dtype(), p.device) : Tensor();
+  kernel::linear_activation_table()(p.device)(p.a, p.b, p.bias, p.layout, act, y, pre);
+  const Shape shape = linear_shape(x, w);
+  return {y.reshape(shape), keep_pre_activation ? pre.reshape(shape) : Tensor()};
+}
+
+LinearGrads linear_activation_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& y,
+                                       const Tensor& pre_activation, Activation act, bool need_x, bool need_bias,
+                                       const Tensor& dw_into) {
+  if (act == Activation::kGelu && !pre_activation.defined())
+    MIXTRAIN_FAIL(kInvalidInput, "linear_activation_backward: gelu's derivative needs the pre-activation",
+                  "run linear_activation with keep_pre_activation = true when its gradient will be needed");
+  // Where relu reads its input, y gives the same bits (see the header); so do the other activations' reads.
+  const Tensor& input = pre_activation.defined() ? pre_activation : y;
+  return linear_backward(activation_backward(dy, input, y, act), x, w, need_x, need_bias, dw_into);
 }
 
 }  // namespace mixtrain::ops

@@ -6,8 +6,8 @@
 // each differentiable function passes its Var operands through autocast_operand(), which asks the scope in
 // force, if any, what to compute with. Functions whose operands are already dtype-aware take their variables
 // as they are: cast() and cast_cached() (an explicit read), and the fused layer functions that get a variable
-// next to its compute-dtype copy or read parameters in float32 on purpose (linear, conv2d, fused_projection,
-// embedding, add_position_embedding, layer_norm, batch_norm).
+// next to its compute-dtype copy or read parameters in float32 on purpose (linear, linear_activation, conv2d,
+// fused_projection, embedding, add_position_embedding, layer_norm, batch_norm).
 #pragma once
 
 #include "mixtrain/autograd/var.h"

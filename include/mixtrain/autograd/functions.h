@@ -20,6 +20,11 @@ Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = fals
 // (a cached cast of the float32 variable `kernel`); the kernel's gradient is computed in float32 and added
 // straight to `kernel`. bias may be undefined.
 Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const Var& bias);
+// activation(linear(x, kernel, kernel_compute, bias), a) as one op (ops::linear_activation: relu and gelu applied
+// inside the GEMM on the CPU), with the same value and gradients bit for bit. The backward reads relu's
+// derivative from the output and gelu's from the pre-activation, which the forward keeps only when recording.
+Var linear_activation(const Var& x, const Var& kernel, const Tensor& kernel_compute, const Var& bias,
+                      ops::Activation a);
 Var add(const Var& a, const Var& b);
 Var scale(const Var& x, float s);
 Var bias_add(const Var& x, const Var& bias);

@@ -32,6 +32,23 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
           DType c_dtype, void* c, int64_t ldc, bool accumulate, const float* bias);
 
+// Work done on each finished block of C while it is still in cache, in place of a second pass over C in
+// memory (ops::linear_activation applies the activation this way). fn gets c pointing at the block's
+// first element (row `row`, column `col` of C), in C's dtype, with C's row stride ldc, and the block's
+// size rows x cols; the values there are final (bias added, rounded once into C's dtype). fn may rewrite
+// them in place or read them. Every element of C is in exactly one block, and each block is handed to fn
+// exactly once (also when k = 0), in no particular order. fn runs on the GEMM's OpenMP worker threads,
+// several blocks at once: it must be safe to call concurrently on distinct blocks and must not throw.
+struct GemmPostOp {
+  void (*fn)(void* ctx, void* c, int64_t ldc, int64_t row, int64_t col, int64_t rows, int64_t cols);
+  void* ctx;
+};
+
+// gemm above, then post_op on every block of C as it is finished (post_op.fn may be null: plain gemm).
+void gemm_with_post_op(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
+                       int64_t lda, const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc,
+                       bool accumulate, const float* bias, const GemmPostOp& post_op);
+
 // Name of the instruction-set path in use: "avx512", "avx2", "scalar". The best path the CPU and the
 // operating system support, unless the shared instruction-set level (core/isa_level.h: MIXTRAIN_ISA) is lower.
 const char* gemm_isa();

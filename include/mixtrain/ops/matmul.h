@@ -7,6 +7,7 @@
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/dispatch.h"
+#include "mixtrain/ops/elementwise.h"
 
 namespace mixtrain::ops {
 
@@ -50,6 +51,25 @@ struct LinearGrads {
 LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool need_x, bool need_bias,
                             const Tensor& dw_into = Tensor());
 
+// A Dense layer's product and activation: y = activation(linear(x, w, bias), act), bit for bit. On the CPU, relu
+// and gelu are applied inside the GEMM (kernels::gemm_with_post_op) to each block of the product as it is
+// finished, while it is still in cache, by the code of the activation kernel, rather than in a second pass over
+// the output in memory; the block's values are the ones linear() would return, so the bits do not change. Other
+// activations, and devices without the fused kernel, run linear() then activation().
+struct LinearActivation {
+  Tensor y;               // (..., out), x's dtype
+  Tensor pre_activation;  // linear(x, w, bias) when keep_pre_activation, else undefined
+};
+LinearActivation linear_activation(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act,
+                                   bool keep_pre_activation);
+// Gradients of linear_activation: linear_backward(activation_backward(dy, pre_activation, y, act), ...), bit
+// for bit. pre_activation is needed for gelu only (may be undefined otherwise): relu's derivative is read from y,
+// which is > 0 exactly where the pre-activation is (relu passes NaN, -0 and +0 through unchanged and sends
+// every negative value to +0), and sigmoid's and tanh's from y anyway.
+LinearGrads linear_activation_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& y,
+                                       const Tensor& pre_activation, Activation act, bool need_x, bool need_bias,
+                                       const Tensor& dw_into = Tensor());
+
 namespace kernel {
 // A batch of products C[p] (m, n) = op(A[p]) op(B[p]) [+ bias], read from strided memory. A[p] starts at
 // a.raw() + (sum over d of index_d(p) * a_batch_strides[d]) elements, and likewise B[p]; stored as
@@ -66,6 +86,12 @@ struct BmmLayout {
 // bias is float32 (n,) or undefined.
 using BmmFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const BmmLayout& layout, Tensor& c);
 KernelTable<BmmFn>& bmm_table();
+// y (m, n) = act(op(a) op(b) + bias) for act relu or gelu: one product (layout.batch empty) read as bmm reads
+// it. pre, when defined, receives the product before the activation. y and pre are contiguous, in a's dtype.
+// A device without this kernel runs the product and the activation as two ops.
+using LinearActivationFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const BmmLayout& layout,
+                                Activation act, Tensor& y, Tensor& pre);
+KernelTable<LinearActivationFn>& linear_activation_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -7,6 +7,7 @@
 
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
+#include "activation_span.h"
 #include "float_lanes.h"
 #include "gelu_math.h"
 
@@ -96,27 +97,50 @@ void map_binary(const Tensor& a, const Tensor& b, Tensor& y, Fn&& fn) {
   }
 }
 
+// y[i] = fn(i, x[i]) for i in [0, n), x and y holding n elements of dtype, in blocks of kBlock; x may be y.
+template <typename Fn>
+void map_span(const void* x, void* y, DType dtype, int64_t n, const Fn& fn) {
+  dispatch_float(dtype, "activation_span", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x);
+    T* yp = static_cast<T*>(y);
+    for (int64_t b = 0; b < n; b += kBlock) unary_block(xp, yp, b, std::min(kBlock, n - b), fn);
+  });
+}
+
 }  // namespace
 
-void activation(const Tensor& x, Activation a, Tensor& y) {
+void activation_span(const void* x, void* y, DType dtype, int64_t n, Activation a) {
   switch (a) {
-    case Activation::kLinear: map_unary(x, y, [](int64_t, float v) { return v; }); return;
+    case Activation::kLinear: map_span(x, y, dtype, n, [](int64_t, float v) { return v; }); return;
     case Activation::kRelu:  // NaN passes through (NaN < 0 is false), so a poisoned input is never hidden from TerminateOnNaN.
-      map_unary(x, y, [](int64_t, float v) { return v < 0.0f ? 0.0f : v; });
+      map_span(x, y, dtype, n, [](int64_t, float v) { return v < 0.0f ? 0.0f : v; });
       return;
     case Activation::kGelu:  // exact (erf) form, without library calls so that the block loop vectorizes
-      map_unary(x, y, [](int64_t, float v) { return gelu_math::gelu(v); });
+      map_span(x, y, dtype, n, [](int64_t, float v) { return gelu_math::gelu(v); });
       return;
     case Activation::kSigmoid:
       // Split by sign so exp never overflows.
-      map_unary(x, y, [](int64_t, float v) {
+      map_span(x, y, dtype, n, [](int64_t, float v) {
         if (v >= 0) return 1.0f / (1.0f + std::exp(-v));
         const float e = std::exp(v);
         return e / (1.0f + e);
       });
       return;
-    case Activation::kTanh: map_unary(x, y, [](int64_t, float v) { return std::tanh(v); }); return;
+    case Activation::kTanh: map_span(x, y, dtype, n, [](int64_t, float v) { return std::tanh(v); }); return;
   }
+}
+
+// Span by span, so that the GEMM post-op of linear_activation, which runs activation_span on blocks of the
+// product, computes exactly what this does.
+void activation(const Tensor& x, Activation a, Tensor& y) {
+  const int64_t n = x.numel();
+  const int64_t e = static_cast<int64_t>(dtype_size(x.dtype()));
+  const char* xp = static_cast<const char*>(x.raw());
+  char* yp = static_cast<char*>(y.raw());
+#pragma omp parallel for if (n > kParallelMin) schedule(static)
+  for (int64_t b = 0; b < n; b += kBlock)
+    activation_span(xp + b * e, yp + b * e, x.dtype(), std::min(kBlock, n - b), a);
 }
 
 void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx) {

@@ -1,0 +1,226 @@
+// gemm_with_post_op(): on every instruction-set path and 16-bit method this CPU has, 1, 2 and 3 threads, every
+// transpose case and C dtype, with and without accumulation, k = 0 included, the post-op sees every element of C
+// exactly once, at the block's place in C, holding the final bits of the plain gemm(), and what it writes there
+// stays.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm_internal.h"
+#include "mixtrain/core/half.h"
+#include "mixtrain/kernels/gemm.h"
+
+namespace mixtrain::kernels {
+namespace {
+
+constexpr DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+// A row-major matrix of any float dtype, as raw bytes; ld = cols + pad.
+struct Matrix {
+  DType dtype;
+  int64_t rows, cols, ld;
+  std::vector<unsigned char> bytes;
+
+  Matrix(DType d, int64_t r, int64_t c, int64_t pad)
+      : dtype(d), rows(r), cols(c), ld(c + pad), bytes(static_cast<size_t>(r * (c + pad)) * dtype_size(d)) {}
+  void fill_uniform(std::mt19937& rng) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t i = 0; i < rows * ld; ++i) {
+      const float v = dist(rng);
+      if (dtype == DType::kFloat16) {
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_half_bits(v);
+      } else if (dtype == DType::kBFloat16) {
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_bf16_bits(v);
+      } else {
+        reinterpret_cast<float*>(bytes.data())[i] = v;
+      }
+    }
+  }
+  void* data() { return bytes.data(); }
+  unsigned char* at(int64_t r, int64_t c) { return bytes.data() + (r * ld + c) * dtype_size(dtype); }
+};
+
+// What the post-op under test records: a visit count per element, a dense copy of each block as handed over,
+// and any call that did not describe a block of C as the contract says.
+struct Recorder {
+  Matrix* c;
+  std::vector<std::atomic<int>> visits;  // (m, n)
+  std::vector<unsigned char> seen;       // (m, n) in C's dtype, dense
+  std::atomic<int> bad_calls{0};
+
+  explicit Recorder(Matrix* target)
+      : c(target),
+        visits(static_cast<size_t>(target->rows * target->cols)),
+        seen(static_cast<size_t>(target->rows * target->cols) * dtype_size(target->dtype)) {}
+};
+
+// Copies the block as it is, then flips the sign bit of each of its elements in place.
+void record_and_negate(void* ctx, void* c, int64_t ldc, int64_t row, int64_t col, int64_t rows, int64_t cols) {
+  Recorder& r = *static_cast<Recorder*>(ctx);
+  const int64_t m = r.c->rows, n = r.c->cols;
+  if (ldc != r.c->ld || row < 0 || col < 0 || rows <= 0 || cols <= 0 || row + rows > m || col + cols > n ||
+      c != r.c->at(row, col)) {
+    ++r.bad_calls;
+    return;
+  }
+  const size_t e = dtype_size(r.c->dtype);
+  for (int64_t i = 0; i < rows; ++i) {
+    unsigned char* src = r.c->at(row + i, col);
+    std::memcpy(r.seen.data() + ((row + i) * n + col) * e, src, static_cast<size_t>(cols) * e);
+    for (int64_t j = 0; j < cols; ++j) {
+      ++r.visits[static_cast<size_t>((row + i) * n + col + j)];
+      src[j * static_cast<int64_t>(e) + static_cast<int64_t>(e) - 1] ^= 0x80;  // little-endian: the sign byte
+    }
+  }
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+// Runs one product with the post-op and without it, on `threads` threads, and checks the post-op's view.
+void check_post_op(const std::string& path, Shape3 s, bool trans_a, bool trans_b, DType ab, DType c_dtype,
+                   bool accumulate, int threads, std::mt19937& rng) {
+  std::ostringstream where;
+  where << path << " m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << trans_a << " trans_b=" << trans_b
+        << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype) << " accumulate=" << accumulate
+        << " threads=" << threads;
+  Matrix a(ab, trans_a ? s.k : s.m, trans_a ? s.m : s.k, 1);
+  Matrix b(ab, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 2);
+  a.fill_uniform(rng);
+  b.fill_uniform(rng);
+  std::vector<float> bias(static_cast<size_t>(s.n));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : bias) v = dist(rng);
+  Matrix plain(c_dtype, s.m, s.n, 3);
+  plain.fill_uniform(rng);  // the old C when accumulating, and padding that must keep its bytes
+  Matrix fused = plain;
+  Matrix before = plain;
+
+  omp_set_num_threads(threads);
+  gemm(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, plain.data(), plain.ld,
+       accumulate, bias.data());
+  Recorder rec(&fused);
+  gemm_with_post_op(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, fused.data(),
+                    fused.ld, accumulate, bias.data(), GemmPostOp{&record_and_negate, &rec});
+
+  ASSERT_EQ(rec.bad_calls.load(), 0) << where.str() << ": a block outside C, or not where its row and column say";
+  const size_t e = dtype_size(c_dtype);
+  int64_t wrong_visits = 0, wrong_seen = 0, wrong_after = 0;
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      wrong_visits += rec.visits[static_cast<size_t>(i * s.n + j)].load() != 1;
+      const unsigned char* expected = plain.at(i, j);
+      const unsigned char* after = fused.at(i, j);
+      wrong_seen += std::memcmp(rec.seen.data() + (i * s.n + j) * e, expected, e) != 0;
+      wrong_after += std::memcmp(after, expected, e - 1) != 0 || (after[e - 1] ^ 0x80) != expected[e - 1];
+    }
+    const size_t pad = static_cast<size_t>(fused.ld - s.n) * e;
+    ASSERT_EQ(std::memcmp(fused.at(i, s.n), before.at(i, s.n), pad), 0)
+        << where.str() << ": wrote past column n in row " << i;
+  }
+  EXPECT_EQ(wrong_visits, 0) << where.str() << ": elements not visited exactly once";
+  EXPECT_EQ(wrong_seen, 0) << where.str() << ": the post-op saw other bits than gemm() leaves in C";
+  EXPECT_EQ(wrong_after, 0) << where.str() << ": the post-op's writes did not stay";
+}
+
+// The shapes: odd edges, several row chunks (m past mc), several column blocks (n past nc = 2048), several k
+// blocks (k past kc, which a 16-bit C sums in float32 scratch first), a single row or column, and k = 0.
+std::vector<Shape3> shapes(bool emulated) {
+  if (emulated)  // the portable emulations are slow; their blocks are small, so these still cross each
+    return {{1, 1, 1}, {17, 33, 130}, {130, 17, 257}, {33, 257, 17}, {5, 19, 0}};
+  return {{1, 1, 1},      {17, 33, 130}, {130, 17, 257},  {257, 1000, 33}, {1000, 130, 17},
+          {33, 257, 1000}, {1, 1000, 257}, {1000, 1, 33}, {17, 2100, 33},  {130, 33, 1100}, {5, 19, 0}};
+}
+
+void check_all(const std::string& path, const std::vector<DType>& ab_dtypes, bool emulated) {
+  const int saved = omp_get_max_threads();
+  std::mt19937 rng(42);
+  for (const Shape3& s : shapes(emulated))
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        for (DType ab : ab_dtypes)
+          for (DType c_dtype : kFloatTypes)
+            for (bool accumulate : {false, true})
+              for (int threads : {1, 2, 3}) {
+                check_post_op(path, s, trans_a, trans_b, ab, c_dtype, accumulate, threads, rng);
+                if (::testing::Test::HasFatalFailure()) {
+                  omp_set_num_threads(saved);
+                  return;
+                }
+              }
+  omp_set_num_threads(saved);
+}
+
+// Paths with every input dtype widened to float32 ("scalar", "avx2", "avx512"), and the methods that keep 16-bit
+// inputs ("bf16:dot", "bf16:amx", "f16:fp16", "f16:amx", and their portable emulations).
+class GemmPostOpPath : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    const std::string param = GetParam();
+    set_gemm_bf16_method_for_testing("widen");
+    set_gemm_f16_method_for_testing("widen");
+    const size_t colon = param.find(':');
+    if (colon == std::string::npos) {
+      if (param != set_gemm_isa_for_testing(param.c_str())) GTEST_SKIP() << "this CPU has no " << param << " path";
+      ab_dtypes_ = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+      return;
+    }
+    const std::string kind = param.substr(0, colon), method = param.substr(colon + 1);
+    emulated_ = method.find("_emulated") != std::string::npos;
+    const bool on_avx512 = std::string(set_gemm_isa_for_testing("avx512")) == "avx512";
+    if (emulated_) set_gemm_isa_for_testing(nullptr);  // any path
+    const std::string got = kind == "bf16" ? set_gemm_bf16_method_for_testing(method.c_str())
+                                           : set_gemm_f16_method_for_testing(method.c_str());
+    if (got != method || (!emulated_ && !on_avx512)) GTEST_SKIP() << "this CPU has no " << param << " method";
+    ab_dtypes_ = {kind == "bf16" ? DType::kBFloat16 : DType::kFloat16};
+  }
+  void TearDown() override {
+    set_gemm_isa_for_testing(nullptr);
+    set_gemm_bf16_method_for_testing(nullptr);
+    set_gemm_f16_method_for_testing(nullptr);
+  }
+  std::vector<DType> ab_dtypes_;
+  bool emulated_ = false;
+};
+
+TEST_P(GemmPostOpPath, SeesEveryElementOnceWithItsFinalBits) { check_all(GetParam(), ab_dtypes_, emulated_); }
+
+INSTANTIATE_TEST_SUITE_P(Path, GemmPostOpPath,
+                         ::testing::Values("scalar", "avx2", "avx512", "bf16:dot", "bf16:amx", "bf16:amx_emulated",
+                                           "f16:fp16", "f16:fp16_emulated", "f16:amx", "f16:amx_emulated"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (ch == ':') ch = '_';
+                           return name;
+                         });
+
+TEST(GemmPostOpArgs, NullFunctionIsPlainGemm) {
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c1[4] = {}, c2[4] = {};
+  gemm(false, false, 2, 2, 3, DType::kFloat32, a, 3, b, 2, DType::kFloat32, c1, 2, false, nullptr);
+  gemm_with_post_op(false, false, 2, 2, 3, DType::kFloat32, a, 3, b, 2, DType::kFloat32, c2, 2, false, nullptr,
+                    kernels::GemmPostOp{nullptr, nullptr});
+  EXPECT_EQ(std::memcmp(c1, c2, sizeof(c1)), 0);
+  EXPECT_EQ(c1[0], 1 + 3.0f);  // row 0 of A times column 0 of B: 1*1 + 2*0 + 3*1
+}
+
+TEST(GemmPostOpArgs, EmptyProductCallsNothing) {
+  int calls = 0;
+  auto count = [](void* ctx, void*, int64_t, int64_t, int64_t, int64_t, int64_t) { ++*static_cast<int*>(ctx); };
+  float a[6] = {}, b[6] = {}, c[9] = {};
+  gemm_with_post_op(false, false, 0, 3, 2, DType::kFloat32, a, 2, b, 3, DType::kFloat32, c, 3, false, nullptr,
+                    kernels::GemmPostOp{count, &calls});
+  gemm_with_post_op(false, false, 3, 0, 2, DType::kFloat32, a, 2, b, 1, DType::kFloat32, c, 1, false, nullptr,
+                    kernels::GemmPostOp{count, &calls});
+  EXPECT_EQ(calls, 0);
+}
+
+}  // namespace
+}  // namespace mixtrain::kernels
