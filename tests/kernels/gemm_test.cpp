@@ -158,6 +158,43 @@ void expect_column_kernel_bits(const char* path, DType ab, const std::vector<Sha
   set_gemm_column_kernel_for_testing(true);
 }
 
+// A C of 4 MiB and more is written with non-temporal stores (gemm.cpp: kStreamOutBytes) where its rows start on
+// cache lines; the same product computed in eight row blocks, each below that size, gives the same bytes. C's rows
+// are 64-byte aligned, and not (C one 16-bit element in, or ldc padded); every C dtype, with and without a bias
+// (only aligned rows without a bias when `quick`, for the slow emulations).
+void expect_streamed_c_bits(const char* path, DType ab, int64_t k, bool quick = false) {
+  std::mt19937 rng(31);
+  const int64_t m = 2048, n = 1056;
+  Matrix a(ab, m, k, 0), b(ab, k, n, 0);
+  a.fill_uniform(rng);
+  b.fill_uniform(rng);
+  std::vector<float> bias(static_cast<size_t>(n), 0.5f);
+  for (DType c_dtype : kFloatTypes) {
+    const int64_t size = static_cast<int64_t>(dtype_size(c_dtype));
+    for (int64_t pad : {0, 3}) {
+      for (int64_t offset : {0, 2}) {  // bytes past a 64-byte boundary
+        for (const float* bias_ptr : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+          if (quick && (pad != 0 || offset != 0 || bias_ptr != nullptr)) continue;
+          const int64_t ldc = n + pad, bytes = m * ldc * size + 64;
+          std::unique_ptr<char, decltype(&std::free)> whole(static_cast<char*>(std::aligned_alloc(64, bytes)), &std::free);
+          std::unique_ptr<char, decltype(&std::free)> pieces(static_cast<char*>(std::aligned_alloc(64, bytes)), &std::free);
+          std::memset(whole.get(), 0x7f, static_cast<size_t>(bytes));
+          std::memset(pieces.get(), 0x7f, static_cast<size_t>(bytes));
+          gemm(false, false, m, n, k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, whole.get() + offset, ldc, false,
+               bias_ptr);
+          const int64_t a_size = static_cast<int64_t>(dtype_size(ab));
+          for (int64_t i0 = 0; i0 < m; i0 += m / 8)  // blocks of 1 MiB or less: not streamed
+            gemm(false, false, m / 8, n, k, ab, a.bytes.data() + i0 * a.ld * a_size, a.ld, b.data(), b.ld, c_dtype,
+                 pieces.get() + offset + i0 * ldc * size, ldc, false, bias_ptr);
+          EXPECT_EQ(std::memcmp(whole.get(), pieces.get(), static_cast<size_t>(bytes)), 0)
+              << path << " c=" << dtype_name(c_dtype) << " pad=" << pad << " offset=" << offset
+              << " bias=" << (bias_ptr != nullptr);
+        }
+      }
+    }
+  }
+}
+
 // Everything for one (shape, transposes, input dtype): runs every output dtype, accumulate and bias
 // combination and checks each element of C and that C's padding columns are untouched.
 void check_all_outputs(const char* isa, Shape3 s, bool trans_a, bool trans_b, DType ab, std::mt19937& rng,
@@ -350,6 +387,10 @@ TEST_P(GemmPath, RoundsIntoCDtypeExactlyLikeHalfConversions) {
   }
 }
 
+TEST_P(GemmPath, LargeCStreamedGivesTheBitsOfSmallerProducts) {
+  expect_streamed_c_bits(GetParam(), DType::kFloat32, 40, std::strcmp(GetParam(), "scalar") == 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, GemmPath, ::testing::Values("scalar", "avx2", "avx512"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
@@ -467,38 +508,8 @@ TEST_P(GemmBf16Pairs, RoundsWholeTilesIntoBFloat16LikeHalfConversions) {
   }
 }
 
-// A C of 4 MiB and more is written with non-temporal stores (gemm.cpp: kStreamOutBytes) where its rows start on
-// cache lines; the same product computed in eight row blocks, each below that size, gives the same bytes. C's rows
-// are 64-byte aligned, and not (C one float16 in, or ldc padded).
 TEST_P(GemmBf16Pairs, LargeCStreamedGivesTheBitsOfSmallerProducts) {
-  std::mt19937 rng(31);
-  const int64_t m = 2048, n = 1056, k = emulated() ? 32 : 96;
-  Matrix a(DType::kBFloat16, m, k, 0), b(DType::kBFloat16, k, n, 0);
-  a.fill_uniform(rng);
-  b.fill_uniform(rng);
-  std::vector<float> bias(static_cast<size_t>(n), 0.5f);
-  for (DType c_dtype : {DType::kFloat32, DType::kBFloat16}) {
-    const int64_t size = static_cast<int64_t>(dtype_size(c_dtype));
-    for (int64_t pad : {0, 3}) {
-      for (int64_t offset : {0, 2}) {  // bytes past a 64-byte boundary
-        for (const float* bias_ptr : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
-          const int64_t ldc = n + pad, bytes = m * ldc * size + 64;
-          std::unique_ptr<char, decltype(&std::free)> whole(static_cast<char*>(std::aligned_alloc(64, bytes)), &std::free);
-          std::unique_ptr<char, decltype(&std::free)> pieces(static_cast<char*>(std::aligned_alloc(64, bytes)), &std::free);
-          std::memset(whole.get(), 0x7f, static_cast<size_t>(bytes));
-          std::memset(pieces.get(), 0x7f, static_cast<size_t>(bytes));
-          gemm(false, false, m, n, k, DType::kBFloat16, a.data(), a.ld, b.data(), b.ld, c_dtype, whole.get() + offset,
-               ldc, false, bias_ptr);
-          for (int64_t i0 = 0; i0 < m; i0 += m / 8)  // blocks of 1 MiB or less: not streamed
-            gemm(false, false, m / 8, n, k, DType::kBFloat16, a.bytes.data() + i0 * a.ld * 2, a.ld, b.data(), b.ld,
-                 c_dtype, pieces.get() + offset + i0 * ldc * size, ldc, false, bias_ptr);
-          EXPECT_EQ(std::memcmp(whole.get(), pieces.get(), static_cast<size_t>(bytes)), 0)
-              << GetParam() << " c=" << dtype_name(c_dtype) << " pad=" << pad << " offset=" << offset
-              << " bias=" << (bias_ptr != nullptr);
-        }
-      }
-    }
-  }
+  expect_streamed_c_bits(GetParam(), DType::kBFloat16, emulated() ? 32 : 96);
 }
 
 INSTANTIATE_TEST_SUITE_P(Method, GemmBf16Pairs, ::testing::Values("dot", "amx", "amx_emulated"),
@@ -611,6 +622,10 @@ TEST_P(GemmF16Fma, ErrorWithin4xOfFloat32AccumulationUpTo8192) {
     std::printf("%s k=%lld: error vs float32 accumulation: rms %.2fx, max %.2fx\n", GetParam(),
                 static_cast<long long>(k), rms_ratio, max_ratio);
   }
+}
+
+TEST_P(GemmF16Fma, LargeCStreamedGivesTheBitsOfSmallerProducts) {
+  expect_streamed_c_bits(GetParam(), DType::kFloat16, 32, std::strcmp(GetParam(), "fp16_emulated") == 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Method, GemmF16Fma, ::testing::Values("fp16", "fp16_emulated"),
@@ -733,6 +748,10 @@ TEST_P(GemmF16Split, ErrorOfWideningUpTo8192AndNonFiniteInputs) {
        false, nullptr);
   for (int64_t i = 0; i < 20; ++i)
     for (int64_t j = 0; j < 24; ++j) EXPECT_EQ(std::isfinite(c.get(i, j)), i != 3) << i << ", " << j;
+}
+
+TEST_P(GemmF16Split, LargeCStreamedGivesTheBitsOfSmallerProducts) {
+  expect_streamed_c_bits(GetParam(), DType::kFloat16, 32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Method, GemmF16Split, ::testing::Values("amx", "amx_emulated"),

@@ -7,6 +7,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "kernels/cpu/gemm_backend.h"
 
 namespace mixtrain::kernels::cpu {
@@ -79,6 +81,27 @@ inline void store16(void* p, DType dtype, __m512 v, __mmask16 mask) {
   }
 }
 
+// 32 values rounded once into dtype (v0 the first 16) written with non-temporal stores to out, 64-byte aligned:
+// whole cache lines, which need not be read in first. The rounding is store16's.
+inline void stream_row32(void* out, DType dtype, __m512 v0, __m512 v1) {
+  switch (dtype) {
+    case DType::kFloat16:
+      _mm512_stream_si512(static_cast<__m512i*>(out),
+                          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT |
+                                                                                            _MM_FROUND_NO_EXC)),
+                                             _mm512_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 1));
+      break;
+    case DType::kBFloat16:
+      _mm512_stream_si512(static_cast<__m512i*>(out),
+                          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(to_bf16_bits(v0))),
+                                             _mm512_cvtepi32_epi16(to_bf16_bits(v1)), 1));
+      break;
+    default:
+      _mm512_stream_ps(static_cast<float*>(out), v0);
+      _mm512_stream_ps(static_cast<float*>(out) + 16, v1);
+  }
+}
+
 // In-place transpose of a 16x16 float32 block held in 16 registers (rows in, columns out).
 inline void transpose16(__m512 r[16]) {
   __m512 t[16];
@@ -126,6 +149,9 @@ inline void tile_epilogue(const float* tile, int mr_used, int nr_used, const Epi
   constexpr int kNR = kAvx512NR;
   const int64_t add_size = element_size(ep.add_dtype), out_size = element_size(ep.out_dtype);
   const __mmask16 m0 = first_lanes(nr_used), m1 = first_lanes(nr_used - 16);
+  // Whole rows of a large C whose rows start on cache lines: non-temporal stores (Epilogue::stream_out).
+  const bool stream = ep.stream_out && nr_used == kNR &&
+                      (reinterpret_cast<uintptr_t>(ep.out) | static_cast<uintptr_t>(ep.ld_out * out_size)) % 64 == 0;
   __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
   if (ep.bias) {
     bias0 = _mm512_maskz_loadu_ps(m0, ep.bias);
@@ -143,8 +169,12 @@ inline void tile_epilogue(const float* tile, int mr_used, int nr_used, const Epi
       v1 = _mm512_add_ps(v1, bias1);
     }
     char* out = static_cast<char*>(ep.out) + i * ep.ld_out * out_size;
-    store16(out, ep.out_dtype, v0, m0);
-    store16(out + 16 * out_size, ep.out_dtype, v1, m1);
+    if (stream) {
+      stream_row32(out, ep.out_dtype, v0, v1);
+    } else {
+      store16(out, ep.out_dtype, v0, m0);
+      store16(out + 16 * out_size, ep.out_dtype, v1, m1);
+    }
   }
 }
 
