@@ -17,6 +17,13 @@ KernelTable<EmbeddingBackwardFn>& embedding_backward_table() {
   static KernelTable<EmbeddingBackwardFn> t("embedding_backward", &cpu::embedding_backward);
   return t;
 }
+
+void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim) {
+  MIXTRAIN_FAIL(kInvalidInput,
+                op << ": id " << id << " at position " << position << " is outside [0, " << input_dim
+                   << ") (input_dim " << input_dim << ")",
+                "ids must index the embedding table: raise input_dim or fix the data");
+}
 }  // namespace kernel
 
 namespace {
@@ -31,11 +38,7 @@ void check_ids(const Tensor& ids, const char* op) {
 template <typename I>
 void check_range(const I* p, int64_t n, int64_t input_dim, const char* op) {
   for (int64_t i = 0; i < n; ++i)
-    if (p[i] < 0 || p[i] >= input_dim)
-      MIXTRAIN_FAIL(kInvalidInput,
-                    op << ": id " << static_cast<int64_t>(p[i]) << " at position " << i << " is outside [0, "
-                       << input_dim << ") (input_dim " << input_dim << ")",
-                    "ids must index the embedding table: raise input_dim or fix the data");
+    if (p[i] < 0 || p[i] >= input_dim) kernel::fail_id_out_of_range(op, static_cast<int64_t>(p[i]), i, input_dim);
 }
 
 void check_ids_in_range(const Tensor& ids, int64_t input_dim, const char* op) {

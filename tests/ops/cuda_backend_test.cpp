@@ -1,7 +1,8 @@
 // The CUDA backend behind the dispatch seam. Everywhere: load_cuda_backend() says what this build and machine
 // have, and without a GPU no table gains a CUDA kernel (so every op stays on the CPU). On a GPU: each CUDA kernel
 // gives the CPU kernel's bits (the loss-scaling chain, fill, copies, the elementwise ops but sigmoid and tanh, the
-// reductions) and the device allocator counts its bytes. The kernels whose arithmetic differs from the CPU's in
+// reductions, layer normalization and the embedding lookup with their gradients) and the device allocator counts its
+// bytes. The kernels whose arithmetic differs from the CPU's in
 // summation order or in exp/log/tanh (softmax, cross-entropy, sigmoid, tanh, the cuBLASLt GEMM) are compared with
 // dtype-aware tolerances written beside each check; the casts bit for bit.
 // MIXTRAIN_REQUIRE_GPU=1 (scripts/gpu-check.sh) turns the GPU tests' skip into a failure.
@@ -19,6 +20,8 @@
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/embedding.h"
+#include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
@@ -64,6 +67,8 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
     EXPECT_FALSE(kernel::softmax_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::activation_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::reduce_sum_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::layer_norm_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
     EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), Error);
     if (!s.compiled) {
       EXPECT_NE(s.detail.find("no CUDA backend"), std::string::npos) << s.detail;
@@ -84,6 +89,10 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_TRUE(kernel::sum_rows_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::count_nonfinite_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::reduce_sum_backward_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::layer_norm_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::layer_norm_backward_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::embedding_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
   // matmul (the bmm table) needs cuBLASLt, loaded at run time: listed exactly when its kernel is installed, and the
   // detail says which library served it or why none did.
   const bool has_matmul = std::find(s.ops.begin(), s.ops.end(), "bmm") != s.ops.end();
@@ -422,6 +431,124 @@ TEST(CudaBackend, ReductionsGiveTheCpuBits) {
     EXPECT_FALSE(all_finite({to_device(x, gpu)})) << dtype_name(dt);
     EXPECT_TRUE(all_finite({to_device(Tensor::zeros({70001}, dt), gpu)})) << dtype_name(dt);
   }
+}
+
+// Every sum of these kernels runs in the CPU's order (ops/shared/layer_norm_row.h, one lane per row sum, the column
+// sums in the CPU's blocks of rows), so they agree bit for bit; NaN-free inputs, so no payload question arises.
+TEST(CudaBackend, LayerNormAndItsGradientGiveTheCpuBits) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  constexpr float kEps = 1e-3f;
+  for (DType dt : kFloatDTypes) {
+    for (const Shape& shape : {Shape({1, 1}), Shape({3, 7}), Shape({5, 17}), Shape({2, 3, 129}), Shape({130, 31}),
+                               Shape({4, 1000}), Shape({300, 64}), Shape({0, 5})}) {
+      const int64_t d = shape[-1];
+      // Terms of mixed magnitudes around an offset, so that another summation order shows in the bits.
+      std::vector<float> xv =
+          random_tensor(shape, 131 + static_cast<uint64_t>(shape.numel()), DType::kFloat32).to_floats();
+      for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::ldexp(xv[i], static_cast<int>(i * 7 % 23) - 11) + 100.0f;
+      const Tensor x = Tensor::from_floats(shape, xv, dt);
+      const Tensor gamma = random_tensor({d}, 137, DType::kFloat32, 0.5f, 1.5f);
+      const Tensor beta = random_tensor({d}, 139, DType::kFloat32);
+      const Tensor x_gpu = to_device(x, gpu), gamma_gpu = to_device(gamma, gpu), beta_gpu = to_device(beta, gpu);
+      const LayerNormOutput want = layer_norm(x, gamma, beta, kEps);
+      const LayerNormOutput got = layer_norm(x_gpu, gamma_gpu, beta_gpu, kEps);
+      const std::string what = std::string(dtype_name(dt)) + " " + shape.to_string();
+      EXPECT_TRUE(bit_equal(got.y, want.y)) << "layer_norm " << what;
+      EXPECT_TRUE(bit_equal(got.mean, want.mean)) << "layer_norm mean " << what;
+      EXPECT_TRUE(bit_equal(got.rstd, want.rstd)) << "layer_norm rstd " << what;
+      for (DType dy_dt : {dt, DType::kFloat32}) {
+        const Tensor dy = random_tensor(shape, 149, dy_dt);
+        const Tensor dy_gpu = to_device(dy, gpu);
+        // Both backwards read the CPU's statistics, so they see the same inputs.
+        const Tensor mean_gpu = to_device(want.mean, gpu), rstd_gpu = to_device(want.rstd, gpu);
+        for (bool need_x : {true, false}) {
+          const std::string which = what + " dy " + dtype_name(dy_dt) + (need_x ? "" : " without dx");
+          const LayerNormGrads g = layer_norm_backward(dy, x, want.mean, want.rstd, gamma, need_x);
+          const LayerNormGrads g_gpu = layer_norm_backward(dy_gpu, x_gpu, mean_gpu, rstd_gpu, gamma_gpu, need_x);
+          if (need_x) {
+            EXPECT_TRUE(bit_equal(g_gpu.dx, g.dx)) << "layer_norm_backward dx " << which;
+          }
+          EXPECT_EQ(g_gpu.dx.defined(), need_x) << which;
+          EXPECT_TRUE(bit_equal(g_gpu.dgamma, g.dgamma)) << "layer_norm_backward dgamma " << which;
+          EXPECT_TRUE(bit_equal(g_gpu.dbeta, g.dbeta)) << "layer_norm_backward dbeta " << which;
+        }
+      }
+    }
+  }
+}
+
+// The gather copies or rounds once; the scatter-add sums each table row's positions from +0 in position order,
+// as the CPU does: bit for bit, NaN payloads included (a copy, or core's rounding rule, moves no payload).
+TEST(CudaBackend, EmbeddingAndItsGradientGiveTheCpuBits) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  for (int64_t input_dim : {1, 13, 1000}) {
+    for (int64_t out_dim : {1, 7, 33, 129}) {
+      std::vector<float> tv = random_tensor({input_dim, out_dim}, 151, DType::kFloat32, -3.0f, 3.0f).to_floats();
+      tv[0] = -0.0f;
+      tv[tv.size() - 1] = std::numeric_limits<float>::quiet_NaN();
+      for (const Shape& ids_shape : {Shape({1}), Shape({17}), Shape({4, 33}), Shape({2, 3, 129})}) {
+        // Ids drawn from the first half of the table: many repeat, some rows are never named.
+        std::vector<int64_t> id(static_cast<size_t>(ids_shape.numel()));
+        Rng rng(157 + static_cast<uint64_t>(id.size() + input_dim));
+        for (int64_t& v : id) v = static_cast<int64_t>(rng.below(static_cast<uint64_t>((input_dim + 1) / 2)));
+        for (DType id_dt : {DType::kInt32, DType::kInt64}) {
+          const Tensor ids = id_dt == DType::kInt64
+                                 ? Tensor::from_int64s(ids_shape, id)
+                                 : Tensor::from_ints(ids_shape, std::vector<int32_t>(id.begin(), id.end()));
+          const Tensor ids_gpu = to_device(ids, gpu);
+          const std::string what = "ids " + std::string(dtype_name(id_dt)) + " " + ids_shape.to_string() + " table (" +
+                                   std::to_string(input_dim) + ", " + std::to_string(out_dim) + ")";
+          for (DType table_dt : kFloatDTypes) {
+            const Tensor table = Tensor::from_floats({input_dim, out_dim}, tv, table_dt);
+            const Tensor table_gpu = to_device(table, gpu);
+            for (DType out_dt : kFloatDTypes)
+              EXPECT_TRUE(bit_equal(embedding(ids_gpu, table_gpu, out_dt), embedding(ids, table, out_dt)))
+                  << "embedding " << what << " " << dtype_name(table_dt) << " -> " << dtype_name(out_dt);
+          }
+          std::vector<int64_t> dy_shape = ids_shape.dims();
+          dy_shape.push_back(out_dim);
+          for (DType dy_dt : kFloatDTypes) {
+            // Mixed magnitudes, so that another summation order shows in the bits.
+            std::vector<float> gv = random_tensor(Shape(dy_shape), 163, DType::kFloat32).to_floats();
+            for (size_t i = 0; i < gv.size(); ++i) gv[i] = std::ldexp(gv[i], static_cast<int>(i * 7 % 23) - 11);
+            const Tensor dy = Tensor::from_floats(Shape(dy_shape), gv, dy_dt);
+            EXPECT_TRUE(bit_equal(embedding_backward(to_device(dy, gpu), ids_gpu, input_dim),
+                                  embedding_backward(dy, ids, input_dim)))
+                << "embedding_backward " << what << " dy " << dtype_name(dy_dt);
+          }
+        }
+      }
+    }
+  }
+  // An id outside [0, input_dim) on the device is found by the kernel and named as the CPU entry names it (the
+  // first bad position).
+  const Tensor table = to_device(random_tensor({10, 3}, 167, DType::kFloat32), gpu);
+  for (int64_t bad : {int64_t{10}, int64_t{-1}, int64_t{1000}}) {
+    for (DType id_dt : {DType::kInt32, DType::kInt64}) {
+      const Tensor ids = to_device(Tensor::from_int64s({2, 3}, {0, 3, bad, 9, bad, 1}).to(id_dt), gpu);
+      for (bool backward : {false, true}) {
+        try {
+          if (backward)
+            (void)embedding_backward(to_device(Tensor::zeros({2, 3, 3}, DType::kFloat32), gpu), ids, 10);
+          else
+            (void)embedding(ids, table, DType::kFloat32);
+          ADD_FAILURE() << "id " << bad << " was accepted (backward " << backward << ")";
+        } catch (const Error& e) {
+          const std::string m = e.message();
+          EXPECT_NE(m.find("id " + std::to_string(bad) + " at position 2"), std::string::npos) << m;
+          EXPECT_NE(m.find("input_dim 10"), std::string::npos) << m;
+          EXPECT_NE(m.find(backward ? "embedding_backward:" : "embedding:"), std::string::npos) << m;
+        }
+      }
+    }
+  }
+  // No ids: an empty output, and a zero gradient table.
+  const Tensor none = to_device(Tensor::from_ints({0}, {}), gpu);
+  EXPECT_EQ(embedding(none, table, DType::kFloat16).shape(), Shape({0, 3}));
+  EXPECT_TRUE(bit_equal(embedding_backward(to_device(Tensor::zeros({0, 3}, DType::kFloat32), gpu), none, 10),
+                        Tensor::zeros({10, 3}, DType::kFloat32)));
 }
 
 // Sum over the product's terms of |a| |b| per element of C (float64), the scale of its accumulation error.

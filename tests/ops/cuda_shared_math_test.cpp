@@ -2,18 +2,24 @@
 // library's own CPU code: loads and stores through core's float16/bfloat16 conversions; softmax, log-softmax,
 // their gradients and sparse cross-entropy against the CPU op kernels;
 // the elementwise element steps and the reductions' summation order against the CPU's elementwise and reduce
-// kernels; the Adam element update against the CPU Adam. Each shared function follows its CPU counterpart's
-// operation order, so every check is bit for bit. Runs everywhere, with or without a GPU.
+// kernels; layer normalization's rows and column sums and the embedding's gather and scatter-add order against
+// their CPU kernels; the Adam element update against the CPU Adam. Each shared function follows its CPU
+// counterpart's operation order, so every check is bit for bit. Runs everywhere, with or without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "mixtrain/core/random.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/embedding.h"
+#include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/reduce.h"
 #include "mixtrain/ops/softmax.h"
@@ -23,8 +29,10 @@
 #include "ops/cpu/exp_poly.h"
 #include "ops/shared/crossentropy_row.h"
 #include "ops/shared/elementwise_math.h"
+#include "ops/shared/embedding_rows.h"
 #include "ops/shared/exp_poly.h"
 #include "ops/shared/float16_convert.h"
+#include "ops/shared/layer_norm_row.h"
 #include "ops/shared/ordered_sum.h"
 #include "ops/shared/softmax_row.h"
 
@@ -320,6 +328,149 @@ TEST(CudaSharedMath, NonfiniteTestCountsWhatTheCpuCounts) {
     for (int64_t i = 0; i < x.numel(); ++i) got += shared::is_nonfinite(element(x, i)) ? 1 : 0;
     EXPECT_EQ(got, count_nonfinite(x)) << dtype_name(dt);
     EXPECT_GE(got, 3) << dtype_name(dt);
+  }
+}
+
+// Layer normalization through the shared functions exactly as the GPU kernels call them (FloatView over the
+// tensors' own storage, lane 0's row sums, the column sums in blocks then in block order), against the CPU kernel.
+struct LayerNormBySharedMath {
+  Tensor y, mean, rstd, dx, dgamma, dbeta;
+};
+
+LayerNormBySharedMath layer_norm_by_shared_math(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                                const Tensor& dy) {
+  const int64_t d = x.dim(-1), rows = x.numel() / d;
+  const float* gm = gamma.data<float>();
+  const float* bt = beta.data<float>();
+  const int xc = shared::float_code(x.dtype()), dyc = shared::float_code(dy.dtype());
+  const float inv_d = shared::layer_norm_inv_d(d);
+  LayerNormBySharedMath o{Tensor::empty(x.shape(), x.dtype()), Tensor::empty({rows}, DType::kFloat32),
+                          Tensor::empty({rows}, DType::kFloat32), Tensor::empty(x.shape(), x.dtype()),
+                          Tensor::empty({d}, DType::kFloat32), Tensor::empty({d}, DType::kFloat32)};
+  float* mp = o.mean.data<float>();
+  float* rp = o.rstd.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const shared::FloatView xr{x.raw(), xc, r * d}, dyr{dy.raw(), dyc, r * d};
+    const shared::LayerNormStats st = shared::layer_norm_row_stats(xr, d, inv_d, eps);
+    mp[r] = st.mean;
+    rp[r] = st.rstd;
+    for (int64_t j = 0; j < d; ++j)
+      shared::store_from_float(o.y.raw(), xc, r * d + j,
+                               shared::layer_norm_value(xr[j], st.mean, st.rstd, gm[j], bt[j]));
+    const shared::LayerNormGradSums sums = shared::layer_norm_grad_sums(xr, dyr, gm, d, st.mean, st.rstd);
+    const float mean_g = shared::mul_rn(sums.g, inv_d), mean_gx = shared::mul_rn(sums.gx, inv_d);
+    for (int64_t j = 0; j < d; ++j) {
+      const float xh = shared::layer_norm_xhat(xr[j], st.mean, st.rstd);
+      const float g = shared::layer_norm_g(dyr[j], gm[j]);
+      shared::store_from_float(o.dx.raw(), xc, r * d + j, shared::layer_norm_dx(g, xh, st.rstd, mean_g, mean_gx));
+    }
+  }
+  const int64_t blocks = (rows + shared::kLayerNormRowsPerBlock - 1) / shared::kLayerNormRowsPerBlock;
+  std::vector<float> partial(static_cast<size_t>(blocks * 2 * d));
+  const shared::FloatView xv{x.raw(), xc, 0}, dyv{dy.raw(), dyc, 0};
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < d; ++j) {
+      const int64_t r0 = b * shared::kLayerNormRowsPerBlock;
+      const int64_t r1 = std::min(rows, r0 + shared::kLayerNormRowsPerBlock);
+      shared::layer_norm_column_block(xv, dyv, mp, rp, d, j, r0, r1, partial[static_cast<size_t>(b * 2 * d + j)],
+                                      partial[static_cast<size_t>(b * 2 * d + d + j)]);
+    }
+  for (int64_t j = 0; j < d; ++j) {
+    o.dgamma.data<float>()[j] =
+        shared::ordered_sum(blocks, [&](int64_t b) { return partial[static_cast<size_t>(b * 2 * d + j)]; });
+    o.dbeta.data<float>()[j] =
+        shared::ordered_sum(blocks, [&](int64_t b) { return partial[static_cast<size_t>(b * 2 * d + d + j)]; });
+  }
+  return o;
+}
+
+TEST(CudaSharedMath, LayerNormGivesTheCpuKernelsBits) {
+  constexpr float kEps = 1e-3f;
+  for (DType dt : kFloatDTypes) {
+    for (int64_t d : {1, 7, 17, 31, 129, 1000}) {
+      // 130 rows: three blocks of the column sums, the last one short. A large offset for some sizes (the second
+      // pass's deviations), and terms of mixed magnitudes, so that another summation order would show in the bits.
+      for (int64_t rows : {1, 3, 130}) {
+        const float offset = d == 17 || d == 129 ? 1000.0f : 0.0f;
+        std::vector<float> xv = summands({rows, d}, 301 + static_cast<uint64_t>(d * rows), DType::kFloat32).to_floats();
+        for (float& v : xv) v += offset;
+        const Tensor x = Tensor::from_floats({rows, d}, xv, dt);
+        const Tensor gamma = random_tensor({d}, 303, DType::kFloat32, 0.5f, 1.5f);
+        const Tensor beta = random_tensor({d}, 305, DType::kFloat32);
+        const LayerNormOutput want = layer_norm(x, gamma, beta, kEps);
+        // The gradient in x's dtype and in float32 (the kernels read any floating dy).
+        for (DType dy_dt : {dt, DType::kFloat32}) {
+          const std::string what = std::string(dtype_name(dt)) + " dy " + dtype_name(dy_dt) + " (" +
+                                   std::to_string(rows) + ", " + std::to_string(d) + ")";
+          const Tensor dy = summands({rows, d}, 307 + static_cast<uint64_t>(d), dy_dt);
+          const LayerNormBySharedMath got = layer_norm_by_shared_math(x, gamma, beta, kEps, dy);
+          EXPECT_TRUE(same_bits(got.y, want.y)) << what;
+          EXPECT_TRUE(same_bits(got.mean, want.mean)) << what;
+          EXPECT_TRUE(same_bits(got.rstd, want.rstd)) << what;
+          const LayerNormGrads g = layer_norm_backward(dy, x, want.mean, want.rstd, gamma, true);
+          EXPECT_TRUE(same_bits(got.dx, g.dx)) << what;
+          EXPECT_TRUE(same_bits(got.dgamma, g.dgamma)) << what;
+          EXPECT_TRUE(same_bits(got.dbeta, g.dbeta)) << what;
+          // Without dx the column sums are unchanged.
+          const LayerNormGrads g2 = layer_norm_backward(dy, x, want.mean, want.rstd, gamma, false);
+          EXPECT_TRUE(same_bits(got.dgamma, g2.dgamma)) << what;
+          EXPECT_TRUE(same_bits(got.dbeta, g2.dbeta)) << what;
+        }
+      }
+    }
+  }
+}
+
+// The gather converts each element once (a bit copy when the dtypes agree); the scatter-add sums each table row's
+// positions from +0 in position order. Special values included: signed zeros (a lone -0 gradient sums to +0),
+// infinities, subnormals, float16 overflow, NaN.
+TEST(CudaSharedMath, EmbeddingGivesTheCpuKernelsBits) {
+  const int64_t input_dim = 11;
+  for (int64_t d : {1, 7, 33}) {
+    std::vector<float> tv = random_tensor({input_dim, d}, 311, DType::kFloat32, -3.0f, 3.0f).to_floats();
+    const float special[] = {-0.0f, std::numeric_limits<float>::infinity(), 1e-41f, 70000.0f,
+                             std::numeric_limits<float>::quiet_NaN(), 1.00048828125f};
+    for (size_t i = 0; i < std::size(special); ++i) tv[i * 5 % tv.size()] = special[i];
+    for (int64_t n : {1, 17, 129}) {
+      Rng rng(313 + static_cast<uint64_t>(n));
+      std::vector<int64_t> id(static_cast<size_t>(n));
+      for (int64_t& v : id) v = static_cast<int64_t>(rng.below(static_cast<uint64_t>(input_dim - 2)));  // 2 unnamed
+      for (DType id_dt : {DType::kInt32, DType::kInt64}) {
+        const Tensor ids = id_dt == DType::kInt64 ? Tensor::from_int64s({n}, id)
+                                                  : Tensor::from_ints({n}, std::vector<int32_t>(id.begin(), id.end()));
+        const shared::IdView iv{ids.raw(), id_dt == DType::kInt64};
+        for (DType table_dt : kFloatDTypes) {
+          const Tensor table = Tensor::from_floats({input_dim, d}, tv, table_dt);
+          for (DType out_dt : kFloatDTypes) {
+            Tensor want = Tensor::empty({n, d}, out_dt);
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t j = 0; j < d; ++j) {
+                const int64_t src = iv[i] * d + j;
+                if (table_dt == out_dt)
+                  std::memcpy(static_cast<char*>(want.raw()) + (i * d + j) * dtype_size(out_dt),
+                              static_cast<const char*>(table.raw()) + src * dtype_size(out_dt), dtype_size(out_dt));
+                else
+                  shared::store_from_float(want.raw(), shared::float_code(out_dt), i * d + j,
+                                           shared::load_as_float(table.raw(), shared::float_code(table_dt), src));
+              }
+            EXPECT_TRUE(same_bits(embedding(ids, table, out_dt), want))
+                << dtype_name(table_dt) << " -> " << dtype_name(out_dt) << " n=" << n << " d=" << d;
+          }
+        }
+        for (DType dy_dt : kFloatDTypes) {
+          std::vector<float> gv = summands({n, d}, 317 + static_cast<uint64_t>(n), DType::kFloat32).to_floats();
+          gv[0] = -0.0f;
+          const Tensor dy = Tensor::from_floats({n, d}, gv, dy_dt);
+          const shared::FloatView dv{dy.raw(), shared::float_code(dy_dt), 0};
+          Tensor want = Tensor::empty({input_dim, d}, DType::kFloat32);
+          for (int64_t r = 0; r < input_dim; ++r)
+            for (int64_t j = 0; j < d; ++j)
+              want.data<float>()[r * d + j] = shared::embedding_grad_value(iv, n, dv, d, r, j);
+          EXPECT_TRUE(same_bits(embedding_backward(dy, ids, input_dim), want))
+              << "backward dy " << dtype_name(dy_dt) << " ids " << dtype_name(id_dt) << " n=" << n << " d=" << d;
+        }
+      }
+    }
   }
 }
 

@@ -11,7 +11,7 @@ namespace mixtrain::ops {
 
 // ids (...) int32 or int64 of any shape, table (input_dim, output_dim) floating -> (..., output_dim) in
 // out_dtype. Every id must lie in [0, input_dim): otherwise an Error naming the id, its position and
-// input_dim (checked on the host, where the ids are readable).
+// input_dim (checked on the host for ids in host memory, by the kernel for ids on a GPU).
 Tensor embedding(const Tensor& ids, const Tensor& table, DType out_dtype);
 
 // Gradient of embedding for the table: (input_dim, output_dim) float32, zero except the rows of ids,
@@ -26,6 +26,11 @@ using EmbeddingFn = void(const Tensor& ids, const Tensor& table, Tensor& y);
 using EmbeddingBackwardFn = void(const Tensor& dy, const Tensor& ids, Tensor& dtable);
 KernelTable<EmbeddingFn>& embedding_table();
 KernelTable<EmbeddingBackwardFn>& embedding_backward_table();
+
+// Throws the Error the entry raises for an id outside [0, input_dim) at `position` of the flattened ids, for a
+// device kernel that finds it (its ids are not readable on the host without a copy). op: "embedding" or
+// "embedding_backward".
+[[noreturn]] void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim);
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

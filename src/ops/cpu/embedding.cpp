@@ -1,11 +1,13 @@
 // CPU kernels of the embedding lookup. Forward: each output row is its table row, converted once (a plain
 // copy when the dtypes agree). Backward: the positions are bucketed by id (a stable counting sort), then
 // each table row sums its positions' gradient rows in float32 in position order, rows in parallel: no two
-// threads write one row and no sum depends on the thread count.
+// threads write one row and no sum depends on the thread count. That order (ops/shared/embedding_rows.h) is the
+// CUDA kernel's too.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "../shared/embedding_rows.h"
 #include "mixtrain/ops/embedding.h"
 
 namespace mixtrain::ops::cpu {
@@ -73,7 +75,7 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
           convert_elements(src, dy.dtype(), buf.data(), DType::kFloat32, d);
           g = buf.data();
         }
-        for (int64_t j = 0; j < d; ++j) o[j] += g[j];
+        for (int64_t j = 0; j < d; ++j) o[j] = shared::embedding_grad_add(o[j], g[j]);
       }
     }
   }

@@ -1,18 +1,19 @@
 // CPU kernels of layer normalization. x is (rows, D). Each row is read as float32 (in place for float32,
 // widened into a row buffer for 16-bit data), normalized in float32 and rounded once. Rows run in parallel;
 // the backward's column sums (dgamma, dbeta) go through fixed blocks of rows whose partial sums are added
-// in block order, so no result depends on the thread count.
+// in block order, so no result depends on the thread count. The arithmetic and its order are the shared
+// functions of ops/shared/layer_norm_row.h, which the CUDA kernels run too.
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
+#include "../shared/layer_norm_row.h"
 #include "mixtrain/ops/layer_norm.h"
 
 namespace mixtrain::ops::cpu {
 
 namespace {
 
-constexpr int64_t kRowsPerBlock = 64;
+constexpr int64_t kRowsPerBlock = shared::kLayerNormRowsPerBlock;
 constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements; below this a thread team costs more than it saves
 
 // Row r of a (rows, d) tensor as float32: in place for float32, else widened into buf.
@@ -43,27 +44,18 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float 
   const float* bt = beta.data<float>();
   float* mp = mean.data<float>();
   float* rp = rstd.data<float>();
-  const float inv_d = 1.0f / static_cast<float>(d);
+  const float inv_d = shared::layer_norm_inv_d(d);
 #pragma omp parallel if (rows * d > kParallelMin)
   {
     std::vector<float> in(static_cast<size_t>(d)), out(static_cast<size_t>(d));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const float* v = read_row(x, r, d, in.data());
-      float s = 0.0f;
-      for (int64_t j = 0; j < d; ++j) s += v[j];
-      const float mu = s * inv_d;
-      // Second pass over the deviations: no cancellation between E[x^2] and E[x]^2.
-      float ss = 0.0f;
-      for (int64_t j = 0; j < d; ++j) {
-        const float t = v[j] - mu;
-        ss += t * t;
-      }
-      const float rs = 1.0f / std::sqrt(ss * inv_d + epsilon);
-      mp[r] = mu;
-      rp[r] = rs;
+      const shared::LayerNormStats st = shared::layer_norm_row_stats(v, d, inv_d, epsilon);
+      mp[r] = st.mean;
+      rp[r] = st.rstd;
       float* o = row_out(y, r, d, out.data());
-      for (int64_t j = 0; j < d; ++j) o[j] = (v[j] - mu) * rs * gm[j] + bt[j];
+      for (int64_t j = 0; j < d; ++j) o[j] = shared::layer_norm_value(v[j], st.mean, st.rstd, gm[j], bt[j]);
       store_row(y, r, d, o);
     }
   }
@@ -79,7 +71,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
   // partial[b] holds block b's dgamma (first d floats) and dbeta (next d).
   std::vector<float> partial(static_cast<size_t>(blocks * 2 * d), 0.0f);
   const bool need_x = dx.defined();
-  const float inv_d = 1.0f / static_cast<float>(d);
+  const float inv_d = shared::layer_norm_inv_d(d);
 #pragma omp parallel if (rows * d > kParallelMin)
   {
     std::vector<float> xb(static_cast<size_t>(d)), gb(static_cast<size_t>(d)), ob(static_cast<size_t>(d));
@@ -92,22 +84,19 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
         const float* v = read_row(x, r, d, xb.data());
         const float* dv = read_row(dy, r, d, gb.data());
         const float mu = mp[r], rs = rp[r];
-        float sum_g = 0.0f, sum_gx = 0.0f;
+        // One pass for the block's column sums and the row's sums (shared::layer_norm_grad_sums' order).
+        shared::LayerNormGradSums sums;
         for (int64_t j = 0; j < d; ++j) {
-          const float xh = (v[j] - mu) * rs;
+          const float xh = shared::layer_norm_xhat(v[j], mu, rs);
           xhat[static_cast<size_t>(j)] = xh;
-          pg[j] += dv[j] * xh;
-          pb[j] += dv[j];
-          const float gj = dv[j] * gm[j];
-          g[static_cast<size_t>(j)] = gj;
-          sum_g += gj;
-          sum_gx += gj * xh;
+          shared::layer_norm_column_step(pg[j], pb[j], dv[j], xh);
+          g[static_cast<size_t>(j)] = shared::layer_norm_grad_step(sums, dv[j], gm[j], xh);
         }
         if (!need_x) continue;
-        const float mean_g = sum_g * inv_d, mean_gx = sum_gx * inv_d;
+        const float mean_g = shared::mul_rn(sums.g, inv_d), mean_gx = shared::mul_rn(sums.gx, inv_d);
         float* o = row_out(dx, r, d, ob.data());
         for (int64_t j = 0; j < d; ++j)
-          o[j] = rs * (g[static_cast<size_t>(j)] - mean_g - xhat[static_cast<size_t>(j)] * mean_gx);
+          o[j] = shared::layer_norm_dx(g[static_cast<size_t>(j)], xhat[static_cast<size_t>(j)], rs, mean_g, mean_gx);
         store_row(dx, r, d, o);
       }
     }
@@ -116,11 +105,11 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
   float* db = dbeta.data<float>();
   std::fill(dg, dg + d, 0.0f);
   std::fill(db, db + d, 0.0f);
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < blocks; ++b) {  // from +0, in block order
     const float* pg = partial.data() + b * 2 * d;
     for (int64_t j = 0; j < d; ++j) {
-      dg[j] += pg[j];
-      db[j] += pg[d + j];
+      dg[j] = shared::add_rn(dg[j], pg[j]);
+      db[j] = shared::add_rn(db[j], pg[d + j]);
     }
   }
 }

@@ -11,6 +11,8 @@
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/embedding.h"
+#include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/reduce.h"
@@ -144,10 +146,15 @@ CudaBackendStatus install_backend() {
   kernel::softmax_backward_table().set(DeviceType::kCuda, &softmax_backward);
   kernel::crossentropy_table().set(DeviceType::kCuda, &crossentropy);
   kernel::crossentropy_backward_table().set(DeviceType::kCuda, &crossentropy_backward);
+  kernel::layer_norm_table().set(DeviceType::kCuda, &layer_norm);
+  kernel::layer_norm_backward_table().set(DeviceType::kCuda, &layer_norm_backward);
+  kernel::embedding_table().set(DeviceType::kCuda, &embedding);
+  kernel::embedding_backward_table().set(DeviceType::kCuda, &embedding_backward);
   s.ops = {"fill",         "unscale_and_check",   "update_loss_scale", "apply_loss_scale", "to_device",
            "activation",   "activation_backward", "add",               "scale",            "bias_add",
            "sum_rows",     "dropout",             "count_nonfinite",   "reduce_sum",       "reduce_sum_backward",
-           "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward"};
+           "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward",
+           "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

@@ -41,6 +41,14 @@ void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
 void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
                            Tensor& dx);
+// layer_norm.cu
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y, Tensor& mean,
+                Tensor& rstd);
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& gamma, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
+// embedding.cu
+void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
+void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);
 // matmul.cpp (cuBLASLt; installed only when load_cublaslt succeeds)
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
 

@@ -1,5 +1,6 @@
 // Launch geometry, the grid-stride loop and warp reductions shared by the backend's kernels (softmax.cu,
-// crossentropy.cu, convert.cu, elementwise.cu, reduce.cu). Device code only: included by .cu files.
+// crossentropy.cu, convert.cu, elementwise.cu, reduce.cu, layer_norm.cu, embedding.cu). Device code only: included by
+// .cu files.
 #pragma once
 
 #include <cuda_runtime.h>

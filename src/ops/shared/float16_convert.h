@@ -45,4 +45,14 @@ MIXTRAIN_HOST_DEVICE inline void store_from_float(void* p, int code, int64_t i, 
     static_cast<float*>(p)[i] = v;
 }
 
+// Elements base, base + 1, ... of a float32 / float16 / bfloat16 array as float32: view[j] reads element base + j.
+// The row functions of this folder take any row type with operator[] returning float, so a CPU kernel passes its
+// float32 row buffer and a GPU kernel passes one of these over the tensor's own storage.
+struct FloatView {
+  const void* p;
+  int code;
+  int64_t base;
+  MIXTRAIN_HOST_DEVICE float operator[](int64_t j) const { return load_as_float(p, code, base + j); }
+};
+
 }  // namespace mixtrain::ops::shared

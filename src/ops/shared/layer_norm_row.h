@@ -1,0 +1,104 @@
+// Layer normalization's row and column arithmetic (the op: ops/layer_norm.h), float32 whatever the storage dtype,
+// written once for the CPU kernel (cpu/layer_norm.cpp, which calls these) and the GPU kernel (cuda/layer_norm.cu).
+// Every sum runs from +0 one term after another in index order, each partial sum rounded, so any caller that keeps
+// this order gets the CPU's bits. A row type is anything with operator[](j) returning float: the CPU passes its
+// float32 row buffer, the GPU a FloatView over the tensor's storage (float16_convert.h).
+//
+// Forward, per row x of length d:   mean = sum(x) / d,   rstd = 1 / sqrt(sum((x - mean)^2) / d + epsilon),
+//                                    y_j = (x_j - mean) * rstd * gamma_j + beta_j
+// Backward, with xhat_j = (x_j - mean) * rstd and g_j = dy_j * gamma_j:
+//   dx_j = rstd * (g_j - mean(g) - xhat_j * mean(g * xhat))           (per row)
+//   dgamma_j = sum over rows of dy_j * xhat_j,  dbeta_j = sum of dy_j  (per column, through blocks of
+//   kLayerNormRowsPerBlock rows: each block summed in row order from +0, the blocks' sums added in block order)
+#pragma once
+
+#include <cstdint>
+
+#include "host_device.h"
+
+namespace mixtrain::ops::shared {
+
+// Rows per block of the backward's column sums. Part of the result's bits: both backends use this value.
+constexpr int64_t kLayerNormRowsPerBlock = 64;
+
+// 1 / d in float32, the factor every mean is taken with.
+MIXTRAIN_HOST_DEVICE inline float layer_norm_inv_d(int64_t d) { return div_rn(1.0f, static_cast<float>(d)); }
+
+struct LayerNormStats {
+  float mean;
+  float rstd;
+};
+
+// A row's mean and rstd in two passes (the second sums squared deviations from the mean, so a large mean does not
+// cancel the variance away).
+template <typename Row>
+MIXTRAIN_HOST_DEVICE inline LayerNormStats layer_norm_row_stats(const Row& x, int64_t d, float inv_d, float epsilon) {
+  float s = 0.0f;
+  for (int64_t j = 0; j < d; ++j) s = add_rn(s, x[j]);
+  const float mean = mul_rn(s, inv_d);
+  float ss = 0.0f;
+  for (int64_t j = 0; j < d; ++j) {
+    const float t = sub_rn(x[j], mean);
+    ss = add_rn(ss, mul_rn(t, t));
+  }
+  return {mean, div_rn(1.0f, sqrt_rn(add_rn(mul_rn(ss, inv_d), epsilon)))};
+}
+
+// One output element, before its rounding into the output dtype.
+MIXTRAIN_HOST_DEVICE inline float layer_norm_value(float x, float mean, float rstd, float gamma, float beta) {
+  return add_rn(mul_rn(mul_rn(sub_rn(x, mean), rstd), gamma), beta);
+}
+
+MIXTRAIN_HOST_DEVICE inline float layer_norm_xhat(float x, float mean, float rstd) {
+  return mul_rn(sub_rn(x, mean), rstd);
+}
+
+// The backward's two row sums: sum(g) and sum(g * xhat).
+struct LayerNormGradSums {
+  float g = 0.0f;
+  float gx = 0.0f;
+};
+
+MIXTRAIN_HOST_DEVICE inline float layer_norm_g(float dy, float gamma) { return mul_rn(dy, gamma); }
+
+// Adds element j's terms to the row sums and returns g_j = dy_j * gamma_j.
+MIXTRAIN_HOST_DEVICE inline float layer_norm_grad_step(LayerNormGradSums& sums, float dy, float gamma, float xhat) {
+  const float g = layer_norm_g(dy, gamma);
+  sums.g = add_rn(sums.g, g);
+  sums.gx = add_rn(sums.gx, mul_rn(g, xhat));
+  return g;
+}
+
+// A row's sums in index order (the loop the CPU kernel runs fused with its column sums).
+template <typename XRow, typename DyRow>
+MIXTRAIN_HOST_DEVICE inline LayerNormGradSums layer_norm_grad_sums(const XRow& x, const DyRow& dy, const float* gamma,
+                                                                   int64_t d, float mean, float rstd) {
+  LayerNormGradSums sums;
+  for (int64_t j = 0; j < d; ++j) (void)layer_norm_grad_step(sums, dy[j], gamma[j], layer_norm_xhat(x[j], mean, rstd));
+  return sums;
+}
+
+// dx_j from g_j, xhat_j and the row's means of g and g * xhat (sums times inv_d).
+MIXTRAIN_HOST_DEVICE inline float layer_norm_dx(float g, float xhat, float rstd, float mean_g, float mean_gx) {
+  return mul_rn(rstd, sub_rn(sub_rn(g, mean_g), mul_rn(xhat, mean_gx)));
+}
+
+// Adds one row's terms to a column's running dgamma and dbeta.
+MIXTRAIN_HOST_DEVICE inline void layer_norm_column_step(float& dgamma, float& dbeta, float dy, float xhat) {
+  dgamma = add_rn(dgamma, mul_rn(dy, xhat));
+  dbeta = add_rn(dbeta, dy);
+}
+
+// Column j's dgamma and dbeta over rows [r0, r1), from +0 in row order: one block's partial sums. x and dy are
+// (rows, d) read through flat element accessors; mean and rstd are the saved (rows,) statistics.
+template <typename X, typename Dy>
+MIXTRAIN_HOST_DEVICE inline void layer_norm_column_block(const X& x, const Dy& dy, const float* mean,
+                                                         const float* rstd, int64_t d, int64_t j, int64_t r0,
+                                                         int64_t r1, float& dgamma, float& dbeta) {
+  dgamma = 0.0f;
+  dbeta = 0.0f;
+  for (int64_t r = r0; r < r1; ++r)
+    layer_norm_column_step(dgamma, dbeta, dy[r * d + j], layer_norm_xhat(x[r * d + j], mean[r], rstd[r]));
+}
+
+}  // namespace mixtrain::ops::shared
