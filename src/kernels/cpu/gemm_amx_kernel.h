@@ -213,6 +213,62 @@ void accumulate_steps(int64_t steps, const char* a, const char* b) {
   shim::tile_dpbf16ps<3, 5, 7>();
 }
 
+// Accumulators += `steps` steps of float16 split panels a and b (gemm_amx_kernel.h's float16 section: each step is
+// its hi block, then its lo block, 2 KiB each), three products a step in the order a_hi b_hi, a_hi b_lo, a_lo b_hi.
+// The hi A tiles serve the first two products, so a step loads ten tiles for twelve products.
+void accumulate_split_steps(int64_t steps, const char* a, const char* b) {
+  shim::tile_load<4>(a, 64);         // A hi, rows 0..15
+  shim::tile_load<6>(b, 64);         // B hi, columns 0..15
+  shim::tile_load<5>(a + 1024, 64);  // A hi, rows 16..31
+  shim::tile_load<7>(b + 1024, 64);  // B hi, columns 16..31
+  for (int64_t t = 0; t < steps; ++t) {
+    // a_hi b_hi, then B's lo tiles come in
+    shim::tile_dpbf16ps<0, 4, 6>();
+    shim::tile_dpbf16ps<1, 4, 7>();
+    shim::tile_dpbf16ps<2, 5, 6>();
+    shim::tile_load<6>(b + 2048, 64);
+    shim::tile_dpbf16ps<3, 5, 7>();
+    shim::tile_load<7>(b + 3072, 64);
+    // a_hi b_lo, then A's lo tiles and B's hi tiles again
+    shim::tile_dpbf16ps<0, 4, 6>();
+    shim::tile_dpbf16ps<1, 4, 7>();
+    shim::tile_load<4>(a + 2048, 64);
+    shim::tile_dpbf16ps<2, 5, 6>();
+    shim::tile_load<6>(b, 64);
+    shim::tile_dpbf16ps<3, 5, 7>();
+    shim::tile_load<5>(a + 3072, 64);
+    shim::tile_load<7>(b + 1024, 64);
+    // a_lo b_hi, then the next step's hi tiles
+    a += 4096;
+    b += 4096;
+    const bool more = t + 1 < steps;
+    shim::tile_dpbf16ps<0, 4, 6>();
+    shim::tile_dpbf16ps<1, 4, 7>();
+    if (more) shim::tile_load<4>(a, 64);
+    shim::tile_dpbf16ps<2, 5, 6>();
+    if (more) shim::tile_load<6>(b, 64);
+    shim::tile_dpbf16ps<3, 5, 7>();
+    if (more) {
+      shim::tile_load<5>(a + 1024, 64);
+      shim::tile_load<7>(b + 1024, 64);
+    }
+  }
+}
+
+// How the panels of one kernel instance are laid out: bfloat16 panels (a step is 2 KiB, one product) or float16
+// split panels (a step is 4 KiB, hi and lo, three products).
+template <bool Split>
+struct Steps {
+  static constexpr int64_t kBytes = Split ? 4096 : 2048;
+  static void accumulate(int64_t steps, const char* a, const char* b) {
+    if constexpr (Split) {
+      accumulate_split_steps(steps, a, b);
+    } else {
+      accumulate_steps(steps, a, b);
+    }
+  }
+};
+
 // The finished accumulators to C: stored straight into ep.out, or through the epilogue.
 void finish_accumulators(const TilePlan& plan, int mr_used, int nr_used, const Epilogue& ep) {
   alignas(64) float tile[kMR * kNR];  // (32, 32)
@@ -224,11 +280,12 @@ void finish_accumulators(const TilePlan& plan, int mr_used, int nr_used, const E
   shim::finish(tile, mr_used, nr_used, rest);
 }
 
+template <bool Split>
 void run_tiles(int64_t steps, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
                const Epilogue& ep) {
   const TilePlan plan = plan_tile(mr_used, nr_used, ep);
   start_accumulators(plan, mr_used, ep);
-  accumulate_steps(steps, reinterpret_cast<const char*>(a_panel), reinterpret_cast<const char*>(b_panel));
+  Steps<Split>::accumulate(steps, reinterpret_cast<const char*>(a_panel), reinterpret_cast<const char*>(b_panel));
   finish_accumulators(plan, mr_used, nr_used, ep);
 }
 
@@ -238,29 +295,33 @@ void run_tiles(int64_t steps, const float* a_panel, const float* b_panel, int mr
 // the column through a slice before the next: the B panel's slice (16 KiB) then stays in L1 across the column
 // while the A slices stream past, and each tile's running sum waits in L1 between slices, as exact float32.
 // Every element still sums its products step by step in the same order, so the bits are micro_kernel's.
-// (The emulation takes slices of 2 steps, so that the tests' small shapes cross slices too.)
+// A float16 split step is twice the bytes and three times the products, so its slices are half as many steps.
+// (The emulation takes slices of 2 steps, or 1 split step, so that the tests' small shapes cross slices too.)
 constexpr int kMaxColumnTiles = 4;
-constexpr int64_t kSliceSteps = shim::kEmulated ? 2 : 8;
+template <bool Split>
+constexpr int64_t kSliceSteps = (shim::kEmulated ? 2 : 8) / (Split ? 2 : 1);
 
+template <bool Split>
 void run_column(int64_t steps, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
                 const int* mr_used, int nr_used, const Epilogue* eps) {
   if (count > kMaxColumnTiles) {  // never with the backends' blocks; kept correct anyway
     for (int r0 = 0; r0 < count; r0 += kMaxColumnTiles) {
       const int n = count - r0 < kMaxColumnTiles ? count - r0 : kMaxColumnTiles;
-      run_column(steps, a_panels + r0 * a_stride, a_stride, n, b_panel, mr_used + r0, nr_used, eps + r0);
+      run_column<Split>(steps, a_panels + r0 * a_stride, a_stride, n, b_panel, mr_used + r0, nr_used, eps + r0);
     }
     return;
   }
-  if (count == 1 || steps <= kSliceSteps) {
-    for (int r = 0; r < count; ++r) run_tiles(steps, a_panels + r * a_stride, b_panel, mr_used[r], nr_used, eps[r]);
+  if (count == 1 || steps <= kSliceSteps<Split>) {
+    for (int r = 0; r < count; ++r)
+      run_tiles<Split>(steps, a_panels + r * a_stride, b_panel, mr_used[r], nr_used, eps[r]);
     return;
   }
   alignas(64) float sums[kMaxColumnTiles][kMR * kNR];  // (32, 32) running sums between slices
   TilePlan plans[kMaxColumnTiles];
   for (int r = 0; r < count && r < kMaxColumnTiles; ++r) plans[r] = plan_tile(mr_used[r], nr_used, eps[r]);
   const char* b = reinterpret_cast<const char*>(b_panel);
-  for (int64_t s0 = 0; s0 < steps; s0 += kSliceSteps) {
-    const int64_t slice = min64(kSliceSteps, steps - s0);
+  for (int64_t s0 = 0; s0 < steps; s0 += kSliceSteps<Split>) {
+    const int64_t slice = min64(kSliceSteps<Split>, steps - s0);
     const bool first = s0 == 0, last = s0 + slice == steps;
     for (int r = 0; r < count; ++r) {
       if (first) {
@@ -269,7 +330,7 @@ void run_column(int64_t steps, const float* a_panels, int64_t a_stride, int coun
         load_accumulators(sums[r], kNR * 4);
       }
       const char* a = reinterpret_cast<const char*>(a_panels + r * a_stride);
-      accumulate_steps(slice, a + s0 * 2048, b + s0 * 2048);
+      Steps<Split>::accumulate(slice, a + s0 * Steps<Split>::kBytes, b + s0 * Steps<Split>::kBytes);
       if (last) {
         finish_accumulators(plans[r], mr_used[r], nr_used, eps[r]);
       } else {
@@ -289,12 +350,12 @@ void run_column(int64_t steps, const float* a_panels, int64_t a_stride, int coun
 // below the rounding of a float16 result. An infinite or NaN x gets hi = x and lo = 0 (so a product with one
 // reads NaN where widening could give an infinity; either way the result is not finite).
 //
-// A step of 32 k values is packed as three steps:
-// A as (hi, hi, lo), B as (hi, lo, hi), so the tiles sum a_hi b_hi + a_hi b_lo + a_lo b_hi step by step, all
-// in float32, in an order fixed by k alone. The packers above move 16-bit values without looking at them, so
-// a panel of float16 bits is packed by them into L1-sized scratch, and each of its steps is then split into
-// the three steps of the panel the micro-kernel reads (three times as deep).
-constexpr int kSplitCopies = 3;
+// A step of 32 k values is packed as two blocks of the layout above, its hi values then its lo values, and the
+// micro-kernel takes three products from them (accumulate_split_steps): a_hi b_hi + a_hi b_lo + a_lo b_hi, step
+// by step, all in float32, in an order fixed by k alone. The packers above move 16-bit values without looking at
+// them, so a panel of float16 bits is packed by them into L1-sized scratch, and each of its steps is then split
+// into the two blocks of the panel the micro-kernel reads (twice as deep).
+constexpr int kSplitCopies = 2;
 constexpr int64_t kSplitMaxSteps = 32;                 // source k per call <= 1024: the scratch is 64 KiB
 constexpr int64_t kStepHalves = kMR * kStep;           // 16-bit values per step of a panel, A or B (2 KiB)
 static_assert(kMR * kStep == kNR * kStep, "A and B steps are the same size");
@@ -305,52 +366,43 @@ struct alignas(64) SplitScratch {
 };
 thread_local SplitScratch t_split_scratch;
 
-// Which of a step's three packed copies hold hi (two of them) and lo.
-struct SplitOrder {
-  int hi0, hi1, lo;
-};
-
 using PackPanels = void (*)(const PackSource&, int64_t, int64_t, int64_t, int64_t, int, float*);
 void pack_split(PackPanels pack16, const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc,
-                SplitOrder order, float* dst) {
+                float* dst) {
   const int64_t steps = steps_of(kc);
   uint16_t* scratch = t_split_scratch.halves;
   uint16_t* out = reinterpret_cast<uint16_t*>(dst);
   for (int64_t q0 = 0; q0 < rows; q0 += kMR) {
     pack16(src, r0 + q0, min64(kMR, rows - q0), p0, kc, kMR, reinterpret_cast<float*>(scratch));
     for (int64_t t = 0; t < steps; ++t) {
-      uint16_t* first = out + (t * kSplitCopies) * kStepHalves;
-      shim::split_f16_to_bf16(scratch + t * kStepHalves, kStepHalves, first + order.hi0 * kStepHalves,
-                              first + order.hi1 * kStepHalves, first + order.lo * kStepHalves);
+      uint16_t* hi = out + t * kSplitCopies * kStepHalves;
+      shim::split_f16_to_bf16(scratch + t * kStepHalves, kStepHalves, hi, hi + kStepHalves);
     }
     out += steps * kSplitCopies * kStepHalves;
   }
 }
 
-constexpr SplitOrder kSplitA = {0, 1, 2};  // hi, hi, lo
-constexpr SplitOrder kSplitB = {0, 2, 1};  // hi, lo, hi
-
 void pack_a_split(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, int /*width*/,
                   float* dst) {
-  pack_split(pack_a, src, r0, rows, p0, kc, kSplitA, dst);
+  pack_split(pack_a, src, r0, rows, p0, kc, dst);
 }
 
 void pack_b_split(const PackSource& src, int64_t r0, int64_t cols, int64_t p0, int64_t kc, int /*width*/,
                   float* dst) {
-  pack_split(pack, src, r0, cols, p0, kc, kSplitB, dst);
+  pack_split(pack, src, r0, cols, p0, kc, dst);
 }
 
-// The panels are Copies x kc deep: Copies packed steps per step of source k (1, or kSplitCopies for float16).
-template <int Copies>
+// The panels hold steps_of(kc) steps, bfloat16 or float16 split (Steps<Split>).
+template <bool Split>
 void micro_kernel(int64_t kc, const float* a_panel, const float* b_panel, int mr_used, int nr_used,
                   const Epilogue& ep) {
-  run_tiles(Copies * steps_of(kc), a_panel, b_panel, mr_used, nr_used, ep);
+  run_tiles<Split>(steps_of(kc), a_panel, b_panel, mr_used, nr_used, ep);
 }
 
-template <int Copies>
+template <bool Split>
 void column_kernel(int64_t kc, const float* a_panels, int64_t a_stride, int count, const float* b_panel,
                    const int* mr_used, int nr_used, const Epilogue* eps) {
-  run_column(Copies * steps_of(kc), a_panels, a_stride, count, b_panel, mr_used, nr_used, eps);
+  run_column<Split>(steps_of(kc), a_panels, a_stride, count, b_panel, mr_used, nr_used, eps);
 }
 
 void thread_begin() { shim::configure_tiles(); }
@@ -370,14 +422,14 @@ constexpr GemmBackend make_backend(const char* name, Inputs inputs, int64_t kc, 
           kc,
           nc,
           split ? pack_b_split : pack,
-          split ? micro_kernel<kSplitCopies> : micro_kernel<1>,
+          split ? micro_kernel<true> : micro_kernel<false>,
           2,
           kStep,
           split ? pack_a_split : pack_a,
           thread_begin,
           thread_end,
           split ? kSplitCopies : 1,
-          split ? column_kernel<kSplitCopies> : column_kernel<1>};
+          split ? column_kernel<true> : column_kernel<false>};
 }
 
 }  // namespace amx

@@ -70,8 +70,8 @@ struct GemmBackend {
   // configuration and release).
   void (*thread_begin)() = nullptr;
   void (*thread_end)() = nullptr;
-  // Packed steps per step of source k: 3 where each float16 input is packed as three bfloat16 pieces (the AMX
-  // float16 split), so a panel of source depth kc is k_copies times as deep.
+  // Packed steps per step of source k: 2 where each float16 input is packed as two bfloat16 pieces, hi and lo (the
+  // AMX float16 split), so a panel of source depth kc is k_copies times as deep.
   int k_copies = 1;
   // Optional: micro_kernel for `count` A panels of one chunk (at most mc / mr; panel r at a + r * a_stride
   // floats, tile r has mr_used[r] rows and takes eps[r]) against one B panel, with the same bits, in an order

@@ -35,10 +35,10 @@ inline void transpose16_u32(const void* src, int64_t stride_bytes, int rows, int
   }
 }
 
-inline void split_f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* hi, uint16_t* hi2, uint16_t* lo) {
+inline void split_f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* hi, uint16_t* lo) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = half_bits_to_float(src[i]);
-    hi[i] = hi2[i] = float_to_bf16_bits(x);  // round to nearest even; NaN quietened
+    hi[i] = float_to_bf16_bits(x);  // round to nearest even; NaN quietened
     const float h = bf16_bits_to_float(hi[i]);
     const float rest = (float_bits(x) & 0x7F800000u) != 0x7F800000u ? x - h : 0.0f;
     lo[i] = static_cast<uint16_t>(float_bits(rest) >> 16);  // exact: rest has <= 4 significant bits

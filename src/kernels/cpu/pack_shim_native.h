@@ -56,10 +56,10 @@ inline void transpose16_u32(const void* src, int64_t stride_bytes, int rows, int
   for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + j * dst_stride, t[j]);
 }
 
-// The bfloat16 split of n float16 values (n a multiple of 16; 64-byte aligned), hi written to two places:
-// hi = x rounded to nearest even, lo = x - hi (exact), as gemm_amx_kernel.h defines them; a NaN gives a quiet
-// NaN hi, and an infinity or NaN a zero lo.
-inline void split_f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* hi, uint16_t* hi2, uint16_t* lo) {
+// The bfloat16 split of n float16 values (n a multiple of 16; 64-byte aligned): hi = x rounded to nearest even,
+// lo = x - hi (exact), as gemm_amx_kernel.h defines them; a NaN gives a quiet NaN hi, and an infinity or NaN a
+// zero lo.
+inline void split_f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* hi, uint16_t* lo) {
   const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
   for (int64_t i = 0; i < n; i += 16) {
     const __m512 x = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(src + i)));
@@ -70,7 +70,6 @@ inline void split_f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* hi, uint
     const __m512 rest = _mm512_maskz_sub_ps(finite, x, hi_wide);  // exact; zero where x is not finite
     const __m256i hi_halves = _mm512_cvtepi32_epi16(hi_bits);
     _mm256_store_si256(reinterpret_cast<__m256i*>(hi + i), hi_halves);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(hi2 + i), hi_halves);
     _mm256_store_si256(reinterpret_cast<__m256i*>(lo + i),
                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(rest), 16)));
   }
