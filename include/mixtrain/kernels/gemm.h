@@ -66,11 +66,10 @@ const char* gemm_bf16_method();
 // one-time timing (as for bfloat16: "amx" replaces widening only when 10% faster); both sum in float32.
 // "widen" keeps the contract of gemm above: values widened to float32 while packing, float32 FMAs. "amx" (CPUs
 // with AMX-BF16, tile state granted, on the "avx512" path): each float16 value is split into the exact sum of
-// two bfloat16 values hi + lo, and the product is one bfloat16 AMX product three times as deep,
+// two bfloat16 values hi + lo as it is packed, and each 32-k step takes three AMX tile products,
 // a_hi b_hi + a_hi b_lo + a_lo b_hi, summed in float32 (the dropped a_lo b_lo is at most 2^-16 |a b|, 32x below
-// a float16 result's rounding; an infinite or NaN input gives NaN where widening may give an infinity). It keeps
-// a dense bfloat16 copy three times the size of each operand per calling thread between calls, and serves
-// products of at least 16 rows and 16 columns (widening the thinner ones). "fp16" (CPUs with AVX512-FP16, on
+// a float16 result's rounding; an infinite or NaN input gives NaN where widening may give an infinity). It
+// serves products of at least 16 rows and 16 columns (widening the thinner ones). "fp16" (CPUs with AVX512-FP16, on
 // the "avx512" path): vfmadd231ph on float16 values, two float16 products per 32-bit lane pair, partial sums in
 // float16 promoted to float32 every gemm_f16_promote_interval() k values. It alone does not sum entirely in
 // float32: its error is that of float32 accumulation plus that of float16 sums of interval / 2 products
