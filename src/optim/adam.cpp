@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ops/shared/adam_update.h"
 #include "optim/isa_variants.h"
 
 namespace mixtrain {
@@ -69,15 +70,15 @@ void Adam::update_span(float* value, const float* grad, float* const* slots, int
   adam_step(value, grad, slots[0], slots[1], n);
 }
 
+std::optional<Optimizer::AdamRule> Adam::adam_rule() const {
+  return AdamRule{options_.beta1, options_.beta2, options_.epsilon, 0.0f};
+}
+
 void Adam::adam_step(float* w, const float* g, float* m, float* v, int64_t n) {
-  const double t = static_cast<double>(iterations() + 1);
-  const double bias1 = 1.0 - std::pow(options_.beta1, t);
-  const double bias2 = 1.0 - std::pow(options_.beta2, t);
-  const float alpha = static_cast<float>(static_cast<double>(learning_rate()) * std::sqrt(bias2) / bias1);
-  const float one_minus_b1 = static_cast<float>(1.0 - options_.beta1);
-  const float one_minus_b2 = static_cast<float>(1.0 - options_.beta2);
-  const float eps = options_.epsilon;
-  adam_kernel(w, g, m, v, n, alpha, one_minus_b1, one_minus_b2, eps);
+  // The scalars in double, rounded once: the same function gives the fused device update its rates.
+  const ops::shared::AdamCoefficients c =
+      ops::shared::adam_coefficients(learning_rate(), options_.beta1, options_.beta2, options_.epsilon, iterations());
+  adam_kernel(w, g, m, v, n, c.alpha, c.one_minus_beta1, c.one_minus_beta2, c.epsilon);
 }
 
 AdamW::AdamW(float learning_rate, float weight_decay, AdamOptions options,
@@ -85,6 +86,12 @@ AdamW::AdamW(float learning_rate, float weight_decay, AdamOptions options,
     : Adam(learning_rate, options), weight_decay_(weight_decay), exclude_(std::move(exclude_from_weight_decay)) {
   MIXTRAIN_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0f,
                  "adamw: weight_decay must be finite and >= 0, got " << weight_decay);
+}
+
+std::optional<Optimizer::AdamRule> AdamW::adam_rule() const {
+  std::optional<AdamRule> rule = Adam::adam_rule();
+  rule->weight_decay = weight_decay_;
+  return rule;
 }
 
 int AdamW::update_class(const std::string& var_key) const {

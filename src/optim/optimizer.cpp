@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/rmsprop.h"
 #include "mixtrain/optim/sgd.h"
@@ -38,16 +39,16 @@ Optimizer::~Optimizer() = default;
 
 float Optimizer::learning_rate() const {
   if (step_rate_) return *step_rate_;
-  if (schedule_) return scheduled_rate();
+  if (schedule_) return scheduled_rate_at(settled_iterations());
   return learning_rate_;
 }
 
-float Optimizer::scheduled_rate() const {
-  const float lr = (*schedule_)(iterations_);
+float Optimizer::scheduled_rate_at(int64_t iterations) const {
+  const float lr = (*schedule_)(iterations);
   if (!(std::isfinite(lr) && lr >= 0.0f)) {
     MIXTRAIN_FAIL(kInvalidInput,
                   name() << ": the learning-rate schedule " << schedule_->describe() << " gives " << lr << " at step "
-                         << iterations_,
+                         << iterations,
                   "a learning rate must be finite and >= 0; check the schedule's arguments");
   }
   return lr;
@@ -69,14 +70,14 @@ void Optimizer::set_learning_rate(float learning_rate) {
 void Optimizer::set_learning_rate_schedule(std::shared_ptr<const LearningRateSchedule> schedule) {
   if (!schedule) {
     // Removing a schedule keeps the rate where it stood, so the next update continues from it.
-    if (schedule_) learning_rate_ = scheduled_rate();
+    if (schedule_) learning_rate_ = scheduled_rate_at(settled_iterations());
     schedule_ = nullptr;
     return;
   }
   // A schedule that gives no valid rate at the current step fails here, not in the middle of a run.
   std::shared_ptr<const LearningRateSchedule> previous = std::exchange(schedule_, std::move(schedule));
   try {
-    (void)scheduled_rate();
+    (void)scheduled_rate_at(settled_iterations());
   } catch (...) {
     schedule_ = std::move(previous);
     throw;
@@ -86,6 +87,17 @@ void Optimizer::set_learning_rate_schedule(std::shared_ptr<const LearningRateSch
 void Optimizer::set_iterations(int64_t iterations) {
   MIXTRAIN_CHECK(iterations >= 0, "iterations must be >= 0, got " << iterations);
   iterations_ = iterations;
+  drop_device_counter();
+}
+
+int64_t Optimizer::settled_iterations() const {
+  DeviceIterations& d = device_iterations_;
+  if (d.uncertain > 0) {
+    // The one read-back of the device path: the count after the steps whose skip the host did not see.
+    iterations_ = ops::to_device(d.counter, Device::cpu()).data<int64_t>()[0];
+    d.uncertain = 0;
+  }
+  return iterations_;
 }
 
 void Optimizer::set_global_clipnorm(std::optional<float> clip_norm) {
@@ -119,6 +131,12 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
     MIXTRAIN_CHECK(v.defined(), name() << ".apply: variable " << i << " is undefined");
     keys[i] = var_key(v, i);
     if (!grads[i].defined()) continue;
+    if (!v.value().device().is_cpu() || !grads[i].device().is_cpu()) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    name() << ".apply: variable '" << keys[i] << "' " << v.value().describe() << " with gradient "
+                           << grads[i].describe() << ": the update variable by variable runs on the CPU",
+                    "bind the variables to a ParameterArena on their device and call apply_arena()");
+    }
     if (!is_float(v.dtype())) {
       MIXTRAIN_FAIL(kInvalidInput,
                     name() << ".apply: variable '" << keys[i] << "' is " << v.value().describe()
@@ -180,7 +198,8 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
     }
     v.bump_version();
   }
-  ++iterations_;
+  iterations_ = settled_iterations() + 1;
+  drop_device_counter();
 }
 
 void Optimizer::update(float* value, const float* grad, int64_t n, const std::string& var_key) {
@@ -208,9 +227,11 @@ float* Optimizer::slot(const std::string& var_key, const std::string& slot) {
 
 NamedTensors Optimizer::state() const {
   NamedTensors out;
-  out.emplace_back("iterations", scalar_int(iterations_));
+  out.emplace_back("iterations", scalar_int(settled_iterations()));
   out.emplace_back("learning_rate", Tensor::from_floats({1}, {learning_rate()}));
-  for (const auto& [k, t] : slots_) out.emplace_back(k, t.clone());
+  // Slots of an arena on a device come back to the host: a checkpoint is host memory.
+  for (const auto& [k, t] : slots_)
+    out.emplace_back(k, t.device().is_cpu() ? t.clone() : ops::to_device(t, Device::cpu()));
   return out;
 }
 
@@ -255,6 +276,7 @@ void Optimizer::load_state(const NamedTensors& state) {
   // With a schedule, the restored iterations put it where it was; the stored value was only its reading.
   if (lr && !schedule_) set_learning_rate(*lr);
   iterations_ = *iterations;
+  drop_device_counter();
   slots_ = std::move(slots);
   ++slots_generation_;
 }

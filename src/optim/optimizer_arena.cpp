@@ -1,19 +1,25 @@
-// Optimizer::apply_arena: the update of apply() over a ParameterArena's flat buffers in one blocked pass.
+// Optimizer::apply_arena: the update of apply() over a ParameterArena's flat buffers in one blocked pass, and
+// the table that picks the pass of the arena's device (optim/flat_pass.h).
 //
-// The pass walks each dtype's buffer in blocks of kBlock elements, split across threads. A block holds
+// The CPU pass walks each dtype's buffer in blocks of kBlock elements, split across threads. A block holds
 // consecutive variables that received a gradient and share an update class (with the zero padding between
 // them, which every rule keeps at zero). Per block: clip scaling (when needed), the update rule
 // (update_span, the same code apply() runs per variable), and the conversion of the new values into each
 // compute copy while the block is still in cache. 16-bit variables are widened to float32 per block,
 // updated, and rounded once, as apply() does per variable. Every step is element-wise, so the bits equal
-// apply()'s whatever the blocking.
+// apply()'s whatever the blocking. The device pass is one fused Adam op (ops/fused_adam.h) per step.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
 #include <vector>
 
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/optim/optimizer.h"
+#include "ops/shared/adam_update.h"
+#include "optim/flat_pass.h"
 
 namespace mixtrain {
 
@@ -38,7 +44,37 @@ Device arena_device(const ParameterArena& arena) {
   return dtypes.empty() ? Device::cpu() : arena.value_buffer(dtypes.front()).device();
 }
 
+// Zeros of n float32 on device.
+Tensor zeros_on(int64_t n, const Device& device) {
+  if (device.is_cpu()) return Tensor::zeros({n}, DType::kFloat32);
+  Tensor t = Tensor::empty({n}, DType::kFloat32, device);
+  ops::fill(t, 0.0f);
+  return t;
+}
+
+// dst = src, same dtype and shape, on any devices (dst contiguous).
+void copy_across(const Tensor& src, Tensor& dst) {
+  if (src.device().is_cpu() && dst.device().is_cpu()) {
+    dst.copy_from(src);
+    return;
+  }
+  ops::kernel::device_copy_table()(dst.device().is_cpu() ? src.device() : dst.device())(src.contiguous(), dst);
+}
+
 }  // namespace
+
+namespace optim_detail {
+
+ops::KernelTable<FlatPassFn>& flat_pass_table() {
+  static ops::KernelTable<FlatPassFn> t = [] {
+    ops::KernelTable<FlatPassFn> table("optimizer update pass", &FlatPasses::cpu);
+    table.set(DeviceType::kCuda, &FlatPasses::device);
+    return table;
+  }();
+  return t;
+}
+
+}  // namespace optim_detail
 
 void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<std::string>& keys) {
   const std::vector<std::string> names = slot_names();
@@ -50,7 +86,7 @@ void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<s
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
     for (size_t s = 0; s < names.size(); ++s) {
       // Zeros: a variable's region stays zero until its first update, which is when Keras creates its slots.
-      flat.buffers[gi].push_back(Tensor::zeros({arena.capacity(dtypes[gi])}, DType::kFloat32));
+      flat.buffers[gi].push_back(zeros_on(arena.capacity(dtypes[gi]), arena.device()));
     }
   }
   const std::vector<Var>& vars = arena.vars();
@@ -62,7 +98,7 @@ void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<s
       // Slots of another size are refused when the variable is next updated; leave them where they are.
       if (it == slots_.end() || it->second.numel() != e.numel) continue;
       Tensor view = flat.buffers[gi][s].slice(0, e.offset, e.offset + e.numel).reshape(vars[i].shape());
-      view.copy_from(it->second.reshape(vars[i].shape()));
+      copy_across(it->second.reshape(vars[i].shape()), view);
       it->second = view;
     }
   }
@@ -144,66 +180,82 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
                    name() << ".apply_flat_gradients: the skip flag must be one float32 on the arena's device, got "
                           << (f.defined() ? f.describe() : std::string("(undefined)")));
   }
+  const Device device = arena_device(arena);
+  if (!device.is_cpu()) optim_detail::FlatPasses::require_device_rule(*this, device);
   if (flat_.layout_id != arena.layout_id() || flat_.generation != slots_generation_) bind_flat_slots(arena, keys);
-  // From here on this is the update kernel of the CPU backend: it reads the skip flag where the flag lives.
-  if (gate.found_inf != nullptr && gate.found_inf->data<float>()[0] != 0.0f) {
-    if (gate.skipped_steps_advance_iterations) ++iterations_;
-    return;
-  }
-  auto group_of = [&](DType dt) {
-    return static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), dt) - dtypes.begin());
-  };
-  // First update of a variable: its slots become its (zero) regions of the flat buffers.
+  optim_detail::FlatPass pass{arena, flat_grads, std::move(grad_bufs), std::move(keys), std::move(written), gate};
+  optim_detail::flat_pass_table()(device)(*this, pass);
+}
+
+namespace optim_detail {
+
+void FlatPasses::require_device_rule(const Optimizer& opt, const Device& device) {
+  if (opt.adam_rule()) return;
+  MIXTRAIN_FAIL(kInvalidInput,
+                opt.name() << ".apply_arena: the arena lives on " << device.str()
+                           << ", where the fused update runs adam and adamw only; " << opt.name()
+                           << " runs on the CPU only for now",
+                "keep the model on the CPU with " + opt.name() + ", or train on the GPU with adam or adamw");
+}
+
+void FlatPasses::create_slots(Optimizer& opt, const FlatPass& pass) {
+  const std::vector<Var>& vars = pass.arena.vars();
+  const std::vector<DType> dtypes = pass.arena.dtypes();
+  const std::vector<std::string> names = opt.slot_names();
   for (size_t i = 0; i < vars.size(); ++i) {
-    if (!written[i]) continue;
-    const ParameterArena::Entry& e = arena.entry(i);
+    if (!pass.written[i]) continue;
+    const ParameterArena::Entry& e = pass.arena.entry(i);
+    const size_t gi = static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), e.dtype) - dtypes.begin());
     for (size_t s = 0; s < names.size(); ++s) {
-      Tensor& t = slots_[keys[i] + "/" + names[s]];
+      Tensor& t = opt.slots_[pass.keys[i] + "/" + names[s]];
       if (t.defined()) continue;
-      t = flat_.buffers[group_of(e.dtype)][s].slice(0, e.offset, e.offset + e.numel).reshape(vars[i].shape());
+      t = opt.flat_.buffers[gi][s].slice(0, e.offset, e.offset + e.numel).reshape(vars[i].shape());
     }
   }
+}
 
+float FlatPasses::clip_scale(const Optimizer& opt, const FlatPass& pass, bool* scaled) {
   // Global clipping: the norm of apply(), summed variable by variable in the same order.
-  float scale = 1.0f;
-  bool scaled = false;
-  if (global_clipnorm_) {
-    std::vector<Tensor> grads;
-    for (size_t i = 0; i < vars.size(); ++i) {
-      if (!written[i]) continue;
-      const ParameterArena::Entry& e = arena.entry(i);
-      grads.push_back(flat_grads.empty() ? vars[i].grad()
-                                         : grad_bufs[group_of(e.dtype)].slice(0, e.offset, e.offset + e.numel));
-    }
-    const float norm = global_norm(grads);
-    if (!(std::isfinite(norm) && norm <= *global_clipnorm_)) {
-      scaled = true;
-      scale = std::isfinite(norm) ? static_cast<float>(static_cast<double>(*global_clipnorm_) / norm)
-                                  : std::numeric_limits<float>::quiet_NaN();
-    }
+  *scaled = false;
+  if (!opt.global_clipnorm_) return 1.0f;
+  const std::vector<Var>& vars = pass.arena.vars();
+  const std::vector<DType> dtypes = pass.arena.dtypes();
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!pass.written[i]) continue;
+    const ParameterArena::Entry& e = pass.arena.entry(i);
+    const size_t gi = static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), e.dtype) - dtypes.begin());
+    Tensor g = pass.flat_grads.empty() ? vars[i].grad() : pass.grad_bufs[gi].slice(0, e.offset, e.offset + e.numel);
+    // The norm is summed on the host: a device's gradients come back for it (a synchronisation per step).
+    grads.push_back(g.device().is_cpu() ? g : ops::to_device(g, Device::cpu()));
   }
+  const float norm = global_norm(grads);
+  if (std::isfinite(norm) && norm <= *opt.global_clipnorm_) return 1.0f;
+  *scaled = true;
+  return std::isfinite(norm) ? static_cast<float>(static_cast<double>(*opt.global_clipnorm_) / norm)
+                             : std::numeric_limits<float>::quiet_NaN();
+}
 
-  // Runs of consecutive written variables of one class, per dtype, cut into blocks.
-  std::vector<WorkItem> items;
-  int64_t total = 0;
+std::vector<FlatRun> FlatPasses::runs(const Optimizer& opt, const FlatPass& pass) {
+  // Runs of consecutive written variables of one class, per dtype.
+  const std::vector<Var>& vars = pass.arena.vars();
+  const std::vector<DType> dtypes = pass.arena.dtypes();
+  std::vector<FlatRun> out;
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
     int64_t run_begin = -1, run_end = -1;
     int run_cls = 0;
     auto flush = [&]() {
-      for (int64_t b = run_begin; b < run_end; b += kBlock) {
-        items.push_back({gi, b, std::min(kBlock, run_end - b), run_cls});
-      }
-      if (run_begin >= 0) total += run_end - run_begin;
+      if (run_begin >= 0) out.push_back({gi, run_begin, run_end, run_cls});
       run_begin = run_end = -1;
     };
     for (size_t i = 0; i < vars.size(); ++i) {
-      const ParameterArena::Entry& e = arena.entry(i);
+      const ParameterArena::Entry& e = pass.arena.entry(i);
       if (e.dtype != dtypes[gi]) continue;
-      if (!written[i]) {
+      if (!pass.written[i]) {
         flush();
         continue;
       }
-      const int cls = update_class(keys[i]);
+      const int cls = opt.update_class(pass.keys[i]);
       if (run_begin >= 0 && cls != run_cls) flush();
       if (run_begin < 0) {
         run_begin = e.offset;
@@ -213,7 +265,46 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
     }
     flush();
   }
+  return out;
+}
 
+void FlatPasses::mark_updated(const FlatPass& pass) {
+  const std::vector<Var>& vars = pass.arena.vars();
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!pass.written[i]) continue;
+    Var v = vars[i];
+    v.bump_version();
+    if (v.dtype() == DType::kFloat32)
+      for (DType c : pass.arena.compute_copy_dtypes()) v.mark_compute_copy_current(c);
+  }
+}
+
+void FlatPasses::cpu(Optimizer& opt, FlatPass& pass) {
+  ParameterArena& arena = pass.arena;
+  const UpdateGate& gate = pass.gate;
+  // After updates on a device, the host's count is the exact one from now on.
+  if (opt.device_iterations_.counter.defined()) {
+    opt.settled_iterations();
+    opt.drop_device_counter();
+  }
+  // The update kernel of the CPU backend: it reads the skip flag where the flag lives.
+  if (gate.found_inf != nullptr && gate.found_inf->data<float>()[0] != 0.0f) {
+    if (gate.skipped_steps_advance_iterations) ++opt.iterations_;
+    return;
+  }
+  create_slots(opt, pass);
+  bool scaled = false;
+  const float scale = clip_scale(opt, pass, &scaled);
+
+  // The runs, cut into blocks.
+  std::vector<WorkItem> items;
+  int64_t total = 0;
+  for (const FlatRun& r : runs(opt, pass)) {
+    for (int64_t b = r.begin; b < r.end; b += kBlock) items.push_back({r.group, b, std::min(kBlock, r.end - b), r.cls});
+    total += r.end - r.begin;
+  }
+
+  const std::vector<DType> dtypes = arena.dtypes();
   struct GroupPtrs {
     DType dtype;
     char* values;
@@ -224,16 +315,15 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
   };
   std::vector<GroupPtrs> groups;
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
-    GroupPtrs p{dtypes[gi], static_cast<char*>(arena.value_buffer(dtypes[gi]).raw()), grad_bufs[gi].dtype(),
-                static_cast<const char*>(grad_bufs[gi].raw()), {}, {}};
-    for (Tensor& t : flat_.buffers[gi]) p.slots.push_back(t.data<float>());
+    GroupPtrs p{dtypes[gi], static_cast<char*>(arena.value_buffer(dtypes[gi]).raw()), pass.grad_bufs[gi].dtype(),
+                static_cast<const char*>(pass.grad_bufs[gi].raw()), {}, {}};
+    for (Tensor& t : opt.flat_.buffers[gi]) p.slots.push_back(t.data<float>());
     if (dtypes[gi] == DType::kFloat32) {
       for (DType c : arena.compute_copy_dtypes())
         p.copies.emplace_back(c, static_cast<char*>(arena.compute_copy_buffer(c).raw()));
     }
     groups.push_back(std::move(p));
   }
-
   const int64_t n_items = static_cast<int64_t>(items.size());
 #pragma omp parallel if (total >= kParallelMin)
   {
@@ -270,7 +360,7 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
           for (float& x : wide_g) x *= scale;
         g = wide_g.data();
       }
-      update_span(w, g, slot_ptrs.data(), it.count, it.cls);
+      opt.update_span(w, g, slot_ptrs.data(), it.count, it.cls);
       if (gp.dtype != DType::kFloat32) {
         convert_elements(wide_w.data(), DType::kFloat32, gp.values + it.begin * es, gp.dtype, it.count);
       }
@@ -280,14 +370,86 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
     }
   }
 
-  for (size_t i = 0; i < vars.size(); ++i) {
-    if (!written[i]) continue;
-    Var v = vars[i];
-    v.bump_version();
-    if (v.dtype() == DType::kFloat32)
-      for (DType c : arena.compute_copy_dtypes()) v.mark_compute_copy_current(c);
-  }
-  ++iterations_;
+  mark_updated(pass);
+  ++opt.iterations_;
 }
+
+void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
+  ParameterArena& arena = pass.arena;
+  const Device device = arena.device();
+  require_device_rule(opt, device);
+  const Optimizer::AdamRule rule = *opt.adam_rule();
+  const std::vector<std::string> names = opt.slot_names();
+  MIXTRAIN_CHECK(names.size() == 2, opt.name() << ": the fused Adam update reads two slots (m, v), the rule has "
+                                               << names.size());
+  // The host cannot see whether this step is skipped: slots and versions are set up as for an update (a skipped
+  // step leaves the zero slots and the values as they were, so the compute copies stay current).
+  create_slots(opt, pass);
+  bool scaled = false;
+  const float scale = clip_scale(opt, pass, &scaled);
+
+  // The device's counter: uploaded when the host's count changed, read back when the window would not cover it.
+  Optimizer::DeviceIterations& counter = opt.device_iterations_;
+  if (counter.uncertain >= ops::kAdamRateWindow) opt.settled_iterations();
+  if (!counter.counter.defined() || counter.counter.device() != device) {
+    const int64_t now = opt.settled_iterations();
+    counter.counter = ops::to_device(Tensor::from_int64s({1}, {now}), device);
+    counter.uncertain = 0;
+  }
+
+  ops::FusedAdamStep step;
+  step.one_minus_beta1 = static_cast<float>(1.0 - rule.beta1);
+  step.one_minus_beta2 = static_cast<float>(1.0 - rule.beta2);
+  step.epsilon = rule.epsilon;
+  step.weight_decay = rule.weight_decay;
+  step.scale_gradients = scaled;
+  step.gradient_scale = scale;
+  step.skipped_steps_advance_iterations = pass.gate.skipped_steps_advance_iterations;
+  step.first_iterations = opt.iterations_;
+  step.window = static_cast<int>(counter.uncertain) + 1;
+  for (int k = 0; k < step.window; ++k) {
+    // What the CPU update after iterations_ + k completed ones reads: learning_rate() and Adam::adam_step's scalars.
+    const int64_t t = opt.iterations_ + k;
+    const float lr = opt.rate_at(t);
+    step.rates[k] = {ops::shared::adam_coefficients(lr, rule.beta1, rule.beta2, rule.epsilon, t).alpha, lr};
+  }
+
+  // The runs per group, uploaded again only when they change (the set of variables with gradients, usually all).
+  const std::vector<DType> dtypes = arena.dtypes();
+  std::vector<std::vector<int64_t>> rows(dtypes.size());
+  for (const FlatRun& r : runs(opt, pass)) rows[r.group].insert(rows[r.group].end(), {r.begin, r.end - r.begin, r.cls});
+  Optimizer::FlatSlots& flat = opt.flat_;
+  flat.run_rows.resize(dtypes.size());
+  flat.run_tensors.resize(dtypes.size());
+  std::vector<ops::FusedAdamGroup> groups(dtypes.size());
+  for (size_t gi = 0; gi < dtypes.size(); ++gi) {
+    const int64_t run_count = static_cast<int64_t>(rows[gi].size() / 3);
+    if (!flat.run_tensors[gi].defined() || rows[gi] != flat.run_rows[gi]) {
+      Tensor host = Tensor::from_int64s({run_count, 3}, rows[gi]);
+      flat.run_tensors[gi] = device.is_cpu() ? host : ops::to_device(host, device);
+      flat.run_rows[gi] = rows[gi];
+    }
+    ops::FusedAdamGroup& g = groups[gi];
+    g.values = arena.value_buffer(dtypes[gi]);
+    g.grads = pass.grad_bufs[gi];
+    g.m = flat.buffers[gi][0];
+    g.v = flat.buffers[gi][1];
+    if (dtypes[gi] == DType::kFloat32)
+      for (DType c : arena.compute_copy_dtypes()) g.copies.push_back(arena.compute_copy_buffer(c));
+    g.runs = flat.run_tensors[gi];
+    g.run_count = run_count;
+  }
+  ops::fused_adam(groups, step, pass.gate.found_inf, counter.counter);
+
+  mark_updated(pass);
+  // A step the flag may skip without counting leaves the counter one of two values; any other step advances it.
+  if (pass.gate.found_inf != nullptr && !pass.gate.skipped_steps_advance_iterations) {
+    ++counter.uncertain;
+  } else {
+    ++opt.iterations_;
+  }
+}
+
+}  // namespace optim_detail
 
 }  // namespace mixtrain

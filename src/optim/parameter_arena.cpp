@@ -5,6 +5,9 @@
 #include <cstring>
 #include <set>
 
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
+
 namespace mixtrain {
 
 namespace {
@@ -26,6 +29,32 @@ void convert_parallel(const Tensor& src, Tensor& dst) {
     const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
     convert_elements(s + begin * ss, src.dtype(), d + begin * ds, dst.dtype(), count);
   }
+}
+
+// convert_parallel on any device: a device's values are converted on the host (no cast op reaches the device from
+// here; this runs at bind and on request, never in a training step).
+void convert_on_device(const Tensor& src, Tensor& dst) {
+  if (src.device().is_cpu()) {
+    convert_parallel(src, dst);
+    return;
+  }
+  const Tensor host = ops::to_device(src, Device::cpu());
+  Tensor converted = Tensor::empty(host.shape(), dst.dtype());
+  convert_parallel(host, converted);
+  ops::kernel::device_copy_table()(dst.device())(converted, dst);
+}
+
+// Zeros of n elements of dtype on device.
+Tensor zeros_on(int64_t n, DType dtype, const Device& device) {
+  if (device.is_cpu()) return Tensor::zeros({n}, dtype);
+  Tensor t = Tensor::empty({n}, dtype, device);
+  ops::fill(t, 0.0f);
+  return t;
+}
+
+// dst = src, same dtype and shape, dst contiguous on a device (src there or in host memory).
+void copy_to_device(const Tensor& src, Tensor& dst) {
+  ops::kernel::device_copy_table()(dst.device())(src.contiguous(), dst);
 }
 
 }  // namespace
@@ -82,6 +111,11 @@ void ParameterArena::zero_unwritten_gradients() const {
     if (vars_[i].has_grad()) continue;
     const Entry& e = entries_[i];
     Tensor grads = group(e.dtype).grads;  // a handle to the shared buffer
+    if (!device_.is_cpu()) {
+      Tensor view = grads.slice(0, e.offset, e.offset + e.numel);
+      ops::fill(view, 0.0f);
+      continue;
+    }
     const size_t es = dtype_size(e.dtype);
     std::memset(static_cast<char*>(grads.raw()) + static_cast<size_t>(e.offset) * es, 0,
                 static_cast<size_t>(e.numel) * es);  // all-zero bits are 0 in every dtype
@@ -120,9 +154,23 @@ void ParameterArena::bind(const std::vector<Var>& vars) {
   if (!vars_.empty() && bound_to(vars)) return;
   // Validate before changing anything.
   std::set<const void*> seen;
+  const Device device = !vars.empty() && vars[0].defined() ? vars[0].value().device() : Device::cpu();
   for (size_t i = 0; i < vars.size(); ++i) {
     const Var& v = vars[i];
     MIXTRAIN_CHECK(v.defined(), "ParameterArena.bind: variable " << i << " is undefined");
+    if (v.value().device() != device) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "ParameterArena.bind: variable '" << v.name() << "' is " << v.value().describe() << " and '"
+                                                      << vars[0].name() << "' " << vars[0].value().describe(),
+                    "move every variable to one device before binding them");
+    }
+    if (!device.is_cpu() && v.has_grad() && v.grad().dtype() != v.dtype()) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "ParameterArena.bind: the gradient " << v.grad().describe() << " of variable '" << v.name()
+                                                         << "' " << v.value().describe()
+                                                         << " is not in its dtype, and is not converted on a device",
+                    "bind the variables before the backward pass (after zero_grad())");
+    }
     if (!is_float(v.dtype())) {
       MIXTRAIN_FAIL(kInvalidInput,
                     "ParameterArena.bind: variable '" << v.name() << "' is " << v.value().describe()
@@ -151,8 +199,8 @@ void ParameterArena::bind(const std::vector<Var>& vars) {
   }
   for (Group& g : groups) {
     // Zeros everywhere: padding then stays zero under every update rule.
-    g.values = Tensor::zeros({g.capacity}, g.dtype);
-    g.grads = Tensor::zeros({g.capacity}, g.dtype);
+    g.values = zeros_on(g.capacity, g.dtype, device);
+    g.grads = zeros_on(g.capacity, g.dtype, device);
   }
 
   // Detach variables of the old binding that leave it.
@@ -167,15 +215,32 @@ void ParameterArena::bind(const std::vector<Var>& vars) {
   vars_ = vars;
   entries_ = std::move(entries);
   groups_ = std::move(groups);
+  device_ = device;
   layout_id_ = g_next_layout.fetch_add(1);
   unwritten_stale_ = false;  // fresh buffers are zero
   for (size_t i = 0; i < vars_.size(); ++i) {
     Var& v = vars_[i];
     Tensor value = view(group(entries_[i].dtype).values, i);
-    value.copy_from(v.value());
+    Tensor grad = view(group(entries_[i].dtype).grads, i);
+    if (device.is_cpu()) {
+      value.copy_from(v.value());
+      v.rebind_value(value);
+      v.clear_compute_copies();
+      v.set_grad_buffer(grad);  // carries a current gradient over
+      continue;
+    }
+    // On a device: the same, with the copies made here (Var copies in host memory only).
+    copy_to_device(v.value(), value);
     v.rebind_value(value);
     v.clear_compute_copies();
-    v.set_grad_buffer(view(group(entries_[i].dtype).grads, i));  // carries a current gradient over
+    if (v.has_grad()) {
+      copy_to_device(v.grad(), grad);
+      v.zero_grad();
+      v.set_grad_buffer(grad);
+      v.set_grad(grad);  // the buffer itself: adopted without a copy
+    } else {
+      v.set_grad_buffer(grad);
+    }
   }
   if (Group* g = find_group(DType::kFloat32)) {
     g->copies.assign(copy_dtypes_.size(), Tensor());
@@ -189,8 +254,8 @@ void ParameterArena::zero_grad() {
 }
 
 void ParameterArena::attach_copy(Group& g, size_t c) {
-  g.copies[c] = Tensor::empty({g.capacity}, copy_dtypes_[c]);
-  convert_parallel(g.values, g.copies[c]);
+  g.copies[c] = Tensor::empty({g.capacity}, copy_dtypes_[c], device_);
+  convert_on_device(g.values, g.copies[c]);
   for (size_t i = 0; i < vars_.size(); ++i) {
     if (entries_[i].dtype != DType::kFloat32) continue;
     vars_[i].set_compute_copy(view(g.copies[c], i));
@@ -214,7 +279,7 @@ void ParameterArena::refresh_compute_copies() {
   Group* g = find_group(DType::kFloat32);
   if (!g) return;
   for (size_t c = 0; c < copy_dtypes_.size(); ++c) {
-    convert_parallel(g->values, g->copies[c]);
+    convert_on_device(g->values, g->copies[c]);
     for (size_t i = 0; i < vars_.size(); ++i)
       if (entries_[i].dtype == DType::kFloat32) vars_[i].mark_compute_copy_current(copy_dtypes_[c]);
   }

@@ -3,19 +3,23 @@
 // their gradients and sparse cross-entropy against the CPU op kernels;
 // the elementwise element steps and the reductions' summation order against the CPU's elementwise and reduce
 // kernels; layer normalization's rows and column sums and the embedding's gather and scatter-add order against
-// their CPU kernels; the Adam element update against the CPU Adam. Each shared function follows its CPU
+// their CPU kernels; the Adam element update, AdamW's decay and the fused pass's element against the CPU Adam's
+// and AdamW's update_span at every instruction-set level. Each shared function follows its CPU
 // counterpart's operation order, so every check is bit for bit. Runs everywhere, with or without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/isa_level.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/embedding.h"
@@ -510,6 +514,115 @@ TEST(CudaSharedMath, AdamUpdateGivesTheCpuAdamsBits) {
         ASSERT_EQ(bits(w2[i]), bits(w[i])) << "start " << start << " step " << step << " i " << i;
         ASSERT_EQ(bits(m2[i]), bits(m[i])) << "start " << start << " step " << step << " i " << i;
         ASSERT_EQ(bits(v2[i]), bits(v[i])) << "start " << start << " step " << step << " i " << i;
+      }
+    }
+  }
+}
+
+// update_span of Adam and AdamW, public: what the optimizers' passes call on each block.
+class AdamProbe : public Adam {
+ public:
+  using Adam::Adam;
+  using Adam::update_span;
+};
+class AdamWProbe : public AdamW {
+ public:
+  using AdamW::AdamW;
+  using AdamW::update_span;
+};
+
+struct ResetIsa {
+  ~ResetIsa() { set_isa_level_for_testing(std::nullopt); }
+};
+
+// Random values with edge values at fixed places: zeros of both signs, subnormals, values whose square overflows
+// or underflows, the largest float, infinities and NaN (in gradients only when nan_and_inf).
+std::vector<float> adam_values(int64_t n, uint64_t seed, float lo, float hi, bool nan_and_inf) {
+  Rng rng(seed);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& e : x) e = rng.uniform(lo, hi);
+  std::vector<float> edges = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-45f, 1.17549435e-38f, 1e20f, -1e20f,
+                              std::numeric_limits<float>::max(), 3e-20f, 1.0f, -1.0f};
+  if (nan_and_inf) {
+    edges.insert(edges.end(), {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN()});
+  }
+  if (lo >= 0.0f) {  // second-moment slots are never negative
+    for (float& e : edges) e = std::fabs(e);
+  }
+  for (size_t k = 0; k < edges.size(); ++k) x[(k * 7 + 3) % x.size()] = edges[k];
+  return x;
+}
+
+// Bit for bit; two NaNs count as equal (which payload survives follows the operand order the compiler picks for a
+// commutative operation, and the GPU returns its canonical NaN).
+::testing::AssertionResult same_float(float want, float got) {
+  if (bits(want) == bits(got) || (std::isnan(want) && std::isnan(got))) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "want " << want << " (0x" << std::hex << bits(want) << "), got " << got
+                                       << " (0x" << bits(got) << ")";
+}
+
+// The shared functions the fused update runs (ops/fused_adam.h, on the CPU and the GPU) against the CPU optimizer's
+// update_span at every instruction-set level this CPU runs, on lengths below and above its thread threshold: Adam,
+// AdamW's decayed class and excluded class, from several iteration counts, with odd hyperparameters too.
+TEST(CudaSharedMath, FusedAdamElementGivesUpdateSpansBitsAtEveryIsaLevel) {
+  ResetIsa reset;
+  struct Rule {
+    AdamOptions options;
+    float lr;
+    float weight_decay;  // < 0: Adam; else AdamW
+    int cls;
+  };
+  const std::vector<Rule> rules = {{{0.9, 0.999, 1e-7f}, 1e-3f, -1.0f, 0},
+                                   {{0.5, 0.999999, 1e-3f}, 0.3f, -1.0f, 0},
+                                   {{0.0, 0.0, 1e-8f}, 3e-2f, -1.0f, 0},
+                                   {{0.9, 0.999, 1e-7f}, 1e-2f, 0.05f, 1},
+                                   {{0.9, 0.99, 1e-6f}, 1e-2f, 0.004f, 0}};
+  for (IsaLevel level : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    if (set_isa_level_for_testing(level) != level) {
+      std::printf("[ note ] %s not supported here, not compared\n", isa_level_name(level));
+      continue;
+    }
+    for (const Rule& rule : rules) {
+      for (int64_t start : {0, 1, 9, 1000000}) {
+        for (int64_t n : {37, 70001}) {
+          SCOPED_TRACE(std::string(isa_level_name(level)) + " lr " + std::to_string(rule.lr) + " beta1 " +
+                       std::to_string(rule.options.beta1) + " decay " + std::to_string(rule.weight_decay) +
+                       " iterations " + std::to_string(start) + " n " + std::to_string(n));
+          std::unique_ptr<Optimizer> opt;
+          if (rule.weight_decay < 0)
+            opt = std::make_unique<AdamProbe>(rule.lr, rule.options);
+          else
+            opt = std::make_unique<AdamWProbe>(rule.lr, rule.weight_decay, rule.options);
+          opt->set_iterations(start);
+          const uint64_t seed = static_cast<uint64_t>(start * 131 + n);
+          std::vector<float> w = adam_values(n, seed, -2.0f, 2.0f, false);
+          std::vector<float> m = adam_values(n, seed + 1, -0.1f, 0.1f, false);
+          std::vector<float> v = adam_values(n, seed + 2, 0.0f, 0.01f, false);
+          const std::vector<float> g = adam_values(n, seed + 3, -3.0f, 3.0f, true);
+          std::vector<float> w2 = w, m2 = m, v2 = v;
+          float* slots[2] = {m.data(), v.data()};
+          if (rule.weight_decay < 0)
+            static_cast<AdamProbe&>(*opt).update_span(w.data(), g.data(), slots, n, rule.cls);
+          else
+            static_cast<AdamWProbe&>(*opt).update_span(w.data(), g.data(), slots, n, rule.cls);
+
+          const shared::AdamCoefficients c = shared::adam_coefficients(
+              rule.lr, rule.options.beta1, rule.options.beta2, rule.options.epsilon, start);
+          shared::AdamGroupPointers p;
+          p.values = w2.data();
+          p.grads = g.data();
+          p.m = m2.data();
+          p.v = v2.data();
+          for (int64_t i = 0; i < n; ++i)
+            shared::fused_adam_element(p, i, c, false, 1.0f, rule.cls == 1, rule.weight_decay, rule.lr);
+          for (int64_t i = 0; i < n; ++i) {
+            const size_t k = static_cast<size_t>(i);
+            ASSERT_TRUE(same_float(w[k], w2[k])) << "w[" << i << "], g " << g[k];
+            ASSERT_TRUE(same_float(m[k], m2[k])) << "m[" << i << "], g " << g[k];
+            ASSERT_TRUE(same_float(v[k], v2[k])) << "v[" << i << "], g " << g[k];
+          }
+        }
       }
     }
   }

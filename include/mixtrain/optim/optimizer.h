@@ -32,6 +32,12 @@ struct LossScaleReport {
   bool stuck_at_floor = false;  // the floor alarm fired and no finite step followed
 };
 
+class Optimizer;
+namespace optim_detail {
+struct FlatPass;    // what apply_flat_gradients() hands to the update pass of the arena's device
+struct FlatPasses;  // the CPU pass and the device pass (src/optim/flat_pass.h)
+}  // namespace optim_detail
+
 // What gates one fused update (Optimizer::apply_flat_gradients): a found_inf flag on the device, and whether a
 // step it skips still advances iterations().
 struct UpdateGate {
@@ -68,6 +74,11 @@ class Optimizer {
   // nonzero, changes nothing (values, compute copies, slots, versions): the step a LossScaleOptimizer skips.
   // iterations() then advances only when gate.skipped_steps_advance_iterations. So the skip decision is the
   // update kernel's, made on the device, and the host never branches on the flag.
+  // An arena on a device (CUDA) is updated by the fused Adam op there (ops/fused_adam.h), with the CPU's bits: Adam
+  // and AdamW only (other rules refuse such an arena, naming themselves). The flag and the iteration count are read
+  // on the device; the host keeps the count's lower bound and reads the device's counter back only when asked for
+  // it (iterations(), state(), learning_rate() under a schedule) after steps whose skip it could not see, or every
+  // ops::kAdamRateWindow such steps. Global clipping reads the gradients back to the host each step.
   void apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads, const UpdateGate& gate = {});
   // Whether apply_arena() works for this optimizer (SGD, Adam, AdamW and RMSprop; a custom optimizer that overrides
   // only update() updates variables one by one through apply()).
@@ -108,8 +119,9 @@ class Optimizer {
   // The schedule set, or nullptr.
   virtual std::shared_ptr<const LearningRateSchedule> learning_rate_schedule() const { return schedule_; }
 
-  // Number of applied updates (Adam's bias correction and learning-rate schedules read it).
-  virtual int64_t iterations() const { return iterations_; }
+  // Number of applied updates (Adam's bias correction and learning-rate schedules read it). After updates of an
+  // arena on a device that the host could not see skipped or not, reads the device's counter (a synchronisation).
+  virtual int64_t iterations() const { return settled_iterations(); }
   // Sets the update count, for resuming and for wrappers that count skipped steps as iterations.
   virtual void set_iterations(int64_t iterations);
 
@@ -159,7 +171,20 @@ class Optimizer {
   // Name of variable i in checkpoints: its own name, or "var_<i>" when it has none.
   static std::string var_key(const Var& var, size_t index);
 
+  // The constants of the Adam rule, which the fused update of an arena on a device runs (ops/fused_adam.h).
+  struct AdamRule {
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    float epsilon = 1e-7f;
+    float weight_decay = 0.0f;  // AdamW's decoupled decay, for variables of update_class() 1
+  };
+  // Adam and AdamW return their constants; other rules nullopt: they run on the CPU only for now. A subclass that
+  // changes update_span() must return nullopt or constants that describe its rule.
+  virtual std::optional<AdamRule> adam_rule() const { return std::nullopt; }
+
  private:
+  friend struct optim_detail::FlatPasses;
+
   // Evaluates the schedule once when an update starts and holds the value until it ends (see learning_rate()).
   class StepRatePin {
    public:
@@ -174,14 +199,31 @@ class Optimizer {
     Optimizer& opt_;
   };
 
-  // The schedule's value at iterations(), checked to be finite and >= 0.
-  float scheduled_rate() const;
+  // The schedule's value at iterations_ (without reading a device counter back), checked to be finite and >= 0.
+  float scheduled_rate() const { return scheduled_rate_at(iterations_); }
+  float scheduled_rate_at(int64_t iterations) const;
+  // The rate of an update that follows `iterations` completed ones: the schedule's, or the fixed rate.
+  float rate_at(int64_t iterations) const { return schedule_ ? scheduled_rate_at(iterations) : learning_rate_; }
 
   float learning_rate_;
   std::shared_ptr<const LearningRateSchedule> schedule_;
   // The rate of the update in progress, so every variable and thread of one update reads the same value.
   std::optional<float> step_rate_;
-  int64_t iterations_ = 0;
+  // Completed updates; while device_iterations_.uncertain > 0, the smallest count the device's counter may hold.
+  mutable int64_t iterations_ = 0;
+  // The iteration counter of updates on a device (int64 (1,)), advanced by the fused update there. The host knows
+  // it lies in [iterations_, iterations_ + uncertain]: each gated step whose skipped steps do not count may or may
+  // not have advanced it. Undefined until the first device update, and again whenever the host changes
+  // iterations_ (set_iterations, load_state, a CPU update): the next device update uploads it.
+  struct DeviceIterations {
+    Tensor counter;
+    int64_t uncertain = 0;
+  };
+  mutable DeviceIterations device_iterations_;
+  // iterations_, exact: reads the device's counter back when it is uncertain.
+  int64_t settled_iterations() const;
+  // After the host changed iterations_: the device's counter no longer holds it.
+  void drop_device_counter() { device_iterations_ = DeviceIterations{}; }
   std::optional<float> global_clipnorm_;
   // Moves the slots of the arena's variables into flat buffers with its layout (see apply_arena()).
   void bind_flat_slots(const ParameterArena& arena, const std::vector<std::string>& keys);
@@ -195,6 +237,10 @@ class Optimizer {
     uint64_t generation = 0;
     std::vector<DType> dtypes;
     std::vector<std::vector<Tensor>> buffers;  // [group][slot], each (capacity,)
+    // The device update's runs per group (begin, count, class rows) and their int64 (runs, 3) tensor on the
+    // arena's device, uploaded again only when the runs change.
+    std::vector<std::vector<int64_t>> run_rows;
+    std::vector<Tensor> run_tensors;
   };
   FlatSlots flat_;
 };

@@ -4,6 +4,7 @@
 // one pass (Optimizer::apply_arena), and a data-parallel step can all-reduce gradient_buffer(dtype) as one
 // tensor. On request the arena also keeps a 16-bit compute copy of the float32 values (mixed precision), which
 // the optimizer refreshes in its update pass, so layers read weights in the compute dtype without converting.
+// The buffers live on the variables' device: on a GPU the optimizer's update runs there (Optimizer::apply_arena).
 //
 // Typical step:
 //   if (!arena.bound_to(vars)) arena.bind(vars);   // rebuilds after a dtype policy change
@@ -41,16 +42,19 @@ class ParameterArena {
   ParameterArena(ParameterArena&&) = default;
   ParameterArena& operator=(ParameterArena&&) = default;
 
-  // Lays out `vars` (defined, floating, each at most once) grouped by dtype in the given order, copies their
-  // values and current gradients in, and re-points each Var's value, gradient buffer and compute copies at its
-  // views. Versions are kept. A no-op when bound_to(vars). Variables of an earlier binding that are not in `vars`
-  // are detached from its gradient buffer and compute copies (their values stay valid). Throws Error, changing
-  // nothing, on an undefined, non-floating or repeated variable.
+  // Lays out `vars` (defined, floating, each at most once, all on one device) grouped by dtype in the given order
+  // on their device, copies their values and current gradients in, and re-points each Var's value, gradient buffer
+  // and compute copies at its views. Versions are kept. A no-op when bound_to(vars). Variables of an earlier
+  // binding that are not in `vars` are detached from its gradient buffer and compute copies (their values stay
+  // valid). Throws Error, changing nothing, on an undefined, non-floating or repeated variable, variables on
+  // different devices, or a variable on a device whose current gradient is not in its dtype.
   void bind(const std::vector<Var>& vars);
   // Whether bind(vars) would change nothing: the same variables in the same order, each still a view of this
   // arena in its current dtype (a dtype policy change replaces values, and makes this false).
   bool bound_to(const std::vector<Var>& vars) const;
   bool empty() const { return vars_.empty(); }
+  // Where the buffers live: the variables' device (the CPU before the first bind).
+  const Device& device() const { return device_; }
 
   // The bound variables in bind order, and where each lives.
   const std::vector<Var>& vars() const { return vars_; }
@@ -83,6 +87,7 @@ class ParameterArena {
   Tensor compute_copy_buffer(DType dtype) const;
   // Converts the float32 values into the compute copies and marks them current: call after writing values some
   // other way than through an optimizer (Var::set_value marks the copy stale, and a layer then converts itself).
+  // On a device the values are converted on the host (here and in enable_compute_copy, never in a step).
   void refresh_compute_copies();
 
   // Changes whenever bind() lays out a new set of buffers; optimizers key their flat slot buffers by it.
@@ -108,6 +113,7 @@ class ParameterArena {
   std::vector<Entry> entries_;
   std::vector<Group> groups_;
   std::vector<DType> copy_dtypes_;
+  Device device_ = Device::cpu();
   uint64_t layout_id_ = 0;
   // Set by zero_grad(): views of variables without a gradient may hold an earlier step's values.
   mutable bool unwritten_stale_ = false;

@@ -12,6 +12,7 @@
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/embedding.h"
+#include "mixtrain/ops/fused_adam.h"
 #include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
@@ -150,11 +151,13 @@ CudaBackendStatus install_backend() {
   kernel::layer_norm_backward_table().set(DeviceType::kCuda, &layer_norm_backward);
   kernel::embedding_table().set(DeviceType::kCuda, &embedding);
   kernel::embedding_backward_table().set(DeviceType::kCuda, &embedding_backward);
+  kernel::fused_adam_table().set(DeviceType::kCuda, &fused_adam);
   s.ops = {"fill",         "unscale_and_check",   "update_loss_scale", "apply_loss_scale", "to_device",
            "activation",   "activation_backward", "add",               "scale",            "bias_add",
            "sum_rows",     "dropout",             "count_nonfinite",   "reduce_sum",       "reduce_sum_backward",
            "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward",
-           "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward"};
+           "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
+           "fused_adam"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

@@ -7,6 +7,7 @@
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/fused_adam.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/matmul.h"
 
@@ -49,6 +50,9 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
 // embedding.cu
 void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
 void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);
+// fused_adam.cu
+void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
+                Tensor& iterations);
 // matmul.cpp (cuBLASLt; installed only when load_cublaslt succeeds)
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
 

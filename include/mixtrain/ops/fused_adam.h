@@ -1,0 +1,71 @@
+// The fused Adam / AdamW update of a flat parameter arena (optim/parameter_arena.h), one op per training step: what
+// Optimizer::apply_flat_gradients runs when the arena lives on a device. Per dtype group, one pass over the runs of
+// variables to update: the gradient widened to float32 and, under global clipping, scaled by the factor the host
+// computed; AdamW's decoupled weight decay on runs of class 1; the Adam element update; the value rounded once into
+// its dtype and into each compute copy. The arithmetic is ops/shared/adam_update.h, the CPU optimizer's operations
+// in its order, so every device gives the CPU optimizer's bits.
+//
+// The skip flag and the iteration count are read where they live, so a step reads nothing back to the host:
+//   - found_inf (float32 (1,)) nonzero: nothing changes; the counter advances only when
+//     step.skipped_steps_advance_iterations.
+//   - otherwise every group is updated with rates[counter - first_iterations] and the counter advances by one.
+// The host does not know how many skipped steps left the counter where it was, so it passes the rates of every
+// count the counter may hold: first_iterations + k for 0 <= k < window (learning-rate schedules and Adam's bias
+// correction are evaluated on the host, in double, as the CPU optimizer does).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/dispatch.h"
+
+namespace mixtrain::ops {
+
+// How many iteration counts one step can cover (the host reads the counter back before it would need more).
+constexpr int kAdamRateWindow = 64;
+
+// The rates of the update that follows `iterations` completed ones.
+struct AdamRates {
+  float alpha = 0;          // lr * sqrt(1 - beta2^t) / (1 - beta1^t), t = iterations + 1, in double, rounded once
+  float learning_rate = 0;  // lr, which AdamW's decay reads: w - w * weight_decay * lr
+};
+
+// Everything of one step but the tensors: plain values, so a device kernel takes it as an argument.
+struct FusedAdamStep {
+  float one_minus_beta1 = 0;  // 1 - beta1 computed in double and rounded once, as the CPU Adam does
+  float one_minus_beta2 = 0;
+  float epsilon = 0;
+  float weight_decay = 0;          // AdamW: applied to runs of class 1
+  bool scale_gradients = false;    // global clipnorm: every gradient times gradient_scale (may be NaN)
+  float gradient_scale = 1.0f;
+  bool skipped_steps_advance_iterations = false;
+  int64_t first_iterations = 0;    // rates[k] is for the counter holding first_iterations + k
+  int window = 1;                  // rates used, 1..kAdamRateWindow
+  AdamRates rates[kAdamRateWindow] = {};
+};
+
+// One dtype group of the arena: flat 1-D buffers of capacity elements, on one device.
+struct FusedAdamGroup {
+  Tensor values;               // float32, float16 or bfloat16
+  Tensor grads;                // float32 or values' dtype
+  Tensor m, v;                 // float32 slots
+  std::vector<Tensor> copies;  // float16 / bfloat16 compute copies of float32 values (at most one per dtype)
+  Tensor runs;                 // int64 (runs, 3): begin, count, class of each run of elements to update
+  int64_t run_count = 0;       // rows of runs (known on the host, so the device's table is never read back)
+};
+
+// Validates the tensors (dtypes, sizes, one device) and calls the device's kernel. iterations: int64 (1,), the
+// completed updates; found_inf may be null (never skip).
+void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
+                Tensor& iterations);
+
+namespace kernel {
+// The CPU kernel is the device kernels' reference (one element at a time through the shared functions); the CPU
+// optimizer runs its own vectorised pass (src/optim/optimizer_arena.cpp), which gives the same bits.
+using FusedAdamFn = void(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
+                         Tensor& iterations);
+KernelTable<FusedAdamFn>& fused_adam_table();
+}  // namespace kernel
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,54 @@
+// CPU kernel of the fused Adam op: the device kernels' reference, one element at a time through the shared
+// functions (ops/shared/adam_update.h). The CPU optimizer does not call it: it runs its own vectorised pass
+// (src/optim/optimizer_arena.cpp), which gives the same bits; tests run the optimizer's device path on the CPU
+// through this kernel.
+#include "../shared/adam_update.h"
+#include "mixtrain/ops/fused_adam.h"
+
+namespace mixtrain::ops::cpu {
+
+namespace {
+constexpr int64_t kParallelMin = int64_t{1} << 16;  // below this a thread team costs more than it saves
+}  // namespace
+
+void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
+                Tensor& iterations) {
+  int64_t& counter = iterations.data<int64_t>()[0];
+  if (found_inf != nullptr && found_inf->data<float>()[0] != 0.0f) {
+    if (step.skipped_steps_advance_iterations) ++counter;
+    return;
+  }
+  const int64_t k = counter - step.first_iterations;
+  MIXTRAIN_CHECK(k >= 0 && k < step.window, "fused_adam: the counter holds " << counter << " iterations, outside the "
+                                                                             << step.window << " rates from "
+                                                                             << step.first_iterations);
+  const AdamRates rates = step.rates[k];
+  const shared::AdamCoefficients c{rates.alpha, step.one_minus_beta1, step.one_minus_beta2, step.epsilon};
+  for (FusedAdamGroup& g : groups) {
+    shared::AdamGroupPointers p;
+    p.values = g.values.raw();
+    p.value_code = shared::float_code(g.values.dtype());
+    p.grads = g.grads.raw();
+    p.grad_code = shared::float_code(g.grads.dtype());
+    p.m = g.m.data<float>();
+    p.v = g.v.data<float>();
+    p.copy_count = static_cast<int>(g.copies.size());
+    for (int i = 0; i < p.copy_count; ++i) {
+      p.copies[i] = g.copies[static_cast<size_t>(i)].raw();
+      p.copy_codes[i] = shared::float_code(g.copies[static_cast<size_t>(i)].dtype());
+    }
+    const int64_t* runs = g.runs.data<int64_t>();  // (run_count, 3): begin, count, class
+    for (int64_t r = 0; r < g.run_count; ++r) {
+      const int64_t begin = runs[3 * r], count = runs[3 * r + 1];
+      const bool decay = runs[3 * r + 2] == 1;
+#pragma omp parallel for if (count >= kParallelMin) schedule(static)
+      for (int64_t i = begin; i < begin + count; ++i) {
+        shared::fused_adam_element(p, i, c, step.scale_gradients, step.gradient_scale, decay, step.weight_decay,
+                                   rates.learning_rate);
+      }
+    }
+  }
+  ++counter;
+}
+
+}  // namespace mixtrain::ops::cpu

@@ -1,0 +1,73 @@
+// CUDA kernel of the fused Adam op (ops/fused_adam.h): one launch per dtype group over its runs, then one thread
+// that advances the iteration counter. Each element goes through ops/shared/adam_update.h, the CPU optimizer's
+// operations in its order with every product, sum, quotient and square root rounded once (no fused multiply-add),
+// so the GPU gives the CPU's bits. The skip flag and the counter are read on the device: nothing comes back to
+// the host.
+#include <cuda_runtime.h>
+
+#include "../shared/adam_update.h"
+#include "backend.h"
+#include "device_util.cuh"
+#include "mixtrain/ops/fused_adam.h"
+
+namespace mixtrain::ops::cuda {
+
+namespace {
+
+// runs: (run_count, 3) int64 rows of begin, count, class. Every run is spread over the whole grid in turn: a
+// model's runs are few (one per dtype for Adam, about two per layer for AdamW with exclusions).
+__global__ void fused_adam_kernel(shared::AdamGroupPointers p, const int64_t* runs, int64_t run_count,
+                                  FusedAdamStep step, const float* found_inf, const int64_t* iterations) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  const int64_t k = *iterations - step.first_iterations;
+  if (k < 0 || k >= step.window) __trap();  // the host's window always covers the counter
+  const AdamRates rates = step.rates[k];
+  const shared::AdamCoefficients c{rates.alpha, step.one_minus_beta1, step.one_minus_beta2, step.epsilon};
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = 0; r < run_count; ++r) {
+    const int64_t begin = runs[3 * r], end = begin + runs[3 * r + 1];
+    const bool decay = runs[3 * r + 2] == 1;
+    for (int64_t i = begin + first; i < end; i += stride)
+      shared::fused_adam_element(p, i, c, step.scale_gradients, step.gradient_scale, decay, step.weight_decay,
+                                 rates.learning_rate);
+  }
+}
+
+// After every group has read the counter: one more completed update, unless the step was skipped (then only when
+// skipped steps count).
+__global__ void advance_iterations_kernel(const float* found_inf, int64_t* iterations, bool skipped_steps_advance) {
+  const bool skipped = found_inf != nullptr && *found_inf != 0.0f;
+  if (!skipped || skipped_steps_advance) ++*iterations;
+}
+
+}  // namespace
+
+void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
+                Tensor& iterations) {
+  check_cuda(cudaSetDevice(iterations.device().index), "cudaSetDevice");
+  const float* flag = found_inf != nullptr ? found_inf->data<float>() : nullptr;
+  for (FusedAdamGroup& g : groups) {
+    if (g.run_count == 0) continue;
+    shared::AdamGroupPointers p;
+    p.values = g.values.raw();
+    p.value_code = shared::float_code(g.values.dtype());
+    p.grads = g.grads.raw();
+    p.grad_code = shared::float_code(g.grads.dtype());
+    p.m = g.m.data<float>();
+    p.v = g.v.data<float>();
+    p.copy_count = static_cast<int>(g.copies.size());
+    for (int i = 0; i < p.copy_count; ++i) {
+      p.copies[i] = g.copies[static_cast<size_t>(i)].raw();
+      p.copy_codes[i] = shared::float_code(g.copies[static_cast<size_t>(i)].dtype());
+    }
+    // Sized by the whole buffer (the runs' lengths are on the device); the grid-stride loop covers the rest.
+    fused_adam_kernel<<<device::blocks_for(g.values.numel()), device::kThreads>>>(
+        p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>());
+    device::launched("fused_adam");
+  }
+  advance_iterations_kernel<<<1, 1>>>(flag, iterations.data<int64_t>(), step.skipped_steps_advance_iterations);
+  device::launched("fused_adam (iteration counter)");
+}
+
+}  // namespace mixtrain::ops::cuda

@@ -1,0 +1,77 @@
+#include "mixtrain/ops/fused_adam.h"
+
+#include <string>
+
+namespace mixtrain::ops {
+
+namespace cpu {
+void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
+                Tensor& iterations);
+}  // namespace cpu
+
+namespace kernel {
+KernelTable<FusedAdamFn>& fused_adam_table() {
+  static KernelTable<FusedAdamFn> t("fused_adam", &cpu::fused_adam);
+  return t;
+}
+}  // namespace kernel
+
+namespace {
+
+std::string describe_or_undefined(const Tensor& t) { return t.defined() ? t.describe() : "an undefined tensor"; }
+
+bool flat(const Tensor& t, int64_t n) { return t.defined() && t.rank() == 1 && t.numel() == n && t.is_contiguous(); }
+
+}  // namespace
+
+void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
+                Tensor& iterations) {
+  constexpr const char* op = "fused_adam";
+  MIXTRAIN_CHECK(step.window >= 1 && step.window <= kAdamRateWindow && step.first_iterations >= 0,
+                 op << ": a window of " << step.window << " rates from iteration " << step.first_iterations
+                    << " (1 to " << kAdamRateWindow << " rates, from iteration 0 or later)");
+  MIXTRAIN_CHECK(iterations.defined() && iterations.dtype() == DType::kInt64 && iterations.numel() == 1 &&
+                     iterations.is_contiguous(),
+                 op << ": the iteration counter must be one int64, got " << describe_or_undefined(iterations));
+  if (found_inf != nullptr) {
+    MIXTRAIN_CHECK(found_inf->defined() && found_inf->dtype() == DType::kFloat32 && found_inf->numel() == 1,
+                   op << ": the skip flag must be one float32, got " << describe_or_undefined(*found_inf));
+  }
+  const Device device = common_device(op, {&iterations, found_inf});
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const FusedAdamGroup& g = groups[gi];
+    const int64_t n = g.values.defined() ? g.values.numel() : 0;
+    MIXTRAIN_CHECK(flat(g.values, n) && is_float(g.values.dtype()),
+                   op << ": group " << gi << ": the values must be a 1-D contiguous floating tensor, got "
+                      << describe_or_undefined(g.values));
+    MIXTRAIN_CHECK(flat(g.grads, n) && (g.grads.dtype() == DType::kFloat32 || g.grads.dtype() == g.values.dtype()),
+                   op << ": group " << gi << ": the gradients " << describe_or_undefined(g.grads)
+                      << " must be 1-D contiguous float32 or " << dtype_name(g.values.dtype()) << " with " << n
+                      << " elements");
+    MIXTRAIN_CHECK(flat(g.m, n) && flat(g.v, n) && g.m.dtype() == DType::kFloat32 &&
+                       g.v.dtype() == DType::kFloat32,
+                   op << ": group " << gi << ": the slots " << describe_or_undefined(g.m) << " and "
+                      << describe_or_undefined(g.v) << " must be 1-D contiguous float32 with " << n << " elements");
+    MIXTRAIN_CHECK(g.copies.size() <= 2 && (g.copies.empty() || g.values.dtype() == DType::kFloat32),
+                   op << ": group " << gi << ": " << g.copies.size() << " compute copies of "
+                      << dtype_name(g.values.dtype()) << " values (at most a float16 and a bfloat16 copy of float32)");
+    for (const Tensor& c : g.copies) {
+      MIXTRAIN_CHECK(flat(c, n) && (c.dtype() == DType::kFloat16 || c.dtype() == DType::kBFloat16),
+                     op << ": group " << gi << ": the compute copy " << describe_or_undefined(c)
+                        << " must be 1-D contiguous float16 or bfloat16 with " << n << " elements");
+    }
+    MIXTRAIN_CHECK(g.run_count >= 0 && g.runs.defined() && g.runs.dtype() == DType::kInt64 && g.runs.rank() == 2 &&
+                       g.runs.dim(0) == g.run_count && g.runs.dim(1) == 3 && g.runs.is_contiguous(),
+                   op << ": group " << gi << ": the runs must be int64 (" << g.run_count << ", 3), got "
+                      << describe_or_undefined(g.runs));
+    std::vector<const Tensor*> tensors = {&g.values, &g.grads, &g.m, &g.v, &g.runs};
+    for (const Tensor& c : g.copies) tensors.push_back(&c);
+    for (const Tensor* t : tensors) {
+      MIXTRAIN_CHECK(t->device() == device, op << ": group " << gi << ": " << t->describe() << " is not on "
+                                               << device.str() << " with the iteration counter");
+    }
+  }
+  kernel::fused_adam_table()(device)(groups, step, found_inf, iterations);
+}
+
+}  // namespace mixtrain::ops

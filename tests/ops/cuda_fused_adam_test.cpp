@@ -1,0 +1,182 @@
+// The fused Adam update on a GPU (ops/fused_adam.h, src/ops/cuda/fused_adam.cu) through the optimizer: a
+// ParameterArena on cuda:0 trained by Adam and AdamW for a few gated steps, some skipped by a found_inf flag that
+// lives on the GPU, against the same arena on the CPU (the CPU optimizer's own pass): values, slots, compute copies
+// and iterations bit for bit. Skips without a GPU (MIXTRAIN_REQUIRE_GPU=1, set by scripts/gpu-check.sh, makes the
+// skip a failure). tests/optim/flat_pass_test.cpp checks the same device path on the CPU on every machine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
+#include "mixtrain/optim/adam.h"
+#include "mixtrain/optim/parameter_arena.h"
+#include "mixtrain/optim/schedules.h"
+#include "mixtrain/optim/sgd.h"
+
+namespace mixtrain::ops {
+namespace {
+
+bool gpu_required() {
+  const char* v = std::getenv("MIXTRAIN_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Skips (or fails, when a GPU is required) unless the backend is loaded.
+#define REQUIRE_CUDA_BACKEND()                                                   \
+  do {                                                                           \
+    const CudaBackendStatus s_ = load_cuda_backend();                            \
+    if (!s_.loaded) {                                                            \
+      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << s_.detail; \
+      GTEST_SKIP() << s_.detail;                                                 \
+    }                                                                            \
+  } while (0)
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  const Tensor ha = to_device(a, Device::cpu()), hb = to_device(b, Device::cpu());
+  return ha.dtype() == hb.dtype() && ha.shape() == hb.shape() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = dist(rng);
+  return Tensor::from_floats(shape, v, dtype);
+}
+
+// Odd shapes, one of several thousand blocks' worth, names AdamW excludes; variable 5 never gets a gradient and
+// variable 2 none at step 1, so a group has several runs.
+std::vector<Var> make_vars(const std::vector<DType>& dtypes, const Device& device) {
+  const std::vector<Shape> shapes = {{7, 3}, {17}, {1}, {31, 5}, {129}, {9}, {70001}};
+  const std::vector<std::string> names = {"d0/kernel", "d0/bias", "d1/kernel", "d1/bias",
+                                          "d2/kernel", "d2/unused", "d3/kernel"};
+  std::vector<Var> vars;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Tensor value = random_tensor(shapes[i], dtypes[i % dtypes.size()], 100 + static_cast<uint32_t>(i));
+    vars.emplace_back(to_device(value, device), true, names[i]);
+  }
+  return vars;
+}
+
+bool gets_grad(size_t var, int step) { return var != 5 && !(var == 2 && step == 1); }
+
+struct Training {
+  std::vector<Var> vars;
+  std::unique_ptr<Optimizer> opt;
+  ParameterArena arena;
+};
+
+// Writes step `step`'s gradients (an inf in each on a step to skip) into the arena's views, as backward does, and
+// runs the update gated by a flag on the arena's device.
+void step(Training& t, int step_index, bool skip, bool advance) {
+  const Device device = t.arena.device();
+  t.arena.zero_grad();
+  for (size_t i = 0; i < t.vars.size(); ++i) {
+    if (!gets_grad(i, step_index)) continue;
+    Tensor g = random_tensor(t.vars[i].shape(), DType::kFloat32,
+                             1000 * static_cast<uint32_t>(step_index) + static_cast<uint32_t>(i));
+    if (skip) g.data<float>()[0] = std::numeric_limits<float>::infinity();
+    g = g.to(t.vars[i].dtype());
+    Tensor view = t.arena.gradient_view(i);
+    kernel::device_copy_table()(device)(g, view);
+    t.vars[i].set_grad(view);  // the arena's own view: adopted without a copy
+  }
+  const Tensor flag = to_device(Tensor::from_floats({1}, {skip ? 1.0f : 0.0f}), device);
+  t.opt->apply_flat_gradients(t.arena, {}, {&flag, advance});
+}
+
+void expect_same(const Training& cpu, const Training& gpu, bool with_state) {
+  for (DType dt : cpu.arena.dtypes())
+    EXPECT_TRUE(bit_equal(cpu.arena.value_buffer(dt), gpu.arena.value_buffer(dt))) << dtype_name(dt) << " values";
+  for (DType c : cpu.arena.compute_copy_dtypes())
+    EXPECT_TRUE(bit_equal(cpu.arena.compute_copy_buffer(c), gpu.arena.compute_copy_buffer(c)))
+        << dtype_name(c) << " compute copy";
+  if (!with_state) return;
+  const NamedTensors a = cpu.opt->state(), b = gpu.opt->state();  // reads the GPU's counter and slots back
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(bit_equal(a[i].second, b[i].second)) << a[i].first;
+  }
+}
+
+TEST(CudaBackend, FusedAdamOnAGpuArenaGivesTheCpuBits) {
+  REQUIRE_CUDA_BACKEND();
+  using Factory = std::function<std::unique_ptr<Optimizer>()>;
+  const std::vector<std::pair<std::string, Factory>> cases = {
+      {"adam", [] { return std::make_unique<Adam>(1e-2f); }},
+      {"adamw", [] { return std::make_unique<AdamW>(1e-2f, 0.05f, AdamOptions{}, std::vector<std::string>{"bias"}); }},
+      {"adam_clipnorm",
+       [] {
+         auto o = std::make_unique<Adam>(1e-2f);
+         o->set_global_clipnorm(0.5f);
+         return o;
+       }},
+      {"adamw_schedule", [] {
+         auto o = std::make_unique<AdamW>(1e-2f, 0.05f, AdamOptions{}, std::vector<std::string>{"bias"});
+         o->set_learning_rate_schedule(std::make_shared<ExponentialDecay>(1e-2, 1.0, 0.7));
+         return o;
+       }}};
+  const std::vector<std::vector<DType>> dtype_sets = {{DType::kFloat32},
+                                                      {DType::kFloat32, DType::kFloat16, DType::kBFloat16}};
+  const std::vector<bool> skips = {false, false, true, false, true, false, false};
+  for (const auto& [name, make] : cases) {
+    for (const auto& dtypes : dtype_sets) {
+      for (bool advance : {false, true}) {
+        SCOPED_TRACE(name + " dtypes " + std::to_string(dtypes.size()) + (advance ? " skipped steps advance" : ""));
+        Training cpu{make_vars(dtypes, Device::cpu()), make(), {}};
+        Training gpu{make_vars(dtypes, Device::cuda(0)), make(), {}};
+        for (Training* t : {&cpu, &gpu}) {
+          t->arena.bind(t->vars);
+          t->arena.enable_compute_copy(DType::kFloat16);
+          t->arena.enable_compute_copy(DType::kBFloat16);
+        }
+        ASSERT_EQ(gpu.arena.device(), Device::cuda(0));
+        for (int s = 0; s < static_cast<int>(skips.size()); ++s) {
+          step(cpu, s, skips[s], advance);
+          step(gpu, s, skips[s], advance);
+          expect_same(cpu, gpu, s == 3);  // the state once mid-run: reading it settles the counter
+        }
+        expect_same(cpu, gpu, true);
+        EXPECT_EQ(gpu.opt->iterations(), cpu.opt->iterations());
+        EXPECT_EQ(cpu.opt->iterations(), advance ? 7 : 5);
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, FusedUpdateRefusesRulesOtherThanAdamOnAGpuArena) {
+  REQUIRE_CUDA_BACKEND();
+  std::vector<Var> vars = make_vars({DType::kFloat32}, Device::cuda(0));
+  Sgd opt(0.1f, 0.9f);
+  ParameterArena arena(vars);
+  arena.zero_grad();
+  Tensor view = arena.gradient_view(0);
+  fill(view, 0.5f);
+  vars[0].set_grad(view);
+  const Tensor before = to_device(arena.value_buffer(DType::kFloat32), Device::cpu()).clone();
+  try {
+    opt.apply_arena(arena);
+    ADD_FAILURE() << "sgd updated a GPU arena";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("sgd.apply_arena"), std::string::npos) << what;
+    EXPECT_NE(what.find("runs on the CPU only for now"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(bit_equal(arena.value_buffer(DType::kFloat32), before));
+  EXPECT_EQ(opt.iterations(), 0);
+}
+
+}  // namespace
+}  // namespace mixtrain::ops
