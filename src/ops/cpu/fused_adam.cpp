@@ -2,7 +2,7 @@
 // functions (ops/shared/adam_update.h). The CPU optimizer does not call it: it runs its own vectorised pass
 // (src/optim/optimizer_arena.cpp), which gives the same bits; tests run the optimizer's device path on the CPU
 // through this kernel.
-#include "../shared/adam_update.h"
+#include "../shared/adam_group_pointers.h"
 #include "mixtrain/ops/fused_adam.h"
 
 namespace mixtrain::ops::cpu {
@@ -25,18 +25,7 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
   const AdamRates rates = step.rates[k];
   const shared::AdamCoefficients c{rates.alpha, step.one_minus_beta1, step.one_minus_beta2, step.epsilon};
   for (FusedAdamGroup& g : groups) {
-    shared::AdamGroupPointers p;
-    p.values = g.values.raw();
-    p.value_code = shared::float_code(g.values.dtype());
-    p.grads = g.grads.raw();
-    p.grad_code = shared::float_code(g.grads.dtype());
-    p.m = g.m.data<float>();
-    p.v = g.v.data<float>();
-    p.copy_count = static_cast<int>(g.copies.size());
-    for (int i = 0; i < p.copy_count; ++i) {
-      p.copies[i] = g.copies[static_cast<size_t>(i)].raw();
-      p.copy_codes[i] = shared::float_code(g.copies[static_cast<size_t>(i)].dtype());
-    }
+    const shared::AdamGroupPointers p = shared::adam_group_pointers(g);
     const int64_t* runs = g.runs.data<int64_t>();  // (run_count, 3): begin, count, class
     for (int64_t r = 0; r < g.run_count; ++r) {
       const int64_t begin = runs[3 * r], count = runs[3 * r + 1];

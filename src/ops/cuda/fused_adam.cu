@@ -5,7 +5,7 @@
 // the host.
 #include <cuda_runtime.h>
 
-#include "../shared/adam_update.h"
+#include "../shared/adam_group_pointers.h"
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/fused_adam.h"
@@ -49,18 +49,7 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
   const float* flag = found_inf != nullptr ? found_inf->data<float>() : nullptr;
   for (FusedAdamGroup& g : groups) {
     if (g.run_count == 0) continue;
-    shared::AdamGroupPointers p;
-    p.values = g.values.raw();
-    p.value_code = shared::float_code(g.values.dtype());
-    p.grads = g.grads.raw();
-    p.grad_code = shared::float_code(g.grads.dtype());
-    p.m = g.m.data<float>();
-    p.v = g.v.data<float>();
-    p.copy_count = static_cast<int>(g.copies.size());
-    for (int i = 0; i < p.copy_count; ++i) {
-      p.copies[i] = g.copies[static_cast<size_t>(i)].raw();
-      p.copy_codes[i] = shared::float_code(g.copies[static_cast<size_t>(i)].dtype());
-    }
+    const shared::AdamGroupPointers p = shared::adam_group_pointers(g);
     // Sized by the whole buffer (the runs' lengths are on the device); the grid-stride loop covers the rest.
     fused_adam_kernel<<<device::blocks_for(g.values.numel()), device::kThreads>>>(
         p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>());
