@@ -18,6 +18,7 @@
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/ops/conv2d.h"
+#include "cuda_test_util.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/embedding.h"
@@ -36,26 +37,6 @@
 
 namespace mixtrain::ops {
 namespace {
-
-bool gpu_required() {
-  const char* v = std::getenv("MIXTRAIN_REQUIRE_GPU");
-  return v != nullptr && std::string(v) == "1";
-}
-
-// Skips (or fails, when a GPU is required) unless the backend is loaded.
-#define REQUIRE_CUDA_BACKEND()                                                       \
-  do {                                                                               \
-    const CudaBackendStatus s_ = load_cuda_backend();                                \
-    if (!s_.loaded) {                                                                \
-      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << s_.detail;     \
-      GTEST_SKIP() << s_.detail;                                                     \
-    }                                                                                \
-  } while (0)
-
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  const Tensor ha = to_device(a, Device::cpu()), hb = to_device(b, Device::cpu());
-  return ha.dtype() == hb.dtype() && ha.shape() == hb.shape() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
-}
 
 TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   const CudaBackendStatus s = load_cuda_backend();

@@ -1,0 +1,38 @@
+// What the GPU tests share: skipping (or failing, under MIXTRAIN_REQUIRE_GPU=1) without the CUDA backend, and a
+// byte-for-byte comparison of tensors on any device.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/transfer.h"
+
+namespace mixtrain::ops {
+
+inline bool gpu_required() {
+  const char* v = std::getenv("MIXTRAIN_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Skips (or fails, when a GPU is required) unless the backend is loaded.
+#define REQUIRE_CUDA_BACKEND()                                                   \
+  do {                                                                           \
+    const CudaBackendStatus s_ = load_cuda_backend();                            \
+    if (!s_.loaded) {                                                            \
+      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << s_.detail; \
+      GTEST_SKIP() << s_.detail;                                                 \
+    }                                                                            \
+  } while (0)
+
+// Same dtype, shape and bytes (two undefined tensors are equal), read back to the host.
+inline bool bit_equal(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  const Tensor ha = to_device(a, Device::cpu()), hb = to_device(b, Device::cpu());
+  return ha.dtype() == hb.dtype() && ha.shape() == hb.shape() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
+}
+
+}  // namespace mixtrain::ops
