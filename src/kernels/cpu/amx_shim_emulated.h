@@ -41,6 +41,11 @@ template <int T>
 inline void tile_load(const void* base, int64_t stride_bytes) {
   for (int r = 0; r < 16; ++r) std::memcpy(t_tiles.reg[T][r], static_cast<const char*>(base) + r * stride_bytes, 64);
 }
+// The same load; the hint (amx_shim_native.h) changes where the data is cached, not the tile.
+template <int T>
+inline void tile_stream_load(const void* base, int64_t stride_bytes) {
+  tile_load<T>(base, stride_bytes);
+}
 template <int T>
 inline void tile_store(void* base, int64_t stride_bytes) {
   for (int r = 0; r < 16; ++r) std::memcpy(static_cast<char*>(base) + r * stride_bytes, t_tiles.reg[T][r], 64);

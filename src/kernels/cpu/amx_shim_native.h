@@ -71,6 +71,14 @@ inline void tile_load(const void* base, int64_t stride_bytes) {
   MIXTRAIN_AMX_TILE_CASES(MIXTRAIN_AMX_OP);
 #undef MIXTRAIN_AMX_OP
 }
+// tileloaddt1: the same load with a hint that the data will not be read again soon, so it is not kept in L1 (the
+// caller streams this operand from L2 and keeps the other in L1).
+template <int T>
+inline void tile_stream_load(const void* base, int64_t stride_bytes) {
+#define MIXTRAIN_AMX_OP(t) _tile_stream_loadd(t, base, stride_bytes)
+  MIXTRAIN_AMX_TILE_CASES(MIXTRAIN_AMX_OP);
+#undef MIXTRAIN_AMX_OP
+}
 template <int T>
 inline void tile_store(void* base, int64_t stride_bytes) {
 #define MIXTRAIN_AMX_OP(t) _tile_stored(t, base, stride_bytes)
