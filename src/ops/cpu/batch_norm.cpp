@@ -1,12 +1,14 @@
 // CPU backend of batch normalization. x is (rows, C). Rows are read as float32 in blocks (16-bit ones
 // converted, vectorised); per-channel sums go through fixed blocks of rows whose partial sums are added in block
-// order, so results do not depend on the thread count.
+// order, so results do not depend on the thread count. The blocks and the element arithmetic are
+// ops/shared/batch_norm_channel.h's, which the GPU kernel runs in the same order.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "../shared/batch_norm_channel.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "float_lanes.h"
 
@@ -14,7 +16,7 @@ namespace mixtrain::ops::cpu {
 
 namespace {
 
-constexpr int64_t kRowsPerBlock = 256;
+constexpr int64_t kRowsPerBlock = shared::kBatchNormRowsPerBlock;
 
 struct Rows {
   const char* base;
@@ -98,14 +100,15 @@ std::vector<float> channel_sums(const Rows& x, const Rows& dy, int64_t rows, int
   }
   std::vector<float> total(static_cast<size_t>(nsum * c), 0.0f);
   for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t i = 0; i < nsum * c; ++i) total[static_cast<size_t>(i)] += partial[static_cast<size_t>(b * nsum * c + i)];
+    for (int64_t i = 0; i < nsum * c; ++i)
+      total[static_cast<size_t>(i)] = shared::add_rn(total[static_cast<size_t>(i)], partial[static_cast<size_t>(b * nsum * c + i)]);
   return total;
 }
 
 std::vector<float> inv_std(const Tensor& variance, float epsilon) {
   const float* v = static_cast<const float*>(variance.raw());
   std::vector<float> out(static_cast<size_t>(variance.numel()));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = 1.0f / std::sqrt(v[i] + epsilon);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = shared::batch_norm_inv_std(v[i], epsilon);
   return out;
 }
 
@@ -159,23 +162,20 @@ void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
   const int64_t c = x.dim(-1), rows = x.numel() / c;
   const Rows xr{static_cast<const char*>(x.raw()), x.dtype(), c};
   const Rows none{nullptr, DType::kFloat32, c};
-  const float inv_rows = 1.0f / static_cast<float>(rows);
+  const float inv_rows = shared::batch_norm_inv_rows(rows);
   float* m = static_cast<float*>(mean.raw());
   float* v = static_cast<float*>(variance.raw());
   std::vector<float> s = channel_sums(xr, none, rows, 1, [c](const float* bx, const float*, int64_t count, float* out) {
     for (int64_t r = 0; r < count; ++r)
-      for (int64_t j = 0; j < c; ++j) out[j] += bx[r * c + j];
+      for (int64_t j = 0; j < c; ++j) out[j] = shared::add_rn(out[j], bx[r * c + j]);
   });
-  for (int64_t j = 0; j < c; ++j) m[j] = s[static_cast<size_t>(j)] * inv_rows;
+  for (int64_t j = 0; j < c; ++j) m[j] = shared::mul_rn(s[static_cast<size_t>(j)], inv_rows);
   // Second pass over the deviations: no cancellation between E[x^2] and E[x]^2.
   s = channel_sums(xr, none, rows, 1, [c, m](const float* bx, const float*, int64_t count, float* out) {
     for (int64_t r = 0; r < count; ++r)
-      for (int64_t j = 0; j < c; ++j) {
-        const float d = bx[r * c + j] - m[j];
-        out[j] += d * d;
-      }
+      for (int64_t j = 0; j < c; ++j) out[j] = shared::add_rn(out[j], shared::batch_norm_square_dev(bx[r * c + j], m[j]));
   });
-  for (int64_t j = 0; j < c; ++j) v[j] = s[static_cast<size_t>(j)] * inv_rows;
+  for (int64_t j = 0; j < c; ++j) v[j] = shared::mul_rn(s[static_cast<size_t>(j)], inv_rows);
 }
 
 void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
@@ -184,13 +184,14 @@ void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, con
   const float* m = static_cast<const float*>(mean.raw());
   const float* gm = static_cast<const float*>(gamma.raw());
   const float* bt = static_cast<const float*>(beta.raw());
-  std::vector<float> scale = inv_std(variance, epsilon);  // gamma / sqrt(var + eps)
-  for (int64_t j = 0; j < c; ++j) scale[static_cast<size_t>(j)] *= gm[j];
+  const float* var = static_cast<const float*>(variance.raw());
+  std::vector<float> scale(static_cast<size_t>(c));  // gamma / sqrt(var + eps)
+  for (int64_t j = 0; j < c; ++j) scale[static_cast<size_t>(j)] = shared::batch_norm_scale(var[j], epsilon, gm[j]);
   const float* sc = scale.data();
   map_rows(Rows{static_cast<const char*>(x.raw()), x.dtype(), c}, Rows{nullptr, DType::kFloat32, c}, rows, y,
            [&](const float* bx, const float*, int64_t count, float* out) {
              for (int64_t r = 0; r < count; ++r)
-               for (int64_t j = 0; j < c; ++j) out[r * c + j] = (bx[r * c + j] - m[j]) * sc[j] + bt[j];
+               for (int64_t j = 0; j < c; ++j) out[r * c + j] = shared::batch_norm_value(bx[r * c + j], m[j], sc[j], bt[j]);
            });
 }
 
@@ -209,8 +210,8 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
       channel_sums(xr, dyr, rows, 2, [c, m, is](const float* bx, const float* bdy, int64_t count, float* out) {
         for (int64_t r = 0; r < count; ++r)
           for (int64_t j = 0; j < c; ++j) {
-            out[j] += bdy[r * c + j];
-            out[c + j] += bdy[r * c + j] * (bx[r * c + j] - m[j]) * is[j];
+            out[j] = shared::add_rn(out[j], bdy[r * c + j]);
+            out[c + j] = shared::add_rn(out[c + j], shared::batch_norm_dgamma_term(bdy[r * c + j], bx[r * c + j], m[j], is[j]));
           }
       });
   float* db = static_cast<float*>(dbeta.raw());
@@ -222,20 +223,17 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
   if (!dx.defined()) return;
   // Training: dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)), the mean and variance
   // being functions of x. Inference: dx = gamma * inv_std * dy.
-  std::vector<float> k(static_cast<size_t>(c)), mdy(static_cast<size_t>(c), 0.0f), mdyx(static_cast<size_t>(c), 0.0f);
+  std::vector<float> k(static_cast<size_t>(c)), mdy(static_cast<size_t>(c)), mdyx(static_cast<size_t>(c));
   for (int64_t j = 0; j < c; ++j) {
-    k[static_cast<size_t>(j)] = gm[j] * is[j];
-    if (batch_statistics && rows > 0) {
-      mdy[static_cast<size_t>(j)] = db[j] / static_cast<float>(rows);
-      mdyx[static_cast<size_t>(j)] = dg[j] / static_cast<float>(rows);
-    }
+    k[static_cast<size_t>(j)] = shared::mul_rn(gm[j], is[j]);
+    mdy[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(db[j], rows, batch_statistics);
+    mdyx[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(dg[j], rows, batch_statistics);
   }
   const float *kp = k.data(), *a = mdy.data(), *b = mdyx.data();
   map_rows(xr, dyr, rows, dx, [&](const float* bx, const float* bdy, int64_t count, float* out) {
     for (int64_t r = 0; r < count; ++r)
       for (int64_t j = 0; j < c; ++j) {
-        const float xhat = (bx[r * c + j] - m[j]) * is[j];
-        out[r * c + j] = kp[j] * (bdy[r * c + j] - a[j] - xhat * b[j]);
+        out[r * c + j] = shared::batch_norm_dx(bdy[r * c + j], bx[r * c + j], m[j], is[j], kp[j], a[j], b[j]);
       }
   });
 }

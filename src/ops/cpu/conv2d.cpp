@@ -7,12 +7,15 @@
 //           dcol (rows, K) = dy x kernel^T in float32, and each dx element gathers its (at most kh * kw)
 //           patch entries in float32 and is rounded once (col2im).
 // A 1x1 kernel with stride 1 and no padding needs no unfolding: x itself is col.
+// The patch layout, col2im's summation order and dbias's blocks are ops/shared/conv_patches.h's, which the GPU
+// kernel follows element by element.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "../shared/conv_patches.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/conv2d.h"
 
@@ -157,7 +160,7 @@ void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, DType 
 // Column sums of dy (rows, cols) in float32. Fixed blocks of rows, summed in block order, so the bits do
 // not depend on the thread count.
 void column_sums(const char* dy, DType dtype, int64_t rows, int64_t cols, float* out) {
-  constexpr int64_t kRowsPerBlock = 1024;
+  constexpr int64_t kRowsPerBlock = shared::kConvBiasRowsPerBlock;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t es = dtype_size(dtype);
   std::vector<float> partial(static_cast<size_t>(blocks * cols), 0.0f);

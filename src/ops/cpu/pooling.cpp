@@ -1,6 +1,7 @@
 // CPU backend of the pooling ops. Input rows are read as float32 (16-bit ones converted, vectorised,
 // whole rows at a time), windows are reduced in float32 with channels innermost, and each result is
-// rounded once.
+// rounded once. The windows, the running maximum and the averaging factor are ops/shared/pool_window.h's,
+// which the GPU kernel computes each element with, in this file's order.
 // Forward is parallel over output rows (image, oh); backward over images, each scattering into its own
 // float32 accumulator, so no two threads write the same element and the bits do not depend on threads.
 #include <omp.h>
@@ -11,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "../shared/pool_window.h"
 #include "mixtrain/ops/pooling.h"
 #include "float_lanes.h"
 
@@ -18,18 +20,11 @@ namespace mixtrain::ops::cpu {
 
 namespace {
 
-// The window rows [r0, r1) inside the input for output index o along one axis.
-struct Span {
-  int64_t begin, end;
-};
-Span span(const Axis& a, int64_t o) {
-  const int64_t start = o * a.stride - a.pad_before;
-  return {std::max<int64_t>(start, 0), std::min(start + a.window, a.in)};
-}
+using Span = shared::IndexRange;
+using shared::pool_take_max;
 
-// The running maximum after v: v when larger or NaN (so NaN propagates, as TensorFlow), else m. Once m
-// is NaN it stays NaN. Branch-free, so loops over channels vectorise.
-inline float take_max(float v, float m) { return (v > m || v != v) ? v : m; }
+// The window positions [begin, end) inside the input for output index o along one axis.
+inline Span span(const Axis& a, int64_t o) { return shared::window_span(a, o); }
 
 }  // namespace
 
@@ -54,7 +49,7 @@ MIXTRAIN_CPU_BODY void pool_row_body(const T* xp, T* yp, PoolKind kind, const Wi
       for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
         const float* v = in + iw * c;
         if (kind == PoolKind::kMax) {
-          for (int64_t ch = 0; ch < c; ++ch) o[ch] = take_max(v[ch], o[ch]);
+          for (int64_t ch = 0; ch < c; ++ch) o[ch] = pool_take_max(v[ch], o[ch]);
         } else {
           for (int64_t ch = 0; ch < c; ++ch) o[ch] += v[ch];
         }
@@ -64,7 +59,7 @@ MIXTRAIN_CPU_BODY void pool_row_body(const T* xp, T* yp, PoolKind kind, const Wi
   if (kind == PoolKind::kAverage) {
     for (int64_t ow = 0; ow < ow_n; ++ow) {
       const Span sw = span(g.w, ow);
-      const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
+      const float inv = shared::pool_average_factor(sh, sw);
       for (int64_t ch = 0; ch < c; ++ch) out[ow * c + ch] *= inv;
     }
   }
@@ -113,7 +108,7 @@ MIXTRAIN_CPU_BODY void pool_backward_image_body(const U* dyp, const T* xp, T* dx
       const Span sw = span(g.w, ow);
       const float* gy = grad + ow * c;
       if (kind == PoolKind::kAverage) {
-        const float inv = 1.0f / static_cast<float>((sh.end - sh.begin) * (sw.end - sw.begin));
+        const float inv = shared::pool_average_factor(sh, sw);
         for (int64_t ih = sh.begin; ih < sh.end; ++ih)
           for (int64_t iw = sw.begin; iw < sw.end; ++iw) {
             float* a = acc + (ih * w + iw) * c;
@@ -199,7 +194,7 @@ void global_average_pool2d(const Tensor& x, Tensor& y) {
         for (int64_t p = 0; p < np; ++p)
           for (int64_t ch = 0; ch < c; ++ch) sum[static_cast<size_t>(ch)] += buf[static_cast<size_t>(p * c + ch)];
       }
-      const float inv = pixels > 0 ? 1.0f / static_cast<float>(pixels) : 0.0f;
+      const float inv = shared::global_average_factor(pixels);
       for (float& s : sum) s *= inv;
       convert_elements(sum.data(), DType::kFloat32, yp + static_cast<size_t>(n * c) * es, dt, c);
     }
@@ -212,7 +207,7 @@ void global_average_pool2d_backward(const Tensor& dy, Tensor& dx) {
   const size_t es = dtype_size(dt);
   const char* dyp = static_cast<const char*>(dy.raw());
   char* dxp = static_cast<char*>(dx.raw());
-  const float inv = pixels > 0 ? 1.0f / static_cast<float>(pixels) : 0.0f;
+  const float inv = shared::global_average_factor(pixels);
 #pragma omp parallel if (n_img > 1 && dx.numel() > 32768)
   {
     std::vector<float> g(static_cast<size_t>(c));
