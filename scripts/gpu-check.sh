@@ -10,8 +10,9 @@
 #   bash scripts/gpu-check.sh [--out DIR]     (default DIR: ./gpu-check-out, or $OUT when set)
 #
 # What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend and CudaSharedMath
-# suites) check every CUDA kernel against the CPU's, layer normalization, the embedding and the fused Adam update of a
-# GPU parameter arena (bit for bit against the CPU optimizer) included. The timing
+# suites) check every CUDA kernel against the CPU's, layer normalization, the embedding, the CNN ops (pooling, batch
+# normalization, conv2d: tests/ops/cuda_cnn_test.cpp) and the fused Adam update of a GPU parameter arena (bit for bit
+# against the CPU optimizer) included. The timing
 # covers the loss-scaling step only. Without GoogleTest (the tests' framework) the
 # tests are left out and mixtrain_gpu_bench's own check against the CPU bits decides.
 set -euo pipefail

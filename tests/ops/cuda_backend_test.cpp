@@ -2,7 +2,7 @@
 // have, and without a GPU no table gains a CUDA kernel (so every op stays on the CPU). On a GPU: each CUDA kernel
 // gives the CPU kernel's bits (the loss-scaling chain, fill, copies, the elementwise ops but sigmoid and tanh, the
 // reductions, layer normalization and the embedding lookup with their gradients) and the device allocator counts its
-// bytes. The kernels whose arithmetic differs from the CPU's in
+// bytes. The CNN ops' kernels (pooling, batch normalization, conv2d) are checked in cuda_cnn_test.cpp. The kernels whose arithmetic differs from the CPU's in
 // summation order or in exp/log/tanh (softmax, cross-entropy, sigmoid, tanh, the cuBLASLt GEMM) are compared with
 // dtype-aware tolerances written beside each check; the casts bit for bit.
 // MIXTRAIN_REQUIRE_GPU=1 (scripts/gpu-check.sh) turns the GPU tests' skip into a failure.
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "mixtrain/core/allocator.h"
-#include "mixtrain/ops/conv2d.h"
+#include "mixtrain/ops/attention.h"
 #include "cuda_test_util.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
@@ -65,7 +65,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_GE(s.device_count, 1);
   EXPECT_TRUE(kernel::unscale_check_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::update_loss_scale_table().supports(DeviceType::kCuda));
-  EXPECT_FALSE(kernel::conv2d_table().supports(DeviceType::kCuda));  // not in this backend yet
+  EXPECT_FALSE(kernel::attention_table().supports(DeviceType::kCuda));  // not in this backend yet
   EXPECT_TRUE(kernel::softmax_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::crossentropy_backward_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::activation_backward_table().supports(DeviceType::kCuda));

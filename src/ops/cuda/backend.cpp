@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/ops/batch_norm.h"
+#include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/embedding.h"
 #include "mixtrain/ops/fused_adam.h"
 #include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/pooling.h"
 #include "mixtrain/ops/reduce.h"
 #include "mixtrain/ops/softmax.h"
 #include "mixtrain/ops/transfer.h"
@@ -152,20 +155,33 @@ CudaBackendStatus install_backend() {
   kernel::embedding_table().set(DeviceType::kCuda, &embedding);
   kernel::embedding_backward_table().set(DeviceType::kCuda, &embedding_backward);
   kernel::fused_adam_table().set(DeviceType::kCuda, &fused_adam);
+  kernel::pool2d_table().set(DeviceType::kCuda, &pool2d);
+  kernel::pool2d_backward_table().set(DeviceType::kCuda, &pool2d_backward);
+  kernel::global_average_pool2d_table().set(DeviceType::kCuda, &global_average_pool2d);
+  kernel::global_average_pool2d_backward_table().set(DeviceType::kCuda, &global_average_pool2d_backward);
+  kernel::batch_moments_table().set(DeviceType::kCuda, &batch_moments);
+  kernel::batch_norm_table().set(DeviceType::kCuda, &batch_norm);
+  kernel::batch_norm_backward_table().set(DeviceType::kCuda, &batch_norm_backward);
   s.ops = {"fill",         "unscale_and_check",   "update_loss_scale", "apply_loss_scale", "to_device",
            "activation",   "activation_backward", "add",               "scale",            "bias_add",
            "sum_rows",     "dropout",             "count_nonfinite",   "reduce_sum",       "reduce_sum_backward",
            "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward",
            "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
-           "fused_adam"};
+           "fused_adam",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
+           "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {
     kernel::bmm_table().set(DeviceType::kCuda, &bmm);
     s.ops.push_back("bmm");  // the table behind matmul, bmm and linear
+    // conv2d unfolds its patches and multiplies them through the same GEMM.
+    kernel::conv2d_table().set(DeviceType::kCuda, &conv2d);
+    kernel::conv2d_backward_table().set(DeviceType::kCuda, &conv2d_backward);
+    s.ops.push_back("conv2d");
+    s.ops.push_back("conv2d_backward");
     s.detail += "; matmul through " + lt;
   } else {
-    s.detail += "; matmul has no CUDA kernel: " + lt;
+    s.detail += "; matmul and conv2d have no CUDA kernel: " + lt;
   }
   s.loaded = true;
   return s;

@@ -5,11 +5,13 @@
 #include <string>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/fused_adam.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/pooling.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -53,6 +55,22 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);
 // fused_adam.cu
 void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
                 Tensor& iterations);
+// pooling.cu
+void pool2d(const Tensor& x, PoolKind kind, const Window2d& g, Tensor& y);
+void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Window2d& g, Tensor& dx);
+void global_average_pool2d(const Tensor& x, Tensor& y);
+void global_average_pool2d_backward(const Tensor& dy, Tensor& dx);
+// batch_norm.cu
+void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance);
+void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
+                float epsilon, Tensor& y);
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                         const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx, Tensor& dgamma,
+                         Tensor& dbeta);
+// conv2d.cu (its GEMM is bmm's: installed with it, only when load_cublaslt succeeds)
+void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
+void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
+                     Tensor& dkernel, Tensor& dbias);
 // matmul.cpp (cuBLASLt; installed only when load_cublaslt succeeds)
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
 
