@@ -2,8 +2,8 @@
 // batch_norm_channel.h, conv_patches.h), checked on the host against the CPU kernels bit for bit: each shared
 // function is run in the GPU kernel's plan (one output or input element at a time, per-channel sums through the
 // same blocks) and compared with the CPU op, in float32, float16 and bfloat16, at every instruction-set level the
-// machine has (the CPU kernels' vectorised variants must agree with the element-wise form). Runs everywhere, with or
-// without a GPU.
+// machine has (the CPU kernels' vectorised variants must agree with the element-wise form), NaN payloads aside where
+// a sum holds two NaNs. Runs everywhere, with or without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
