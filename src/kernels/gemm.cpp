@@ -163,6 +163,25 @@ void split_among_threads(int threads, int64_t m, int64_t n, const GemmBackend& b
   }
 }
 
+// An AMX product whose column slabs, one per thread, are this wide (at least the first, at most the second) and
+// whose A packed whole fits kKeptPackedABytes, and that has no more rows than columns, is split by columns, each
+// slab one column block: see columns_alone.
+constexpr int64_t kLoneSlabMinColumns = 256, kLoneSlabMaxColumns = 512;
+
+// Whether the threads take column slabs of C, each packing all of A and its own B in one block, rather than the
+// split_among_threads choice. Where that choice splits rows, the threads share every packed B block, which costs a
+// barrier per block and brings half of each block from the other core's cache; measured on two AMX cores
+// (Sapphire Rapids class), n = 1024 ran 2,250 GFLOP/s that way and 2,500-2,600 by columns alone, n = 512 and 768
+// the same either way, while taller products (4096 x 784 x 256, A transposed, 25% slower) and wider slabs (n = 1536
+// and 2048, where A is packed again for every column block) ran slower by columns.
+// Only the AMX backends (the ones with a column kernel) were measured; the others keep the general choice.
+bool columns_alone(const GemmBackend& be, int threads, int64_t m, int64_t n, int64_t k) {
+  if (be.column_kernel == nullptr || threads < 2 || m > n) return false;
+  const int64_t slab_n = ceil_div(ceil_div(n, be.nr), threads) * be.nr;
+  const int64_t packed_a_bytes = m * k * 2 * be.k_copies;
+  return slab_n >= kLoneSlabMinColumns && slab_n <= kLoneSlabMaxColumns && packed_a_bytes <= kKeptPackedABytes;
+}
+
 // A C of this many bytes or more is written, on its last k block, with non-temporal stores where a path can
 // (Epilogue::stream_out): it is larger than a core's L2 and its share of the last-level cache, so it leaves the
 // caches before its reader comes, and ordinary stores would read every line in before overwriting it. Measured on
@@ -304,14 +323,20 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
   int threads = max_threads > 0 ? max_threads : omp_get_max_threads();
   if (p.m * p.n * p.k < kMinParallelMacs) threads = 1;
   int tm = 1, tn = 1;
-  split_among_threads(threads, p.m, p.n, be, &tm, &tn);
+  const bool alone = columns_alone(be, threads, p.m, p.n, p.k);
+  if (alone) {
+    tm = 1;
+    tn = threads;
+  } else {
+    split_among_threads(threads, p.m, p.n, be, &tm, &tn);
+  }
   // A 16-bit C cannot hold partial sums (that would round twice): they go to float32 scratch.
   const bool need_partial = p.c_dtype != DType::kFloat32 && p.k > be.kc;
   const int64_t row_panels = ceil_div(p.m, be.mr), col_panels = ceil_div(p.n, be.nr);
   const int64_t max_slots = packed_slots(be, be.kc);  // depth of the deepest packed panel
   // The column block width of a slab of `rows` rows and `cols` columns.
   const auto block_width = [&](int64_t rows, int64_t cols) {
-    const int64_t nc = std::min(be.nc, ceil_div(cols, be.nr) * be.nr);
+    const int64_t nc = std::min(alone ? kLoneSlabMaxColumns : be.nc, ceil_div(cols, be.nr) * be.nr);
     return need_partial ? std::min(nc, std::max<int64_t>(be.nr, kPartialFloats / rows / be.nr * be.nr)) : nc;
   };
   // Row slabs of one column range share the packed B (SharedB), with one nc for all: the widest slab's.
