@@ -8,8 +8,9 @@
 #   fma_peak                          this CPU's multiply-add ceiling per dtype (bench/fma_peak.cpp)
 #   mixtrain bench gemm               GEMM GFLOP/s per dtype, n = 512, 1024, 2048 (bfloat16 by the method mixtrain
 #                                     picks at run time: AMX tiles "amx", vdpbf16ps "dot" or "widen" to float32;
-#                                     MIXTRAIN_BF16_GEMM=amx|dot|widen forces one; float16 by "widen", or by
-#                                     AVX512-FP16 FMAs with MIXTRAIN_F16_GEMM=fp16)
+#                                     MIXTRAIN_BF16_GEMM=amx|dot|widen forces one; float16 by the AMX split
+#                                     "amx" or "widen", whichever times fastest, or by AVX512-FP16 FMAs with
+#                                     MIXTRAIN_F16_GEMM=fp16)
 #   peer_dnnl                         oneDNN matmul, same sizes and dtypes (bench/peer_dnnl.cpp)
 #   peer_torch.py matmul              PyTorch matmul, same sizes and dtypes
 #   mixtrain bench step               MLP 784-4096-4096-10, batch 256, Adam: float32, mixed_float16, mixed_bfloat16
@@ -101,7 +102,13 @@ else
   echo "mixtrain bfloat16 GEMM method: mixtrain's run-time calibration (amx with AMX tiles, dot with vdpbf16ps, or" \
        "widen to float32, whichever times fastest on this CPU; MIXTRAIN_BF16_GEMM=amx|dot|widen forces one)"
 fi
-echo "mixtrain float16 GEMM method: ${MIXTRAIN_F16_GEMM:-widen (the default; MIXTRAIN_F16_GEMM=fp16 opts in to AVX512-FP16 FMAs)}"
+if [[ -n "${MIXTRAIN_F16_GEMM:-}" ]]; then
+  echo "mixtrain float16 GEMM method: forced, MIXTRAIN_F16_GEMM=$MIXTRAIN_F16_GEMM"
+else
+  echo "mixtrain float16 GEMM method: mixtrain's run-time calibration (amx, the AMX split into bfloat16 products," \
+       "or widen to float32, whichever times fastest on this CPU; MIXTRAIN_F16_GEMM=amx|widen|fp16 forces one, fp16 being"\
+       "AVX512-FP16 FMAs, which the calibration does not pick)"
+fi
 
 echo "== building helpers"
 have_fma=0 have_dnnl=0 have_torch=0
