@@ -5,6 +5,8 @@ namespace mixtrain::ops {
 namespace cpu {
 // Host to host: the dtype is the same, so a plain copy.
 void device_copy(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
+// CPU kernels return when their work is done.
+void synchronize(int) {}
 }  // namespace cpu
 
 namespace kernel {
@@ -12,7 +14,13 @@ KernelTable<DeviceCopyFn>& device_copy_table() {
   static KernelTable<DeviceCopyFn> t("to_device", &cpu::device_copy);
   return t;
 }
+KernelTable<SynchronizeFn>& synchronize_table() {
+  static KernelTable<SynchronizeFn> t("synchronize", &cpu::synchronize);
+  return t;
+}
 }  // namespace kernel
+
+void synchronize(const Device& device) { kernel::synchronize_table()(device)(device.index); }
 
 Tensor to_device(const Tensor& x, const Device& device) {
   MIXTRAIN_CHECK(x.defined(), "to_device: the tensor is undefined");

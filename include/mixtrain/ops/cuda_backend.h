@@ -13,6 +13,8 @@ struct CudaBackendStatus {
   bool compiled = false;  // this build has the CUDA backend (MIXTRAIN_CUDA found the toolkit)
   bool loaded = false;    // its allocator and kernels are installed: cuda:N tensors work
   int device_count = 0;   // GPUs the CUDA runtime sees
+  // Each GPU's name and compute capability, by index: "NVIDIA H200 (compute capability 9.0)".
+  std::vector<std::string> devices;
   std::string detail;     // one line for people: why it is not loaded, or the GPU names
   std::vector<std::string> ops;  // the ops with a CUDA kernel once loaded
 };

@@ -11,11 +11,19 @@ namespace mixtrain::ops {
 // supports; pass contiguous tensors to be safe.
 Tensor to_device(const Tensor& x, const Device& device);
 
+// Waits until everything queued on `device` has finished: a GPU runs kernels asynchronously, so a host clock
+// read around them needs this on both sides. Nothing to wait for on the CPU. Errors a kernel raised since the
+// last check surface here, as an Error naming the device.
+void synchronize(const Device& device);
+
 namespace kernel {
 // dst = src, both contiguous with the same dtype and element count, one of them on the table's device (the
 // other in host memory or on another device of the same type). Keyed by the device that is not the CPU.
 using DeviceCopyFn = void(const Tensor& src, Tensor& dst);
 KernelTable<DeviceCopyFn>& device_copy_table();
+// Blocks until the device of that type and index is idle.
+using SynchronizeFn = void(int device_index);
+KernelTable<SynchronizeFn>& synchronize_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -123,9 +123,12 @@ CudaBackendStatus install_backend() {
   std::ostringstream names;
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
+    std::string device = "unknown GPU";
     if (cudaGetDeviceProperties(&prop, i) == cudaSuccess)
-      names << (i ? ", " : "") << "cuda:" << i << " " << prop.name << " (compute capability " << prop.major << "."
-            << prop.minor << ")";
+      device = std::string(prop.name) + " (compute capability " + std::to_string(prop.major) + "." +
+               std::to_string(prop.minor) + ")";
+    names << (i ? ", " : "") << "cuda:" << i << " " << device;
+    s.devices.push_back(device);
   }
   s.detail = names.str();
   // Never destroyed: tensors freed during static destruction still find it.
@@ -136,6 +139,7 @@ CudaBackendStatus install_backend() {
   kernel::update_loss_scale_table().set(DeviceType::kCuda, &update_loss_scale);
   kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
   kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
+  kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
   kernel::activation_table().set(DeviceType::kCuda, &activation);
   kernel::activation_backward_table().set(DeviceType::kCuda, &activation_backward);
   kernel::add_table().set(DeviceType::kCuda, &add);
@@ -168,7 +172,8 @@ CudaBackendStatus install_backend() {
            "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward",
            "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
            "fused_adam",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
-           "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward"};
+           "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
+           "synchronize"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

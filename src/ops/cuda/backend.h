@@ -25,6 +25,7 @@ void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& 
 void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule);
 void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out);
 void device_copy(const Tensor& src, Tensor& dst);
+void synchronize(int device_index);
 // elementwise.cu
 void activation(const Tensor& x, Activation a, Tensor& y);
 void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);
@@ -73,6 +74,8 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
                      Tensor& dkernel, Tensor& dbias);
 // matmul.cpp (cuBLASLt; installed only when load_cublaslt succeeds)
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
+// How bmm multiplies inputs of dtype: "cublaslt", or "cublaslt tf32" for float32 under MIXTRAIN_CUDA_TF32=1.
+const char* gemm_method(DType dtype);
 
 // dst = src converted between float32, float16 and bfloat16 (same shape, contiguous, one device), rounding as
 // core's conversions do (convert.cu). No op table carries casts; the backend uses it, and tests call it.

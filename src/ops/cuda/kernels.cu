@@ -1,7 +1,7 @@
-// CUDA kernels of the loss-scaling chain, fill and device copies. The arithmetic is the CPU backend's: the scale
-// rule is shared::loss_scale_rule_step (ops/shared/loss_scale_rule.h, host-and-device code), 1/S is computed in
-// double and rounded once, and the unscaled value is one float32 product (no fused multiply-add, no fast math),
-// so a GPU step gives the CPU's bits.
+// CUDA kernels of the loss-scaling chain, fill, device copies and synchronisation. The arithmetic is the CPU
+// backend's: the scale rule is shared::loss_scale_rule_step (ops/shared/loss_scale_rule.h, host-and-device code),
+// 1/S is computed in double and rounded once, and the unscaled value is one float32 product (no fused
+// multiply-add, no fast math), so a GPU step gives the CPU's bits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -118,6 +118,13 @@ void device_copy(const Tensor& src, Tensor& dst) {
                  "to_device: cannot copy " << src.describe() << " into " << dst.describe());
   // Unified addressing: the runtime knows which side each pointer is on (and copies between GPUs).
   check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "cudaMemcpy");
+}
+
+void synchronize(int device_index) {
+  check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  // An asynchronous launch error not yet read (cudaDeviceSynchronize reports only errors of the kernels' run).
+  check_cuda(cudaGetLastError(), "a kernel launch");
 }
 
 }  // namespace mixtrain::ops::cuda

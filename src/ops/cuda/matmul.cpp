@@ -231,6 +231,10 @@ BatchSplit split_batch(const kernel::BmmLayout& l) {
 
 }  // namespace
 
+const char* gemm_method(DType dtype) {
+  return dtype == DType::kFloat32 && tf32_opted_in() ? "cublaslt tf32" : "cublaslt";
+}
+
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& l, Tensor& c) {
   int64_t count = 1;
   for (int64_t d : l.batch) count *= d;

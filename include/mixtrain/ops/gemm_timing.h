@@ -1,0 +1,41 @@
+// Timing the GEMM behind ops::matmul on a device, for `mixtrain bench gemm --device` and `mixtrain doctor`'s GPU
+// lines. The products go through the op entry and the device's kernel table (on a GPU the CUDA backend's cuBLASLt
+// kernel), as a training step's do, and the host clock is read between two ops::synchronize() calls, so queued
+// GPU work is counted where it runs. No CUDA type appears here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::ops {
+
+struct GemmTiming {
+  Device device;
+  DType dtype = DType::kFloat32;
+  int64_t n = 0;
+  int batches = 0;          // timed batches; the fastest counts
+  int per_batch = 0;        // products run back to back in each batch
+  double best_seconds = 0;  // per product, in the fastest batch
+  double gflops = 0;        // 2 n^3 / best_seconds / 1e9
+  std::string method;       // how the device computes it: "cublaslt" (GPU), or the CPU GEMM's method
+  Tensor a, b, c;           // (n, n) each, in dtype, on device: the operands (uniform in [-1, 1)) and the last product
+};
+
+// Why `device` cannot run the timed GEMM (no CUDA backend in this build, no usable GPU, no such index, no
+// cuBLASLt), in words for an error message; empty when it can. The CPU always can.
+std::string gemm_device_problem(const Device& device);
+
+// How `device` multiplies dtype inputs: "cublaslt" on a GPU ("cublaslt tf32" for float32 under
+// MIXTRAIN_CUDA_TF32=1), kernels::gemm's method on the CPU ("avx512", "amx", ...).
+std::string gemm_method(const Device& device, DType dtype);
+
+// Times C (n, n) = A (n, n) x B (n, n), inputs and C in dtype, float32 accumulation, through ops::matmul on
+// device: one untimed product (handles, workspace, the output's memory), then batches of back-to-back products
+// (each batch about 10 ms, so a GPU's launch cost overlaps its work) for about `seconds`, at least two batches.
+// Error (kInvalidInput) naming the device when gemm_device_problem() is not empty, or for n < 1, a dtype that is
+// not floating, or seconds outside (0, 3600].
+GemmTiming time_matmul(const Device& device, DType dtype, int64_t n, double seconds, uint64_t seed = 1);
+
+}  // namespace mixtrain::ops
