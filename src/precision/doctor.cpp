@@ -15,6 +15,7 @@
 #include "mixtrain/core/half.h"
 #include "mixtrain/kernels/cpu_features.h"
 #include "mixtrain/kernels/gemm.h"
+#include "mixtrain/ops/gemm_timing.h"
 
 namespace mixtrain {
 namespace {
@@ -249,7 +250,7 @@ void add_cpu_verdicts(DoctorReport* r) {
     v.device = "cpu";
     v.policy = policy_of(dtype);
     v.speedup = measured_speedup(*r, dtype);
-    v.verdict = cpu_verdict(dtype, v.speedup);
+    v.verdict = measured_verdict(dtype, v.speedup);
     if (dtype == DType::kFloat32) {
       v.reason = "float32 GEMM ran at " + fixed(f32_gflops, 1) + " GFLOP/s at n = " + std::to_string(f32_size) + " (" +
                  path + "); the mixed policies are measured against it";
@@ -302,26 +303,134 @@ std::string pad_left(const std::string& s, size_t width) {
 
 }  // namespace
 
-std::vector<PolicyVerdict> gpu_verdicts(const kernels::GpuProbe& probe) {
+std::vector<GpuGemmReport> measure_gpu_gemm(const kernels::GpuProbe& probe, const ops::CudaBackendStatus& backend) {
+  std::vector<GpuGemmReport> out;
+  for (size_t i = 0; i < probe.gpus.size(); ++i) {
+    const kernels::GpuInfo& g = probe.gpus[i];
+    GpuGemmReport rep;
+    rep.device = "gpu" + std::to_string(i);
+    const Device device = Device::cuda(static_cast<int>(i));
+    // The probe asks the driver, the backend the runtime; both number the same GPUs the same way, unless they
+    // disagree on how many there are.
+    std::string problem;
+    if (!backend.loaded)
+      problem = backend.detail;
+    else if (static_cast<int>(probe.gpus.size()) != backend.device_count)
+      problem = "the driver lists " + std::to_string(probe.gpus.size()) + " GPU(s) and the CUDA runtime " +
+                std::to_string(backend.device_count) + ", so they cannot be matched";
+    else
+      problem = ops::gemm_device_problem(device);
+    if (!problem.empty()) {
+      rep.not_measured = problem;
+      out.push_back(std::move(rep));
+      continue;
+    }
+    rep.method = ops::gemm_method(device, DType::kFloat32);
+    double f32_gflops = 0;
+    for (DType dtype : kDTypes) {
+      if ((dtype == DType::kFloat16 && !kernels::gpu_has_fast_float16(g)) ||
+          (dtype == DType::kBFloat16 && !kernels::gpu_has_bfloat16(g)))
+        continue;  // "unsupported" from the compute capability
+      std::string failure;
+      try {
+        const ops::GemmTiming t = ops::time_matmul(device, dtype, kGpuGemmSize, kGpuGemmSeconds);
+        if (dtype == DType::kFloat32) f32_gflops = t.gflops;
+        GemmMeasurement m;
+        m.dtype = dtype;
+        m.size = t.n;
+        m.repetitions = t.batches;
+        m.per_run = t.per_batch;
+        m.best_seconds = t.best_seconds;
+        m.gflops = t.gflops;
+        m.ratio = dtype == DType::kFloat32 ? 1.0 : t.gflops / f32_gflops;
+        rep.measurements.push_back(m);
+      } catch (const Error& e) {
+        failure = e.message();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      if (failure.empty()) continue;
+      rep.not_measured += (rep.not_measured.empty() ? "" : "; ") + std::string(dtype_name(dtype)) +
+                          " GEMM failed: " + failure;
+      if (dtype == DType::kFloat32) break;  // nothing to measure the others against
+    }
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
+
+std::vector<PolicyVerdict> gpu_verdicts(const kernels::GpuProbe& probe, const std::vector<GpuGemmReport>& gemm) {
   std::vector<PolicyVerdict> out;
+  const std::string f16_cores = "compute capability 7.0 and above has float16 tensor cores";
+  const std::string bf16_cores = "compute capability 8.0 and above has bfloat16 arithmetic and tensor cores";
   for (size_t i = 0; i < probe.gpus.size(); ++i) {
     const kernels::GpuInfo& g = probe.gpus[i];
     const std::string device = "gpu" + std::to_string(i), cc = cc_text(g);
-    const std::string not_measured = "; not measured: mixtrain's kernels run on the CPU";
+    const std::string about = g.name + ", " + gib(g.memory_bytes) + ", compute capability " + cc;
+    const GpuGemmReport* rep = i < gemm.size() ? &gemm[i] : nullptr;
+    const std::string not_measured =
+        "; not measured" + (rep && !rep->not_measured.empty() ? ": " + rep->not_measured : std::string());
+    const GemmMeasurement* f32 = nullptr;
+    if (rep)
+      for (const GemmMeasurement& m : rep->measurements)
+        if (m.dtype == DType::kFloat32) f32 = &m;
+    if (f32 == nullptr) {
+      // From the compute capability alone.
+      out.push_back({device, "float32", "baseline", about + not_measured, 0});
+      if (kernels::gpu_has_fast_float16(g))
+        out.push_back({device, "mixed_float16", "recommended (float16 tensor cores, compute capability " + cc + ")",
+                       f16_cores + not_measured, 0});
+      else
+        out.push_back({device, "mixed_float16", "unsupported",
+                       "compute capability " + cc + " has no float16 tensor cores (they need 7.0)", 0});
+      if (kernels::gpu_has_bfloat16(g))
+        out.push_back({device, "mixed_bfloat16", "recommended (bfloat16 tensor cores, compute capability " + cc + ")",
+                       bf16_cores + not_measured, 0});
+      else
+        out.push_back({device, "mixed_bfloat16", "unsupported",
+                       "compute capability " + cc + " has no bfloat16 arithmetic (it needs 8.0)", 0});
+      continue;
+    }
+    // Measured: the CPU's rule on this GPU's ratios.
+    const std::string how = rep->method == "cublaslt tf32"
+                                ? "cuBLASLt through ops::matmul, TF32 tensor cores (MIXTRAIN_CUDA_TF32=1)"
+                                : "cuBLASLt through ops::matmul, float32 arithmetic, TF32 off";
     out.push_back({device, "float32", "baseline",
-                   g.name + ", " + gib(g.memory_bytes) + ", compute capability " + cc + not_measured, 0});
-    if (kernels::gpu_has_fast_float16(g))
-      out.push_back({device, "mixed_float16", "recommended (float16 tensor cores, compute capability " + cc + ")",
-                     "compute capability 7.0 and above has float16 tensor cores" + not_measured, 0});
-    else
-      out.push_back({device, "mixed_float16", "unsupported",
-                     "compute capability " + cc + " has no float16 tensor cores (they need 7.0)", 0});
-    if (kernels::gpu_has_bfloat16(g))
-      out.push_back({device, "mixed_bfloat16", "recommended (bfloat16 tensor cores, compute capability " + cc + ")",
-                     "compute capability 8.0 and above has bfloat16 arithmetic and tensor cores" + not_measured, 0});
-    else
-      out.push_back({device, "mixed_bfloat16", "unsupported",
-                     "compute capability " + cc + " has no bfloat16 arithmetic (it needs 8.0)", 0});
+                   about + "; float32 GEMM ran at " + fixed(f32->gflops, 1) + " GFLOP/s at n = " +
+                       std::to_string(f32->size) + " (" + how + "); the mixed policies are measured against it",
+                   1.0});
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      const bool f16 = dtype == DType::kFloat16;
+      const char* policy = policy_of(dtype);
+      if (f16 ? !kernels::gpu_has_fast_float16(g) : !kernels::gpu_has_bfloat16(g)) {
+        out.push_back({device, policy, "unsupported",
+                       f16 ? "compute capability " + cc + " has no float16 tensor cores (they need 7.0)"
+                           : "compute capability " + cc + " has no bfloat16 arithmetic (it needs 8.0)",
+                       0});
+        continue;
+      }
+      const GemmMeasurement* m = nullptr;
+      for (const GemmMeasurement& x : rep->measurements)
+        if (x.dtype == dtype) m = &x;
+      const std::string cores = f16 ? f16_cores : bf16_cores;
+      if (m == nullptr) {  // its measurement failed
+        out.push_back({device, policy,
+                       std::string("recommended (") + dtype_name(dtype) + " tensor cores, compute capability " + cc +
+                           ")",
+                       cores + not_measured, 0});
+        continue;
+      }
+      PolicyVerdict v;
+      v.device = device;
+      v.policy = policy;
+      v.speedup = measured_speedup(rep->measurements, dtype);
+      v.verdict = measured_verdict(dtype, v.speedup);
+      v.reason = cores + "; cuBLASLt with " + dtype_name(dtype) + " inputs and float32 accumulation ran " +
+                 format_speedup(v.speedup) + "x float32 (n = " + std::to_string(m->size) + ", best of " +
+                 std::to_string(m->repetitions) + " runs of " + std::to_string(m->per_run) + " products)";
+      if (f16 && v.verdict.rfind("recommended", 0) == 0) v.reason += "; train with loss scaling against float16 underflow";
+      out.push_back(std::move(v));
+    }
   }
   return out;
 }
@@ -334,7 +443,7 @@ std::string format_speedup(double speedup) {
   return s;
 }
 
-std::string cpu_verdict(DType dtype, double speedup) {
+std::string measured_verdict(DType dtype, double speedup) {
   if (dtype == DType::kFloat32) return "baseline";
   const std::string shown = format_speedup(speedup);
   const std::string measured = std::string("(") + dtype_name(dtype) + " GEMM measured " + shown + "x float32)";
@@ -343,11 +452,13 @@ std::string cpu_verdict(DType dtype, double speedup) {
   return "no benefit on this hardware: stay in float32 " + measured;
 }
 
-double measured_speedup(const DoctorReport& report, DType dtype) {
+double measured_speedup(const DoctorReport& report, DType dtype) { return measured_speedup(report.measurements, dtype); }
+
+double measured_speedup(const std::vector<GemmMeasurement>& measurements, DType dtype) {
   if (dtype == DType::kFloat32) return 1.0;
   double log_sum = 0;
   int count = 0;
-  for (const GemmMeasurement& m : report.measurements) {
+  for (const GemmMeasurement& m : measurements) {
     if (m.dtype != dtype || !(m.ratio > 0)) continue;
     log_sum += std::log(m.ratio);
     ++count;
@@ -368,9 +479,27 @@ DoctorReport run_doctor(double seconds) {
   r.measurements = measure_gemm(seconds, &r.seconds_spent, &use);
   r.cpu_share = use.wall > 0 ? use.cpu / (use.wall * r.cpu.gemm_threads) : 0;
   add_cpu_verdicts(&r);
-  for (PolicyVerdict& v : gpu_verdicts(r.gpu)) r.verdicts.push_back(std::move(v));
+  r.gpu_gemm = measure_gpu_gemm(r.gpu, r.cuda_backend);
+  for (PolicyVerdict& v : gpu_verdicts(r.gpu, r.gpu_gemm)) r.verdicts.push_back(std::move(v));
   return r;
 }
+
+namespace {
+Json measurements_json(const std::vector<GemmMeasurement>& ms) {
+  Json out = Json::array();
+  for (const GemmMeasurement& m : ms) {
+    Json o = Json::object({{"dtype", dtype_name(m.dtype)},
+                           {"size", m.size},
+                           {"repetitions", m.repetitions},
+                           {"best_seconds", m.best_seconds},
+                           {"gflops", m.gflops},
+                           {"ratio", m.ratio}});
+    if (m.per_run != 1) o["per_run"] = m.per_run;
+    out.push_back(o);
+  }
+  return out;
+}
+}  // namespace
 
 Json doctor_to_json(const DoctorReport& r) {
   Json j = Json::object();
@@ -388,28 +517,31 @@ Json doctor_to_json(const DoctorReport& r) {
                            {"amx_status", r.cpu.amx_status},
                            {"features", features}});
   Json devices = Json::array();
-  for (const kernels::GpuInfo& g : r.gpu.gpus)
-    devices.push_back(Json::object({{"name", g.name},
-                                    {"memory_bytes", g.memory_bytes},
-                                    {"compute_capability", cc_text(g)},
-                                    {"fast_float16", kernels::gpu_has_fast_float16(g)},
-                                    {"bfloat16", kernels::gpu_has_bfloat16(g)}}));
+  for (size_t i = 0; i < r.gpu.gpus.size(); ++i) {
+    const kernels::GpuInfo& g = r.gpu.gpus[i];
+    Json d = Json::object({{"name", g.name},
+                           {"memory_bytes", g.memory_bytes},
+                           {"compute_capability", cc_text(g)},
+                           {"fast_float16", kernels::gpu_has_fast_float16(g)},
+                           {"bfloat16", kernels::gpu_has_bfloat16(g)}});
+    if (i < r.gpu_gemm.size()) {
+      const GpuGemmReport& rep = r.gpu_gemm[i];
+      d["gemm"] = Json::object({{"device", rep.device},
+                                {"method", rep.method},
+                                {"measurements", measurements_json(rep.measurements)},
+                                {"not_measured", rep.not_measured}});
+    }
+    devices.push_back(d);
+  }
   j["gpus"] = Json::object({{"driver_found", r.gpu.driver_found}, {"status", r.gpu.status}, {"devices", devices}});
   Json backend_ops = Json::array();
   for (const std::string& op : r.cuda_backend.ops) backend_ops.push_back(op);
   j["cuda_backend"] = Json::object({{"compiled", r.cuda_backend.compiled},
                                     {"loaded", r.cuda_backend.loaded},
+                                    {"device_count", r.cuda_backend.device_count},
                                     {"detail", r.cuda_backend.detail},
                                     {"ops", backend_ops}});
-  Json measurements = Json::array();
-  for (const GemmMeasurement& m : r.measurements)
-    measurements.push_back(Json::object({{"dtype", dtype_name(m.dtype)},
-                                         {"size", m.size},
-                                         {"repetitions", m.repetitions},
-                                         {"best_seconds", m.best_seconds},
-                                         {"gflops", m.gflops},
-                                         {"ratio", m.ratio}}));
-  j["measurements"] = measurements;
+  j["measurements"] = measurements_json(r.measurements);
   Json verdicts = Json::array();
   for (const PolicyVerdict& v : r.verdicts) {
     Json o = Json::object({{"device", v.device}, {"policy", v.policy}, {"verdict", v.verdict}, {"reason", v.reason}});
@@ -455,6 +587,17 @@ std::string format_doctor(const DoctorReport& r) {
     s += pad_left(std::to_string(m.size), 6) + "  " + pad(dtype_name(m.dtype), 9) + pad_left(fixed(m.gflops, 1), 9) +
          pad_left(fixed(m.ratio, 2) + "x", 12) + pad_left(std::to_string(m.repetitions), 6) + "\n";
   if (r.busy()) s += "note: " + busy_text(r) + "; rerun on an idle machine, or with a longer --seconds\n";
+  for (const GpuGemmReport& g : r.gpu_gemm) {
+    if (g.measurements.empty()) continue;
+    s += "\nGEMM on " + g.device + " (cuda:" + g.device.substr(3) + "), ops::matmul on the CUDA backend (" + g.method +
+         "), runs of back-to-back products between device synchronizations\n";
+    s += "     n  dtype      GFLOP/s  vs float32      runs\n";
+    for (const GemmMeasurement& m : g.measurements)
+      s += pad_left(std::to_string(m.size), 6) + "  " + pad(dtype_name(m.dtype), 9) + pad_left(fixed(m.gflops, 1), 9) +
+           pad_left(fixed(m.ratio, 2) + "x", 12) +
+           pad_left(std::to_string(m.repetitions) + " x " + std::to_string(m.per_run), 10) + "\n";
+    if (!g.not_measured.empty()) s += "note: " + g.not_measured + "\n";
+  }
 
   s += "\nVerdicts (mixed policy recommended from " + format_speedup(kRecommendSpeedup) + "x float32 GEMM speed)\n";
   size_t device_w = 6, policy_w = 6;

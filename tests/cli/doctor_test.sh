@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `mixtrain doctor`: a human report on stdout, a --json object with the documented fields, and exit
-# status 2 for bad flags without leaving a file behind.
+# `mixtrain doctor`: a human report on stdout, a --json object with the documented fields (each GPU's GEMM
+# measurement, or why there is none), and exit status 2 for bad flags without leaving a file behind.
 set -eu
 bin="$1"
 tmp=$(mktemp -d)
@@ -12,7 +12,7 @@ for want in "CPU" "features" "AVX512-FP16" "GPU" "backend   CUDA" "GFLOP/s" "flo
   grep -qF -- "$want" "$tmp/out" || { echo "FAIL: doctor output lacks '$want'"; exit 1; }
 done
 
-python3 - "$tmp/doctor.json" <<'PY'
+python3 - "$tmp/doctor.json" "$tmp/out" <<'PY'
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 for k in ["cpu", "gpus", "measurements", "verdicts", "thresholds", "seconds"]:
@@ -36,12 +36,13 @@ for m in ms:
     assert math.isfinite(m["ratio"]) and m["ratio"] > 0, m
     if m["dtype"] == "float32":
         assert m["ratio"] == 1, m
-cpu_lines = {v["policy"]: v for v in r["verdicts"] if v["device"] == "cpu"}
-assert set(cpu_lines) == {"float32", "mixed_float16", "mixed_bfloat16"}, cpu_lines
-assert cpu_lines["float32"]["verdict"] == "baseline", cpu_lines["float32"]
 threshold = r["thresholds"]["recommend_speedup"]
-for policy, dtype in [("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16")]:
-    v = cpu_lines[policy]
+def lines_of(device):
+    lines = {v["policy"]: v for v in r["verdicts"] if v["device"] == device}
+    assert set(lines) == {"float32", "mixed_float16", "mixed_bfloat16"}, lines
+    assert lines["float32"]["verdict"] == "baseline", lines["float32"]
+    return lines
+def check_measured(v, dtype):  # the verdict of a measured speedup, on any device
     shown = f"{v['speedup']:.2f}"
     if shown.endswith("0") and not shown.endswith(".0"):
         shown = shown[:-1]
@@ -50,6 +51,34 @@ for policy, dtype in [("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16
         assert v["verdict"] == "recommended " + tail, v
     else:
         assert v["verdict"] == "no benefit on this hardware: stay in float32 " + tail, v
+cpu_lines = lines_of("cpu")
+for policy, dtype in [("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16")]:
+    check_measured(cpu_lines[policy], dtype)
+assert isinstance(cb["device_count"], int), cb
+# Each GPU: measured through the CUDA backend when it can be (verdicts by the CPU's rule), else why not.
+usable = cb["loaded"] and "bmm" in cb["ops"] and cb["device_count"] == len(g["devices"])
+measured_gpus = 0
+for i, d in enumerate(g["devices"]):
+    gm, lines = d["gemm"], lines_of(f"gpu{i}")
+    assert gm["device"] == f"gpu{i}", gm
+    if not gm["measurements"]:
+        assert gm["not_measured"], gm
+        assert not usable or "float32 GEMM failed" in gm["not_measured"], gm
+        assert all(v["speedup"] is None for v in lines.values()), lines
+        continue
+    measured_gpus += 1
+    f32 = gm["measurements"][0]
+    assert f32["dtype"] == "float32" and f32["ratio"] == 1 and gm["method"].startswith("cublaslt"), gm
+    for m in gm["measurements"]:
+        assert m["size"] == 4096 and m["repetitions"] >= 2 and math.isfinite(m["gflops"]) and m["gflops"] > 0, m
+        assert math.isclose(m["ratio"], m["gflops"] / f32["gflops"], rel_tol=1e-9), m
+        if m["dtype"] != "float32":
+            v = lines["mixed_" + m["dtype"]]
+            assert math.isclose(v["speedup"], m["ratio"], rel_tol=1e-9), (v, m)
+            check_measured(v, m["dtype"])
+    print(f"gpu{i} measured:", {p: v["verdict"] for p, v in lines.items()})
+text = open(sys.argv[2]).read()
+assert ("\nGEMM on gpu" in text) == (measured_gpus > 0), measured_gpus
 print("doctor json ok:", {p: v["verdict"] for p, v in cpu_lines.items()})
 PY
 

@@ -4,28 +4,31 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/kernels/gemm.h"
+#include "mixtrain/ops/gemm_timing.h"
 
 namespace mixtrain {
 namespace {
 
 TEST(Doctor, VerdictStringsFollowTheThreshold) {
-  EXPECT_EQ(cpu_verdict(DType::kFloat32, 1.0), "baseline");
-  EXPECT_EQ(cpu_verdict(DType::kFloat32, 3.0), "baseline");
-  EXPECT_EQ(cpu_verdict(DType::kFloat16, 2.1), "recommended (float16 GEMM measured 2.1x float32)");
-  EXPECT_EQ(cpu_verdict(DType::kFloat16, 0.93),
+  EXPECT_EQ(measured_verdict(DType::kFloat32, 1.0), "baseline");
+  EXPECT_EQ(measured_verdict(DType::kFloat32, 3.0), "baseline");
+  EXPECT_EQ(measured_verdict(DType::kFloat16, 2.1), "recommended (float16 GEMM measured 2.1x float32)");
+  EXPECT_EQ(measured_verdict(DType::kFloat16, 0.93),
             "no benefit on this hardware: stay in float32 (float16 GEMM measured 0.93x float32)");
-  EXPECT_EQ(cpu_verdict(DType::kBFloat16, 1.5), "recommended (bfloat16 GEMM measured 1.5x float32)");
-  EXPECT_EQ(cpu_verdict(DType::kBFloat16, 1.0),
+  EXPECT_EQ(measured_verdict(DType::kBFloat16, 1.5), "recommended (bfloat16 GEMM measured 1.5x float32)");
+  EXPECT_EQ(measured_verdict(DType::kBFloat16, 1.0),
             "no benefit on this hardware: stay in float32 (bfloat16 GEMM measured 1.0x float32)");
   // At the threshold, and just either side of it as shown with two decimals.
-  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.15), "recommended (float16 GEMM measured 1.15x float32)");
-  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.1499), "recommended (float16 GEMM measured 1.15x float32)");
-  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.144),
+  EXPECT_EQ(measured_verdict(DType::kFloat16, 1.15), "recommended (float16 GEMM measured 1.15x float32)");
+  EXPECT_EQ(measured_verdict(DType::kFloat16, 1.1499), "recommended (float16 GEMM measured 1.15x float32)");
+  EXPECT_EQ(measured_verdict(DType::kFloat16, 1.144),
             "no benefit on this hardware: stay in float32 (float16 GEMM measured 1.14x float32)");
 }
 
@@ -90,7 +93,7 @@ TEST(Doctor, MeasuresEveryDTypeOnThisMachine) {
     EXPECT_EQ(v.device, "cpu");
     EXPECT_EQ(v.policy, policies[i]);
     EXPECT_DOUBLE_EQ(v.speedup, measured_speedup(r, dtypes[i]));
-    EXPECT_EQ(v.verdict, cpu_verdict(dtypes[i], v.speedup));
+    EXPECT_EQ(v.verdict, measured_verdict(dtypes[i], v.speedup));
     EXPECT_FALSE(v.reason.empty());
     if (i == 0) continue;
     const bool recommended = std::stod(format_speedup(v.speedup)) >= kRecommendSpeedup - 1e-9;
@@ -154,6 +157,159 @@ TEST(Doctor, GpuLinesFollowComputeCapability) {
   }
   EXPECT_NE(v[6].reason.find("Hopper, 141.0 GiB"), std::string::npos) << v[6].reason;
   EXPECT_TRUE(gpu_verdicts(kernels::GpuProbe{}).empty());
+}
+
+
+// A GPU's measured GEMMs as measure_gpu_gemm reports them: float32 first, ratios against it.
+GpuGemmReport measured_gpu(const std::string& device, double f32_gflops, std::vector<std::pair<DType, double>> ratios,
+                           const std::string& not_measured = "") {
+  GpuGemmReport r;
+  r.device = device;
+  r.method = "cublaslt";
+  r.measurements.push_back({DType::kFloat32, kGpuGemmSize, 5, 2.0 * kGpuGemmSize * kGpuGemmSize * kGpuGemmSize /
+                                                                  (f32_gflops * 1e9),
+                            f32_gflops, 1.0, 40});
+  for (const auto& [dtype, ratio] : ratios) {
+    const double g = f32_gflops * ratio;
+    r.measurements.push_back(
+        {dtype, kGpuGemmSize, 6, 2.0 * kGpuGemmSize * kGpuGemmSize * kGpuGemmSize / (g * 1e9), g, ratio, 90});
+  }
+  r.not_measured = not_measured;
+  return r;
+}
+
+TEST(Doctor, MeasuredGpuLinesFollowTheCpuRule) {
+  kernels::GpuProbe probe;
+  probe.driver_found = true;
+  probe.gpus = {{"Turing", int64_t{16} << 30, 7, 5},
+                {"Hopper", int64_t{141} << 30, 9, 0},
+                {"Ampere", int64_t{80} << 30, 8, 0},
+                {"Elsewhere", int64_t{24} << 30, 8, 9}};
+  std::vector<GpuGemmReport> gemm = {
+      measured_gpu("gpu0", 8000, {{DType::kFloat16, 7.9}}),
+      measured_gpu("gpu1", 50000, {{DType::kFloat16, 1.1}, {DType::kBFloat16, 12.345}}),
+      measured_gpu("gpu2", 19000, {{DType::kFloat16, 3.0}}, "bfloat16 GEMM failed: out of GPU memory"),
+      GpuGemmReport{"gpu3", "", {}, "no GPU: the CUDA runtime sees none"}};
+  const std::vector<PolicyVerdict> v = gpu_verdicts(probe, gemm);
+  ASSERT_EQ(v.size(), 12u);
+  const char* expected[12][3] = {
+      {"gpu0", "float32", "baseline"},
+      {"gpu0", "mixed_float16", "recommended (float16 GEMM measured 7.9x float32)"},
+      {"gpu0", "mixed_bfloat16", "unsupported"},
+      {"gpu1", "float32", "baseline"},
+      {"gpu1", "mixed_float16", "no benefit on this hardware: stay in float32 (float16 GEMM measured 1.1x float32)"},
+      {"gpu1", "mixed_bfloat16", "recommended (bfloat16 GEMM measured 12.35x float32)"},
+      {"gpu2", "float32", "baseline"},
+      {"gpu2", "mixed_float16", "recommended (float16 GEMM measured 3.0x float32)"},
+      {"gpu2", "mixed_bfloat16", "recommended (bfloat16 tensor cores, compute capability 8.0)"},
+      {"gpu3", "float32", "baseline"},
+      {"gpu3", "mixed_float16", "recommended (float16 tensor cores, compute capability 8.9)"},
+      {"gpu3", "mixed_bfloat16", "recommended (bfloat16 tensor cores, compute capability 8.9)"},
+  };
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].device, expected[i][0]) << i;
+    EXPECT_EQ(v[i].policy, expected[i][1]) << i;
+    EXPECT_EQ(v[i].verdict, expected[i][2]) << i;
+    EXPECT_FALSE(v[i].reason.empty()) << i;
+  }
+  // The measured lines carry their speedup and are the CPU rule's strings for it.
+  EXPECT_DOUBLE_EQ(v[4].speedup, 1.1);
+  EXPECT_EQ(v[4].verdict, measured_verdict(DType::kFloat16, v[4].speedup));
+  EXPECT_DOUBLE_EQ(v[5].speedup, 12.345);
+  EXPECT_DOUBLE_EQ(v[3].speedup, 1.0);
+  EXPECT_EQ(v[2].speedup, 0.0);
+  EXPECT_EQ(v[8].speedup, 0.0);
+  EXPECT_NE(v[3].reason.find("Hopper, 141.0 GiB, compute capability 9.0; float32 GEMM ran at 50000.0 GFLOP/s at n = "
+                             "4096"),
+            std::string::npos)
+      << v[3].reason;
+  EXPECT_NE(v[1].reason.find("ran 7.9x float32 (n = 4096, best of 6 runs of 90 products)"), std::string::npos)
+      << v[1].reason;
+  EXPECT_NE(v[1].reason.find("loss scaling"), std::string::npos) << v[1].reason;
+  EXPECT_EQ(v[4].reason.find("loss scaling"), std::string::npos) << v[4].reason;  // not recommended
+  EXPECT_NE(v[8].reason.find("not measured: bfloat16 GEMM failed: out of GPU memory"), std::string::npos)
+      << v[8].reason;
+  for (size_t i = 9; i < 12; ++i)
+    EXPECT_NE(v[i].reason.find("not measured: no GPU: the CUDA runtime sees none"), std::string::npos) << v[i].reason;
+}
+
+TEST(Doctor, GpuMeasurementsAppearInTheTextAndTheJson) {
+  DoctorReport r;
+  r.cpu_share = 1;
+  r.gpu.driver_found = true;
+  r.gpu.status = "1 GPU (CUDA driver 13.0)";
+  r.gpu.gpus = {{"Hopper", int64_t{141} << 30, 9, 0}};
+  r.gpu_gemm = {measured_gpu("gpu0", 50000, {{DType::kFloat16, 14.0}, {DType::kBFloat16, 15.5}})};
+  r.verdicts = gpu_verdicts(r.gpu, r.gpu_gemm);
+  const std::string text = format_doctor(r);
+  EXPECT_NE(text.find("GEMM on gpu0 (cuda:0), ops::matmul on the CUDA backend (cublaslt)"), std::string::npos) << text;
+  EXPECT_NE(text.find("  4096  float32    50000.0       1.00x    5 x 40\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  4096  bfloat16  775000.0      15.50x    6 x 90\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("recommended (bfloat16 GEMM measured 15.5x float32)"), std::string::npos) << text;
+
+  const Json j = doctor_to_json(r);
+  const Json& g = j.at("gpus").at("devices").at(0).at("gemm");
+  EXPECT_EQ(g.at("device").as_string(), "gpu0");
+  EXPECT_EQ(g.at("method").as_string(), "cublaslt");
+  EXPECT_EQ(g.at("not_measured").as_string(), "");
+  ASSERT_EQ(g.at("measurements").size(), 3u);
+  EXPECT_EQ(g.at("measurements").at(2).at("dtype").as_string(), "bfloat16");
+  EXPECT_DOUBLE_EQ(g.at("measurements").at(2).at("ratio").as_number(), 15.5);
+  EXPECT_EQ(g.at("measurements").at(2).at("per_run").as_number(), 90);
+  EXPECT_DOUBLE_EQ(j.at("verdicts").at(2).at("speedup").as_number(), 15.5);
+  // The CPU's measurements stay where they were, without the GPU's.
+  EXPECT_EQ(j.at("measurements").size(), 0u);
+}
+
+TEST(Doctor, AGpuTheBackendCannotUseIsNotMeasuredAndSaysWhy) {
+  kernels::GpuProbe probe;
+  probe.driver_found = true;
+  probe.gpus = {{"Hopper", int64_t{141} << 30, 9, 0}};
+  ops::CudaBackendStatus none;
+  none.detail = "this build has no CUDA backend (configure with -DMIXTRAIN_CUDA=ON)";
+  std::vector<GpuGemmReport> g = measure_gpu_gemm(probe, none);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].device, "gpu0");
+  EXPECT_TRUE(g[0].measurements.empty());
+  EXPECT_EQ(g[0].not_measured, none.detail);
+  // The driver and the runtime disagree on the count: the GPUs cannot be matched by index.
+  ops::CudaBackendStatus two;
+  two.compiled = two.loaded = true;
+  two.device_count = 2;
+  g = measure_gpu_gemm(probe, two);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_TRUE(g[0].measurements.empty());
+  EXPECT_NE(g[0].not_measured.find("the driver lists 1 GPU(s) and the CUDA runtime 2"), std::string::npos)
+      << g[0].not_measured;
+  EXPECT_TRUE(measure_gpu_gemm(kernels::GpuProbe{}, two).empty());
+}
+
+TEST(Doctor, MeasuresEveryGpuTheBackendCanUse) {
+  const DoctorReport r = run_doctor(0.1);
+  ASSERT_EQ(r.gpu_gemm.size(), r.gpu.gpus.size());
+  const bool usable = r.cuda_backend.loaded && r.cuda_backend.device_count == static_cast<int>(r.gpu.gpus.size());
+  if (std::getenv("MIXTRAIN_REQUIRE_GPU") != nullptr && std::string(std::getenv("MIXTRAIN_REQUIRE_GPU")) == "1") {
+    ASSERT_TRUE(usable && !r.gpu.gpus.empty()) << r.gpu.status << "; " << r.cuda_backend.detail;
+  }
+  for (size_t i = 0; i < r.gpu_gemm.size(); ++i) {
+    const GpuGemmReport& g = r.gpu_gemm[i];
+    EXPECT_EQ(g.device, "gpu" + std::to_string(i));
+    if (g.measurements.empty()) {
+      EXPECT_FALSE(g.not_measured.empty());
+      EXPECT_FALSE(usable && ops::gemm_device_problem(Device::cuda(static_cast<int>(i))).empty())
+          << "gpu" << i << " could have been measured: " << g.not_measured;
+      continue;
+    }
+    EXPECT_EQ(g.measurements[0].dtype, DType::kFloat32);
+    for (const GemmMeasurement& m : g.measurements) {
+      EXPECT_EQ(m.size, kGpuGemmSize);
+      EXPECT_GE(m.repetitions, 2);
+      EXPECT_TRUE(std::isfinite(m.gflops) && m.gflops > 0) << m.gflops;
+      EXPECT_NEAR(m.ratio, m.gflops / g.measurements[0].gflops, 1e-9 * m.ratio);
+    }
+    // Three lines per GPU after the CPU's, the measured ones with their speedup.
+    EXPECT_EQ(r.verdicts[3 + 3 * i].speedup, 1.0);
+  }
 }
 
 }  // namespace

@@ -10,8 +10,12 @@
 //   "no benefit on this hardware: stay in float32 (<dtype> GEMM measured Rx float32)".
 //   16-bit activations also halve the bytes of memory-bound layers; the reason line says so, but the
 //   verdict rests on the GEMM, where training time goes.
-// GPUs are not measured (mixtrain's kernels run on the CPU); their lines follow the compute capability:
-//   float16 needs >= 7.0 (tensor cores), bfloat16 >= 8.0, otherwise the verdict is "unsupported".
+// GPUs: where the CUDA backend is built and loaded and has its GEMM (cuBLASLt), each GPU's float32, float16 and
+// bfloat16 GEMM is timed the same way (n = kGpuGemmSize, through ops::matmul, ops::time_matmul) and a mixed
+// policy gets measured_verdict() from its ratio, as on the CPU. A dtype the compute capability lacks (float16
+// tensor cores need >= 7.0, bfloat16 >= 8.0) is "unsupported" and not timed; a GPU that cannot be measured (no
+// backend, no GPU the runtime can use, a failed measurement) gets lines from its compute capability alone:
+// "recommended (float16 tensor cores, compute capability 9.0)", with the reason it was not measured.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,11 @@ namespace mixtrain {
 // A mixed policy is recommended from this GEMM speedup over float32 on: below it, the gain is within the
 // noise of a shared machine and does not pay for 16-bit rounding (and loss scaling, for float16).
 constexpr double kRecommendSpeedup = 1.15;
+
+// Each GPU's GEMMs are timed at this n, for about kGpuGemmSeconds per dtype (on top of the CPU's budget): long
+// enough for a GPU's clocks and cuBLASLt's heuristic, short beside the CPU measurement.
+constexpr int64_t kGpuGemmSize = 4096;
+constexpr double kGpuGemmSeconds = 0.25;
 
 // Below this share of its threads' time (DoctorReport::cpu_share), the measurement is flagged as noisy.
 constexpr double kBusyCpuShare = 0.8;
@@ -59,9 +68,18 @@ struct GemmMeasurement {
   DType dtype = DType::kFloat32;
   int64_t size = 0;         // n
   int repetitions = 0;      // timed runs; the best one counts
-  double best_seconds = 0;  // fastest run
+  double best_seconds = 0;  // fastest run, per product
   double gflops = 0;        // 2 n^3 / best_seconds / 1e9
   double ratio = 0;         // gflops / float32 gflops at the same size (1 for float32)
+  int per_run = 1;          // products per timed run (a GPU's run is a batch of back-to-back products)
+};
+
+// One GPU's GEMM measurement (gpuN is the CUDA runtime's cuda:N).
+struct GpuGemmReport {
+  std::string device;                         // "gpu0"
+  std::string method;                         // how it multiplies: "cublaslt" (ops::gemm_method)
+  std::vector<GemmMeasurement> measurements;  // float32, then the 16-bit dtypes the GPU has; empty: not measured
+  std::string not_measured;                   // why a dtype or the whole GPU was not measured; empty when all were
 };
 
 struct PolicyVerdict {
@@ -69,7 +87,7 @@ struct PolicyVerdict {
   std::string policy;   // "float32", "mixed_float16", "mixed_bfloat16"
   std::string verdict;  // "baseline", "recommended (...)", "no benefit on this hardware: ...", "unsupported"
   std::string reason;   // why, in a sentence or two
-  double speedup = 0;   // measured GEMM speedup over float32 (CPU lines; 0 where not measured)
+  double speedup = 0;   // measured GEMM speedup over float32 (0 where not measured)
 };
 
 struct DoctorReport {
@@ -77,6 +95,7 @@ struct DoctorReport {
   kernels::GpuProbe gpu;
   ops::CudaBackendStatus cuda_backend;  // whether this build's CUDA backend is there and loaded on this machine
   std::vector<GemmMeasurement> measurements;  // by size, then float32, float16, bfloat16
+  std::vector<GpuGemmReport> gpu_gemm;        // one per GPU of the probe, in its order
   std::vector<PolicyVerdict> verdicts;        // cpu lines first, then each GPU's
   double seconds_budget = 0;                  // what was asked for
   double seconds_spent = 0;                   // wall time of the measurement
@@ -86,29 +105,36 @@ struct DoctorReport {
   bool busy() const;  // cpu_share < kBusyCpuShare
 };
 
-// Inspects the CPU and the GPUs and times the GEMM for about `seconds` in total (the three dtypes
+// Inspects the CPU and the GPUs and times the CPU GEMM for about `seconds` in total (the three dtypes
 // interleaved, so a load change on a shared machine hits them alike). At least two rounds of the
 // smallest size always run, so a tiny budget may be overrun; a larger size is skipped when it would
-// not fit. Throws mixtrain::Error (kInvalidInput) unless 0 < seconds <= 3600.
+// not fit. Each usable GPU's GEMMs take about kGpuGemmSeconds per dtype more (measure_gpu_gemm).
+// Throws mixtrain::Error (kInvalidInput) unless 0 < seconds <= 3600.
 DoctorReport run_doctor(double seconds = 1.0);
 
+// Times the GEMM of every GPU in `probe` that the loaded CUDA backend can use (see the rules at the top of
+// this file); the others' reports say why not. Never throws: a failed measurement is reported in not_measured.
+std::vector<GpuGemmReport> measure_gpu_gemm(const kernels::GpuProbe& probe, const ops::CudaBackendStatus& backend);
+
 // The GEMM speedup of `dtype` over float32: geometric mean of its ratios over the measured sizes
-// (1 for float32, 0 when the report has no measurement of it).
+// (1 for float32, 0 when there is no measurement of it). The report form reads the CPU's measurements.
+double measured_speedup(const std::vector<GemmMeasurement>& measurements, DType dtype);
 double measured_speedup(const DoctorReport& report, DType dtype);
 
-// The CPU verdict string for a policy whose compute dtype is `dtype`, given its measured speedup;
-// see the rules at the top of this file.
-std::string cpu_verdict(DType dtype, double speedup);
+// The verdict string for a policy whose compute dtype is `dtype`, given its measured GEMM speedup, on the CPU
+// or a GPU; see the rules at the top of this file.
+std::string measured_verdict(DType dtype, double speedup);
 
-// The verdict lines of the GPUs in `probe` (three per GPU: float32, mixed_float16, mixed_bfloat16), from
-// their compute capability; see the rules at the top of this file.
-std::vector<PolicyVerdict> gpu_verdicts(const kernels::GpuProbe& probe);
+// The verdict lines of the GPUs in `probe` (three per GPU: float32, mixed_float16, mixed_bfloat16): from the
+// measurements in gemm[i] where there are some, else from the compute capability; see the rules at the top of
+// this file.
+std::vector<PolicyVerdict> gpu_verdicts(const kernels::GpuProbe& probe, const std::vector<GpuGemmReport>& gemm = {});
 
 // "2.1", "0.93", "1.0": the speedup as it appears in verdicts (two decimals, one trailing zero dropped).
 std::string format_speedup(double speedup);
 
-// The report as a JSON object: cpu (with features), gpus (driver_found, status, devices), measurements,
-// verdicts, thresholds, seconds.
+// The report as a JSON object: cpu (with features), gpus (driver_found, status, devices, each with its gemm
+// measurements or why not), measurements (the CPU's), verdicts, thresholds, seconds.
 Json doctor_to_json(const DoctorReport& report);
 
 // The report as a table for people, ending in a newline.
