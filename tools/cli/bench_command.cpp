@@ -1,5 +1,5 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
-//   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE]
+//   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
 //   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
@@ -12,6 +12,8 @@
 #include "commands.h"
 #include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/kernels/gemm.h"
+#include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/gemm_timing.h"
 #include "mixtrain/precision/hardware_check.h"
 
 namespace mixtrain::cli {
@@ -42,8 +44,82 @@ double gemm_gflops(DType dtype, int64_t n, double seconds) {
   return 2.0 * n * n * n / best / 1e9;
 }
 
+// --device cpu|cuda|cuda:N, the flag named in the error of a malformed value.
+Device device_flag(const Args& a) {
+  const std::string text = a.str("device", "cpu");
+  try {
+    return parse_device(text);
+  } catch (const Error& e) {
+    MIXTRAIN_FAIL(kInvalidInput, "--device: " << e.message(), e.hint());
+  }
+}
+
+// bench gemm on a GPU: the same table, each product through ops::matmul (the CUDA backend's cuBLASLt kernel),
+// timed between device synchronizations (ops::time_matmul).
+int bench_gemm_gpu(const Args& a, const Device& device) {
+  // Large enough that a GPU's launch cost is small beside the product; 512 takes microseconds on a recent one.
+  const std::vector<int64_t> sizes = a.int_list("sizes", {1024, 4096, 8192});
+  const double seconds = a.number("seconds", 1.0);
+  MIXTRAIN_CHECK(seconds > 0, "--seconds must be positive");
+  const std::string problem = ops::gemm_device_problem(device);
+  if (!problem.empty())
+    MIXTRAIN_FAIL(kInvalidInput, "bench gemm --device " << device.str() << ": no GPU GEMM here: " << problem,
+                  "--device cpu (the default) runs on the CPU; --device cuda needs a build with the CUDA backend "
+                  "(-DMIXTRAIN_CUDA=ON where nvcc is found) and an NVIDIA GPU with its driver");
+  const ops::CudaBackendStatus status = ops::load_cuda_backend();
+  const std::string gpu = status.devices.at(static_cast<size_t>(device.index));
+  std::printf("GEMM (n x n x n) on %s, %s, best of repeated runs over %.1f s per case\n", device.str().c_str(),
+              gpu.c_str(), seconds);
+  std::printf("methods: ops::matmul on the CUDA backend, cuBLASLt, float32 accumulation (float32 inputs %s); "
+              "batches of back-to-back products between device synchronizations\n",
+              ops::gemm_method(device, DType::kFloat32) == "cublaslt tf32" ? "on TF32 tensor cores"
+                                                                          : "in float32, TF32 off");
+  std::printf("%6s  %-9s %10s %11s  %s\n", "n", "dtype", "GFLOP/s", "vs float32", "method");
+  Json rows = Json::array();
+  for (int64_t n : sizes) {
+    double f32 = 0;
+    for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      ops::GemmTiming t;
+      try {
+        t = ops::time_matmul(device, d, n, seconds);
+      } catch (const Error& e) {
+        // A GPU without a dtype's tensor cores (bfloat16 before compute capability 8.0): a row that says so.
+        if (d == DType::kFloat32) throw;
+        const std::string why = "unavailable: " + e.message();
+        std::printf("%6lld  %-9s %10s %11s  %s\n", static_cast<long long>(n), dtype_name(d), "-", "-", why.c_str());
+        rows.push_back(Json::object({{"n", n}, {"dtype", dtype_name(d)}, {"gflops", Json()},
+                                     {"ratio_vs_float32", Json()}, {"method", why}}));
+        continue;
+      }
+      if (d == DType::kFloat32) f32 = t.gflops;
+      std::printf("%6lld  %-9s %10.1f %10.2fx  %s\n", static_cast<long long>(n), dtype_name(d), t.gflops,
+                  t.gflops / f32, t.method.c_str());
+      rows.push_back(Json::object({{"n", n},
+                                   {"dtype", dtype_name(d)},
+                                   {"gflops", t.gflops},
+                                   {"ratio_vs_float32", t.gflops / f32},
+                                   {"method", t.method},
+                                   {"batches", t.batches},
+                                   {"per_batch", t.per_batch}}));
+    }
+  }
+  const std::string json_path = a.str("json", "");
+  if (!json_path.empty()) {
+    write_file_atomically(json_path, Json::object({{"device", device.str()},
+                                                   {"gpu", gpu},
+                                                   {"cuda_backend", status.detail},
+                                                   {"gemm", rows}})
+                                         .dump(2) +
+                                         "\n");
+    std::printf("wrote %s\n", json_path.c_str());
+  }
+  return 0;
+}
+
 int bench_gemm(const std::vector<std::string>& argv) {
-  Args a(argv, {"sizes", "seconds", "json"});
+  Args a(argv, {"sizes", "seconds", "json", "device"});
+  const Device device = device_flag(a);
+  if (!device.is_cpu()) return bench_gemm_gpu(a, device);
   const std::vector<int64_t> sizes = a.int_list("sizes", {512, 1024, 2048});
   const double seconds = a.number("seconds", 1.0);
   MIXTRAIN_CHECK(seconds > 0, "--seconds must be positive");
