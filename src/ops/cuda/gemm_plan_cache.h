@@ -1,0 +1,171 @@
+// The GEMM's plan cache (matmul.cpp): the cuBLASLt descriptors of a product and the algorithm its heuristic chose,
+// kept per problem, so that the many small products of a training step, asked again every step with the same
+// shapes, skip building four descriptors and a heuristic query on the host each time.
+//
+// Plain C++, no CUDA type: the key, the lookup and the eviction are tested on every machine
+// (tests/ops/cuda_gemm_plan_cache_test.cpp); matmul.cpp supplies the value type holding the descriptors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "mixtrain/core/dtype.h"
+#include "mixtrain/ops/matmul.h"
+
+namespace mixtrain::ops::cuda {
+
+// One cuBLASLt call: `count` products D[p] (m, n) row-major = op(A[p]) op(B[p]) [+ bias], A[p] = a + p * a_stride
+// elements (likewise B), D[p] = d + p * m * n elements of d_dtype.
+struct GemmProblem {
+  const kernel::BmmLayout* l;
+  DType ab_dtype;
+  const void* a;
+  const void* b;
+  int64_t a_stride, b_stride, count;
+  void* d;
+  DType d_dtype;
+  const float* bias;  // null: no epilogue
+};
+
+enum class GemmEpilogue : uint8_t { kNone, kBias };  // kBias: a float32 bias along the rows, then the rounding
+
+// Everything that decides the descriptors and the heuristic's choice for a GemmProblem on one GPU. Pointers enter
+// only through their alignment classes (the heuristic's minimum-alignment preferences); the bias pointer itself is
+// set on the descriptor at each call.
+struct GemmPlanKey {
+  int device = 0;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int64_t count = 1;                                 // products in the call
+  int64_t a_stride = 0, b_stride = 0, d_stride = 0;  // elements between them; 0 when count is 1
+  bool trans_a = false, trans_b = false;
+  DType ab_dtype = DType::kFloat32, d_dtype = DType::kFloat32;  // compute is always float32 ...
+  bool tf32 = false;  // ... on TF32 tensor cores for float32 inputs when MIXTRAIN_CUDA_TF32=1 opts in
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  uint32_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0;  // bytes, powers of two up to 256
+
+  bool operator==(const GemmPlanKey&) const = default;
+};
+
+// The largest power of two up to 256 dividing p and every batch step after it (cuBLASLt assumes 256 unless told).
+inline uint32_t gemm_alignment(const void* p, int64_t batch_stride_bytes) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(batch_stride_bytes) | 256u;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+// The key of problem p on GPU device; tf32 is whether MIXTRAIN_CUDA_TF32=1 (it matters for float32 inputs only).
+inline GemmPlanKey gemm_plan_key(int device, const GemmProblem& p, bool tf32) {
+  const kernel::BmmLayout& l = *p.l;
+  const bool batched = p.count > 1;  // one product: its layout carries no stride
+  const int64_t eab = static_cast<int64_t>(dtype_size(p.ab_dtype)), ed = static_cast<int64_t>(dtype_size(p.d_dtype));
+  GemmPlanKey key;
+  key.device = device;
+  key.m = l.m;
+  key.n = l.n;
+  key.k = l.k;
+  key.lda = l.lda;
+  key.ldb = l.ldb;
+  key.ldd = l.n;
+  key.count = p.count;
+  key.a_stride = batched ? p.a_stride : 0;
+  key.b_stride = batched ? p.b_stride : 0;
+  key.d_stride = batched ? l.m * l.n : 0;
+  key.trans_a = l.trans_a;
+  key.trans_b = l.trans_b;
+  key.ab_dtype = p.ab_dtype;
+  key.d_dtype = p.d_dtype;
+  key.tf32 = tf32 && p.ab_dtype == DType::kFloat32;
+  key.epilogue = p.bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+  key.align_a = gemm_alignment(p.a, key.a_stride * eab);
+  key.align_b = gemm_alignment(p.b, key.b_stride * eab);
+  key.align_d = gemm_alignment(p.d, key.d_stride * ed);
+  key.align_bias = p.bias ? gemm_alignment(p.bias, 0) : 0;
+  return key;
+}
+
+struct GemmPlanKeyHash {
+  size_t operator()(const GemmPlanKey& k) const {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](uint64_t v) { h = (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0x100000001b3ull; };
+    mix(static_cast<uint64_t>(k.device));
+    for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.count, k.a_stride, k.b_stride, k.d_stride})
+      mix(static_cast<uint64_t>(v));
+    mix(static_cast<uint64_t>(k.trans_a) | static_cast<uint64_t>(k.trans_b) << 1 | static_cast<uint64_t>(k.tf32) << 2 |
+        static_cast<uint64_t>(k.epilogue) << 3 | static_cast<uint64_t>(k.ab_dtype) << 8 |
+        static_cast<uint64_t>(k.d_dtype) << 16);
+    mix(static_cast<uint64_t>(k.align_a) | static_cast<uint64_t>(k.align_b) << 16 |
+        static_cast<uint64_t>(k.align_d) << 32 | static_cast<uint64_t>(k.align_bias) << 48);
+    return static_cast<size_t>(h);
+  }
+};
+
+struct GemmPlanCacheStats {
+  int64_t hits = 0, misses = 0, evictions = 0;
+  size_t size = 0, capacity = 0;
+};
+
+// At most `capacity` plans, the least recently used evicted first; thread-safe. Plans are shared: one evicted while
+// a call still uses it is destroyed when that call lets go of it, so its descriptors never outlive their last user
+// nor die under one.
+template <typename Plan>
+class GemmPlanCache {
+ public:
+  explicit GemmPlanCache(size_t capacity) : capacity_(capacity > 0 ? capacity : 1) {}
+  GemmPlanCache(const GemmPlanCache&) = delete;
+  GemmPlanCache& operator=(const GemmPlanCache&) = delete;
+
+  // The plan for key, now the most recently used: the cached one, or make()'s (a std::shared_ptr<Plan>), stored.
+  // make runs under the cache's lock (a miss is rare, and two threads never build the same plan); when it throws,
+  // nothing is stored.
+  template <typename Make>
+  std::shared_ptr<Plan> get(const GemmPlanKey& key, Make&& make) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      ++hits_;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+    ++misses_;
+    std::shared_ptr<Plan> plan = std::forward<Make>(make)();
+    lru_.emplace_front(key, plan);
+    index_.emplace(key, lru_.begin());
+    while (lru_.size() > capacity_) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();  // the plan is destroyed here unless a call still holds it
+      ++evictions_;
+    }
+    return plan;
+  }
+
+  // Drops every plan (each destroyed once no call holds it).
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.clear();
+    lru_.clear();
+  }
+
+  GemmPlanCacheStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {hits_, misses_, evictions_, lru_.size(), capacity_};
+  }
+
+ private:
+  using Entry = std::pair<GemmPlanKey, std::shared_ptr<Plan>>;
+  mutable std::mutex mu_;
+  const size_t capacity_;
+  std::list<Entry> lru_;  // most recently used first
+  std::unordered_map<GemmPlanKey, typename std::list<Entry>::iterator, GemmPlanKeyHash> index_;
+  int64_t hits_ = 0, misses_ = 0, evictions_ = 0;
+};
+
+// The GEMM's own cache, across GPUs (matmul.cpp; only in a build with the CUDA backend).
+GemmPlanCacheStats gemm_plan_cache_stats();
+
+}  // namespace mixtrain::ops::cuda

@@ -1,0 +1,281 @@
+// The GEMM's plan cache (src/ops/cuda/gemm_plan_cache.h). Everywhere: the key a product gets (every field that
+// decides cuBLASLt's descriptors or its heuristic's choice separates two products, pointers only by alignment
+// class), lookups that hit and miss, least-recently-used eviction, and each plan destroyed exactly once, on
+// eviction, on clear or with the cache, never under a caller still holding it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mixtrain/ops/matmul.h"
+#include "op_test_util.h"
+#include "ops/cuda/gemm_plan_cache.h"
+
+namespace mixtrain::ops::cuda {
+namespace {
+
+using testing::random_tensor;
+using testing::unit;
+
+// A plan that reports its destruction.
+struct CountedPlan {
+  int id = 0;
+  std::vector<int>* destroyed = nullptr;
+  ~CountedPlan() {
+    if (destroyed) destroyed->push_back(id);
+  }
+};
+
+GemmPlanKey key_with_m(int64_t m) {
+  GemmPlanKey k;
+  k.m = m;
+  k.n = 8;
+  k.k = 8;
+  return k;
+}
+
+// A plan maker that counts its calls and numbers its plans 1, 2, ...
+struct Maker {
+  int calls = 0;
+  std::vector<int> destroyed;
+  std::function<std::shared_ptr<CountedPlan>()> fn() {
+    return [this] {
+      auto p = std::make_shared<CountedPlan>();
+      p->id = ++calls;
+      p->destroyed = &destroyed;
+      return p;
+    };
+  }
+};
+
+TEST(GemmPlanCache, AHitReturnsTheStoredPlanAndAMissMakesOne) {
+  Maker make;
+  GemmPlanCache<CountedPlan> cache(4);
+  const std::shared_ptr<CountedPlan> first = cache.get(key_with_m(3), make.fn());
+  const std::shared_ptr<CountedPlan> again = cache.get(key_with_m(3), make.fn());
+  EXPECT_EQ(make.calls, 1);
+  EXPECT_EQ(first.get(), again.get());
+  const std::shared_ptr<CountedPlan> other = cache.get(key_with_m(4), make.fn());
+  EXPECT_EQ(make.calls, 2);
+  EXPECT_NE(other.get(), first.get());
+  const GemmPlanCacheStats s = cache.stats();
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.misses, 2);
+  EXPECT_EQ(s.evictions, 0);
+  EXPECT_EQ(s.size, 2u);
+  EXPECT_EQ(s.capacity, 4u);
+}
+
+TEST(GemmPlanCache, EveryKeyFieldSeparatesTwoPlans) {
+  const GemmPlanKey base = [] {
+    GemmPlanKey k;
+    k.device = 0;
+    k.m = 5, k.n = 6, k.k = 7, k.lda = 7, k.ldb = 6, k.ldd = 6;
+    k.count = 3, k.a_stride = 35, k.b_stride = 42, k.d_stride = 30;
+    k.ab_dtype = DType::kFloat16, k.d_dtype = DType::kFloat16;
+    k.align_a = 256, k.align_b = 256, k.align_d = 256;
+    return k;
+  }();
+  std::vector<std::pair<std::string, std::function<void(GemmPlanKey&)>>> changes = {
+      {"device", [](GemmPlanKey& k) { k.device = 1; }},
+      {"m", [](GemmPlanKey& k) { k.m = 9; }},
+      {"n", [](GemmPlanKey& k) { k.n = 9; }},
+      {"k", [](GemmPlanKey& k) { k.k = 9; }},
+      {"lda", [](GemmPlanKey& k) { k.lda = 9; }},
+      {"ldb", [](GemmPlanKey& k) { k.ldb = 9; }},
+      {"ldd", [](GemmPlanKey& k) { k.ldd = 9; }},
+      {"count", [](GemmPlanKey& k) { k.count = 4; }},
+      {"a_stride", [](GemmPlanKey& k) { k.a_stride = 0; }},
+      {"b_stride", [](GemmPlanKey& k) { k.b_stride = 0; }},
+      {"d_stride", [](GemmPlanKey& k) { k.d_stride = 31; }},
+      {"trans_a", [](GemmPlanKey& k) { k.trans_a = true; }},
+      {"trans_b", [](GemmPlanKey& k) { k.trans_b = true; }},
+      {"ab_dtype", [](GemmPlanKey& k) { k.ab_dtype = DType::kBFloat16; }},
+      {"d_dtype", [](GemmPlanKey& k) { k.d_dtype = DType::kFloat32; }},
+      {"tf32", [](GemmPlanKey& k) { k.tf32 = true; }},
+      {"epilogue", [](GemmPlanKey& k) { k.epilogue = GemmEpilogue::kBias; }},
+      {"align_a", [](GemmPlanKey& k) { k.align_a = 2; }},
+      {"align_b", [](GemmPlanKey& k) { k.align_b = 2; }},
+      {"align_d", [](GemmPlanKey& k) { k.align_d = 2; }},
+      {"align_bias", [](GemmPlanKey& k) { k.align_bias = 16; }},
+  };
+  Maker make;
+  GemmPlanCache<CountedPlan> cache(64);
+  const std::shared_ptr<CountedPlan> base_plan = cache.get(base, make.fn());
+  for (const auto& [field, change] : changes) {
+    GemmPlanKey k = base;
+    change(k);
+    EXPECT_FALSE(k == base) << field;
+    const int before = make.calls;
+    EXPECT_NE(cache.get(k, make.fn()).get(), base_plan.get()) << field;
+    EXPECT_EQ(make.calls, before + 1) << field << " found another key's plan";
+  }
+  EXPECT_EQ(cache.get(base, make.fn()).get(), base_plan.get());
+  EXPECT_EQ(cache.stats().size, changes.size() + 1);
+}
+
+// The key a product gets from the arguments of one cuBLASLt call.
+struct ProblemFixture {
+  kernel::BmmLayout l;
+  alignas(256) unsigned char memory[4096] = {};
+  GemmProblem p{};
+  ProblemFixture() {
+    l.m = 5, l.n = 6, l.k = 7, l.lda = 7, l.ldb = 6;
+    p = {&l, DType::kFloat32, memory, memory + 1024, 35, 42, 3, memory + 2048, DType::kFloat32, nullptr};
+  }
+};
+
+TEST(GemmPlanCache, TheKeyOfAProblemFollowsEveryArgumentThatDecidesThePlan) {
+  ProblemFixture f;
+  const GemmPlanKey base = gemm_plan_key(0, f.p, false);
+  EXPECT_EQ(base.m, 5);
+  EXPECT_EQ(base.ldd, 6);
+  EXPECT_EQ(base.d_stride, 30);
+  // float32 strides of 35 and 42 elements: 140 and 168 bytes, so A's batch steps are 4-byte aligned, B's 8.
+  EXPECT_EQ(base.align_a, 4u);
+  EXPECT_EQ(base.align_b, 8u);
+  EXPECT_EQ(base.align_d, 8u);  // 30 float32 = 120 bytes
+  EXPECT_EQ(base.epilogue, GemmEpilogue::kNone);
+  EXPECT_EQ(base.align_bias, 0u);
+
+  const float* bias = reinterpret_cast<const float*>(f.memory + 3072);
+  std::vector<std::pair<std::string, std::function<GemmPlanKey(ProblemFixture&)>>> changes = {
+      {"device", [](ProblemFixture& g) { return gemm_plan_key(1, g.p, false); }},
+      {"m", [](ProblemFixture& g) { g.l.m = 4; return gemm_plan_key(0, g.p, false); }},
+      {"n", [](ProblemFixture& g) { g.l.n = 4; return gemm_plan_key(0, g.p, false); }},
+      {"k", [](ProblemFixture& g) { g.l.k = 4; return gemm_plan_key(0, g.p, false); }},
+      {"lda", [](ProblemFixture& g) { g.l.lda = 8; return gemm_plan_key(0, g.p, false); }},
+      {"ldb", [](ProblemFixture& g) { g.l.ldb = 8; return gemm_plan_key(0, g.p, false); }},
+      {"trans_a", [](ProblemFixture& g) { g.l.trans_a = true; return gemm_plan_key(0, g.p, false); }},
+      {"trans_b", [](ProblemFixture& g) { g.l.trans_b = true; return gemm_plan_key(0, g.p, false); }},
+      {"count", [](ProblemFixture& g) { g.p.count = 2; return gemm_plan_key(0, g.p, false); }},
+      {"a_stride", [](ProblemFixture& g) { g.p.a_stride = 0; return gemm_plan_key(0, g.p, false); }},
+      {"b_stride", [](ProblemFixture& g) { g.p.b_stride = 0; return gemm_plan_key(0, g.p, false); }},
+      {"ab_dtype", [](ProblemFixture& g) { g.p.ab_dtype = DType::kFloat16; return gemm_plan_key(0, g.p, false); }},
+      {"d_dtype", [](ProblemFixture& g) { g.p.d_dtype = DType::kBFloat16; return gemm_plan_key(0, g.p, false); }},
+      {"tf32", [](ProblemFixture& g) { return gemm_plan_key(0, g.p, true); }},
+      {"bias", [bias](ProblemFixture& g) { g.p.bias = bias; return gemm_plan_key(0, g.p, false); }},
+      {"a alignment", [](ProblemFixture& g) { g.p.a = g.memory + 2; return gemm_plan_key(0, g.p, false); }},
+      {"b alignment", [](ProblemFixture& g) { g.p.b = g.memory + 1026; return gemm_plan_key(0, g.p, false); }},
+      {"d alignment", [](ProblemFixture& g) { g.p.d = g.memory + 2050; return gemm_plan_key(0, g.p, false); }},
+  };
+  for (const auto& [what, change] : changes) {
+    ProblemFixture g;
+    EXPECT_FALSE(change(g) == base) << what;
+  }
+  // The bias's alignment class too, once there is one.
+  ProblemFixture g;
+  g.p.bias = bias;
+  const GemmPlanKey with_bias = gemm_plan_key(0, g.p, false);
+  EXPECT_EQ(with_bias.epilogue, GemmEpilogue::kBias);
+  EXPECT_EQ(with_bias.align_bias, 256u);
+  g.p.bias = bias + 4;  // 16 bytes further
+  EXPECT_EQ(gemm_plan_key(0, g.p, false).align_bias, 16u);
+}
+
+TEST(GemmPlanCache, WhatDoesNotChangeThePlanDoesNotChangeTheKey) {
+  ProblemFixture f;
+  f.p.count = 1;
+  f.p.a_stride = f.p.b_stride = 0;
+  const GemmPlanKey base = gemm_plan_key(0, f.p, false);
+  EXPECT_EQ(base.align_a, 256u);
+  // Other pointers of the same alignment class: the same descriptors and the same heuristic answer.
+  ProblemFixture g;
+  g.p.count = 1;
+  g.p.a = g.memory + 512;
+  g.p.b = g.memory + 1536;
+  g.p.d = g.memory + 3840;
+  EXPECT_TRUE(gemm_plan_key(0, g.p, false) == base);
+  // A single product's layouts carry no batch stride.
+  g.p.a_stride = 35;
+  g.p.b_stride = 1;
+  EXPECT_TRUE(gemm_plan_key(0, g.p, false) == base);
+  // TF32 applies to float32 inputs only.
+  g.p.ab_dtype = DType::kBFloat16;
+  EXPECT_TRUE(gemm_plan_key(0, g.p, true) == gemm_plan_key(0, g.p, false));
+  // Equal keys hash alike.
+  EXPECT_EQ(GemmPlanKeyHash()(gemm_plan_key(0, g.p, true)), GemmPlanKeyHash()(gemm_plan_key(0, g.p, false)));
+}
+
+TEST(GemmPlanCache, EvictsTheLeastRecentlyUsedAndDestroysIt) {
+  Maker make;
+  GemmPlanCache<CountedPlan> cache(3);
+  for (int64_t m : {1, 2, 3}) cache.get(key_with_m(m), make.fn());  // plans 1, 2, 3
+  EXPECT_TRUE(make.destroyed.empty());
+  cache.get(key_with_m(1), make.fn());  // a hit: 1 is now the most recent, 2 the least
+  cache.get(key_with_m(4), make.fn());  // plan 4 evicts plan 2
+  EXPECT_EQ(make.destroyed, std::vector<int>({2}));
+  cache.get(key_with_m(3), make.fn());  // a hit: the order is now 3, 4, 1
+  EXPECT_EQ(make.calls, 4);
+  cache.get(key_with_m(2), make.fn());  // made again (plan 5), evicting plan 1
+  EXPECT_EQ(make.calls, 5);
+  EXPECT_EQ(make.destroyed, std::vector<int>({2, 1}));
+  const GemmPlanCacheStats s = cache.stats();
+  EXPECT_EQ(s.hits, 2);
+  EXPECT_EQ(s.misses, 5);
+  EXPECT_EQ(s.evictions, 2);
+  EXPECT_EQ(s.size, 3u);
+}
+
+TEST(GemmPlanCache, APlanHeldByACallOutlivesItsEvictionAndEachPlanDiesOnce) {
+  Maker make;
+  {
+    GemmPlanCache<CountedPlan> cache(1);
+    std::shared_ptr<CountedPlan> held = cache.get(key_with_m(1), make.fn());
+    cache.get(key_with_m(2), make.fn());  // evicts plan 1, which is still in use
+    EXPECT_TRUE(make.destroyed.empty());
+    EXPECT_EQ(held->id, 1);
+    held.reset();
+    EXPECT_EQ(make.destroyed, std::vector<int>({1}));
+    cache.get(key_with_m(3), make.fn());  // evicts plan 2, held by no one
+    EXPECT_EQ(make.destroyed, std::vector<int>({1, 2}));
+    cache.clear();
+    EXPECT_EQ(make.destroyed, std::vector<int>({1, 2, 3}));
+    EXPECT_EQ(cache.stats().size, 0u);
+    cache.get(key_with_m(4), make.fn());
+  }
+  // The last one with the cache.
+  EXPECT_EQ(make.destroyed, std::vector<int>({1, 2, 3, 4}));
+}
+
+TEST(GemmPlanCache, AMakerThatThrowsStoresNothing) {
+  Maker make;
+  GemmPlanCache<CountedPlan> cache(2);
+  EXPECT_THROW(cache.get(key_with_m(1), []() -> std::shared_ptr<CountedPlan> { throw std::runtime_error("no"); }),
+               std::runtime_error);
+  EXPECT_EQ(cache.stats().size, 0u);
+  cache.get(key_with_m(1), make.fn());
+  EXPECT_EQ(make.calls, 1);
+}
+
+TEST(GemmPlanCache, ThreadsSharingTheCacheMakeEachPlanOnce) {
+  std::atomic<int> made{0};
+  GemmPlanCache<int> cache(16);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        const int64_t m = i % 8;
+        const std::shared_ptr<int> plan = cache.get(key_with_m(m), [&] {
+          ++made;
+          return std::make_shared<int>(static_cast<int>(m));
+        });
+        if (*plan != m) ++wrong;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(made.load(), 8);  // 8 keys, capacity 16: nothing is ever evicted
+  EXPECT_EQ(wrong.load(), 0);
+  const GemmPlanCacheStats s = cache.stats();
+  EXPECT_EQ(s.hits + s.misses, 8000);
+}
+
+}  // namespace
+}  // namespace mixtrain::ops::cuda
