@@ -1,17 +1,23 @@
 // The GEMM's plan cache (src/ops/cuda/gemm_plan_cache.h). Everywhere: the key a product gets (every field that
 // decides cuBLASLt's descriptors or its heuristic's choice separates two products, pointers only by alignment
 // class), lookups that hit and miss, least-recently-used eviction, and each plan destroyed exactly once, on
-// eviction, on clear or with the cache, never under a caller still holding it.
+// eviction, on clear or with the cache, never under a caller still holding it. On a GPU: a repeated product gives
+// the first call's bits from the cached plan, products of other shapes interleaved with it do not take its plan,
+// and a cached bias product reads each call's own bias.
+// MIXTRAIN_REQUIRE_GPU=1 (scripts/gpu-check.sh) turns the GPU tests' skip into a failure.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "mixtrain/ops/matmul.h"
 #include "op_test_util.h"
 #include "ops/cuda/gemm_plan_cache.h"
@@ -276,6 +282,97 @@ TEST(GemmPlanCache, ThreadsSharingTheCacheMakeEachPlanOnce) {
   const GemmPlanCacheStats s = cache.stats();
   EXPECT_EQ(s.hits + s.misses, 8000);
 }
+
+// On a GPU: the cached plans through ops::matmul and ops::linear.
+#define REQUIRE_CUDA_GEMM()                                                                            \
+  do {                                                                                                 \
+    REQUIRE_CUDA_BACKEND();                                                                            \
+    if (!kernel::bmm_table().supports(DeviceType::kCuda)) {                                            \
+      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail;     \
+      GTEST_SKIP() << load_cuda_backend().detail;                                                      \
+    }                                                                                                  \
+  } while (0)
+
+// |gpu - cpu| within both sides' float32 summation of k products of values in [-1, 1], then one rounding each.
+void expect_near_cpu(const Tensor& gpu, const Tensor& cpu, int64_t k, const std::string& what) {
+  const std::vector<float> g = to_device(gpu, Device::cpu()).to_floats(), c = cpu.to_floats();
+  ASSERT_EQ(g.size(), c.size()) << what;
+  const double acc = 2.0 * static_cast<double>(k) * 0x1p-24 * static_cast<double>(k);
+  int reported = 0;
+  for (size_t i = 0; i < c.size() && reported < 5; ++i) {
+    const double tol = 2 * unit(cpu.dtype()) * std::fabs(c[i]) + acc + 0x1p-20;
+    if (std::fabs(static_cast<double>(g[i]) - c[i]) > tol) {
+      ADD_FAILURE() << what << ": element " << i << " gpu " << g[i] << " cpu " << c[i];
+      ++reported;
+    }
+  }
+}
+
+TEST(CudaGemmPlanCache, RepeatedProductsGiveTheFirstCallsBits) {
+  REQUIRE_CUDA_GEMM();
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    int64_t m, k, n;
+    bool ta, tb;
+  };
+  // Interleaved shapes, two of them differing only in a transpose, one only in k: none may take another's plan.
+  const Case cases[] = {{7, 129, 17, false, false}, {7, 129, 17, true, false}, {7, 130, 17, false, false},
+                        {17, 129, 7, false, true},  {64, 64, 64, false, false}, {1, 1, 1, false, false}};
+  for (DType dt : testing::kFloatDTypes) {
+    std::vector<Tensor> as, bs, firsts, cpus;
+    for (const Case& cs : cases) {
+      as.push_back(to_device(random_tensor(cs.ta ? Shape({cs.k, cs.m}) : Shape({cs.m, cs.k}), 61, dt), gpu));
+      bs.push_back(to_device(random_tensor(cs.tb ? Shape({cs.n, cs.k}) : Shape({cs.k, cs.n}), 67, dt), gpu));
+      cpus.push_back(matmul(to_device(as.back(), Device::cpu()), to_device(bs.back(), Device::cpu()), cs.ta, cs.tb));
+      firsts.push_back(matmul(as.back(), bs.back(), cs.ta, cs.tb));
+    }
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < std::size(cases); ++i) {
+        const Case& cs = cases[i];
+        const std::string what = std::string(dtype_name(dt)) + " case " + std::to_string(i) + " round " +
+                                 std::to_string(round);
+        const Tensor again = matmul(as[i], bs[i], cs.ta, cs.tb);
+        EXPECT_TRUE(bit_equal(again, firsts[i])) << what;
+        expect_near_cpu(again, cpus[i], cs.k, what);
+      }
+    }
+  }
+}
+
+TEST(CudaGemmPlanCache, ACachedBiasProductReadsEachCallsBias) {
+  REQUIRE_CUDA_GEMM();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : testing::kFloatDTypes) {
+    const Tensor x = random_tensor({9, 33}, 71, dt), w = random_tensor({33, 20}, 73, dt);
+    const Tensor b1 = random_tensor({20}, 79, DType::kFloat32, -4.0f, 4.0f);
+    const Tensor b2 = random_tensor({20}, 83, DType::kFloat32, -4.0f, 4.0f);
+    const Tensor xg = to_device(x, gpu), wg = to_device(w, gpu), b1g = to_device(b1, gpu), b2g = to_device(b2, gpu);
+    const Tensor y1 = linear(xg, wg, b1g), y2 = linear(xg, wg, b2g);
+    expect_near_cpu(y1, linear(x, w, b1), 33, std::string("bias 1 ") + dtype_name(dt));
+    expect_near_cpu(y2, linear(x, w, b2), 33, std::string("bias 2 ") + dtype_name(dt));
+    EXPECT_FALSE(bit_equal(y1, y2)) << dtype_name(dt);
+    EXPECT_TRUE(bit_equal(linear(xg, wg, b1g), y1)) << dtype_name(dt);
+    EXPECT_TRUE(bit_equal(linear(xg, wg, b2g), y2)) << dtype_name(dt);
+  }
+}
+
+#ifdef MIXTRAIN_HAVE_CUDA
+TEST(CudaGemmPlanCache, ARepeatedProductHitsTheCache) {
+  REQUIRE_CUDA_GEMM();
+  const Device gpu = Device::cuda(0);
+  // A shape no other test uses, so its first call is a miss.
+  const Tensor a = to_device(random_tensor({13, 211}, 89, DType::kFloat16), gpu);
+  const Tensor b = to_device(random_tensor({211, 19}, 97, DType::kFloat16), gpu);
+  const GemmPlanCacheStats before = gemm_plan_cache_stats();
+  const Tensor first = matmul(a, b);
+  const GemmPlanCacheStats after_first = gemm_plan_cache_stats();
+  EXPECT_EQ(after_first.misses, before.misses + 1);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(bit_equal(matmul(a, b), first));
+  const GemmPlanCacheStats after = gemm_plan_cache_stats();
+  EXPECT_EQ(after.misses, after_first.misses);
+  EXPECT_EQ(after.hits, after_first.hits + 5);
+}
+#endif
 
 }  // namespace
 }  // namespace mixtrain::ops::cuda

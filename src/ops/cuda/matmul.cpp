@@ -11,16 +11,21 @@
 //
 // Where cuBLASLt cannot write C's dtype (float32 inputs into a 16-bit C) or declines the bias epilogue, the
 // product goes to a float32 scratch and one kernel adds the bias and rounds (convert.cu): one rounding either way.
+//
+// Each call's descriptors and algorithm come from a plan cache (gemm_plan_cache.h) keyed by all that decides them,
+// so a repeated product builds nothing and asks the heuristic nothing: it runs the algorithm the first call chose.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "backend.h"
 #include "cublaslt_api.h"
+#include "gemm_plan_cache.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -71,15 +76,12 @@ cudaDataType_t cuda_type(DType dt) {
 // Result dtypes cuBLASLt writes itself with float32 compute: the inputs' dtype, or float32 from 16-bit inputs.
 bool writes_directly(DType ab, DType c) { return c == ab || (c == DType::kFloat32 && is_low_precision(ab)); }
 
-// The largest power of two up to 256 dividing p and every batch step after it (cuBLASLt assumes 256 unless told).
-uint32_t alignment(const void* p, int64_t batch_stride_bytes) {
-  uint64_t bits = reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(batch_stride_bytes) | 256u;
-  return static_cast<uint32_t>(bits & (~bits + 1));
-}
-
-// Descriptors, destroyed with their scope.
+// Descriptors, destroyed with their plan.
 struct MatmulDesc {
   cublasLtMatmulDesc_t d = nullptr;
+  MatmulDesc() = default;
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
   ~MatmulDesc() {
     if (d) cublaslt().desc_destroy(d);
   }
@@ -90,12 +92,18 @@ struct MatmulDesc {
 };
 struct Layout {
   cublasLtMatrixLayout_t d = nullptr;
+  Layout() = default;
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
   ~Layout() {
     if (d) cublaslt().layout_destroy(d);
   }
 };
 struct Preference {
   cublasLtMatmulPreference_t d = nullptr;
+  Preference() = default;
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
   ~Preference() {
     if (d) cublaslt().pref_destroy(d);
   }
@@ -118,66 +126,86 @@ void make_layout(Layout& l, cudaDataType_t type, int64_t rows, int64_t cols, int
   }
 }
 
-// One cuBLASLt call: `count` products D[p] (m, n) row-major = op(A[p]) op(B[p]) [+ bias], A[p] = a + p * a_stride
-// elements (likewise B), D[p] = d + p * m * n elements of d_dtype.
-struct Problem {
-  const kernel::BmmLayout* l;
-  DType ab_dtype;
-  const void* a;
-  const void* b;
-  int64_t a_stride, b_stride, count;
-  void* d;
-  DType d_dtype;
-  const float* bias;  // null: no epilogue
+// What a GemmPlanKey decides: the descriptors and the heuristic's answer, made once and reused by every call with
+// that key (gemm_plan_cache.h).
+struct GemmPlan {
+  MatmulDesc desc;
+  Layout first, second, out;
+  cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;  // the heuristic's: not SUCCESS when it offered no algorithm
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace_bytes = 0;  // what the algorithm needs of the device's workspace
+  // The bias pointer differs from call to call: it is set on the shared descriptor just before the call, under
+  // this lock, and cuBLASLt has read it when cublasLtMatmul returns.
+  std::mutex mu;
 };
 
-// Runs the product, or returns the heuristic's status when cuBLASLt offers no algorithm for it (an unsupported
-// combination of dtypes and epilogue; the caller then takes the float32 scratch path).
-cublasStatus_t run(const Problem& p, DeviceState& s) {
+// Builds the descriptors of p (key = gemm_plan_key(p)) and asks the heuristic for its best algorithm.
+std::shared_ptr<GemmPlan> make_plan(const GemmProblem& p, const GemmPlanKey& key, DeviceState& s) {
   const kernel::BmmLayout& l = *p.l;
-  const size_t eab = dtype_size(p.ab_dtype), ed = dtype_size(p.d_dtype);
-  MatmulDesc desc;
-  const cublasComputeType_t compute =
-      p.ab_dtype == DType::kFloat32 && tf32_opted_in() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  auto plan = std::make_shared<GemmPlan>();
+  MatmulDesc& desc = plan->desc;
+  const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check_lt(cublaslt().desc_create(&desc.d, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   // First operand: op(B)^T, from b's memory; second: op(A)^T, from a's (see the top of this file).
   const int32_t op_first = l.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int32_t op_second = l.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, op_first);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, op_second);
-  if (p.bias) {
+  if (key.epilogue == GemmEpilogue::kBias) {
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS));
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);  // this call's; each later call sets its own
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
   }
   const cudaDataType_t tab = cuda_type(p.ab_dtype), td = cuda_type(p.d_dtype);
   // b's memory: row-major (k, n), i.e. column-major (n, k); or (n, k) row-major when trans_b, i.e. (k, n).
-  Layout first, second, out;
-  make_layout(first, tab, l.trans_b ? l.k : l.n, l.trans_b ? l.n : l.k, l.ldb, p.count, p.b_stride);
-  make_layout(second, tab, l.trans_a ? l.m : l.k, l.trans_a ? l.k : l.m, l.lda, p.count, p.a_stride);
-  make_layout(out, td, l.n, l.m, l.n, p.count, l.m * l.n);
+  make_layout(plan->first, tab, l.trans_b ? l.k : l.n, l.trans_b ? l.n : l.k, l.ldb, key.count, key.b_stride);
+  make_layout(plan->second, tab, l.trans_a ? l.m : l.k, l.trans_a ? l.k : l.m, l.lda, key.count, key.a_stride);
+  make_layout(plan->out, td, l.n, l.m, key.ldd, key.count, key.d_stride);
 
-  Preference pref;
+  Preference pref;  // only the heuristic reads it
   check_lt(cublaslt().pref_create(&pref.d), "cublasLtMatmulPreferenceCreate");
   pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
-  const bool batched = p.count > 1;
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-           alignment(p.b, batched ? p.b_stride * static_cast<int64_t>(eab) : 0));
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-           alignment(p.a, batched ? p.a_stride * static_cast<int64_t>(eab) : 0));
-  const uint32_t d_align = alignment(p.d, batched ? l.m * l.n * static_cast<int64_t>(ed) : 0);
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d_align);
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d_align);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);  // cuBLASLt's A is b's memory
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t hs =
-      cublaslt().heuristic(s.handle, desc.d, first.d, second.d, out.d, out.d, pref.d, 1, &result, &found);
-  if (hs != CUBLAS_STATUS_SUCCESS) return hs;
-  if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const cublasStatus_t hs = cublaslt().heuristic(s.handle, desc.d, plan->first.d, plan->second.d, plan->out.d,
+                                                 plan->out.d, pref.d, 1, &result, &found);
+  plan->status = hs != CUBLAS_STATUS_SUCCESS ? hs : found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
+  if (plan->status == CUBLAS_STATUS_SUCCESS) {
+    plan->algo = result.algo;
+    plan->workspace_bytes = result.workspaceSize;
+  }
+  return plan;
+}
+
+// A training step asks for a few hundred distinct products at most; a model that keeps changing its shapes (a
+// varying sequence length) evicts the least recently used.
+constexpr size_t kPlanCacheCapacity = 1024;
+
+// Destroyed at exit, after the last product (made on first use, so after cuBLASLt was loaded and before any of its
+// own teardown): descriptors are host memory, freed then, on eviction, or never while a call holds them.
+GemmPlanCache<GemmPlan>& plan_cache() {
+  static GemmPlanCache<GemmPlan> cache(kPlanCacheCapacity);
+  return cache;
+}
+
+// Runs the product with its cached plan (made on the first call with its key), or returns the heuristic's status
+// when cuBLASLt offers no algorithm for it (an unsupported combination of dtypes and epilogue; the caller then takes
+// the float32 scratch path). The answer is cached too, so a declined product is not asked about again.
+cublasStatus_t run(const GemmProblem& p, DeviceState& s) {
+  const GemmPlanKey key = gemm_plan_key(s.device, p, tf32_opted_in());
+  const std::shared_ptr<GemmPlan> plan = plan_cache().get(key, [&] { return make_plan(p, key, s); });
+  if (plan->status != CUBLAS_STATUS_SUCCESS) return plan->status;
+  std::lock_guard<std::mutex> lock(plan->mu);
+  if (p.bias) plan->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublaslt().matmul(s.handle, desc.d, &alpha, p.b, first.d, p.a, second.d, &beta, p.d, out.d, p.d, out.d,
-                             &result.algo, s.workspace, kWorkspaceBytes, /*stream=*/nullptr),
+  check_lt(cublaslt().matmul(s.handle, plan->desc.d, &alpha, p.b, plan->first.d, p.a, plan->second.d, &beta, p.d,
+                             plan->out.d, p.d, plan->out.d, &plan->algo, s.workspace, kWorkspaceBytes,
+                             /*stream=*/nullptr),
            "cublasLtMatmul");
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -185,13 +213,13 @@ cublasStatus_t run(const Problem& p, DeviceState& s) {
 // One strided block of products into p.d (of p.d_dtype, with p.bias): written by cuBLASLt directly where it
 // can, else through the float32 scratch (made when first needed, reused) and one rounding kernel. Returns the
 // failing status when cuBLASLt has no algorithm either way.
-cublasStatus_t run_block(const Problem& p, DeviceState& state, bool bias_epilogue_ok, Tensor& scratch) {
+cublasStatus_t run_block(const GemmProblem& p, DeviceState& state, bool bias_epilogue_ok, Tensor& scratch) {
   if (writes_directly(p.ab_dtype, p.d_dtype) && bias_epilogue_ok && run(p, state) == CUBLAS_STATUS_SUCCESS)
     return CUBLAS_STATUS_SUCCESS;
   const kernel::BmmLayout& l = *p.l;
   if (!scratch.defined() || scratch.numel() < p.count * l.m * l.n)
     scratch = Tensor::empty({p.count * l.m, l.n}, DType::kFloat32, Device::cuda(state.device));
-  Problem f = p;
+  GemmProblem f = p;
   f.d = scratch.raw();
   f.d_dtype = DType::kFloat32;
   f.bias = nullptr;
@@ -231,6 +259,8 @@ BatchSplit split_batch(const kernel::BmmLayout& l) {
 
 }  // namespace
 
+GemmPlanCacheStats gemm_plan_cache_stats() { return plan_cache().stats(); }
+
 const char* gemm_method(DType dtype) {
   return dtype == DType::kFloat32 && tf32_opted_in() ? "cublaslt tf32" : "cublaslt";
 }
@@ -269,12 +299,12 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
     const char* a_block = static_cast<const char*>(a.raw()) + oa * static_cast<int64_t>(eab);
     const char* b_block = static_cast<const char*>(b.raw()) + ob * static_cast<int64_t>(eab);
     char* c_block = static_cast<char*>(c.raw()) + o * split.inner_count * l.m * l.n * static_cast<int64_t>(ec);
-    const Problem p{&l,      ab,        a_block, b_block, split.a_stride, split.b_stride, split.inner_count,
-                    c_block, c.dtype(), biasp};
+    const GemmProblem p{&l,      ab,        a_block, b_block, split.a_stride, split.b_stride, split.inner_count,
+                        c_block, c.dtype(), biasp};
     cublasStatus_t st = run_block(p, state, bias_epilogue_ok, scratch);
     // A strided batch cuBLASLt declines (a broadcast operand's stride 0, an odd stride) runs product by product.
     for (int64_t i = 0; st != CUBLAS_STATUS_SUCCESS && i < p.count; ++i) {
-      Problem one = p;
+      GemmProblem one = p;
       one.a = static_cast<const char*>(p.a) + i * p.a_stride * static_cast<int64_t>(eab);
       one.b = static_cast<const char*>(p.b) + i * p.b_stride * static_cast<int64_t>(eab);
       one.d = static_cast<char*>(p.d) + i * l.m * l.n * static_cast<int64_t>(ec);
