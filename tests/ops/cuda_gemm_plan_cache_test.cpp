@@ -4,7 +4,8 @@
 // eviction, on clear or with the cache, never under a caller still holding it. On a GPU: a repeated product gives
 // the first call's bits from the cached plan, products of other shapes interleaved with it do not take its plan,
 // and a cached bias product reads each call's own bias.
-// MIXTRAIN_REQUIRE_GPU=1 (scripts/gpu-check.sh) turns the GPU tests' skip into a failure.
+// The GPU tests are CudaBackend.* so that scripts/gpu-check.sh runs them, with MIXTRAIN_REQUIRE_GPU=1 turning their
+// skip into a failure.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -308,7 +309,7 @@ void expect_near_cpu(const Tensor& gpu, const Tensor& cpu, int64_t k, const std:
   }
 }
 
-TEST(CudaGemmPlanCache, RepeatedProductsGiveTheFirstCallsBits) {
+TEST(CudaBackend, RepeatedProductsGiveTheFirstCallsBitsFromTheCachedPlan) {
   REQUIRE_CUDA_GEMM();
   const Device gpu = Device::cuda(0);
   struct Case {
@@ -339,7 +340,7 @@ TEST(CudaGemmPlanCache, RepeatedProductsGiveTheFirstCallsBits) {
   }
 }
 
-TEST(CudaGemmPlanCache, ACachedBiasProductReadsEachCallsBias) {
+TEST(CudaBackend, ACachedBiasProductReadsEachCallsBias) {
   REQUIRE_CUDA_GEMM();
   const Device gpu = Device::cuda(0);
   for (DType dt : testing::kFloatDTypes) {
@@ -357,7 +358,7 @@ TEST(CudaGemmPlanCache, ACachedBiasProductReadsEachCallsBias) {
 }
 
 #ifdef MIXTRAIN_HAVE_CUDA
-TEST(CudaGemmPlanCache, ARepeatedProductHitsTheCache) {
+TEST(CudaBackend, ARepeatedProductHitsTheGemmPlanCache) {
   REQUIRE_CUDA_GEMM();
   const Device gpu = Device::cuda(0);
   // A shape no other test uses, so its first call is a miss.
