@@ -42,5 +42,7 @@ if ! { [ -s "$moby" ] && echo "$moby_sha256  $moby" | sha256sum -c --quiet - 2>/
   rm -rf "$tmp"
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# MIXTRAIN_CUDA=AUTO|ON|OFF, when set, goes to CMake (its default is AUTO: the NVIDIA GPU backend is built when nvcc
+# is found); .ci/run sets ON so that a machine where the backend silently stopped building fails instead.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${MIXTRAIN_CUDA:+-DMIXTRAIN_CUDA="$MIXTRAIN_CUDA"} >/dev/null
 cmake --build build -j "$(nproc)"
