@@ -2,6 +2,7 @@
 // cpu/attention.cpp).
 #include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/dtype_check.h"
+#include "mixtrain/ops/transfer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -119,7 +120,7 @@ void scaled_dot_product_attention_backward_into(const Tensor& dout, const Tensor
   check_gradient_target(dk, k, "dk", op);
   check_gradient_target(dv, v, "dv", op);
   const Device device = common_device(op, {&dout, &q, &k, &v, &probs, &dq, &dk, &dv});
-  kernel::attention_backward_table()(device)(dout.to(q.dtype()).contiguous(), readable(q), readable(k), readable(v),
+  kernel::attention_backward_table()(device)(cast(dout, q.dtype()).contiguous(), readable(q), readable(k), readable(v),
                                              probs.contiguous(), options, dq, dk, dv);
 }
 

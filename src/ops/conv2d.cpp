@@ -1,5 +1,6 @@
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/dtype_check.h"
+#include "mixtrain/ops/transfer.h"
 
 #include <algorithm>
 
@@ -111,7 +112,7 @@ Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& ker
   if (need_x) grads.dx = Tensor::empty(x.shape(), x.dtype(), device);
   grads.dkernel = Tensor::empty(kernel.shape(), DType::kFloat32, device);
   if (need_bias) grads.dbias = Tensor::empty({kernel.dim(3)}, DType::kFloat32, device);
-  kernel::conv2d_backward_table()(device)(dy.to(x.dtype()).contiguous(), x.contiguous(), kernel.contiguous(), g,
+  kernel::conv2d_backward_table()(device)(cast(dy, x.dtype()).contiguous(), x.contiguous(), kernel.contiguous(), g,
                                           grads.dx, grads.dkernel, grads.dbias);
   return grads;
 }

@@ -1,6 +1,8 @@
 // Elementwise op entries: validation, output allocation, dispatch (kernels in cpu/elementwise.cpp).
 #include "mixtrain/ops/elementwise.h"
 
+#include "mixtrain/ops/transfer.h"
+
 namespace mixtrain::ops {
 
 namespace cpu {
@@ -99,7 +101,7 @@ Tensor activation(const Tensor& x, Activation a) {
 }
 
 Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, Activation a) {
-  if (a == Activation::kLinear) return dy.to(x.dtype());
+  if (a == Activation::kLinear) return cast(dy, x.dtype());
   // relu and gelu differentiate from the input, sigmoid and tanh from the output.
   const bool from_input = a == Activation::kRelu || a == Activation::kGelu;
   const Tensor& saved = from_input ? x : y;

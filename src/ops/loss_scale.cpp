@@ -1,5 +1,7 @@
 #include "mixtrain/ops/loss_scale.h"
 
+#include "mixtrain/ops/transfer.h"
+
 namespace mixtrain::ops {
 
 namespace cpu {
@@ -91,7 +93,7 @@ Tensor apply_loss_scale(const Tensor& loss, const Tensor& scale_state) {
   const Device device = common_device(op, {&loss, &scale_state});
   Tensor out = Tensor::empty(loss.shape(), DType::kFloat32, device);
   if (loss.numel() == 0) return out;
-  kernel::apply_loss_scale_table()(device)(loss.contiguous().to(DType::kFloat32), scale_state, out);
+  kernel::apply_loss_scale_table()(device)(cast(loss, DType::kFloat32).contiguous(), scale_state, out);
   return out;
 }
 

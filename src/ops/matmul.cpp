@@ -7,6 +7,7 @@
 
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/reduce.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
 
@@ -178,14 +179,14 @@ bool same_batch(const Tensor& x, const Tensor& g) {
 // Sums g (batch..., rows, cols) over the batch dimensions that were broadcast to reach it from like's
 // shape, and rounds once into like's dtype.
 Tensor reduce_to(const Tensor& g, const Tensor& like) {
-  if (g.shape() == like.shape()) return g.to(like.dtype());
+  if (g.shape() == like.shape()) return cast(g, like.dtype());
   Tensor s = g;
   const int extra = g.rank() - like.rank();
   for (int d = 0; d < g.rank() - 2; ++d) {
     const int dl = d - extra;
     if (dl < 0 || (like.dim(dl) == 1 && g.dim(d) != 1)) s = reduce_sum(s, d, /*keepdims=*/true, DType::kFloat32);
   }
-  return s.reshape(like.shape()).to(like.dtype());
+  return cast(s.reshape(like.shape()), like.dtype());
 }
 
 }  // namespace
@@ -201,7 +202,7 @@ BmmGrads bmm_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool t
   MIXTRAIN_CHECK(dc.defined() && is_float(dc.dtype()) && dc.rank() >= 2,
                  "bmm_backward: the gradient must be a floating tensor of rank >= 2, got "
                      << (dc.defined() ? dc.describe() : std::string("an undefined tensor")));
-  const Tensor g = dc.to(a.dtype());
+  const Tensor g = cast(dc, a.dtype());
   BmmGrads out;
   // c = A B with A = op(a), B = op(b):  dA = dc B^T,  dB = A^T dc; transposing back gives da, db.
   // A broadcast operand's gradient is kept in float32 until its batch sum.
@@ -243,7 +244,7 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
                  "linear_backward: gradient " << (dy.defined() ? dy.describe() : std::string("(undefined)"))
                                               << " does not match output " << Shape(out_dims));
   const int64_t in = x.dim(-1), out = w.dim(1);
-  Tensor dy2 = dy.to(x.dtype()).reshape({-1, out});  // (B, out)
+  Tensor dy2 = cast(dy, x.dtype()).reshape({-1, out});  // (B, out)
   Tensor x2 = x.reshape({-1, in});                   // (B, in)
   LinearGrads g;
   if (need_x) g.dx = matmul(dy2, w, false, true, x.dtype()).reshape(x.shape());  // (B, out) x (out, in)

@@ -7,6 +7,7 @@ namespace cpu {
 void device_copy(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
 // CPU kernels return when their work is done.
 void synchronize(int) {}
+void cast(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
 }  // namespace cpu
 
 namespace kernel {
@@ -18,9 +19,23 @@ KernelTable<SynchronizeFn>& synchronize_table() {
   static KernelTable<SynchronizeFn> t("synchronize", &cpu::synchronize);
   return t;
 }
+KernelTable<CastFn>& cast_table() {
+  static KernelTable<CastFn> t("cast", &cpu::cast);
+  return t;
+}
 }  // namespace kernel
 
 void synchronize(const Device& device) { kernel::synchronize_table()(device)(device.index); }
+
+Tensor cast(const Tensor& x, DType dtype) {
+  MIXTRAIN_CHECK(x.defined(), "cast: the tensor is undefined");
+  if (x.dtype() == dtype) return x;
+  const Tensor src = x.contiguous();
+  Tensor dst = Tensor::empty(src.shape(), dtype, src.device());
+  if (src.numel() == 0) return dst;
+  kernel::cast_table()(src.device())(src, dst);
+  return dst;
+}
 
 Tensor to_device(const Tensor& x, const Device& device) {
   MIXTRAIN_CHECK(x.defined(), "to_device: the tensor is undefined");

@@ -52,6 +52,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
     EXPECT_FALSE(kernel::layer_norm_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::fused_adam_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::cast_table().supports(DeviceType::kCuda));
     EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), Error);
     if (!s.compiled) {
       EXPECT_NE(s.detail.find("no CUDA backend"), std::string::npos) << s.detail;
@@ -77,6 +78,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_TRUE(kernel::embedding_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::fused_adam_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::cast_table().supports(DeviceType::kCuda));
   // matmul (the bmm table) needs cuBLASLt, loaded at run time: listed exactly when its kernel is installed, and the
   // detail says which library served it or why none did.
   const bool has_matmul = std::find(s.ops.begin(), s.ops.end(), "bmm") != s.ops.end();

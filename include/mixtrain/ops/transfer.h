@@ -16,6 +16,11 @@ Tensor to_device(const Tensor& x, const Device& device);
 // last check surface here, as an Error naming the device.
 void synchronize(const Device& device);
 
+// x converted to dtype on its own device, rounding as core's conversions do (x itself when it has that dtype;
+// a strided view is made contiguous first). The ops' backward passes convert an incoming gradient of another
+// dtype with it, so that a float32 gradient reaches a 16-bit op on a GPU too (Tensor::to reads host memory only).
+Tensor cast(const Tensor& x, DType dtype);
+
 namespace kernel {
 // dst = src, both contiguous with the same dtype and element count, one of them on the table's device (the
 // other in host memory or on another device of the same type). Keyed by the device that is not the CPU.
@@ -24,6 +29,9 @@ KernelTable<DeviceCopyFn>& device_copy_table();
 // Blocks until the device of that type and index is idle.
 using SynchronizeFn = void(int device_index);
 KernelTable<SynchronizeFn>& synchronize_table();
+// dst = src converted to dst's dtype: both contiguous, same element count, same device.
+using CastFn = void(const Tensor& src, Tensor& dst);
+KernelTable<CastFn>& cast_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

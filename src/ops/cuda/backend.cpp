@@ -140,6 +140,7 @@ CudaBackendStatus install_backend() {
   kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
   kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
   kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
+  kernel::cast_table().set(DeviceType::kCuda, &cast);
   kernel::activation_table().set(DeviceType::kCuda, &activation);
   kernel::activation_backward_table().set(DeviceType::kCuda, &activation_backward);
   kernel::add_table().set(DeviceType::kCuda, &add);
@@ -173,7 +174,7 @@ CudaBackendStatus install_backend() {
            "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
            "fused_adam",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
            "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
-           "synchronize"};
+           "synchronize",  "cast"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

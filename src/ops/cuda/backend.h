@@ -78,7 +78,8 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
 const char* gemm_method(DType dtype);
 
 // dst = src converted between float32, float16 and bfloat16 (same shape, contiguous, one device), rounding as
-// core's conversions do (convert.cu). No op table carries casts; the backend uses it, and tests call it.
+// core's conversions do (convert.cu): the kernel of ops::cast (kernel::cast_table), which the backward passes
+// call on an incoming gradient of another dtype.
 void cast(const Tensor& src, Tensor& dst);
 // dst (rows, n) of dst_dtype = src (rows, n) float32 [+ bias (n,) float32], rounded once; a null src reads as
 // zeros. Device pointers, on the current device (convert.cu).
