@@ -52,6 +52,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
     EXPECT_FALSE(kernel::layer_norm_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::fused_adam_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::mse_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::cast_table().supports(DeviceType::kCuda));
     EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), Error);
     if (!s.compiled) {
@@ -66,6 +67,11 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_GE(s.device_count, 1);
   EXPECT_TRUE(kernel::unscale_check_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::update_loss_scale_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::mse_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::mse_backward_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::sum_all_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::accuracy_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::unscale_table().supports(DeviceType::kCuda));
   EXPECT_FALSE(kernel::attention_table().supports(DeviceType::kCuda));  // not in this backend yet
   EXPECT_TRUE(kernel::softmax_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::crossentropy_backward_table().supports(DeviceType::kCuda));

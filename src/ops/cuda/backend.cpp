@@ -136,6 +136,7 @@ CudaBackendStatus install_backend() {
   register_allocator(DeviceType::kCuda, allocator);
   kernel::fill_table().set(DeviceType::kCuda, &fill);
   kernel::unscale_check_table().set(DeviceType::kCuda, &unscale_and_check);
+  kernel::unscale_table().set(DeviceType::kCuda, &unscale_and_count_nonfinite);
   kernel::update_loss_scale_table().set(DeviceType::kCuda, &update_loss_scale);
   kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
   kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
@@ -155,6 +156,10 @@ CudaBackendStatus install_backend() {
   kernel::softmax_backward_table().set(DeviceType::kCuda, &softmax_backward);
   kernel::crossentropy_table().set(DeviceType::kCuda, &crossentropy);
   kernel::crossentropy_backward_table().set(DeviceType::kCuda, &crossentropy_backward);
+  kernel::mse_table().set(DeviceType::kCuda, &mse);
+  kernel::mse_backward_table().set(DeviceType::kCuda, &mse_backward);
+  kernel::sum_all_table().set(DeviceType::kCuda, &sum_all);
+  kernel::accuracy_table().set(DeviceType::kCuda, &accuracy);
   kernel::layer_norm_table().set(DeviceType::kCuda, &layer_norm);
   kernel::layer_norm_backward_table().set(DeviceType::kCuda, &layer_norm_backward);
   kernel::embedding_table().set(DeviceType::kCuda, &embedding);
@@ -174,7 +179,9 @@ CudaBackendStatus install_backend() {
            "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
            "fused_adam",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
            "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
-           "synchronize",  "cast"};
+           "synchronize",  "cast",                "unscale_and_count_nonfinite",
+           "mean_squared_error",                  "mean_squared_error_backward",
+           "sum",          "sparse_categorical_accuracy"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

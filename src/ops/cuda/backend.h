@@ -22,6 +22,7 @@ CudaBackendStatus install_backend();
 // kernels.cu
 void fill(Tensor& y, float value);
 void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& found_inf, Tensor& out);
+int64_t unscale_and_count_nonfinite(const Tensor& scaled, float inv_scale, Tensor& out);
 void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule);
 void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out);
 void device_copy(const Tensor& src, Tensor& dst);
@@ -41,6 +42,11 @@ void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inn
 // softmax.cu
 void softmax(const Tensor& x, bool log, Tensor& y);
 void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
+// losses.cu
+void mse(const Tensor& pred, const Tensor& target, Tensor& loss);
+void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx);
+void sum_all(const Tensor& x, bool mean, Tensor& out);
+int64_t accuracy(const Tensor& scores, const Tensor& labels);
 // crossentropy.cu
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
 void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,

@@ -1,4 +1,4 @@
-// CUDA kernels of the loss-scaling chain, fill, device copies and synchronisation. The arithmetic is the CPU
+// CUDA kernels of the loss-scaling chain (and the unscale with a host-side count), fill, device copies and synchronisation. The arithmetic is the CPU
 // backend's: the scale rule is shared::loss_scale_rule_step (ops/shared/loss_scale_rule.h, host-and-device code),
 // 1/S is computed in double and rounded once, and the unscaled value is one float32 product (no fused
 // multiply-add, no fast math), so a GPU step gives the CPU's bits.
@@ -49,6 +49,27 @@ __global__ void unscale_check_kernel(const void* in, int dtype, const float* sca
   if (bad) *found_inf = 1.0f;  // every writer writes the same value: no atomic needed
 }
 
+// out = scaled * inv_scale, as the CPU's unscale_block; *count += the non-finite results (per-thread counts summed
+// per block, one integer atomic per block, so exact in any order).
+__global__ void unscale_count_kernel(const void* in, int dtype, float inv_scale, float* out, int64_t n,
+                                     unsigned long long* count) {
+  __shared__ unsigned long long partial[kThreads];
+  unsigned long long c = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = __fmul_rn(load_float(in, dtype, i), inv_scale);
+    out[i] = v;
+    c += shared::float_is_finite(v) ? 0 : 1;
+  }
+  partial[threadIdx.x] = c;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && partial[0] != 0) atomicAdd(count, partial[0]);
+}
+
 __global__ void update_loss_scale_kernel(float* scale_state, int32_t* counters, const float* found_inf,
                                          LossScaleRule rule) {
   shared::loss_scale_rule_step(scale_state, counters, *found_inf != 0.0f, rule);
@@ -96,6 +117,23 @@ void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& 
                                                     scale_state.data<float>(), found_inf.data<float>(),
                                                     out.data<float>(), n);
   launched("unscale_and_check");
+}
+
+int64_t unscale_and_count_nonfinite(const Tensor& scaled, float inv_scale, Tensor& out) {
+  const int64_t n = scaled.numel();
+  if (n == 0) return 0;
+  const Device device = scaled.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  // The count is returned on the host, so this op synchronizes (unscale_and_check, the training step's, does not).
+  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
+  unsigned long long* count = static_cast<unsigned long long*>(scratch.raw());
+  check_cuda(cudaMemsetAsync(count, 0, sizeof *count), "cudaMemsetAsync");
+  unscale_count_kernel<<<blocks_for(n), kThreads>>>(scaled.raw(), dtype_code(scaled.dtype()), inv_scale,
+                                                    out.data<float>(), n, count);
+  launched("unscale_and_count_nonfinite");
+  unsigned long long host = 0;
+  check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return static_cast<int64_t>(host);
 }
 
 void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule) {

@@ -1,0 +1,167 @@
+// The mean squared error and its gradient, sum / mean of all elements, and the sparse categorical accuracy on the
+// GPU (ops/losses.h's mse, mse_backward, sum_all and accuracy kernels). The element and row steps are the CPU's
+// (ops/shared/loss_terms.h).
+//
+// The two totals add double terms, as the CPU does, in a fixed order that depends only on the element count: each
+// thread of a grid of blocks_for(n) blocks adds its grid-stride elements in index order, each block adds its
+// threads' sums in a fixed tree, and one block adds the blocks' sums the same way and rounds once into the float32
+// result. So a result never depends on the run; it may differ from the CPU's sequential double sum in the double's
+// last places, which reaches the float32 result only at a rounding boundary (one unit). The gradient is elementwise
+// and gives the CPU's bits; so does the accuracy, an integer count: one warp per row merges the lanes' arg-max
+// states (ties to the first index, NaN as std::max_element treats it) and counts the row with one integer atomic.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../shared/float16_convert.h"
+#include "../shared/loss_terms.h"
+#include "backend.h"
+#include "device_util.cuh"
+
+namespace mixtrain::ops::cuda {
+
+namespace {
+
+using shared::load_as_float;
+
+// partial[blockIdx.x] = this block's sum of term(i) over its grid-stride share of [0, n).
+template <typename Term>
+__device__ void block_sum(int64_t n, const Term& term, double* partial) {
+  __shared__ double s[device::kThreads];
+  double acc = 0.0;
+  device::for_each_index(n, [&](int64_t i) { acc = shared::dadd_rn(acc, term(i)); });
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int width = device::kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) s[threadIdx.x] = shared::dadd_rn(s[threadIdx.x], s[threadIdx.x + width]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+__global__ void mse_partial_kernel(const void* p, int p_code, const void* t, int t_code, int64_t n,
+                                   double* partial) {
+  block_sum(
+      n, [&](int64_t i) { return shared::mse_term(load_as_float(p, p_code, i), load_as_float(t, t_code, i)); },
+      partial);
+}
+
+__global__ void sum_partial_kernel(const void* x, int x_code, int64_t n, double* partial) {
+  block_sum(n, [&](int64_t i) { return static_cast<double>(load_as_float(x, x_code, i)); }, partial);
+}
+
+// One block: out = the blocks' partial sums added in a fixed tree, as a mean over n or a sum, rounded once.
+__global__ void total_kernel(const double* partial, int blocks, int64_t n, bool mean, float* out) {
+  __shared__ double s[device::kThreads];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) acc = shared::dadd_rn(acc, partial[i]);
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int width = device::kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) s[threadIdx.x] = shared::dadd_rn(s[threadIdx.x], s[threadIdx.x + width]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = shared::float_total(s[0], n, mean);
+}
+
+__global__ void mse_backward_kernel(const void* p, int p_code, const void* t, int t_code, float k, void* dx,
+                                    int dx_code, int64_t n) {
+  device::for_each_index(n, [&](int64_t i) {
+    shared::store_from_float(dx, dx_code, i,
+                             shared::mse_grad(k, load_as_float(p, p_code, i), load_as_float(t, t_code, i)));
+  });
+}
+
+// *correct += the rows of scores (rows, n) whose arg-max equals their label (int32, or int64 when labels64).
+__global__ void accuracy_kernel(const void* scores, int code, const void* labels, bool labels64, int64_t rows,
+                                int64_t n, unsigned long long* correct) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
+  if (row >= rows) return;  // the whole warp leaves together
+  const int lane = threadIdx.x % device::kWarp;
+  const int64_t base = row * n;
+  shared::ArgMax a = shared::kNoArgMax;
+  for (int64_t j = lane; j < n; j += device::kWarp) a = shared::argmax_take(a, load_as_float(scores, code, base + j), j);
+  for (int o = device::kWarp / 2; o > 0; o /= 2) {
+    const shared::ArgMax other{__shfl_xor_sync(0xFFFFFFFFu, a.value, o),
+                               static_cast<int64_t>(__shfl_xor_sync(0xFFFFFFFFu, static_cast<long long>(a.index), o))};
+    a = shared::argmax_merge(a, other);
+  }
+  if (lane != 0) return;
+  const int64_t label =
+      labels64 ? static_cast<const int64_t*>(labels)[row] : static_cast<const int32_t*>(labels)[row];
+  const int64_t best = shared::argmax_index(a, n > 0 ? load_as_float(scores, code, base) : 0.0f);
+  if (best == label) atomicAdd(correct, 1ull);
+}
+
+// The float32 total of term over n elements into out (a float32 scalar on the current device).
+template <typename Launch>
+void total(int64_t n, bool mean, Tensor& out, const Launch& launch_partials, const char* what) {
+  const Device device = out.device();
+  const int blocks = device::blocks_for(n);
+  // The blocks' double sums (DType has no float64: int64 storage of the same size).
+  Tensor partial = Tensor::empty({blocks}, DType::kInt64, device);
+  double* partials = static_cast<double*>(partial.raw());
+  if (n > 0) {
+    launch_partials(blocks, partials);
+    device::launched(what);
+  } else {
+    check_cuda(cudaMemsetAsync(partials, 0, sizeof(double) * static_cast<size_t>(blocks)), "cudaMemsetAsync");
+  }
+  total_kernel<<<1, device::kThreads>>>(partials, blocks, n, mean, out.data<float>());
+  device::launched(what);
+}
+
+}  // namespace
+
+void mse(const Tensor& pred, const Tensor& target, Tensor& loss) {
+  const int64_t n = pred.numel();
+  check_cuda(cudaSetDevice(pred.device().index), "cudaSetDevice");
+  total(
+      n, true, loss,
+      [&](int blocks, double* partials) {
+        mse_partial_kernel<<<blocks, device::kThreads>>>(pred.raw(), shared::float_code(pred.dtype()), target.raw(),
+                                                         shared::float_code(target.dtype()), n, partials);
+      },
+      "mean_squared_error");
+}
+
+void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx) {
+  const int64_t n = pred.numel();
+  if (n == 0) return;
+  check_cuda(cudaSetDevice(pred.device().index), "cudaSetDevice");
+  mse_backward_kernel<<<device::blocks_for(n), device::kThreads>>>(
+      pred.raw(), shared::float_code(pred.dtype()), target.raw(), shared::float_code(target.dtype()),
+      shared::mse_grad_scale(dloss, n), dx.raw(), shared::float_code(dx.dtype()), n);
+  device::launched("mean_squared_error_backward");
+}
+
+void sum_all(const Tensor& x, bool mean, Tensor& out) {
+  const int64_t n = x.numel();
+  check_cuda(cudaSetDevice(x.device().index), "cudaSetDevice");
+  total(
+      n, mean, out,
+      [&](int blocks, double* partials) {
+        sum_partial_kernel<<<blocks, device::kThreads>>>(x.raw(), shared::float_code(x.dtype()), n, partials);
+      },
+      mean ? "mean" : "sum");
+}
+
+int64_t accuracy(const Tensor& scores, const Tensor& labels) {
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  if (rows == 0) return 0;
+  const Device device = scores.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  // The count lands in a scratch word; the op returns it on the host, so this synchronizes.
+  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
+  unsigned long long* correct = static_cast<unsigned long long*>(scratch.raw());
+  check_cuda(cudaMemsetAsync(correct, 0, sizeof *correct), "cudaMemsetAsync");
+  accuracy_kernel<<<device::row_blocks(rows), device::kThreads>>>(scores.raw(), shared::float_code(scores.dtype()),
+                                                                  labels.raw(), labels.dtype() == DType::kInt64,
+                                                                  rows, n, correct);
+  device::launched("sparse_categorical_accuracy");
+  unsigned long long host = 0;
+  check_cuda(cudaMemcpy(&host, correct, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return static_cast<int64_t>(host);
+}
+
+}  // namespace mixtrain::ops::cuda

@@ -1,0 +1,152 @@
+// The CUDA kernels of the mean squared error and its gradient, sum / mean, the sparse categorical accuracy and the
+// unscale with a count, against the CPU kernels. The gradient, the accuracy and the unscale give the CPU's bits;
+// the two totals add the CPU's double terms in another fixed order, which moves the float32 result by at most one
+// unit (the tolerance beside the check). Skips without a GPU (MIXTRAIN_REQUIRE_GPU=1, set by
+// scripts/gpu-check.sh, makes the skip a failure).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "mixtrain/core/random.h"
+#include "mixtrain/ops/loss_scale.h"
+#include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/transfer.h"
+#include "op_test_util.h"
+
+namespace mixtrain::ops {
+namespace {
+
+using testing::kFloatDTypes;
+using testing::random_tensor;
+
+const Device kGpu = Device::cuda(0);
+
+Tensor gpu(const Tensor& t) { return to_device(t, kGpu); }
+
+// A float32 scalar from either device.
+float scalar(const Tensor& t) { return to_device(t, Device::cpu()).to_floats()[0]; }
+
+// Within one float32 unit of the CPU's value: both round a double total once, the totals differing in the
+// double's last places only.
+void expect_within_a_unit(float got, float want, const std::string& what) {
+  if (got == want || (std::isnan(got) && std::isnan(want))) return;
+  EXPECT_LE(std::fabs(static_cast<double>(got) - want), std::fabs(static_cast<double>(want)) * 0x1p-23)
+      << what << ": gpu " << got << " cpu " << want;
+}
+
+TEST(CudaBackend, MeanSquaredErrorAndItsGradientMatchTheCpu) {
+  REQUIRE_CUDA_BACKEND();
+  for (DType dt : kFloatDTypes) {
+    for (const Shape& shape : {Shape({1}), Shape({7, 3}), Shape({17, 31}), Shape({2, 129, 5}), Shape({300001})}) {
+      const std::string what = std::string(dtype_name(dt)) + " " + shape.to_string();
+      const Tensor p = random_tensor(shape, 3 + static_cast<uint64_t>(shape.numel()), dt, -50.0f, 50.0f);
+      const Tensor t = random_tensor(shape, 5 + static_cast<uint64_t>(shape.numel()), dt, -50.0f, 50.0f);
+      const Tensor loss = mean_squared_error(gpu(p), gpu(t));
+      EXPECT_EQ(loss.device(), kGpu);
+      expect_within_a_unit(scalar(loss), scalar(mean_squared_error(p, t)), "mse " + what);
+      for (float dloss : {1.0f, -0.25f}) {
+        EXPECT_TRUE(bit_equal(mean_squared_error_backward(gpu(p), gpu(t), dloss), mean_squared_error_backward(p, t, dloss)))
+            << "mse backward " << what << " dloss " << dloss;
+      }
+    }
+    // A float32 target for a 16-bit prediction, and an empty pair (loss 0).
+    const Tensor p = random_tensor({9, 4}, 7, dt), t = random_tensor({9, 4}, 8, DType::kFloat32);
+    expect_within_a_unit(scalar(mean_squared_error(gpu(p), gpu(t))), scalar(mean_squared_error(p, t)),
+                         std::string("mixed dtypes ") + dtype_name(dt));
+    EXPECT_TRUE(bit_equal(mean_squared_error_backward(gpu(p), gpu(t), 2.0f), mean_squared_error_backward(p, t, 2.0f)));
+    const Tensor e = Tensor::empty({0, 3}, dt);
+    EXPECT_EQ(scalar(mean_squared_error(gpu(e), gpu(e))), 0.0f);
+  }
+}
+
+TEST(CudaBackend, SumAndMeanMatchTheCpu) {
+  REQUIRE_CUDA_BACKEND();
+  for (DType dt : kFloatDTypes) {
+    for (const Shape& shape : {Shape({1}), Shape({5, 17}), Shape({3, 129, 31}), Shape({1000003})}) {
+      const std::string what = std::string(dtype_name(dt)) + " " + shape.to_string();
+      // Mixed magnitudes and signs: cancellation, where a float32 sum would lose the small terms.
+      std::vector<float> v = random_tensor(shape, 11, DType::kFloat32).to_floats();
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i * 7 % 23) - 11);
+      const Tensor x = Tensor::from_floats(shape, v, dt);
+      expect_within_a_unit(scalar(sum(gpu(x))), scalar(sum(x)), "sum " + what);
+      expect_within_a_unit(scalar(mean(gpu(x))), scalar(mean(x)), "mean " + what);
+      EXPECT_TRUE(bit_equal(mean_backward(gpu(x), 0.5f), mean_backward(x, 0.5f))) << what;
+    }
+    const Tensor e = Tensor::empty({0}, dt);
+    EXPECT_EQ(scalar(sum(gpu(e))), 0.0f);
+    EXPECT_EQ(scalar(mean(gpu(e))), 0.0f);
+    // A NaN anywhere makes the total NaN; an infinity stays one.
+    std::vector<float> v(70001, 1.0f);
+    v[40000] = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(scalar(sum(gpu(Tensor::from_floats({70001}, v, dt)))), std::numeric_limits<float>::infinity());
+    v[123] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_TRUE(std::isnan(scalar(sum(gpu(Tensor::from_floats({70001}, v, dt))))));
+  }
+}
+
+TEST(CudaBackend, AccuracyCountsTheCpusRows) {
+  REQUIRE_CUDA_BACKEND();
+  Rng r(17);
+  for (DType dt : kFloatDTypes) {
+    for (int64_t classes : {1, 2, 7, 33, 129, 1000}) {
+      for (DType label_dtype : {DType::kInt32, DType::kInt64}) {
+        const int64_t batch = 300;
+        // Few distinct values (many ties: the first maximum counts), a NaN in front of some rows.
+        std::vector<float> s(static_cast<size_t>(batch * classes));
+        for (float& x : s) x = std::round(r.uniform(-3.0f, 3.0f));
+        for (int64_t b = 0; b < batch; b += 11) s[static_cast<size_t>(b * classes)] = std::numeric_limits<float>::quiet_NaN();
+        for (int64_t b = 5; b < batch; b += 13) s[static_cast<size_t>(b * classes + classes / 2)] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<int64_t> l(static_cast<size_t>(batch));
+        for (int64_t& x : l) x = static_cast<int64_t>(r.uniform(0.0f, static_cast<float>(classes))) % classes;
+        const Tensor scores = Tensor::from_floats({batch, classes}, s, dt);
+        const Tensor labels = Tensor::from_int64s({batch}, l).to(label_dtype);
+        const std::string what = std::string(dtype_name(dt)) + " classes=" + std::to_string(classes) + " " +
+                                 dtype_name(label_dtype);
+        EXPECT_EQ(sparse_categorical_accuracy(gpu(scores), gpu(labels)), sparse_categorical_accuracy(scores, labels))
+            << what;
+        // (B, T, C) scores with (B, T) labels: rows of every position.
+        EXPECT_EQ(sparse_categorical_accuracy(gpu(scores.reshape({10, 30, classes})), gpu(labels.reshape({10, 30}))),
+                  sparse_categorical_accuracy(scores.reshape({10, 30, classes}), labels.reshape({10, 30})))
+            << what;
+      }
+    }
+  }
+  // A case that can only pass by counting: every row right.
+  const Tensor eye = Tensor::from_floats({3, 3}, {1, 0, 0, 0, 1, 0, 0, 0, 1});
+  const Tensor labels = Tensor::from_ints({3}, {0, 1, 2});
+  EXPECT_EQ(sparse_categorical_accuracy(gpu(eye), gpu(labels)), 1.0);
+}
+
+TEST(CudaBackend, UnscaleAndCountGiveTheCpuBitsAndCount) {
+  REQUIRE_CUDA_BACKEND();
+  for (DType dt : kFloatDTypes) {
+    for (int64_t n : {1, 17, 129, 70001, 1000003}) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 101 - 50) * 3.0f;
+      for (int64_t i = 3; i < n; i += 997) v[static_cast<size_t>(i)] = std::numeric_limits<float>::infinity();
+      for (int64_t i = 5; i < n; i += 1999) v[static_cast<size_t>(i)] = std::numeric_limits<float>::quiet_NaN();
+      const Tensor scaled = Tensor::from_floats({n}, v, dt);
+      for (float inv : {1.0f / 1024.0f, 4.0f, 3e38f}) {  // 3e38: finite inputs overflow once unscaled
+        const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(n) + " inv=" + std::to_string(inv);
+        Tensor h_out = Tensor::empty({n}, DType::kFloat32), d_out = Tensor::empty({n}, DType::kFloat32, kGpu);
+        const int64_t want = unscale_and_count_nonfinite(scaled, inv, h_out);
+        EXPECT_EQ(unscale_and_count_nonfinite(gpu(scaled), inv, d_out), want) << what;
+        EXPECT_TRUE(bit_equal(d_out, h_out)) << what;
+        if (dt == DType::kFloat32) {  // in place
+          Tensor d_in = gpu(scaled);
+          EXPECT_EQ(unscale_and_count_nonfinite(d_in, inv), want) << what;
+          EXPECT_TRUE(bit_equal(d_in, h_out)) << what;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::ops
