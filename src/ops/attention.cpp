@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "shared/attention_rows.h"
+
 namespace mixtrain::ops {
 
 namespace cpu {
@@ -27,13 +29,10 @@ KernelTable<AttentionBackwardFn>& attention_backward_table() {
 }
 }  // namespace kernel
 
+// splitmix64's finalizer over (seed, index): consecutive indices give independent-looking bits. The GPU kernel
+// draws the same mask from the same function.
 bool attention_dropout_keep(uint64_t seed, uint64_t index, float rate) {
-  // splitmix64's finalizer over (seed, index): consecutive indices give independent-looking bits.
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * 0x1p-24f >= rate;
+  return shared::attention_dropout_keep(seed, index, rate);
 }
 
 namespace {

@@ -53,6 +53,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
     EXPECT_FALSE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::fused_adam_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::mse_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::attention_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::cast_table().supports(DeviceType::kCuda));
     EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), Error);
     if (!s.compiled) {
@@ -72,7 +73,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_TRUE(kernel::sum_all_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::accuracy_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::unscale_table().supports(DeviceType::kCuda));
-  EXPECT_FALSE(kernel::attention_table().supports(DeviceType::kCuda));  // not in this backend yet
+  EXPECT_TRUE(kernel::cast_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::softmax_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::crossentropy_backward_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::activation_backward_table().supports(DeviceType::kCuda));
@@ -84,11 +85,13 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_TRUE(kernel::embedding_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::fused_adam_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::cast_table().supports(DeviceType::kCuda));
   // matmul (the bmm table) needs cuBLASLt, loaded at run time: listed exactly when its kernel is installed, and the
   // detail says which library served it or why none did.
   const bool has_matmul = std::find(s.ops.begin(), s.ops.end(), "bmm") != s.ops.end();
   EXPECT_EQ(kernel::bmm_table().supports(DeviceType::kCuda), has_matmul);
+  // attention's products are bmm's: installed with it.
+  EXPECT_EQ(kernel::attention_table().supports(DeviceType::kCuda), has_matmul);
+  EXPECT_EQ(kernel::attention_backward_table().supports(DeviceType::kCuda), has_matmul);
   EXPECT_NE(s.detail.find("matmul"), std::string::npos) << s.detail;
   EXPECT_EQ(load_cuda_backend().ops, s.ops);  // installed once
 }

@@ -255,6 +255,25 @@ TEST(CudaSharedMath, ExpPolynomialMatchesTheCpuForm) {
   }
 }
 
+// The whole scalar exponential (attention's softmax rows on the GPU) against the CPU's vector form as a float,
+// over its range, its clamps and the specials.
+TEST(CudaSharedMath, ScalarExpGivesTheCpuVectorFormsBits) {
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.5f, -87.0f, -87.5f, -200.0f, 1e30f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  for (float x = -90.0f; x <= 90.0f; x += 1.0f / 97) xs.push_back(x);
+  for (float x : xs) {
+    float want = 0;
+    cpu::expf_poly::exp<float, uint32_t>(x, want);
+    const float got = shared::expf_poly::exp(x);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << x;
+      continue;
+    }
+    ASSERT_EQ(bits(got), bits(want)) << x;
+  }
+}
+
 TEST(CudaSharedMath, AddScaleBiasAndDropoutGiveTheCpuKernelsBits) {
   for (DType dt : kFloatDTypes) {
     for (int64_t n : kOddSizes) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/elementwise.h"
@@ -192,9 +193,14 @@ CudaBackendStatus install_backend() {
     kernel::conv2d_backward_table().set(DeviceType::kCuda, &conv2d_backward);
     s.ops.push_back("conv2d");
     s.ops.push_back("conv2d_backward");
+    // So does attention: its products are bmm's.
+    kernel::attention_table().set(DeviceType::kCuda, &attention);
+    kernel::attention_backward_table().set(DeviceType::kCuda, &attention_backward);
+    s.ops.push_back("scaled_dot_product_attention");
+    s.ops.push_back("scaled_dot_product_attention_backward");
     s.detail += "; matmul through " + lt;
   } else {
-    s.detail += "; matmul and conv2d have no CUDA kernel: " + lt;
+    s.detail += "; matmul, conv2d and attention have no CUDA kernel: " + lt;
   }
   s.loaded = true;
   return s;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
@@ -78,6 +79,11 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
 void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
 void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
                      Tensor& dkernel, Tensor& dbias);
+// attention.cu (its products are bmm's: installed with it, only when load_cublaslt succeeds)
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options, Tensor& out,
+               Tensor& probs, Tensor& logits);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv);
 // matmul.cpp (cuBLASLt; installed only when load_cublaslt succeeds)
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
 // How bmm multiplies inputs of dtype: "cublaslt", or "cublaslt tf32" for float32 under MIXTRAIN_CUDA_TF32=1.

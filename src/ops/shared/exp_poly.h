@@ -38,4 +38,15 @@ MIXTRAIN_HOST_DEVICE inline float pow2_of_rounded(float t, uint32_t bias) {
   return float_of(((bits_of(t) - bits_of(kRound)) + (127u + bias)) << 23);  // two's complement n + bias
 }
 
+// e^x within 1e-7 relative over [-87, 88]; 0 below -87, e^88 above 88; NaN stays NaN: the CPU's vector form
+// (cpu/exp_poly.h, the exponential of attention's softmax rows) one float at a time, in its order.
+MIXTRAIN_HOST_DEVICE inline float exp(float x) {
+  const float xc = x > 88.0f ? 88.0f : x;
+  const float t = add_rn(mul_rn(xc, kLog2e), kRound);
+  const float n = sub_rn(t, kRound);
+  float r = sub_rn(xc, mul_rn(n, kLn2Hi));
+  r = sub_rn(r, mul_rn(n, kLn2Lo));
+  return x < -87.0f ? 0.0f : mul_rn(exp_reduced(r), pow2_of_rounded(t, 0));
+}
+
 }  // namespace mixtrain::ops::shared::expf_poly

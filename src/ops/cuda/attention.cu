@@ -1,0 +1,292 @@
+// Scaled dot-product attention on the GPU (ops/attention.h), forward and backward, with the CPU kernel's plan and
+// dtypes (cpu/attention.cpp): its products through the backend's batched GEMM (bmm, matmul.cpp, over cuBLASLt:
+// float32 accumulation) and its rows through one warp per row, in float32.
+//
+// Forward, for all (batch, head) pairs at once:
+//   s (B, H, T, S) float32 = q_h k_h^T                     one bmm, q and k read in place (head h at column h * dk)
+//   rows: s * scale (the float32 logits, when asked for), rounded into the compute dtype and back, the causal
+//         selection (masked columns never enter the max or the sum, and get probability 0), softmax with a
+//         float32 max and sum (the CPU's polynomial exponential, shared/exp_poly.h), one rounding into probs;
+//         dropout on the rounded probabilities, by the CPU's mask (shared/attention_rows.h)
+//   o (B, H, T, dv) float32 = p_d v_h, then scattered into out (B, T, H * dv), rounded once.
+// Backward:
+//   dp (B, H, T, S) float32 = dout_h v_h^T; rows: the mask on dp, ds = p (dp - rowsum(dp p)) scale in float32
+//   dv = p_d^T dout_h; dq = ds k_h and dk = ds^T q_h as float32 products (q and k widened to float32 when 16-bit,
+//   ds never rounded), each scattered into its gradient (possibly a column slice of a wider buffer), rounded once.
+//
+// The row maximum is exact and the mask is the CPU's bit for bit; the row sums are combined across lanes in a
+// fixed order and cuBLASLt sums each product in its own order, so results are deterministic and differ from the
+// CPU's only by float32 rounding before the final rounding (tests/ops/cuda_attention_test.cpp).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../shared/attention_rows.h"
+#include "../shared/exp_poly.h"
+#include "../shared/float16_convert.h"
+#include "backend.h"
+#include "device_util.cuh"
+#include "mixtrain/ops/attention.h"
+
+namespace mixtrain::ops::cuda {
+
+namespace {
+
+using shared::load_as_float;
+using shared::store_from_float;
+
+// A (B, L, H * d) tensor whose head h is the (L, d) matrix at column h * d: q, k, v, out and their gradients.
+struct Heads {
+  void* base;
+  int code;
+  int64_t batch_stride, row_stride, d;
+};
+
+Heads heads_of(const Tensor& t, int64_t h) {
+  return Heads{const_cast<void*>(t.raw()), shared::float_code(t.dtype()), t.strides()[0], t.strides()[1],
+               t.dim(2) / h};
+}
+
+// dst (B, H, L, d) float32 = src's heads, widened.
+__global__ void gather_heads_kernel(Heads src, int64_t h, int64_t l, float* dst, int64_t n) {
+  device::for_each_index(n, [&](int64_t i) {
+    const int64_t c = i % src.d, r = (i / src.d) % l, hh = (i / (src.d * l)) % h, b = i / (src.d * l * h);
+    dst[i] = load_as_float(src.base, src.code, b * src.batch_stride + r * src.row_stride + hh * src.d + c);
+  });
+}
+
+// dst's heads = src (B, H, L, d) float32, rounded once.
+__global__ void scatter_heads_kernel(const float* src, int64_t h, int64_t l, Heads dst, int64_t n) {
+  device::for_each_index(n, [&](int64_t i) {
+    const int64_t c = i % dst.d, r = (i / dst.d) % l, hh = (i / (dst.d * l)) % h, b = i / (dst.d * l * h);
+    store_from_float(dst.base, dst.code, b * dst.batch_stride + r * dst.row_stride + hh * dst.d + c, src[i]);
+  });
+}
+
+// What the row kernels read: rows = B * H * T rows of s columns, row r being row r % T of pair r / T.
+struct Rows {
+  float* s;  // (rows, s_len) float32: logits, then probabilities (forward); dp, then ds (backward)
+  int64_t rows, t, s_len;
+  bool causal;
+  float scale;
+  int code;        // the compute dtype
+  void* probs;     // (rows, s_len) in the compute dtype: written by the forward, read by the backward
+  void* dropped;   // (rows, s_len) in the compute dtype, the dropped probabilities; null without dropout
+  float* logits;   // the float32 logits, or null (forward only)
+  int64_t logits_per_pair;
+  uint64_t seed;
+  float rate, inv_keep;
+};
+
+__device__ int64_t warp_row() {
+  return blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
+}
+
+// Columns of row i that take part: all, or j <= i when causal.
+__device__ int64_t row_end(const Rows& a, int64_t i) { return a.causal ? i + 1 : a.s_len; }
+
+// The dropped row p_d from the rounded probabilities of row `row` (every column: masked ones stay 0).
+__device__ void drop_row(const Rows& a, int64_t row, int lane) {
+  const int64_t base = row * a.s_len;
+  for (int64_t j = lane; j < a.s_len; j += device::kWarp) {
+    const bool keep = shared::attention_dropout_keep(a.seed, static_cast<uint64_t>(base + j), a.rate);
+    store_from_float(a.dropped, a.code, base + j, shared::dropped(load_as_float(a.probs, a.code, base + j), keep,
+                                                                  a.inv_keep));
+  }
+}
+
+__global__ void forward_rows_kernel(Rows a) {
+  const int64_t row = warp_row();
+  if (row >= a.rows) return;  // the whole warp leaves together
+  const int lane = threadIdx.x % device::kWarp;
+  const int64_t pair = row / a.t, i = row % a.t, end = row_end(a, i);
+  float* x = a.s + row * a.s_len;
+  float* lp = a.logits ? a.logits + pair * a.logits_per_pair + (a.causal ? i * (i + 1) / 2 : i * a.s_len) : nullptr;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < end; j += device::kWarp) {
+    float v = shared::mul_rn(x[j], a.scale);
+    if (lp) lp[j] = v;
+    v = shared::through_dtype(v, a.code);
+    x[j] = v;
+    mx = shared::max_f32(mx, v);
+  }
+  mx = device::warp_max(mx);
+  float sum = 0.0f;
+  for (int64_t j = lane; j < end; j += device::kWarp) {
+    const float e = shared::expf_poly::exp(shared::sub_rn(x[j], mx));
+    x[j] = e;
+    sum = shared::add_rn(sum, e);
+  }
+  const float inv = shared::div_rn(1.0f, device::warp_sum(sum));
+  const int64_t base = row * a.s_len;
+  for (int64_t j = lane; j < a.s_len; j += device::kWarp)
+    store_from_float(a.probs, a.code, base + j, j < end ? shared::mul_rn(x[j], inv) : 0.0f);
+  if (a.dropped) {
+    __syncwarp();  // each lane reads back the columns it stored itself, but keep the warp together
+    drop_row(a, row, lane);
+  }
+}
+
+__global__ void backward_rows_kernel(Rows a) {
+  const int64_t row = warp_row();
+  if (row >= a.rows) return;
+  const int lane = threadIdx.x % device::kWarp;
+  const int64_t i = row % a.t, end = row_end(a, i), base = row * a.s_len;
+  if (a.dropped) drop_row(a, row, lane);
+  float* g = a.s + base;
+  float dot = 0.0f;
+  for (int64_t j = lane; j < end; j += device::kWarp) {
+    float d = g[j];
+    if (a.dropped)
+      d = shared::dropped(d, shared::attention_dropout_keep(a.seed, static_cast<uint64_t>(base + j), a.rate),
+                          a.inv_keep);
+    g[j] = d;
+    dot = shared::add_rn(dot, shared::mul_rn(d, load_as_float(a.probs, a.code, base + j)));
+  }
+  dot = device::warp_sum(dot);
+  for (int64_t j = lane; j < a.s_len; j += device::kWarp)
+    g[j] = j < end ? shared::attention_score_grad(load_as_float(a.probs, a.code, base + j), g[j], dot, a.scale)
+                   : 0.0f;
+}
+
+// A GEMM operand per (batch, head) pair: the tensor, its row stride and its steps between batches and heads.
+struct Operand {
+  const Tensor* t;
+  int64_t ld, batch_stride, head_stride;
+};
+
+// q, k, v, dout in place: head h at column h * d of each row.
+Operand heads_operand(const Tensor& t, int64_t h) {
+  const int64_t d = t.dim(2) / h;
+  // A single row has no meaningful stride; any ld >= d describes it.
+  return Operand{&t, t.dim(1) > 1 ? t.strides()[1] : d, t.strides()[0], d};
+}
+// A dense (B, H, rows, cols) tensor.
+Operand dense_operand(const Tensor& t) {
+  const int64_t rows = t.dim(2), cols = t.dim(3);
+  return Operand{&t, cols, t.dim(1) * rows * cols, rows * cols};
+}
+
+// c (B, H, m, n) float32 = op(a) op(b) for every (batch, head) pair, through bmm's kernel.
+void pair_products(int64_t b, int64_t h, int64_t m, int64_t n, int64_t k, const Operand& a, bool trans_a,
+                   const Operand& bo, bool trans_b, Tensor& c) {
+  kernel::BmmLayout l;
+  l.trans_a = trans_a;
+  l.trans_b = trans_b;
+  l.m = m;
+  l.n = n;
+  l.k = k;
+  l.lda = a.ld;
+  l.ldb = bo.ld;
+  l.batch = {b, h};
+  l.a_batch_strides = {a.batch_stride, a.head_stride};
+  l.b_batch_strides = {bo.batch_stride, bo.head_stride};
+  bmm(*a.t, *bo.t, Tensor(), l, c);
+}
+
+void scatter_heads(const Tensor& src, int64_t h, int64_t l, Tensor& dst) {
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  scatter_heads_kernel<<<device::blocks_for(n), device::kThreads>>>(src.data<float>(), h, l, heads_of(dst, h), n);
+  device::launched("attention (scatter)");
+}
+
+// t's heads as a dense (B, H, L, d) float32 tensor.
+Tensor widened_heads(const Tensor& t, int64_t h) {
+  const int64_t b = t.dim(0), l = t.dim(1), d = t.dim(2) / h;
+  Tensor w = Tensor::empty({b, h, l, d}, DType::kFloat32, t.device());
+  const int64_t n = w.numel();
+  if (n > 0) {
+    gather_heads_kernel<<<device::blocks_for(n), device::kThreads>>>(heads_of(t, h), h, l, w.data<float>(), n);
+    device::launched("attention (widen)");
+  }
+  return w;
+}
+
+Rows rows_of(const AttentionOptions& o, int64_t b, int64_t t, int64_t s, DType dt, Tensor& scores) {
+  Rows a{};
+  a.s = scores.data<float>();
+  a.rows = b * o.num_heads * t;
+  a.t = t;
+  a.s_len = s;
+  a.causal = o.causal;
+  a.scale = o.scale;
+  a.code = shared::float_code(dt);
+  a.logits_per_pair = o.causal ? t * (t + 1) / 2 : t * s;
+  a.seed = o.dropout_seed;
+  a.rate = o.dropout_rate;
+  a.inv_keep = 1.0f / (1.0f - o.dropout_rate);  // the CPU kernel's float32 factor
+  return a;
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options, Tensor& out,
+               Tensor& probs, Tensor& logits) {
+  const int64_t b = q.dim(0), t = q.dim(1), s = k.dim(1), h = options.num_heads;
+  const int64_t dk = q.dim(2) / h, dv = v.dim(2) / h;
+  const DType dt = q.dtype();
+  const Device device = q.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  const bool dropout = options.dropout_rate > 0.0f;
+
+  Tensor scores = Tensor::empty({b, h, t, s}, DType::kFloat32, device);
+  pair_products(b, h, t, s, dk, heads_operand(q, h), false, heads_operand(k, h), true, scores);
+
+  Tensor p = probs.defined() ? probs : Tensor::empty({b, h, t, s}, dt, device);
+  Tensor pd = dropout ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
+  Rows a = rows_of(options, b, t, s, dt, scores);
+  a.probs = p.raw();
+  a.dropped = dropout ? pd.raw() : nullptr;
+  a.logits = logits.defined() ? logits.data<float>() : nullptr;
+  if (a.rows > 0) {
+    forward_rows_kernel<<<device::row_blocks(a.rows), device::kThreads>>>(a);
+    device::launched("scaled_dot_product_attention");
+  }
+
+  Tensor o = Tensor::empty({b, h, t, dv}, DType::kFloat32, device);
+  pair_products(b, h, t, dv, s, dense_operand(dropout ? pd : p), false, heads_operand(v, h), false, o);
+  scatter_heads(o, h, t, out);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const int64_t b = q.dim(0), t = q.dim(1), s = k.dim(1), h = options.num_heads;
+  const int64_t dkh = q.dim(2) / h, dvh = v.dim(2) / h;
+  const DType dt = q.dtype();
+  const Device device = q.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  const bool dropout = options.dropout_rate > 0.0f;
+
+  // dp (B, H, T, S) = dout_h v_h^T, then ds in place.
+  Tensor ds = Tensor::empty({b, h, t, s}, DType::kFloat32, device);
+  pair_products(b, h, t, s, dvh, heads_operand(dout, h), false, heads_operand(v, h), true, ds);
+  Tensor pd = dropout ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
+  Rows a = rows_of(options, b, t, s, dt, ds);
+  a.probs = const_cast<void*>(probs.raw());
+  a.dropped = dropout ? pd.raw() : nullptr;
+  if (a.rows > 0) {
+    backward_rows_kernel<<<device::row_blocks(a.rows), device::kThreads>>>(a);
+    device::launched("scaled_dot_product_attention_backward");
+  }
+
+  // dv_h (S, dv) = p_d^T dout_h, with the rounded p_d the forward multiplied.
+  Tensor dv32 = Tensor::empty({b, h, s, dvh}, DType::kFloat32, device);
+  pair_products(b, h, s, dvh, t, dense_operand(dropout ? pd : probs), true, heads_operand(dout, h), false, dv32);
+  scatter_heads(dv32, h, s, dv);
+
+  // dq_h = ds k_h and dk_h = ds^T q_h as float32 products: k and q widened (float32 ones read in place).
+  const bool widen = dt != DType::kFloat32;
+  const Tensor k32 = widen ? widened_heads(k, h) : Tensor(), q32 = widen ? widened_heads(q, h) : Tensor();
+  const Operand kf = widen ? dense_operand(k32) : heads_operand(k, h);
+  const Operand qf = widen ? dense_operand(q32) : heads_operand(q, h);
+  const Operand dso = dense_operand(ds);
+  Tensor dq32 = Tensor::empty({b, h, t, dkh}, DType::kFloat32, device);
+  pair_products(b, h, t, dkh, s, dso, false, kf, false, dq32);
+  scatter_heads(dq32, h, t, dq);
+  Tensor dk32 = Tensor::empty({b, h, s, dkh}, DType::kFloat32, device);
+  pair_products(b, h, s, dkh, t, dso, true, qf, false, dk32);
+  scatter_heads(dk32, h, s, dk);
+}
+
+}  // namespace mixtrain::ops::cuda

@@ -1,0 +1,42 @@
+// The element steps of scaled dot-product attention's rows (ops/attention.h gives the computation), for host and
+// device: the dropout mask's hash, which ops::attention_dropout_keep is, the logit's rounding into the compute
+// dtype, the dropped probability and the softmax gradient's element, each in the CPU kernel's operation order
+// (cpu/attention.cpp). The GPU kernel (cuda/attention.cu) combines them with a warp's max and sums in its own
+// order, and its products run through cuBLASLt, so it matches the CPU within tolerances; the mask is the same bit
+// for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "float16_convert.h"
+#include "host_device.h"
+
+namespace mixtrain::ops::shared {
+
+// Whether dropout keeps the probability at flat (batch, head, row, column) index `index`: a 24-bit uniform from
+// splitmix64's finalizer over (seed, index), kept when >= rate (the product with 2^-24 is exact).
+MIXTRAIN_HOST_DEVICE inline bool attention_dropout_keep(uint64_t seed, uint64_t index, float rate) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * 0x1p-24f >= rate;
+}
+
+// v rounded into the dtype of `code` and widened back: a logit as a 16-bit GEMM output holds it.
+MIXTRAIN_HOST_DEVICE inline float through_dtype(float v, int code) {
+  if (code == kCodeFloat16) return half_to_float(float_to_half(v));
+  if (code == kCodeBFloat16) return bfloat16_to_float(float_to_bfloat16(v));
+  return v;
+}
+
+// The dropped value of p (a probability, or its gradient): p / (1 - rate) where kept, else 0; inv_keep is
+// 1.0f / (1.0f - rate) in float32.
+MIXTRAIN_HOST_DEVICE inline float dropped(float p, bool keep, float inv_keep) { return keep ? mul_rn(p, inv_keep) : 0.0f; }
+
+// The softmax gradient of one score: p * (dp - dot) * scale, dot = sum over the row of dp * p.
+MIXTRAIN_HOST_DEVICE inline float attention_score_grad(float p, float dp, float dot, float scale) {
+  return mul_rn(mul_rn(p, sub_rn(dp, dot)), scale);
+}
+
+}  // namespace mixtrain::ops::shared

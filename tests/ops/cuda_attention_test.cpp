@@ -1,0 +1,233 @@
+// Scaled dot-product attention's CUDA kernels against the CPU kernels, and the backward passes given a gradient
+// of another dtype on the GPU (converted through ops::cast's CUDA kernel, where Tensor::to would refuse device
+// memory). Attention's products run through cuBLASLt and its rows sum in a warp's order, so results are compared
+// with tolerances written beside each check; the dropout mask is the CPU's. Skips without a GPU, or without
+// cuBLASLt (MIXTRAIN_REQUIRE_GPU=1, set by scripts/gpu-check.sh, makes the skip a failure).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "mixtrain/ops/attention.h"
+#include "mixtrain/ops/conv2d.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/transfer.h"
+#include "op_test_util.h"
+
+namespace mixtrain::ops {
+namespace {
+
+using testing::kFloatDTypes;
+using testing::random_tensor;
+using testing::subnormal_step;
+using testing::unit;
+
+const Device kGpu = Device::cuda(0);
+
+Tensor gpu(const Tensor& t) { return t.defined() ? to_device(t, kGpu) : t; }
+
+#define REQUIRE_CUDA_GEMM()                                                                          \
+  do {                                                                                               \
+    REQUIRE_CUDA_BACKEND();                                                                          \
+    if (!kernel::bmm_table().supports(DeviceType::kCuda)) {                                          \
+      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail;   \
+      GTEST_SKIP() << load_cuda_backend().detail;                                                    \
+    }                                                                                                \
+  } while (0)
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (float v : t.contiguous().to_floats()) m = std::max(m, static_cast<double>(std::fabs(v)));
+  return m;
+}
+
+// |gpu - cpu| <= tol(cpu value) for every element (NaN must match NaN).
+template <typename TolFn>
+void expect_close(const Tensor& got, const Tensor& want, TolFn&& tol, const std::string& what) {
+  const Tensor g = to_device(got, Device::cpu()).contiguous();
+  ASSERT_EQ(g.dtype(), want.dtype()) << what;
+  ASSERT_EQ(g.shape(), want.shape()) << what;
+  const std::vector<float> gv = g.to_floats(), cv = want.contiguous().to_floats();
+  int reported = 0;
+  for (size_t i = 0; i < cv.size(); ++i) {
+    if (gv[i] == cv[i] || (std::isnan(cv[i]) && std::isnan(gv[i]))) continue;
+    const double t = tol(static_cast<double>(cv[i]));
+    if (std::fabs(static_cast<double>(gv[i]) - cv[i]) <= t) continue;
+    ADD_FAILURE() << what << ": element " << i << " gpu " << gv[i] << " cpu " << cv[i] << " tolerance " << t;
+    if (++reported == 5) return;
+  }
+}
+
+struct Case {
+  int64_t b, t, s, h, dk, dv;
+  bool causal;
+  float rate;
+};
+const Case kCases[] = {
+    {1, 1, 1, 1, 1, 1, false, 0.0f},   {2, 7, 7, 2, 4, 3, true, 0.0f},      {2, 5, 9, 3, 8, 5, false, 0.25f},
+    {1, 17, 17, 1, 16, 16, true, 0.1f}, {3, 33, 33, 4, 8, 8, true, 0.0f},   {2, 129, 129, 2, 32, 32, true, 0.2f},
+    {2, 31, 65, 2, 7, 9, false, 0.0f},  {1, 0, 5, 2, 4, 4, false, 0.0f},
+};
+
+std::string describe(const Case& c, DType dt) {
+  return std::string(dtype_name(dt)) + " B=" + std::to_string(c.b) + " T=" + std::to_string(c.t) +
+         " S=" + std::to_string(c.s) + " H=" + std::to_string(c.h) + " dk=" + std::to_string(c.dk) +
+         " dv=" + std::to_string(c.dv) + (c.causal ? " causal" : "") + " rate=" + std::to_string(c.rate);
+}
+
+// q or k: random in [-1, 1] for float32; for the 16-bit dtypes, multiples of 1/4, whose products sum exactly in
+// any order, so both devices round the same logits into the compute dtype (a logit on either side of a 16-bit
+// rounding boundary would move its probability by a whole 16-bit unit).
+Tensor query_key(const Shape& shape, uint64_t seed, DType dt) {
+  std::vector<float> v = random_tensor(shape, seed, DType::kFloat32).to_floats();
+  if (dt != DType::kFloat32)
+    for (float& x : v) x = std::round(x * 4.0f) / 4.0f;
+  return Tensor::from_floats(shape, v, dt);
+}
+
+AttentionOptions options_of(const Case& c) {
+  AttentionOptions o;
+  o.num_heads = c.h;
+  o.causal = c.causal;
+  o.scale = 0.25f;  // a power of two: scaled logits stay exact
+  o.dropout_rate = c.rate;
+  o.dropout_seed = 1234;
+  return o;
+}
+
+// Checks forward and backward of one case, q, k, v given on the CPU (possibly views) with their GPU copies.
+void check_case(const Case& c, DType dt, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qg,
+                const Tensor& kg, const Tensor& vg, const std::string& what) {
+  const AttentionOptions o = options_of(c);
+  const AttentionOutput want = scaled_dot_product_attention(q, k, v, o, true, true);
+  const AttentionOutput got = scaled_dot_product_attention(qg, kg, vg, o, true, true);
+  const double u = unit(dt), f32 = 0x1p-24, sub = 2 * subnormal_step(dt);
+  // Logits: exact products for the 16-bit dtypes; float32 sums of dk products of |values| <= 1 in another order.
+  const double logit_err = dt == DType::kFloat32 ? 2.0 * static_cast<double>(c.dk) * c.dk * f32 * o.scale : 0.0;
+  expect_close(got.logits, want.logits, [&](double cv) { return 4 * f32 * std::fabs(cv) + logit_err; },
+               "logits " + what);
+  // Probabilities: a logit error d moves p by up to 2d relative; the row sums' order by a few float32 units; then
+  // one rounding into the compute dtype on each side.
+  expect_close(got.probs, want.probs,
+               [&](double cv) { return (2 * u + 64 * f32 + 2 * logit_err) * std::fabs(cv) + sub; },
+               "probs " + what);
+  // Output: each probability within a unit of the compute dtype (and the dropout's 1 / (1 - rate)), times
+  // |v| <= 1 summed over the row's probabilities (<= 1 / (1 - rate)), plus the GEMM's order over S terms.
+  const double keep = 1.0 / (1.0 - c.rate);
+  expect_close(got.out, want.out,
+               [&](double cv) {
+                 return 2 * u * std::fabs(cv) + (2 * u + 64 * f32 + 2 * logit_err) * keep +
+                        2.0 * static_cast<double>(c.s) * f32 * keep + sub;
+               },
+               "out " + what);
+
+  // Backward from the CPU's probabilities, so that both read the same p: the differences are the GEMMs' order
+  // (float32, over S, dk or dv terms) and the row dot products', then one rounding into the compute dtype.
+  const Tensor dout = random_tensor(want.out.shape(), 77, dt);
+  const AttentionGrads gw = scaled_dot_product_attention_backward(dout, q, k, v, want.probs, o);
+  const AttentionGrads gg = scaled_dot_product_attention_backward(gpu(dout), qg, kg, vg, gpu(want.probs), o);
+  const double terms = static_cast<double>(c.s + c.t + c.dk + c.dv);
+  for (const auto& [g, w, name] : {std::tuple{&gg.dq, &gw.dq, "dq "}, std::tuple{&gg.dk, &gw.dk, "dk "},
+                                   std::tuple{&gg.dv, &gw.dv, "dv "}}) {
+    // An absolute slack scaled by the gradient's size: a wrong head, mask or scale moves elements by that size.
+    const double m = max_abs(*w) + 1.0;
+    expect_close(*g, *w, [&](double cv) { return 2 * u * std::fabs(cv) + 64 * terms * f32 * m + sub; },
+                 name + what);
+  }
+}
+
+TEST(CudaBackend, AttentionAndItsGradientMatchTheCpu) {
+  REQUIRE_CUDA_GEMM();
+  for (DType dt : kFloatDTypes) {
+    for (const Case& c : kCases) {
+      const std::string what = describe(c, dt);
+      const Tensor q = query_key({c.b, c.t, c.h * c.dk}, 3, dt), k = query_key({c.b, c.s, c.h * c.dk}, 5, dt);
+      const Tensor v = random_tensor({c.b, c.s, c.h * c.dv}, 7, dt);
+      check_case(c, dt, q, k, v, gpu(q), gpu(k), gpu(v), what);
+    }
+  }
+}
+
+// q, k and v as column slices of one fused (B, T, 3 * H * d) projection, and their gradients written into the
+// column slices of one (B, T, 3 * H * d) buffer: read and written in place on the GPU too.
+TEST(CudaBackend, AttentionReadsAndWritesFusedProjectionSlicesInPlace) {
+  REQUIRE_CUDA_GEMM();
+  for (DType dt : kFloatDTypes) {
+    const Case c{2, 9, 9, 2, 4, 4, true, 0.0f};
+    const int64_t w = c.h * c.dk;
+    const Tensor qkv = query_key({c.b, c.t, 3 * w}, 11, dt), qkv_g = gpu(qkv);
+    const Tensor q = qkv.slice(2, 0, w), k = qkv.slice(2, w, 2 * w), v = qkv.slice(2, 2 * w, 3 * w);
+    const Tensor qg = qkv_g.slice(2, 0, w), kg = qkv_g.slice(2, w, 2 * w), vg = qkv_g.slice(2, 2 * w, 3 * w);
+    check_case(c, dt, q, k, v, qg, kg, vg, "fused " + describe(c, dt));
+
+    const AttentionOptions o = options_of(c);
+    const AttentionOutput f = scaled_dot_product_attention(q, k, v, o);
+    const Tensor dout = random_tensor(f.out.shape(), 13, dt);
+    Tensor grad = Tensor::zeros({c.b, c.t, 3 * w}, dt), grad_g = gpu(grad);
+    Tensor dq = grad.slice(2, 0, w), dk = grad.slice(2, w, 2 * w), dv = grad.slice(2, 2 * w, 3 * w);
+    Tensor dqg = grad_g.slice(2, 0, w), dkg = grad_g.slice(2, w, 2 * w), dvg = grad_g.slice(2, 2 * w, 3 * w);
+    scaled_dot_product_attention_backward_into(dout, q, k, v, f.probs, o, dq, dk, dv);
+    scaled_dot_product_attention_backward_into(gpu(dout), qg, kg, vg, gpu(f.probs), o, dqg, dkg, dvg);
+    const double m = max_abs(grad) + 1.0;
+    expect_close(grad_g, grad,
+                 [&](double cv) { return 2 * unit(dt) * std::fabs(cv) + 64 * 30 * 0x1p-24 * m + 2 * subnormal_step(dt); },
+                 std::string("fused gradients ") + dtype_name(dt));
+  }
+}
+
+// A float32 gradient reaching 16-bit operands on the GPU is converted there (ops::cast's CUDA kernel, which gives
+// the CPU's bits): each backward pass returns exactly what it returns for the gradient converted beforehand.
+TEST(CudaBackend, BackwardPassesTakeAGradientOfAnotherDtypeOnTheGpu) {
+  REQUIRE_CUDA_GEMM();
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const std::string name = dtype_name(dt);
+    EXPECT_TRUE(bit_equal(cast(gpu(random_tensor({5, 7}, 1, DType::kFloat32)), dt),
+                          random_tensor({5, 7}, 1, DType::kFloat32).to(dt)))
+        << name;
+    {
+      const Tensor x = gpu(random_tensor({3, 4, 5}, 2, dt)), w = gpu(random_tensor({5, 6}, 3, dt));
+      const Tensor dy = random_tensor({3, 4, 6}, 4, DType::kFloat32);
+      const LinearGrads got = linear_backward(gpu(dy), x, w, true, true);
+      const LinearGrads want = linear_backward(gpu(dy.to(dt)), x, w, true, true);
+      EXPECT_TRUE(bit_equal(got.dx, want.dx) && bit_equal(got.dw, want.dw) && bit_equal(got.dbias, want.dbias))
+          << "linear_backward " << name;
+    }
+    {
+      const Tensor x = gpu(random_tensor({2, 6, 5, 3}, 5, dt)), kern = gpu(random_tensor({3, 3, 3, 4}, 6, dt));
+      Conv2dOptions o;
+      o.padding = Padding::kSame;
+      const Tensor dy = random_tensor({2, 6, 5, 4}, 7, DType::kFloat32);
+      const Conv2dGrads got = conv2d_backward(gpu(dy), x, kern, o, true, true);
+      const Conv2dGrads want = conv2d_backward(gpu(dy.to(dt)), x, kern, o, true, true);
+      EXPECT_TRUE(bit_equal(got.dx, want.dx) && bit_equal(got.dkernel, want.dkernel) &&
+                  bit_equal(got.dbias, want.dbias))
+          << "conv2d_backward " << name;
+    }
+    {
+      const Case c{2, 5, 5, 2, 4, 4, true, 0.0f};
+      const Tensor q = gpu(query_key({2, 5, 8}, 8, dt)), k = gpu(query_key({2, 5, 8}, 9, dt));
+      const Tensor v = gpu(random_tensor({2, 5, 8}, 10, dt));
+      const AttentionOptions o = options_of(c);
+      const Tensor probs = scaled_dot_product_attention(q, k, v, o).probs;
+      const Tensor dout = random_tensor({2, 5, 8}, 11, DType::kFloat32);
+      const AttentionGrads got = scaled_dot_product_attention_backward(gpu(dout), q, k, v, probs, o);
+      const AttentionGrads want = scaled_dot_product_attention_backward(gpu(dout.to(dt)), q, k, v, probs, o);
+      EXPECT_TRUE(bit_equal(got.dq, want.dq) && bit_equal(got.dk, want.dk) && bit_equal(got.dv, want.dv))
+          << "attention backward " << name;
+    }
+    {
+      const Tensor x = gpu(random_tensor({4, 7}, 12, dt));
+      const Tensor dy = random_tensor({4, 7}, 13, DType::kFloat32);
+      EXPECT_TRUE(bit_equal(activation_backward(gpu(dy), x, x, Activation::kLinear), dy.to(dt)))
+          << "activation_backward " << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::ops
