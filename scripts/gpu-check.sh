@@ -10,10 +10,12 @@
 #
 #   bash scripts/gpu-check.sh [--out DIR]     (default DIR: ./gpu-check-out, or $OUT when set)
 #
-# What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend, CudaSharedMath
-# and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA kernel against the CPU's,
-# layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
-# tests/ops/cuda_cnn_test.cpp), the fused Adam update of a GPU parameter arena (bit for bit against the CPU
+# What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend, CudaSharedMath,
+# Cast and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA kernel against the
+# CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
+# tests/ops/cuda_cnn_test.cpp), the losses, sum/mean, the accuracy and the counted unscale
+# (tests/ops/cuda_losses_test.cpp), attention and the backward passes given a gradient of another dtype
+# (tests/ops/cuda_attention_test.cpp), the fused Adam update of a GPU parameter arena (bit for bit against the CPU
 # optimizer) and the timed GEMM of `bench gemm --device` and doctor (tests/ops/cuda_gemm_timing_test.cpp) included.
 # Without GoogleTest (the tests' framework) the tests are left out and mixtrain_gpu_bench's own check against the
 # CPU bits decides.
@@ -43,7 +45,7 @@ status=0
 if [ "$tests" = ON ]; then
   say "GPU tests (MIXTRAIN_REQUIRE_GPU=1)"
   if ! MIXTRAIN_REQUIRE_GPU=1 build-gpu/tests/ops/ops_test \
-         --gtest_filter='CudaBackend.*:CudaSharedMath.*:KernelTable.*:GemmTiming.*' \
+         --gtest_filter='CudaBackend.*:CudaSharedMath.*:Cast.*:KernelTable.*:GemmTiming.*' \
          --gtest_output="json:$out/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1
