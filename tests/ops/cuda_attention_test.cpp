@@ -27,19 +27,6 @@ using testing::random_tensor;
 using testing::subnormal_step;
 using testing::unit;
 
-const Device kGpu = Device::cuda(0);
-
-Tensor gpu(const Tensor& t) { return t.defined() ? to_device(t, kGpu) : t; }
-
-#define REQUIRE_CUDA_GEMM()                                                                          \
-  do {                                                                                               \
-    REQUIRE_CUDA_BACKEND();                                                                          \
-    if (!kernel::bmm_table().supports(DeviceType::kCuda)) {                                          \
-      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail;   \
-      GTEST_SKIP() << load_cuda_backend().detail;                                                    \
-    }                                                                                                \
-  } while (0)
-
 double max_abs(const Tensor& t) {
   double m = 0;
   for (float v : t.contiguous().to_floats()) m = std::max(m, static_cast<double>(std::fabs(v)));

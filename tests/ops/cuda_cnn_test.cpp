@@ -29,10 +29,6 @@ using testing::random_tensor;
 using testing::subnormal_step;
 using testing::unit;
 
-const Device kGpu = Device::cuda(0);
-
-Tensor gpu(const Tensor& t) { return t.defined() ? to_device(t, kGpu) : t; }
-
 // Bit for bit, except that any NaN matches any NaN.
 bool same_values(const Tensor& got, const Tensor& want) {
   if (!got.defined() || !want.defined()) return got.defined() == want.defined();

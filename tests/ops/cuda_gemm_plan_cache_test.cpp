@@ -285,15 +285,6 @@ TEST(GemmPlanCache, ThreadsSharingTheCacheMakeEachPlanOnce) {
 }
 
 // On a GPU: the cached plans through ops::matmul and ops::linear.
-#define REQUIRE_CUDA_GEMM()                                                                            \
-  do {                                                                                                 \
-    REQUIRE_CUDA_BACKEND();                                                                            \
-    if (!kernel::bmm_table().supports(DeviceType::kCuda)) {                                            \
-      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail;     \
-      GTEST_SKIP() << load_cuda_backend().detail;                                                      \
-    }                                                                                                  \
-  } while (0)
-
 // |gpu - cpu| within both sides' float32 summation of k products of values in [-1, 1], then one rounding each.
 void expect_near_cpu(const Tensor& gpu, const Tensor& cpu, int64_t k, const std::string& what) {
   const std::vector<float> g = to_device(gpu, Device::cpu()).to_floats(), c = cpu.to_floats();

@@ -25,10 +25,6 @@ namespace {
 using testing::kFloatDTypes;
 using testing::random_tensor;
 
-const Device kGpu = Device::cuda(0);
-
-Tensor gpu(const Tensor& t) { return to_device(t, kGpu); }
-
 // A float32 scalar from either device.
 float scalar(const Tensor& t) { return to_device(t, Device::cpu()).to_floats()[0]; }
 

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/dispatch.h"
+#include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
@@ -27,6 +29,21 @@ inline bool gpu_required() {
       GTEST_SKIP() << s_.detail;                                                 \
     }                                                                            \
   } while (0)
+
+// Skips (or fails) unless the backend is loaded with its GEMM (cuBLASLt found): the GEMM, conv2d and attention.
+#define REQUIRE_CUDA_GEMM()                                                                       \
+  do {                                                                                            \
+    REQUIRE_CUDA_BACKEND();                                                                       \
+    if (!kernel::bmm_table().supports(DeviceType::kCuda)) {                                       \
+      if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail; \
+      GTEST_SKIP() << load_cuda_backend().detail;                                                 \
+    }                                                                                             \
+  } while (0)
+
+inline const Device kGpu = Device::cuda(0);
+
+// t on the first GPU (an undefined tensor stays undefined).
+inline Tensor gpu(const Tensor& t) { return t.defined() ? to_device(t, kGpu) : t; }
 
 // Same dtype, shape and bytes (two undefined tensors are equal), read back to the host.
 inline bool bit_equal(const Tensor& a, const Tensor& b) {
