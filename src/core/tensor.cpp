@@ -1,5 +1,7 @@
 #include "mixtrain/core/tensor.h"
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -176,9 +178,26 @@ Tensor Tensor::contiguous() const {
   return t;
 }
 
+namespace {
+std::array<std::atomic<DeviceCopyFn>, kNumDeviceTypes> g_device_copy{};
+}  // namespace
+
+void register_device_copy(DeviceType type, DeviceCopyFn fn) {
+  g_device_copy[static_cast<size_t>(type)].store(fn, std::memory_order_release);
+}
+
 void Tensor::copy_from(const Tensor& src) {
   MIXTRAIN_CHECK(defined() && src.defined() && src.shape() == shape_,
                  "copy_from: cannot copy " << src.describe() << " into " << describe());
+  if (!device().is_cpu() || !src.device().is_cpu()) {
+    MIXTRAIN_CHECK(device() == src.device(), "copy_from: " << src.describe() << " and " << describe()
+                                                            << " are on different devices; ops::to_device copies between them");
+    const DeviceCopyFn fn = g_device_copy[static_cast<size_t>(device().type)].load(std::memory_order_acquire);
+    MIXTRAIN_CHECK(fn != nullptr, "copy_from: no copy for tensors on " << device().str()
+                                                                        << " (its backend is not loaded)");
+    if (numel() > 0) fn(src, *this);
+    return;
+  }
   require_cpu(*this, "copy_from");
   require_cpu(src, "copy_from");
   const int64_t n = numel();

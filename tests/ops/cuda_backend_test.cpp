@@ -222,6 +222,27 @@ TEST(CudaBackend, CastsGiveTheCpuBitsBetweenEveryFloatDtype) {
 #endif
 }
 
+// Tensor::contiguous, to and clone of GPU views go through the backend's strided copy (core's register_device_copy):
+// the CPU's bits for every pair of floating dtypes, and int32 moved as it is.
+TEST(CudaBackend, ViewsCompactAndConvertOnTheGpuWithTheCpuBits) {
+  REQUIRE_CUDA_BACKEND();
+  for (DType from : kFloatDTypes) {
+    const Tensor host = random_tensor({5, 6, 7}, 71, from, -3.0f, 3.0f);
+    const Tensor h_view = host.permute({2, 0, 1}).slice(2, 1, 5);
+    const Tensor d_view = gpu(host).permute({2, 0, 1}).slice(2, 1, 5);
+    ASSERT_FALSE(d_view.is_contiguous());
+    const Tensor dense = d_view.contiguous();
+    EXPECT_EQ(dense.device(), kGpu);
+    EXPECT_TRUE(bit_equal(dense, h_view.contiguous())) << dtype_name(from);
+    EXPECT_TRUE(bit_equal(d_view.clone(), h_view.clone())) << dtype_name(from);
+    for (DType to : kFloatDTypes)
+      EXPECT_TRUE(bit_equal(d_view.to(to).contiguous(), h_view.to(to).contiguous()))
+          << dtype_name(from) << " -> " << dtype_name(to);
+  }
+  const Tensor ids = Tensor::from_ints({3, 4}, {1, -2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -12});
+  EXPECT_TRUE(bit_equal(gpu(ids).transpose(0, 1).contiguous(), ids.transpose(0, 1).contiguous()));
+}
+
 TEST(CudaBackend, SoftmaxAndItsGradientMatchTheCpu) {
   REQUIRE_CUDA_BACKEND();
   const Device gpu = Device::cuda(0);

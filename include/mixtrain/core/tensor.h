@@ -108,6 +108,8 @@ class Tensor {
   // (a float16 model's batch never exists in float32).
   Tensor gather_rows(const std::vector<int64_t>& indices, DType dtype) const;
   // Writes src (same shape, any dtype, converted) into the elements this tensor shows, which may be a view.
+  // Both in host memory, or both on one device whose backend installed a copy (register_device_copy); between
+  // devices, ops::to_device copies.
   void copy_from(const Tensor& src);
 
   std::vector<float> to_floats() const;
@@ -138,5 +140,12 @@ std::vector<int64_t> contiguous_strides(const Shape& shape);
 
 // Converts count elements between any two dtypes (floats round to nearest even; ints truncate toward zero).
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count);
+
+// A device backend's copy between two tensors of the same shape on one of its devices, any strides, converting
+// between the floating dtypes as convert_elements does (and copying any dtype to itself). Installed once when the
+// backend loads (null uninstalls); Tensor::copy_from, and so contiguous(), clone() and to(), call it for tensors
+// on such a device, so code above core converts and compacts device tensors as it does host ones.
+using DeviceCopyFn = void (*)(const Tensor& src, Tensor& dst);
+void register_device_copy(DeviceType type, DeviceCopyFn fn);
 
 }  // namespace mixtrain

@@ -135,6 +135,7 @@ CudaBackendStatus install_backend() {
   // Never destroyed: tensors freed during static destruction still find it.
   static CudaAllocator* allocator = new CudaAllocator();
   register_allocator(DeviceType::kCuda, allocator);
+  register_device_copy(DeviceType::kCuda, &strided_copy);
   kernel::fill_table().set(DeviceType::kCuda, &fill);
   kernel::unscale_check_table().set(DeviceType::kCuda, &unscale_and_check);
   kernel::unscale_table().set(DeviceType::kCuda, &unscale_and_count_nonfinite);

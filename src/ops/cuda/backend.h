@@ -93,6 +93,9 @@ const char* gemm_method(DType dtype);
 // core's conversions do (convert.cu): the kernel of ops::cast (kernel::cast_table), which the backward passes
 // call on an incoming gradient of another dtype.
 void cast(const Tensor& src, Tensor& dst);
+// Tensor::copy_from between two tensors on one GPU (core's register_device_copy): any strides, a conversion between
+// floating dtypes or a copy of any dtype to itself.
+void strided_copy(const Tensor& src, Tensor& dst);
 // dst (rows, n) of dst_dtype = src (rows, n) float32 [+ bias (n,) float32], rounded once; a null src reads as
 // zeros. Device pointers, on the current device (convert.cu).
 void round_rows_into(const float* src, const float* bias, int64_t rows, int64_t n, void* dst, DType dst_dtype);

@@ -28,7 +28,94 @@ __global__ void round_rows_kernel(const float* src, const float* bias, int64_t r
   }
 }
 
+// Shape and both sides' strides (elements), passed by value to the kernel.
+struct StridedPair {
+  int rank;
+  int64_t dims[kMaxRank];
+  int64_t src_strides[kMaxRank];
+  int64_t dst_strides[kMaxRank];
+};
+
+// Storage offsets of the element with flat row-major index i on both sides.
+__device__ void offsets_of(const StridedPair& layout, int64_t i, int64_t* src_off, int64_t* dst_off) {
+  int64_t s = 0, d = 0;
+  for (int r = layout.rank - 1; r >= 0; --r) {
+    const int64_t c = i % layout.dims[r];
+    i /= layout.dims[r];
+    s += c * layout.src_strides[r];
+    d += c * layout.dst_strides[r];
+  }
+  *src_off = s;
+  *dst_off = d;
+}
+
+// Between floating dtypes, core's rounding.
+__global__ void strided_cast_kernel(StridedPair layout, const void* src, int src_code, void* dst, int dst_code,
+                                    int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t s, d;
+    offsets_of(layout, i, &s, &d);
+    shared::store_from_float(dst, dst_code, d, shared::load_as_float(src, src_code, s));
+  }
+}
+
+// Any dtype to itself: elements of `Word` (its size) moved as they are.
+template <typename Word>
+__global__ void strided_copy_kernel(StridedPair layout, const Word* src, Word* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t s, d;
+    offsets_of(layout, i, &s, &d);
+    dst[d] = src[s];
+  }
+}
+
 }  // namespace
+
+void strided_copy(const Tensor& src, Tensor& dst) {
+  const bool same = src.dtype() == dst.dtype();
+  MIXTRAIN_CHECK(src.shape() == dst.shape() && src.device() == dst.device() &&
+                     (same || (is_float(src.dtype()) && is_float(dst.dtype()))),
+                 "copy_from: cannot copy " << src.describe() << " into " << dst.describe()
+                                           << " on the GPU (same shape and device; a conversion between floating dtypes)");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  if (src.is_contiguous() && dst.is_contiguous() && (same || is_float(src.dtype()))) {
+    if (same) {
+      check_cuda(cudaSetDevice(src.device().index), "cudaSetDevice");
+      check_cuda(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+      return;
+    }
+    return cast(src, dst);
+  }
+  check_cuda(cudaSetDevice(src.device().index), "cudaSetDevice");
+  StridedPair layout{};
+  layout.rank = src.rank();
+  for (int r = 0; r < layout.rank; ++r) {
+    layout.dims[r] = src.dim(r);
+    layout.src_strides[r] = src.strides()[r];
+    layout.dst_strides[r] = dst.strides()[r];
+  }
+  const unsigned blocks = device::blocks_for(n);
+  if (!same) {
+    strided_cast_kernel<<<blocks, device::kThreads>>>(layout, src.raw(), shared::float_code(src.dtype()), dst.raw(),
+                                                      shared::float_code(dst.dtype()), n);
+  } else if (dtype_size(src.dtype()) == 8) {
+    strided_copy_kernel<<<blocks, device::kThreads>>>(layout, static_cast<const uint64_t*>(src.raw()),
+                                                      static_cast<uint64_t*>(dst.raw()), n);
+  } else if (dtype_size(src.dtype()) == 4) {
+    strided_copy_kernel<<<blocks, device::kThreads>>>(layout, static_cast<const uint32_t*>(src.raw()),
+                                                      static_cast<uint32_t*>(dst.raw()), n);
+  } else if (dtype_size(src.dtype()) == 2) {
+    strided_copy_kernel<<<blocks, device::kThreads>>>(layout, static_cast<const uint16_t*>(src.raw()),
+                                                      static_cast<uint16_t*>(dst.raw()), n);
+  } else {
+    strided_copy_kernel<<<blocks, device::kThreads>>>(layout, static_cast<const uint8_t*>(src.raw()),
+                                                      static_cast<uint8_t*>(dst.raw()), n);
+  }
+  device::launched("strided_copy");
+}
 
 void cast(const Tensor& src, Tensor& dst) {
   MIXTRAIN_CHECK(is_float(src.dtype()) && is_float(dst.dtype()) && src.numel() == dst.numel() && src.is_contiguous() &&
