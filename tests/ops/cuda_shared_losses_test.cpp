@@ -23,15 +23,10 @@
 namespace mixtrain::ops {
 namespace {
 
+using testing::bits;
 using testing::kFloatDTypes;
 using testing::kOddSizes;
 using testing::random_tensor;
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 // Element i of t (contiguous, floating) widened to float32 by the kernels' load.
 float element(const Tensor& t, int64_t i) { return shared::load_as_float(t.raw(), shared::float_code(t.dtype()), i); }

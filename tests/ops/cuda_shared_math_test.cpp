@@ -43,15 +43,10 @@
 namespace mixtrain::ops {
 namespace {
 
+using testing::bits;
 using testing::kFloatDTypes;
 using testing::kOddSizes;
 using testing::random_tensor;
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 // The casts are core/half.h's own conversions (tests/core/half_test.cpp checks them on every pattern and
 // midpoint); here, that a kernel's load and store pick the right one for each dtype code.

@@ -1,12 +1,21 @@
 // Helpers shared by the op tests: random inputs and the rounding unit of each dtype.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "mixtrain/core/random.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::ops::testing {
+
+// The bits of a float32 value, for comparisons that tell -0 from +0 and NaN payloads apart.
+inline uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
 
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, float lo = -1.0f, float hi = 1.0f) {
   Rng r(seed);

@@ -170,17 +170,8 @@ Operand dense_operand(const Tensor& t) {
 // c (B, H, m, n) float32 = op(a) op(b) for every (batch, head) pair, through bmm's kernel.
 void pair_products(int64_t b, int64_t h, int64_t m, int64_t n, int64_t k, const Operand& a, bool trans_a,
                    const Operand& bo, bool trans_b, Tensor& c) {
-  kernel::BmmLayout l;
-  l.trans_a = trans_a;
-  l.trans_b = trans_b;
-  l.m = m;
-  l.n = n;
-  l.k = k;
-  l.lda = a.ld;
-  l.ldb = bo.ld;
-  l.batch = {b, h};
-  l.a_batch_strides = {a.batch_stride, a.head_stride};
-  l.b_batch_strides = {bo.batch_stride, bo.head_stride};
+  const kernel::BmmLayout l{trans_a, trans_b, m, n, k, a.ld, bo.ld, {b, h}, {a.batch_stride, a.head_stride},
+                            {bo.batch_stride, bo.head_stride}};
   bmm(*a.t, *bo.t, Tensor(), l, c);
 }
 

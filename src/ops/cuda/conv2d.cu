@@ -110,15 +110,7 @@ void unfold(const Tensor& x, const Window2d& g, int64_t k, int64_t n0, int64_t n
 // One product c (m, n) = op(a) op(b) [+ bias] through bmm's kernel; a, b row-major with row strides lda, ldb.
 void gemm(const Tensor& a, bool trans_a, int64_t lda, const Tensor& b, bool trans_b, int64_t ldb, int64_t m,
           int64_t n, int64_t k, const Tensor& bias, Tensor c) {
-  kernel::BmmLayout l;
-  l.trans_a = trans_a;
-  l.trans_b = trans_b;
-  l.m = m;
-  l.n = n;
-  l.k = k;
-  l.lda = lda;
-  l.ldb = ldb;
-  bmm(a, b, bias, l, c);
+  bmm(a, b, bias, kernel::BmmLayout{trans_a, trans_b, m, n, k, lda, ldb, {}, {}, {}}, c);
 }
 
 // Rows [r0, r1) of t read as a (rows, cols) matrix: a view, no copy.

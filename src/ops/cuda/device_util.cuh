@@ -1,6 +1,5 @@
-// Launch geometry, the grid-stride loop and warp reductions shared by the backend's kernels (softmax.cu,
-// crossentropy.cu, convert.cu, elementwise.cu, reduce.cu, layer_norm.cu, embedding.cu). Device code only: included by
-// .cu files.
+// Launch geometry, the grid-stride loop, warp reductions and counts read back to the host, shared by the backend's
+// kernels (every .cu file of src/ops/cuda/). Device code only: included by .cu files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,6 +46,33 @@ __device__ inline float warp_sum(float v) {
 __device__ inline double warp_sum(double v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v = __dadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
   return v;
+}
+
+// Adds each thread's count c into *count: summed per block in shared memory, one integer atomic per block, so the
+// total is exact in any order. Every thread of the block calls it (launched with kThreads threads).
+__device__ inline void add_block_count(unsigned long long c, unsigned long long* count) {
+  __shared__ unsigned long long partial[kThreads];
+  partial[threadIdx.x] = c;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && partial[0] != 0) atomicAdd(count, partial[0]);
+}
+
+// The count that launch(counter) adds on `device` (a zeroed scratch word from the caching allocator), read back to
+// the host: the ops that return a count synchronize (the training step's own check, unscale_and_check, does not).
+template <typename Launch>
+int64_t count_on_device(const Device& device, const Launch& launch) {
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
+  unsigned long long* count = static_cast<unsigned long long*>(scratch.raw());
+  check_cuda(cudaMemsetAsync(count, 0, sizeof *count), "cudaMemsetAsync");
+  launch(count);
+  unsigned long long host = 0;
+  check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return static_cast<int64_t>(host);
 }
 
 }  // namespace mixtrain::ops::cuda::device

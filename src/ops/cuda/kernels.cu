@@ -9,32 +9,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../shared/float16_convert.h"
 #include "../shared/loss_scale_rule.h"
 #include "backend.h"
+#include "device_util.cuh"
 
 namespace mixtrain::ops::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 4096 ? (b > 0 ? b : 1) : 4096);  // grid-stride loops cover the rest
-}
-
-__device__ float load_float(const void* p, int dtype, int64_t i) {
-  switch (dtype) {
-    case 1:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    case 2:
-      return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16);  // exact widening
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-int dtype_code(DType dt) { return dt == DType::kFloat16 ? 1 : dt == DType::kBFloat16 ? 2 : 0; }
 
 __global__ void unscale_check_kernel(const void* in, int dtype, const float* scale_state, float* found_inf,
                                      float* out, int64_t n) {
@@ -42,7 +24,7 @@ __global__ void unscale_check_kernel(const void* in, int dtype, const float* sca
   bool bad = false;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = __fmul_rn(load_float(in, dtype, i), inv);
+    const float v = __fmul_rn(shared::load_as_float(in, dtype, i), inv);
     out[i] = v;
     bad |= !shared::float_is_finite(v);
   }
@@ -53,21 +35,14 @@ __global__ void unscale_check_kernel(const void* in, int dtype, const float* sca
 // per block, one integer atomic per block, so exact in any order).
 __global__ void unscale_count_kernel(const void* in, int dtype, float inv_scale, float* out, int64_t n,
                                      unsigned long long* count) {
-  __shared__ unsigned long long partial[kThreads];
   unsigned long long c = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = __fmul_rn(load_float(in, dtype, i), inv_scale);
+    const float v = __fmul_rn(shared::load_as_float(in, dtype, i), inv_scale);
     out[i] = v;
     c += shared::float_is_finite(v) ? 0 : 1;
   }
-  partial[threadIdx.x] = c;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0 && partial[0] != 0) atomicAdd(count, partial[0]);
+  device::add_block_count(c, count);
 }
 
 __global__ void update_loss_scale_kernel(float* scale_state, int32_t* counters, const float* found_inf,
@@ -89,7 +64,6 @@ __global__ void fill_kernel(T* y, T bits, int64_t n) {
     y[i] = bits;
 }
 
-void launched(const char* what) { check_cuda(cudaGetLastError(), what); }
 
 }  // namespace
 
@@ -101,54 +75,47 @@ void fill(Tensor& y, float value) {
   if (dtype_size(y.dtype()) == 2) {
     uint16_t bits = 0;
     convert_elements(&value, DType::kFloat32, &bits, y.dtype(), 1);
-    fill_kernel<uint16_t><<<blocks_for(n), kThreads>>>(static_cast<uint16_t*>(y.raw()), bits, n);
+    fill_kernel<uint16_t><<<device::blocks_for(n), device::kThreads>>>(static_cast<uint16_t*>(y.raw()), bits, n);
   } else {
     uint32_t bits = 0;
     std::memcpy(&bits, &value, sizeof bits);
-    fill_kernel<uint32_t><<<blocks_for(n), kThreads>>>(static_cast<uint32_t*>(y.raw()), bits, n);
+    fill_kernel<uint32_t><<<device::blocks_for(n), device::kThreads>>>(static_cast<uint32_t*>(y.raw()), bits, n);
   }
-  launched("fill");
+  device::launched("fill");
 }
 
 void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& found_inf, Tensor& out) {
   const int64_t n = scaled.numel();
   check_cuda(cudaSetDevice(scaled.device().index), "cudaSetDevice");
-  unscale_check_kernel<<<blocks_for(n), kThreads>>>(scaled.raw(), dtype_code(scaled.dtype()),
+  unscale_check_kernel<<<device::blocks_for(n), device::kThreads>>>(scaled.raw(), shared::float_code(scaled.dtype()),
                                                     scale_state.data<float>(), found_inf.data<float>(),
                                                     out.data<float>(), n);
-  launched("unscale_and_check");
+  device::launched("unscale_and_check");
 }
 
 int64_t unscale_and_count_nonfinite(const Tensor& scaled, float inv_scale, Tensor& out) {
   const int64_t n = scaled.numel();
   if (n == 0) return 0;
-  const Device device = scaled.device();
-  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
-  // The count is returned on the host, so this op synchronizes (unscale_and_check, the training step's, does not).
-  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
-  unsigned long long* count = static_cast<unsigned long long*>(scratch.raw());
-  check_cuda(cudaMemsetAsync(count, 0, sizeof *count), "cudaMemsetAsync");
-  unscale_count_kernel<<<blocks_for(n), kThreads>>>(scaled.raw(), dtype_code(scaled.dtype()), inv_scale,
-                                                    out.data<float>(), n, count);
-  launched("unscale_and_count_nonfinite");
-  unsigned long long host = 0;
-  check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return static_cast<int64_t>(host);
+  return device::count_on_device(scaled.device(), [&](unsigned long long* count) {
+    unscale_count_kernel<<<device::blocks_for(n), device::kThreads>>>(
+        scaled.raw(), shared::float_code(scaled.dtype()), inv_scale, out.data<float>(), n, count);
+    device::launched("unscale_and_count_nonfinite");
+  });
 }
 
 void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule) {
   check_cuda(cudaSetDevice(scale_state.device().index), "cudaSetDevice");
   update_loss_scale_kernel<<<1, 1>>>(scale_state.data<float>(), counters.data<int32_t>(), found_inf.data<float>(),
                                      rule);
-  launched("update_loss_scale");
+  device::launched("update_loss_scale");
 }
 
 void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out) {
   const int64_t n = loss.numel();
   check_cuda(cudaSetDevice(loss.device().index), "cudaSetDevice");
-  apply_loss_scale_kernel<<<blocks_for(n), kThreads>>>(loss.data<float>(), scale_state.data<float>(),
+  apply_loss_scale_kernel<<<device::blocks_for(n), device::kThreads>>>(loss.data<float>(), scale_state.data<float>(),
                                                        out.data<float>(), n);
-  launched("apply_loss_scale");
+  device::launched("apply_loss_scale");
 }
 
 void device_copy(const Tensor& src, Tensor& dst) {

@@ -49,16 +49,9 @@ __global__ void reduce_sum_backward_kernel(const void* dy, int dy_code, void* dx
 // *count += the number of inf and NaN elements of x (n,): per-thread counts, summed per block, one integer
 // atomic per block.
 __global__ void count_nonfinite_kernel(const void* x, int x_code, int64_t n, unsigned long long* count) {
-  __shared__ unsigned long long partial[device::kThreads];
   unsigned long long c = 0;
   device::for_each_index(n, [&](int64_t i) { c += shared::is_nonfinite(load_as_float(x, x_code, i)) ? 1 : 0; });
-  partial[threadIdx.x] = c;
-  __syncthreads();
-  for (int width = device::kThreads / 2; width > 0; width /= 2) {
-    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0 && partial[0] != 0) atomicAdd(count, partial[0]);
+  device::add_block_count(c, count);
 }
 
 }  // namespace
@@ -94,19 +87,11 @@ void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inn
 int64_t count_nonfinite(const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return 0;
-  const Device device = x.device();
-  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
-  // The count lands in a scratch word from the caching allocator; the op returns it on the host, so this
-  // synchronizes (the training step's own check, unscale_and_check, does not).
-  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
-  unsigned long long* count = static_cast<unsigned long long*>(scratch.raw());
-  check_cuda(cudaMemsetAsync(count, 0, sizeof *count), "cudaMemsetAsync");
-  count_nonfinite_kernel<<<device::blocks_for(n), device::kThreads>>>(x.raw(), shared::float_code(x.dtype()), n,
-                                                                      count);
-  device::launched("count_nonfinite");
-  unsigned long long host = 0;
-  check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return static_cast<int64_t>(host);
+  return device::count_on_device(x.device(), [&](unsigned long long* count) {
+    count_nonfinite_kernel<<<device::blocks_for(n), device::kThreads>>>(x.raw(), shared::float_code(x.dtype()), n,
+                                                                        count);
+    device::launched("count_nonfinite");
+  });
 }
 
 }  // namespace mixtrain::ops::cuda

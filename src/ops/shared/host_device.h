@@ -47,6 +47,29 @@ MIXTRAIN_HOST_DEVICE inline float div_rn(float a, float b) {
   return a / b;
 #endif
 }
+// double operations that round exactly once on both sides (nvcc would fuse a * b + c into an FMA).
+MIXTRAIN_HOST_DEVICE inline double dadd_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MIXTRAIN_HOST_DEVICE inline double dmul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+MIXTRAIN_HOST_DEVICE inline double ddiv_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 MIXTRAIN_HOST_DEVICE inline float sqrt_rn(float a) {
 #if defined(__CUDA_ARCH__)
   return __fsqrt_rn(a);

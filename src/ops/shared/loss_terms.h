@@ -17,29 +17,6 @@
 
 namespace mixtrain::ops::shared {
 
-// double operations that round exactly once on both sides (nvcc would fuse a * b + c into an FMA).
-MIXTRAIN_HOST_DEVICE inline double dadd_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-MIXTRAIN_HOST_DEVICE inline double dmul_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-MIXTRAIN_HOST_DEVICE inline double ddiv_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
 // One element's squared error in double: (p - t)^2, the difference taken in double.
 MIXTRAIN_HOST_DEVICE inline double mse_term(float p, float t) {
   const double d = dadd_rn(static_cast<double>(p), -static_cast<double>(t));
