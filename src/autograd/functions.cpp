@@ -4,6 +4,7 @@
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/softmax.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -166,6 +167,7 @@ Var dropout(const Var& x_arg, float rate, Rng& rng) {
   Tensor mask = Tensor::empty(x.shape(), DType::kUInt8);
   uint8_t* m = mask.data<uint8_t>();
   for (int64_t i = 0; i < mask.numel(); ++i) m[i] = rng.uniform() >= rate;
+  mask = ops::to_device(mask, x.value().device());  // drawn on the host: the CPU's stream, on every device
   const bool rec = should_record({&x});
   Var out = output(ops::dropout(x.value(), mask, rate), rec);
   if (rec) record_backward(out, [x, out, mask, rate]() { give_fresh(x, ops::dropout_backward(out.grad(), mask, rate)); });
@@ -186,7 +188,7 @@ Var sparse_categorical_crossentropy(const Var& pred_arg, const Tensor& labels, b
   Var out = output(ops::sparse_categorical_crossentropy(pred.value(), labels, from_logits), rec);
   if (rec) {
     record_backward(out, [pred, labels, from_logits, out]() {
-      give_fresh(pred, ops::sparse_categorical_crossentropy_backward(pred.value(), labels, from_logits, out.grad().item()));
+      give_fresh(pred, ops::sparse_categorical_crossentropy_backward(pred.value(), labels, from_logits, out.grad()));
     });
   }
   return out;
@@ -198,7 +200,7 @@ Var categorical_crossentropy(const Var& pred_arg, const Tensor& targets, bool fr
   Var out = output(ops::categorical_crossentropy(pred.value(), targets, from_logits), rec);
   if (rec) {
     record_backward(out, [pred, targets, from_logits, out]() {
-      give_fresh(pred, ops::categorical_crossentropy_backward(pred.value(), targets, from_logits, out.grad().item()));
+      give_fresh(pred, ops::categorical_crossentropy_backward(pred.value(), targets, from_logits, out.grad()));
     });
   }
   return out;
@@ -210,7 +212,7 @@ Var mean_squared_error(const Var& pred_arg, const Tensor& target) {
   Var out = output(ops::mean_squared_error(pred.value(), target), rec);
   if (rec) {
     record_backward(out, [pred, target, out]() {
-      give_fresh(pred, ops::mean_squared_error_backward(pred.value(), target, out.grad().item()));
+      give_fresh(pred, ops::mean_squared_error_backward(pred.value(), target, out.grad()));
     });
   }
   return out;
@@ -220,7 +222,7 @@ Var sum(const Var& x_arg) {
   const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::sum(x.value()), rec);
-  if (rec) record_backward(out, [x, out]() { give(x, ops::sum_backward(x.value(), out.grad().item())); });
+  if (rec) record_backward(out, [x, out]() { give(x, ops::sum_backward(x.value(), ops::read_scalar(out.grad()))); });
   return out;
 }
 
@@ -228,7 +230,7 @@ Var mean(const Var& x_arg) {
   const Var x = autocast_operand(x_arg);
   const bool rec = should_record({&x});
   Var out = output(ops::mean(x.value()), rec);
-  if (rec) record_backward(out, [x, out]() { give(x, ops::mean_backward(x.value(), out.grad().item())); });
+  if (rec) record_backward(out, [x, out]() { give(x, ops::mean_backward(x.value(), ops::read_scalar(out.grad()))); });
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include "gradient_sink.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -51,7 +52,8 @@ std::vector<Tensor> replay(std::vector<detail::RecordedStep> steps, const Var& t
   for (const Var& s : sources)
     if (!sink.takes(s)) intermediate_grads[s.id()] = Tensor();
 
-  const Tensor seed = Tensor::full(target.shape(), target.dtype(), output_gradient);
+  const Tensor seed =
+      ops::to_device(Tensor::full(target.shape(), target.dtype(), output_gradient), target.value().device());
   {
     struct SinkScope {
       explicit SinkScope(detail::GradientSink* s) { detail::set_active_gradient_sink(s); }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gradient_sink.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -50,7 +51,7 @@ void backward(const Var& root, float seed) {
   MIXTRAIN_CHECK(root.defined() && root.value().numel() == 1,
                  "backward: the root must be a scalar, got " << root.value().describe());
   Var r = root;
-  r.set_grad(Tensor::full(root.shape(), root.dtype(), seed));
+  r.set_grad(ops::to_device(Tensor::full(root.shape(), root.dtype(), seed), root.value().device()));
   run_tape();
 }
 

@@ -48,7 +48,7 @@ Var add_position_embedding(const Var& x, const Var& table) {
     record_backward(out, [x, table, out, b, t, d, s]() {
       if (x.requires_grad()) Var(x).accumulate_grad(out.grad());
       if (!table.requires_grad()) return;
-      Tensor g = Tensor::zeros({s, d}, DType::kFloat32);
+      Tensor g = ops::full({s, d}, DType::kFloat32, 0.0f, table.value().device());
       g.slice(0, 0, t).copy_from(ops::sum_rows(out.grad().reshape({b, t * d})).reshape({t, d}));
       give_fresh(table, g);
     });
@@ -107,8 +107,9 @@ Var fused_projection(const Var& x, const std::vector<Var>& kernels, const std::v
   }
   // The kernels side by side in one (in, total) matrix, and the biases in one float32 vector (a missing one
   // is zero): one GEMM with its bias epilogue instead of one per projection.
-  Tensor w = Tensor::empty({in, total}, dt);
-  Tensor b = any_bias ? Tensor::zeros({total}, DType::kFloat32) : Tensor();
+  const Device device = x.value().device();
+  Tensor w = Tensor::empty({in, total}, dt, device);
+  Tensor b = any_bias ? ops::full({total}, DType::kFloat32, 0.0f, device) : Tensor();
   int64_t at = 0;
   for (size_t i = 0; i < kernels.size(); ++i) {
     w.slice(1, at, at + widths[i]).copy_from(kernel_computes[i].reshape({in, widths[i]}));

@@ -4,6 +4,7 @@
 
 #include "gradient_sink.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -17,6 +18,8 @@ void Var::set_value(Tensor value) {
   MIXTRAIN_CHECK(value.shape() == impl_->value.shape(),
                  "Var '" << impl_->name << "': new value " << value.describe() << " does not match "
                          << impl_->value.describe());
+  // The variable stays where it lives: a value from elsewhere (a file read on the host) is copied over.
+  if (value.device() != impl_->value.device()) value = ops::to_device(value, impl_->value.device());
   if (value_rebound()) {
     // Stay a view of the flat storage: an optimizer updating the arena must see this value.
     impl_->value.copy_from(value);
@@ -29,6 +32,18 @@ void Var::set_value(Tensor value) {
 bool Var::value_rebound() const {
   return impl_->value_rebound && impl_->value.shares_storage(impl_->rebound_to) &&
          impl_->value.raw() == impl_->rebound_to.raw() && impl_->value.dtype() == impl_->rebound_to.dtype();
+}
+
+void Var::move_to(const Device& device) {
+  Impl& v = *impl_;
+  if (v.value.device() == device) return;
+  v.value = ops::to_device(v.value, device);
+  v.grad = v.grad.defined() ? ops::to_device(v.grad, device) : Tensor();
+  v.grad_buffer = Tensor();
+  v.rebound_to = Tensor();
+  v.value_rebound = false;
+  v.copies.clear();
+  bump_version();
 }
 
 void Var::rebind_value(Tensor view) {

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -139,6 +140,18 @@ void Network::build(const Shape& input_shape, Rng& rng) {
   }
   input_shape_ = input_shape;
   built_ = true;
+  if (!device_.is_cpu()) to(device_);
+}
+
+void Network::to(const Device& device) {
+  if (!device.is_cpu()) {
+    // An allocation on the device fails here, naming it, rather than in the middle of moving the weights.
+    (void)ops::to_device(Tensor::zeros({1}, DType::kFloat32), device);
+  }
+  device_ = device;
+  if (!built_) return;
+  for (const auto& l : layers_)
+    for (Var v : l->weights()) v.move_to(device);
 }
 
 Shape Network::output_shape() const {

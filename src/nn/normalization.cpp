@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "mixtrain/ops/elementwise.h"
+
 namespace mixtrain {
 
 BatchNormalization::BatchNormalization(float momentum, float epsilon, DTypeArg dtype, const std::string& name)
@@ -41,6 +43,8 @@ Var BatchNormalization::call(const Var& x, const CallContext& ctx) {
 
 void BatchNormalization::update_moving_statistics(const Tensor& mean, const Tensor& variance) {
   auto finite = [](const Tensor& t) {
+    // On a device the count comes back to the host: a wait per training step there (BatchNormalization's only).
+    if (!t.device().is_cpu()) return ops::count_nonfinite(t) == 0;
     const Tensor c = t.to(DType::kFloat32).contiguous();
     const float* p = c.data<float>();
     for (int64_t i = 0; i < c.numel(); ++i)
@@ -57,6 +61,11 @@ void BatchNormalization::update_moving_statistics(const Tensor& mean, const Tens
 
 void BatchNormalization::update_moving(Var& moving, const Tensor& batch) {
   const Tensor old = moving.value().to(DType::kFloat32);
+  if (!old.device().is_cpu()) {
+    // The loop below as two products and a sum, each rounded to float32 as there: the same bits.
+    moving.set_value(ops::add(ops::scale(old, momentum_), ops::scale(batch.to(DType::kFloat32), 1.0f - momentum_)));
+    return;
+  }
   Tensor next = Tensor::empty(old.shape(), DType::kFloat32);
   const float* o = old.data<float>();
   const float* b = batch.data<float>();

@@ -1,6 +1,22 @@
 #include "mixtrain/ops/dispatch.h"
 
+#include <atomic>
+
 namespace mixtrain::ops {
+
+namespace {
+std::atomic<unsigned> g_emulated{0};  // bit per device type
+unsigned bit(DeviceType type) { return 1u << static_cast<unsigned>(type); }
+}  // namespace
+
+void emulate_with_cpu_kernels(DeviceType type, bool on) {
+  if (on)
+    g_emulated.fetch_or(bit(type));
+  else
+    g_emulated.fetch_and(~bit(type));
+}
+
+bool emulated_with_cpu_kernels(DeviceType type) { return (g_emulated.load(std::memory_order_relaxed) & bit(type)) != 0; }
 
 void fail_unsupported(const char* op, const Device& device) {
   MIXTRAIN_FAIL(kInvalidInput, op << ": no kernel for device " << device.str(),

@@ -186,6 +186,13 @@ void fill(Tensor& y, float value) {
   kernel::fill_table()(y.device())(y, value);
 }
 
+Tensor full(const Shape& shape, DType dtype, float value, const Device& device) {
+  if (device.is_cpu()) return value == 0.0f ? Tensor::zeros(shape, dtype) : Tensor::full(shape, dtype, value);
+  Tensor t = Tensor::empty(shape, dtype, device);
+  fill(t, value);
+  return t;
+}
+
 int64_t count_nonfinite(const Tensor& x) {
   if (!x.defined() || !is_float(x.dtype()) || x.numel() == 0) return 0;
   const Device device = common_device("count_nonfinite", {&x});

@@ -4,17 +4,21 @@
 #include <algorithm>
 
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
 
 namespace cpu {
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
-void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
-                           Tensor& dx);
+void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
+                           const Tensor& dloss, Tensor& dx);
 void mse(const Tensor& pred, const Tensor& target, Tensor& loss);
-void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx);
+void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dx);
 void sum_all(const Tensor& x, bool mean, Tensor& out);
 int64_t accuracy(const Tensor& scores, const Tensor& labels);
+void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
+  count.data<float>()[0] = static_cast<float>(accuracy(scores, labels));
+}
 }  // namespace cpu
 
 namespace kernel {
@@ -40,6 +44,10 @@ KernelTable<SumAllFn>& sum_all_table() {
 }
 KernelTable<AccuracyFn>& accuracy_table() {
   static KernelTable<AccuracyFn> t("sparse_categorical_accuracy", &cpu::accuracy);
+  return t;
+}
+KernelTable<CountCorrectFn>& count_correct_table() {
+  static KernelTable<CountCorrectFn> t("count_correct", &cpu::count_correct);
   return t;
 }
 }  // namespace kernel
@@ -96,9 +104,26 @@ Tensor crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool fro
   return loss;
 }
 
-Tensor crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
-                             const char* op) {
+// dloss as the kernels take it: one float32 element on the inputs' device.
+Tensor upstream_scalar(const Tensor& dloss, const Device& device, const char* op) {
+  MIXTRAIN_CHECK(dloss.defined() && is_float(dloss.dtype()) && dloss.numel() == 1,
+                 op << ": the upstream gradient must be one floating-point element, got "
+                    << (dloss.defined() ? dloss.describe() : std::string("an undefined tensor")));
+  MIXTRAIN_CHECK(dloss.device() == device,
+                 op << ": the upstream gradient " << dloss.describe() << " is not on the inputs' device " << device.str());
+  return cast(dloss, DType::kFloat32).reshape({1});
+}
+
+Tensor upstream_scalar(float dloss, const Device& device) {
+  Tensor t = Tensor::empty({1}, DType::kFloat32, device);
+  kernel::fill_table()(device)(t, dloss);
+  return t;
+}
+
+Tensor crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
+                             const Tensor& dloss_in, const char* op) {
   const Device device = common_device(op, {&x, &target});
+  const Tensor dloss = upstream_scalar(dloss_in, device, op);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
   kernel::crossentropy_backward_table()(device)(x.contiguous(), target.contiguous(), sparse, from_logits, dloss, dx);
   return dx;
@@ -126,6 +151,11 @@ Tensor sparse_categorical_crossentropy(const Tensor& x, const Tensor& labels, bo
 }
 
 Tensor sparse_categorical_crossentropy_backward(const Tensor& x, const Tensor& labels, bool from_logits, float dloss) {
+  return sparse_categorical_crossentropy_backward(x, labels, from_logits, upstream_scalar(dloss, x.device()));
+}
+
+Tensor sparse_categorical_crossentropy_backward(const Tensor& x, const Tensor& labels, bool from_logits,
+                                                const Tensor& dloss) {
   check_labels(x, labels, "sparse_categorical_crossentropy");
   return crossentropy_backward(as_rows(x), as_row_labels(labels), true, from_logits, dloss,
                                "sparse_categorical_crossentropy_backward")
@@ -138,6 +168,11 @@ Tensor categorical_crossentropy(const Tensor& x, const Tensor& targets, bool fro
 }
 
 Tensor categorical_crossentropy_backward(const Tensor& x, const Tensor& targets, bool from_logits, float dloss) {
+  return categorical_crossentropy_backward(x, targets, from_logits, upstream_scalar(dloss, x.device()));
+}
+
+Tensor categorical_crossentropy_backward(const Tensor& x, const Tensor& targets, bool from_logits,
+                                         const Tensor& dloss) {
   check_targets(x, targets, "categorical_crossentropy");
   return crossentropy_backward(as_rows(x), as_rows(targets), false, from_logits, dloss,
                                "categorical_crossentropy_backward")
@@ -153,8 +188,14 @@ Tensor mean_squared_error(const Tensor& pred, const Tensor& target) {
 }
 
 Tensor mean_squared_error_backward(const Tensor& pred, const Tensor& target, float dloss) {
-  check_same_shape(pred, target, "mean_squared_error_backward");
-  const Device device = common_device("mean_squared_error_backward", {&pred, &target});
+  return mean_squared_error_backward(pred, target, upstream_scalar(dloss, pred.device()));
+}
+
+Tensor mean_squared_error_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss_in) {
+  const char* op = "mean_squared_error_backward";
+  check_same_shape(pred, target, op);
+  const Device device = common_device(op, {&pred, &target});
+  const Tensor dloss = upstream_scalar(dloss_in, device, op);
   Tensor dx = Tensor::empty(pred.shape(), pred.dtype(), device);
   kernel::mse_backward_table()(device)(pred.contiguous(), target.contiguous(), dloss, dx);
   return dx;
@@ -176,6 +217,19 @@ double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels) {
   const int64_t rows = s.dim(0);
   const int64_t correct = kernel::accuracy_table()(device)(s.contiguous(), as_row_labels(labels).contiguous());
   return rows ? static_cast<double>(correct) / static_cast<double>(rows) : 0.0;
+}
+
+Tensor count_correct(const Tensor& scores, const Tensor& labels) {
+  check_labels(scores, labels, "accuracy");
+  const Device device = common_device("accuracy", {&scores, &labels});
+  Tensor count = Tensor::empty({1}, DType::kFloat32, device);
+  const Tensor s = as_rows(scores);
+  if (s.dim(0) == 0) {
+    kernel::fill_table()(device)(count, 0.0f);
+    return count;
+  }
+  kernel::count_correct_table()(device)(s.contiguous(), as_row_labels(labels).contiguous(), count);
+  return count;
 }
 
 }  // namespace mixtrain::ops

@@ -25,6 +25,11 @@ KernelTable<CastFn>& cast_table() {
 }
 }  // namespace kernel
 
+float read_scalar(const Tensor& x) {
+  MIXTRAIN_CHECK(x.defined() && x.numel() == 1, "read_scalar: needs a one-element tensor, got " << x.describe());
+  return x.device().is_cpu() ? x.item() : to_device(x, Device::cpu()).item();
+}
+
 void synchronize(const Device& device) { kernel::synchronize_table()(device)(device.index); }
 
 Tensor cast(const Tensor& x, DType dtype) {

@@ -44,14 +44,6 @@ Device arena_device(const ParameterArena& arena) {
   return dtypes.empty() ? Device::cpu() : arena.value_buffer(dtypes.front()).device();
 }
 
-// Zeros of n float32 on device.
-Tensor zeros_on(int64_t n, const Device& device) {
-  if (device.is_cpu()) return Tensor::zeros({n}, DType::kFloat32);
-  Tensor t = Tensor::empty({n}, DType::kFloat32, device);
-  ops::fill(t, 0.0f);
-  return t;
-}
-
 // dst = src, same dtype and shape, on any devices (dst contiguous).
 void copy_across(const Tensor& src, Tensor& dst) {
   if (src.device().is_cpu() && dst.device().is_cpu()) {
@@ -86,7 +78,7 @@ void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<s
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
     for (size_t s = 0; s < names.size(); ++s) {
       // Zeros: a variable's region stays zero until its first update, which is when Keras creates its slots.
-      flat.buffers[gi].push_back(zeros_on(arena.capacity(dtypes[gi]), arena.device()));
+      flat.buffers[gi].push_back(ops::full({arena.capacity(dtypes[gi])}, DType::kFloat32, 0.0f, arena.device()));
     }
   }
   const std::vector<Var>& vars = arena.vars();

@@ -31,25 +31,14 @@ void convert_parallel(const Tensor& src, Tensor& dst) {
   }
 }
 
-// convert_parallel on any device: a device's values are converted on the host (no cast op reaches the device from
-// here; this runs at bind and on request, never in a training step).
+// convert_parallel on any device: a device's values are converted there, by its backend's copy (Tensor::copy_from
+// rounds as convert_elements does), with nothing read back.
 void convert_on_device(const Tensor& src, Tensor& dst) {
   if (src.device().is_cpu()) {
     convert_parallel(src, dst);
     return;
   }
-  const Tensor host = ops::to_device(src, Device::cpu());
-  Tensor converted = Tensor::empty(host.shape(), dst.dtype());
-  convert_parallel(host, converted);
-  ops::kernel::device_copy_table()(dst.device())(converted, dst);
-}
-
-// Zeros of n elements of dtype on device.
-Tensor zeros_on(int64_t n, DType dtype, const Device& device) {
-  if (device.is_cpu()) return Tensor::zeros({n}, dtype);
-  Tensor t = Tensor::empty({n}, dtype, device);
-  ops::fill(t, 0.0f);
-  return t;
+  dst.copy_from(src);
 }
 
 // dst = src, same dtype and shape, dst contiguous on a device (src there or in host memory).
@@ -199,8 +188,8 @@ void ParameterArena::bind(const std::vector<Var>& vars) {
   }
   for (Group& g : groups) {
     // Zeros everywhere: padding then stays zero under every update rule.
-    g.values = zeros_on(g.capacity, g.dtype, device);
-    g.grads = zeros_on(g.capacity, g.dtype, device);
+    g.values = ops::full({g.capacity}, g.dtype, 0.0f, device);
+    g.grads = ops::full({g.capacity}, g.dtype, 0.0f, device);
   }
 
   // Detach variables of the old binding that leave it.

@@ -11,6 +11,7 @@
 
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/ops/loss_scale.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -72,10 +73,27 @@ ops::LossScaleRule LossScaleOptimizer::rule() const {
   return r;
 }
 
-float LossScaleOptimizer::loss_scale() const { return scale_state_.data<float>()[0]; }
-float LossScaleOptimizer::min_scale_seen() const { return scale_state_.data<float>()[1]; }
-int64_t LossScaleOptimizer::counter(Counter c) const { return counters_.data<int32_t>()[c]; }
-int32_t& LossScaleOptimizer::counter_ref(Counter c) { return counters_.data<int32_t>()[c]; }
+void LossScaleOptimizer::place_state(const Device& device) const {
+  if (scale_state_.device() == device) return;
+  scale_state_ = ops::to_device(scale_state_, device);
+  counters_ = ops::to_device(counters_, device);
+  found_inf_ = ops::to_device(found_inf_, device);
+}
+
+Tensor LossScaleOptimizer::host_scale_state() const { return ops::to_device(scale_state_, Device::cpu()); }
+Tensor LossScaleOptimizer::host_counters() const { return ops::to_device(counters_, Device::cpu()); }
+
+float LossScaleOptimizer::loss_scale() const { return host_scale_state().data<float>()[0]; }
+float LossScaleOptimizer::min_scale_seen() const { return host_scale_state().data<float>()[1]; }
+int64_t LossScaleOptimizer::counter(Counter c) const { return host_counters().data<int32_t>()[c]; }
+int32_t& LossScaleOptimizer::counter_ref(Counter c) {
+  place_state(Device::cpu());
+  return counters_.data<int32_t>()[c];
+}
+float* LossScaleOptimizer::scale_ref() {
+  place_state(Device::cpu());
+  return scale_state_.data<float>();
+}
 
 std::optional<LossScaleReport> LossScaleOptimizer::loss_scale_report() const {
   tell_alarms();
@@ -93,6 +111,7 @@ Tensor LossScaleOptimizer::scale_loss(const Tensor& loss) const {
   MIXTRAIN_CHECK(loss.defined() && is_float(loss.dtype()),
                  "scale_loss: the loss must be a floating-point tensor, got "
                      << (loss.defined() ? loss.describe() : std::string("an undefined tensor")));
+  place_state(loss.device());
   return ops::apply_loss_scale(loss, scale_state_);  // S read where the state lives: no host round trip
 }
 
@@ -116,16 +135,20 @@ std::vector<Tensor> LossScaleOptimizer::unscale(const std::vector<Tensor>& scale
                                                 bool* all_finite) const {
   // The pass of apply_arena(), one tensor at a time with a flag of its own (this path decides on the host).
   std::vector<Tensor> out(scaled.size());
-  Tensor found_inf = Tensor::zeros({1}, DType::kFloat32);
+  Device device = Device::cpu();
+  for (const Tensor& g : scaled)
+    if (g.defined()) device = g.device();
+  place_state(device);
+  Tensor found_inf = ops::to_device(Tensor::zeros({1}, DType::kFloat32), device);
   for (size_t i = 0; i < scaled.size(); ++i) {
     const Tensor& g = scaled[i];
     if (!g.defined()) continue;
     MIXTRAIN_CHECK(is_float(g.dtype()), "LossScaleOptimizer: gradient " << g.describe() << " is not floating-point");
-    out[i] = Tensor::empty(g.shape(), DType::kFloat32);
+    out[i] = Tensor::empty(g.shape(), DType::kFloat32, g.device());
     ops::unscale_and_check(g, scale_state_, found_inf, out[i]);
-    if (stop_early && found_inf.item() != 0.0f) break;
+    if (stop_early && ops::read_scalar(found_inf) != 0.0f) break;
   }
-  if (all_finite != nullptr) *all_finite = found_inf.item() == 0.0f;
+  if (all_finite != nullptr) *all_finite = ops::read_scalar(found_inf) == 0.0f;
   return out;
 }
 
@@ -166,6 +189,7 @@ void LossScaleOptimizer::apply_arena(ParameterArena& arena) {
   }
   // Three ops on the state tensors, nothing read back: unscale and raise the flag, the fused update that skips on
   // it, the scale rule that reads it.
+  place_state(arena.device());
   ops::fill(found_inf_, 0.0f);
   const std::vector<DType> dtypes = arena.dtypes();
   std::vector<Tensor> unscaled(dtypes.size());
@@ -186,7 +210,7 @@ void LossScaleOptimizer::apply_arena(ParameterArena& arena) {
 }
 
 void LossScaleOptimizer::restart_loss_scale() {
-  scale_state_.data<float>()[0] = options_.initial_scale;
+  scale_ref()[0] = options_.initial_scale;
   counter_ref(kGrowth) = 0;
   counter_ref(kHysteresisLeft) = options_.hysteresis;
   counter_ref(kFloorSkips) = 0;
@@ -299,7 +323,7 @@ void LossScaleOptimizer::load_state(const NamedTensors& state) {
                   "pass the output of LossScaleOptimizer::state()");
   }
   inner_->load_state(inner_state);  // validates the rest; throws before anything of ours changes
-  float* f = scale_state_.data<float>();
+  float* f = scale_ref();
   f[0] = scale;
   f[1] = min_seen;
   auto put = [this](Counter c, int64_t v) {

@@ -15,14 +15,15 @@ int64_t measure_step_peak(const RunConfig& cfg, int64_t num_features, int64_t nu
   auto model = build_model(cfg, num_features, num_classes);
   model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate), Loss("sparse_categorical_crossentropy", true));
   const DType in_dtype = model->layers().front()->compute_dtype();
-  const int64_t live = memory_stats().live_bytes;
-  reset_peak_memory();
+  model->to(cfg.device);  // the device's memory is what the batch must fit (train_step copies the batch there)
+  const int64_t live = memory_stats(cfg.device).live_bytes;
+  reset_peak_memory(cfg.device);
   {
     Tensor x = Tensor::zeros({batch, num_features}, in_dtype);  // the batch as fit() gathers it
     Tensor y = Tensor::zeros({batch}, DType::kInt32);
     model->train_step(x, y);
   }
-  return memory_stats().peak_bytes - live;
+  return memory_stats(cfg.device).peak_bytes - live;
 }
 }  // namespace
 

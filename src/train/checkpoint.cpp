@@ -13,6 +13,7 @@
 #include "mixtrain/core/json.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/train/exact_json.h"
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/recovery.h"
@@ -351,6 +352,9 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
     meta["loss_scale_optimizer"] = "false";
   }
   for (const RngSlot& r : kRngSlots) tensors.emplace_back(r.key, encode_rng(r.get(model)));
+  // A model on a device: its tensors come back to the host to be written.
+  for (auto& entry : tensors)
+    if (!entry.second.device().is_cpu()) entry.second = ops::to_device(entry.second, Device::cpu());
   save_safetensors(path, tensors, meta);
 }
 

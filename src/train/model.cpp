@@ -9,7 +9,9 @@
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/nn/normalization.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/report/progress_bar.h"
 
@@ -33,6 +35,16 @@ Shape sample_shape_of(const Tensor& x) {
 
 // Integer inputs (ids) stay integers: each layer casts what it does not keep (Layer::operator()).
 const Tensor& as_input(const Tensor& x) { return x; }
+
+// A batch where the model's weights live: copied there from the host when the model was moved to a device.
+Tensor on_device(const Tensor& t, const Device& device) { return t.device() == device ? t : ops::to_device(t, device); }
+
+// The backward pass's seed, 1, on the loss's device.
+Tensor ones_like(const Tensor& loss) {
+  Tensor one = Tensor::empty(loss.shape(), DType::kFloat32, loss.device());
+  ops::fill(one, 1.0f);
+  return one;
+}
 
 // The progress logger fit() adds for options.verbose, or null: when silent, on a data-parallel rank other than 0
 // (one voice for the job), or when the caller's callbacks already show progress (two bars would interleave).
@@ -267,9 +279,31 @@ void Model::build_for(const Shape& sample_shape) {
 }
 
 Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows) {
+  Tensor record = Tensor::empty({kRecordSize}, DType::kFloat32, device());
+  ops::fill(record, 0.0f);
+  const QueuedStep q = queue_step(x, y, comm, global_rows, record);
+  return step_logs(ops::to_device(record, Device::cpu()).data<float>(), q);
+}
+
+Logs Model::step_logs(const float* record, const QueuedStep& q) const {
+  const double loss = q.global_loss ? *q.global_loss : static_cast<double>(record[0]);
+  const double accuracy = q.global_accuracy ? *q.global_accuracy
+                          : q.rows ? static_cast<double>(record[1]) / static_cast<double>(q.rows)
+                                   : 0.0;
+  Logs logs{{"loss", loss}};
+  if (track_accuracy_) logs.emplace_back("accuracy", accuracy);
+  if (q.scales_loss) logs.emplace_back("loss_scale", static_cast<double>(record[2]));
+  return logs;
+}
+
+Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Communicator* comm, int64_t global_rows,
+                                    Tensor& record) {
   MIXTRAIN_CHECK(compiled(), "train_step: call compile() before training");
-  check_xy(x, y, "train_step");
-  if (comm && comm->size() == 1 && (global_rows == 0 || global_rows == x.dim(0))) comm = nullptr;
+  check_xy(x_in, y_in, "train_step");
+  if (comm && comm->size() == 1 && (global_rows == 0 || global_rows == x_in.dim(0))) comm = nullptr;
+  MIXTRAIN_CHECK(!comm || device().is_cpu(),
+                 "train_step: data-parallel training runs on the cpu; this model lives on " << device().str());
+  const Tensor x = on_device(x_in, device()), y = on_device(y_in, device());
   const int64_t rows = x.dim(0);
   if (comm && global_rows == 0) global_rows = rows * comm->size();
   MIXTRAIN_CHECK(!comm || (global_rows > 0 && rows <= global_rows),
@@ -289,9 +323,7 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
     }
     arena_.zero_grad();
   }
-  // Read for the logs only: the scale this step uses.
   const bool scales_loss = optimizer_->scales_loss();
-  const float logged_scale = scales_loss ? optimizer_->loss_scale_for_logs() : 0.0f;
   // Synchronized BatchNormalization reduces its statistics over this step's ranks (none outside data parallelism).
   for (const auto& l : layers_)
     if (auto* bn = dynamic_cast<BatchNormalization*>(l.get())) bn->set_communicator(comm);
@@ -313,7 +345,7 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
     rank_rng = rank_step_rng(dropout_rng_, comm->rank(), kDropoutStream);
     mask_rng = &rank_rng;
   }
-  double loss_value = 0, accuracy = 0;
+  QueuedStep queued{rows, scales_loss, std::nullopt, std::nullopt};
   if (rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
     Var out = call(Var(as_input(x)), CallContext{true, mask_rng});
     Var loss = (*loss_)(out, y);
@@ -322,10 +354,13 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
     const Var penalty = regularization_loss(*this);
     if (penalty.requires_grad()) loss = mixtrain::add(loss, penalty);
     // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
-    backward(loss, optimizer_->scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
-    loss_value = loss.value().item();
-    if (track_accuracy_) accuracy = ops::sparse_categorical_accuracy(out.value(), y);
+    backward(loss, optimizer_->scale_loss(ones_like(loss.value())));
+    // The logs stay where the step ran: on a GPU nothing here waits for the host.
+    record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
+    if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
   }
+  // The scale this step used, before the optimizer moves it.
+  if (scales_loss) record.slice(0, 2, 3).copy_from(optimizer_->loss_scale_on(device()));
   if (overlapped) {
     set_observer(nullptr);
     overlap_->start_rest();
@@ -340,13 +375,15 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
     if (comm) {
       // One small all-reduce: which variables got a gradient on any rank (so every rank updates the same ones)
       // and the global batch's row-weighted loss and accuracy.
+      // Data-parallel steps run on the CPU: the record is in host memory.
+      const float* r = record.data<float>();
       std::vector<double> small(vars.size() + 2, 0.0);
       for (size_t i = 0; i < vars.size(); ++i) small[i] = vars[i].has_grad() ? 1.0 : 0.0;
-      small[vars.size()] = loss_value * static_cast<double>(rows);
-      small[vars.size() + 1] = accuracy * static_cast<double>(rows);
+      small[vars.size()] = rows > 0 ? static_cast<double>(r[0]) * static_cast<double>(rows) : 0.0;
+      small[vars.size() + 1] = rows > 0 ? static_cast<double>(r[1]) : 0.0;
       comm->all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
-      loss_value = small[vars.size()] / static_cast<double>(global_rows);
-      accuracy = small[vars.size() + 1] / static_cast<double>(global_rows);
+      queued.global_loss = small[vars.size()] / static_cast<double>(global_rows);
+      queued.global_accuracy = small[vars.size() + 1] / static_cast<double>(global_rows);
       if (overlapped) {
         overlap_->wait();
         // Written on some rank, not here: the reduced values are in the buffer; mark them as this variable's.
@@ -375,10 +412,8 @@ Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int
       optimizer_->apply(grads, vars);
   }
   for (Var v : vars) v.zero_grad();
-  Logs logs{{"loss", loss_value}};
-  if (track_accuracy_) logs.emplace_back("accuracy", accuracy);
-  if (scales_loss) logs.emplace_back("loss_scale", logged_scale);
-  return logs;
+  queued.rows = comm ? global_rows : rows;
+  return queued;
 }
 
 History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& options) {
@@ -496,6 +531,14 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
     if (guard && !options.resume->recovery.empty()) guard->restore_state(options.resume->recovery);
   }
   stop_training = false;
+  // Steps queued between two reads of their logs (FitOptions::steps_per_log), and their records.
+  MIXTRAIN_CHECK(options.steps_per_log >= 0, "fit: steps_per_log must be >= 0, got " << options.steps_per_log);
+  const int64_t window = guard || comm               ? 1
+                         : options.steps_per_log > 0 ? options.steps_per_log
+                         : device().is_cpu()         ? 1
+                                                     : FitOptions::kDefaultStepsPerLog;
+  Tensor records = Tensor::empty({window, kRecordSize}, DType::kFloat32, device());
+  ops::fill(records, 0.0f);
   Logs epoch_logs;
   const auto running_means = [&] {
     Logs running;
@@ -530,46 +573,68 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       }
       first_step_of_fit = false;
       const auto rows_in_order = static_cast<int64_t>(pos.order.size());
-      const int64_t begin = pos.step * options.batch_size, end = std::min(rows_in_order, begin + options.batch_size);
-      // Data-parallel: this rank's contiguous shard of the global batch (all ranks hold the same order).
-      const ShardRange shard = comm ? shard_range(end - begin, comm->rank(), comm->size()) : ShardRange{0, end - begin};
-      const std::vector<int64_t> idx(pos.order.begin() + begin + shard.begin, pos.order.begin() + begin + shard.end);
-      // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
-      // copy anyway, and the float32 batch would never be needed.
+      // Steps pos.step .. pos.step + window - 1 (fewer at the epoch's end) are queued, then their logs read at once.
+      const int64_t count = std::min(window, steps - pos.step);
       const DType batch_dtype = is_float(x.dtype()) ? layers_.front()->compute_dtype() : x.dtype();
-      const auto step_start = Clock::now();
-      Tensor yb = y.gather_rows(idx);
-      Logs step_logs = train_step(x.gather_rows(idx, batch_dtype), yb, comm, end - begin);
-      history.train_seconds += seconds_since(step_start);
-      history.step_loss.push_back(log_value(step_logs, "loss"));
-      if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));
-      ++history.steps;
-      history.samples += end - begin;
-      if (guard && guard->after_step(
-                       *this, step_logs, [&] { return std::make_pair(x.gather_rows(idx, is_float(x.dtype()) ? DType::kFloat32 : x.dtype()), yb); },
-                       static_cast<int64_t>(history.step_loss.size()))) {
-        pos = guard->restore(*this);
-        history.step_loss.resize(pos.history_steps);
-        history.step_loss_scale.resize(pos.history_scales);
-        history.samples = pos.history_samples;
-        // A snapshot from an earlier epoch: forget the epochs after it.
-        while (!history.epoch.empty() && history.epoch.back() >= pos.epoch) {
-          history.epoch.pop_back();
-          history.epoch_seconds.pop_back();
-          for (auto& [k, v] : history.history)
-            if (!v.empty()) v.pop_back();
-        }
-        continue;
+      const auto window_start = Clock::now();
+      std::vector<QueuedStep> queued;
+      std::vector<int64_t> batch_rows;
+      std::vector<int64_t> idx;  // the last batch's rows (the recovery guard's window is one step)
+      Tensor yb;
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t begin = (pos.step + k) * options.batch_size,
+                      end = std::min(rows_in_order, begin + options.batch_size);
+        // Data-parallel: this rank's contiguous shard of the global batch (all ranks hold the same order).
+        const ShardRange shard =
+            comm ? shard_range(end - begin, comm->rank(), comm->size()) : ShardRange{0, end - begin};
+        idx.assign(pos.order.begin() + begin + shard.begin, pos.order.begin() + begin + shard.end);
+        // Batches are gathered straight into the first layer's compute dtype: its input cast would make that
+        // copy anyway, and the float32 batch would never be needed.
+        yb = y.gather_rows(idx);
+        Tensor slot = records.slice(0, k, k + 1).reshape({kRecordSize});
+        queued.push_back(queue_step(x.gather_rows(idx, batch_dtype), yb, comm, end - begin, slot));
+        batch_rows.push_back(end - begin);
       }
-      // Running means weighted by rows, as Keras reports; the loss scale is the latest value.
-      const double rows = static_cast<double>(end - begin);
-      if (pos.sums.empty())
-        for (auto& [k, v] : step_logs) pos.sums.emplace_back(k, 0.0);
-      for (size_t i = 0; i < pos.sums.size() && i < step_logs.size(); ++i)
-        pos.sums[i].second =
-            pos.sums[i].first == "loss_scale" ? step_logs[i].second : pos.sums[i].second + step_logs[i].second * rows;
-      pos.seen += end - begin;
-      ++pos.step;  // before the callbacks: a checkpoint saved by one resumes after this step
+      // One read for the window: on a GPU the first wait for the device since the window began.
+      const Tensor host_records = ops::to_device(records.slice(0, 0, count), Device::cpu());
+      history.train_seconds += seconds_since(window_start);
+      const float* rec = host_records.data<float>();
+      bool rolled_back = false;
+      for (int64_t k = 0; k < count; ++k) {
+        const Logs step_logs = this->step_logs(rec + k * kRecordSize, queued[static_cast<size_t>(k)]);
+        history.step_loss.push_back(log_value(step_logs, "loss"));
+        if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));
+        ++history.steps;
+        history.samples += batch_rows[static_cast<size_t>(k)];
+        // The guard runs with windows of one step (see `window`).
+        if (guard && guard->after_step(
+                         *this, step_logs, [&] { return std::make_pair(x.gather_rows(idx, is_float(x.dtype()) ? DType::kFloat32 : x.dtype()), yb); },
+                         static_cast<int64_t>(history.step_loss.size()))) {
+          pos = guard->restore(*this);
+          history.step_loss.resize(pos.history_steps);
+          history.step_loss_scale.resize(pos.history_scales);
+          history.samples = pos.history_samples;
+          // A snapshot from an earlier epoch: forget the epochs after it.
+          while (!history.epoch.empty() && history.epoch.back() >= pos.epoch) {
+            history.epoch.pop_back();
+            history.epoch_seconds.pop_back();
+            for (auto& [key, v] : history.history)
+              if (!v.empty()) v.pop_back();
+          }
+          rolled_back = true;
+          break;
+        }
+        // Running means weighted by rows, as Keras reports; the loss scale is the latest value.
+        const double rows = static_cast<double>(batch_rows[static_cast<size_t>(k)]);
+        if (pos.sums.empty())
+          for (auto& [key, v] : step_logs) pos.sums.emplace_back(key, 0.0);
+        for (size_t i = 0; i < pos.sums.size() && i < step_logs.size(); ++i)
+          pos.sums[i].second = pos.sums[i].first == "loss_scale" ? step_logs[i].second
+                                                                 : pos.sums[i].second + step_logs[i].second * rows;
+        pos.seen += batch_rows[static_cast<size_t>(k)];
+        ++pos.step;  // before the callbacks: a checkpoint saved by one resumes after this step
+      }
+      if (rolled_back) continue;
       const Logs running = running_means();
       for (Callback* cb : callbacks) cb->on_train_batch_end(pos.step, running);
       if (pos.step < steps && !stop_training) continue;
@@ -626,10 +691,10 @@ EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_s
   const ShardRange mine = comm ? shard_range(n, comm->rank(), comm->size()) : ShardRange{0, n};
   for (int64_t begin = mine.begin; begin < mine.end; begin += batch_size) {
     const int64_t end = std::min(mine.end, begin + batch_size);
-    Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
+    Tensor xb = on_device(x.slice_rows(begin, end), device()), yb = on_device(y.slice_rows(begin, end), device());
     Var out = call(Var(as_input(xb)), CallContext{false, nullptr});
     const double rows = static_cast<double>(end - begin);
-    loss_sum += (*loss_)(out, yb).value().item() * rows;
+    loss_sum += ops::read_scalar((*loss_)(out, yb).value()) * rows;
     if (track_accuracy_) acc_sum += ops::sparse_categorical_accuracy(out.value(), yb) * rows;
   }
   if (comm) {
@@ -651,8 +716,8 @@ Tensor Model::predict(const Tensor& x, int64_t batch_size) {
   Shape out_shape;
   for (int64_t begin = 0; begin < n; begin += batch_size) {
     const int64_t end = std::min(n, begin + batch_size);
-    Var out = call(Var(as_input(x.slice_rows(begin, end))), CallContext{false, nullptr});
-    const std::vector<float> v = out.value().to_floats();
+    Var out = call(Var(as_input(on_device(x.slice_rows(begin, end), device()))), CallContext{false, nullptr});
+    const std::vector<float> v = on_device(out.value(), Device::cpu()).to_floats();
     all.insert(all.end(), v.begin(), v.end());
     out_shape = out.shape();
   }

@@ -154,6 +154,9 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
                           cfg.communicator != nullptr ? cfg.batch_size / cfg.communicator->size() : cfg.batch_size);
   auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
                            data.train.sample_shape);
+  MIXTRAIN_CHECK(cfg.device.is_cpu() || cfg.communicator == nullptr,
+                 "data-parallel training runs on the cpu; drop --device " << cfg.device.str() << " or mpirun");
+  model->to(cfg.device);
   // Updates of the whole run, for the learning-rate schedule.
   const bool sequences = data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;
   const int64_t train_rows = sequences ? data.train.size() : training_rows(data.train.size(), cfg.validation_split);
@@ -224,10 +227,11 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   RecoveryGuard guard(ro);
   if (cfg.recover) fo.recovery = &guard;
 
-  const int64_t live_before = memory_stats().live_bytes;
-  reset_peak_memory();
+  // The device's memory: host memory on the CPU, the GPU's own on a GPU (the batches' host copies are not counted).
+  const int64_t live_before = memory_stats(cfg.device).live_bytes;
+  reset_peak_memory(cfg.device);
   r.history = model->fit(split.x, split.y, fo);
-  r.peak_memory_bytes = memory_stats().peak_bytes - live_before;
+  r.peak_memory_bytes = memory_stats(cfg.device).peak_bytes - live_before;
   // A language model's test split is its validation text, just evaluated at the end of the last interval.
   const auto& val_loss = r.history.history["val_loss"];
   const auto& val_acc = r.history.history["val_accuracy"];

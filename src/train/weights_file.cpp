@@ -8,6 +8,7 @@
 #include "mixtrain/core/json.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/train/checkpoint.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
@@ -51,7 +52,7 @@ void save_weights(const Model& model, const std::string& path) {
   for (const Var& w : model.weights()) {
     MIXTRAIN_CHECK(!w.name().empty(), "save_weights('" << path << "'): a weight of model '" << model.name()
                                                        << "' has no name; weights are saved by path");
-    tensors.emplace_back(w.name(), w.value());
+    tensors.emplace_back(w.name(), ops::to_device(w.value(), Device::cpu()));  // from a device, if there
   }
   std::string layers;
   for (const auto& l : model.layers()) layers += (layers.empty() ? "" : ",") + l->name();

@@ -35,6 +35,10 @@ printf '\x00\x00\x08\x01\x00\x00\x00\x02\x00\x01' >"$tmp/train-labels-idx1-ubyte
 printf '\x00\x00\x08\x03\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff' >"$tmp/huge-images-idx3-ubyte"
 
 expect_error "missing.csv" train --data "$tmp/missing.csv" --epochs 1
+# --device: a malformed name, and a GPU this machine cannot use (none, or no such index), refused before the data.
+expect_error "--device: unknown device 'gpu' (valid devices are cpu, cuda and cuda:N)" train --device gpu --epochs 1
+expect_error "compare --device cuda:99: this machine cannot use it" compare --device cuda:99 --data "$tmp/missing.csv"
+expect_error "train --device cuda:99: this machine cannot use it" train --device cuda:99 --data "$tmp/missing.csv"
 # Output paths are checked before any data is read or trained on.
 expect_error "does not exist or is not writable" train --data "$tmp/missing.csv" --epochs 1 --json "$tmp/no/such/dir/r.json"
 expect_error "does not exist or is not writable" train --data "$tmp/missing.csv" --epochs 1 --save "$tmp/no/dir/ck.safetensors"

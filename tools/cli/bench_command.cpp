@@ -44,16 +44,6 @@ double gemm_gflops(DType dtype, int64_t n, double seconds) {
   return 2.0 * n * n * n / best / 1e9;
 }
 
-// --device cpu|cuda|cuda:N, the flag named in the error of a malformed value.
-Device device_flag(const Args& a) {
-  const std::string text = a.str("device", "cpu");
-  try {
-    return parse_device(text);
-  } catch (const Error& e) {
-    MIXTRAIN_FAIL(kInvalidInput, "--device: " << e.message(), e.hint());
-  }
-}
-
 // bench gemm on a GPU: the same table, each product through ops::matmul (the CUDA backend's cuBLASLt kernel),
 // timed between device synchronizations (ops::time_matmul).
 int bench_gemm_gpu(const Args& a, const Device& device) {

@@ -55,12 +55,13 @@ std::vector<double> recovery_reference(const std::vector<const RunResult*>& seed
 int compare_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.erase("policy");
-  flags.insert({"policies", "out", "baseline-seeds"});
+  flags.insert({"policies", "out", "baseline-seeds", "device"});
   Args a(argv, flags, {"recover"});
   const std::vector<std::string> policies =
       a.str_list("policies", {"float32", "mixed_float16", "mixed_bfloat16"});
   const int seeds = static_cast<int>(a.integer("baseline-seeds", kDefaultBaselineSeeds, 1, 64));
   RunConfig base = run_config_from(a);
+  base.device = usable_device_flag(a, "compare");
   for (const std::string& p : policies) {
     RunConfig c = base;
     c.policy = p;

@@ -107,6 +107,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   j["policy"] = cfg.policy;
   j["seed"] = static_cast<double>(cfg.seed);
   j["batch_size"] = cfg.batch_size;
+  j["device"] = cfg.device.str();
   if (cfg.steps > 0) j["steps"] = cfg.steps;
   if (cfg.communicator) {
     j["ranks"] = cfg.communicator->size();
@@ -216,6 +217,10 @@ bool auto_batch_size(const Args& a) { return a.str("batch-size", "") == "auto"; 
 
 void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
   if (!auto_batch_size(a)) return;
+  // The default budget is a share of the host's free memory; a GPU's must be given.
+  if (!cfg.device.is_cpu() && !a.has("memory-budget"))
+    MIXTRAIN_FAIL(kInvalidInput, "--batch-size auto on " << cfg.device.str() << " needs --memory-budget SIZE",
+                  "give the GPU memory the run may use, e.g. --memory-budget 40G");
   const int64_t budget =
       a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget") : default_memory_budget();
   const int64_t rows = training_rows(data.train.size(), cfg.validation_split);
@@ -364,9 +369,10 @@ void print_run_summary(const RunResult& r) {
 
 int train_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
-  flags.insert({"json", "save", "save-every", "resume"});
+  flags.insert({"json", "save", "save-every", "resume", "device"});
   Args a(argv, flags, {"recover"});
   RunConfig cfg = run_config_from(a);
+  cfg.device = usable_device_flag(a, "train");
   cfg.save_path = a.str("save", "");
   cfg.save_every = a.integer("save-every", 0);  // 1 to 2^63-1 (integer_range)
   if (a.has("save-every") && cfg.save_path.empty())

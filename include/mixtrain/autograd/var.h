@@ -51,6 +51,11 @@ class Var {
   // overwritten by the next gradient, not added to).
   void zero_grad() { impl_->grad = Tensor(); }
 
+  // Moves the value (and a current gradient) to `device`, as a dense tensor there, and bumps the version. Views of
+  // flat storage and compute copies are let go (the owner of that storage binds the moved variable again).
+  // Nothing happens when the value is already there.
+  void move_to(const Device& device);
+
   // ---- Flat storage (ParameterArena) ----
   // Points the value at `view`, which must have this Var's shape and dtype and be contiguous (a slice of an
   // arena). The elements are not copied (the caller copies them first) and the version is kept.

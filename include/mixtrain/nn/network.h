@@ -111,6 +111,13 @@ class Network {
   int64_t count_params() const;
   const std::string& name() const { return name_; }
 
+  // Moves every weight (trainable or not) to `device`, as PyTorch's module.to(device); a network not built yet
+  // creates its weights on the CPU and moves them when it builds. Calls then take inputs on that device (Model's
+  // fit, evaluate and predict move their batches there themselves). Error when no backend serves the device.
+  void to(const Device& device);
+  // Where the weights live (the CPU unless to() moved them).
+  const Device& device() const { return device_; }
+
   // Table of layer, output shape, parameter count, compute and variable dtype (and, for a graph, the
   // layers each is connected to), as Keras' summary(); columns widen to fit long names.
   void summary(std::ostream& out) const;
@@ -127,6 +134,7 @@ class Network {
   bool built_ = false;
   Shape input_shape_;
   LayerObserver* observer_ = nullptr;
+  Device device_ = Device::cpu();
 
  private:
   // The layer calls of a graph in topological order; each input names a call and which of its outputs.

@@ -14,6 +14,13 @@ namespace mixtrain::ops {
 
 [[noreturn]] void fail_unsupported(const char* op, const Device& device);
 
+// An emulated device: a device type whose memory the host addresses, standing in for a GPU in tests, so that the
+// code above ops runs device tensors end to end on any machine (the test installs the type's allocator and
+// copies). While on, a table without a kernel for that type hands out its CPU kernel; a real backend's kernels
+// always take precedence. Off by default.
+void emulate_with_cpu_kernels(DeviceType type, bool on);
+bool emulated_with_cpu_kernels(DeviceType type);
+
 template <typename Fn>
 class KernelTable {
  public:
@@ -22,10 +29,15 @@ class KernelTable {
 
   // Installs (or replaces) the kernel of a device type.
   void set(DeviceType type, Fn* fn) { fns_[static_cast<size_t>(type)] = fn; }
-  bool supports(DeviceType type) const { return fns_[static_cast<size_t>(type)] != nullptr; }
+  // Whether operator() finds a kernel for the type (an emulated type's CPU kernel counts).
+  bool supports(DeviceType type) const {
+    return fns_[static_cast<size_t>(type)] != nullptr ||
+           (emulated_with_cpu_kernels(type) && fns_[static_cast<size_t>(DeviceType::kCpu)] != nullptr);
+  }
   // The kernel for device; Error naming the op and device when no backend provides one.
   Fn* operator()(const Device& device) const {
     Fn* fn = fns_[static_cast<size_t>(device.type)];
+    if (!fn && emulated_with_cpu_kernels(device.type)) fn = fns_[static_cast<size_t>(DeviceType::kCpu)];
     if (!fn) fail_unsupported(op_, device);
     return fn;
   }

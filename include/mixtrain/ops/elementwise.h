@@ -48,6 +48,8 @@ int64_t count_nonfinite(const Tensor& x);
 bool all_finite(const std::vector<Tensor>& xs);
 // Sets every element of a contiguous floating tensor to value (rounded once into its dtype), on its device.
 void fill(Tensor& y, float value);
+// A new floating tensor of value on device (Tensor::zeros / Tensor::full on any device).
+Tensor full(const Shape& shape, DType dtype, float value, const Device& device);
 
 // The kernels behind these ops (dispatch.h). Inputs are contiguous and validated, outputs preallocated.
 namespace kernel {

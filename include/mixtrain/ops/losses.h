@@ -14,18 +14,25 @@ namespace mixtrain::ops {
 // from_logits: inputs are logits (log-softmax inside); else probabilities, clipped to [1e-7, 1 - 1e-7] as Keras does.
 // Returns a float32 scalar (shape ()).
 Tensor sparse_categorical_crossentropy(const Tensor& logits_or_probs, const Tensor& labels, bool from_logits);
-// Gradient for the inputs, scaled by dloss (the upstream gradient of the scalar loss).
+// Gradient for the inputs, scaled by dloss (the upstream gradient of the scalar loss). Each backward also takes
+// dloss as a one-element float32 tensor on the inputs' device, read there by the kernel: a backward pass seeded on
+// a GPU (a loss scale kept there) never waits to read its seed on the host.
 Tensor sparse_categorical_crossentropy_backward(const Tensor& logits_or_probs, const Tensor& labels, bool from_logits,
                                                 float dloss);
+Tensor sparse_categorical_crossentropy_backward(const Tensor& logits_or_probs, const Tensor& labels, bool from_logits,
+                                                const Tensor& dloss);
 
 // Same with one-hot or soft targets (B, C) float.
 Tensor categorical_crossentropy(const Tensor& logits_or_probs, const Tensor& targets, bool from_logits);
 Tensor categorical_crossentropy_backward(const Tensor& logits_or_probs, const Tensor& targets, bool from_logits,
                                          float dloss);
+Tensor categorical_crossentropy_backward(const Tensor& logits_or_probs, const Tensor& targets, bool from_logits,
+                                         const Tensor& dloss);
 
 // Mean squared error over all elements (any rank, same shapes), float32 scalar.
 Tensor mean_squared_error(const Tensor& pred, const Tensor& target);
 Tensor mean_squared_error_backward(const Tensor& pred, const Tensor& target, float dloss);
+Tensor mean_squared_error_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss);
 
 // Sum / mean of all elements as a float32 scalar (accumulated in double for stability of large counts).
 Tensor sum(const Tensor& x);
@@ -36,20 +43,23 @@ Tensor mean_backward(const Tensor& x, float dloss);
 
 // Fraction of rows whose arg-max equals the label (float32 arithmetic); labels int32 or int64.
 double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels);
+// The number of those rows as a float32 (1,) tensor on the inputs' device (exact up to 2^24 rows): what a training
+// step on a GPU logs without waiting to read it.
+Tensor count_correct(const Tensor& scores, const Tensor& labels);
 
 namespace kernel {
 // x (B, C) floating. target: labels (B,) int32/int64 in [0, C) when sparse, else (B, C) floating.
 // loss: float32 scalar, the mean over rows of the cross-entropy.
 using CrossentropyFn = void(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
 KernelTable<CrossentropyFn>& crossentropy_table();
-// dx (B, C), x's dtype: the gradient of the loss times dloss.
-using CrossentropyBackwardFn = void(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
-                                    Tensor& dx);
+// dx (B, C), x's dtype: the gradient of the loss times dloss, a float32 (1,) tensor on the kernel's device.
+using CrossentropyBackwardFn = void(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
+                                    const Tensor& dloss, Tensor& dx);
 KernelTable<CrossentropyBackwardFn>& crossentropy_backward_table();
 // loss: float32 scalar mean of (pred - target)^2; dx: 2 dloss (pred - target) / n in pred's dtype.
 using MseFn = void(const Tensor& pred, const Tensor& target, Tensor& loss);
 KernelTable<MseFn>& mse_table();
-using MseBackwardFn = void(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx);
+using MseBackwardFn = void(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dx);
 KernelTable<MseBackwardFn>& mse_backward_table();
 // out: float32 scalar, the sum of all elements of x (divided by their count when mean).
 using SumAllFn = void(const Tensor& x, bool mean, Tensor& out);
@@ -57,6 +67,9 @@ KernelTable<SumAllFn>& sum_all_table();
 // Number of rows of scores (B, C) whose first arg-max equals the label.
 using AccuracyFn = int64_t(const Tensor& scores, const Tensor& labels);
 KernelTable<AccuracyFn>& accuracy_table();
+// The same count written into count, a float32 (1,) tensor on the kernel's device.
+using CountCorrectFn = void(const Tensor& scores, const Tensor& labels, Tensor& count);
+KernelTable<CountCorrectFn>& count_correct_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -11,6 +11,10 @@ namespace mixtrain::ops {
 // supports; pass contiguous tensors to be safe.
 Tensor to_device(const Tensor& x, const Device& device);
 
+// The value of a one-element tensor on any device, as float: on a device it is copied back first, which waits for
+// the work queued there.
+float read_scalar(const Tensor& x);
+
 // Waits until everything queued on `device` has finished: a GPU runs kernels asynchronously, so a host clock
 // read around them needs this on both sides. Nothing to wait for on the CPU. Errors a kernel raised since the
 // last check surface here, as an Error naming the device.

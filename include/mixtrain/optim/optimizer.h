@@ -95,6 +95,12 @@ class Optimizer {
   virtual Var scale_loss(const Var& loss) const { return loss; }
   // The current loss scale read back to the host, for logs (1 when the loss is not scaled).
   virtual float loss_scale_for_logs() const { return 1.0f; }
+  // The current loss scale as a float32 (1,) view of the state on `device` (moved there if it lives elsewhere),
+  // for logs that a step on a GPU keeps there until they are read; undefined when the loss is not scaled.
+  virtual Tensor loss_scale_on(const Device& device) const {
+    (void)device;
+    return Tensor();
+  }
   // The loss-scaling state read back to the host, for logs and reports; nullopt when the loss is not scaled.
   virtual std::optional<LossScaleReport> loss_scale_report() const { return std::nullopt; }
   // Starts dynamic loss scaling over from its initial scale (recovery, once the layers whose overflows drove the

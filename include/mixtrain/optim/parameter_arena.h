@@ -87,7 +87,7 @@ class ParameterArena {
   Tensor compute_copy_buffer(DType dtype) const;
   // Converts the float32 values into the compute copies and marks them current: call after writing values some
   // other way than through an optimizer (Var::set_value marks the copy stale, and a layer then converts itself).
-  // On a device the values are converted on the host (here and in enable_compute_copy, never in a step).
+  // On a device the values are converted there (here and in enable_compute_copy), nothing read back.
   void refresh_compute_copies();
 
   // Changes whenever bind() lays out a new set of buffers; optimizers key their flat slot buffers by it.

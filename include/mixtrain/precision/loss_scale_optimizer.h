@@ -86,6 +86,10 @@ class LossScaleOptimizer : public Optimizer {
   Var scale_loss(const Var& loss) const override;
   bool scales_loss() const override { return true; }
   float loss_scale_for_logs() const override { return loss_scale(); }
+  Tensor loss_scale_on(const Device& device) const override {
+    place_state(device);
+    return scale_state_.slice(0, 0, 1);
+  }
   std::optional<LossScaleReport> loss_scale_report() const override;
   // Dynamic scaling from initial_scale again: the growth and hysteresis counters and the floor alarm restart;
   // the skipped-step count and the smallest scale seen keep their history. The inner optimizer is untouched.
@@ -194,13 +198,22 @@ class LossScaleOptimizer : public Optimizer {
   // Tells the floor alarms raised since the last call (on_event, or stderr), reading the counters on the host.
   void tell_alarms() const;
   int64_t counter(Counter c) const;
+  // Writable in host memory: moves the state there first (the next step on a device moves it back).
   int32_t& counter_ref(Counter c);
+  float* scale_ref();
+  // Moves the three state tensors to `device` when they live elsewhere: they follow the loss and the arena, so a
+  // model moved to a GPU keeps its scale, counters and flag there and a step reads none of them on the host.
+  void place_state(const Device& device) const;
+  // The state tensors as host tensors (copies when on a device), for reading.
+  Tensor host_scale_state() const;
+  Tensor host_counters() const;
 
   std::unique_ptr<Optimizer> inner_;
   LossScaleOptions options_;
-  Tensor scale_state_;  // float32 (2,): scale, min_scale_seen
-  Tensor counters_;     // int32 (kNumCounters,)
-  Tensor found_inf_;    // float32 (1,)
+  // Mutable: place_state moves them without changing what they hold.
+  mutable Tensor scale_state_;  // float32 (2,): scale, min_scale_seen
+  mutable Tensor counters_;     // int32 (kNumCounters,)
+  mutable Tensor found_inf_;    // float32 (1,)
   mutable int64_t alarms_told_ = 0;
 };
 

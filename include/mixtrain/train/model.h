@@ -42,6 +42,13 @@ struct FitOptions {
   // sample windows). Validation runs at the end of each such epoch, so it sets the evaluation interval.
   int64_t steps_per_epoch = 0;
   std::vector<Callback*> callbacks;
+  // On a device (a model moved with Model::to): how many steps are queued between two reads of their logs, each
+  // read a wait for the device. The steps' losses all reach the History; callbacks' on_train_batch_end, the
+  // progress bar and TerminateOnNaN see the logs at those points (as Keras' steps_per_execution), and at the end
+  // of each epoch. 0 (the default): kDefaultStepsPerLog on a device, 1 on the CPU, where reading costs nothing.
+  // Ignored (1) with a recovery guard or data-parallel, which act on every step's logs.
+  int64_t steps_per_log = 0;
+  static constexpr int64_t kDefaultStepsPerLog = 32;
   // When set, non-finite steps are handled by the recovery ladder (see train/recovery.h). Not owned.
   RecoveryGuard* recovery = nullptr;
   // Data-parallel training when it has more than one rank (not owned; every rank calls fit with the same data,
@@ -140,6 +147,21 @@ class Model : public Network {
   const Rng& dropout_rng() const { return dropout_rng_; }
 
  private:
+  // A step's logs as it leaves them where it ran, in a float32 (kRecordSize,) tensor: the loss, the rows whose
+  // arg-max matched the label (when accuracy is tracked) and the loss scale the step used (when the loss is scaled).
+  static constexpr int64_t kRecordSize = 3;
+  struct QueuedStep {
+    int64_t rows = 0;  // the rows the logs average over (the global batch's, data-parallel)
+    bool scales_loss = false;
+    // Data-parallel: the global batch's loss and accuracy, already combined over the ranks on the host.
+    std::optional<double> global_loss, global_accuracy;
+  };
+  // train_step() without reading its logs: the step is queued on the model's device and writes its record there
+  // (a record in host memory for a model on the CPU).
+  QueuedStep queue_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows, Tensor& record);
+  // The logs of a queued step from its record, read back to the host.
+  Logs step_logs(const float* record, const QueuedStep& q) const;
+
   // fit() on several ranks: checks the options, copies rank 0's weights and streams, derives per-rank dropout.
   void start_data_parallel(const FitOptions& options, Communicator& comm);
   class OverlappedReduce;

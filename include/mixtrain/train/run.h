@@ -63,6 +63,9 @@ struct RunConfig {
   // configuration and data; batch_size is the global batch. Rank 0 alone writes the checkpoints; a checkpoint
   // resumes with any number of ranks. Not stored in checkpoints.
   Communicator* communicator = nullptr;
+  // Where the model trains (--device): its weights, batches, activations and optimizer state live there, and the
+  // peak memory reported is that device's. Not stored in checkpoints: a checkpoint resumes on any device.
+  Device device = Device::cpu();
 
   // Number of epochs fit() runs: epochs, or for a run by steps the number of evaluation intervals.
   int fit_epochs() const;

@@ -75,8 +75,9 @@ void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_
   set_scalar(loss, rows ? total / static_cast<double>(rows) : 0.0);
 }
 
-void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
-                           Tensor& dx) {
+void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
+                           const Tensor& dloss_t, Tensor& dx) {
+  const float dloss = dloss_t.data<float>()[0];
   const int64_t rows = x.dim(0), cols = x.dim(1);
   const std::vector<float> in = read_floats(x);
   const Targets t(target, sparse);
@@ -113,7 +114,8 @@ void mse(const Tensor& pred, const Tensor& target, Tensor& loss) {
   set_scalar(loss, p.empty() ? 0.0 : s / static_cast<double>(p.size()));
 }
 
-void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx) {
+void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss_t, Tensor& dx) {
+  const float dloss = dloss_t.data<float>()[0];
   const std::vector<float> p = read_floats(pred), t = read_floats(target);
   std::vector<float> g(p.size());
   const float k = 2.0f * dloss / static_cast<float>(std::max<size_t>(p.size(), 1));

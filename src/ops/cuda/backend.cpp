@@ -162,6 +162,7 @@ CudaBackendStatus install_backend() {
   kernel::mse_backward_table().set(DeviceType::kCuda, &mse_backward);
   kernel::sum_all_table().set(DeviceType::kCuda, &sum_all);
   kernel::accuracy_table().set(DeviceType::kCuda, &accuracy);
+  kernel::count_correct_table().set(DeviceType::kCuda, &count_correct);
   kernel::layer_norm_table().set(DeviceType::kCuda, &layer_norm);
   kernel::layer_norm_backward_table().set(DeviceType::kCuda, &layer_norm_backward);
   kernel::embedding_table().set(DeviceType::kCuda, &embedding);
@@ -183,7 +184,7 @@ CudaBackendStatus install_backend() {
            "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
            "synchronize",  "cast",                "unscale_and_count_nonfinite",
            "mean_squared_error",                  "mean_squared_error_backward",
-           "sum",          "sparse_categorical_accuracy"};
+           "sum",          "sparse_categorical_accuracy",         "count_correct"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

@@ -45,13 +45,14 @@ void softmax(const Tensor& x, bool log, Tensor& y);
 void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
 // losses.cu
 void mse(const Tensor& pred, const Tensor& target, Tensor& loss);
-void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx);
+void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dx);
 void sum_all(const Tensor& x, bool mean, Tensor& out);
 int64_t accuracy(const Tensor& scores, const Tensor& labels);
+void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count);
 // crossentropy.cu
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
-void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
-                           Tensor& dx);
+void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
+                           const Tensor& dloss, Tensor& dx);
 // layer_norm.cu
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y, Tensor& mean,
                 Tensor& rstd);

@@ -101,9 +101,11 @@ __global__ void mean_kernel(const double* row_loss, int64_t rows, float* loss) {
   if (threadIdx.x == 0) *loss = rows ? static_cast<float>(partial[0] / static_cast<double>(rows)) : 0.0f;
 }
 
-__global__ void row_grad_kernel(RowArgs a, float k, void* dx, int dx_code) {
+// dloss is read here, on the device, so that a backward pass seeded on the GPU never waits for the host.
+__global__ void row_grad_kernel(RowArgs a, const float* dloss, void* dx, int dx_code) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
   if (row >= a.rows) return;
+  const float k = shared::crossentropy_grad_scale(*dloss, a.rows);
   const int lane = threadIdx.x % device::kWarp;
   const int64_t base = row * a.n;
   const int64_t label = a.sparse ? label_of(a, row) : 0;
@@ -181,13 +183,13 @@ void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_
                 "labels index the classes of the last axis; check the dataset's labels and the model's output width");
 }
 
-void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, float dloss,
-                           Tensor& dx) {
+void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
+                           const Tensor& dloss, Tensor& dx) {
   const RowArgs a = row_args(x, target, sparse, from_logits);
   if (a.rows == 0 || a.n == 0) return;
   check_cuda(cudaSetDevice(x.device().index), "cudaSetDevice");
-  const float k = shared::crossentropy_grad_scale(dloss, a.rows);
-  row_grad_kernel<<<device::row_blocks(a.rows), device::kThreads>>>(a, k, dx.raw(), shared::float_code(dx.dtype()));
+  row_grad_kernel<<<device::row_blocks(a.rows), device::kThreads>>>(a, static_cast<const float*>(dloss.raw()), dx.raw(),
+                                                                     shared::float_code(dx.dtype()));
   device::launched("crossentropy_backward");
 }
 

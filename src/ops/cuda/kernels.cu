@@ -1,4 +1,5 @@
-// CUDA kernels of the loss-scaling chain (and the unscale with a host-side count), fill, device copies and synchronisation. The arithmetic is the CPU
+// CUDA kernels of the loss-scaling chain (and the unscale with a host-side count), fill, device copies (uploads
+// staged through pinned memory) and synchronisation. The arithmetic is the CPU
 // backend's: the scale rule is shared::loss_scale_rule_step (ops/shared/loss_scale_rule.h, host-and-device code),
 // 1/S is computed in double and rounded once, and the unscaled value is one float32 product (no fused
 // multiply-add, no fast math), so a GPU step gives the CPU's bits.
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 
 #include "../shared/float16_convert.h"
 #include "../shared/loss_scale_rule.h"
@@ -118,10 +120,72 @@ void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out
   device::launched("apply_loss_scale");
 }
 
+namespace {
+
+// Uploads through pinned staging memory. cudaMemcpy from pageable host memory first waits for everything queued on
+// the device, so a training step that uploads its batch (and its dropout masks) would wait for the step before it.
+// Instead the host bytes are copied into one of kSlots pinned slots and cudaMemcpyAsync takes them from there in the
+// default stream's order: the host goes on at once, and the device reads the batch after the work queued before it.
+// A slot is reused once the event recorded after its copy has passed; uploads larger than a slot, or made when no
+// pinned memory can be had, take the synchronous path.
+class StagedUploads {
+ public:
+  static constexpr int kSlots = 8;
+  static constexpr size_t kSlotBytes = size_t{8} << 20;
+
+  // Queues dst = src (host bytes) and returns true; false when the upload should go the synchronous way.
+  bool upload(void* dst, const void* src, size_t bytes, int device) {
+    if (bytes > kSlotBytes || !ready(device)) return false;
+    Slot& slot = slots_[next_];
+    next_ = (next_ + 1) % kSlots;
+    // Waits only when the ring came round before this slot's last copy finished.
+    check_cuda(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
+    std::memcpy(slot.host, src, bytes);
+    check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync");
+    check_cuda(cudaEventRecord(slot.done, 0), "cudaEventRecord");
+    return true;
+  }
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  // The slots live on the first device that uploads (the events belong to it); other devices copy synchronously.
+  bool ready(int device) {
+    if (device_ >= 0) return device_ == device && !failed_;
+    device_ = device;
+    for (Slot& slot : slots_) {
+      if (cudaHostAlloc(&slot.host, kSlotBytes, cudaHostAllocDefault) != cudaSuccess ||
+          cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();  // no pinned memory: the synchronous path still works
+        failed_ = true;
+        return false;
+      }
+    }
+    return true;
+  }
+  Slot slots_[kSlots];
+  int next_ = 0;
+  int device_ = -1;
+  bool failed_ = false;
+};
+
+}  // namespace
+
 void device_copy(const Tensor& src, Tensor& dst) {
   MIXTRAIN_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(),
                  "to_device: cannot copy " << src.describe() << " into " << dst.describe());
-  // Unified addressing: the runtime knows which side each pointer is on (and copies between GPUs).
+  if (src.device().is_cpu() && !dst.device().is_cpu()) {
+    // Never destroyed: uploads may run during static destruction. One thread uploads at a time.
+    static StagedUploads* staged = new StagedUploads();
+    static std::mutex mutex;
+    std::lock_guard<std::mutex> lock(mutex);
+    check_cuda(cudaSetDevice(dst.device().index), "cudaSetDevice");
+    if (staged->upload(dst.raw(), src.raw(), src.nbytes(), dst.device().index)) return;
+  }
+  // Unified addressing: the runtime knows which side each pointer is on (and copies between GPUs). A download
+  // waits for the device: that is what reading a result means.
   check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "cudaMemcpy");
 }
 

@@ -64,8 +64,10 @@ __global__ void total_kernel(const double* partial, int blocks, int64_t n, bool 
   if (threadIdx.x == 0) *out = shared::float_total(s[0], n, mean);
 }
 
-__global__ void mse_backward_kernel(const void* p, int p_code, const void* t, int t_code, float k, void* dx,
+// dloss is read on the device (see crossentropy.cu's row_grad_kernel).
+__global__ void mse_backward_kernel(const void* p, int p_code, const void* t, int t_code, const float* dloss, void* dx,
                                     int dx_code, int64_t n) {
+  const float k = shared::mse_grad_scale(*dloss, n);
   device::for_each_index(n, [&](int64_t i) {
     shared::store_from_float(dx, dx_code, i,
                              shared::mse_grad(k, load_as_float(p, p_code, i), load_as_float(t, t_code, i)));
@@ -125,13 +127,13 @@ void mse(const Tensor& pred, const Tensor& target, Tensor& loss) {
       "mean_squared_error");
 }
 
-void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dx) {
+void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dx) {
   const int64_t n = pred.numel();
   if (n == 0) return;
   check_cuda(cudaSetDevice(pred.device().index), "cudaSetDevice");
   mse_backward_kernel<<<device::blocks_for(n), device::kThreads>>>(
       pred.raw(), shared::float_code(pred.dtype()), target.raw(), shared::float_code(target.dtype()),
-      shared::mse_grad_scale(dloss, n), dx.raw(), shared::float_code(dx.dtype()), n);
+      static_cast<const float*>(dloss.raw()), dx.raw(), shared::float_code(dx.dtype()), n);
   device::launched("mean_squared_error_backward");
 }
 
@@ -144,6 +146,30 @@ void sum_all(const Tensor& x, bool mean, Tensor& out) {
         sum_partial_kernel<<<blocks, device::kThreads>>>(x.raw(), shared::float_code(x.dtype()), n, partials);
       },
       mean ? "mean" : "sum");
+}
+
+namespace {
+__global__ void count_to_float_kernel(const unsigned long long* count, float* out) {
+  *out = static_cast<float>(*count);
+}
+}  // namespace
+
+void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  const Device device = scores.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  // Counted in an integer scratch word as accuracy() does, then written as float32 where the count lives: no read.
+  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
+  unsigned long long* correct = static_cast<unsigned long long*>(scratch.raw());
+  check_cuda(cudaMemsetAsync(correct, 0, sizeof *correct), "cudaMemsetAsync");
+  if (rows > 0) {
+    accuracy_kernel<<<device::row_blocks(rows), device::kThreads>>>(scores.raw(), shared::float_code(scores.dtype()),
+                                                                    labels.raw(), labels.dtype() == DType::kInt64,
+                                                                    rows, n, correct);
+    device::launched("count_correct");
+  }
+  count_to_float_kernel<<<1, 1>>>(correct, count.data<float>());
+  device::launched("count_correct (to float)");
 }
 
 int64_t accuracy(const Tensor& scores, const Tensor& labels) {

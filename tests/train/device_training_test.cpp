@@ -1,0 +1,237 @@
+// Training a model moved to a device (Model::to), checked on an emulated GPU (emulated_device.h): every op runs the
+// CPU's kernel on device tensors, so a run on the device must give the CPU run's bits, same seed, for float32 and
+// both mixed policies; and the host reads a step makes are counted.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blobs.h"
+#include "emulated_device.h"
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/train/checkpoint.h"
+#include "mixtrain/train/model.h"
+#include "mixtrain/train/run.h"
+#include "quiet_policy_test.h"
+
+namespace mixtrain {
+namespace {
+
+using testing_device::EmulatedDevice;
+using testing_device::g_counts;
+using testing_device::kEmulated;
+
+class DeviceTraining : public QuietPolicyTest {
+ protected:
+  void SetUp() override {
+    QuietPolicyTest::SetUp();
+    if (device_.unavailable()) GTEST_SKIP() << "a GPU backend is loaded: the emulated device would clash with it";
+  }
+  EmulatedDevice device_;
+};
+
+// The MLP of the main job in small: 8 -> 32 relu -> dropout -> 16 relu -> 3 float32 logits, Adam.
+std::unique_ptr<Model> mlp(const std::string& policy, uint64_t seed) {
+  set_global_policy(policy);
+  auto m = std::make_unique<Model>("mlp", seed);
+  m->emplace<Dense>(32, "relu");
+  m->emplace<Dropout>(0.1f);
+  m->emplace<Dense>(16, "relu");
+  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+  set_global_policy("float32");
+  m->compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  return m;
+}
+
+// Every weight's bits, read back to the host.
+std::vector<std::vector<float>> weight_values(const Model& m) {
+  std::vector<std::vector<float>> out;
+  for (const Var& v : m.weights()) out.push_back(ops::to_device(v.value(), Device::cpu()).to_floats());
+  return out;
+}
+
+FitOptions quiet_fit(int epochs) {
+  FitOptions o;
+  o.epochs = epochs;
+  o.batch_size = 16;
+  o.verbose = 0;
+  return o;
+}
+
+TEST_F(DeviceTraining, ToMovesEveryWeightAndBack) {
+  auto m = mlp("float32", 3);
+  m->build_for({8});
+  const auto before = weight_values(*m);
+  m->to(kEmulated);
+  EXPECT_EQ(m->device(), kEmulated);
+  for (const Var& v : m->weights()) EXPECT_EQ(v.value().device(), kEmulated) << v.name();
+  EXPECT_EQ(weight_values(*m), before);
+  m->to(Device::cpu());
+  for (const Var& v : m->weights()) EXPECT_TRUE(v.value().device().is_cpu()) << v.name();
+  EXPECT_EQ(weight_values(*m), before);
+}
+
+TEST_F(DeviceTraining, AModelMovedBeforeItIsBuiltBuildsOnTheDevice) {
+  auto m = mlp("float32", 3);
+  m->to(kEmulated);
+  m->build_for({8});
+  for (const Var& v : m->weights()) EXPECT_EQ(v.value().device(), kEmulated) << v.name();
+  auto cpu = mlp("float32", 3);
+  cpu->build_for({8});
+  EXPECT_EQ(weight_values(*m), weight_values(*cpu));  // the same initial draw
+}
+
+class DeviceTrainingPolicies : public DeviceTraining, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(DeviceTrainingPolicies, FitEvaluateAndPredictGiveTheCpuBits) {
+  const auto [x, y] = train_test::blobs(96, 11);
+  auto on_cpu = mlp(GetParam(), 5);
+  auto on_gpu = mlp(GetParam(), 5);
+  on_gpu->to(kEmulated);
+  const History h_cpu = on_cpu->fit(x, y, quiet_fit(2));
+  const History h_gpu = on_gpu->fit(x, y, quiet_fit(2));
+  EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
+  EXPECT_EQ(h_gpu.step_loss_scale, h_cpu.step_loss_scale);
+  EXPECT_EQ(h_gpu.history, h_cpu.history);
+  EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
+  for (const Var& v : on_gpu->weights()) EXPECT_EQ(v.value().device(), kEmulated) << v.name();
+  const EvaluateResult e_cpu = on_cpu->evaluate(x, y), e_gpu = on_gpu->evaluate(x, y);
+  EXPECT_EQ(e_gpu.loss, e_cpu.loss);
+  EXPECT_EQ(e_gpu.accuracy, e_cpu.accuracy);
+  EXPECT_GT(e_gpu.accuracy, 0.9);
+  const Tensor p = on_gpu->predict(x);
+  EXPECT_TRUE(p.device().is_cpu());
+  EXPECT_EQ(p.to_floats(), on_cpu->predict(x).to_floats());
+}
+
+// Saved from the device after one epoch, loaded into a fresh model on the device, the second epoch continues as the
+// uninterrupted CPU run's does: weights, optimizer slots and the loss scale's state all made the round trip.
+TEST_P(DeviceTrainingPolicies, ACheckpointSavedOnTheDeviceResumesTheCpuRun) {
+  const auto [x, y] = train_test::blobs(96, 11);
+  const std::string path = ::testing::TempDir() + "device_training_" + GetParam() + ".safetensors";
+  auto on_cpu = mlp(GetParam(), 7);
+  on_cpu->fit(x, y, quiet_fit(2));
+
+  auto first = mlp(GetParam(), 7);
+  first->to(kEmulated);
+  first->fit(x, y, quiet_fit(1));
+  save_checkpoint(path, *first, {1});
+  auto resumed = mlp(GetParam(), 7);
+  resumed->to(kEmulated);
+  resumed->build_for({8});
+  const CheckpointInfo info = load_checkpoint(path, *resumed);
+  FitOptions o = quiet_fit(2);
+  o.initial_epoch = info.epoch;
+  resumed->fit(x, y, o);
+  for (const Var& v : resumed->weights()) EXPECT_EQ(v.value().device(), kEmulated) << v.name();
+  EXPECT_EQ(weight_values(*resumed), weight_values(*on_cpu));
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, DeviceTrainingPolicies,
+                         ::testing::Values("float32", "mixed_float16", "mixed_bfloat16"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// A callback that counts the batch ends it sees.
+struct BatchEnds : Callback {
+  std::vector<int64_t> steps;
+  void on_train_batch_end(int64_t step, const Logs&) override { steps.push_back(step); }
+};
+
+// The steps of an epoch on the device are queued and their logs read back once per window: the only waits for the
+// device in fit() (the float16 run's loss scale and skip flag stay on the device too). The History holds every
+// step's loss either way, and callbacks see the window ends, as Keras' steps_per_execution.
+TEST_P(DeviceTrainingPolicies, AnEpochReadsItsLogsOncePerWindow) {
+  const auto [x, y] = train_test::blobs(96, 11);  // 6 steps of 16
+  std::vector<History> histories;
+  for (int64_t window : {1, 4, 0}) {
+    auto m = mlp(GetParam(), 5);
+    m->to(kEmulated);
+    m->build_for({8});
+    BatchEnds ends;
+    FitOptions o = quiet_fit(1);
+    o.steps_per_log = window;
+    o.callbacks = {&ends};
+    g_counts = {};
+    histories.push_back(m->fit(x, y, o));
+    // Window 0 is the default on a device: 32 steps, here the whole epoch.
+    const std::vector<int64_t> want_ends = window == 1   ? std::vector<int64_t>{1, 2, 3, 4, 5, 6}
+                                           : window == 4 ? std::vector<int64_t>{4, 6}
+                                                         : std::vector<int64_t>{6};
+    EXPECT_EQ(ends.steps, want_ends) << "window " << window;
+    EXPECT_EQ(g_counts.downloads, static_cast<int64_t>(want_ends.size())) << "window " << window;
+    EXPECT_EQ(g_counts.synchronizes, 0);
+  }
+  for (size_t i = 1; i < histories.size(); ++i) {
+    EXPECT_EQ(histories[i].step_loss, histories[0].step_loss);
+    EXPECT_EQ(histories[i].step_loss_scale, histories[0].step_loss_scale);
+    EXPECT_EQ(histories[i].history, histories[0].history);
+  }
+  EXPECT_EQ(histories[0].step_loss.size(), 6u);
+}
+
+// Every model the command line trains, a few steps on the device against the same steps on the CPU.
+struct ZooCase {
+  const char* model;
+  const char* policy;
+};
+
+class RegisteredModelsOnTheDevice : public DeviceTraining, public ::testing::WithParamInterface<ZooCase> {};
+
+TEST_P(RegisteredModelsOnTheDevice, TrainingStepsGiveTheCpuBits) {
+  RunConfig cfg;
+  cfg.model = GetParam().model;
+  cfg.policy = GetParam().policy;
+  cfg.seed = 3;
+  cfg.hidden = {16};
+  cfg.width = 16;
+  cfg.num_heads = 2;
+  cfg.num_layers = 1;
+  cfg.context_length = 8;
+  const bool text = cfg.model == "transformer";
+  const int64_t n = 12, features = text ? 8 : 64, classes = text ? 11 : 3;
+  const std::vector<int64_t> sample_shape = text ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 8};
+  Rng r(5);
+  Tensor x, y;
+  if (text) {
+    std::vector<int32_t> ids(static_cast<size_t>(n * features)), next(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(r.below(classes));
+    for (size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];
+    x = Tensor::from_ints({n, features}, ids);
+    y = Tensor::from_ints({n, features}, next);
+  } else {
+    std::vector<float> pixels(static_cast<size_t>(n * features));
+    std::vector<int32_t> labels(static_cast<size_t>(n));
+    for (float& p : pixels) p = r.uniform();
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 3);
+    x = Tensor::from_floats({n, features}, pixels);
+    y = Tensor::from_ints({n}, labels);
+  }
+  std::unique_ptr<Model> models[2];
+  for (auto& m : models) {
+    m = build_model(cfg, features, classes, sample_shape);
+    m->compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  }
+  models[1]->to(kEmulated);
+  for (int step = 0; step < 3; ++step) {
+    const Logs on_cpu = models[0]->train_step(x, y);
+    const Logs on_device = models[1]->train_step(x, y);
+    EXPECT_EQ(on_device, on_cpu) << "step " << step;
+  }
+  EXPECT_EQ(weight_values(*models[1]), weight_values(*models[0]));
+  EXPECT_EQ(models[1]->evaluate(x, y).loss, models[0]->evaluate(x, y).loss);
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, RegisteredModelsOnTheDevice,
+                         ::testing::Values(ZooCase{"mlp", "mixed_float16"}, ZooCase{"cnn", "float32"},
+                                           ZooCase{"cnn", "mixed_float16"}, ZooCase{"resnet", "mixed_bfloat16"},
+                                           ZooCase{"transformer", "float32"}, ZooCase{"transformer", "mixed_float16"}),
+                         [](const auto& info) {
+                           std::string policy = info.param.policy;
+                           return std::string(info.param.model) + "_" + policy;
+                         });
+
+}  // namespace
+}  // namespace mixtrain

@@ -1,0 +1,110 @@
+// An emulated GPU for tests on machines without one: cuda:0 tensors live in host memory and every op runs the CPU
+// kernel (ops::emulate_with_cpu_kernels), so code above ops takes its device paths end to end and must give the
+// CPU's bits. Host-only reads of a device tensor (to_floats, item, gather_rows) still throw, as on a GPU, and the
+// transfers between host and device are counted, so a test can hold a training step to the reads it may make.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "mixtrain/core/allocator.h"
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/dispatch.h"
+#include "mixtrain/ops/transfer.h"
+
+namespace mixtrain::testing_device {
+
+inline const Device kEmulated = Device::cuda(0);
+
+struct Counts {
+  int64_t uploads = 0;    // host -> device copies
+  int64_t downloads = 0;  // device -> host copies: each one a wait for the device on a GPU
+  int64_t synchronizes = 0;
+};
+inline Counts g_counts;
+
+class HostBackedAllocator : public DeviceAllocator {
+ public:
+  void* allocate(int, size_t bytes) override {
+    stats_.live_bytes += static_cast<int64_t>(bytes);
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.live_bytes);
+    ++stats_.allocations;
+    return std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  }
+  void deallocate(int, void* ptr, size_t bytes) override {
+    stats_.live_bytes -= static_cast<int64_t>(bytes);
+    std::free(ptr);
+  }
+  MemoryStats stats(int) const override { return stats_; }
+  void reset_peak(int) override { stats_.peak_bytes = stats_.live_bytes; }
+
+ private:
+  MemoryStats stats_;
+};
+
+// The device's own copy (Tensor::copy_from on two device tensors): element by element through the strides.
+inline void strided_copy(const Tensor& src, Tensor& dst) {
+  const size_t src_size = dtype_size(src.dtype()), dst_size = dtype_size(dst.dtype());
+  for (int64_t i = 0; i < src.numel(); ++i) {
+    int64_t rest = i, s = 0, d = 0;
+    for (int r = src.rank() - 1; r >= 0; --r) {
+      const int64_t c = rest % src.dim(r);
+      rest /= src.dim(r);
+      s += c * src.strides()[r];
+      d += c * dst.strides()[r];
+    }
+    convert_elements(static_cast<const char*>(src.raw()) + s * static_cast<int64_t>(src_size), src.dtype(),
+                     static_cast<char*>(dst.raw()) + d * static_cast<int64_t>(dst_size), dst.dtype(), 1);
+  }
+}
+
+// ops::to_device between the host and the device (contiguous, same dtype).
+inline void transfer(const Tensor& src, Tensor& dst) {
+  if (src.device().is_cpu()) ++g_counts.uploads;
+  if (dst.device().is_cpu()) ++g_counts.downloads;
+  std::memcpy(dst.raw(), src.raw(), src.nbytes());
+}
+
+inline void synchronize(int) { ++g_counts.synchronizes; }
+
+// Installs the emulated device for one test (fixture member or local); skips the test where a real CUDA backend
+// is loaded, whose kernels would be handed host memory.
+class EmulatedDevice {
+ public:
+  EmulatedDevice() {
+    if (ops::kernel::device_copy_table().supports(DeviceType::kCuda)) {
+      real_backend_ = true;
+      return;
+    }
+    register_allocator(DeviceType::kCuda, &allocator_);
+    register_device_copy(DeviceType::kCuda, &strided_copy);
+    ops::kernel::device_copy_table().set(DeviceType::kCuda, &transfer);
+    ops::kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
+    ops::emulate_with_cpu_kernels(DeviceType::kCuda, true);
+    g_counts = {};
+  }
+  ~EmulatedDevice() {
+    if (real_backend_) return;
+    ops::emulate_with_cpu_kernels(DeviceType::kCuda, false);
+    ops::kernel::synchronize_table().set(DeviceType::kCuda, nullptr);
+    ops::kernel::device_copy_table().set(DeviceType::kCuda, nullptr);
+    register_device_copy(DeviceType::kCuda, nullptr);
+    register_allocator(DeviceType::kCuda, nullptr);
+  }
+  EmulatedDevice(const EmulatedDevice&) = delete;
+  EmulatedDevice& operator=(const EmulatedDevice&) = delete;
+
+  // True where a GPU backend is loaded: the test should GTEST_SKIP.
+  bool unavailable() const { return real_backend_; }
+  MemoryStats memory() const { return allocator_.stats(0); }
+
+ private:
+  bool real_backend_ = false;
+  HostBackedAllocator allocator_;
+};
+
+}  // namespace mixtrain::testing_device
