@@ -5,7 +5,9 @@
 # (torch._amp_foreach_non_finite_check_and_unscale_ and torch._amp_update_scale_, what GradScaler runs) on the
 # same sizes in one run, runs `mixtrain bench gemm --device cuda` (float32, float16 and bfloat16 GEMMs through the
 # backend's cuBLASLt matmul) and `mixtrain doctor` (each GPU's GEMM measured, with its verdicts), and writes a JSON
-# summary. Well under 8 minutes. (PyTorch unscales 16-bit gradients in place, in 16 bits; mixtrain unscales them
+# summary; then trains on the GPU: `mixtrain bench step --device cuda` for the MLP, CNN and transformer under each
+# policy beside PyTorch AMP's MLP and CNN steps (with peak memory), and `mixtrain train --device cuda` against
+# `--device cpu` on a small CSV. Well under 8 minutes. (PyTorch unscales 16-bit gradients in place, in 16 bits; mixtrain unscales them
 # into float32, where small ones cannot underflow: it moves 4 more bytes per element.)
 #
 #   bash scripts/gpu-check.sh [--out DIR]     (default DIR: ./gpu-check-out, or $OUT when set)
@@ -37,7 +39,7 @@ say "configuring build-gpu (MIXTRAIN_CUDA=ON, tests $tests)"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=ON -DMIXTRAIN_TESTS="$tests" \
   -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_MPI=OFF >> "$log" 2>&1 || { say "configure failed (see $log)"; tail -20 "$log"; exit 1; }
 targets="mixtrain_gpu_bench mixtrain_cli"
-[ "$tests" = ON ] && targets="$targets ops_test precision_test"
+[ "$tests" = ON ] && targets="$targets ops_test precision_test device_training_test"
 # shellcheck disable=SC2086  # a list of target names
 ninja -C build-gpu -j "$(nproc)" $targets >> "$log" 2>&1 || { say "build failed (see $log)"; tail -30 "$log"; exit 1; }
 
@@ -48,6 +50,11 @@ if [ "$tests" = ON ]; then
          --gtest_filter='CudaBackend.*:CudaSharedMath.*:Cast.*:KernelTable.*:GemmTiming.*' \
          --gtest_output="json:$out/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
+    status=1
+  fi
+  say "training on a device (the emulated GPU's tests, in the GPU build)"
+  if ! build-gpu/tests/train/device_training_test --gtest_output="json:$out/device-training-tests.json" >> "$log" 2>&1; then
+    say "device training tests FAILED"
     status=1
   fi
   say "doctor tests (MIXTRAIN_REQUIRE_GPU=1: every GPU measured)"
@@ -70,13 +77,91 @@ if ! build-gpu/tools/cli/mixtrain doctor --seconds 0.5 --json "$out/doctor.json"
   status=1
 fi
 
+say "mixtrain bench step --device cuda: MLP, CNN and transformer training steps under each policy"
+for model in mlp cnn transformer; do
+  for policy in float32 mixed_float16 mixed_bfloat16; do
+    if ! build-gpu/tools/cli/mixtrain bench step --device cuda --model "$model" --policy "$policy" --steps 20 \
+           --json "$out/step-$model-$policy.json" 2>> "$log" | tee -a "$log"; then
+      say "bench step --device cuda --model $model --policy $policy FAILED"
+      status=1
+    fi
+  done
+done
+
+say "mixtrain train --device cuda against --device cpu: the CLI end to end on a small CSV"
+python3 - "$out/teacher.csv" <<'PY'
+import random, sys
+random.seed(1)
+w = [[random.gauss(0, 1) for _ in range(32)] for _ in range(5)]
+with open(sys.argv[1], "w") as f:
+    f.write(",".join(f"x{i}" for i in range(32)) + ",label\n")
+    for _ in range(6000):
+        x = [random.gauss(0, 1) for _ in range(32)]
+        scores = [sum(a * b for a, b in zip(row, x)) for row in w]
+        f.write(",".join(f"{v:.5f}" for v in x) + f",{scores.index(max(scores))}\n")
+PY
+for device in cpu cuda; do
+  if ! build-gpu/tools/cli/mixtrain train --device "$device" --data "$out/teacher.csv" --hidden 64 --epochs 3 \
+         --policy mixed_float16 --seed 1 --json "$out/train-$device.json" >> "$log" 2>&1; then
+    say "train --device $device FAILED"
+    status=1
+  fi
+done
+
 say "mixtrain: check against the CPU, then time the loss-scaling step"
 if ! build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$out/mixtrain.jsonl" 2>> "$log"; then
   say "mixtrain_gpu_bench FAILED"
   status=1
 fi
 
-say "PyTorch AMP: the same step"
+say "PyTorch AMP: the MLP and CNN training steps of bench step (autocast, GradScaler for float16)"
+python3 - > "$out/torch-steps.jsonl" 2>> "$log" <<'PY' || { say "PyTorch training steps FAILED"; status=1; }
+import json, time, torch
+from torch import nn
+dev = "cuda"
+def mlp():
+    return nn.Sequential(nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+def cnn():  # tools' model zoo: two Conv-BN-ReLU-MaxPool stages, Dense 128, dropout, logits
+    return nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
+                         nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.3), nn.Linear(128, 10))
+for name, make in (("mlp", mlp), ("cnn", cnn)):
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+        torch.manual_seed(1)
+        model = make().to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        dtype = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}.get(policy)
+        try:
+            scaler = torch.amp.GradScaler("cuda", enabled=dtype is torch.float16)
+        except (AttributeError, TypeError):  # PyTorch before 2.3
+            scaler = torch.cuda.amp.GradScaler(enabled=dtype is torch.float16)
+        x = torch.rand(256, 784, device=dev)
+        y = torch.randint(0, 10, (256,), device=dev)
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+                loss = nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            return loss.item()  # read back each step, as mixtrain's bench step does
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        times = []
+        for _ in range(20):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+        times.sort()
+        print(json.dumps({"model": name, "policy": policy, "ms_per_step": 1e3 * times[len(times) // 2],
+                          "step_peak_memory_bytes": torch.cuda.max_memory_allocated() - base}))
+PY
+
+say "PyTorch AMP: the same loss-scaling step"
 python3 - > "$out/torch.jsonl" 2>> "$log" <<'PY' || { say "PyTorch step FAILED"; status=1; }
 import json, time, torch
 assert torch.cuda.is_available(), "PyTorch sees no GPU"
@@ -134,7 +219,42 @@ if doctor:
                   "verdicts": [v for v in doctor["verdicts"] if v["device"] != "cpu"]}
     for v in gpu_doctor["verdicts"]:
         print(f"doctor {v['device']} {v['policy']}: {v['verdict']}")
-summary = {"checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor}
+torch_steps = {(r["model"], r["policy"]): r for r in lines("torch-steps.jsonl")}
+train_steps = []
+print("training steps on the GPU, ms per step (batch 256; transformer: bench step's defaults); "
+      "vs torch = PyTorch / mixtrain, vs float32 = mixtrain float32 / mixtrain")
+for model in ("mlp", "cnn", "transformer"):
+    f32 = load(f"step-{model}-float32.json")
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+        m = load(f"step-{model}-{policy}.json")
+        if not m:
+            continue
+        t = torch_steps.get((model, policy))
+        row = {"model": model, "policy": policy, "mixtrain_ms": m["ms_per_step"],
+               "mixtrain_step_peak_bytes": m.get("step_peak_memory_bytes"),
+               "torch_ms": t["ms_per_step"] if t else None,
+               "torch_step_peak_bytes": t["step_peak_memory_bytes"] if t else None,
+               "speedup_vs_torch": t["ms_per_step"] / m["ms_per_step"] if t else None,
+               "speedup_vs_float32": f32["ms_per_step"] / m["ms_per_step"] if f32 else None}
+        train_steps.append(row)
+        print(f"{model:>11} {policy:>14}  mixtrain {row['mixtrain_ms']:8.2f}  torch "
+              f"{(row['torch_ms'] or float('nan')):8.2f}  vs torch "
+              f"{('%.2fx' % row['speedup_vs_torch']) if row['speedup_vs_torch'] else 'n/a'}  vs float32 "
+              f"{('%.2fx' % row['speedup_vs_float32']) if row['speedup_vs_float32'] else 'n/a'}")
+train_cli = {}
+for device in ("cpu", "cuda"):
+    r = load(f"train-{device}.json")
+    if r:
+        train_cli[device] = {"test": r["test"], "first_step_loss": r["step_loss"][0], "last_step_loss": r["step_loss"][-1],
+                             "peak_memory_bytes": r["peak_memory_bytes"]}
+if len(train_cli) == 2:
+    gap = abs(train_cli["cpu"]["test"]["accuracy"] - train_cli["cuda"]["test"]["accuracy"])
+    train_cli["accuracy_gap"] = gap
+    print(f"train --device cuda vs cpu: test accuracy {train_cli['cuda']['test']['accuracy']:.4f} vs "
+          f"{train_cli['cpu']['test']['accuracy']:.4f}, first step loss {train_cli['cuda']['first_step_loss']:.6f} vs "
+          f"{train_cli['cpu']['first_step_loss']:.6f}")
+summary = {"checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor, "train_steps": train_steps,
+           "train_cli": train_cli}
 json.dump(summary, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
 print("bit-identical to the CPU:", all(c["bit_identical"] for c in checks) if checks else "not run")
 PY

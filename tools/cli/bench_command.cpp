@@ -1,6 +1,6 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
 //   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]
-//   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE]
+//   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE] [--device D]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
 //   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
 //              --policy P [--steps N] [--json FILE]
@@ -14,6 +14,8 @@
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/gemm_timing.h"
+#include "mixtrain/ops/transfer.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/precision/hardware_check.h"
 
 namespace mixtrain::cli {
@@ -185,8 +187,9 @@ StepBatch token_batch(const RunConfig& cfg, int64_t vocabulary) {
 
 int bench_step(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
-                "layers", "heads", "vocabulary"});
+                "layers", "heads", "vocabulary", "device"});
   RunConfig cfg;
+  cfg.device = usable_device_flag(a, "bench step");
   cfg.model = a.str("model", "mlp");
   const bool transformer = cfg.model == "transformer";
   if (transformer) {
@@ -251,11 +254,19 @@ int bench_step(const std::vector<std::string>& argv) {
   // Data-parallel (mpirun -np N): --batch-size is the global batch, each rank steps on its shard of it and
   // all-reduces the gradients; every rank starts from rank 0's weights.
   Communicator* job = data_parallel_job();
+  MIXTRAIN_CHECK(!job || cfg.device.is_cpu(), "bench step --device " << cfg.device.str()
+                                                                     << ": data-parallel steps run on the cpu");
   check_global_batch(cfg, job);
   if (job) broadcast_variables(model->weights(), *job);
   const ShardRange shard = job ? shard_range(cfg.batch_size, job->rank(), job->size()) : ShardRange{0, cfg.batch_size};
-  const Tensor xs = batch.x.slice_rows(shard.begin, shard.end), ys = batch.y.slice_rows(shard.begin, shard.end);
+  // On a GPU the batch is copied there once, as a data loader that prefetches would have it: the steps time the
+  // GPU's work. Each step reads its logs back, so its time covers that work.
+  model->to(cfg.device);
+  const Tensor xs = ops::to_device(batch.x.slice_rows(shard.begin, shard.end), cfg.device),
+               ys = ops::to_device(batch.y.slice_rows(shard.begin, shard.end), cfg.device);
   for (int64_t i = 0; i < kWarmupSteps; ++i) model->train_step(xs, ys, job, cfg.batch_size);
+  const int64_t live_before = memory_stats(cfg.device).live_bytes;
+  reset_peak_memory(cfg.device);
   if (job) {
     job->barrier();
     job->reset_stats();  // count the timed steps' communication only
@@ -266,6 +277,8 @@ int bench_step(const std::vector<std::string>& argv) {
     model->train_step(xs, ys, job, cfg.batch_size);
     times.push_back(since(t));
   }
+  // Beyond what the model, its optimizer state and the batch hold between steps: a step's activations and gradients.
+  const int64_t step_peak_bytes = memory_stats(cfg.device).peak_bytes - live_before;
   double total = 0;
   for (double t : times) total += t;
   // Time inside collectives (the transfer, and waiting for the slowest rank) over the timed steps' time.
@@ -281,9 +294,10 @@ int bench_step(const std::vector<std::string>& argv) {
   const double gflops =
       mlp ? 6.0 * static_cast<double>(cfg.batch_size) * static_cast<double>(weights) / median / 1e9 : 0.0;
   const double tokens_per_second = static_cast<double>(batch.tokens) / median;
-  std::printf("bench step: %s, batch %lld, %s, %s, isa %s: %.2f ms/step (median of %lld), %.1f steps/s",
+  const std::string where = cfg.device.is_cpu() ? std::string("isa ") + kernels::gemm_isa() : cfg.device.str();
+  std::printf("bench step: %s, batch %lld, %s, %s, %s: %.2f ms/step (median of %lld), %.1f steps/s",
               batch.description.c_str(), static_cast<long long>(cfg.batch_size), cfg.policy.c_str(),
-              cfg.optimizer.c_str(), kernels::gemm_isa(), median * 1e3, static_cast<long long>(steps), 1.0 / median);
+              cfg.optimizer.c_str(), where.c_str(), median * 1e3, static_cast<long long>(steps), 1.0 / median);
   if (mlp) std::printf(", %.1f GFLOP/s", gflops);
   if (transformer) std::printf(", %.0f tokens/s", tokens_per_second);
   std::printf(", %.0f samples/s\n", samples_per_second);
@@ -303,6 +317,8 @@ int bench_step(const std::vector<std::string>& argv) {
                            {"steps", steps},
                            {"weights", weights},
                            {"isa", kernels::gemm_isa()},
+                           {"device", cfg.device.str()},
+                           {"step_peak_memory_bytes", static_cast<double>(step_peak_bytes)},
                            {"samples_per_second", samples_per_second},
                            {"ranks", job ? job->size() : 1},
                            {"communication_share", comm_share},

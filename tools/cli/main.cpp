@@ -33,6 +33,7 @@ const char* kUsage =
     "           --save-every N: also write CKPT after every N steps, so a killed run resumed with\n"
     "           --resume CKPT continues at the next batch and ends bit-identical to an uninterrupted run\n"
     "           transformer: --context T --width D --layers L --heads H --dropout X\n"
+    "           --device cpu|cuda|cuda:N: where the model trains (default cpu)\n"
     "  compare  train under several policies on identical data and weights and judge each against\n"
     "           float32: the train flags plus --policies float32,mixed_float16,mixed_bfloat16 --out DIR\n"
     "  inspect  per-layer ranges of inputs, activations and gradients against each layer's 16-bit\n"
@@ -42,7 +43,7 @@ const char* kUsage =
     "  bench    gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]:\n"
     "           GFLOP/s per dtype, on the CPU (the default) or a GPU through the CUDA backend\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
-    "           [--json FILE]: milliseconds per training step\n"
+    "           [--json FILE] [--device cpu|cuda|cuda:N]: milliseconds per training step\n"
     "data-parallel: mpirun -np N mixtrain train|compare|bench step ... trains on N processes; --batch-size is\n"
     "           the global batch (divisible by N); rank 0 prints and writes files (docs/SCALING.md)\n";
 
