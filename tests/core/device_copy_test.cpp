@@ -9,45 +9,19 @@
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/tensor.h"
+#include "host_backed_device.h"
 
 namespace mixtrain {
 namespace {
 
-class HostBackedAllocator : public DeviceAllocator {
- public:
-  void* allocate(int, size_t bytes) override {
-    stats_.live_bytes += static_cast<int64_t>(bytes);
-    ++stats_.allocations;
-    return std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-  }
-  void deallocate(int, void* ptr, size_t bytes) override {
-    stats_.live_bytes -= static_cast<int64_t>(bytes);
-    std::free(ptr);
-  }
-  MemoryStats stats(int) const override { return stats_; }
-  void reset_peak(int) override {}
-
- private:
-  MemoryStats stats_;
-};
+using testing_device::HostBackedAllocator;
 
 int g_copies = 0;
 
-// The stand-in device's copy: element i of the row-major order at each side's strides.
+// The stand-in device's copy, counted.
 void stand_in_copy(const Tensor& src, Tensor& dst) {
   ++g_copies;
-  const size_t src_size = dtype_size(src.dtype()), dst_size = dtype_size(dst.dtype());
-  for (int64_t i = 0; i < src.numel(); ++i) {
-    int64_t rest = i, s = 0, d = 0;
-    for (int r = src.rank() - 1; r >= 0; --r) {
-      const int64_t c = rest % src.dim(r);
-      rest /= src.dim(r);
-      s += c * src.strides()[r];
-      d += c * dst.strides()[r];
-    }
-    convert_elements(static_cast<const char*>(src.raw()) + s * static_cast<int64_t>(src_size), src.dtype(),
-                     static_cast<char*>(dst.raw()) + d * static_cast<int64_t>(dst_size), dst.dtype(), 1);
-  }
+  testing_device::strided_copy(src, dst);
 }
 
 const Device kDevice = Device::cuda(0);

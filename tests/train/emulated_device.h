@@ -6,12 +6,11 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/tensor.h"
+#include "../core/host_backed_device.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/dispatch.h"
 #include "mixtrain/ops/transfer.h"
@@ -26,41 +25,6 @@ struct Counts {
   int64_t synchronizes = 0;
 };
 inline Counts g_counts;
-
-class HostBackedAllocator : public DeviceAllocator {
- public:
-  void* allocate(int, size_t bytes) override {
-    stats_.live_bytes += static_cast<int64_t>(bytes);
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.live_bytes);
-    ++stats_.allocations;
-    return std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-  }
-  void deallocate(int, void* ptr, size_t bytes) override {
-    stats_.live_bytes -= static_cast<int64_t>(bytes);
-    std::free(ptr);
-  }
-  MemoryStats stats(int) const override { return stats_; }
-  void reset_peak(int) override { stats_.peak_bytes = stats_.live_bytes; }
-
- private:
-  MemoryStats stats_;
-};
-
-// The device's own copy (Tensor::copy_from on two device tensors): element by element through the strides.
-inline void strided_copy(const Tensor& src, Tensor& dst) {
-  const size_t src_size = dtype_size(src.dtype()), dst_size = dtype_size(dst.dtype());
-  for (int64_t i = 0; i < src.numel(); ++i) {
-    int64_t rest = i, s = 0, d = 0;
-    for (int r = src.rank() - 1; r >= 0; --r) {
-      const int64_t c = rest % src.dim(r);
-      rest /= src.dim(r);
-      s += c * src.strides()[r];
-      d += c * dst.strides()[r];
-    }
-    convert_elements(static_cast<const char*>(src.raw()) + s * static_cast<int64_t>(src_size), src.dtype(),
-                     static_cast<char*>(dst.raw()) + d * static_cast<int64_t>(dst_size), dst.dtype(), 1);
-  }
-}
 
 // ops::to_device between the host and the device (contiguous, same dtype).
 inline void transfer(const Tensor& src, Tensor& dst) {
