@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "mixtrain/ops/transfer.h"
+
 namespace mixtrain {
 
 namespace {
@@ -28,7 +30,8 @@ RangeStats range_stats(const Tensor& x, DType target) {
   RangeStats s;
   if (!x.defined()) return s;
   const Limits lim = limits_of(target);
-  const std::vector<float> v = x.to_floats();
+  // A value on a device (inspection of a model moved there) is read back first.
+  const std::vector<float> v = (x.device().is_cpu() ? x : ops::to_device(x, Device::cpu())).to_floats();
   s.count = static_cast<int64_t>(v.size());
   for (float f : v) {
     if (std::isnan(f)) {

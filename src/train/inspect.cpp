@@ -5,6 +5,8 @@
 #include <map>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/train/float32_shadow.h"
 
 namespace mixtrain {
@@ -65,13 +67,15 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
   const int64_t n = x.dim(0);
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t begin = (s * batch_size) % n, end = std::min(n, begin + batch_size);
-    Tensor xb = x.slice_rows(begin, end), yb = y.slice_rows(begin, end);
+    // On the model's device (a model moved with to()); the statistics read each value back to the host.
+    Tensor xb = ops::to_device(x.slice_rows(begin, end), model.device()),
+           yb = ops::to_device(y.slice_rows(begin, end), model.device());
     clear_tape();
     // Integer inputs (token ids) stay integers: the layers that read them keep them, the others cast.
     Var out = model.call(Var(xb), CallContext{});
     Var loss = model.loss()(out, yb);
     // Gradients of the loss as training scales it (the loss scale's seed; 1 without loss scaling).
-    backward(loss, model.optimizer().scale_loss(Tensor::full(loss.shape(), DType::kFloat32, 1.0f)));
+    backward(loss, model.optimizer().scale_loss(ops::full(loss.shape(), DType::kFloat32, 1.0f, model.device())));
     for (Var w : model.weights()) w.zero_grad();
   }
   std::vector<LayerInspection> out;

@@ -39,6 +39,9 @@ expect_error "missing.csv" train --data "$tmp/missing.csv" --epochs 1
 expect_error "--device: unknown device 'gpu' (valid devices are cpu, cuda and cuda:N)" train --device gpu --epochs 1
 expect_error "compare --device cuda:99: this machine cannot use it" compare --device cuda:99 --data "$tmp/missing.csv"
 expect_error "train --device cuda:99: this machine cannot use it" train --device cuda:99 --data "$tmp/missing.csv"
+expect_error "inspect --device cuda:99: this machine cannot use it" inspect --device cuda:99 --data "$tmp/missing.csv"
+expect_error "generate --device cuda:99: this machine cannot use it" generate --device cuda:99 --checkpoint "$tmp/none"
+expect_error "bench step --device cuda:99: this machine cannot use it" bench step --device cuda:99
 # Output paths are checked before any data is read or trained on.
 expect_error "does not exist or is not writable" train --data "$tmp/missing.csv" --epochs 1 --json "$tmp/no/such/dir/r.json"
 expect_error "does not exist or is not writable" train --data "$tmp/missing.csv" --epochs 1 --save "$tmp/no/dir/ck.safetensors"

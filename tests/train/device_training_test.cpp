@@ -12,6 +12,7 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
+#include "mixtrain/train/inspect.h"
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/run.h"
 #include "quiet_policy_test.h"
@@ -128,6 +129,17 @@ TEST_P(DeviceTrainingPolicies, ACheckpointSavedOnTheDeviceResumesTheCpuRun) {
   for (const Var& v : resumed->weights()) EXPECT_EQ(v.value().device(), kEmulated) << v.name();
   EXPECT_EQ(weight_values(*resumed), weight_values(*on_cpu));
   std::remove(path.c_str());
+}
+
+// `mixtrain inspect` on a model moved to the device: the same per-layer ranges as on the CPU.
+TEST_P(DeviceTrainingPolicies, InspectionSeesTheCpuRanges) {
+  const auto [x, y] = train_test::blobs(64, 11);
+  auto on_cpu = mlp(GetParam(), 5);
+  auto on_gpu = mlp(GetParam(), 5);
+  on_gpu->to(kEmulated);
+  const std::string want = format_inspection(inspect_layers(*on_cpu, x, y, 3, 16));
+  EXPECT_EQ(format_inspection(inspect_layers(*on_gpu, x, y, 3, 16)), want);
+  EXPECT_NE(want.find("dense"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, DeviceTrainingPolicies,

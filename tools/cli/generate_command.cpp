@@ -38,7 +38,8 @@ int32_t sample_next(const float* logits, int64_t vocab, double temperature, int6
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
-  Args a(argv, {"checkpoint", "prompt", "tokens", "temperature", "top-k", "seed"});
+  Args a(argv, {"checkpoint", "prompt", "tokens", "temperature", "top-k", "seed", "device"});
+  const Device device = usable_device_flag(a, "generate");
   const std::string path = a.str("checkpoint", "");
   MIXTRAIN_CHECK(!path.empty(), "generate needs --checkpoint FILE (saved by train --model transformer --save FILE)");
   const int64_t tokens = a.integer("tokens", 200);
@@ -66,6 +67,7 @@ int generate_command(const std::vector<std::string>& argv) {
   const int64_t T = cfg.context_length;
   auto model = build_model(cfg, T, vocab.size(), {T});
   load_checkpoint(path, *model);
+  model->to(device);  // predict() copies each window there and its logits back
   Rng rng(static_cast<uint64_t>(seed));
   std::cout << prompt << std::flush;
   for (int64_t n = 0; n < tokens; ++n) {

@@ -8,9 +8,10 @@ namespace mixtrain::cli {
 
 int inspect_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
-  flags.insert({"steps", "json"});
+  flags.insert({"steps", "json", "device"});
   Args a(argv, flags);
   RunConfig cfg = run_config_from(a);
+  cfg.device = usable_device_flag(a, "inspect");
   const int64_t steps = a.integer("steps", 10);
   MIXTRAIN_CHECK(steps > 0, "--steps must be a positive integer, got " << steps);
   const std::string data_spec = a.str("data", "fashion-mnist");
@@ -18,6 +19,7 @@ int inspect_command(const std::vector<std::string>& argv) {
   DataSplits data = load_data(data_spec, a, cfg);
 
   auto model = build_model(cfg, data.train.num_features(), data.train.num_classes, data.train.sample_shape);
+  model->to(cfg.device);
   model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate),
                  Loss("sparse_categorical_crossentropy", /*from_logits=*/true), {"accuracy"});
   if (train_first) {

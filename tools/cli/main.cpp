@@ -39,7 +39,7 @@ const char* kUsage =
     "  inspect  per-layer ranges of inputs, activations and gradients against each layer's 16-bit\n"
     "           dtype: the train flags plus --steps N --json FILE\n"
     "  generate sample text from a transformer checkpoint: --checkpoint FILE --prompt TEXT --tokens N\n"
-    "           --temperature X (0: greedy) --top-k K --seed S\n"
+    "           --temperature X (0: greedy) --top-k K --seed S --device D\n"
     "  bench    gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]:\n"
     "           GFLOP/s per dtype, on the CPU (the default) or a GPU through the CUDA backend\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
