@@ -131,6 +131,26 @@ TEST_P(DeviceTrainingPolicies, ACheckpointSavedOnTheDeviceResumesTheCpuRun) {
   std::remove(path.c_str());
 }
 
+// A model trained on the CPU, then moved, continues where it was: the optimizer's slots and the loss scale go with it.
+TEST_P(DeviceTrainingPolicies, AModelMovedBetweenEpochsContinuesTheCpuRun) {
+  const auto [x, y] = train_test::blobs(96, 11);
+  auto on_cpu = mlp(GetParam(), 9);
+  on_cpu->fit(x, y, quiet_fit(2));
+  auto moved = mlp(GetParam(), 9);
+  moved->fit(x, y, quiet_fit(1));
+  moved->to(kEmulated);
+  FitOptions o = quiet_fit(2);
+  o.initial_epoch = 1;
+  moved->fit(x, y, o);
+  EXPECT_EQ(weight_values(*moved), weight_values(*on_cpu));
+  moved->to(Device::cpu());  // and back
+  FitOptions third = quiet_fit(3);
+  third.initial_epoch = 2;
+  moved->fit(x, y, third);
+  on_cpu->fit(x, y, third);
+  EXPECT_EQ(weight_values(*moved), weight_values(*on_cpu));
+}
+
 // `mixtrain inspect` on a model moved to the device: the same per-layer ranges as on the CPU.
 TEST_P(DeviceTrainingPolicies, InspectionSeesTheCpuRanges) {
   const auto [x, y] = train_test::blobs(64, 11);
