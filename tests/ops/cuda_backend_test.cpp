@@ -321,15 +321,22 @@ TEST(CudaBackend, CrossentropyMatchesTheCpuInEveryForm) {
       }
     }
   }
-  // A label outside [0, classes) on the device is found by the kernel and named as the CPU entry names it.
+  // A label outside [0, classes) on the device is found by the kernel, kept there, and named as the CPU entry names
+  // it when the host next reads from the GPU (here the loss, which is NaN); the error is raised once.
   const Tensor x = to_device(random_tensor({3, 4}, 1, DType::kFloat32), gpu);
   const Tensor bad = to_device(Tensor::from_ints({3}, {0, 4, 1}), gpu);
+  const Tensor loss = sparse_categorical_crossentropy(x, bad, true);  // queued: nothing read yet
   try {
-    (void)sparse_categorical_crossentropy(x, bad, true);
+    (void)read_scalar(loss);
     ADD_FAILURE() << "a label of 4 for 4 classes was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("label 4 at row 1"), std::string::npos) << e.what();
   }
+  EXPECT_TRUE(std::isnan(read_scalar(loss)));  // the record was cleared by the first read
+  // Found by a synchronization as well.
+  (void)sparse_categorical_crossentropy(x, bad, true);
+  EXPECT_THROW(synchronize(gpu), Error);
+  synchronize(gpu);
 }
 
 // Bit for bit, except that NaNs compare equal whatever their payloads: x86 arithmetic passes an operand's NaN on,

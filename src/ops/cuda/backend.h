@@ -53,6 +53,9 @@ void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count);
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
 void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
                            const Tensor& dloss, Tensor& dx);
+// Raises (and clears) the first label error a cross-entropy found on that GPU since the last call; device_copy's
+// downloads and synchronize call it, so the error surfaces at the host's next read.
+void check_label_errors(int device);
 // layer_norm.cu
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y, Tensor& mean,
                 Tensor& rstd);

@@ -3,12 +3,17 @@
 // then sums the rows in a fixed order (deterministic, and in double as the CPU does) and writes the float32 mean.
 // The element steps are the CPU's (ops/shared/crossentropy_row.h).
 //
-// Labels live on the device, where the op's entry cannot read them: the forward kernel records the first row
-// whose label is outside [0, classes) and the host reads that one word back to raise the CPU's error (a
-// synchronisation per loss, the price of a clear message). The backward marks such a row's gradient NaN.
+// Labels live on the device, where the op's entry cannot read them: the forward kernel finds the first row whose
+// label is outside [0, classes), and a one-thread kernel keeps that row, its label and the class count in a small
+// record on the device (the first such error since the last check). Nothing is read back then: a training step
+// does not wait for the host. The host reads the record the next time it reads anything from that device (a
+// download, ops::synchronize: check_label_errors), and raises the CPU's error there, naming the label and row; the
+// loss is NaN meanwhile (the row's term), and the backward marks such a row's gradient NaN.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <string>
 
 #include "../shared/crossentropy_row.h"
 #include "../shared/float16_convert.h"
@@ -146,6 +151,64 @@ RowArgs row_args(const Tensor& x, const Tensor& target, bool sparse, bool from_l
 
 }  // namespace
 
+namespace {
+
+// The first label error found on a device since the host last checked (row kNoBadRow: none).
+struct LabelError {
+  unsigned long long row;
+  long long label;
+  long long classes;
+};
+
+constexpr int kMaxDevices = 64;
+// Per device: the record, allocated on its first cross-entropy and never freed (static destruction may still check).
+LabelError* g_label_errors[kMaxDevices] = {};
+std::mutex g_label_errors_mutex;
+
+LabelError* label_error_record(int device) {
+  MIXTRAIN_CHECK(device >= 0 && device < kMaxDevices, "crossentropy: GPU index " << device << " is out of range");
+  std::lock_guard<std::mutex> lock(g_label_errors_mutex);
+  if (g_label_errors[device] == nullptr) {
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, sizeof(LabelError)), "cudaMalloc");
+    const LabelError none{kNoBadRow, 0, 0};
+    check_cuda(cudaMemcpy(p, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
+    g_label_errors[device] = static_cast<LabelError*>(p);
+  }
+  return g_label_errors[device];
+}
+
+// Keeps this loss's first bad row in the device's record unless an earlier error is still unread.
+__global__ void record_label_error_kernel(const unsigned long long* bad_row, const void* labels, bool labels64,
+                                          long long classes, LabelError* record) {
+  const unsigned long long row = *bad_row;
+  if (row == kNoBadRow || record->row != kNoBadRow) return;
+  record->row = row;
+  record->label = labels64 ? static_cast<const int64_t*>(labels)[row] : static_cast<const int32_t*>(labels)[row];
+  record->classes = classes;
+}
+
+}  // namespace
+
+void check_label_errors(int device) {
+  LabelError* record = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_label_errors_mutex);
+    if (device < 0 || device >= kMaxDevices || g_label_errors[device] == nullptr) return;
+    record = g_label_errors[device];
+  }
+  LabelError seen{};
+  check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (seen.row == kNoBadRow) return;
+  const LabelError none{kNoBadRow, 0, 0};
+  check_cuda(cudaMemcpy(record, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
+  MIXTRAIN_FAIL(kInvalidInput,
+                "crossentropy: label " << seen.label << " at row " << seen.row << " is outside [0, " << seen.classes
+                                       << ")",
+                "labels index the classes of the last axis; check the dataset's labels and the model's output width "
+                "(found on cuda:" + std::to_string(device) + " by a loss computed before this read)");
+}
+
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss) {
   const RowArgs a = row_args(x, target, sparse, from_logits);
   MIXTRAIN_CHECK(!(sparse && a.n == 0 && a.rows > 0),
@@ -168,19 +231,9 @@ void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_
   mean_kernel<<<1, device::kThreads>>>(terms, a.rows, loss.data<float>());
   device::launched("crossentropy mean");
   if (!sparse || a.rows == 0) return;
-  unsigned long long first = kNoBadRow;
-  check_cuda(cudaMemcpy(&first, bad_row, sizeof first, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  if (first == kNoBadRow) return;
-  int64_t label = 0;
-  const size_t width = a.labels64 ? sizeof(int64_t) : sizeof(int32_t);
-  int32_t label32 = 0;
-  check_cuda(cudaMemcpy(a.labels64 ? static_cast<void*>(&label) : static_cast<void*>(&label32),
-                        static_cast<const char*>(target.raw()) + first * width, width, cudaMemcpyDeviceToHost),
-             "cudaMemcpy");
-  if (!a.labels64) label = label32;
-  MIXTRAIN_FAIL(kInvalidInput,
-                "crossentropy: label " << label << " at row " << first << " is outside [0, " << a.n << ")",
-                "labels index the classes of the last axis; check the dataset's labels and the model's output width");
+  record_label_error_kernel<<<1, 1>>>(bad_row, target.raw(), a.labels64, static_cast<long long>(a.n),
+                                      label_error_record(device.index));
+  device::launched("crossentropy label check");
 }
 
 void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,

@@ -185,8 +185,9 @@ void device_copy(const Tensor& src, Tensor& dst) {
     if (staged->upload(dst.raw(), src.raw(), src.nbytes(), dst.device().index)) return;
   }
   // Unified addressing: the runtime knows which side each pointer is on (and copies between GPUs). A download
-  // waits for the device: that is what reading a result means.
+  // waits for the device: that is what reading a result means, and where a label error found since is raised.
   check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "cudaMemcpy");
+  if (dst.device().is_cpu() && !src.device().is_cpu()) check_label_errors(src.device().index);
 }
 
 void synchronize(int device_index) {
@@ -194,6 +195,7 @@ void synchronize(int device_index) {
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   // An asynchronous launch error not yet read (cudaDeviceSynchronize reports only errors of the kernels' run).
   check_cuda(cudaGetLastError(), "a kernel launch");
+  check_label_errors(device_index);
 }
 
 }  // namespace mixtrain::ops::cuda
