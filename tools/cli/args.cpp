@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "mixtrain/core/error.h"
-#include "mixtrain/ops/gemm_timing.h"
 
 namespace mixtrain::cli {
 
@@ -149,25 +148,6 @@ std::vector<int64_t> Args::int_list(const std::string& name, const std::vector<i
     out.push_back(v);
   }
   return out;
-}
-
-Device device_flag(const Args& a) {
-  const std::string text = a.str("device", "cpu");
-  try {
-    return parse_device(text);
-  } catch (const Error& e) {
-    MIXTRAIN_FAIL(kInvalidInput, "--device: " << e.message(), e.hint());
-  }
-}
-
-Device usable_device_flag(const Args& a, const char* command) {
-  const Device device = device_flag(a);
-  const std::string problem = ops::gemm_device_problem(device);
-  if (!problem.empty())
-    MIXTRAIN_FAIL(kInvalidInput, command << " --device " << device.str() << ": this machine cannot use it: " << problem,
-                  "--device cpu (the default) runs on the CPU; --device cuda needs a build with the CUDA backend "
-                  "(-DMIXTRAIN_CUDA=ON where nvcc is found) and an NVIDIA GPU with its driver");
-  return device;
 }
 
 }  // namespace mixtrain::cli

@@ -43,7 +43,7 @@ class Args {
   std::map<std::string, std::string> values_;
 };
 
-// --device cpu|cuda|cuda:N (default cpu), the flag named in the error of a malformed value.
+// device_flag.cpp: --device cpu|cuda|cuda:N (default cpu), the flag named in the error of a malformed value.
 Device device_flag(const Args& a);
 // The same, for a command that trains or runs a model there: a GPU this machine cannot use (no CUDA backend in
 // the build, no driver or GPU, an index past the last GPU) is refused now, before any data is loaded.
