@@ -114,11 +114,7 @@ Tensor upstream_scalar(const Tensor& dloss, const Device& device, const char* op
   return cast(dloss, DType::kFloat32).reshape({1});
 }
 
-Tensor upstream_scalar(float dloss, const Device& device) {
-  Tensor t = Tensor::empty({1}, DType::kFloat32, device);
-  kernel::fill_table()(device)(t, dloss);
-  return t;
-}
+Tensor upstream_scalar(float dloss, const Device& device) { return full({1}, DType::kFloat32, dloss, device); }
 
 Tensor crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
                              const Tensor& dloss_in, const char* op) {

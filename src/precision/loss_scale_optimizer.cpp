@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "mixtrain/autograd/functions.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -139,7 +140,7 @@ std::vector<Tensor> LossScaleOptimizer::unscale(const std::vector<Tensor>& scale
   for (const Tensor& g : scaled)
     if (g.defined()) device = g.device();
   place_state(device);
-  Tensor found_inf = ops::to_device(Tensor::zeros({1}, DType::kFloat32), device);
+  Tensor found_inf = ops::full({1}, DType::kFloat32, 0.0f, device);
   for (size_t i = 0; i < scaled.size(); ++i) {
     const Tensor& g = scaled[i];
     if (!g.defined()) continue;

@@ -39,13 +39,6 @@ const Tensor& as_input(const Tensor& x) { return x; }
 // A batch where the model's weights live: copied there from the host when the model was moved to a device.
 Tensor on_device(const Tensor& t, const Device& device) { return t.device() == device ? t : ops::to_device(t, device); }
 
-// The backward pass's seed, 1, on the loss's device.
-Tensor ones_like(const Tensor& loss) {
-  Tensor one = Tensor::empty(loss.shape(), DType::kFloat32, loss.device());
-  ops::fill(one, 1.0f);
-  return one;
-}
-
 // The progress logger fit() adds for options.verbose, or null: when silent, on a data-parallel rank other than 0
 // (one voice for the job), or when the caller's callbacks already show progress (two bars would interleave).
 std::unique_ptr<ProgressBarLogger> verbose_progress(const FitOptions& options, const Communicator* comm) {
@@ -279,8 +272,7 @@ void Model::build_for(const Shape& sample_shape) {
 }
 
 Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows) {
-  Tensor record = Tensor::empty({kRecordSize}, DType::kFloat32, device());
-  ops::fill(record, 0.0f);
+  Tensor record = ops::full({kRecordSize}, DType::kFloat32, 0.0f, device());
   const QueuedStep q = queue_step(x, y, comm, global_rows, record);
   return step_logs(ops::to_device(record, Device::cpu()).data<float>(), q);
 }
@@ -354,7 +346,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     const Var penalty = regularization_loss(*this);
     if (penalty.requires_grad()) loss = mixtrain::add(loss, penalty);
     // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
-    backward(loss, optimizer_->scale_loss(ones_like(loss.value())));
+    backward(loss, optimizer_->scale_loss(ops::full(loss.shape(), DType::kFloat32, 1.0f, loss.value().device())));
     // The logs stay where the step ran: on a GPU nothing here waits for the host.
     record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
     if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
@@ -537,8 +529,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
                          : options.steps_per_log > 0 ? options.steps_per_log
                          : device().is_cpu()         ? 1
                                                      : FitOptions::kDefaultStepsPerLog;
-  Tensor records = Tensor::empty({window, kRecordSize}, DType::kFloat32, device());
-  ops::fill(records, 0.0f);
+  Tensor records = ops::full({window, kRecordSize}, DType::kFloat32, 0.0f, device());
   Logs epoch_logs;
   const auto running_means = [&] {
     Logs running;
