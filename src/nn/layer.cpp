@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "mixtrain/nn/autocast_scope.h"
+#include "mixtrain/ops/losses.h"
 
 namespace mixtrain {
 
@@ -109,26 +110,14 @@ Var regularization_penalty(const Var& w, const Regularizer& r) {
   MIXTRAIN_CHECK(w.defined() && is_float(w.dtype()), "regularization_penalty: the weight must be floating");
   MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
                  "regularizer factors must be finite and >= 0, got l1 " << r.l1 << ", l2 " << r.l2);
-  // Read as float32 (the variable itself under the float32 and mixed policies), summed in double.
-  const Tensor v = w.value().to(DType::kFloat32).contiguous();
-  const float* p = v.data<float>();
-  double total = 0;
-  for (int64_t i = 0; i < v.numel(); ++i)
-    total += static_cast<double>(r.l1) * std::fabs(p[i]) + static_cast<double>(r.l2) * p[i] * p[i];
-  Tensor value = Tensor::empty({}, DType::kFloat32);  // a scalar, as the losses are
-  value.data<float>()[0] = static_cast<float>(total);
+  // Widened to float32 (the variable itself under the float32 and mixed policies), summed in double, on w's device.
+  const Tensor value = w.value();
   const bool rec = should_record({&w});
-  Var out(value, rec);
+  Var out(ops::regularization_penalty(value, r.l1, r.l2), rec);
   if (rec) {
-    record_backward(out, [w, v, r, out]() {
-      // d/dw = seed * (l1 sign(w) + 2 l2 w), in float32; accumulate_grad converts it to w's dtype.
-      const float seed = out.grad().to(DType::kFloat32).at(0);
-      Tensor g = Tensor::empty(v.shape(), DType::kFloat32);
-      const float* x = v.data<float>();
-      float* d = g.data<float>();
-      for (int64_t i = 0; i < v.numel(); ++i)
-        d[i] = seed * (r.l1 * static_cast<float>((x[i] > 0) - (x[i] < 0)) + 2.0f * r.l2 * x[i]);
-      Var(w).accumulate_grad_owned(std::move(g));
+    record_backward(out, [w, value, r, out]() {
+      // d/dw = seed (l1 sign(w) + 2 l2 w) in float32, the seed read where it lives; accumulate_grad converts it.
+      Var(w).accumulate_grad_owned(ops::regularization_penalty_backward(value, r.l1, r.l2, out.grad()));
     });
   }
   return out;

@@ -1,12 +1,13 @@
 #include "mixtrain/ops/fused_adam.h"
 
+#include <cmath>
 #include <string>
 
 namespace mixtrain::ops {
 
 namespace cpu {
 void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations);
+                Tensor& iterations, const Tensor* global_norm);
 }  // namespace cpu
 
 namespace kernel {
@@ -25,7 +26,7 @@ bool flat(const Tensor& t, int64_t n) { return t.defined() && t.rank() == 1 && t
 }  // namespace
 
 void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations) {
+                Tensor& iterations, const Tensor* global_norm) {
   constexpr const char* op = "fused_adam";
   MIXTRAIN_CHECK(step.window >= 1 && step.window <= kAdamRateWindow && step.first_iterations >= 0,
                  op << ": a window of " << step.window << " rates from iteration " << step.first_iterations
@@ -37,7 +38,16 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
     MIXTRAIN_CHECK(found_inf->defined() && found_inf->dtype() == DType::kFloat32 && found_inf->numel() == 1,
                    op << ": the skip flag must be one float32, got " << describe_or_undefined(*found_inf));
   }
-  const Device device = common_device(op, {&iterations, found_inf});
+  MIXTRAIN_CHECK(std::isfinite(step.clip_norm) && step.clip_norm >= 0,
+                 op << ": the clip norm must be finite and >= 0 (0: no clipping), got " << step.clip_norm);
+  MIXTRAIN_CHECK((global_norm != nullptr) == (step.clip_norm > 0),
+                 op << ": a global norm is read exactly when clipping (clip norm " << step.clip_norm << ", "
+                    << (global_norm != nullptr ? "a norm given" : "no norm given") << ")");
+  if (global_norm != nullptr) {
+    MIXTRAIN_CHECK(global_norm->defined() && global_norm->dtype() == DType::kFloat32 && global_norm->numel() == 1,
+                   op << ": the global norm must be one float32, got " << describe_or_undefined(*global_norm));
+  }
+  const Device device = common_device(op, {&iterations, found_inf, global_norm});
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusedAdamGroup& g = groups[gi];
     const int64_t n = g.values.defined() ? g.values.numel() : 0;
@@ -71,7 +81,7 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
                                                << device.str() << " with the iteration counter");
     }
   }
-  kernel::fused_adam_table()(device)(groups, step, found_inf, iterations);
+  kernel::fused_adam_table()(device)(groups, step, found_inf, iterations, global_norm);
 }
 
 }  // namespace mixtrain::ops

@@ -2,6 +2,7 @@
 #include "mixtrain/ops/losses.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
@@ -16,6 +17,8 @@ void mse(const Tensor& pred, const Tensor& target, Tensor& loss);
 void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dx);
 void sum_all(const Tensor& x, bool mean, Tensor& out);
 int64_t accuracy(const Tensor& scores, const Tensor& labels);
+void penalty(const Tensor& w, float l1, float l2, Tensor& out);
+void penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalty, Tensor& dw);
 void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
   count.data<float>()[0] = static_cast<float>(accuracy(scores, labels));
 }
@@ -44,6 +47,14 @@ KernelTable<SumAllFn>& sum_all_table() {
 }
 KernelTable<AccuracyFn>& accuracy_table() {
   static KernelTable<AccuracyFn> t("sparse_categorical_accuracy", &cpu::accuracy);
+  return t;
+}
+KernelTable<PenaltyFn>& penalty_table() {
+  static KernelTable<PenaltyFn> t("regularization_penalty", &cpu::penalty);
+  return t;
+}
+KernelTable<PenaltyBackwardFn>& penalty_backward_table() {
+  static KernelTable<PenaltyBackwardFn> t("regularization_penalty_backward", &cpu::penalty_backward);
   return t;
 }
 KernelTable<CountCorrectFn>& count_correct_table() {
@@ -204,6 +215,34 @@ Tensor sum_backward(const Tensor& x, float dloss) { return filled_like(x, dloss)
 
 Tensor mean_backward(const Tensor& x, float dloss) {
   return filled_like(x, dloss / static_cast<float>(std::max<int64_t>(x.numel(), 1)));
+}
+
+namespace {
+void check_penalty(const Tensor& w, float l1, float l2, const char* op) {
+  MIXTRAIN_CHECK(w.defined() && is_float(w.dtype()),
+                 op << ": the weight must be floating, got " << describe_or_undefined(w));
+  MIXTRAIN_CHECK(std::isfinite(l1) && std::isfinite(l2) && l1 >= 0 && l2 >= 0,
+                 op << ": the factors must be finite and >= 0, got l1 " << l1 << ", l2 " << l2);
+}
+}  // namespace
+
+Tensor regularization_penalty(const Tensor& w, float l1, float l2) {
+  constexpr const char* op = "regularization_penalty";
+  check_penalty(w, l1, l2, op);
+  const Device device = common_device(op, {&w});
+  Tensor out = Tensor::empty({}, DType::kFloat32, device);
+  kernel::penalty_table()(device)(w.contiguous(), l1, l2, out);
+  return out;
+}
+
+Tensor regularization_penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalty) {
+  constexpr const char* op = "regularization_penalty_backward";
+  check_penalty(w, l1, l2, op);
+  const Device device = common_device(op, {&w});
+  const Tensor seed = upstream_scalar(dpenalty, device, op);
+  Tensor dw = Tensor::empty(w.shape(), DType::kFloat32, device);
+  kernel::penalty_backward_table()(device)(w.contiguous(), l1, l2, seed, dw);
+  return dw;
 }
 
 double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels) {

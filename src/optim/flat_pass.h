@@ -47,8 +47,9 @@ struct FlatPasses {
   static void create_slots(Optimizer& opt, const FlatPass& pass);
   // Runs of written variables, per group in arena.dtypes() order, in buffer order.
   static std::vector<FlatRun> runs(const Optimizer& opt, const FlatPass& pass);
-  // Global clipping: the factor apply() scales the gradients by (*scaled false: none). Gradients on a device are
-  // read back to the host for the norm.
+  // The gradients of the written variables, in the arena's order: what global clipping takes the norm of.
+  static std::vector<Tensor> written_grads(const FlatPass& pass);
+  // Global clipping on the CPU: the factor apply() scales the gradients by (*scaled false: none).
   static float clip_scale(const Optimizer& opt, const FlatPass& pass, bool* scaled);
   // Bumps the version of every written variable and marks its compute copies current.
   static void mark_updated(const FlatPass& pass);

@@ -10,15 +10,16 @@
 // apply()'s whatever the blocking. The device pass is one fused Adam op (ops/fused_adam.h) per step.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <set>
 #include <vector>
 
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/global_norm.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/optim/optimizer.h"
 #include "ops/shared/adam_update.h"
+#include "ops/shared/clip_factor.h"
 #include "optim/flat_pass.h"
 
 namespace mixtrain {
@@ -206,10 +207,7 @@ void FlatPasses::create_slots(Optimizer& opt, const FlatPass& pass) {
   }
 }
 
-float FlatPasses::clip_scale(const Optimizer& opt, const FlatPass& pass, bool* scaled) {
-  // Global clipping: the norm of apply(), summed variable by variable in the same order.
-  *scaled = false;
-  if (!opt.global_clipnorm_) return 1.0f;
+std::vector<Tensor> FlatPasses::written_grads(const FlatPass& pass) {
   const std::vector<Var>& vars = pass.arena.vars();
   const std::vector<DType> dtypes = pass.arena.dtypes();
   std::vector<Tensor> grads;
@@ -217,15 +215,17 @@ float FlatPasses::clip_scale(const Optimizer& opt, const FlatPass& pass, bool* s
     if (!pass.written[i]) continue;
     const ParameterArena::Entry& e = pass.arena.entry(i);
     const size_t gi = static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), e.dtype) - dtypes.begin());
-    Tensor g = pass.flat_grads.empty() ? vars[i].grad() : pass.grad_bufs[gi].slice(0, e.offset, e.offset + e.numel);
-    // The norm is summed on the host: a device's gradients come back for it (a synchronisation per step).
-    grads.push_back(g.device().is_cpu() ? g : ops::to_device(g, Device::cpu()));
+    grads.push_back(pass.flat_grads.empty() ? vars[i].grad() : pass.grad_bufs[gi].slice(0, e.offset, e.offset + e.numel));
   }
-  const float norm = global_norm(grads);
-  if (std::isfinite(norm) && norm <= *opt.global_clipnorm_) return 1.0f;
-  *scaled = true;
-  return std::isfinite(norm) ? static_cast<float>(static_cast<double>(*opt.global_clipnorm_) / norm)
-                             : std::numeric_limits<float>::quiet_NaN();
+  return grads;
+}
+
+float FlatPasses::clip_scale(const Optimizer& opt, const FlatPass& pass, bool* scaled) {
+  // Global clipping: the norm of apply(), summed variable by variable in the same order.
+  float scale = 1.0f;
+  *scaled = opt.global_clipnorm_ && ops::shared::clip_factor(global_norm(written_grads(pass)), *opt.global_clipnorm_,
+                                                             &scale);
+  return scale;
 }
 
 std::vector<FlatRun> FlatPasses::runs(const Optimizer& opt, const FlatPass& pass) {
@@ -377,8 +377,9 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
   // The host cannot see whether this step is skipped: slots and versions are set up as for an update (a skipped
   // step leaves the zero slots and the values as they were, so the compute copies stay current).
   create_slots(opt, pass);
-  bool scaled = false;
-  const float scale = clip_scale(opt, pass, &scaled);
+  // Global clipping: the norm is summed on the device, where the update reads it.
+  Tensor norm;
+  if (opt.global_clipnorm_) norm = ops::global_norm(written_grads(pass));
 
   // The device's counter: uploaded when the host's count changed, read back when the window would not cover it.
   Optimizer::DeviceIterations& counter = opt.device_iterations_;
@@ -394,8 +395,7 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
   step.one_minus_beta2 = static_cast<float>(1.0 - rule.beta2);
   step.epsilon = rule.epsilon;
   step.weight_decay = rule.weight_decay;
-  step.scale_gradients = scaled;
-  step.gradient_scale = scale;
+  step.clip_norm = opt.global_clipnorm_ ? *opt.global_clipnorm_ : 0.0f;
   step.skipped_steps_advance_iterations = pass.gate.skipped_steps_advance_iterations;
   step.first_iterations = opt.iterations_;
   step.window = static_cast<int>(counter.uncertain) + 1;
@@ -431,7 +431,7 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
     g.runs = flat.run_tensors[gi];
     g.run_count = run_count;
   }
-  ops::fused_adam(groups, step, pass.gate.found_inf, counter.counter);
+  ops::fused_adam(groups, step, pass.gate.found_inf, counter.counter, norm.defined() ? &norm : nullptr);
 
   mark_updated(pass);
   // A step the flag may skip without counting leaves the counter one of two values; any other step advances it.

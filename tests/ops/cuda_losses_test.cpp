@@ -1,8 +1,8 @@
-// The CUDA kernels of the mean squared error and its gradient, sum / mean, the sparse categorical accuracy and the
-// unscale with a count, against the CPU kernels. The gradient, the accuracy and the unscale give the CPU's bits;
-// the two totals add the CPU's double terms in another fixed order, which moves the float32 result by at most one
-// unit (the tolerance beside the check). Skips without a GPU (MIXTRAIN_REQUIRE_GPU=1, set by
-// scripts/gpu-check.sh, makes the skip a failure).
+// The CUDA kernels of the mean squared error and its gradient, sum / mean, the regularization penalty and its
+// gradient, the global norm, the sparse categorical accuracy and the unscale with a count, against the CPU kernels.
+// The gradients, the accuracy and the unscale give the CPU's bits; the totals add the CPU's double terms in another
+// fixed order, which moves the float32 result by at most one unit (the tolerance beside the check). Skips without a
+// GPU (MIXTRAIN_REQUIRE_GPU=1, set by scripts/gpu-check.sh, makes the skip a failure).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 
 #include "cuda_test_util.h"
 #include "mixtrain/core/random.h"
+#include "mixtrain/ops/global_norm.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/transfer.h"
@@ -84,6 +85,49 @@ TEST(CudaBackend, SumAndMeanMatchTheCpu) {
     v[123] = std::numeric_limits<float>::quiet_NaN();
     EXPECT_TRUE(std::isnan(scalar(sum(gpu(Tensor::from_floats({70001}, v, dt))))));
   }
+}
+
+TEST(CudaBackend, RegularizationPenaltyAndItsGradientMatchTheCpu) {
+  REQUIRE_CUDA_BACKEND();
+  for (DType dt : kFloatDTypes) {
+    for (const Shape& shape : {Shape({1}), Shape({7, 3}), Shape({129, 31}), Shape({300001})}) {
+      const std::string what = std::string(dtype_name(dt)) + " " + shape.to_string();
+      const Tensor w = random_tensor(shape, 9 + static_cast<uint64_t>(shape.numel()), dt, -2.0f, 2.0f);
+      const Tensor p = regularization_penalty(gpu(w), 0.01f, 0.001f);
+      EXPECT_EQ(p.device(), kGpu);
+      expect_within_a_unit(scalar(p), scalar(regularization_penalty(w, 0.01f, 0.001f)), "penalty " + what);
+      const Tensor seed = Tensor::from_floats({1}, {0.5f});
+      EXPECT_TRUE(bit_equal(regularization_penalty_backward(gpu(w), 0.01f, 0.001f, gpu(seed)),
+                            regularization_penalty_backward(w, 0.01f, 0.001f, seed)))
+          << "penalty backward " << what;
+    }
+  }
+}
+
+// An arena's gradients are slices of one buffer per dtype, summed on the GPU as one span each; tensors apart in
+// memory are summed one by one. Either way the norm is the CPU's within a float32 unit, and a non-finite element
+// makes it non-finite.
+TEST(CudaBackend, GlobalNormMatchesTheCpu) {
+  REQUIRE_CUDA_BACKEND();
+  std::vector<Tensor> cpu_xs, gpu_xs;
+  for (DType dt : kFloatDTypes) {
+    const Tensor flat = random_tensor({300001}, 17, dt, -3.0f, 3.0f);
+    const Tensor on_gpu = gpu(flat);
+    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 7}, {7, 1000}, {1000, 300001}}) {
+      cpu_xs.push_back(flat.slice(0, begin, end));
+      gpu_xs.push_back(on_gpu.slice(0, begin, end));
+    }
+    const Tensor apart = random_tensor({5, 129}, 18, dt);
+    cpu_xs.push_back(apart);
+    gpu_xs.push_back(gpu(apart));
+    const std::string what = std::string("through ") + dtype_name(dt);
+    const Tensor norm = global_norm(gpu_xs);
+    EXPECT_EQ(norm.device(), kGpu);
+    expect_within_a_unit(scalar(norm), scalar(global_norm(cpu_xs)), what);
+  }
+  EXPECT_EQ(scalar(global_norm({gpu(Tensor::empty({0}, DType::kFloat32))})), 0.0f);
+  gpu_xs.push_back(gpu(Tensor::from_floats({2}, {1.0f, std::numeric_limits<float>::infinity()})));
+  EXPECT_TRUE(std::isinf(scalar(global_norm(gpu_xs))));
 }
 
 TEST(CudaBackend, AccuracyCountsTheCpusRows) {

@@ -163,6 +163,40 @@ TEST(Losses, MseAndReductionsMatchFloat64OnAnyRank) {
     }
 }
 
+// The kernel regularizer's penalty and its gradient, on weights of every dtype with zeros among them (sign 0).
+TEST(Losses, RegularizationPenaltyMatchesFloat64) {
+  for (DType d : kFloatDTypes)
+    for (int64_t n : kOddSizes) {
+      std::vector<float> v = random_tensor({n, 3}, 21 + n, DType::kFloat32, -3, 3).to_floats();
+      for (size_t i = 0; i < v.size(); i += 5) v[i] = 0.0f;
+      const Tensor w = Tensor::from_floats({n, 3}, v, d);
+      const std::vector<double> wv = to_doubles(w);
+      const float l1 = 0.1f, l2 = 0.03f;
+      double want = 0;
+      for (double x : wv) want += static_cast<double>(l1) * std::fabs(x) + static_cast<double>(l2) * x * x;
+      const Tensor p = regularization_penalty(w, l1, l2);
+      EXPECT_EQ(p.dtype(), DType::kFloat32);
+      EXPECT_EQ(p.numel(), 1);
+      // Double terms and sum, one rounding into float32.
+      EXPECT_NEAR(p.item(), want, 0x1p-23 * want) << dtype_name(d) << " n=" << n;
+      const Tensor g = regularization_penalty_backward(w, l1, l2, Tensor::from_floats({1}, {-2.0f}));
+      EXPECT_EQ(g.dtype(), DType::kFloat32);
+      EXPECT_EQ(g.shape(), w.shape());
+      const std::vector<float> gv = g.to_floats();
+      for (size_t i = 0; i < wv.size(); ++i) {
+        const double sign = (wv[i] > 0) - (wv[i] < 0);
+        const double gw = -2.0 * (static_cast<double>(l1) * sign + 2.0 * static_cast<double>(l2) * wv[i]);
+        // Four float32 operations, each rounded (2 l2 is exact).
+        EXPECT_NEAR(gv[i], gw, 4 * 0x1p-24 * (std::fabs(gw) + static_cast<double>(l1) * 2)) << dtype_name(d);
+      }
+    }
+  const Tensor w = random_tensor({4}, 3, DType::kFloat32);
+  EXPECT_THROW(regularization_penalty(w, -0.1f, 0.0f), Error);
+  EXPECT_THROW(regularization_penalty(w, 0.0f, std::nanf("")), Error);
+  EXPECT_THROW(regularization_penalty(Tensor::from_ints({2}, {1, 2}), 0.1f, 0.0f), Error);
+  EXPECT_THROW(regularization_penalty_backward(w, 0.1f, 0.0f, Tensor::from_floats({2}, {1, 1})), Error);
+}
+
 TEST(Losses, AccuracyTakesTheFirstArgMax) {
   Tensor scores = Tensor::from_floats({3, 3}, {1, 1, 0, 0, 2, 2, 5, 0, 5}, DType::kFloat16);
   EXPECT_EQ(sparse_categorical_accuracy(scores, Tensor::from_int64s({3}, {0, 1, 2})), 2.0 / 3.0);

@@ -46,6 +46,21 @@ std::unique_ptr<Model> mlp(const std::string& policy, uint64_t seed) {
   return m;
 }
 
+// The same MLP with the options the recipes use beyond it: kernel regularizers on the hidden layers (their penalty
+// joins the loss) and global gradient clipping (the transformer recipe's --clipnorm), low enough to clip.
+std::unique_ptr<Model> regularized_clipped_mlp(const std::string& policy, uint64_t seed) {
+  set_global_policy(policy);
+  auto m = std::make_unique<Model>("mlp", seed);
+  m->emplace<Dense>(32, "relu")->set_kernel_regularizer(L1L2(1e-3f, 1e-2f));
+  m->emplace<Dense>(16, "relu")->set_kernel_regularizer(L2(1e-2f));
+  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+  set_global_policy("float32");
+  std::unique_ptr<Optimizer> opt = make_optimizer("adam", 1e-2f);
+  opt->set_global_clipnorm(0.5f);
+  m->compile(std::move(opt), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  return m;
+}
+
 // Every weight's bits, read back to the host.
 std::vector<std::vector<float>> weight_values(const Model& m) {
   std::vector<std::vector<float>> out;
@@ -149,6 +164,27 @@ TEST_P(DeviceTrainingPolicies, AModelMovedBetweenEpochsContinuesTheCpuRun) {
   moved->fit(x, y, third);
   on_cpu->fit(x, y, third);
   EXPECT_EQ(weight_values(*moved), weight_values(*on_cpu));
+}
+
+// Regularized and clipped, the run on the device is the CPU run, and an epoch still reads its logs once: the
+// penalty is summed on the device, and the global norm stays there for the fused update to read.
+TEST_P(DeviceTrainingPolicies, RegularizedAndClippedTrainingGivesTheCpuBitsWithOneReadPerEpoch) {
+  const auto [x, y] = train_test::blobs(96, 11);
+  auto on_cpu = regularized_clipped_mlp(GetParam(), 5);
+  auto on_gpu = regularized_clipped_mlp(GetParam(), 5);
+  on_gpu->to(kEmulated);
+  on_gpu->build_for({8});
+  const History h_cpu = on_cpu->fit(x, y, quiet_fit(1));
+  g_counts = {};
+  const History h_gpu = on_gpu->fit(x, y, quiet_fit(1));
+  EXPECT_EQ(g_counts.downloads, 1);
+  EXPECT_EQ(g_counts.synchronizes, 0);
+  EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
+  EXPECT_EQ(h_gpu.history, h_cpu.history);
+  EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
+  on_cpu->fit(x, y, quiet_fit(1));
+  on_gpu->fit(x, y, quiet_fit(1));
+  EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
 }
 
 // `mixtrain inspect` on a model moved to the device: the same per-layer ranges as on the CPU.

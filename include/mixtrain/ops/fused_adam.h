@@ -1,7 +1,7 @@
 // The fused Adam / AdamW update of a flat parameter arena (optim/parameter_arena.h), one op per training step: what
 // Optimizer::apply_flat_gradients runs when the arena lives on a device. Per dtype group, one pass over the runs of
-// variables to update: the gradient widened to float32 and, under global clipping, scaled by the factor the host
-// computed; AdamW's decoupled weight decay on runs of class 1; the Adam element update; the value rounded once into
+// variables to update: the gradient widened to float32 and, under global clipping, scaled by the factor of the
+// global norm (ops/global_norm.h), read on the device; AdamW's decoupled weight decay on runs of class 1; the Adam element update; the value rounded once into
 // its dtype and into each compute copy. The arithmetic is ops/shared/adam_update.h, the CPU optimizer's operations
 // in its order, so every device gives the CPU optimizer's bits.
 //
@@ -37,8 +37,7 @@ struct FusedAdamStep {
   float one_minus_beta2 = 0;
   float epsilon = 0;
   float weight_decay = 0;          // AdamW: applied to runs of class 1
-  bool scale_gradients = false;    // global clipnorm: every gradient times gradient_scale (may be NaN)
-  float gradient_scale = 1.0f;
+  float clip_norm = 0;             // global clipnorm (> 0; 0: none): gradients scaled by clip_factor(norm, clip_norm)
   bool skipped_steps_advance_iterations = false;
   int64_t first_iterations = 0;    // rates[k] is for the counter holding first_iterations + k
   int window = 1;                  // rates used, 1..kAdamRateWindow
@@ -56,15 +55,16 @@ struct FusedAdamGroup {
 };
 
 // Validates the tensors (dtypes, sizes, one device) and calls the device's kernel. iterations: int64 (1,), the
-// completed updates; found_inf may be null (never skip).
+// completed updates; found_inf may be null (never skip); global_norm, float32 (1,), is given exactly when
+// step.clip_norm > 0.
 void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations);
+                Tensor& iterations, const Tensor* global_norm = nullptr);
 
 namespace kernel {
 // The CPU kernel is the device kernels' reference (one element at a time through the shared functions); the CPU
 // optimizer runs its own vectorised pass (src/optim/optimizer_arena.cpp), which gives the same bits.
 using FusedAdamFn = void(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                         Tensor& iterations);
+                         Tensor& iterations, const Tensor* global_norm);
 KernelTable<FusedAdamFn>& fused_adam_table();
 }  // namespace kernel
 

@@ -41,6 +41,12 @@ Tensor mean(const Tensor& x);
 Tensor sum_backward(const Tensor& x, float dloss);
 Tensor mean_backward(const Tensor& x, float dloss);
 
+// A kernel regularizer's penalty: sum over w of l1 |w| + l2 w^2 (w widened to float32, terms and sum in double,
+// rounded once), a float32 scalar on w's device. Its gradient dpenalty (l1 sign(w) + 2 l2 w) is float32 of w's
+// shape; dpenalty is one float32 element on w's device, read there (l1, l2 finite and >= 0).
+Tensor regularization_penalty(const Tensor& w, float l1, float l2);
+Tensor regularization_penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalty);
+
 // Fraction of rows whose arg-max equals the label (float32 arithmetic); labels int32 or int64.
 double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels);
 // The number of those rows as a float32 (1,) tensor on the inputs' device (exact up to 2^24 rows): what a training
@@ -64,6 +70,11 @@ KernelTable<MseBackwardFn>& mse_backward_table();
 // out: float32 scalar, the sum of all elements of x (divided by their count when mean).
 using SumAllFn = void(const Tensor& x, bool mean, Tensor& out);
 KernelTable<SumAllFn>& sum_all_table();
+// out: float32 scalar, the penalty of w; dw: float32 of w's size, its gradient times dpenalty (float32 (1,)).
+using PenaltyFn = void(const Tensor& w, float l1, float l2, Tensor& out);
+KernelTable<PenaltyFn>& penalty_table();
+using PenaltyBackwardFn = void(const Tensor& w, float l1, float l2, const Tensor& dpenalty, Tensor& dw);
+KernelTable<PenaltyBackwardFn>& penalty_backward_table();
 // Number of rows of scores (B, C) whose first arg-max equals the label.
 using AccuracyFn = int64_t(const Tensor& scores, const Tensor& labels);
 KernelTable<AccuracyFn>& accuracy_table();

@@ -3,6 +3,7 @@
 // (src/optim/optimizer_arena.cpp), which gives the same bits; tests run the optimizer's device path on the CPU
 // through this kernel.
 #include "../shared/adam_group_pointers.h"
+#include "../shared/clip_factor.h"
 #include "mixtrain/ops/fused_adam.h"
 
 namespace mixtrain::ops::cpu {
@@ -12,7 +13,7 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;  // below this a thread team 
 }  // namespace
 
 void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations) {
+                Tensor& iterations, const Tensor* global_norm) {
   int64_t& counter = iterations.data<int64_t>()[0];
   if (found_inf != nullptr && found_inf->data<float>()[0] != 0.0f) {
     if (step.skipped_steps_advance_iterations) ++counter;
@@ -24,6 +25,9 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
                                                                              << step.first_iterations);
   const AdamRates rates = step.rates[k];
   const shared::AdamCoefficients c{rates.alpha, step.one_minus_beta1, step.one_minus_beta2, step.epsilon};
+  float factor = 1.0f;
+  const bool scaled =
+      global_norm != nullptr && shared::clip_factor(global_norm->data<float>()[0], step.clip_norm, &factor);
   for (FusedAdamGroup& g : groups) {
     const shared::AdamGroupPointers p = shared::adam_group_pointers(g);
     const int64_t* runs = g.runs.data<int64_t>();  // (run_count, 3): begin, count, class
@@ -32,8 +36,7 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
       const bool decay = runs[3 * r + 2] == 1;
 #pragma omp parallel for if (count >= kParallelMin) schedule(static)
       for (int64_t i = begin; i < begin + count; ++i) {
-        shared::fused_adam_element(p, i, c, step.scale_gradients, step.gradient_scale, decay, step.weight_decay,
-                                   rates.learning_rate);
+        shared::fused_adam_element(p, i, c, scaled, factor, decay, step.weight_decay, rates.learning_rate);
       }
     }
   }

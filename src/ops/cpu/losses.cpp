@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mixtrain/ops/losses.h"
+#include "../shared/loss_terms.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -127,6 +128,19 @@ void sum_all(const Tensor& x, bool mean, Tensor& out) {
   double s = 0;
   for (float v : read_floats(x)) s += v;
   set_scalar(out, mean ? (x.numel() ? s / static_cast<double>(x.numel()) : 0.0) : s);
+}
+
+void penalty(const Tensor& w, float l1, float l2, Tensor& out) {
+  double s = 0;
+  for (float v : read_floats(w)) s = shared::dadd_rn(s, shared::penalty_term(v, l1, l2));
+  set_scalar(out, s);
+}
+
+void penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalty, Tensor& dw) {
+  const float seed = dpenalty.data<float>()[0];
+  std::vector<float> g = read_floats(w);
+  for (float& v : g) v = shared::penalty_grad(seed, v, l1, l2);
+  write_floats(g, dw);
 }
 
 int64_t accuracy(const Tensor& scores, const Tensor& labels) {

@@ -16,6 +16,7 @@
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/embedding.h"
 #include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/global_norm.h"
 #include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
@@ -163,11 +164,14 @@ CudaBackendStatus install_backend() {
   kernel::sum_all_table().set(DeviceType::kCuda, &sum_all);
   kernel::accuracy_table().set(DeviceType::kCuda, &accuracy);
   kernel::count_correct_table().set(DeviceType::kCuda, &count_correct);
+  kernel::penalty_table().set(DeviceType::kCuda, &penalty);
+  kernel::penalty_backward_table().set(DeviceType::kCuda, &penalty_backward);
   kernel::layer_norm_table().set(DeviceType::kCuda, &layer_norm);
   kernel::layer_norm_backward_table().set(DeviceType::kCuda, &layer_norm_backward);
   kernel::embedding_table().set(DeviceType::kCuda, &embedding);
   kernel::embedding_backward_table().set(DeviceType::kCuda, &embedding_backward);
   kernel::fused_adam_table().set(DeviceType::kCuda, &fused_adam);
+  kernel::global_norm_table().set(DeviceType::kCuda, &global_norm);
   kernel::pool2d_table().set(DeviceType::kCuda, &pool2d);
   kernel::pool2d_backward_table().set(DeviceType::kCuda, &pool2d_backward);
   kernel::global_average_pool2d_table().set(DeviceType::kCuda, &global_average_pool2d);
@@ -184,7 +188,8 @@ CudaBackendStatus install_backend() {
            "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
            "synchronize",  "cast",                "unscale_and_count_nonfinite",
            "mean_squared_error",                  "mean_squared_error_backward",
-           "sum",          "sparse_categorical_accuracy",         "count_correct"};
+           "sum",          "sparse_categorical_accuracy",         "count_correct",
+           "regularization_penalty",              "regularization_penalty_backward",     "global_norm"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

@@ -49,6 +49,8 @@ void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss,
 void sum_all(const Tensor& x, bool mean, Tensor& out);
 int64_t accuracy(const Tensor& scores, const Tensor& labels);
 void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count);
+void penalty(const Tensor& w, float l1, float l2, Tensor& out);
+void penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalty, Tensor& dw);
 // crossentropy.cu
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
 void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
@@ -66,7 +68,8 @@ void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
 void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);
 // fused_adam.cu
 void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations);
+                Tensor& iterations, const Tensor* global_norm);
+void global_norm(const std::vector<Tensor>& xs, Tensor& out);
 // pooling.cu
 void pool2d(const Tensor& x, PoolKind kind, const Window2d& g, Tensor& y);
 void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Window2d& g, Tensor& dx);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "../shared/adam_group_pointers.h"
+#include "../shared/clip_factor.h"
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/fused_adam.h"
@@ -17,20 +18,22 @@ namespace {
 // runs: (run_count, 3) int64 rows of begin, count, class. Every run is spread over the whole grid in turn: a
 // model's runs are few (one per dtype for Adam, about two per layer for AdamW with exclusions).
 __global__ void fused_adam_kernel(shared::AdamGroupPointers p, const int64_t* runs, int64_t run_count,
-                                  FusedAdamStep step, const float* found_inf, const int64_t* iterations) {
+                                  FusedAdamStep step, const float* found_inf, const int64_t* iterations,
+                                  const float* global_norm) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   const int64_t k = *iterations - step.first_iterations;
   if (k < 0 || k >= step.window) __trap();  // the host's window always covers the counter
   const AdamRates rates = step.rates[k];
   const shared::AdamCoefficients c{rates.alpha, step.one_minus_beta1, step.one_minus_beta2, step.epsilon};
+  float factor = 1.0f;
+  const bool scaled = global_norm != nullptr && shared::clip_factor(*global_norm, step.clip_norm, &factor);
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = 0; r < run_count; ++r) {
     const int64_t begin = runs[3 * r], end = begin + runs[3 * r + 1];
     const bool decay = runs[3 * r + 2] == 1;
     for (int64_t i = begin + first; i < end; i += stride)
-      shared::fused_adam_element(p, i, c, step.scale_gradients, step.gradient_scale, decay, step.weight_decay,
-                                 rates.learning_rate);
+      shared::fused_adam_element(p, i, c, scaled, factor, decay, step.weight_decay, rates.learning_rate);
   }
 }
 
@@ -44,15 +47,16 @@ __global__ void advance_iterations_kernel(const float* found_inf, int64_t* itera
 }  // namespace
 
 void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations) {
+                Tensor& iterations, const Tensor* global_norm) {
   check_cuda(cudaSetDevice(iterations.device().index), "cudaSetDevice");
   const float* flag = found_inf != nullptr ? found_inf->data<float>() : nullptr;
+  const float* norm = global_norm != nullptr ? global_norm->data<float>() : nullptr;
   for (FusedAdamGroup& g : groups) {
     if (g.run_count == 0) continue;
     const shared::AdamGroupPointers p = shared::adam_group_pointers(g);
     // Sized by the whole buffer (the runs' lengths are on the device); the grid-stride loop covers the rest.
     fused_adam_kernel<<<device::blocks_for(g.values.numel()), device::kThreads>>>(
-        p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>());
+        p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>(), norm);
     device::launched("fused_adam");
   }
   advance_iterations_kernel<<<1, 1>>>(flag, iterations.data<int64_t>(), step.skipped_steps_advance_iterations);

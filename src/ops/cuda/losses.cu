@@ -1,8 +1,9 @@
-// The mean squared error and its gradient, sum / mean of all elements, and the sparse categorical accuracy on the
-// GPU (ops/losses.h's mse, mse_backward, sum_all and accuracy kernels). The element and row steps are the CPU's
+// The mean squared error and its gradient, sum / mean of all elements, a kernel regularizer's penalty and its
+// gradient, and the sparse categorical accuracy on the GPU (ops/losses.h's mse, mse_backward, sum_all, penalty and
+// accuracy kernels), and ops/global_norm.h's norm. The element and row steps are the CPU's
 // (ops/shared/loss_terms.h).
 //
-// The two totals add double terms, as the CPU does, in a fixed order that depends only on the element count: each
+// The totals add double terms, as the CPU does, in a fixed order that depends only on the element count: each
 // thread of a grid of blocks_for(n) blocks adds its grid-stride elements in index order, each block adds its
 // threads' sums in a fixed tree, and one block adds the blocks' sums the same way and rounds once into the float32
 // result. So a result never depends on the run; it may differ from the CPU's sequential double sum in the double's
@@ -12,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "../shared/float16_convert.h"
 #include "../shared/loss_terms.h"
@@ -50,8 +52,26 @@ __global__ void sum_partial_kernel(const void* x, int x_code, int64_t n, double*
   block_sum(n, [&](int64_t i) { return static_cast<double>(load_as_float(x, x_code, i)); }, partial);
 }
 
-// One block: out = the blocks' partial sums added in a fixed tree, as a mean over n or a sum, rounded once.
-__global__ void total_kernel(const double* partial, int blocks, int64_t n, bool mean, float* out) {
+__global__ void penalty_partial_kernel(const void* w, int w_code, float l1, float l2, int64_t n, double* partial) {
+  block_sum(n, [&](int64_t i) { return shared::penalty_term(load_as_float(w, w_code, i), l1, l2); }, partial);
+}
+
+__global__ void squares_partial_kernel(const void* x, int x_code, int64_t n, double* partial) {
+  block_sum(
+      n,
+      [&](int64_t i) {
+        const double v = static_cast<double>(load_as_float(x, x_code, i));
+        return shared::dmul_rn(v, v);
+      },
+      partial);
+}
+
+// How total_kernel rounds the double total into its float32 result.
+enum class Finish { kSum, kMean, kSquareRoot };
+
+// One block: out = the blocks' partial sums added in a fixed tree, as a sum, a mean over n or the square root of
+// the sum, rounded once.
+__global__ void total_kernel(const double* partial, int blocks, int64_t n, Finish finish, float* out) {
   __shared__ double s[device::kThreads];
   double acc = 0.0;
   for (int i = threadIdx.x; i < blocks; i += blockDim.x) acc = shared::dadd_rn(acc, partial[i]);
@@ -61,7 +81,9 @@ __global__ void total_kernel(const double* partial, int blocks, int64_t n, bool 
     if (static_cast<int>(threadIdx.x) < width) s[threadIdx.x] = shared::dadd_rn(s[threadIdx.x], s[threadIdx.x + width]);
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out = shared::float_total(s[0], n, mean);
+  if (threadIdx.x != 0) return;
+  *out = finish == Finish::kSquareRoot ? static_cast<float>(__dsqrt_rn(s[0]))
+                                       : shared::float_total(s[0], n, finish == Finish::kMean);
 }
 
 // dloss is read on the device (see crossentropy.cu's row_grad_kernel).
@@ -72,6 +94,13 @@ __global__ void mse_backward_kernel(const void* p, int p_code, const void* t, in
     shared::store_from_float(dx, dx_code, i,
                              shared::mse_grad(k, load_as_float(p, p_code, i), load_as_float(t, t_code, i)));
   });
+}
+
+// The seed is read on the device, as mse_backward_kernel's dloss.
+__global__ void penalty_backward_kernel(const void* w, int w_code, float l1, float l2, const float* seed, float* dw,
+                                        int64_t n) {
+  const float k = *seed;
+  device::for_each_index(n, [&](int64_t i) { dw[i] = shared::penalty_grad(k, load_as_float(w, w_code, i), l1, l2); });
 }
 
 // *correct += the rows of scores (rows, n) whose arg-max equals their label (int32, or int64 when labels64).
@@ -109,7 +138,7 @@ void total(int64_t n, bool mean, Tensor& out, const Launch& launch_partials, con
   } else {
     check_cuda(cudaMemsetAsync(partials, 0, sizeof(double) * static_cast<size_t>(blocks)), "cudaMemsetAsync");
   }
-  total_kernel<<<1, device::kThreads>>>(partials, blocks, n, mean, out.data<float>());
+  total_kernel<<<1, device::kThreads>>>(partials, blocks, n, mean ? Finish::kMean : Finish::kSum, out.data<float>());
   device::launched(what);
 }
 
@@ -135,6 +164,66 @@ void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss,
       pred.raw(), shared::float_code(pred.dtype()), target.raw(), shared::float_code(target.dtype()),
       static_cast<const float*>(dloss.raw()), dx.raw(), shared::float_code(dx.dtype()), n);
   device::launched("mean_squared_error_backward");
+}
+
+void penalty(const Tensor& w, float l1, float l2, Tensor& out) {
+  const int64_t n = w.numel();
+  check_cuda(cudaSetDevice(w.device().index), "cudaSetDevice");
+  total(
+      n, false, out,
+      [&](int blocks, double* partials) {
+        penalty_partial_kernel<<<blocks, device::kThreads>>>(w.raw(), shared::float_code(w.dtype()), l1, l2, n,
+                                                             partials);
+      },
+      "regularization_penalty");
+}
+
+void penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalty, Tensor& dw) {
+  const int64_t n = w.numel();
+  if (n == 0) return;
+  check_cuda(cudaSetDevice(w.device().index), "cudaSetDevice");
+  penalty_backward_kernel<<<device::blocks_for(n), device::kThreads>>>(
+      w.raw(), shared::float_code(w.dtype()), l1, l2, static_cast<const float*>(dpenalty.raw()), dw.data<float>(), n);
+  device::launched("regularization_penalty_backward");
+}
+
+void global_norm(const std::vector<Tensor>& xs, Tensor& out) {
+  check_cuda(cudaSetDevice(out.device().index), "cudaSetDevice");
+  // Tensors that follow each other in memory with one dtype (an arena's gradients) are summed as one span: a few
+  // launches per step, not one per variable.
+  struct Span {
+    const char* begin;
+    int64_t n;
+    DType dtype;
+  };
+  std::vector<Span> spans;
+  for (const Tensor& x : xs) {
+    if (x.numel() == 0) continue;
+    const char* p = static_cast<const char*>(x.raw());
+    if (!spans.empty() && spans.back().dtype == x.dtype() &&
+        spans.back().begin + spans.back().n * static_cast<int64_t>(dtype_size(x.dtype())) == p) {
+      spans.back().n += x.numel();
+    } else {
+      spans.push_back({p, x.numel(), x.dtype()});
+    }
+  }
+  int blocks = 0;
+  for (const Span& s : spans) blocks += device::blocks_for(s.n);
+  Tensor partial = Tensor::empty({blocks > 0 ? blocks : 1}, DType::kInt64, out.device());  // doubles
+  double* partials = static_cast<double*>(partial.raw());
+  if (spans.empty()) {
+    check_cuda(cudaMemsetAsync(partials, 0, sizeof(double)), "cudaMemsetAsync");
+    blocks = 1;
+  }
+  int at = 0;
+  for (const Span& s : spans) {
+    const int b = device::blocks_for(s.n);
+    squares_partial_kernel<<<b, device::kThreads>>>(s.begin, shared::float_code(s.dtype), s.n, partials + at);
+    device::launched("global_norm");
+    at += b;
+  }
+  total_kernel<<<1, device::kThreads>>>(partials, blocks, 0, Finish::kSquareRoot, out.data<float>());
+  device::launched("global_norm (total)");
 }
 
 void sum_all(const Tensor& x, bool mean, Tensor& out) {

@@ -35,6 +35,17 @@ MIXTRAIN_HOST_DEVICE inline float mse_grad_scale(float dloss, int64_t n) {
 }
 MIXTRAIN_HOST_DEVICE inline float mse_grad(float k, float p, float t) { return mul_rn(k, sub_rn(p, t)); }
 
+// One weight's regularization penalty in double: l1 |w| + (l2 w) w, and its gradient times the upstream seed in
+// float32: seed (l1 sign(w) + (2 l2) w). sign(NaN) is 0, as (w > 0) - (w < 0) makes it.
+MIXTRAIN_HOST_DEVICE inline double penalty_term(float w, float l1, float l2) {
+  const double a = static_cast<double>(w < 0.0f ? -w : w);
+  return dadd_rn(dmul_rn(static_cast<double>(l1), a), dmul_rn(dmul_rn(static_cast<double>(l2), w), w));
+}
+MIXTRAIN_HOST_DEVICE inline float penalty_grad(float seed, float w, float l1, float l2) {
+  const float sign = static_cast<float>((w > 0.0f) - (w < 0.0f));
+  return mul_rn(seed, add_rn(mul_rn(l1, sign), mul_rn(mul_rn(2.0f, l2), w)));
+}
+
 // The arg-max of the elements seen so far that are not NaN: index -1 while there is none.
 struct ArgMax {
   float value;
