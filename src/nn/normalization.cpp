@@ -3,7 +3,9 @@
 #include <cmath>
 #include <vector>
 
+#include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -42,36 +44,25 @@ Var BatchNormalization::call(const Var& x, const CallContext& ctx) {
 }
 
 void BatchNormalization::update_moving_statistics(const Tensor& mean, const Tensor& variance) {
-  auto finite = [](const Tensor& t) {
-    // On a device the count comes back to the host: a wait per training step there (BatchNormalization's only).
-    if (!t.device().is_cpu()) return ops::count_nonfinite(t) == 0;
-    const Tensor c = t.to(DType::kFloat32).contiguous();
-    const float* p = c.data<float>();
-    for (int64_t i = 0; i < c.numel(); ++i)
-      if (!std::isfinite(p[i])) return false;
-    return true;
-  };
-  if (!finite(mean) || !finite(variance)) {
-    ++skipped_moving_updates_;
-    return;
+  const Device device = mean.device();
+  if (!skipped_moving_updates_.defined()) {
+    skipped_moving_updates_ = ops::full({1}, DType::kFloat32, 0.0f, device);
+  } else if (skipped_moving_updates_.device() != device) {
+    skipped_moving_updates_ = ops::to_device(skipped_moving_updates_, device);  // the model moved
   }
-  update_moving(moving_mean_, mean);
-  update_moving(moving_variance_, variance);
+  // In host memory the skip is seen at once, and a skipped batch leaves even the versions as they were; on a device
+  // the variables take the kernel's result either way (the old values after a skip).
+  const float skipped_before = device.is_cpu() ? skipped_moving_updates_.data<float>()[0] : 0.0f;
+  const ops::BatchNormStats next =
+      ops::update_moving_statistics(moving_mean_.value().to(DType::kFloat32), moving_variance_.value().to(DType::kFloat32),
+                                    {mean, variance}, momentum_, skipped_moving_updates_);
+  if (device.is_cpu() && skipped_moving_updates_.data<float>()[0] != skipped_before) return;
+  moving_mean_.set_value(next.mean);  // converted to the variable dtype; bumps the version
+  moving_variance_.set_value(next.variance);
 }
 
-void BatchNormalization::update_moving(Var& moving, const Tensor& batch) {
-  const Tensor old = moving.value().to(DType::kFloat32);
-  if (!old.device().is_cpu()) {
-    // The loop below as two products and a sum, each rounded to float32 as there: the same bits.
-    moving.set_value(ops::add(ops::scale(old, momentum_), ops::scale(batch.to(DType::kFloat32), 1.0f - momentum_)));
-    return;
-  }
-  Tensor next = Tensor::empty(old.shape(), DType::kFloat32);
-  const float* o = old.data<float>();
-  const float* b = batch.data<float>();
-  float* n = next.data<float>();
-  for (int64_t i = 0; i < next.numel(); ++i) n[i] = o[i] * momentum_ + b[i] * (1.0f - momentum_);
-  moving.set_value(next);  // converted to the variable dtype; bumps the version
+int64_t BatchNormalization::skipped_moving_updates() const {
+  return skipped_moving_updates_.defined() ? static_cast<int64_t>(ops::read_scalar(skipped_moving_updates_)) : 0;
 }
 
 Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm) {

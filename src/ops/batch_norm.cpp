@@ -1,9 +1,15 @@
 #include "mixtrain/ops/batch_norm.h"
 
+#include <cmath>
+#include <string>
+
 namespace mixtrain::ops {
 
 namespace cpu {
 void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance);
+void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
+                       const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
+                       Tensor& skipped);
 void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
                 float epsilon, Tensor& y);
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
@@ -14,6 +20,10 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
 namespace kernel {
 KernelTable<BatchMomentsFn>& batch_moments_table() {
   static KernelTable<BatchMomentsFn> table("batch_moments", &cpu::batch_moments);
+  return table;
+}
+KernelTable<MovingStatisticsFn>& moving_statistics_table() {
+  static KernelTable<MovingStatisticsFn> table("update_moving_statistics", &cpu::moving_statistics);
   return table;
 }
 KernelTable<BatchNormFn>& batch_norm_table() {
@@ -51,6 +61,28 @@ BatchNormStats batch_moments(const Tensor& x) {
                    Tensor::empty({x.dim(-1)}, DType::kFloat32, device)};
   kernel::batch_moments_table()(device)(x.contiguous(), s.mean, s.variance);
   return s;
+}
+
+BatchNormStats update_moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance,
+                                        const BatchNormStats& batch, float momentum, Tensor& skipped) {
+  constexpr const char* op = "update_moving_statistics";
+  MIXTRAIN_CHECK(moving_mean.defined() && moving_mean.dtype() == DType::kFloat32 && moving_mean.rank() == 1,
+                 op << ": the moving mean must be float32 (C,), got " << text(moving_mean));
+  const int64_t c = moving_mean.dim(0);
+  for (const Tensor* t : {&moving_variance, &batch.mean, &batch.variance}) {
+    MIXTRAIN_CHECK(t->defined() && t->dtype() == DType::kFloat32 && t->rank() == 1 && t->dim(0) == c,
+                   op << ": every statistic must be float32 (" << c << ",) as the moving mean, got " << text(*t));
+  }
+  MIXTRAIN_CHECK(skipped.defined() && skipped.dtype() == DType::kFloat32 && skipped.numel() == 1 &&
+                     skipped.is_contiguous(),
+                 op << ": the skip count must be one float32, got " << text(skipped));
+  MIXTRAIN_CHECK(std::isfinite(momentum), op << ": the momentum must be finite, got " << momentum);
+  const Device device = common_device(op, {&moving_mean, &moving_variance, &batch.mean, &batch.variance, &skipped});
+  BatchNormStats next{Tensor::empty({c}, DType::kFloat32, device), Tensor::empty({c}, DType::kFloat32, device)};
+  kernel::moving_statistics_table()(device)(moving_mean.contiguous(), moving_variance.contiguous(),
+                                            batch.mean.contiguous(), batch.variance.contiguous(), momentum, next.mean,
+                                            next.variance, skipped);
+  return next;
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma,

@@ -3,6 +3,7 @@
 // both mixed policies; and the host reads a step makes are counted.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "blobs.h"
 #include "emulated_device.h"
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/nn/normalization.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/inspect.h"
@@ -185,6 +187,41 @@ TEST_P(DeviceTrainingPolicies, RegularizedAndClippedTrainingGivesTheCpuBitsWithO
   on_cpu->fit(x, y, quiet_fit(1));
   on_gpu->fit(x, y, quiet_fit(1));
   EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
+}
+
+// BatchNormalization's moving statistics on the device: updated as on the CPU, a batch with a non-finite statistic
+// skipped and counted there, and no read back to the host until the count is asked for.
+TEST_F(DeviceTraining, BatchNormalizationSkipsNonFiniteBatchesWithoutReadingThem) {
+  set_global_policy("mixed_float16");
+  Model cpu_model("bn", 3), gpu_model("bn", 3);
+  for (Model* m : {&cpu_model, &gpu_model}) m->emplace<BatchNormalization>(0.9f);
+  set_global_policy("float32");
+  gpu_model.to(kEmulated);
+  for (Model* m : {&cpu_model, &gpu_model}) m->build_for({3});
+  auto& on_cpu = dynamic_cast<BatchNormalization&>(*cpu_model.layers()[0]);
+  auto& on_gpu = dynamic_cast<BatchNormalization&>(*gpu_model.layers()[0]);
+  Rng r_cpu(11), r_gpu(11), values(12);
+  std::vector<float> good_values(24);
+  for (float& v : good_values) v = values.uniform();
+  const Tensor good = Tensor::from_floats({8, 3}, good_values).to(DType::kFloat16);
+  std::vector<float> bad_values = good.to_floats();
+  bad_values[4] = INFINITY;
+  const Tensor bad = Tensor::from_floats({8, 3}, bad_values).to(DType::kFloat16);
+  g_counts = {};
+  for (const Tensor& batch : {good, bad, good}) {
+    on_cpu(Var(batch), CallContext{true, &r_cpu});
+    on_gpu(Var(ops::to_device(batch, kEmulated)), CallContext{true, &r_gpu});
+    clear_tape();
+  }
+  EXPECT_EQ(g_counts.downloads, 0);
+  EXPECT_EQ(on_gpu.moving_mean().value().device(), kEmulated);
+  EXPECT_EQ(ops::to_device(on_gpu.moving_mean().value(), Device::cpu()).to_floats(),
+            on_cpu.moving_mean().value().to_floats());
+  EXPECT_EQ(ops::to_device(on_gpu.moving_variance().value(), Device::cpu()).to_floats(),
+            on_cpu.moving_variance().value().to_floats());
+  for (float v : on_cpu.moving_variance().value().to_floats()) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_EQ(on_cpu.skipped_moving_updates(), 1);
+  EXPECT_EQ(on_gpu.skipped_moving_updates(), 1);
 }
 
 // `mixtrain inspect` on a model moved to the device: the same per-layer ranges as on the CPU.

@@ -48,8 +48,8 @@ class BatchNormalization : public Layer {
   const Var& moving_mean() const { return moving_mean_; }
   const Var& moving_variance() const { return moving_variance_; }
   // Training batches whose statistics were not finite, so the moving statistics skipped them (see
-  // update_moving_statistics); counted since construction.
-  int64_t skipped_moving_updates() const { return skipped_moving_updates_; }
+  // update_moving_statistics); counted since construction, on the layer's device (read back when asked).
+  int64_t skipped_moving_updates() const;
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
@@ -59,10 +59,9 @@ class BatchNormalization : public Layer {
   // Both moving statistics from one training batch's float32 mean and variance, unless either holds a
   // non-finite value: a float16 overflow in the forward pass gives such a batch, the loss-scale optimizer then
   // skips the step's update, and this update (which no optimizer makes) must be skipped with it, or every later
-  // inference reads NaN and recovery can only go back to a checkpoint from before it.
+  // inference reads NaN and recovery can only go back to a checkpoint from before it. Decided where the statistics
+  // live (ops::update_moving_statistics): a training step on a GPU does not wait to read them.
   void update_moving_statistics(const Tensor& mean, const Tensor& variance);
-  // moving = moving * momentum + batch * (1 - momentum), in float32.
-  void update_moving(Var& moving, const Tensor& batch);
   // Training with the global batch's statistics over communicator_ (synchronized_).
   Var call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm);
 
@@ -71,7 +70,7 @@ class BatchNormalization : public Layer {
   bool synchronized_ = false;
   Communicator* communicator_ = nullptr;
   Var gamma_, beta_, moving_mean_, moving_variance_;
-  int64_t skipped_moving_updates_ = 0;
+  Tensor skipped_moving_updates_;  // float32 (1,) count on the statistics' device, made at the first update
 };
 
 }  // namespace mixtrain

@@ -35,6 +35,14 @@ struct BatchNormGrads {
 BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                                    const Tensor& gamma, float epsilon, bool batch_statistics, bool need_x);
 
+// Keras' moving statistics after a training batch, decided where they live: when every element of the batch's mean
+// and variance is finite, moving = moving * momentum + batch * (1 - momentum) (float32, each product rounded, then
+// the sum); otherwise the moving statistics are kept and `skipped` (float32 (1,), a count) grows by one. All five
+// tensors float32 on one device, the statistics (C,); returns the new moving mean and variance (copies of the old
+// ones after a skip), so a training step on a GPU never reads the batch statistics back.
+BatchNormStats update_moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance,
+                                        const BatchNormStats& batch, float momentum, Tensor& skipped);
+
 namespace kernel {
 // Tensors arrive contiguous and validated (x read as (rows, C)); outputs are preallocated and overwritten.
 using BatchMomentsFn = void(const Tensor& x, Tensor& mean, Tensor& variance);
@@ -44,7 +52,12 @@ using BatchNormFn = void(const Tensor& x, const Tensor& mean, const Tensor& vari
 using BatchNormBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                                  const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx,
                                  Tensor& dgamma, Tensor& dbeta);
+// next_* preallocated (C,) float32; skipped float32 (1,), incremented in place on a skip.
+using MovingStatisticsFn = void(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
+                                const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
+                                Tensor& skipped);
 KernelTable<BatchMomentsFn>& batch_moments_table();
+KernelTable<MovingStatisticsFn>& moving_statistics_table();
 KernelTable<BatchNormFn>& batch_norm_table();
 KernelTable<BatchNormBackwardFn>& batch_norm_backward_table();
 }  // namespace kernel

@@ -238,4 +238,21 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
   });
 }
 
+void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
+                       const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
+                       Tensor& skipped) {
+  const int64_t c = mean.numel();
+  const float *mm = moving_mean.data<float>(), *mv = moving_variance.data<float>();
+  const float *bm = mean.data<float>(), *bv = variance.data<float>();
+  float *nm = next_mean.data<float>(), *nv = next_variance.data<float>();
+  bool finite = true;
+  for (int64_t j = 0; j < c; ++j) finite = finite && shared::float_is_finite(bm[j]) && shared::float_is_finite(bv[j]);
+  const float one_minus = shared::sub_rn(1.0f, momentum);
+  for (int64_t j = 0; j < c; ++j) {
+    nm[j] = finite ? shared::moving_average(mm[j], bm[j], momentum, one_minus) : mm[j];
+    nv[j] = finite ? shared::moving_average(mv[j], bv[j], momentum, one_minus) : mv[j];
+  }
+  if (!finite) skipped.data<float>()[0] += 1.0f;
+}
+
 }  // namespace mixtrain::ops::cpu

@@ -177,6 +177,7 @@ CudaBackendStatus install_backend() {
   kernel::global_average_pool2d_table().set(DeviceType::kCuda, &global_average_pool2d);
   kernel::global_average_pool2d_backward_table().set(DeviceType::kCuda, &global_average_pool2d_backward);
   kernel::batch_moments_table().set(DeviceType::kCuda, &batch_moments);
+  kernel::moving_statistics_table().set(DeviceType::kCuda, &moving_statistics);
   kernel::batch_norm_table().set(DeviceType::kCuda, &batch_norm);
   kernel::batch_norm_backward_table().set(DeviceType::kCuda, &batch_norm_backward);
   s.ops = {"fill",         "unscale_and_check",   "update_loss_scale", "apply_loss_scale", "to_device",
@@ -189,7 +190,8 @@ CudaBackendStatus install_backend() {
            "synchronize",  "cast",                "unscale_and_count_nonfinite",
            "mean_squared_error",                  "mean_squared_error_backward",
            "sum",          "sparse_categorical_accuracy",         "count_correct",
-           "regularization_penalty",              "regularization_penalty_backward",     "global_norm"};
+           "regularization_penalty",              "regularization_penalty_backward",     "global_norm",
+           "update_moving_statistics"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

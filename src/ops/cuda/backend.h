@@ -76,6 +76,9 @@ void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Win
 void global_average_pool2d(const Tensor& x, Tensor& y);
 void global_average_pool2d_backward(const Tensor& dy, Tensor& dx);
 // batch_norm.cu
+void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
+                       const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
+                       Tensor& skipped);
 void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance);
 void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
                 float epsilon, Tensor& y);

@@ -1,5 +1,5 @@
 // Batch normalization on the GPU (ops/batch_norm.h): the batch moments, the forward (with the batch's or the moving
-// statistics: the kernel is the same) and the backward, giving the CPU kernel's bits through
+// statistics: the kernel is the same), the backward and the moving statistics' update, giving the CPU kernel's bits through
 // ops/shared/batch_norm_channel.h.
 //
 // Per-channel sums: the CPU's fixed blocks of kBatchNormRowsPerBlock rows. One thread per (block, channel) sums its
@@ -107,7 +107,34 @@ void channel_sums(SumKind kind, const Tensor& x, const Tensor* dy, const float* 
   device::launched("batch_norm channel totals");
 }
 
+// One block: whether every element of the batch statistics is finite (__syncthreads_and over the threads' channels),
+// then the moving averages, or a copy and a skip counted. Channels are few (a layer's width).
+__global__ void moving_statistics_kernel(const float* mm, const float* mv, const float* bm, const float* bv, int64_t c,
+                                         float momentum, float* nm, float* nv, float* skipped) {
+  bool finite = true;
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x)
+    finite = finite && shared::float_is_finite(bm[j]) && shared::float_is_finite(bv[j]);
+  finite = __syncthreads_and(finite) != 0;
+  const float one_minus = shared::sub_rn(1.0f, momentum);
+  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+    nm[j] = finite ? shared::moving_average(mm[j], bm[j], momentum, one_minus) : mm[j];
+    nv[j] = finite ? shared::moving_average(mv[j], bv[j], momentum, one_minus) : mv[j];
+  }
+  if (!finite && threadIdx.x == 0) *skipped += 1.0f;
+}
+
 }  // namespace
+
+void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
+                       const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
+                       Tensor& skipped) {
+  check_cuda(cudaSetDevice(mean.device().index), "cudaSetDevice");
+  moving_statistics_kernel<<<1, device::kThreads>>>(moving_mean.data<float>(), moving_variance.data<float>(),
+                                                    mean.data<float>(), variance.data<float>(), mean.numel(), momentum,
+                                                    next_mean.data<float>(), next_variance.data<float>(),
+                                                    skipped.data<float>());
+  device::launched("update_moving_statistics");
+}
 
 void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
   const int64_t c = x.dim(-1), rows = x.numel() / c;

@@ -68,4 +68,9 @@ MIXTRAIN_HOST_DEVICE inline float batch_norm_block_sum(int64_t r0, int64_t r1, c
   return s;
 }
 
+// A moving statistic after one batch: moving * momentum + batch * (1 - momentum), one_minus = 1 - momentum in float32.
+MIXTRAIN_HOST_DEVICE inline float moving_average(float moving, float batch, float momentum, float one_minus) {
+  return add_rn(mul_rn(moving, momentum), mul_rn(batch, one_minus));
+}
+
 }  // namespace mixtrain::ops::shared

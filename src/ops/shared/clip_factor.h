@@ -9,7 +9,7 @@ namespace mixtrain::ops::shared {
 // False when norm is finite and <= clip_norm (the gradients stay as they are); otherwise true, with *factor the
 // float32 rounding of clip_norm / norm in double, or NaN for a norm that is not finite.
 MIXTRAIN_HOST_DEVICE inline bool clip_factor(float norm, float clip_norm, float* factor) {
-  const bool finite = (bits_of(norm) & 0x7F800000u) != 0x7F800000u;  // exponent not all ones
+  const bool finite = float_is_finite(norm);
   if (finite && norm <= clip_norm) return false;
   *factor = finite ? static_cast<float>(ddiv_rn(static_cast<double>(clip_norm), static_cast<double>(norm)))
                    : float_of(0x7FC00000u);  // the quiet NaN

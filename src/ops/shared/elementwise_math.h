@@ -50,7 +50,6 @@ MIXTRAIN_HOST_DEVICE inline float dropout_value(float v, uint8_t keep, float kee
   return keep ? mul_rn(v, keep_scale) : 0.0f;
 }
 
-// inf and NaN are the float32 values with every exponent bit set; a 16-bit value widened keeps its class.
-MIXTRAIN_HOST_DEVICE inline bool is_nonfinite(float v) { return (bits_of(v) & 0x7F800000u) == 0x7F800000u; }
+MIXTRAIN_HOST_DEVICE inline bool is_nonfinite(float v) { return !float_is_finite(v); }
 
 }  // namespace mixtrain::ops::shared

@@ -111,6 +111,10 @@ MIXTRAIN_HOST_DEVICE inline bool is_nan_f32(float x) {
 #endif
 }
 
+// Whether v is finite: inf and NaN are the float32 values with every exponent bit set (a 16-bit value widened keeps
+// its class).
+MIXTRAIN_HOST_DEVICE inline bool float_is_finite(float v) { return (bits_of(v) & 0x7F800000u) != 0x7F800000u; }
+
 // std::max's rule (the first argument unless the second is larger): a NaN element never replaces a number.
 MIXTRAIN_HOST_DEVICE inline float max_f32(float a, float b) { return a < b ? b : a; }
 

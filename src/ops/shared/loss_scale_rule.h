@@ -10,8 +10,6 @@
 
 namespace mixtrain::ops::shared {
 
-MIXTRAIN_HOST_DEVICE inline bool float_is_finite(float v) { return (bits_of(v) & 0x7F800000u) != 0x7F800000u; }
-
 // 1/S in double, rounded once: exact for the power-of-two scales dynamic scaling produces.
 MIXTRAIN_HOST_DEVICE inline float inverse_scale(float scale) {
   return static_cast<float>(1.0 / static_cast<double>(scale));
