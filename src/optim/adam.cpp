@@ -70,8 +70,20 @@ void Adam::update_span(float* value, const float* grad, float* const* slots, int
   adam_step(value, grad, slots[0], slots[1], n);
 }
 
-std::optional<Optimizer::AdamRule> Adam::adam_rule() const {
-  return AdamRule{options_.beta1, options_.beta2, options_.epsilon, 0.0f};
+std::optional<ops::UpdateConstants> Adam::fused_rule() const {
+  // adam_step's constants: the same function rounds them.
+  const ops::shared::AdamCoefficients c =
+      ops::shared::adam_coefficients(0.0f, options_.beta1, options_.beta2, options_.epsilon, 0);
+  ops::UpdateConstants k;
+  k.kind = ops::UpdateKind::kAdam;
+  k.one_minus_beta1 = c.one_minus_beta1;
+  k.one_minus_beta2 = c.one_minus_beta2;
+  k.epsilon = c.epsilon;
+  return k;
+}
+
+ops::UpdateRates Adam::fused_rates(float lr, int64_t iterations) const {
+  return {ops::shared::adam_coefficients(lr, options_.beta1, options_.beta2, options_.epsilon, iterations).alpha, lr};
 }
 
 void Adam::adam_step(float* w, const float* g, float* m, float* v, int64_t n) {
@@ -88,8 +100,8 @@ AdamW::AdamW(float learning_rate, float weight_decay, AdamOptions options,
                  "adamw: weight_decay must be finite and >= 0, got " << weight_decay);
 }
 
-std::optional<Optimizer::AdamRule> AdamW::adam_rule() const {
-  std::optional<AdamRule> rule = Adam::adam_rule();
+std::optional<ops::UpdateConstants> AdamW::fused_rule() const {
+  std::optional<ops::UpdateConstants> rule = Adam::fused_rule();
   rule->weight_decay = weight_decay_;
   return rule;
 }

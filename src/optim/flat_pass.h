@@ -1,8 +1,8 @@
 // The update pass of Optimizer::apply_flat_gradients, behind a kernel table keyed by the arena's device
 // (ops/dispatch.h): once apply_flat_gradients has checked everything and bound the flat slots, the pass of the
 // arena's device runs. The CPU pass is the optimizer's own blocked, vectorised pass over the flat buffers (every
-// update rule); the device pass builds one fused Adam op (ops/fused_adam.h) for Adam and AdamW, which the device's
-// backend runs. Private to the optim layer and its tests.
+// update rule); the device pass builds one fused update op (ops/fused_update.h) for SGD, RMSprop, Adam and AdamW,
+// which the device's backend runs. Private to the optim layer and its tests.
 #pragma once
 
 #include <string>
@@ -35,11 +35,11 @@ struct FlatPasses {
   // The CPU backend's pass (src/optim/optimizer_arena.cpp): reads the skip flag in host memory, then runs
   // update_span() on blocks of the runs across threads and converts each block into the compute copies.
   static void cpu(Optimizer& opt, FlatPass& pass);
-  // The device pass: the fused Adam op on the arena's device, with the flag and the iteration count read there
-  // (Optimizer::apply_flat_gradients documents what the host keeps). Refuses rules other than Adam's.
+  // The device pass: the fused update op on the arena's device, with the flag and the iteration count read there
+  // (Optimizer::apply_flat_gradients documents what the host keeps). Refuses an optimizer without a fused_rule().
   static void device(Optimizer& opt, FlatPass& pass);
 
-  // Throws Error naming the optimizer when its rule has no device pass (all but Adam and AdamW).
+  // Throws Error naming the optimizer when its rule has no device pass (no fused_rule()).
   static void require_device_rule(const Optimizer& opt, const Device& device);
 
  private:

@@ -7,14 +7,14 @@
 // (update_span, the same code apply() runs per variable), and the conversion of the new values into each
 // compute copy while the block is still in cache. 16-bit variables are widened to float32 per block,
 // updated, and rounded once, as apply() does per variable. Every step is element-wise, so the bits equal
-// apply()'s whatever the blocking. The device pass is one fused Adam op (ops/fused_adam.h) per step.
+// apply()'s whatever the blocking. The device pass is one fused update op (ops/fused_update.h) per step.
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <vector>
 
 #include "mixtrain/ops/elementwise.h"
-#include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/fused_update.h"
 #include "mixtrain/ops/global_norm.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/optim/optimizer.h"
@@ -183,12 +183,12 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
 namespace optim_detail {
 
 void FlatPasses::require_device_rule(const Optimizer& opt, const Device& device) {
-  if (opt.adam_rule()) return;
+  if (opt.fused_rule()) return;
   MIXTRAIN_FAIL(kInvalidInput,
                 opt.name() << ".apply_arena: the arena lives on " << device.str()
-                           << ", where the fused update runs adam and adamw only; " << opt.name()
-                           << " runs on the CPU only for now",
-                "keep the model on the CPU with " + opt.name() + ", or train on the GPU with adam or adamw");
+                           << ", where the fused update runs sgd, rmsprop, adam and adamw; " << opt.name()
+                           << " has no fused rule and runs on the CPU only",
+                "keep the model on the CPU with " + opt.name() + ", or give the optimizer a fused_rule()");
 }
 
 void FlatPasses::create_slots(Optimizer& opt, const FlatPass& pass) {
@@ -370,10 +370,11 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
   ParameterArena& arena = pass.arena;
   const Device device = arena.device();
   require_device_rule(opt, device);
-  const Optimizer::AdamRule rule = *opt.adam_rule();
+  const ops::UpdateConstants rule = *opt.fused_rule();
   const std::vector<std::string> names = opt.slot_names();
-  MIXTRAIN_CHECK(names.size() == 2, opt.name() << ": the fused Adam update reads two slots (m, v), the rule has "
-                                               << names.size());
+  MIXTRAIN_CHECK(static_cast<int>(names.size()) == ops::slot_count(rule),
+                 opt.name() << ": the fused update reads " << ops::slot_count(rule) << " slots, the optimizer has "
+                            << names.size());
   // The host cannot see whether this step is skipped: slots and versions are set up as for an update (a skipped
   // step leaves the zero slots and the values as they were, so the compute copies stay current).
   create_slots(opt, pass);
@@ -383,27 +384,23 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
 
   // The device's counter: uploaded when the host's count changed, read back when the window would not cover it.
   Optimizer::DeviceIterations& counter = opt.device_iterations_;
-  if (counter.uncertain >= ops::kAdamRateWindow) opt.settled_iterations();
+  if (counter.uncertain >= ops::kRateWindow) opt.settled_iterations();
   if (!counter.counter.defined() || counter.counter.device() != device) {
     const int64_t now = opt.settled_iterations();
     counter.counter = ops::to_device(Tensor::from_int64s({1}, {now}), device);
     counter.uncertain = 0;
   }
 
-  ops::FusedAdamStep step;
-  step.one_minus_beta1 = static_cast<float>(1.0 - rule.beta1);
-  step.one_minus_beta2 = static_cast<float>(1.0 - rule.beta2);
-  step.epsilon = rule.epsilon;
-  step.weight_decay = rule.weight_decay;
+  ops::FusedUpdateStep step;
+  step.rule = rule;
   step.clip_norm = opt.global_clipnorm_ ? *opt.global_clipnorm_ : 0.0f;
   step.skipped_steps_advance_iterations = pass.gate.skipped_steps_advance_iterations;
   step.first_iterations = opt.iterations_;
   step.window = static_cast<int>(counter.uncertain) + 1;
   for (int k = 0; k < step.window; ++k) {
-    // What the CPU update after iterations_ + k completed ones reads: learning_rate() and Adam::adam_step's scalars.
+    // What the CPU update after iterations_ + k completed ones reads: learning_rate() and the rule's scalars.
     const int64_t t = opt.iterations_ + k;
-    const float lr = opt.rate_at(t);
-    step.rates[k] = {ops::shared::adam_coefficients(lr, rule.beta1, rule.beta2, rule.epsilon, t).alpha, lr};
+    step.rates[k] = opt.fused_rates(opt.rate_at(t), t);
   }
 
   // The runs per group, uploaded again only when they change (the set of variables with gradients, usually all).
@@ -413,7 +410,7 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
   Optimizer::FlatSlots& flat = opt.flat_;
   flat.run_rows.resize(dtypes.size());
   flat.run_tensors.resize(dtypes.size());
-  std::vector<ops::FusedAdamGroup> groups(dtypes.size());
+  std::vector<ops::FusedUpdateGroup> groups(dtypes.size());
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
     const int64_t run_count = static_cast<int64_t>(rows[gi].size() / 3);
     if (!flat.run_tensors[gi].defined() || rows[gi] != flat.run_rows[gi]) {
@@ -421,17 +418,16 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
       flat.run_tensors[gi] = device.is_cpu() ? host : ops::to_device(host, device);
       flat.run_rows[gi] = rows[gi];
     }
-    ops::FusedAdamGroup& g = groups[gi];
+    ops::FusedUpdateGroup& g = groups[gi];
     g.values = arena.value_buffer(dtypes[gi]);
     g.grads = pass.grad_bufs[gi];
-    g.m = flat.buffers[gi][0];
-    g.v = flat.buffers[gi][1];
+    g.slots = flat.buffers[gi];
     if (dtypes[gi] == DType::kFloat32)
       for (DType c : arena.compute_copy_dtypes()) g.copies.push_back(arena.compute_copy_buffer(c));
     g.runs = flat.run_tensors[gi];
     g.run_count = run_count;
   }
-  ops::fused_adam(groups, step, pass.gate.found_inf, counter.counter, norm.defined() ? &norm : nullptr);
+  ops::fused_update(groups, step, pass.gate.found_inf, counter.counter, norm.defined() ? &norm : nullptr);
 
   mark_updated(pass);
   // A step the flag may skip without counting leaves the counter one of two values; any other step advances it.

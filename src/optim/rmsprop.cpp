@@ -86,6 +86,18 @@ std::vector<std::string> RMSprop::slot_names() const {
   return names;
 }
 
+std::optional<ops::UpdateConstants> RMSprop::fused_rule() const {
+  // update_span()'s constants, rounded as there.
+  ops::UpdateConstants k;
+  k.kind = ops::UpdateKind::kRmsprop;
+  k.epsilon = options_.epsilon;
+  k.momentum = static_cast<float>(options_.momentum);
+  k.rho = static_cast<float>(options_.rho);
+  k.one_minus_rho = static_cast<float>(1.0 - options_.rho);
+  k.centered = options_.centered;
+  return k;
+}
+
 void RMSprop::update_span(float* w, const float* g, float* const* slots, int64_t n, int /*cls*/) {
   const bool has_momentum = options_.momentum > 0.0;
   float* v = slots[0];

@@ -21,6 +21,14 @@ std::vector<std::string> Sgd::slot_names() const {
   return {"momentum"};
 }
 
+std::optional<ops::UpdateConstants> Sgd::fused_rule() const {
+  ops::UpdateConstants k;
+  k.kind = ops::UpdateKind::kSgd;
+  k.momentum = momentum_;
+  k.nesterov = nesterov_;
+  return k;
+}
+
 void Sgd::update_span(float* w, const float* g, float* const* slots, int64_t n, int /*cls*/) {
   const float lr = learning_rate();
   if (momentum_ == 0.0f) {

@@ -22,7 +22,7 @@
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/embedding.h"
-#include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/fused_update.h"
 #include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/losses.h"
@@ -51,7 +51,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
     EXPECT_FALSE(kernel::reduce_sum_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::layer_norm_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::fused_adam_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(kernel::fused_update_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::mse_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::attention_table().supports(DeviceType::kCuda));
     EXPECT_FALSE(kernel::cast_table().supports(DeviceType::kCuda));
@@ -84,7 +84,7 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_TRUE(kernel::layer_norm_backward_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::embedding_table().supports(DeviceType::kCuda));
   EXPECT_TRUE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::fused_adam_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(kernel::fused_update_table().supports(DeviceType::kCuda));
   // matmul (the bmm table) needs cuBLASLt, loaded at run time: listed exactly when its kernel is installed, and the
   // detail says which library served it or why none did.
   const bool has_matmul = std::find(s.ops.begin(), s.ops.end(), "bmm") != s.ops.end();

@@ -13,9 +13,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +30,11 @@
 #include "mixtrain/ops/reduce.h"
 #include "mixtrain/ops/softmax.h"
 #include "mixtrain/optim/adam.h"
+#include "mixtrain/optim/rmsprop.h"
+#include "mixtrain/optim/sgd.h"
 #include "op_test_util.h"
 #include "ops/shared/adam_update.h"
+#include "ops/shared/fused_update_element.h"
 #include "ops/cpu/exp_poly.h"
 #include "ops/shared/crossentropy_row.h"
 #include "ops/shared/elementwise_math.h"
@@ -544,6 +549,19 @@ class AdamWProbe : public AdamW {
   using AdamW::AdamW;
   using AdamW::update_span;
 };
+class SgdProbe : public Sgd {
+ public:
+  using Sgd::Sgd;
+  using Sgd::fused_rule;
+  using Sgd::update_span;
+};
+class RMSpropProbe : public RMSprop {
+ public:
+  using RMSprop::fused_rule;
+  using RMSprop::RMSprop;
+  using RMSprop::slot_names;
+  using RMSprop::update_span;
+};
 
 struct ResetIsa {
   ~ResetIsa() { set_isa_level_for_testing(std::nullopt); }
@@ -576,7 +594,7 @@ std::vector<float> adam_values(int64_t n, uint64_t seed, float lo, float hi, boo
                                        << " (0x" << bits(got) << ")";
 }
 
-// The shared functions the fused update runs (ops/fused_adam.h, on the CPU and the GPU) against the CPU optimizer's
+// The shared functions the fused update runs (ops/fused_update.h, on the CPU and the GPU) against the CPU optimizer's
 // update_span at every instruction-set level this CPU runs, on lengths below and above its thread threshold: Adam,
 // AdamW's decayed class and excluded class, from several iteration counts, with odd hyperparameters too.
 TEST(CudaSharedMath, FusedAdamElementGivesUpdateSpansBitsAtEveryIsaLevel) {
@@ -623,19 +641,89 @@ TEST(CudaSharedMath, FusedAdamElementGivesUpdateSpansBitsAtEveryIsaLevel) {
 
           const shared::AdamCoefficients c = shared::adam_coefficients(
               rule.lr, rule.options.beta1, rule.options.beta2, rule.options.epsilon, start);
-          shared::AdamGroupPointers p;
+          shared::UpdateGroupPointers p;
           p.values = w2.data();
           p.grads = g.data();
-          p.m = m2.data();
-          p.v = v2.data();
+          p.slots[0] = m2.data();
+          p.slots[1] = v2.data();
+          UpdateConstants k;
+          k.kind = UpdateKind::kAdam;
+          k.one_minus_beta1 = c.one_minus_beta1;
+          k.one_minus_beta2 = c.one_minus_beta2;
+          k.epsilon = c.epsilon;
+          k.weight_decay = rule.weight_decay;
           for (int64_t i = 0; i < n; ++i)
-            shared::fused_adam_element(p, i, c, false, 1.0f, rule.cls == 1, rule.weight_decay, rule.lr);
+            shared::fused_update_element(p, i, k, c, rule.lr, false, 1.0f, rule.cls == 1);
           for (int64_t i = 0; i < n; ++i) {
             const size_t k = static_cast<size_t>(i);
             ASSERT_TRUE(same_float(w[k], w2[k])) << "w[" << i << "], g " << g[k];
             ASSERT_TRUE(same_float(m[k], m2[k])) << "m[" << i << "], g " << g[k];
             ASSERT_TRUE(same_float(v[k], v2[k])) << "v[" << i << "], g " << g[k];
           }
+        }
+      }
+    }
+  }
+}
+
+// SGD and RMSprop in every form, the same way: the fused element (with the optimizer's own fused_rule() constants)
+// against update_span at every instruction-set level (RMSprop's runs in the widest variant the level allows).
+TEST(CudaSharedMath, FusedSgdAndRmspropElementsGiveUpdateSpansBitsAtEveryIsaLevel) {
+  ResetIsa reset;
+  struct Form {
+    std::string name;
+    std::function<std::unique_ptr<Optimizer>()> make;
+  };
+  const std::vector<Form> forms = {
+      {"sgd", [] { return std::make_unique<SgdProbe>(0.1f); }},
+      {"sgd momentum", [] { return std::make_unique<SgdProbe>(0.03f, 0.9f); }},
+      {"sgd nesterov", [] { return std::make_unique<SgdProbe>(0.3f, 0.5f, true); }},
+      {"rmsprop", [] { return std::make_unique<RMSpropProbe>(1e-3f); }},
+      {"rmsprop momentum", [] { return std::make_unique<RMSpropProbe>(1e-2f, RMSpropOptions{0.8, 0.9, 1e-6f, false}); }},
+      {"rmsprop centered", [] { return std::make_unique<RMSpropProbe>(1e-3f, RMSpropOptions{0.9, 0.0, 1e-7f, true}); }},
+      {"rmsprop centered momentum",
+       [] { return std::make_unique<RMSpropProbe>(3e-3f, RMSpropOptions{0.95, 0.5, 1e-3f, true}); }}};
+  for (IsaLevel level : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    if (set_isa_level_for_testing(level) != level) continue;  // noted by the Adam test above
+    for (const Form& form : forms) {
+      for (int64_t n : {37, 70001}) {
+        SCOPED_TRACE(std::string(isa_level_name(level)) + " " + form.name + " n " + std::to_string(n));
+        std::unique_ptr<Optimizer> opt = form.make();
+        const bool is_sgd = form.name.rfind("sgd", 0) == 0;
+        const std::optional<UpdateConstants> rule =
+            is_sgd ? static_cast<SgdProbe&>(*opt).fused_rule() : static_cast<RMSpropProbe&>(*opt).fused_rule();
+        ASSERT_TRUE(rule.has_value());
+        const int slot_n = slot_count(*rule);
+        const uint64_t seed = static_cast<uint64_t>(n) * 17 + static_cast<uint64_t>(slot_n);
+        std::vector<float> w = adam_values(n, seed, -2.0f, 2.0f, false);
+        const std::vector<float> g = adam_values(n, seed + 3, -3.0f, 3.0f, true);
+        // velocity (a square average: never negative), momentum, average gradient.
+        std::vector<std::vector<float>> slots = {adam_values(n, seed + 1, is_sgd ? -0.1f : 0.0f, 0.1f, false),
+                                                 adam_values(n, seed + 2, -0.1f, 0.1f, false),
+                                                 adam_values(n, seed + 4, -0.05f, 0.05f, false)};
+        slots.resize(static_cast<size_t>(slot_n));
+        std::vector<float> w2 = w;
+        std::vector<std::vector<float>> slots2 = slots;
+        float* span_slots[3] = {};
+        shared::UpdateGroupPointers p;
+        p.values = w2.data();
+        p.grads = g.data();
+        for (int k = 0; k < slot_n; ++k) {
+          span_slots[k] = slots[static_cast<size_t>(k)].data();
+          p.slots[k] = slots2[static_cast<size_t>(k)].data();
+        }
+        if (is_sgd)
+          static_cast<SgdProbe&>(*opt).update_span(w.data(), g.data(), span_slots, n, 0);
+        else
+          static_cast<RMSpropProbe&>(*opt).update_span(w.data(), g.data(), span_slots, n, 0);
+        const float lr = opt->learning_rate();
+        for (int64_t i = 0; i < n; ++i) shared::fused_update_element(p, i, *rule, {}, lr, false, 1.0f, false);
+        for (int64_t i = 0; i < n; ++i) {
+          const size_t e = static_cast<size_t>(i);
+          ASSERT_TRUE(same_float(w[e], w2[e])) << "w[" << i << "], g " << g[e];
+          for (int k = 0; k < slot_n; ++k)
+            ASSERT_TRUE(same_float(slots[static_cast<size_t>(k)][e], slots2[static_cast<size_t>(k)][e]))
+                << "slot " << k << " [" << i << "], g " << g[e];
         }
       }
     }

@@ -35,8 +35,8 @@ class DeviceTraining : public QuietPolicyTest {
   EmulatedDevice device_;
 };
 
-// The MLP of the main job in small: 8 -> 32 relu -> dropout -> 16 relu -> 3 float32 logits, Adam.
-std::unique_ptr<Model> mlp(const std::string& policy, uint64_t seed) {
+// The MLP of the main job in small: 8 -> 32 relu -> dropout -> 16 relu -> 3 float32 logits, Adam by default.
+std::unique_ptr<Model> mlp(const std::string& policy, uint64_t seed, const std::string& optimizer = "adam") {
   set_global_policy(policy);
   auto m = std::make_unique<Model>("mlp", seed);
   m->emplace<Dense>(32, "relu");
@@ -44,7 +44,7 @@ std::unique_ptr<Model> mlp(const std::string& policy, uint64_t seed) {
   m->emplace<Dense>(16, "relu");
   m->emplace<Dense>(3, "linear", dtype_arg("float32"));
   set_global_policy("float32");
-  m->compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  m->compile(make_optimizer(optimizer, 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
   return m;
 }
 
@@ -187,6 +187,21 @@ TEST_P(DeviceTrainingPolicies, RegularizedAndClippedTrainingGivesTheCpuBitsWithO
   on_cpu->fit(x, y, quiet_fit(1));
   on_gpu->fit(x, y, quiet_fit(1));
   EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
+}
+
+// Every optimizer the command line offers updates the model on the device (one fused update per step) as on the CPU.
+TEST_P(DeviceTrainingPolicies, EveryOptimizerGivesTheCpuBits) {
+  const auto [x, y] = train_test::blobs(96, 11);
+  for (const char* optimizer : {"sgd", "rmsprop", "adamw"}) {
+    auto on_cpu = mlp(GetParam(), 5, optimizer);
+    auto on_gpu = mlp(GetParam(), 5, optimizer);
+    on_gpu->to(kEmulated);
+    const History h_cpu = on_cpu->fit(x, y, quiet_fit(2));
+    const History h_gpu = on_gpu->fit(x, y, quiet_fit(2));
+    EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss) << optimizer;
+    EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu)) << optimizer;
+    EXPECT_EQ(on_gpu->optimizer().iterations(), on_cpu->optimizer().iterations()) << optimizer;
+  }
 }
 
 // BatchNormalization's moving statistics on the device: updated as on the CPU, a batch with a non-finite statistic

@@ -1,6 +1,6 @@
 // The global L2 norm of a list of tensors, what Keras' global_clipnorm clips by: every element widened to float32,
 // squared and summed in double, the square root rounded once into float32. The result is a float32 (1,) tensor on
-// the tensors' device, so an update that clips on a GPU reads it there (ops/fused_adam.h) and the host never waits.
+// the tensors' device, so an update that clips on a GPU reads it there (ops/fused_update.h) and the host never waits.
 //
 // clip_factor is the clipping rule on that norm, one function for the CPU optimizer and every device kernel
 // (ops/shared/clip_factor.h): no scaling when the norm is finite and at most clip_norm, clip_norm / norm above it,

@@ -32,7 +32,8 @@ class Adam : public Optimizer {
   void update_span(float* value, const float* grad, float* const* slots, int64_t n, int cls) override;
   bool updates_spans() const override { return true; }
   std::vector<std::string> slot_names() const override;
-  std::optional<AdamRule> adam_rule() const override;
+  std::optional<ops::UpdateConstants> fused_rule() const override;
+  ops::UpdateRates fused_rates(float lr, int64_t iterations) const override;
   // The Adam step on n elements with slots m and v, shared with AdamW.
   void adam_step(float* value, const float* grad, float* m, float* v, int64_t n);
 
@@ -53,7 +54,7 @@ class AdamW : public Adam {
  protected:
   // Class 1: decayed, class 0: excluded (or weight_decay 0).
   int update_class(const std::string& var_key) const override;
-  std::optional<AdamRule> adam_rule() const override;
+  std::optional<ops::UpdateConstants> fused_rule() const override;
   void update_span(float* value, const float* grad, float* const* slots, int64_t n, int cls) override;
 
  private:

@@ -14,6 +14,7 @@
 
 #include "mixtrain/autograd/var.h"
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/fused_update.h"
 #include "mixtrain/optim/parameter_arena.h"
 #include "mixtrain/optim/schedules.h"
 
@@ -74,11 +75,11 @@ class Optimizer {
   // nonzero, changes nothing (values, compute copies, slots, versions): the step a LossScaleOptimizer skips.
   // iterations() then advances only when gate.skipped_steps_advance_iterations. So the skip decision is the
   // update kernel's, made on the device, and the host never branches on the flag.
-  // An arena on a device (CUDA) is updated by the fused Adam op there (ops/fused_adam.h), with the CPU's bits: Adam
-  // and AdamW only (other rules refuse such an arena, naming themselves). The flag and the iteration count are read
-  // on the device; the host keeps the count's lower bound and reads the device's counter back only when asked for
-  // it (iterations(), state(), learning_rate() under a schedule) after steps whose skip it could not see, or every
-  // ops::kAdamRateWindow such steps. Global clipping reads the gradients back to the host each step.
+  // An arena on a device (CUDA) is updated by the fused update op there (ops/fused_update.h), with the CPU's bits:
+  // SGD, RMSprop, Adam and AdamW (an optimizer without fused_rule() refuses such an arena, naming itself). The flag
+  // and the iteration count are read on the device; the host keeps the count's lower bound and reads the device's
+  // counter back only when asked for it (iterations(), state(), learning_rate() under a schedule) after steps whose
+  // skip it could not see, or every ops::kRateWindow such steps. Global clipping's norm stays on the device too.
   void apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads, const UpdateGate& gate = {});
   // Whether apply_arena() works for this optimizer (SGD, Adam, AdamW and RMSprop; a custom optimizer that overrides
   // only update() updates variables one by one through apply()).
@@ -177,16 +178,13 @@ class Optimizer {
   // Name of variable i in checkpoints: its own name, or "var_<i>" when it has none.
   static std::string var_key(const Var& var, size_t index);
 
-  // The constants of the Adam rule, which the fused update of an arena on a device runs (ops/fused_adam.h).
-  struct AdamRule {
-    double beta1 = 0.9;
-    double beta2 = 0.999;
-    float epsilon = 1e-7f;
-    float weight_decay = 0.0f;  // AdamW's decoupled decay, for variables of update_class() 1
-  };
-  // Adam and AdamW return their constants; other rules nullopt: they run on the CPU only for now. A subclass that
-  // changes update_span() must return nullopt or constants that describe its rule.
-  virtual std::optional<AdamRule> adam_rule() const { return std::nullopt; }
+  // The rule the fused update of an arena on a device runs (ops/fused_update.h): its constants, rounded to float32
+  // as update_span() rounds them. SGD, RMSprop, Adam and AdamW return theirs; nullopt (the default) keeps a rule
+  // on the CPU. A subclass that changes update_span() must return nullopt or constants that describe its rule.
+  virtual std::optional<ops::UpdateConstants> fused_rule() const { return std::nullopt; }
+  // The per-step rates of that rule for the update after `iterations` completed ones at learning rate lr (what
+  // update_span() would compute then): lr itself; Adam adds its bias-corrected alpha.
+  virtual ops::UpdateRates fused_rates(float lr, int64_t /*iterations*/) const { return {0.0f, lr}; }
 
  private:
   friend struct optim_detail::FlatPasses;

@@ -37,6 +37,7 @@ class RMSprop : public Optimizer {
   bool updates_spans() const override { return true; }
   // "velocity", then "momentum" when momentum > 0, then "average_gradient" when centered (Keras' variables).
   std::vector<std::string> slot_names() const override;
+  std::optional<ops::UpdateConstants> fused_rule() const override;
 
  private:
   RMSpropOptions options_;

@@ -21,6 +21,7 @@ class Sgd : public Optimizer {
   void update_span(float* value, const float* grad, float* const* slots, int64_t n, int cls) override;
   bool updates_spans() const override { return true; }
   std::vector<std::string> slot_names() const override;
+  std::optional<ops::UpdateConstants> fused_rule() const override;
 
  private:
   float momentum_;

@@ -15,7 +15,7 @@
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/embedding.h"
-#include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/fused_update.h"
 #include "mixtrain/ops/global_norm.h"
 #include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/losses.h"
@@ -170,7 +170,7 @@ CudaBackendStatus install_backend() {
   kernel::layer_norm_backward_table().set(DeviceType::kCuda, &layer_norm_backward);
   kernel::embedding_table().set(DeviceType::kCuda, &embedding);
   kernel::embedding_backward_table().set(DeviceType::kCuda, &embedding_backward);
-  kernel::fused_adam_table().set(DeviceType::kCuda, &fused_adam);
+  kernel::fused_update_table().set(DeviceType::kCuda, &fused_update);
   kernel::global_norm_table().set(DeviceType::kCuda, &global_norm);
   kernel::pool2d_table().set(DeviceType::kCuda, &pool2d);
   kernel::pool2d_backward_table().set(DeviceType::kCuda, &pool2d_backward);
@@ -185,7 +185,7 @@ CudaBackendStatus install_backend() {
            "sum_rows",     "dropout",             "count_nonfinite",   "reduce_sum",       "reduce_sum_backward",
            "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward",
            "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
-           "fused_adam",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
+           "fused_update",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
            "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
            "synchronize",  "cast",                "unscale_and_count_nonfinite",
            "mean_squared_error",                  "mean_squared_error_backward",

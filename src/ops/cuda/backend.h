@@ -9,7 +9,7 @@
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
-#include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/fused_update.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/pooling.h"
@@ -66,9 +66,9 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
 // embedding.cu
 void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
 void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);
-// fused_adam.cu
-void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations, const Tensor* global_norm);
+// fused_update.cu
+void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step, const Tensor* found_inf,
+                  Tensor& iterations, const Tensor* global_norm);
 void global_norm(const std::vector<Tensor>& xs, Tensor& out);
 // pooling.cu
 void pool2d(const Tensor& x, PoolKind kind, const Window2d& g, Tensor& y);

@@ -1,8 +1,7 @@
 // The Adam update of one float32 element, written once for the CPU optimizer's rule (optim/adam.h, Keras'
 // formulation) and a GPU kernel. Same operations in the same order as src/optim/adam.cpp, each rounded once, so
 // both give the same bits (tests/ops/cuda_shared_math_test.cpp checks against the CPU Adam's update_span at every
-// instruction-set level). fused_adam_element() is one element of the fused arena pass (ops/fused_adam.h), what
-// Optimizer::apply_flat_gradients does to an element on the CPU.
+// instruction-set level). The fused arena pass reads them through fused_update_element.h.
 #pragma once
 
 #include <cmath>
@@ -47,36 +46,6 @@ MIXTRAIN_HOST_DEVICE inline void adam_update(float& w, float g, float& m, float&
 // (AdamW::update_span).
 MIXTRAIN_HOST_DEVICE inline float adamw_decay(float w, float weight_decay, float learning_rate) {
   return sub_rn(w, mul_rn(mul_rn(w, weight_decay), learning_rate));
-}
-
-// Where one dtype group of a flat arena lives, as plain pointers (host memory for the CPU reference, device
-// memory for the GPU kernel). values and the copies are float32 / float16 / bfloat16 (FloatCode); grads float32
-// or the values' dtype; m and v float32.
-struct AdamGroupPointers {
-  void* values = nullptr;
-  int value_code = kCodeFloat32;
-  const void* grads = nullptr;
-  int grad_code = kCodeFloat32;
-  float* m = nullptr;
-  float* v = nullptr;
-  void* copies[2] = {nullptr, nullptr};  // compute copies of float32 values
-  int copy_codes[2] = {kCodeFloat16, kCodeBFloat16};
-  int copy_count = 0;
-};
-
-// Element i of the fused pass, in the CPU pass's order (src/optim/optimizer_arena.cpp): the value widened to
-// float32; the gradient widened and, under global clipping, times gradient_scale; AdamW's decay when `decay`;
-// the Adam update; the value rounded once into its dtype and into each compute copy.
-MIXTRAIN_HOST_DEVICE inline void fused_adam_element(const AdamGroupPointers& p, int64_t i, const AdamCoefficients& c,
-                                                    bool scale_gradient, float gradient_scale, bool decay,
-                                                    float weight_decay, float learning_rate) {
-  float w = load_as_float(p.values, p.value_code, i);
-  float g = load_as_float(p.grads, p.grad_code, i);
-  if (scale_gradient) g = mul_rn(g, gradient_scale);
-  if (decay) w = adamw_decay(w, weight_decay, learning_rate);
-  adam_update(w, g, p.m[i], p.v[i], c);
-  store_from_float(p.values, p.value_code, i, w);
-  for (int k = 0; k < p.copy_count; ++k) store_from_float(p.copies[k], p.copy_codes[k], i, w);
 }
 
 }  // namespace mixtrain::ops::shared

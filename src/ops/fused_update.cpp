@@ -1,4 +1,4 @@
-#include "mixtrain/ops/fused_adam.h"
+#include "mixtrain/ops/fused_update.h"
 
 #include <cmath>
 #include <string>
@@ -6,13 +6,13 @@
 namespace mixtrain::ops {
 
 namespace cpu {
-void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations, const Tensor* global_norm);
+void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step, const Tensor* found_inf,
+                  Tensor& iterations, const Tensor* global_norm);
 }  // namespace cpu
 
 namespace kernel {
-KernelTable<FusedAdamFn>& fused_adam_table() {
-  static KernelTable<FusedAdamFn> t("fused_adam", &cpu::fused_adam);
+KernelTable<FusedUpdateFn>& fused_update_table() {
+  static KernelTable<FusedUpdateFn> t("fused_update", &cpu::fused_update);
   return t;
 }
 }  // namespace kernel
@@ -25,12 +25,25 @@ bool flat(const Tensor& t, int64_t n) { return t.defined() && t.rank() == 1 && t
 
 }  // namespace
 
-void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, const Tensor* found_inf,
-                Tensor& iterations, const Tensor* global_norm) {
-  constexpr const char* op = "fused_adam";
-  MIXTRAIN_CHECK(step.window >= 1 && step.window <= kAdamRateWindow && step.first_iterations >= 0,
+int slot_count(const UpdateConstants& rule) {
+  switch (rule.kind) {
+    case UpdateKind::kAdam:
+      return 2;
+    case UpdateKind::kSgd:
+      return rule.momentum > 0 ? 1 : 0;
+    case UpdateKind::kRmsprop:
+      return 1 + (rule.momentum > 0 ? 1 : 0) + (rule.centered ? 1 : 0);
+  }
+  MIXTRAIN_FAIL(kInternal, "slot_count: unknown update kind " << static_cast<int>(rule.kind), "");
+}
+
+void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step, const Tensor* found_inf,
+                  Tensor& iterations, const Tensor* global_norm) {
+  constexpr const char* op = "fused_update";
+  MIXTRAIN_CHECK(step.window >= 1 && step.window <= kRateWindow && step.first_iterations >= 0,
                  op << ": a window of " << step.window << " rates from iteration " << step.first_iterations
-                    << " (1 to " << kAdamRateWindow << " rates, from iteration 0 or later)");
+                    << " (1 to " << kRateWindow << " rates, from iteration 0 or later)");
+  const int slots = slot_count(step.rule);
   MIXTRAIN_CHECK(iterations.defined() && iterations.dtype() == DType::kInt64 && iterations.numel() == 1 &&
                      iterations.is_contiguous(),
                  op << ": the iteration counter must be one int64, got " << describe_or_undefined(iterations));
@@ -49,7 +62,7 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
   }
   const Device device = common_device(op, {&iterations, found_inf, global_norm});
   for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const FusedAdamGroup& g = groups[gi];
+    const FusedUpdateGroup& g = groups[gi];
     const int64_t n = g.values.defined() ? g.values.numel() : 0;
     MIXTRAIN_CHECK(flat(g.values, n) && is_float(g.values.dtype()),
                    op << ": group " << gi << ": the values must be a 1-D contiguous floating tensor, got "
@@ -58,10 +71,13 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
                    op << ": group " << gi << ": the gradients " << describe_or_undefined(g.grads)
                       << " must be 1-D contiguous float32 or " << dtype_name(g.values.dtype()) << " with " << n
                       << " elements");
-    MIXTRAIN_CHECK(flat(g.m, n) && flat(g.v, n) && g.m.dtype() == DType::kFloat32 &&
-                       g.v.dtype() == DType::kFloat32,
-                   op << ": group " << gi << ": the slots " << describe_or_undefined(g.m) << " and "
-                      << describe_or_undefined(g.v) << " must be 1-D contiguous float32 with " << n << " elements");
+    MIXTRAIN_CHECK(static_cast<int>(g.slots.size()) == slots,
+                   op << ": group " << gi << ": " << g.slots.size() << " slots given, the rule reads " << slots);
+    for (const Tensor& t : g.slots) {
+      MIXTRAIN_CHECK(flat(t, n) && t.dtype() == DType::kFloat32,
+                     op << ": group " << gi << ": the slot " << describe_or_undefined(t)
+                        << " must be 1-D contiguous float32 with " << n << " elements");
+    }
     MIXTRAIN_CHECK(g.copies.size() <= 2 && (g.copies.empty() || g.values.dtype() == DType::kFloat32),
                    op << ": group " << gi << ": " << g.copies.size() << " compute copies of "
                       << dtype_name(g.values.dtype()) << " values (at most a float16 and a bfloat16 copy of float32)");
@@ -74,14 +90,15 @@ void fused_adam(std::vector<FusedAdamGroup>& groups, const FusedAdamStep& step, 
                        g.runs.dim(0) == g.run_count && g.runs.dim(1) == 3 && g.runs.is_contiguous(),
                    op << ": group " << gi << ": the runs must be int64 (" << g.run_count << ", 3), got "
                       << describe_or_undefined(g.runs));
-    std::vector<const Tensor*> tensors = {&g.values, &g.grads, &g.m, &g.v, &g.runs};
+    std::vector<const Tensor*> tensors = {&g.values, &g.grads, &g.runs};
+    for (const Tensor& t : g.slots) tensors.push_back(&t);
     for (const Tensor& c : g.copies) tensors.push_back(&c);
     for (const Tensor* t : tensors) {
       MIXTRAIN_CHECK(t->device() == device, op << ": group " << gi << ": " << t->describe() << " is not on "
                                                << device.str() << " with the iteration counter");
     }
   }
-  kernel::fused_adam_table()(device)(groups, step, found_inf, iterations, global_norm);
+  kernel::fused_update_table()(device)(groups, step, found_inf, iterations, global_norm);
 }
 
 }  // namespace mixtrain::ops
