@@ -9,6 +9,7 @@
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/train/float32_shadow.h"
 #include "mixtrain/train/model.h"
 
@@ -41,7 +42,8 @@ void add_column_rounding(const Tensor& t, DType d, LayerNumerics& n) {
   const int64_t cols = t.rank() >= 2 ? t.dim(static_cast<int>(t.rank()) - 1) : 1;
   const int64_t rows = t.numel() / cols;
   if (rows < 2) return;
-  const std::vector<float> v = t.to_floats();  // (rows, cols)
+  // (rows, cols), read back from the model's device
+  const std::vector<float> v = (t.device().is_cpu() ? t : ops::to_device(t, Device::cpu())).to_floats();
   std::vector<double> sum(static_cast<size_t>(cols), 0), count(static_cast<size_t>(cols), 0);
   auto usable = [&](float x) { return std::isfinite(x) && std::isfinite(round_to(x, d)); };
   for (int64_t r = 0; r < rows; ++r)
@@ -145,7 +147,7 @@ std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x)
     // Inference mode: no dropout draws and no moving-statistics updates, so training replays unchanged.
     NoGradGuard no_grad;
     // Integer inputs (token ids) stay integers: the layers that read them keep them, the others cast.
-    model.call(Var(x), CallContext{});
+    model.call(Var(ops::to_device(x, model.device())), CallContext{});
   }
   std::vector<LayerNumerics> out;
   for (auto& l : model.layers()) out.push_back(stats.at(l.get()));

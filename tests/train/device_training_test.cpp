@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/inspect.h"
 #include "mixtrain/train/model.h"
+#include "mixtrain/train/recovery.h"
 #include "mixtrain/train/run.h"
 #include "quiet_policy_test.h"
 
@@ -202,6 +204,56 @@ TEST_P(DeviceTrainingPolicies, EveryOptimizerGivesTheCpuBits) {
     EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu)) << optimizer;
     EXPECT_EQ(on_gpu->optimizer().iterations(), on_cpu->optimizer().iterations()) << optimizer;
   }
+}
+
+// The recovery ladder on the device: features of magnitude ~1e5 overflow float16 after the first layer; the guard
+// diagnoses the layers (their statistics read back from the device), moves the overflowing one to float32 and
+// training continues there, with the CPU run's events, losses and weights.
+TEST_F(DeviceTraining, TheRecoveryLadderRunsOnTheDeviceAsOnTheCpu) {
+  Rng r(1);
+  const int64_t n = 600;
+  std::vector<float> features(static_cast<size_t>(n * 6));
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
+    for (int64_t j = 0; j < 6; ++j)
+      features[static_cast<size_t>(i * 6 + j)] = 1e5f * (1.0f + 0.2f * r.normal() + (j % 3 == i % 3 ? 0.6f : 0.0f));
+  }
+  const Tensor x = Tensor::from_floats({n, 6}, features), y = Tensor::from_ints({n}, labels);
+  std::vector<History> histories;
+  std::vector<std::vector<RecoveryEvent>> events;
+  std::vector<std::vector<std::vector<float>>> weights;
+  for (bool on_device : {false, true}) {
+    set_global_policy("mixed_float16");
+    Model m("mlp", 4);
+    m.emplace<Dense>(32, "relu");
+    m.emplace<Dense>(32, "relu");
+    m.emplace<Dense>(3, "linear", dtype_arg("float32"));
+    set_global_policy("float32");
+    m.compile(make_optimizer("adam", 1e-3f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+    if (on_device) m.to(kEmulated);
+    std::ostringstream log;
+    RecoveryOptions ro;
+    ro.log = &log;
+    RecoveryGuard guard(ro);
+    FitOptions o = quiet_fit(2);
+    o.batch_size = 32;
+    o.recovery = &guard;
+    histories.push_back(m.fit(x, y, o));
+    events.push_back(guard.events());
+    weights.push_back(weight_values(m));
+    if (on_device) {
+      for (const Var& v : m.weights()) EXPECT_EQ(v.value().device(), kEmulated) << v.name();
+    }
+  }
+  ASSERT_FALSE(events[0].empty());
+  ASSERT_EQ(events[1].size(), events[0].size());
+  for (size_t i = 0; i < events[0].size(); ++i) {
+    EXPECT_EQ(events[1][i].action, events[0][i].action);
+    EXPECT_EQ(events[1][i].layers, events[0][i].layers);
+  }
+  EXPECT_EQ(histories[1].step_loss, histories[0].step_loss);
+  EXPECT_EQ(weights[1], weights[0]);
 }
 
 // BatchNormalization's moving statistics on the device: updated as on the CPU, a batch with a non-finite statistic
