@@ -164,10 +164,8 @@ Var dropout(const Var& x_arg, float rate, Rng& rng) {
   const Var x = autocast_operand(x_arg);
   MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "dropout: rate must be in [0, 1), got " << rate);
   if (rate == 0.0f) return x;
-  Tensor mask = Tensor::empty(x.shape(), DType::kUInt8);
-  uint8_t* m = mask.data<uint8_t>();
-  for (int64_t i = 0; i < mask.numel(); ++i) m[i] = rng.uniform() >= rate;
-  mask = ops::to_device(mask, x.value().device());  // drawn on the host: the CPU's stream, on every device
+  // One draw from the stream per call picks the mask; the mask is drawn where x lives, the same on every device.
+  const Tensor mask = ops::dropout_mask(x.shape(), rate, rng.next_u64(), x.value().device());
   const bool rec = should_record({&x});
   Var out = output(ops::dropout(x.value(), mask, rate), rec);
   if (rec) record_backward(out, [x, out, mask, rate]() { give_fresh(x, ops::dropout_backward(out.grad(), mask, rate)); });

@@ -13,6 +13,7 @@ void scale(const Tensor& x, float s, Tensor& y);
 void bias_add(const Tensor& x, const Tensor& bias, Tensor& y);
 void sum_rows(const Tensor& dy, Tensor& out);
 void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
+void dropout_mask(float rate, uint64_t seed, Tensor& mask);
 int64_t count_nonfinite(const Tensor& x);
 void fill(Tensor& y, float value);
 }  // namespace cpu
@@ -44,6 +45,10 @@ KernelTable<SumRowsFn>& sum_rows_table() {
 }
 KernelTable<DropoutFn>& dropout_table() {
   static KernelTable<DropoutFn> t("dropout", &cpu::dropout);
+  return t;
+}
+KernelTable<DropoutMaskFn>& dropout_mask_table() {
+  static KernelTable<DropoutMaskFn> t("dropout_mask", &cpu::dropout_mask);
   return t;
 }
 KernelTable<CountNonfiniteFn>& count_nonfinite_table() {
@@ -178,6 +183,13 @@ Tensor dropout(const Tensor& x, const Tensor& mask, float rate) {
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate) { return dropout(dy, mask, rate); }
+
+Tensor dropout_mask(const Shape& shape, float rate, uint64_t seed, const Device& device) {
+  MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "dropout_mask: rate must be in [0, 1), got " << rate);
+  Tensor mask = Tensor::empty(shape, DType::kUInt8, device);
+  if (mask.numel() > 0) kernel::dropout_mask_table()(device)(rate, seed, mask);
+  return mask;
+}
 
 void fill(Tensor& y, float value) {
   MIXTRAIN_CHECK(y.defined() && is_float(y.dtype()) && y.is_contiguous(),

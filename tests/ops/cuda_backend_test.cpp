@@ -413,6 +413,9 @@ TEST(CudaBackend, ElementwiseOpsGiveTheCpuBits) {
       EXPECT_TRUE(bit_equal(dropout_backward(dy_gpu, mask_gpu, 0.4f), dropout_backward(dy, mask, 0.4f)))
           << "dropout_backward " << what;
       EXPECT_EQ(count_nonfinite(x_gpu), count_nonfinite(x)) << "count_nonfinite " << what;
+      const Tensor drawn = dropout_mask(shape, 0.3f, 99, gpu);
+      EXPECT_EQ(drawn.device(), gpu);
+      EXPECT_TRUE(bit_equal(drawn, dropout_mask(shape, 0.3f, 99, Device::cpu()))) << "dropout_mask " << what;
     }
   }
 }

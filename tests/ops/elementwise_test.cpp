@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "mixtrain/core/half.h"
+#include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/elementwise.h"
 #include "op_test_util.h"
 
@@ -190,6 +191,40 @@ TEST(Dropout, AnyRankAndBackwardUsesTheSameMask) {
       EXPECT_EQ(dx[i], want);
     }
   }
+}
+
+// The mask drawn by the op: attention's keep decision at each row-major index, a fraction of kept elements near
+// 1 - rate, the same for the same seed and a different one for another, whatever the thread count.
+TEST(Dropout, MaskIsTheHashsKeepDecisionPerIndex) {
+  const Shape shape({70, 1031});  // above the kernel's parallel threshold
+  for (float rate : {0.0f, 0.1f, 0.5f, 0.9f}) {
+    const Tensor mask = dropout_mask(shape, rate, 1234, Device::cpu());
+    ASSERT_EQ(mask.dtype(), DType::kUInt8);
+    ASSERT_EQ(mask.shape(), shape);
+    const uint8_t* m = mask.data<uint8_t>();
+    int64_t kept = 0;
+    for (int64_t i = 0; i < mask.numel(); ++i) {
+      ASSERT_EQ(m[i] != 0, attention_dropout_keep(1234, static_cast<uint64_t>(i), rate)) << i;
+      ASSERT_LE(m[i], 1);
+      kept += m[i];
+    }
+    const double n = static_cast<double>(mask.numel()), p = 1.0 - rate;
+    // Six standard deviations of a binomial count.
+    EXPECT_NEAR(static_cast<double>(kept), n * p, 6.0 * std::sqrt(n * p * (1.0 - p)) + 0.5) << "rate " << rate;
+    if (rate == 0.0f) EXPECT_EQ(kept, mask.numel());
+  }
+  const Tensor a = dropout_mask(shape, 0.5f, 7, Device::cpu()), b = dropout_mask(shape, 0.5f, 7, Device::cpu());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  const Tensor c = dropout_mask(shape, 0.5f, 8, Device::cpu());
+  EXPECT_NE(std::memcmp(a.raw(), c.raw(), a.nbytes()), 0);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Tensor serial = dropout_mask(shape, 0.5f, 7, Device::cpu());
+  omp_set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(a.raw(), serial.raw(), a.nbytes()), 0);
+  EXPECT_EQ(dropout_mask({0, 3}, 0.5f, 7, Device::cpu()).numel(), 0);
+  EXPECT_THROW(dropout_mask(shape, 1.0f, 7, Device::cpu()), Error);
+  EXPECT_THROW(dropout_mask(shape, -0.1f, 7, Device::cpu()), Error);
 }
 
 TEST(FiniteCheck, CountsInfAndNanInEveryDType) {

@@ -40,6 +40,10 @@ Tensor sum_rows(const Tensor& dy);
 // gives the same masks.
 Tensor dropout(const Tensor& x, const Tensor& mask, float rate);
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate);
+// Such a mask of `shape` on `device`, drawn there: element i (row-major) is kept when the 24-bit uniform of a hash of
+// (seed, i) is >= rate, the hash attention's dropout draws from (ops::attention_dropout_keep). The same seed gives
+// the same mask on every device, and a training step on a GPU draws its masks without the host.
+Tensor dropout_mask(const Shape& shape, float rate, uint64_t seed, const Device& device);
 
 // The library's one finite check. Number of inf or NaN elements of x, read in float32 (0 for integer
 // tensors, which cannot hold either).
@@ -74,6 +78,9 @@ KernelTable<SumRowsFn>& sum_rows_table();
 // y = mask ? x * keep_scale : 0.
 using DropoutFn = void(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
 KernelTable<DropoutFn>& dropout_table();
+// mask (uint8, contiguous): 1 where dropout_keep(seed, i, rate), else 0.
+using DropoutMaskFn = void(float rate, uint64_t seed, Tensor& mask);
+KernelTable<DropoutMaskFn>& dropout_mask_table();
 // Number of inf or NaN elements of a floating tensor.
 using CountNonfiniteFn = int64_t(const Tensor& x);
 KernelTable<CountNonfiniteFn>& count_nonfinite_table();

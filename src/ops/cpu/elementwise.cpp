@@ -7,6 +7,7 @@
 
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
+#include "../shared/dropout_keep.h"
 #include "activation_span.h"
 #include "float_lanes.h"
 #include "gelu_math.h"
@@ -190,6 +191,13 @@ void sum_rows(const Tensor& dy, Tensor& out) {
 void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {
   const uint8_t* m = mask.data<uint8_t>();
   map_unary(x, y, [&](int64_t i, float v) { return m[i] ? v * keep_scale : 0.0f; });
+}
+
+void dropout_mask(float rate, uint64_t seed, Tensor& mask) {
+  uint8_t* m = mask.data<uint8_t>();
+  const int64_t n = mask.numel();
+#pragma omp parallel for if (n >= (int64_t{1} << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) m[i] = shared::dropout_keep(seed, static_cast<uint64_t>(i), rate) ? 1 : 0;
 }
 
 int64_t count_nonfinite(const Tensor& x) {

@@ -152,6 +152,7 @@ CudaBackendStatus install_backend() {
   kernel::bias_add_table().set(DeviceType::kCuda, &bias_add);
   kernel::sum_rows_table().set(DeviceType::kCuda, &sum_rows);
   kernel::dropout_table().set(DeviceType::kCuda, &dropout);
+  kernel::dropout_mask_table().set(DeviceType::kCuda, &dropout_mask);
   kernel::count_nonfinite_table().set(DeviceType::kCuda, &count_nonfinite);
   kernel::reduce_sum_table().set(DeviceType::kCuda, &reduce_sum);
   kernel::reduce_sum_backward_table().set(DeviceType::kCuda, &reduce_sum_backward);
@@ -191,7 +192,7 @@ CudaBackendStatus install_backend() {
            "mean_squared_error",                  "mean_squared_error_backward",
            "sum",          "sparse_categorical_accuracy",         "count_correct",
            "regularization_penalty",              "regularization_penalty_backward",     "global_norm",
-           "update_moving_statistics"};
+           "update_moving_statistics",            "dropout_mask"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

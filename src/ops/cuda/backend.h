@@ -35,6 +35,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& y);
 void scale(const Tensor& x, float s, Tensor& y);
 void bias_add(const Tensor& x, const Tensor& bias, Tensor& y);
 void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
+void dropout_mask(float rate, uint64_t seed, Tensor& mask);
 // reduce.cu
 void sum_rows(const Tensor& dy, Tensor& out);
 int64_t count_nonfinite(const Tensor& x);

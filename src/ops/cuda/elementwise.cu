@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "../shared/dropout_keep.h"
 #include "../shared/elementwise_math.h"
 #include "../shared/float16_convert.h"
 #include "backend.h"
@@ -138,6 +139,19 @@ void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) {
   if (cols == 0 || !begin(x, n)) return;
   bias_add_kernel<<<device::blocks_for(n), device::kThreads>>>(in(x), in(bias), out(y), n, cols);
   device::launched("bias_add");
+}
+
+namespace {
+__global__ void dropout_mask_kernel(float rate, uint64_t seed, uint8_t* mask, int64_t n) {
+  device::for_each_index(n, [&](int64_t i) { mask[i] = shared::dropout_keep(seed, static_cast<uint64_t>(i), rate); });
+}
+}  // namespace
+
+void dropout_mask(float rate, uint64_t seed, Tensor& mask) {
+  const int64_t n = mask.numel();
+  check_cuda(cudaSetDevice(mask.device().index), "cudaSetDevice");
+  dropout_mask_kernel<<<device::blocks_for(n), device::kThreads>>>(rate, seed, mask.data<uint8_t>(), n);
+  device::launched("dropout_mask");
 }
 
 void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {

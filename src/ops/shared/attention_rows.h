@@ -1,5 +1,5 @@
 // The element steps of scaled dot-product attention's rows (ops/attention.h gives the computation), for host and
-// device: the dropout mask's hash, which ops::attention_dropout_keep is, the logit's rounding into the compute
+// device: the dropout mask's hash (dropout_keep.h), which ops::attention_dropout_keep is, the logit's rounding into the compute
 // dtype, the dropped probability and the softmax gradient's element, each in the CPU kernel's operation order
 // (cpu/attention.cpp). The GPU kernel (cuda/attention.cu) combines them with a warp's max and sums in its own
 // order, and its products run through cuBLASLt, so it matches the CPU within tolerances; the mask is the same bit
@@ -8,19 +8,15 @@
 
 #include <cstdint>
 
+#include "dropout_keep.h"
 #include "float16_convert.h"
 #include "host_device.h"
 
 namespace mixtrain::ops::shared {
 
-// Whether dropout keeps the probability at flat (batch, head, row, column) index `index`: a 24-bit uniform from
-// splitmix64's finalizer over (seed, index), kept when >= rate (the product with 2^-24 is exact).
+// Whether dropout keeps the probability at flat (batch, head, row, column) index `index` (dropout_keep.h).
 MIXTRAIN_HOST_DEVICE inline bool attention_dropout_keep(uint64_t seed, uint64_t index, float rate) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * 0x1p-24f >= rate;
+  return dropout_keep(seed, index, rate);
 }
 
 // v rounded into the dtype of `code` and widened back: a logit as a 16-bit GEMM output holds it.
