@@ -6,6 +6,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
@@ -39,7 +40,7 @@ Var regularization_loss(const Network& network) {
   Var total;
   for (const auto& l : network.layers())
     for (const Var& penalty : l->regularization_losses()) total = total.defined() ? add(total, penalty) : penalty;
-  return total.defined() ? total : Var(Tensor::zeros({}, DType::kFloat32));
+  return total.defined() ? total : Var(ops::full({}, DType::kFloat32, 0.0f, network.device()));
 }
 
 Network::Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name)

@@ -12,6 +12,7 @@
 #include "blobs.h"
 #include "emulated_device.h"
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/nn/merging.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
@@ -254,6 +255,33 @@ TEST_F(DeviceTraining, TheRecoveryLadderRunsOnTheDeviceAsOnTheCpu) {
   }
   EXPECT_EQ(histories[1].step_loss, histories[0].step_loss);
   EXPECT_EQ(weights[1], weights[0]);
+}
+
+// A functional model with two towers concatenated and a residual Add, trained on the device: the merge layers
+// build their outputs there (Concatenate writes each input into its slice of the output on the device).
+TEST_P(DeviceTrainingPolicies, AFunctionalModelWithMergedTowersGivesTheCpuBits) {
+  const auto [x, y] = train_test::blobs(96, 11);
+  auto make = [&] {
+    set_global_policy(GetParam());
+    SymbolicTensor in = Input({8});
+    SymbolicTensor left = (*make_layer<Dense>(8, "relu"))(in);
+    SymbolicTensor right = (*make_layer<Dense>(8, "tanh"))(in);
+    SymbolicTensor joined = (*make_layer<Concatenate>())({left, right});
+    SymbolicTensor h = (*make_layer<Dense>(8, "relu"))(joined);
+    SymbolicTensor res = (*make_layer<Add>())({h, left});
+    SymbolicTensor out = (*make_layer<Dense>(3, "linear", dtype_arg("float32")))(res);
+    auto m = std::make_unique<Model>(std::vector<SymbolicTensor>{in}, std::vector<SymbolicTensor>{out}, "towers", 6);
+    set_global_policy("float32");
+    m->compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+    return m;
+  };
+  auto on_cpu = make(), on_gpu = make();
+  on_gpu->to(kEmulated);
+  const History h_cpu = on_cpu->fit(x, y, quiet_fit(2));
+  const History h_gpu = on_gpu->fit(x, y, quiet_fit(2));
+  EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
+  EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
+  EXPECT_EQ(on_gpu->predict(x).to_floats(), on_cpu->predict(x).to_floats());
 }
 
 // BatchNormalization's moving statistics on the device: updated as on the CPU, a batch with a non-finite statistic
