@@ -11,7 +11,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -24,17 +23,12 @@
 #include "mixtrain/optim/rmsprop.h"
 #include "mixtrain/optim/schedules.h"
 #include "mixtrain/optim/sgd.h"
+#include "op_test_util.h"
 
 namespace mixtrain::ops {
 namespace {
 
-Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(shape.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_floats(shape, v, dtype);
-}
+using testing::random_tensor;
 
 // Odd shapes, one of several thousand blocks' worth, names AdamW excludes; variable 5 never gets a gradient and
 // variable 2 none at step 1, so a group has several runs.
@@ -44,7 +38,7 @@ std::vector<Var> make_vars(const std::vector<DType>& dtypes, const Device& devic
                                           "d2/kernel", "d2/unused", "d3/kernel"};
   std::vector<Var> vars;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const Tensor value = random_tensor(shapes[i], dtypes[i % dtypes.size()], 100 + static_cast<uint32_t>(i));
+    const Tensor value = random_tensor(shapes[i], 100 + i, dtypes[i % dtypes.size()]);
     vars.emplace_back(to_device(value, device), true, names[i]);
   }
   return vars;
@@ -65,8 +59,7 @@ void step(Training& t, int step_index, bool skip, bool advance) {
   t.arena.zero_grad();
   for (size_t i = 0; i < t.vars.size(); ++i) {
     if (!gets_grad(i, step_index)) continue;
-    Tensor g = random_tensor(t.vars[i].shape(), DType::kFloat32,
-                             1000 * static_cast<uint32_t>(step_index) + static_cast<uint32_t>(i));
+    Tensor g = random_tensor(t.vars[i].shape(), 1000 * static_cast<uint64_t>(step_index) + i, DType::kFloat32);
     if (skip) g.data<float>()[0] = std::numeric_limits<float>::infinity();
     g = g.to(t.vars[i].dtype());
     Tensor view = t.arena.gradient_view(i);
