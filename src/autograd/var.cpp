@@ -30,8 +30,8 @@ void Var::set_value(Tensor value) {
 }
 
 bool Var::value_rebound() const {
-  return impl_->value_rebound && impl_->value.shares_storage(impl_->rebound_to) &&
-         impl_->value.raw() == impl_->rebound_to.raw() && impl_->value.dtype() == impl_->rebound_to.dtype();
+  return impl_->value_rebound && impl_->value.starts_with(impl_->rebound_to) &&
+         impl_->value.dtype() == impl_->rebound_to.dtype();
 }
 
 void Var::move_to(const Device& device) {
@@ -66,7 +66,7 @@ void Var::set_grad_buffer(Tensor view) {
                  "Var '" << impl_->name << "': gradient buffer " << view.describe() << " does not match "
                          << impl_->value.describe() << " (needs the same shape and dtype, contiguous)");
   if (impl_->grad.defined()) {
-    if (!(impl_->grad.shares_storage(view) && impl_->grad.raw() == view.raw())) view.copy_from(impl_->grad);
+    if (!impl_->grad.starts_with(view)) view.copy_from(impl_->grad);
     impl_->grad = view;
   }
   impl_->grad_buffer = std::move(view);
@@ -84,7 +84,7 @@ Tensor Var::fresh_gradient_destination(DType dtype) const {
 void Var::set_grad(Tensor g) {
   if (g.defined() && impl_->grad_buffer.defined() && g.shape() == impl_->grad_buffer.shape() &&
       impl_->grad_buffer.dtype() == dtype() && impl_->grad_buffer.shape() == shape()) {
-    if (!(g.shares_storage(impl_->grad_buffer) && g.raw() == impl_->grad_buffer.raw())) {
+    if (!g.starts_with(impl_->grad_buffer)) {
       impl_->grad_buffer.copy_from(g);
     }
     impl_->grad = impl_->grad_buffer;
@@ -124,15 +124,14 @@ void Var::accumulate_grad(const Tensor& g) {
     if (buffer.defined()) {
       // Converts; overwrites whatever an earlier step left. A gradient written straight into the buffer
       // (fresh_gradient_destination) is adopted as it is.
-      if (!(g.dtype() == buffer.dtype() && g.shares_storage(buffer) && g.raw() == buffer.raw() &&
-            g.is_contiguous()))
+      if (!(g.dtype() == buffer.dtype() && g.starts_with(buffer) && g.is_contiguous()))
         buffer.copy_from(g);
       impl_->grad = buffer;
       return;
     }
     Tensor converted = g.to(dtype());
     // Own the buffer: later accumulation writes into it in place.
-    impl_->grad = converted.raw() == g.raw() ? g.clone() : converted;
+    impl_->grad = converted.starts_with(g) ? g.clone() : converted;
     return;
   }
   ops::add_into(impl_->grad, g);  // float32 sums, rounded once into the variable's dtype

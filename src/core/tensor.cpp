@@ -102,8 +102,18 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+namespace {
+std::atomic<DeviceMemoryAccessHook> g_device_memory_access_hook{nullptr};
+}  // namespace
+
+void set_device_memory_access_hook(DeviceMemoryAccessHook hook) { g_device_memory_access_hook.store(hook); }
+
 void* Tensor::raw() {
-  return storage_ ? static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_)) : nullptr;
+  if (!storage_) return nullptr;
+  if (const DeviceMemoryAccessHook hook = g_device_memory_access_hook.load(std::memory_order_relaxed);
+      hook != nullptr && !storage_->device().is_cpu())
+    hook(*this);
+  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
 const void* Tensor::raw() const { return const_cast<Tensor*>(this)->raw(); }
 

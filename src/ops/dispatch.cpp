@@ -18,6 +18,14 @@ void emulate_with_cpu_kernels(DeviceType type, bool on) {
 
 bool emulated_with_cpu_kernels(DeviceType type) { return (g_emulated.load(std::memory_order_relaxed) & bit(type)) != 0; }
 
+namespace {
+thread_local int g_emulated_kernel_depth = 0;
+}  // namespace
+
+bool in_emulated_kernel() { return g_emulated_kernel_depth > 0; }
+EmulatedKernelScope::EmulatedKernelScope() { ++g_emulated_kernel_depth; }
+EmulatedKernelScope::~EmulatedKernelScope() { --g_emulated_kernel_depth; }
+
 void fail_unsupported(const char* op, const Device& device) {
   MIXTRAIN_FAIL(kInvalidInput, op << ": no kernel for device " << device.str(),
                 "this build's backends do not implement it there; run on the cpu device");

@@ -127,7 +127,7 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
     keys[i] = var_key(v, i);
     if (!v.has_grad()) continue;
     written[i] = 1;
-    MIXTRAIN_CHECK(v.grad().raw() == v.grad_buffer().raw(),
+    MIXTRAIN_CHECK(v.grad().starts_with(v.grad_buffer()),
                    name() << ".apply_arena: the gradient of '" << keys[i] << "' is not in the arena");
     if (!v.trainable()) {
       MIXTRAIN_FAIL(kInvalidInput, name() << ".apply_arena: variable '" << keys[i] << "' is not trainable",

@@ -1,6 +1,7 @@
 // Training a model moved to a device (Model::to), checked on an emulated GPU (emulated_device.h): every op runs the
 // CPU's kernel on device tensors, so a run on the device must give the CPU run's bits, same seed, for float32 and
-// both mixed policies; and the host reads a step makes are counted.
+// both mixed policies; the host reads a step makes are counted, and host code addressing device memory outside a
+// kernel fails the test.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
 #include "mixtrain/nn/normalization.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/inspect.h"
@@ -92,6 +94,18 @@ TEST_F(DeviceTraining, ToMovesEveryWeightAndBack) {
   m->to(Device::cpu());
   for (const Var& v : m->weights()) EXPECT_TRUE(v.value().device().is_cpu()) << v.name();
   EXPECT_EQ(weight_values(*m), before);
+}
+
+// The emulation flags host code that addresses device memory outside a kernel or a copy, as a GPU would fail it;
+// ops and copies on the device still work.
+TEST_F(DeviceTraining, HostReadsOfDeviceMemoryAreFlagged) {
+  Tensor t = ops::to_device(Tensor::from_floats({2, 2}, {1, 2, 3, 4}), kEmulated);
+  EXPECT_THROW((void)t.data<float>(), Error);
+  EXPECT_THROW((void)t.raw(), Error);
+  const Tensor doubled = ops::scale(t.transpose(0, 1).contiguous(), 2.0f);  // a kernel and a strided copy
+  EXPECT_EQ(ops::to_device(doubled, Device::cpu()).to_floats(), (std::vector<float>{2, 6, 4, 8}));
+  EXPECT_TRUE(t.starts_with(t.reshape({4})));
+  EXPECT_FALSE(t.slice(0, 1, 2).starts_with(t));
 }
 
 TEST_F(DeviceTraining, AModelMovedBeforeItIsBuiltBuildsOnTheDevice) {

@@ -1,7 +1,8 @@
 // An emulated GPU for tests on machines without one: cuda:0 tensors live in host memory and every op runs the CPU
 // kernel (ops::emulate_with_cpu_kernels), so code above ops takes its device paths end to end and must give the
-// CPU's bits. Host-only reads of a device tensor (to_floats, item, gather_rows) still throw, as on a GPU, and the
-// transfers between host and device are counted, so a test can hold a training step to the reads it may make.
+// CPU's bits. Host-only reads of a device tensor (to_floats, item, gather_rows) still throw, as on a GPU; so does
+// any other host code that takes the address of device memory (raw(), data<T>()) outside a kernel or a copy; and
+// the transfers between host and device are counted, so a test can hold a training step to the reads it may make.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -30,7 +31,21 @@ inline Counts g_counts;
 inline void transfer(const Tensor& src, Tensor& dst) {
   if (src.device().is_cpu()) ++g_counts.uploads;
   if (dst.device().is_cpu()) ++g_counts.downloads;
+  ops::EmulatedKernelScope scope;
   std::memcpy(dst.raw(), src.raw(), src.nbytes());
+}
+
+// The backend's strided copy on the device (Tensor::copy_from), a kernel too.
+inline void device_strided_copy(const Tensor& src, Tensor& dst) {
+  ops::EmulatedKernelScope scope;
+  strided_copy(src, dst);
+}
+
+// Host code addressing device memory outside a kernel: on a GPU it would read or write garbage, or crash.
+inline void flag_host_access(const Tensor& t) {
+  if (ops::in_emulated_kernel()) return;
+  MIXTRAIN_FAIL(kInternal, "host code addressed the memory of " << t.describe() << " outside a kernel",
+                "read a device tensor through an op, or ops::to_device(t, Device::cpu()) first");
 }
 
 inline void synchronize(int) { ++g_counts.synchronizes; }
@@ -45,14 +60,16 @@ class EmulatedDevice {
       return;
     }
     register_allocator(DeviceType::kCuda, &allocator_);
-    register_device_copy(DeviceType::kCuda, &strided_copy);
+    register_device_copy(DeviceType::kCuda, &device_strided_copy);
     ops::kernel::device_copy_table().set(DeviceType::kCuda, &transfer);
     ops::kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
     ops::emulate_with_cpu_kernels(DeviceType::kCuda, true);
+    set_device_memory_access_hook(&flag_host_access);
     g_counts = {};
   }
   ~EmulatedDevice() {
     if (real_backend_) return;
+    set_device_memory_access_hook(nullptr);
     ops::emulate_with_cpu_kernels(DeviceType::kCuda, false);
     ops::kernel::synchronize_table().set(DeviceType::kCuda, nullptr);
     ops::kernel::device_copy_table().set(DeviceType::kCuda, nullptr);

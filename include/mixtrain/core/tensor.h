@@ -66,6 +66,9 @@ class Tensor {
   bool is_contiguous() const;
   // Whether two tensors show the same storage (views of one another or copies of one handle).
   bool shares_storage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
+  // Whether both begin at the same element of the same storage (what comparing raw() says, without addressing
+  // memory that may be a device's).
+  bool starts_with(const Tensor& other) const { return shares_storage(other) && offset_ == other.offset_; }
 
   // Address of element 0 (the offset applied).
   void* raw();
@@ -147,5 +150,11 @@ void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dty
 // on such a device, so code above core converts and compacts device tensors as it does host ones.
 using DeviceCopyFn = void (*)(const Tensor& src, Tensor& dst);
 void register_device_copy(DeviceType type, DeviceCopyFn fn);
+
+// For tests' emulated devices (tests/train/emulated_device.h): a hook that raw() and data<T>() run whenever host
+// code takes the address of a non-CPU tensor's memory, so a test can flag a host read of device memory that a GPU
+// would not allow. Null (the default): no hook, and no cost beyond the check.
+using DeviceMemoryAccessHook = void (*)(const Tensor& t);
+void set_device_memory_access_hook(DeviceMemoryAccessHook hook);
 
 }  // namespace mixtrain

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <initializer_list>
 
 #include "mixtrain/core/tensor.h"
@@ -20,6 +21,33 @@ namespace mixtrain::ops {
 // always take precedence. Off by default.
 void emulate_with_cpu_kernels(DeviceType type, bool on);
 bool emulated_with_cpu_kernels(DeviceType type);
+
+// Whether this thread is running an emulated device's kernel (the CPU kernel a table handed out for it), the one
+// place host code may address that device's memory; a test's copies enter the scope themselves.
+bool in_emulated_kernel();
+class EmulatedKernelScope {
+ public:
+  EmulatedKernelScope();
+  ~EmulatedKernelScope();
+  EmulatedKernelScope(const EmulatedKernelScope&) = delete;
+  EmulatedKernelScope& operator=(const EmulatedKernelScope&) = delete;
+};
+
+namespace detail {
+// The CPU kernel handed out for an emulated device, called inside an EmulatedKernelScope. target is set by
+// KernelTable just before the caller calls the thunk (table(device)(args...)).
+template <typename Fn>
+struct EmulatedThunk;
+template <typename R, typename... Args>
+struct EmulatedThunk<R(Args...)> {
+  static inline thread_local R (*target)(Args...) = nullptr;
+  static R call(Args... args) {
+    R (*fn)(Args...) = target;
+    EmulatedKernelScope scope;
+    return fn(std::forward<Args>(args)...);
+  }
+};
+}  // namespace detail
 
 template <typename Fn>
 class KernelTable {
@@ -37,7 +65,10 @@ class KernelTable {
   // The kernel for device; Error naming the op and device when no backend provides one.
   Fn* operator()(const Device& device) const {
     Fn* fn = fns_[static_cast<size_t>(device.type)];
-    if (!fn && emulated_with_cpu_kernels(device.type)) fn = fns_[static_cast<size_t>(DeviceType::kCpu)];
+    if (!fn && emulated_with_cpu_kernels(device.type) && fns_[static_cast<size_t>(DeviceType::kCpu)] != nullptr) {
+      detail::EmulatedThunk<Fn>::target = fns_[static_cast<size_t>(DeviceType::kCpu)];
+      return &detail::EmulatedThunk<Fn>::call;
+    }
     if (!fn) fail_unsupported(op_, device);
     return fn;
   }
