@@ -17,8 +17,8 @@
 # CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
 # tests/ops/cuda_cnn_test.cpp), the losses, sum/mean, the accuracy and the counted unscale
 # (tests/ops/cuda_losses_test.cpp), attention and the backward passes given a gradient of another dtype
-# (tests/ops/cuda_attention_test.cpp), the fused Adam update of a GPU parameter arena (bit for bit against the CPU
-# optimizer) and the timed GEMM of `bench gemm --device` and doctor (tests/ops/cuda_gemm_timing_test.cpp) included.
+# (tests/ops/cuda_attention_test.cpp), the fused optimizer update (SGD, RMSprop, Adam, AdamW) of a GPU parameter
+# arena (bit for bit against the CPU optimizer) and the timed GEMM of `bench gemm --device` and doctor (tests/ops/cuda_gemm_timing_test.cpp) included.
 # Without GoogleTest (the tests' framework) the tests are left out and mixtrain_gpu_bench's own check against the
 # CPU bits decides.
 set -euo pipefail
