@@ -107,10 +107,9 @@ std::vector<Var> KernelOptions::penalties(const Var& kernel) const {
 }
 
 Var regularization_penalty(const Var& w, const Regularizer& r) {
-  MIXTRAIN_CHECK(w.defined() && is_float(w.dtype()), "regularization_penalty: the weight must be floating");
-  MIXTRAIN_CHECK(std::isfinite(r.l1) && std::isfinite(r.l2) && r.l1 >= 0 && r.l2 >= 0,
-                 "regularizer factors must be finite and >= 0, got l1 " << r.l1 << ", l2 " << r.l2);
-  // Widened to float32 (the variable itself under the float32 and mixed policies), summed in double, on w's device.
+  MIXTRAIN_CHECK(w.defined(), "regularization_penalty: the weight is undefined");
+  // The op checks the weight's dtype and the factors; it widens to float32 (the variable itself under the float32
+  // and mixed policies) and sums in double, on w's device.
   const Tensor value = w.value();
   const bool rec = should_record({&w});
   Var out(ops::regularization_penalty(value, r.l1, r.l2), rec);

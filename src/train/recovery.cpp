@@ -42,8 +42,7 @@ void add_column_rounding(const Tensor& t, DType d, LayerNumerics& n) {
   const int64_t cols = t.rank() >= 2 ? t.dim(static_cast<int>(t.rank()) - 1) : 1;
   const int64_t rows = t.numel() / cols;
   if (rows < 2) return;
-  // (rows, cols), read back from the model's device
-  const std::vector<float> v = (t.device().is_cpu() ? t : ops::to_device(t, Device::cpu())).to_floats();
+  const std::vector<float> v = ops::to_device(t, Device::cpu()).to_floats();  // (rows, cols), from the model's device
   std::vector<double> sum(static_cast<size_t>(cols), 0), count(static_cast<size_t>(cols), 0);
   auto usable = [&](float x) { return std::isfinite(x) && std::isfinite(round_to(x, d)); };
   for (int64_t r = 0; r < rows; ++r)
