@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch (CPU) at the same work `mixtrain bench` measures, for side-by-side ratios.
+"""PyTorch at the same work `mixtrain bench` measures, on the CPU or a GPU, for side-by-side ratios.
 
-  peer_torch.py matmul [--sizes 512,1024,2048] [--seconds S] [--threads T]
-      C = A @ B, all n x n in the dtype under test; best of repeated runs over about S seconds per case.
-  peer_torch.py step --variant float32|autocast_bfloat16 [--hidden 4096,4096] [--batch-size 256]
-                     [--steps N] [--threads T]
+  peer_torch.py matmul [--sizes 512,1024,2048] [--seconds S] [--threads T] [--device cpu|cuda|cuda:N]
+      C = A @ B, all n x n in the dtype under test; best of repeated runs over about S seconds per case. On a
+      GPU, as `mixtrain bench gemm --device` times it: batches of back-to-back products (about 10 ms each)
+      between synchronizations, the fastest batch per product; float32 with TF32 off (mixtrain's default).
+  peer_torch.py step --variant float32|autocast_bfloat16|autocast_float16 [--hidden 4096,4096]
+                     [--batch-size 256] [--steps N] [--threads T] [--device cpu|cuda|cuda:N]
       One training step of the MLP `mixtrain bench step` builds: 784-H1-H2-10, ReLU, Adam (lr 1e-3),
       cross-entropy on logits; the median over N steps after 2 warm-up steps. autocast_bfloat16 runs the
       forward pass under torch.autocast("cpu", torch.bfloat16), the usual PyTorch CPU mixed precision
@@ -30,6 +32,11 @@
       transformer` uses (over the warm-up and timed steps). Random ids in [0, V), labelled with the next id.
       Under autocast_bfloat16 the logits Linear runs outside autocast, in float32, as mixtrain's does.
 
+On a GPU (--device cuda) every step reads its loss back (loss.item()), as `mixtrain bench step` reads each step's
+logs, so a step's time covers its GPU work; autocast_float16 (GPU only: PyTorch's CPU autocast has no float16) adds
+GradScaler's dynamic loss scaling, the transformer's unscaling before clipping included; each record gives
+step_peak_memory_bytes, the peak allocated during the timed steps beyond what was allocated before them.
+
 Prints one JSON object per line. GFLOP/s of an MLP step counts 6 x batch x weights (forward 2, backward 4),
 as mixtrain does; a convolution reuses its weights across positions and attention multiplies activations by
 activations, so for the CNN and the transformer it is null, as mixtrain prints none.
@@ -49,6 +56,7 @@ except ImportError as e:  # the caller skips this peer on exit status 3
     sys.exit(3)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+AUTOCAST = {"float32": None, "autocast_bfloat16": torch.bfloat16, "autocast_float16": torch.float16}
 
 
 def loaded_blas():
@@ -65,31 +73,118 @@ def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
-def bench_matmul(sizes, seconds):
+class Target:
+    """Where the peer runs: its device, how to wait for the work queued there, and its memory counters."""
+
+    def __init__(self, name):
+        self.device = torch.device(name)
+        self.gpu = self.device.type == "cuda"
+        if self.gpu:
+            if not torch.cuda.is_available():
+                raise SystemExit(f"peer_torch: --device {name}: PyTorch sees no GPU (torch {torch.__version__})")
+            if self.device.index is None:  # "cuda": the current GPU, by index (set_device wants one)
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            torch.cuda.set_device(self.device)
+            # mixtrain multiplies float32 in float32 unless told otherwise (MIXTRAIN_CUDA_TF32=1): so does the peer.
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+
+    def sync(self):
+        if self.gpu:
+            torch.cuda.synchronize(self.device)
+
+    def info(self):
+        return {"device": str(self.device),
+                "gpu": torch.cuda.get_device_name(self.device) if self.gpu else None,
+                "tf32": torch.backends.cuda.matmul.allow_tf32 if self.gpu else None}
+
+
+class Mixed:
+    """autocast on the target's device for a 16-bit variant, and GradScaler's dynamic loss scaling for float16."""
+
+    def __init__(self, target, variant):
+        self.dtype = AUTOCAST[variant]
+        self.device_type = target.device.type
+        if self.dtype is torch.float16 and not target.gpu:
+            raise ValueError("peer_torch: autocast_float16 runs on a GPU only (PyTorch's CPU autocast has no float16)")
+        scaled = self.dtype is torch.float16
+        try:
+            self.scaler = torch.amp.GradScaler(self.device_type, enabled=scaled)
+        except (AttributeError, TypeError):  # PyTorch before 2.3
+            self.scaler = torch.cuda.amp.GradScaler(enabled=scaled)
+
+    def autocast(self):
+        # A disabled autocast still names a dtype its device supports, or PyTorch warns.
+        fallback = torch.float16 if self.device_type == "cuda" else torch.bfloat16
+        return torch.autocast(self.device_type, dtype=self.dtype or fallback, enabled=self.dtype is not None)
+
+    def backward_and_step(self, loss, opt, clip_params=None):
+        self.scaler.scale(loss).backward()
+        if clip_params is not None:
+            self.scaler.unscale_(opt)  # clipping sees the true gradients (a no-op without scaling)
+            torch.nn.utils.clip_grad_norm_(clip_params, 1.0)
+        self.scaler.step(opt)  # skipped when a gradient is not finite
+        self.scaler.update()
+
+
+def time_steps(step, steps, warmup, target):
+    """The median of `steps` timed calls of step() after `warmup` untimed ones (optimizer state, allocator,
+    kernels chosen), and on a GPU the peak allocated beyond what was allocated before the timed steps."""
+    for _ in range(warmup):
+        step()
+    target.sync()
+    base = None
+    if target.gpu:
+        torch.cuda.reset_peak_memory_stats(target.device)
+        base = torch.cuda.memory_allocated(target.device)
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step().item()  # the loss read back: on a GPU, the wait for the step's work
+        times.append(time.perf_counter() - t)
+    peak = torch.cuda.max_memory_allocated(target.device) - base if target.gpu else None
+    return statistics.median(times), peak
+
+
+def bench_matmul(sizes, seconds, target):
     gen = torch.Generator().manual_seed(1)
     for n in sizes:
         a32 = torch.rand(n, n, generator=gen) * 2 - 1
         b32 = torch.rand(n, n, generator=gen) * 2 - 1
         for name, dtype in DTYPES.items():
-            a, b = a32.to(dtype), b32.to(dtype)
-            c = torch.empty(n, n, dtype=dtype)
+            a, b = a32.to(dtype).to(target.device), b32.to(dtype).to(target.device)
+            c = torch.empty(n, n, dtype=dtype, device=target.device)
             try:
                 torch.mm(a, b, out=c)  # untimed: first touch, and fails here if not implemented
+                target.sync()
             except RuntimeError as e:
                 emit({"what": "peer_torch_matmul", "n": n, "dtype": name, "supported": False,
-                      "reason": str(e).splitlines()[0]})
+                      "reason": str(e).splitlines()[0], "device": str(target.device)})
                 continue
-            best, runs, start = float("inf"), 0, time.perf_counter()
-            while runs < 2 or (time.perf_counter() - start < seconds and runs < 1000):
+            # Products per timed batch: one on the CPU; on a GPU about 10 ms of them back to back, so the launch
+            # cost overlaps the work, as mixtrain's time_matmul batches them.
+            per_batch = 1
+            if target.gpu:
                 t = time.perf_counter()
                 torch.mm(a, b, out=c)
-                best = min(best, time.perf_counter() - t)
+                target.sync()
+                one = max(time.perf_counter() - t, 1e-7)
+                per_batch = int(min(max(min(0.01, seconds / 4) / one, 1), 1000))
+            best, runs, start = float("inf"), 0, time.perf_counter()
+            while runs < 2 or (time.perf_counter() - start < seconds and runs < 1000):
+                target.sync()
+                t = time.perf_counter()
+                for _ in range(per_batch):
+                    torch.mm(a, b, out=c)
+                target.sync()
+                best = min(best, (time.perf_counter() - t) / per_batch)
                 runs += 1
             emit({"what": "peer_torch_matmul", "n": n, "dtype": name, "supported": True,
-                  "gflops": 2.0 * n ** 3 / best / 1e9, "runs": runs})
+                  "gflops": 2.0 * n ** 3 / best / 1e9, "runs": runs, "per_batch": per_batch,
+                  "device": str(target.device)})
 
 
-def bench_step(variant, hidden, batch_size, steps):
+def bench_step(variant, hidden, batch_size, steps, target):
     torch.manual_seed(1)
     inputs, classes = 784, 10  # the Fashion-MNIST shapes, as in mixtrain bench step
     layers, width = [], inputs
@@ -97,33 +192,26 @@ def bench_step(variant, hidden, batch_size, steps):
         layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
         width = h
     layers.append(torch.nn.Linear(width, classes))
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(target.device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.rand(batch_size, inputs)
-    y = torch.randint(0, classes, (batch_size,))
-    use_autocast = variant == "autocast_bfloat16"
+    x = torch.rand(batch_size, inputs, device=target.device)
+    y = torch.randint(0, classes, (batch_size,), device=target.device)
+    mixed = Mixed(target, variant)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
+        with mixed.autocast():
             logits = model(x)
         loss = F.cross_entropy(logits.float(), y)
-        loss.backward()
-        opt.step()
+        mixed.backward_and_step(loss, opt)
         return loss
 
-    for _ in range(2):  # warm-up: Adam state, allocator
-        step()
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    median = statistics.median(times)
+    median, peak = time_steps(step, steps, 2, target)  # warm-up: Adam state, allocator
     weights = sum(p.numel() for p in model.parameters())
     emit({"what": "peer_torch_step", "model": "mlp", "variant": variant, "hidden": hidden,
           "batch_size": batch_size, "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
-          "gflops": 6.0 * batch_size * weights / median / 1e9})
+          "gflops": 6.0 * batch_size * weights / median / 1e9, "device": str(target.device),
+          "step_peak_memory_bytes": peak})
 
 
 class Cnn(torch.nn.Module):
@@ -152,40 +240,33 @@ class Cnn(torch.nn.Module):
         return self.hidden(f)  # (B, H)
 
 
-def bench_cnn_step(variant, hidden, batch_size, steps, layout):
+def bench_cnn_step(variant, hidden, batch_size, steps, layout, target):
     torch.manual_seed(1)
     classes = 10
     channels_last = layout == "channels_last"
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = Cnn(hidden, classes, channels_last).to(memory_format=fmt)
+    model = Cnn(hidden, classes, channels_last).to(target.device, memory_format=fmt)
     model.train()  # batch statistics in BatchNorm, Dropout on, as in a training step
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
-    x = torch.rand(batch_size, 1, 28, 28).contiguous(memory_format=fmt)
-    y = torch.randint(0, classes, (batch_size,))
-    use_autocast = variant == "autocast_bfloat16"
+    x = torch.rand(batch_size, 1, 28, 28, device=target.device).contiguous(memory_format=fmt)
+    y = torch.randint(0, classes, (batch_size,), device=target.device)
+    mixed = Mixed(target, variant)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
+        with mixed.autocast():
             h = model.body(x)
         logits = model.logits(h.float())  # float32 logits layer, outside autocast
         loss = F.cross_entropy(logits, y)
-        loss.backward()
-        opt.step()
+        mixed.backward_and_step(loss, opt)
         return loss
 
-    for _ in range(2):  # warm-up: Adam state, allocator, oneDNN primitives
-        step()
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    median = statistics.median(times)
+    median, peak = time_steps(step, steps, 2, target)  # warm-up: Adam state, allocator, oneDNN/cuDNN choices
     weights = sum(p.numel() for p in model.parameters())
     emit({"what": "peer_torch_step", "model": "cnn", "variant": variant, "hidden": hidden,
           "batch_size": batch_size, "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
-          "gflops": None, "layout": layout, "weights": weights})
+          "gflops": None, "layout": layout, "weights": weights, "device": str(target.device),
+          "step_peak_memory_bytes": peak})
 
 
 class CausalSelfAttention(torch.nn.Module):
@@ -262,9 +343,9 @@ def cosine_with_warmup(total_steps):
     return factor
 
 
-def bench_transformer_step(variant, vocabulary, context, width, layers, heads, batch_size, steps):
+def bench_transformer_step(variant, vocabulary, context, width, layers, heads, batch_size, steps, target):
     torch.manual_seed(1)
-    model = TransformerLM(vocabulary, context, width, layers, heads)
+    model = TransformerLM(vocabulary, context, width, layers, heads).to(target.device)
     model.train()
     # Weight decay on the weights and embeddings; none on biases and LayerNorm gains and offsets, as mixtrain's
     # AdamW excludes variables named bias, gamma and beta.
@@ -276,36 +357,29 @@ def bench_transformer_step(variant, vocabulary, context, width, layers, heads, b
     opt = torch.optim.AdamW(groups, lr=2e-3, eps=1e-7)
     warmup_steps = 2
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, cosine_with_warmup(steps + warmup_steps))
-    stream = torch.randint(0, vocabulary, (batch_size * context + 1,))
+    stream = torch.randint(0, vocabulary, (batch_size * context + 1,)).to(target.device)
     x = stream[:-1].view(batch_size, context)  # (B, T)
     y = stream[1:].view(batch_size, context)  # (B, T): the id after each position
-    use_autocast = variant == "autocast_bfloat16"
+    mixed = Mixed(target, variant)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
+        with mixed.autocast():
             h = model.body(x)
         logits = model.logits(h.float())  # (B, T, V) float32 logits layer, outside autocast
         loss = F.cross_entropy(logits.reshape(-1, vocabulary), y.reshape(-1))  # mean over B x T
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        mixed.backward_and_step(loss, opt, clip_params=params)
         schedule.step()
         return loss
 
-    for _ in range(warmup_steps):  # warm-up: AdamW state, allocator, oneDNN primitives
-        step()
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    median = statistics.median(times)
+    # warm-up: AdamW state, allocator, oneDNN/cuBLAS choices
+    median, peak = time_steps(step, steps, warmup_steps, target)
     emit({"what": "peer_torch_step", "model": "transformer", "variant": variant, "vocabulary": vocabulary,
           "context": context, "width": width, "layers": layers, "heads": heads, "batch_size": batch_size,
           "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
           "tokens_per_second": batch_size * context / median, "gflops": None,
-          "weights": sum(p.numel() for p in params)})
+          "weights": sum(p.numel() for p in params), "device": str(target.device),
+          "step_peak_memory_bytes": peak})
 
 
 def int_list(text):
@@ -322,9 +396,11 @@ def main():
     m.add_argument("--sizes", type=int_list, default=[512, 1024, 2048])
     m.add_argument("--seconds", type=float, default=1.0)
     m.add_argument("--threads", type=int, default=2)
+    m.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     s = sub.add_parser("step")
     s.add_argument("--model", choices=["mlp", "cnn", "transformer"], default="mlp")
-    s.add_argument("--variant", choices=["float32", "autocast_bfloat16"], required=True)
+    s.add_argument("--variant", choices=list(AUTOCAST), required=True,
+                   help="autocast_float16 (with GradScaler) on a GPU only")
     s.add_argument("--hidden", type=int_list, default=None,
                    help="MLP: hidden widths (default 4096,4096); cnn: the Dense width (default 128)")
     s.add_argument("--layout", choices=["channels_last", "nchw"], default="channels_last", help="cnn only")
@@ -333,16 +409,23 @@ def main():
         s.add_argument(f"--{flag}", type=int, default=None, help=f"transformer only (default {default})")
     s.add_argument("--steps", type=int, default=10)
     s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     args = p.parse_args()
     if args.threads < 1:
         p.error("--threads must be >= 1")
+    try:
+        target = Target(args.device)
+    except RuntimeError as e:  # not a device name PyTorch knows
+        p.error(f"--device {args.device}: {e}")
+    if args.what == "step" and args.variant == "autocast_float16" and not target.gpu:
+        p.error("--variant autocast_float16 needs --device cuda (PyTorch's CPU autocast has no float16)")
     torch.set_num_threads(args.threads)
-    emit({"what": "peer_torch_info", "version": torch.__version__, "threads": torch.get_num_threads(),
-          "mkldnn": torch.backends.mkldnn.is_available(), "blas": loaded_blas()})
+    emit(dict({"what": "peer_torch_info", "version": torch.__version__, "threads": torch.get_num_threads(),
+               "mkldnn": torch.backends.mkldnn.is_available(), "blas": loaded_blas()}, **target.info()))
     if args.what == "matmul":
         if not args.seconds > 0:
             p.error("--seconds must be positive")
-        bench_matmul(args.sizes, args.seconds)
+        bench_matmul(args.sizes, args.seconds, target)
     else:
         shape_flags = ("vocabulary", "context", "width", "layers", "heads")
         if args.model != "transformer":
@@ -364,14 +447,14 @@ def main():
             if shape["width"] % shape["heads"]:
                 p.error(f"--heads {shape['heads']} must divide --width {shape['width']}")
             bench_transformer_step(args.variant, shape["vocabulary"], shape["context"], shape["width"],
-                                   shape["layers"], shape["heads"], args.batch_size, args.steps)
+                                   shape["layers"], shape["heads"], args.batch_size, args.steps, target)
         elif args.model == "cnn":
             hidden = args.hidden or [128]
             if len(hidden) != 1:
                 p.error("--hidden takes one width for --model cnn")
-            bench_cnn_step(args.variant, hidden[0], args.batch_size, args.steps, args.layout)
+            bench_cnn_step(args.variant, hidden[0], args.batch_size, args.steps, args.layout, target)
         else:
-            bench_step(args.variant, args.hidden or [4096, 4096], args.batch_size, args.steps)
+            bench_step(args.variant, args.hidden or [4096, 4096], args.batch_size, args.steps, target)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
 # same sizes in one run, runs `mixtrain bench gemm --device cuda` (float32, float16 and bfloat16 GEMMs through the
 # backend's cuBLASLt matmul) and `mixtrain doctor` (each GPU's GEMM measured, with its verdicts), and writes a JSON
 # summary; then trains on the GPU: `mixtrain bench step --device cuda` for the MLP, CNN and transformer under each
-# policy beside PyTorch AMP's same steps (with peak memory), and `mixtrain train --device cuda` against
+# policy, and PyTorch on the same GPU in one process (bench/peer_torch.py --device cuda: torch.mm at bench gemm's
+# sizes, TF32 off as mixtrain's default, and the same models' steps under autocast, GradScaler for float16, with
+# peak memory), so the summary gives every target's ratio; and `mixtrain train --device cuda` against
 # `--device cpu` on a small CSV. Well under 8 minutes. (PyTorch unscales 16-bit gradients in place, in 16 bits; mixtrain unscales them
 # into float32, where small ones cannot underflow: it moves 4 more bytes per element.)
 #
@@ -114,88 +116,36 @@ if ! build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$out/mixtrain.jsonl" 2>
   status=1
 fi
 
-say "PyTorch AMP: the MLP, CNN and transformer training steps of bench step (autocast, GradScaler for float16)"
-python3 - > "$out/torch-steps.jsonl" 2>> "$log" <<'PY' || { say "PyTorch training steps FAILED"; status=1; }
-import json, time, torch
-from torch import nn
-dev = "cuda"
-def mlp():
-    return nn.Sequential(nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
-def cnn():  # tools' model zoo: two Conv-BN-ReLU-MaxPool stages, Dense 128, dropout, logits
-    return nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
-                         nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.3), nn.Linear(128, 10))
-class Block(nn.Module):  # the tools' transformer block: pre-LN, causal attention, 4x GELU MLP
-    def __init__(self, d, heads):
-        super().__init__()
-        self.ln_1, self.ln_2, self.heads = nn.LayerNorm(d), nn.LayerNorm(d), heads
-        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-    def forward(self, h):
-        b, t, d = h.shape
-        q, k, v = self.qkv(self.ln_1(h)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        if hasattr(nn.functional, "scaled_dot_product_attention"):
-            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:  # PyTorch before 2.0
-            mask = torch.ones(t, t, dtype=torch.bool, device=h.device).triu(1)
-            w = (q @ k.transpose(-1, -2)) / (q.shape[-1] ** 0.5)
-            a = w.masked_fill(mask, float("-inf")).softmax(-1) @ v
-        a = a.transpose(1, 2).reshape(b, t, d)
-        h = h + self.out(a)
-        return h + self.mlp(self.ln_2(h))
-class LM(nn.Module):  # bench step's transformer defaults: V 83, T 64, D 128, 2 layers, 4 heads
-    def __init__(self, v=83, t=64, d=128, layers=2, heads=4):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(v, d), nn.Parameter(torch.zeros(t, d))
-        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
-        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, v)
-    def forward(self, ids):
-        return self.head(self.ln(self.blocks(self.tok(ids) + self.pos)))
-for name, make in (("mlp", mlp), ("cnn", cnn), ("transformer", LM)):
-    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
-        torch.manual_seed(1)
-        model = make().to(dev)
-        lm = name == "transformer"
-        # bench step's recipes: Adam 1e-3; the transformer's AdamW 2e-3, weight decay 0.01, clipping at norm 1.
-        opt = (torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01) if lm
-               else torch.optim.Adam(model.parameters(), lr=1e-3))
-        dtype = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}.get(policy)
+say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
+say "  CNN and transformer steps at bench step's shapes (autocast; GradScaler for float16)"
+python3 - "$out" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
+import json, os, sys, traceback
+sys.path.insert(0, "bench")
+import peer_torch as peer  # exits with status 3 when torch is not importable
+out = sys.argv[1]
+target = peer.Target("cuda")
+failed = False
+def run(name, what, *args):
+    global failed
+    # Each case's record goes to its file; one that fails is reported and the others still run.
+    with open(os.path.join(out, name), "a") as f:
+        sys.stdout = f
         try:
-            scaler = torch.amp.GradScaler("cuda", enabled=dtype is torch.float16)
-        except (AttributeError, TypeError):  # PyTorch before 2.3
-            scaler = torch.cuda.amp.GradScaler(enabled=dtype is torch.float16)
-        if lm:
-            x = torch.randint(0, 83, (32, 64), device=dev)
-            y = torch.randint(0, 83, (32, 64), device=dev)
-        else:
-            x = torch.rand(256, 784, device=dev)
-            y = torch.randint(0, 10, (256,), device=dev)
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-                out = model(x)
-                loss = nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
-            scaler.scale(loss).backward()
-            if lm:
-                scaler.unscale_(opt)
-                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)
-            scaler.update()
-            return loss.item()  # read back each step, as mixtrain's bench step does
-        for _ in range(2):
-            step()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        times = []
-        for _ in range(20):
-            t = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t)
-        times.sort()
-        print(json.dumps({"model": name, "policy": policy, "ms_per_step": 1e3 * times[len(times) // 2],
-                          "step_peak_memory_bytes": torch.cuda.max_memory_allocated() - base}))
+            what(*args, target)
+        except Exception:
+            traceback.print_exc()
+            failed = True
+        finally:
+            sys.stdout = sys.__stdout__
+for name in ("torch-gemm.jsonl", "torch-steps.jsonl"):
+    with open(os.path.join(out, name), "w") as f:
+        f.write(json.dumps(dict({"what": "peer_torch_info", "version": peer.torch.__version__}, **target.info())) + "\n")
+run("torch-gemm.jsonl", peer.bench_matmul, [1024, 4096, 8192], 0.5)
+for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
+    run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 256, 20)
+    run("torch-steps.jsonl", peer.bench_cnn_step, variant, 128, 256, 20, "channels_last")
+    run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 64, 128, 2, 4, 32, 20)
+sys.exit(1 if failed else 0)
 PY
 
 say "PyTorch AMP: the same loss-scaling step"
@@ -250,13 +200,26 @@ def load(name):
 gemm = load("bench-gemm-gpu.json")
 doctor = load("doctor.json")
 gpu_gemm = gemm["gemm"] if gemm else None
+torch_gemm = {(r["dtype"], r["n"]): r for r in lines("torch-gemm.jsonl")
+              if r["what"] == "peer_torch_matmul" and r["supported"]}
+if gpu_gemm:
+    print("GEMM n x n x n on the GPU, GFLOP/s; vs torch = mixtrain / PyTorch matmul (target at 8192, 16-bit: >= 0.80)")
+    for row in gpu_gemm:
+        t = torch_gemm.get((row["dtype"], row["n"]))
+        row["torch_gflops"] = t["gflops"] if t else None
+        row["vs_torch"] = row["gflops"] / t["gflops"] if t and row["gflops"] else None
+        print(f"{row['n']:>6} {row['dtype']:>9}  mixtrain {(row['gflops'] or float('nan')):10.1f}  torch "
+              f"{(row['torch_gflops'] or float('nan')):10.1f}  "
+              f"{('%.2f' % row['vs_torch']) if row['vs_torch'] else 'n/a'}")
 gpu_doctor = None
 if doctor:
     gpu_doctor = {"gpus": [dict(d.get("gemm", {}), name=d["name"]) for d in doctor["gpus"]["devices"]],
                   "verdicts": [v for v in doctor["verdicts"] if v["device"] != "cpu"]}
     for v in gpu_doctor["verdicts"]:
         print(f"doctor {v['device']} {v['policy']}: {v['verdict']}")
-torch_steps = {(r["model"], r["policy"]): r for r in lines("torch-steps.jsonl")}
+policy_of = {"float32": "float32", "autocast_float16": "mixed_float16", "autocast_bfloat16": "mixed_bfloat16"}
+torch_steps = {(r["model"], policy_of[r["variant"]]): r for r in lines("torch-steps.jsonl")
+               if r["what"] == "peer_torch_step"}
 train_steps = []
 print("training steps on the GPU, ms per step (batch 256; transformer: bench step's defaults); "
       "vs torch = PyTorch / mixtrain, vs float32 = mixtrain float32 / mixtrain")
