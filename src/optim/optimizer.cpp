@@ -96,8 +96,18 @@ int64_t Optimizer::settled_iterations() const {
     // The one read-back of the device path: the count after the steps whose skip the host did not see.
     iterations_ = ops::to_device(d.counter, Device::cpu()).data<int64_t>()[0];
     d.uncertain = 0;
+    ++d.generation;
+    d.last_uncertain.reset();
   }
   return iterations_;
+}
+
+void Optimizer::resolve_uncertain_update(uint64_t ticket, bool advanced) {
+  DeviceIterations& d = device_iterations_;
+  if (ticket != d.generation || d.uncertain == 0) return;  // accounted for when the counter was read or dropped
+  // The device's counter lies in [iterations_, iterations_ + uncertain]; this update's share is now known.
+  if (advanced) ++iterations_;
+  --d.uncertain;
 }
 
 void Optimizer::set_global_clipnorm(std::optional<float> clip_norm) {

@@ -433,8 +433,10 @@ void FlatPasses::device(Optimizer& opt, FlatPass& pass) {
   // A step the flag may skip without counting leaves the counter one of two values; any other step advances it.
   if (pass.gate.found_inf != nullptr && !pass.gate.skipped_steps_advance_iterations) {
     ++counter.uncertain;
+    counter.last_uncertain = counter.generation;
   } else {
     ++opt.iterations_;
+    counter.last_uncertain.reset();
   }
 }
 

@@ -274,7 +274,13 @@ void Model::build_for(const Shape& sample_shape) {
 Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows) {
   Tensor record = ops::full({kRecordSize}, DType::kFloat32, 0.0f, device());
   const QueuedStep q = queue_step(x, y, comm, global_rows, record);
-  return step_logs(ops::to_device(record, Device::cpu()).data<float>(), q);
+  const Tensor host_record = ops::to_device(record, Device::cpu());
+  resolve_update(host_record.data<float>(), q);
+  return step_logs(host_record.data<float>(), q);
+}
+
+void Model::resolve_update(const float* record, const QueuedStep& q) {
+  if (q.uncertain_update) optimizer_->inner_optimizer().resolve_uncertain_update(*q.uncertain_update, record[3] == 0.0f);
 }
 
 Logs Model::step_logs(const float* record, const QueuedStep& q) const {
@@ -402,6 +408,9 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
       optimizer_->apply_arena(arena_);  // a LossScaleOptimizer unscales, checks and applies or skips here
     else
       optimizer_->apply(grads, vars);
+    // Whether the update was skipped stays where it ran, with the logs, until they are read.
+    queued.uncertain_update = optimizer_->inner_optimizer().last_uncertain_update();
+    if (queued.uncertain_update) record.slice(0, 3, 4).copy_from(optimizer_->last_skip_flag());
   }
   for (Var v : vars) v.zero_grad();
   queued.rows = comm ? global_rows : rows;
@@ -592,6 +601,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
       const float* rec = host_records.data<float>();
       bool rolled_back = false;
       for (int64_t k = 0; k < count; ++k) {
+        resolve_update(rec + k * kRecordSize, queued[static_cast<size_t>(k)]);
         const Logs step_logs = this->step_logs(rec + k * kRecordSize, queued[static_cast<size_t>(k)]);
         history.step_loss.push_back(log_value(step_logs, "loss"));
         if (has_log(step_logs, "loss_scale")) history.step_loss_scale.push_back(log_value(step_logs, "loss_scale"));

@@ -15,6 +15,7 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
 #include "mixtrain/nn/normalization.h"
+#include "mixtrain/optim/schedules.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
@@ -384,6 +385,48 @@ TEST_P(DeviceTrainingPolicies, AnEpochReadsItsLogsOncePerWindow) {
     EXPECT_EQ(histories[i].history, histories[0].history);
   }
   EXPECT_EQ(histories[0].step_loss.size(), 6u);
+}
+
+// Under loss scaling the host cannot see which updates on the device were skipped, so the device's iteration
+// counter (Adam's bias correction, the schedule) is known to lie in a range that grows by one per step. Each step's
+// record carries its skip flag, and reading the window's logs narrows the range back to one value: however many
+// steps and skips an epoch has, it reads nothing but its windows' logs, and iterations() needs no read either.
+TEST_F(DeviceTraining, SkippedUpdatesAreCountedFromTheLogsWithoutReadingTheCounter) {
+  const auto [x, y] = train_test::blobs(600, 11);  // 150 steps of 4: more than the 64 updates one rate window covers
+  const auto build = [] {
+    set_global_policy("mixed_float16");
+    auto m = std::make_unique<Model>("mlp", 5);
+    m->emplace<Dense>(32, "relu");
+    m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+    set_global_policy("float32");
+    // A scale far above what float16 gradients bear: the first steps overflow and are skipped until it has
+    // halved enough; growth every 10 finite steps makes it overflow, and skip, again now and then.
+    LossScaleOptions o;
+    o.initial_scale = o.max_scale = 1099511627776.0f;  // 2^40
+    o.dynamic_growth_steps = 10;
+    auto opt = std::make_unique<LossScaleOptimizer>(make_optimizer("adam", 1e-2f), o);
+    opt->inner().set_learning_rate_schedule(make_schedule("cosine", 1e-2f, 150, 10));
+    m->compile(std::move(opt), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+    return m;
+  };
+  auto on_cpu = build(), on_gpu = build();
+  on_gpu->to(kEmulated);
+  FitOptions o = quiet_fit(1);
+  o.batch_size = 4;
+  o.steps_per_log = 8;
+  const History h_cpu = on_cpu->fit(x, y, o);
+  g_counts = {};
+  const History h_gpu = on_gpu->fit(x, y, o);
+  EXPECT_EQ(g_counts.downloads, 19);  // ceil(150 / 8) windows, no read of the counter
+  EXPECT_EQ(g_counts.synchronizes, 0);
+  const int64_t applied = on_cpu->optimizer().iterations();
+  EXPECT_GT(applied, 0);
+  EXPECT_LT(applied, 130) << "expected skipped steps: the first ones at least";
+  EXPECT_EQ(on_gpu->optimizer().iterations(), applied);
+  EXPECT_EQ(g_counts.downloads, 19) << "iterations() read the device's counter: the logs had not settled it";
+  EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
+  EXPECT_EQ(h_gpu.step_loss_scale, h_cpu.step_loss_scale);
+  EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
 }
 
 // Every model the command line trains, a few steps on the device against the same steps on the CPU.

@@ -77,9 +77,10 @@ class Optimizer {
   // update kernel's, made on the device, and the host never branches on the flag.
   // An arena on a device (CUDA) is updated by the fused update op there (ops/fused_update.h), with the CPU's bits:
   // SGD, RMSprop, Adam and AdamW (an optimizer without fused_rule() refuses such an arena, naming itself). The flag
-  // and the iteration count are read on the device; the host keeps the count's lower bound and reads the device's
-  // counter back only when asked for it (iterations(), state(), learning_rate() under a schedule) after steps whose
-  // skip it could not see, or every ops::kRateWindow such steps. Global clipping's norm stays on the device too.
+  // and the iteration count are read on the device; the host keeps the count's lower bound, learns each skip it
+  // could not see from the step's logs (resolve_uncertain_update(), as Model::fit does), or else reads the
+  // device's counter back when asked for it (iterations(), state(), learning_rate() under a schedule) or every
+  // ops::kRateWindow such steps. Global clipping's norm stays on the device too.
   void apply_flat_gradients(ParameterArena& arena, const std::vector<Tensor>& flat_grads, const UpdateGate& gate = {});
   // Whether apply_arena() works for this optimizer (SGD, Adam, AdamW and RMSprop; a custom optimizer that overrides
   // only update() updates variables one by one through apply()).
@@ -127,10 +128,22 @@ class Optimizer {
   virtual std::shared_ptr<const LearningRateSchedule> learning_rate_schedule() const { return schedule_; }
 
   // Number of applied updates (Adam's bias correction and learning-rate schedules read it). After updates of an
-  // arena on a device that the host could not see skipped or not, reads the device's counter (a synchronisation).
+  // arena on a device that the host could not see skipped or not (and did not resolve), reads the device's counter
+  // (a synchronisation).
   virtual int64_t iterations() const { return settled_iterations(); }
   // Sets the update count, for resuming and for wrappers that count skipped steps as iterations.
   virtual void set_iterations(int64_t iterations);
+  // An update of an arena on a device whose skip flag the host could not see leaves the device's iteration
+  // counter one of two values (it advanced or not). last_uncertain_update() names the last update when it did so
+  // (a ticket; nullopt otherwise); resolve_uncertain_update() tells the host what the flag said once it has read it
+  // anyway (Model::fit reads it with the step's logs), so iterations() and the rates of later updates need no read
+  // of the counter. A ticket of an update already accounted for (the counter was read back or replaced since) is
+  // ignored.
+  std::optional<uint64_t> last_uncertain_update() const { return device_iterations_.last_uncertain; }
+  void resolve_uncertain_update(uint64_t ticket, bool advanced);
+  // The skip flag of the last update where it ran: float32 (1,), nonzero when the update was skipped (a
+  // non-finite gradient under loss scaling); undefined for an optimizer that never skips.
+  virtual Tensor last_skip_flag() const { return Tensor(); }
 
   // When set, gradients are rescaled so their global L2 norm is at most this value before each update
   // (Keras global_clipnorm). The gradients given to apply() must already be unscaled.
@@ -222,12 +235,18 @@ class Optimizer {
   struct DeviceIterations {
     Tensor counter;
     int64_t uncertain = 0;
+    // Advanced whenever the uncertain updates are accounted for at once (the counter read back, or dropped): the
+    // ticket of every update uncertain now.
+    uint64_t generation = 0;
+    std::optional<uint64_t> last_uncertain;  // the last update's ticket, when it was uncertain
   };
   mutable DeviceIterations device_iterations_;
   // iterations_, exact: reads the device's counter back when it is uncertain.
   int64_t settled_iterations() const;
   // After the host changed iterations_: the device's counter no longer holds it.
-  void drop_device_counter() { device_iterations_ = DeviceIterations{}; }
+  void drop_device_counter() {
+    device_iterations_ = DeviceIterations{Tensor(), 0, device_iterations_.generation + 1, std::nullopt};
+  }
   std::optional<float> global_clipnorm_;
   // Moves the slots of the arena's variables into flat buffers with its layout (see apply_arena()).
   void bind_flat_slots(const ParameterArena& arena, const std::vector<std::string>& keys);

@@ -135,6 +135,7 @@ class LossScaleOptimizer : public Optimizer {
   const Tensor& counter_state() const { return counters_; }
   // The found_inf flag of the last step: float32 (1,), nonzero when a gradient was inf or NaN.
   const Tensor& found_inf() const { return found_inf_; }
+  Tensor last_skip_flag() const override { return found_inf_; }
   enum Counter : int {
     kGrowth = ops::kLsGrowth,  // finite steps since the last growth or skip
     kHysteresisLeft = ops::kLsHysteresisLeft,  // overflows still tolerated before halving

@@ -148,14 +148,20 @@ class Model : public Network {
 
  private:
   // A step's logs as it leaves them where it ran, in a float32 (kRecordSize,) tensor: the loss, the rows whose
-  // arg-max matched the label (when accuracy is tracked) and the loss scale the step used (when the loss is scaled).
-  static constexpr int64_t kRecordSize = 3;
+  // arg-max matched the label (when accuracy is tracked), the loss scale the step used (when the loss is scaled)
+  // and the update's skip flag (when the update left the optimizer's count uncertain, see uncertain_update).
+  static constexpr int64_t kRecordSize = 4;
   struct QueuedStep {
     int64_t rows = 0;  // the rows the logs average over (the global batch's, data-parallel)
     bool scales_loss = false;
     // Data-parallel: the global batch's loss and accuracy, already combined over the ranks on the host.
     std::optional<double> global_loss, global_accuracy;
+    // The update's ticket when the host could not see whether it was skipped (an arena on a device under loss
+    // scaling): the record's skip flag resolves it (Optimizer::resolve_uncertain_update) when the logs are read.
+    std::optional<uint64_t> uncertain_update;
   };
+  // Tells the optimizer what a read record's skip flag says about its step's update.
+  void resolve_update(const float* record, const QueuedStep& q);
   // train_step() without reading its logs: the step is queued on the model's device and writes its record there
   // (a record in host memory for a model on the CPU).
   QueuedStep queue_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows, Tensor& record);
