@@ -14,6 +14,9 @@
 #
 #   bash scripts/gpu-check.sh [--out DIR]     (default DIR: ./gpu-check-out, or $OUT when set)
 #
+# An image without GoogleTest, nlohmann JSON or zlib's headers (the H200 machines' has CUDA and PyTorch only): run
+# `bash scripts/gpu-carry.sh` on a Debian machine first and send its .gpu folder along; it is used when present.
+#
 # What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend, CudaSharedMath,
 # Cast and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA kernel against the
 # CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
@@ -32,14 +35,24 @@ log="$out/gpu-check.log"
 : > "$log"
 say() { echo "gpu-check: $*" | tee -a "$log"; }
 
+# The libraries scripts/gpu-carry.sh gathered on a Debian machine (GoogleTest, nlohmann JSON, zlib), for an image
+# that lacks them: searched before the system's.
+carried=()
+if [ -d .gpu/prefix ]; then
+  carried=(-DCMAKE_PREFIX_PATH="$PWD/.gpu/prefix" -DZLIB_ROOT="$PWD/.gpu/prefix")
+  say "using the libraries carried in .gpu/prefix (scripts/gpu-carry.sh)"
+fi
 tests=ON
-if ! { [ -e /usr/include/gtest/gtest.h ] || [ -e /usr/local/include/gtest/gtest.h ]; }; then
+if ! { [ -e /usr/include/gtest/gtest.h ] || [ -e /usr/local/include/gtest/gtest.h ] ||
+       [ -e .gpu/prefix/include/gtest/gtest.h ]; }; then
   tests=OFF
-  say "GoogleTest not found: building without the tests (mixtrain_gpu_bench checks the kernels against the CPU)"
+  say "GoogleTest not found (bash scripts/gpu-carry.sh on a Debian machine carries it): building without the tests"
+  say "  (mixtrain_gpu_bench checks the kernels against the CPU)"
 fi
 say "configuring build-gpu (MIXTRAIN_CUDA=ON, tests $tests)"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=ON -DMIXTRAIN_TESTS="$tests" \
-  -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_MPI=OFF >> "$log" 2>&1 || { say "configure failed (see $log)"; tail -20 "$log"; exit 1; }
+  -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_MPI=OFF "${carried[@]}" >> "$log" 2>&1 ||
+  { say "configure failed (see $log)"; tail -20 "$log"; exit 1; }
 targets="mixtrain_gpu_bench mixtrain_cli"
 [ "$tests" = ON ] && targets="$targets ops_test precision_test device_training_test"
 # shellcheck disable=SC2086  # a list of target names
