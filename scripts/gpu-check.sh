@@ -34,6 +34,15 @@ mkdir -p "$out"
 log="$out/gpu-check.log"
 : > "$log"
 say() { echo "gpu-check: $*" | tee -a "$log"; }
+# Runs a step with a cap on its time, so one that hangs on a GPU costs its cap, not the whole call; the note goes to
+# stderr (the log), never into a step's JSON output.
+capped() {
+  local seconds=$1 rc=0
+  shift
+  timeout -k 10 "$seconds" "$@" || rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "gpu-check: timed out after ${seconds}s: $*" >&2; fi
+  return "$rc"
+}
 
 # The libraries scripts/gpu-carry.sh gathered on a Debian machine (GoogleTest, nlohmann JSON, zlib), for an image
 # that lacks them: searched before the system's.
@@ -61,19 +70,19 @@ ninja -C build-gpu -j "$(nproc)" $targets >> "$log" 2>&1 || { say "build failed 
 status=0
 if [ "$tests" = ON ]; then
   say "GPU tests (MIXTRAIN_REQUIRE_GPU=1)"
-  if ! MIXTRAIN_REQUIRE_GPU=1 build-gpu/tests/ops/ops_test \
+  if ! MIXTRAIN_REQUIRE_GPU=1 capped 180 build-gpu/tests/ops/ops_test \
          --gtest_filter='CudaBackend.*:CudaSharedMath.*:Cast.*:KernelTable.*:GemmTiming.*' \
          --gtest_output="json:$out/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1
   fi
   say "training on a device (the emulated GPU's tests, in the GPU build)"
-  if ! build-gpu/tests/train/device_training_test --gtest_output="json:$out/device-training-tests.json" >> "$log" 2>&1; then
+  if ! capped 120 build-gpu/tests/train/device_training_test --gtest_output="json:$out/device-training-tests.json" >> "$log" 2>&1; then
     say "device training tests FAILED"
     status=1
   fi
   say "doctor tests (MIXTRAIN_REQUIRE_GPU=1: every GPU measured)"
-  if ! MIXTRAIN_REQUIRE_GPU=1 build-gpu/tests/precision/precision_test --gtest_filter='Doctor.*' \
+  if ! MIXTRAIN_REQUIRE_GPU=1 capped 120 build-gpu/tests/precision/precision_test --gtest_filter='Doctor.*' \
          --gtest_output="json:$out/doctor-tests.json" >> "$log" 2>&1; then
     say "doctor tests FAILED"
     status=1
@@ -81,13 +90,13 @@ if [ "$tests" = ON ]; then
 fi
 
 say "mixtrain bench gemm --device cuda: float32, float16, bfloat16 GEMMs through the backend's cuBLASLt matmul"
-if ! build-gpu/tools/cli/mixtrain bench gemm --device cuda --sizes 1024,4096,8192 --seconds 0.5 \
+if ! capped 90 build-gpu/tools/cli/mixtrain bench gemm --device cuda --sizes 1024,4096,8192 --seconds 0.5 \
        --json "$out/bench-gemm-gpu.json" 2>> "$log" | tee -a "$log"; then
   say "bench gemm --device cuda FAILED"
   status=1
 fi
 say "mixtrain doctor: the CPU and each GPU measured, with verdicts"
-if ! build-gpu/tools/cli/mixtrain doctor --seconds 0.5 --json "$out/doctor.json" 2>> "$log" | tee -a "$log"; then
+if ! capped 90 build-gpu/tools/cli/mixtrain doctor --seconds 0.5 --json "$out/doctor.json" 2>> "$log" | tee -a "$log"; then
   say "doctor FAILED"
   status=1
 fi
@@ -95,7 +104,7 @@ fi
 say "mixtrain bench step --device cuda: MLP, CNN and transformer training steps under each policy"
 for model in mlp cnn transformer; do
   for policy in float32 mixed_float16 mixed_bfloat16; do
-    if ! build-gpu/tools/cli/mixtrain bench step --device cuda --model "$model" --policy "$policy" --steps 20 \
+    if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda --model "$model" --policy "$policy" --steps 20 \
            --json "$out/step-$model-$policy.json" 2>> "$log" | tee -a "$log"; then
       say "bench step --device cuda --model $model --policy $policy FAILED"
       status=1
@@ -116,7 +125,7 @@ with open(sys.argv[1], "w") as f:
         f.write(",".join(f"{v:.5f}" for v in x) + f",{scores.index(max(scores))}\n")
 PY
 for device in cpu cuda; do
-  if ! build-gpu/tools/cli/mixtrain train --device "$device" --data "$out/teacher.csv" --hidden 64 --epochs 3 \
+  if ! capped 120 build-gpu/tools/cli/mixtrain train --device "$device" --data "$out/teacher.csv" --hidden 64 --epochs 3 \
          --policy mixed_float16 --seed 1 --json "$out/train-$device.json" >> "$log" 2>&1; then
     say "train --device $device FAILED"
     status=1
@@ -124,14 +133,14 @@ for device in cpu cuda; do
 done
 
 say "mixtrain: check against the CPU, then time the loss-scaling step"
-if ! build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$out/mixtrain.jsonl" 2>> "$log"; then
+if ! capped 120 build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$out/mixtrain.jsonl" 2>> "$log"; then
   say "mixtrain_gpu_bench FAILED"
   status=1
 fi
 
 say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
 say "  CNN and transformer steps at bench step's shapes (autocast; GradScaler for float16)"
-python3 - "$out" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
+capped 240 python3 - "$out" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
 import json, os, sys, traceback
 sys.path.insert(0, "bench")
 import peer_torch as peer  # exits with status 3 when torch is not importable
@@ -162,7 +171,7 @@ sys.exit(1 if failed else 0)
 PY
 
 say "PyTorch AMP: the same loss-scaling step"
-python3 - > "$out/torch.jsonl" 2>> "$log" <<'PY' || { say "PyTorch step FAILED"; status=1; }
+capped 120 python3 - > "$out/torch.jsonl" 2>> "$log" <<'PY' || { say "PyTorch step FAILED"; status=1; }
 import json, time, torch
 assert torch.cuda.is_available(), "PyTorch sees no GPU"
 print(json.dumps({"what": "torch", "version": torch.__version__, "gpu": torch.cuda.get_device_name(0)}))
@@ -193,8 +202,15 @@ python3 - "$out" <<'PY' | tee -a "$log"
 import json, sys, os
 out = sys.argv[1]
 def lines(name):
+    # The JSON records of a file (a line that is not one, e.g. of a step cut short, is left out).
     p = os.path.join(out, name)
-    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+    records = []
+    for l in (open(p) if os.path.exists(p) else []):
+        try:
+            records.append(json.loads(l))
+        except ValueError:
+            pass
+    return records
 mx = {(r["dtype"], r["n"]): r for r in lines("mixtrain.jsonl") if r["what"] == "mixtrain_unscale_step"}
 checks = [r for r in lines("mixtrain.jsonl") if r["what"] == "mixtrain_unscale_check"]
 pt = {(r["dtype"], r["n"]): r for r in lines("torch.jsonl") if r["what"] == "torch_unscale_step"}
@@ -209,7 +225,10 @@ for key in sorted(mx):
           f"{(p['us_per_step'] if p else float('nan')):9.1f}  {('%.2fx' % ratio) if ratio else 'n/a'}")
 def load(name):
     p = os.path.join(out, name)
-    return json.load(open(p)) if os.path.exists(p) else None
+    try:
+        return json.load(open(p)) if os.path.exists(p) else None
+    except ValueError:
+        return None
 gemm = load("bench-gemm-gpu.json")
 doctor = load("doctor.json")
 gpu_gemm = gemm["gemm"] if gemm else None
