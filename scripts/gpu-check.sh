@@ -23,7 +23,8 @@
 # tests/ops/cuda_cnn_test.cpp), the losses, sum/mean, the accuracy and the counted unscale
 # (tests/ops/cuda_losses_test.cpp), attention and the backward passes given a gradient of another dtype
 # (tests/ops/cuda_attention_test.cpp), the fused optimizer update (SGD, RMSprop, Adam, AdamW) of a GPU parameter
-# arena (bit for bit against the CPU optimizer) and the timed GEMM of `bench gemm --device` and doctor (tests/ops/cuda_gemm_timing_test.cpp) included.
+# arena (bit for bit against the CPU optimizer) and the timed GEMM of `bench gemm --device` and doctor (tests/ops/cuda_gemm_timing_test.cpp) included;
+# then every registered model trains on the GPU against the CPU (tests/train/gpu_training_test.cpp).
 # Without GoogleTest (the tests' framework) the tests are left out and mixtrain_gpu_bench's own check against the
 # CPU bits decides.
 set -euo pipefail
@@ -63,7 +64,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=ON -
   -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_MPI=OFF "${carried[@]}" >> "$log" 2>&1 ||
   { say "configure failed (see $log)"; tail -20 "$log"; exit 1; }
 targets="mixtrain_gpu_bench mixtrain_cli"
-[ "$tests" = ON ] && targets="$targets ops_test precision_test device_training_test"
+[ "$tests" = ON ] && targets="$targets ops_test precision_test device_training_test gpu_training_test"
 # shellcheck disable=SC2086  # a list of target names
 ninja -C build-gpu -j "$(nproc)" $targets >> "$log" 2>&1 || { say "build failed (see $log)"; tail -30 "$log"; exit 1; }
 
@@ -79,6 +80,12 @@ if [ "$tests" = ON ]; then
   say "training on a device (the emulated GPU's tests, in the GPU build)"
   if ! capped 120 build-gpu/tests/train/device_training_test --gtest_output="json:$out/device-training-tests.json" >> "$log" 2>&1; then
     say "device training tests FAILED"
+    status=1
+  fi
+  say "training on the GPU against the CPU: every registered model under each policy (MIXTRAIN_REQUIRE_GPU=1)"
+  if ! MIXTRAIN_REQUIRE_GPU=1 capped 240 build-gpu/tests/train/gpu_training_test \
+         --gtest_output="json:$out/gpu-training-tests.json" >> "$log" 2>&1; then
+    say "GPU training tests FAILED"
     status=1
   fi
   say "doctor tests (MIXTRAIN_REQUIRE_GPU=1: every GPU measured)"

@@ -1,0 +1,219 @@
+// Training on a real GPU (cuda:0) against the same run on the CPU, for every registered model under each policy.
+// The emulated device's tests (device_training_test.cpp) hold the device paths to the CPU's bits; these hold the
+// CUDA kernels, cuBLASLt's GEMMs and the fused update to the CPU's values within tolerances written per dtype, end
+// to end: a forward pass of the same weights, an SGD run (whose weights move by the gradients themselves, so a wrong
+// gradient shows in them) and the run recipe's optimizer (Adam, AdamW with clipping and a schedule for the
+// transformer). Skips without a GPU; MIXTRAIN_REQUIRE_GPU=1 (scripts/gpu-check.sh) makes the skip a failure. Its
+// own binary: the CUDA backend it loads would make the emulated device's tests skip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../ops/cuda_test_util.h"
+#include "mixtrain/core/random.h"
+#include "mixtrain/precision/policy.h"
+#include "mixtrain/train/model.h"
+#include "mixtrain/train/run.h"
+
+namespace mixtrain {
+namespace {
+
+using ops::kGpu;
+
+struct GpuCase {
+  const char* model;
+  const char* policy;
+};
+
+// How far a GPU value may lie from the CPU's: |gpu - cpu| <= atol + rtol * |cpu|. float32 differs by the order of
+// the GEMMs' sums (TF32 stays off unless MIXTRAIN_CUDA_TF32=1); a 16-bit policy also by which of two neighbours
+// each 16-bit activation rounds to, layer after layer (bfloat16 keeps 8 bits, float16 11).
+struct Tolerance {
+  double atol, rtol;
+};
+Tolerance forward_tolerance(const std::string& policy) {
+  if (policy == "mixed_bfloat16") return {3e-2, 3e-2};
+  if (policy == "mixed_float16") return {5e-3, 5e-3};
+  return {1e-4, 1e-4};
+}
+// One SGD step from the same weights (learning rate 1): each variable moves by its gradient (the moving statistics
+// of BatchNormalization by their batch's), compared against the largest of that variable's CPU moves. A 16-bit
+// policy's gradients pass through 16-bit activations and their gradients, where cancellations (BatchNormalization
+// subtracts its batch mean) leave a few percent of the largest element.
+double gradient_tolerance(const std::string& policy) {
+  if (policy == "mixed_bfloat16") return 1e-1;
+  if (policy == "mixed_float16") return 3e-2;
+  return 1e-3;
+}
+// Losses along an Adam run. Adam's first step moves every weight with a nonzero gradient by the learning rate
+// whatever the gradient's size, so a near-zero gradient element whose sign or underflow the GPU's rounding changes
+// moves its weight a whole step the other way, and 16-bit convolutional runs drift apart within a few steps: these
+// only catch a run that goes wrong (a broken kernel gives NaN, no learning or another loss altogether).
+Tolerance adam_loss_tolerance(const std::string& policy) {
+  if (policy == "float32") return {2e-2, 2e-2};
+  return {0.25, 0.25};
+}
+
+// The worst |gpu - cpu| - (atol + rtol |cpu|) over two equally long lists (<= 0: all within), with where it is.
+struct Worst {
+  double excess = -1e300;
+  size_t at = 0;
+  double gpu = 0, cpu = 0;
+};
+Worst compare(const std::vector<float>& gpu, const std::vector<float>& cpu, Tolerance t) {
+  Worst w;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double g = gpu[i], c = cpu[i];
+    const double excess = std::isfinite(g) ? std::abs(g - c) - (t.atol + t.rtol * std::abs(c)) : 1e300;
+    if (excess > w.excess) w = {excess, i, g, c};
+  }
+  return w;
+}
+
+std::vector<float> host_floats(const Tensor& t) { return ops::to_device(t, Device::cpu()).to(DType::kFloat32).to_floats(); }
+
+class GpuTraining : public ::testing::TestWithParam<GpuCase> {
+ protected:
+  void SetUp() override {
+    // The names the skip macro uses, written for tests inside mixtrain::ops.
+    using ops::CudaBackendStatus;
+    using ops::gpu_required;
+    using ops::load_cuda_backend;
+    namespace kernel = ops::kernel;
+    REQUIRE_CUDA_GEMM();
+    set_global_policy("float32");
+    cfg_.model = GetParam().model;
+    cfg_.policy = GetParam().policy;
+    cfg_.seed = 3;
+    cfg_.hidden = {32};
+    cfg_.width = 32;
+    cfg_.num_heads = 2;
+    cfg_.num_layers = 1;
+    cfg_.context_length = 8;
+    text_ = cfg_.model == "transformer";
+    // 24 samples: 8x8 images in 3 classes (a class's pixels brighter in one band), or id sequences of 11 tokens.
+    const int64_t n = 24;
+    features_ = text_ ? 8 : 64;
+    classes_ = text_ ? 11 : 3;
+    Rng r(5);
+    if (text_) {
+      std::vector<int32_t> ids(static_cast<size_t>(n * features_)), next(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(r.below(classes_));
+      for (size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];
+      x_ = Tensor::from_ints({n, features_}, ids);
+      y_ = Tensor::from_ints({n, features_}, next);
+    } else {
+      std::vector<float> pixels(static_cast<size_t>(n * features_));
+      std::vector<int32_t> labels(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
+        for (int64_t j = 0; j < features_; ++j)
+          pixels[static_cast<size_t>(i * features_ + j)] = r.uniform() + (j / 8 % 3 == i % 3 ? 0.5f : 0.0f);
+      }
+      x_ = Tensor::from_floats({n, features_}, pixels);
+      y_ = Tensor::from_ints({n}, labels);
+    }
+  }
+
+  // Two models of the same seed (the same weights), compiled with `optimizer`; the second moved to the GPU.
+  std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> pair(const std::string& optimizer, float lr) {
+    RunConfig cfg = cfg_;
+    cfg.optimizer = optimizer;
+    cfg.learning_rate = lr;
+    const std::vector<int64_t> sample = text_ ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 8};
+    std::unique_ptr<Model> models[2];
+    for (auto& m : models) {
+      m = build_model(cfg, features_, classes_, sample);
+      m->compile(make_run_optimizer(cfg, 12), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+    }
+    models[1]->to(kGpu);
+    return {std::move(models[0]), std::move(models[1])};
+  }
+
+  FitOptions fit_options() const {
+    FitOptions o;
+    o.epochs = 2;  // 12 steps of 4
+    o.batch_size = 4;
+    o.verbose = 0;
+    return o;
+  }
+
+  RunConfig cfg_;
+  bool text_ = false;
+  int64_t features_ = 0, classes_ = 0;
+  Tensor x_, y_;
+};
+
+TEST_P(GpuTraining, PredictionsOfTheSameWeightsMatchTheCpu) {
+  auto [on_cpu, on_gpu] = pair("sgd", 0.05f);
+  const std::vector<float> cpu = host_floats(on_cpu->predict(x_)), gpu = host_floats(on_gpu->predict(x_));
+  ASSERT_EQ(gpu.size(), cpu.size());
+  const Worst w = compare(gpu, cpu, forward_tolerance(cfg_.policy));
+  EXPECT_LE(w.excess, 0.0) << "output " << w.at << ": gpu " << w.gpu << ", cpu " << w.cpu;
+}
+
+TEST_P(GpuTraining, OneStepMovesEveryVariableByTheCpusGradient) {
+  auto [on_cpu, on_gpu] = pair("sgd", 1.0f);
+  const std::vector<Var> w_cpu = on_cpu->weights(), w_gpu = on_gpu->weights();
+  ASSERT_EQ(w_gpu.size(), w_cpu.size());
+  std::vector<std::vector<float>> before;
+  for (const Var& v : w_cpu) before.push_back(host_floats(v.value()));
+  const Tensor xb = x_.slice_rows(0, 8), yb = y_.slice_rows(0, 8);
+  const Logs l_cpu = on_cpu->train_step(xb, yb), l_gpu = on_gpu->train_step(xb, yb);
+  ASSERT_TRUE(std::isfinite(l_gpu[0].second));
+  EXPECT_EQ(l_gpu.back().second, l_cpu.back().second) << "the loss scale (a float16 step skipped on one only?)";
+  for (size_t i = 0; i < w_cpu.size(); ++i) {
+    EXPECT_EQ(w_gpu[i].value().device(), kGpu) << w_gpu[i].name();
+    const std::vector<float> a = host_floats(w_cpu[i].value()), b = host_floats(w_gpu[i].value());
+    double largest = 0, worst = 0;
+    size_t at = 0;
+    for (size_t j = 0; j < a.size(); ++j) largest = std::max(largest, std::abs(double(a[j]) - before[i][j]));
+    for (size_t j = 0; j < a.size(); ++j) {
+      const double d = std::isfinite(b[j]) ? std::abs((double(b[j]) - before[i][j]) - (double(a[j]) - before[i][j])) : 1e300;
+      if (d > worst) worst = d, at = j;
+    }
+    EXPECT_LE(worst, gradient_tolerance(cfg_.policy) * largest + 1e-7)
+        << w_cpu[i].name() << "[" << at << "] moved by " << b[at] - before[i][at] << " on the GPU, "
+        << a[at] - before[i][at] << " on the CPU (largest CPU move " << largest << ")";
+  }
+}
+
+TEST_P(GpuTraining, TheRecipesOptimizerTracksTheCpuLosses) {
+  // The run's recipe: Adam, or for the transformer AdamW with weight decay, clipping at norm 1 and a schedule.
+  if (text_) {
+    cfg_.weight_decay = 0.01f;
+    cfg_.clipnorm = 1.0f;
+  }
+  auto [on_cpu, on_gpu] = pair(text_ ? "adamw" : "adam", 1e-2f);
+  const History h_cpu = on_cpu->fit(x_, y_, fit_options());
+  const History h_gpu = on_gpu->fit(x_, y_, fit_options());
+  ASSERT_EQ(h_gpu.step_loss.size(), h_cpu.step_loss.size());
+  std::vector<float> l_gpu(h_gpu.step_loss.begin(), h_gpu.step_loss.end()),
+      l_cpu(h_cpu.step_loss.begin(), h_cpu.step_loss.end());
+  const Worst w = compare(l_gpu, l_cpu, adam_loss_tolerance(cfg_.policy));
+  EXPECT_LE(w.excess, 0.0) << "step " << w.at << ": gpu loss " << w.gpu << ", cpu " << w.cpu;
+  EXPECT_EQ(on_gpu->optimizer().iterations(), on_cpu->optimizer().iterations());
+  // Both learned: the last epoch's mean loss is below the first step's.
+  EXPECT_LT(h_gpu.history.at("loss").back(), h_gpu.step_loss.front());
+  const EvaluateResult e_cpu = on_cpu->evaluate(x_, y_), e_gpu = on_gpu->evaluate(x_, y_);
+  const Worst e = compare({static_cast<float>(e_gpu.loss)}, {static_cast<float>(e_cpu.loss)},
+                          adam_loss_tolerance(cfg_.policy));
+  EXPECT_LE(e.excess, 0.0) << "evaluate: gpu loss " << e_gpu.loss << ", cpu " << e_cpu.loss;
+}
+
+std::vector<GpuCase> every_model_and_policy() {
+  std::vector<GpuCase> cases;
+  for (const char* model : {"mlp", "cnn", "resnet", "transformer"})
+    for (const char* policy : {"float32", "mixed_float16", "mixed_bfloat16"}) cases.push_back({model, policy});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, GpuTraining, ::testing::ValuesIn(every_model_and_policy()),
+                         [](const auto& info) { return std::string(info.param.model) + "_" + info.param.policy; });
+
+}  // namespace
+}  // namespace mixtrain
