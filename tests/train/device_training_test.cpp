@@ -24,6 +24,7 @@
 #include "mixtrain/train/recovery.h"
 #include "mixtrain/train/run.h"
 #include "quiet_policy_test.h"
+#include "small_zoo.h"
 
 namespace mixtrain {
 namespace {
@@ -438,37 +439,12 @@ struct ZooCase {
 class RegisteredModelsOnTheDevice : public DeviceTraining, public ::testing::WithParamInterface<ZooCase> {};
 
 TEST_P(RegisteredModelsOnTheDevice, TrainingStepsGiveTheCpuBits) {
-  RunConfig cfg;
-  cfg.model = GetParam().model;
-  cfg.policy = GetParam().policy;
-  cfg.seed = 3;
-  cfg.hidden = {16};
-  cfg.width = 16;
-  cfg.num_heads = 2;
-  cfg.num_layers = 1;
-  cfg.context_length = 8;
-  const bool text = cfg.model == "transformer";
-  const int64_t n = 12, features = text ? 8 : 64, classes = text ? 11 : 3;
-  const std::vector<int64_t> sample_shape = text ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 8};
-  Rng r(5);
-  Tensor x, y;
-  if (text) {
-    std::vector<int32_t> ids(static_cast<size_t>(n * features)), next(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(r.below(classes));
-    for (size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];
-    x = Tensor::from_ints({n, features}, ids);
-    y = Tensor::from_ints({n, features}, next);
-  } else {
-    std::vector<float> pixels(static_cast<size_t>(n * features));
-    std::vector<int32_t> labels(static_cast<size_t>(n));
-    for (float& p : pixels) p = r.uniform();
-    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 3);
-    x = Tensor::from_floats({n, features}, pixels);
-    y = Tensor::from_ints({n}, labels);
-  }
+  const train_test::SmallZoo zoo = train_test::small_zoo(GetParam().model, GetParam().policy, 16, 12);
+  const Tensor &x = zoo.x, &y = zoo.y;
+  const bool text = zoo.text;
   std::unique_ptr<Model> models[2];
   for (auto& m : models) {
-    m = build_model(cfg, features, classes, sample_shape);
+    m = build_model(zoo.cfg, zoo.features, zoo.classes, zoo.sample_shape);
     m->compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
   }
   models[1]->to(kEmulated);

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "../ops/cuda_test_util.h"
-#include "mixtrain/core/random.h"
 #include "mixtrain/precision/policy.h"
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/run.h"
+#include "small_zoo.h"
 
 namespace mixtrain {
 namespace {
@@ -86,48 +86,17 @@ class GpuTraining : public ::testing::TestWithParam<GpuCase> {
     namespace kernel = ops::kernel;
     REQUIRE_CUDA_GEMM();
     set_global_policy("float32");
-    cfg_.model = GetParam().model;
-    cfg_.policy = GetParam().policy;
-    cfg_.seed = 3;
-    cfg_.hidden = {32};
-    cfg_.width = 32;
-    cfg_.num_heads = 2;
-    cfg_.num_layers = 1;
-    cfg_.context_length = 8;
-    text_ = cfg_.model == "transformer";
-    // 24 samples: 8x8 images in 3 classes (a class's pixels brighter in one band), or id sequences of 11 tokens.
-    const int64_t n = 24;
-    features_ = text_ ? 8 : 64;
-    classes_ = text_ ? 11 : 3;
-    Rng r(5);
-    if (text_) {
-      std::vector<int32_t> ids(static_cast<size_t>(n * features_)), next(ids.size());
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(r.below(classes_));
-      for (size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];
-      x_ = Tensor::from_ints({n, features_}, ids);
-      y_ = Tensor::from_ints({n, features_}, next);
-    } else {
-      std::vector<float> pixels(static_cast<size_t>(n * features_));
-      std::vector<int32_t> labels(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
-        for (int64_t j = 0; j < features_; ++j)
-          pixels[static_cast<size_t>(i * features_ + j)] = r.uniform() + (j / 8 % 3 == i % 3 ? 0.5f : 0.0f);
-      }
-      x_ = Tensor::from_floats({n, features_}, pixels);
-      y_ = Tensor::from_ints({n}, labels);
-    }
+    zoo_ = train_test::small_zoo(GetParam().model, GetParam().policy, 32, 24);
   }
 
   // Two models of the same seed (the same weights), compiled with `optimizer`; the second moved to the GPU.
   std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> pair(const std::string& optimizer, float lr) {
-    RunConfig cfg = cfg_;
+    RunConfig cfg = zoo_.cfg;
     cfg.optimizer = optimizer;
     cfg.learning_rate = lr;
-    const std::vector<int64_t> sample = text_ ? std::vector<int64_t>{8} : std::vector<int64_t>{8, 8};
     std::unique_ptr<Model> models[2];
     for (auto& m : models) {
-      m = build_model(cfg, features_, classes_, sample);
+      m = build_model(cfg, zoo_.features, zoo_.classes, zoo_.sample_shape);
       m->compile(make_run_optimizer(cfg, 12), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
     }
     models[1]->to(kGpu);
@@ -142,17 +111,14 @@ class GpuTraining : public ::testing::TestWithParam<GpuCase> {
     return o;
   }
 
-  RunConfig cfg_;
-  bool text_ = false;
-  int64_t features_ = 0, classes_ = 0;
-  Tensor x_, y_;
+  train_test::SmallZoo zoo_;
 };
 
 TEST_P(GpuTraining, PredictionsOfTheSameWeightsMatchTheCpu) {
   auto [on_cpu, on_gpu] = pair("sgd", 0.05f);
-  const std::vector<float> cpu = host_floats(on_cpu->predict(x_)), gpu = host_floats(on_gpu->predict(x_));
+  const std::vector<float> cpu = host_floats(on_cpu->predict(zoo_.x)), gpu = host_floats(on_gpu->predict(zoo_.x));
   ASSERT_EQ(gpu.size(), cpu.size());
-  const Worst w = compare(gpu, cpu, forward_tolerance(cfg_.policy));
+  const Worst w = compare(gpu, cpu, forward_tolerance(zoo_.cfg.policy));
   EXPECT_LE(w.excess, 0.0) << "output " << w.at << ": gpu " << w.gpu << ", cpu " << w.cpu;
 }
 
@@ -162,10 +128,12 @@ TEST_P(GpuTraining, OneStepMovesEveryVariableByTheCpusGradient) {
   ASSERT_EQ(w_gpu.size(), w_cpu.size());
   std::vector<std::vector<float>> before;
   for (const Var& v : w_cpu) before.push_back(host_floats(v.value()));
-  const Tensor xb = x_.slice_rows(0, 8), yb = y_.slice_rows(0, 8);
-  const Logs l_cpu = on_cpu->train_step(xb, yb), l_gpu = on_gpu->train_step(xb, yb);
-  ASSERT_TRUE(std::isfinite(l_gpu[0].second));
-  EXPECT_EQ(l_gpu.back().second, l_cpu.back().second) << "the loss scale (a float16 step skipped on one only?)";
+  const Tensor xb = zoo_.x.slice_rows(0, 8), yb = zoo_.y.slice_rows(0, 8);
+  on_cpu->train_step(xb, yb);
+  const Logs l_gpu = on_gpu->train_step(xb, yb);
+  ASSERT_TRUE(std::isfinite(l_gpu[0].second)) << "the GPU step's loss";
+  // The loss scale after the step (float16): the same unless the step was skipped on one device only.
+  EXPECT_EQ(on_gpu->optimizer().loss_scale_for_logs(), on_cpu->optimizer().loss_scale_for_logs());
   for (size_t i = 0; i < w_cpu.size(); ++i) {
     EXPECT_EQ(w_gpu[i].value().device(), kGpu) << w_gpu[i].name();
     const std::vector<float> a = host_floats(w_cpu[i].value()), b = host_floats(w_gpu[i].value());
@@ -176,7 +144,7 @@ TEST_P(GpuTraining, OneStepMovesEveryVariableByTheCpusGradient) {
       const double d = std::isfinite(b[j]) ? std::abs((double(b[j]) - before[i][j]) - (double(a[j]) - before[i][j])) : 1e300;
       if (d > worst) worst = d, at = j;
     }
-    EXPECT_LE(worst, gradient_tolerance(cfg_.policy) * largest + 1e-7)
+    EXPECT_LE(worst, gradient_tolerance(zoo_.cfg.policy) * largest + 1e-7)
         << w_cpu[i].name() << "[" << at << "] moved by " << b[at] - before[i][at] << " on the GPU, "
         << a[at] - before[i][at] << " on the CPU (largest CPU move " << largest << ")";
   }
@@ -184,24 +152,24 @@ TEST_P(GpuTraining, OneStepMovesEveryVariableByTheCpusGradient) {
 
 TEST_P(GpuTraining, TheRecipesOptimizerTracksTheCpuLosses) {
   // The run's recipe: Adam, or for the transformer AdamW with weight decay, clipping at norm 1 and a schedule.
-  if (text_) {
-    cfg_.weight_decay = 0.01f;
-    cfg_.clipnorm = 1.0f;
+  if (zoo_.text) {
+    zoo_.cfg.weight_decay = 0.01f;
+    zoo_.cfg.clipnorm = 1.0f;
   }
-  auto [on_cpu, on_gpu] = pair(text_ ? "adamw" : "adam", 1e-2f);
-  const History h_cpu = on_cpu->fit(x_, y_, fit_options());
-  const History h_gpu = on_gpu->fit(x_, y_, fit_options());
+  auto [on_cpu, on_gpu] = pair(zoo_.text ? "adamw" : "adam", 1e-2f);
+  const History h_cpu = on_cpu->fit(zoo_.x, zoo_.y, fit_options());
+  const History h_gpu = on_gpu->fit(zoo_.x, zoo_.y, fit_options());
   ASSERT_EQ(h_gpu.step_loss.size(), h_cpu.step_loss.size());
   std::vector<float> l_gpu(h_gpu.step_loss.begin(), h_gpu.step_loss.end()),
       l_cpu(h_cpu.step_loss.begin(), h_cpu.step_loss.end());
-  const Worst w = compare(l_gpu, l_cpu, adam_loss_tolerance(cfg_.policy));
+  const Worst w = compare(l_gpu, l_cpu, adam_loss_tolerance(zoo_.cfg.policy));
   EXPECT_LE(w.excess, 0.0) << "step " << w.at << ": gpu loss " << w.gpu << ", cpu " << w.cpu;
   EXPECT_EQ(on_gpu->optimizer().iterations(), on_cpu->optimizer().iterations());
   // Both learned: the last epoch's mean loss is below the first step's.
   EXPECT_LT(h_gpu.history.at("loss").back(), h_gpu.step_loss.front());
-  const EvaluateResult e_cpu = on_cpu->evaluate(x_, y_), e_gpu = on_gpu->evaluate(x_, y_);
+  const EvaluateResult e_cpu = on_cpu->evaluate(zoo_.x, zoo_.y), e_gpu = on_gpu->evaluate(zoo_.x, zoo_.y);
   const Worst e = compare({static_cast<float>(e_gpu.loss)}, {static_cast<float>(e_cpu.loss)},
-                          adam_loss_tolerance(cfg_.policy));
+                          adam_loss_tolerance(zoo_.cfg.policy));
   EXPECT_LE(e.excess, 0.0) << "evaluate: gpu loss " << e_gpu.loss << ", cpu " << e_cpu.loss;
 }
 
