@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -14,13 +15,20 @@ ShardRange shard_range(int64_t rows, int rank, int size) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
+namespace {
+// The communicators move host memory: a tensor on a device travels through a host copy (this rank's own, contiguous).
+Tensor host_copy(const Tensor& t) {
+  return t.device().is_cpu() ? t.clone() : ops::to_device(t.contiguous(), Device::cpu());
+}
+}  // namespace
+
 void broadcast_variables(const std::vector<Var>& vars, Communicator& comm, int root) {
   if (comm.size() == 1) return;
   for (const Var& v : vars) {
     Var var = v;
-    Tensor t = var.value().clone();  // contiguous, this rank's own copy
+    Tensor t = host_copy(var.value());
     comm.broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), root);
-    var.set_value(t);
+    var.set_value(ops::to_device(t, var.value().device()));
   }
 }
 
@@ -29,11 +37,11 @@ void average_variables(const std::vector<Var>& vars, Communicator& comm) {
   const float inv = 1.0f / static_cast<float>(comm.size());
   for (const Var& v : vars) {
     Var var = v;
-    Tensor t = var.value().to(DType::kFloat32).clone();
+    Tensor t = host_copy(var.value()).to(DType::kFloat32).clone();
     float* p = t.data<float>();
     comm.all_reduce(p, t.numel(), ReduceOp::kSum);
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= inv;
-    var.set_value(t);
+    var.set_value(ops::to_device(t.to(var.value().dtype()), var.value().device()));
   }
 }
 
@@ -66,7 +74,12 @@ void reduce_float32(float* p, int64_t n, Communicator& comm, float weight, int64
 int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucket_bytes) {
   MIXTRAIN_CHECK(g.defined() && g.is_contiguous() && is_float(g.dtype()),
                  "all_reduce_gradients: needs a contiguous floating tensor, got " << g.describe());
-  if (g.dtype() == DType::kFloat32) {
+  if (!g.device().is_cpu()) {
+    // Through the host: downloaded as float32, reduced as a host buffer is, uploaded and rounded once into g.
+    Tensor f = ops::to_device(g, Device::cpu()).to(DType::kFloat32).clone();
+    reduce_float32(f.data<float>(), f.numel(), comm, weight, bucket_bytes);
+    g.copy_from(ops::to_device(f.to(g.dtype()), g.device()));
+  } else if (g.dtype() == DType::kFloat32) {
     reduce_float32(g.data<float>(), g.numel(), comm, weight, bucket_bytes);
   } else {
     // MPI has no 16-bit float type: sum in float32, round once.

@@ -65,9 +65,16 @@ int64_t BatchNormalization::skipped_moving_updates() const {
   return skipped_moving_updates_.defined() ? static_cast<int64_t>(ops::read_scalar(skipped_moving_updates_)) : 0;
 }
 
+namespace {
+// The communicator reduces host buffers: statistics of a layer on a device are computed from a host copy, and what
+// they give goes back to the device (a copy each way per call; CPU tensors are used as they are).
+Tensor on_host(const Tensor& t) { return ops::to_device(t.contiguous(), Device::cpu()); }
+}  // namespace
+
 Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm) {
   const int64_t C = gamma.shape()[0];
-  const Tensor xf = x.value().to(DType::kFloat32).contiguous();  // read as (rows, C)
+  const Device device = x.value().device();
+  const Tensor xf = on_host(x.value()).to(DType::kFloat32).contiguous();  // read as (rows, C)
   const int64_t rows = xf.numel() / C;
   const float* xp = xf.data<float>();
   // The global mean: one all-reduce of {rows, per-channel sums}; then the global biased variance from the
@@ -92,23 +99,24 @@ Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const 
     mean_t.data<float>()[c] = static_cast<float>(mean[static_cast<size_t>(c)]);
     var_t.data<float>()[c] = static_cast<float>(squares[static_cast<size_t>(c)] / total);
   }
-  update_moving_statistics(mean_t, var_t);  // the same on every rank: the statistics are global
+  const Tensor mean_d = ops::to_device(mean_t, device), var_d = ops::to_device(var_t, device);
+  update_moving_statistics(mean_d, var_d);  // the same on every rank: the statistics are global
 
   const bool rec = should_record({&x, &gamma, &beta});
-  Var y(ops::batch_norm(x.value(), mean_t, var_t, gamma.value(), beta.value(), epsilon_), rec);
+  Var y(ops::batch_norm(x.value(), mean_d, var_d, gamma.value(), beta.value(), epsilon_), rec);
   if (!rec) return y;
   const float eps = epsilon_;
   Communicator* c_ptr = &comm;
-  record_backward(y, [x, gamma, beta, y, xf, mean_t, var_t, eps, C, rows, total, c_ptr]() {
+  record_backward(y, [x, gamma, beta, y, xf, mean_t, var_t, eps, C, rows, total, c_ptr, device]() {
     // dy is this rank's loss gradient; the gradient all-reduce later weighs this rank by share = rows / total.
     // The global loss's dy on these rows is share * dy, so the global per-channel sums are
     // T = sum over ranks of share * (sum dy, sum dy * xhat), and this rank's input gradient, in its own scale, is
     //   dx = gamma * rstd * (dy - (T_dy + xhat * T_dyxhat) / rows).
-    const Tensor dyf = y.grad().to(DType::kFloat32).contiguous();
+    const Tensor dyf = on_host(y.grad()).to(DType::kFloat32).contiguous();
     const float* dy = dyf.data<float>();
     const float* xv = xf.data<float>();
     const float* m = mean_t.data<float>();
-    const Tensor gf = gamma.value().to(DType::kFloat32);
+    const Tensor gf = on_host(gamma.value()).to(DType::kFloat32);
     const float* g = gf.data<float>();
     std::vector<float> rstd(static_cast<size_t>(C));
     for (int64_t c = 0; c < C; ++c) rstd[static_cast<size_t>(c)] = 1.0f / std::sqrt(var_t.data<float>()[c] + eps);
@@ -140,10 +148,10 @@ Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const 
           dxp[r * C + c] = g[c] * rstd[static_cast<size_t>(c)] * static_cast<float>(dy[r * C + c] - correction);
         }
       Var xv_var = x;
-      xv_var.accumulate_grad_owned(x.dtype() == DType::kFloat32 ? dx : dx.to(x.dtype()));
+      xv_var.accumulate_grad_owned(ops::to_device(x.dtype() == DType::kFloat32 ? dx : dx.to(x.dtype()), device));
     }
-    if (gamma.requires_grad()) Var(gamma).accumulate_grad_owned(dgamma);
-    if (beta.requires_grad()) Var(beta).accumulate_grad_owned(dbeta);
+    if (gamma.requires_grad()) Var(gamma).accumulate_grad_owned(ops::to_device(dgamma, device));
+    if (beta.requires_grad()) Var(beta).accumulate_grad_owned(ops::to_device(dbeta, device));
   });
   return y;
 }

@@ -299,8 +299,6 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
   MIXTRAIN_CHECK(compiled(), "train_step: call compile() before training");
   check_xy(x_in, y_in, "train_step");
   if (comm && comm->size() == 1 && (global_rows == 0 || global_rows == x_in.dim(0))) comm = nullptr;
-  MIXTRAIN_CHECK(!comm || device().is_cpu(),
-                 "train_step: data-parallel training runs on the cpu; this model lives on " << device().str());
   const Tensor x = on_device(x_in, device()), y = on_device(y_in, device());
   const int64_t rows = x.dim(0);
   if (comm && global_rows == 0) global_rows = rows * comm->size();
@@ -330,7 +328,9 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
   // Data-parallel with flat buffers: buckets of a stack's gradients start during backward (unless an observer
   // is already in force, e.g. inspection's).
   if (!overlap_) overlap_ = std::make_shared<OverlappedReduce>();
-  const bool overlapped = comm && flat && observer() == nullptr && overlap_->prepare(*this, arena_, bucket_bytes_);
+  // (On a device the gradients travel through the host once backward is done: see all_reduce_gradients.)
+  const bool overlapped =
+      comm && flat && device().is_cpu() && observer() == nullptr && overlap_->prepare(*this, arena_, bucket_bytes_);
   if (overlapped) {
     overlap_->begin(*comm, arena_.gradient_buffer(DType::kFloat32).data<float>(), weight);
     set_observer(overlap_.get());
@@ -343,7 +343,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     rank_rng = rank_step_rng(dropout_rng_, comm->rank(), kDropoutStream);
     mask_rng = &rank_rng;
   }
-  QueuedStep queued{rows, scales_loss, std::nullopt, std::nullopt};
+  QueuedStep queued{rows, scales_loss, std::nullopt, std::nullopt, std::nullopt};
   if (rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
     Var out = call(Var(as_input(x)), CallContext{true, mask_rng});
     Var loss = (*loss_)(out, y);
@@ -373,8 +373,9 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     if (comm) {
       // One small all-reduce: which variables got a gradient on any rank (so every rank updates the same ones)
       // and the global batch's row-weighted loss and accuracy.
-      // Data-parallel steps run on the CPU: the record is in host memory.
-      const float* r = record.data<float>();
+      // The record is read here (on a device, a wait for the step so far): the logs join the all-reduce.
+      const Tensor host_record = ops::to_device(record, Device::cpu());
+      const float* r = host_record.data<float>();
       std::vector<double> small(vars.size() + 2, 0.0);
       for (size_t i = 0; i < vars.size(); ++i) small[i] = vars[i].has_grad() ? 1.0 : 0.0;
       small[vars.size()] = rows > 0 ? static_cast<double>(r[0]) * static_cast<double>(rows) : 0.0;
@@ -393,12 +394,12 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
         for (size_t i = 0; i < vars.size(); ++i) {
           Var v = vars[i];
           // The arena's buffer holds zeros for it: mark it written, as on the ranks that computed one.
-          if (small[i] > 0 && !v.has_grad()) v.set_grad(Tensor::zeros(v.shape(), v.dtype()));
+          if (small[i] > 0 && !v.has_grad()) v.set_grad(ops::full(v.shape(), v.dtype(), 0.0f, device()));
         }
         all_reduce_gradients(arena_, *comm, weight, bucket_bytes_);
       } else {
         for (size_t i = 0; i < vars.size(); ++i)
-          if (!grads[i].defined()) grads[i] = Tensor::zeros(vars[i].shape(), DType::kFloat32);
+          if (!grads[i].defined()) grads[i] = ops::full(vars[i].shape(), DType::kFloat32, 0.0f, device());
         all_reduce_gradients(grads, *comm, weight);
         for (size_t i = 0; i < vars.size(); ++i)
           if (small[i] == 0) grads[i] = Tensor();

@@ -154,8 +154,6 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
                           cfg.communicator != nullptr ? cfg.batch_size / cfg.communicator->size() : cfg.batch_size);
   auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
                            data.train.sample_shape);
-  MIXTRAIN_CHECK(cfg.device.is_cpu() || cfg.communicator == nullptr,
-                 "data-parallel training runs on the cpu; drop --device " << cfg.device.str() << " or mpirun");
   model->to(cfg.device);
   // Updates of the whole run, for the learning-rate schedule.
   const bool sequences = data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;

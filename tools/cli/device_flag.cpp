@@ -1,9 +1,13 @@
 // --device for the commands that run a model: parsed with core's parse_device, checked against what this machine
 // can use through the ops layer (kept apart from args.cpp, whose parser is fuzzed with core alone).
+#include <cstdlib>
 #include <string>
 
 #include "args.h"
+#include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/dist/communicator.h"
+#include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/gemm_timing.h"
 
 namespace mixtrain::cli {
@@ -17,8 +21,25 @@ Device device_flag(const Args& a) {
   }
 }
 
+namespace {
+// This process's rank among the job's processes on this machine (the launcher says it: Open MPI, MPICH, Slurm), or its
+// rank in the job when no launcher says.
+int local_rank(const Communicator& job) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::atoi(v);
+  return job.rank();
+}
+}  // namespace
+
 Device usable_device_flag(const Args& a, const char* command) {
-  const Device device = device_flag(a);
+  Device device = device_flag(a);
+  // Data-parallel (mpirun) with a plain `--device cuda`: the ranks on a machine take its GPUs in turn, as one
+  // process per GPU is the usual launch (`--device cuda:N` puts every rank on GPU N).
+  const Communicator* job = data_parallel_job();
+  if (job != nullptr && a.str("device", "cpu") == "cuda") {
+    const int gpus = ops::load_cuda_backend().device_count;
+    if (gpus > 0) device = Device::cuda(local_rank(*job) % gpus);
+  }
   const std::string problem = ops::gemm_device_problem(device);
   if (!problem.empty())
     MIXTRAIN_FAIL(kInvalidInput, command << " --device " << device.str() << ": this machine cannot use it: " << problem,

@@ -24,7 +24,9 @@ namespace mixtrain {
 // per-channel sums the input gradient needs, so each rank's result equals one process on the global batch (within
 // float32 reduction order). Costs two all-reduces of C+1 and C values forward and one of 2C backward, per layer
 // per step. Every rank must then hold rows in every step (a rank with an empty shard would leave the others
-// waiting). Outside data-parallel training the option changes nothing.
+// waiting). On a device the statistics and the backward sums are computed from host copies of the layer's input
+// and gradient (the communicator moves host memory), and what they give is copied back. Outside data-parallel
+// training the option changes nothing.
 class BatchNormalization : public Layer {
  public:
   explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f, DTypeArg dtype = std::nullopt,
