@@ -9,7 +9,7 @@
 # policy, and PyTorch on the same GPU in one process (bench/peer_torch.py --device cuda: torch.mm at bench gemm's
 # sizes, TF32 off as mixtrain's default, and the same models' steps under autocast, GradScaler for float16, with
 # peak memory), so the summary gives every target's ratio; and `mixtrain train --device cuda` against
-# `--device cpu` on a small CSV. Well under 8 minutes. (PyTorch unscales 16-bit gradients in place, in 16 bits; mixtrain unscales them
+# `--device cpu` on a small CSV; scripts/gpu_check_summary.py reads it all back into gpu-check.json. Well under 8 minutes. (PyTorch unscales 16-bit gradients in place, in 16 bits; mixtrain unscales them
 # into float32, where small ones cannot underflow: it moves 4 more bytes per element.)
 #
 #   bash scripts/gpu-check.sh [--out DIR]     (default DIR: ./gpu-check-out, or $OUT when set)
@@ -210,102 +210,6 @@ for dtype, name in ((torch.float32, "float32"), (torch.float16, "float16"), (tor
         print(json.dumps({"what": "torch_unscale_step", "dtype": name, "n": n, "us_per_step": 1e6 * s / steps}))
 PY
 
-python3 - "$out" <<'PY' | tee -a "$log"
-import json, sys, os
-out = sys.argv[1]
-def lines(name):
-    # The JSON records of a file (a line that is not one, e.g. of a step cut short, is left out).
-    p = os.path.join(out, name)
-    records = []
-    for l in (open(p) if os.path.exists(p) else []):
-        try:
-            records.append(json.loads(l))
-        except ValueError:
-            pass
-    return records
-mx = {(r["dtype"], r["n"]): r for r in lines("mixtrain.jsonl") if r["what"] == "mixtrain_unscale_step"}
-checks = [r for r in lines("mixtrain.jsonl") if r["what"] == "mixtrain_unscale_check"]
-pt = {(r["dtype"], r["n"]): r for r in lines("torch.jsonl") if r["what"] == "torch_unscale_step"}
-rows = []
-print("loss-scaling step (unscale + check + scale update), us per step; speedup = PyTorch / mixtrain")
-for key in sorted(mx):
-    m, p = mx[key], pt.get(key)
-    ratio = p["us_per_step"] / m["us_per_step"] if p else None
-    rows.append({"dtype": key[0], "n": key[1], "mixtrain_us": m["us_per_step"],
-                 "torch_us": p["us_per_step"] if p else None, "speedup_vs_torch": ratio})
-    print(f"{key[0]:>9} n={key[1]:>10}  mixtrain {m['us_per_step']:9.1f}  torch "
-          f"{(p['us_per_step'] if p else float('nan')):9.1f}  {('%.2fx' % ratio) if ratio else 'n/a'}")
-def load(name):
-    p = os.path.join(out, name)
-    try:
-        return json.load(open(p)) if os.path.exists(p) else None
-    except ValueError:
-        return None
-gemm = load("bench-gemm-gpu.json")
-doctor = load("doctor.json")
-gpu_gemm = gemm["gemm"] if gemm else None
-torch_gemm = {(r["dtype"], r["n"]): r for r in lines("torch-gemm.jsonl")
-              if r["what"] == "peer_torch_matmul" and r["supported"]}
-if gpu_gemm:
-    print("GEMM n x n x n on the GPU, GFLOP/s; vs torch = mixtrain / PyTorch matmul (target at 8192, 16-bit: >= 0.80)")
-    for row in gpu_gemm:
-        t = torch_gemm.get((row["dtype"], row["n"]))
-        row["torch_gflops"] = t["gflops"] if t else None
-        row["vs_torch"] = row["gflops"] / t["gflops"] if t and row["gflops"] else None
-        print(f"{row['n']:>6} {row['dtype']:>9}  mixtrain {(row['gflops'] or float('nan')):10.1f}  torch "
-              f"{(row['torch_gflops'] or float('nan')):10.1f}  "
-              f"{('%.2f' % row['vs_torch']) if row['vs_torch'] else 'n/a'}")
-gpu_doctor = None
-if doctor:
-    gpu_doctor = {"gpus": [dict(d.get("gemm", {}), name=d["name"]) for d in doctor["gpus"]["devices"]],
-                  "verdicts": [v for v in doctor["verdicts"] if v["device"] != "cpu"]}
-    for v in gpu_doctor["verdicts"]:
-        print(f"doctor {v['device']} {v['policy']}: {v['verdict']}")
-policy_of = {"float32": "float32", "autocast_float16": "mixed_float16", "autocast_bfloat16": "mixed_bfloat16"}
-torch_steps = {(r["model"], policy_of[r["variant"]]): r for r in lines("torch-steps.jsonl")
-               if r["what"] == "peer_torch_step"}
-train_steps = []
-print("training steps on the GPU, ms per step (batch 256; transformer: bench step's defaults); "
-      "vs torch = PyTorch / mixtrain, vs float32 = mixtrain float32 / mixtrain")
-for model in ("mlp", "cnn", "transformer"):
-    f32 = load(f"step-{model}-float32.json")
-    for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
-        m = load(f"step-{model}-{policy}.json")
-        if not m:
-            continue
-        t = torch_steps.get((model, policy))
-        row = {"model": model, "policy": policy, "mixtrain_ms": m["ms_per_step"],
-               "mixtrain_step_peak_bytes": m.get("step_peak_memory_bytes"),
-               "torch_ms": t["ms_per_step"] if t else None,
-               "torch_step_peak_bytes": t["step_peak_memory_bytes"] if t else None,
-               "speedup_vs_torch": t["ms_per_step"] / m["ms_per_step"] if t else None,
-               "speedup_vs_float32": f32["ms_per_step"] / m["ms_per_step"] if f32 else None,
-               # The step's peak beyond what stays resident, over the float32 step's (target for the mixed
-               # transformer: at most 0.6).
-               "step_peak_vs_float32": (m["step_peak_memory_bytes"] / f32["step_peak_memory_bytes"]
-                                        if f32 and f32.get("step_peak_memory_bytes") else None)}
-        train_steps.append(row)
-        print(f"{model:>11} {policy:>14}  mixtrain {row['mixtrain_ms']:8.2f}  torch "
-              f"{(row['torch_ms'] or float('nan')):8.2f}  vs torch "
-              f"{('%.2fx' % row['speedup_vs_torch']) if row['speedup_vs_torch'] else 'n/a'}  vs float32 "
-              f"{('%.2fx' % row['speedup_vs_float32']) if row['speedup_vs_float32'] else 'n/a'}  step peak vs float32 "
-              f"{('%.2f' % row['step_peak_vs_float32']) if row['step_peak_vs_float32'] else 'n/a'}")
-train_cli = {}
-for device in ("cpu", "cuda"):
-    r = load(f"train-{device}.json")
-    if r:
-        train_cli[device] = {"test": r["test"], "first_step_loss": r["step_loss"][0], "last_step_loss": r["step_loss"][-1],
-                             "peak_memory_bytes": r["peak_memory_bytes"]}
-if len(train_cli) == 2:
-    gap = abs(train_cli["cpu"]["test"]["accuracy"] - train_cli["cuda"]["test"]["accuracy"])
-    train_cli["accuracy_gap"] = gap
-    print(f"train --device cuda vs cpu: test accuracy {train_cli['cuda']['test']['accuracy']:.4f} vs "
-          f"{train_cli['cpu']['test']['accuracy']:.4f}, first step loss {train_cli['cuda']['first_step_loss']:.6f} vs "
-          f"{train_cli['cpu']['first_step_loss']:.6f}")
-summary = {"checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor, "train_steps": train_steps,
-           "train_cli": train_cli}
-json.dump(summary, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
-print("bit-identical to the CPU:", all(c["bit_identical"] for c in checks) if checks else "not run")
-PY
+python3 scripts/gpu_check_summary.py "$out" | tee -a "$log"
 say "summary in $out/gpu-check.json (exit $status)"
 exit "$status"

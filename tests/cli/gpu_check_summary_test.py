@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""scripts/gpu_check_summary.py on the files a GPU check writes, with figures chosen here so every ratio it must
+give is known: the GEMM against PyTorch, each training step against PyTorch AMP and against mixtrain's float32,
+the step's peak memory against float32, the loss-scaling step, the doctor's GPU verdicts and the CLI's accuracy
+gap. Then the same with most files missing, as when steps failed: it must still write its summary.
+
+  gpu_check_summary_test.py SUMMARY_SCRIPT
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+script = sys.argv[1]
+failures = []
+
+
+def check(what, got, want, tol=1e-9):
+    ok = (got is None and want is None) or (got is not None and want is not None and abs(got - want) <= tol * max(1, abs(want)))
+    if not ok:
+        failures.append(f"{what}: got {got}, want {want}")
+
+
+def write(d, name, obj):
+    with open(os.path.join(d, name), "w") as f:
+        if isinstance(obj, list):
+            # A str item is written as it is: a line that is not a JSON object (a step cut short).
+            f.write("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in obj))
+        else:
+            json.dump(obj, f)
+
+
+def run(d):
+    r = subprocess.run([sys.executable, script, d], capture_output=True, text=True)
+    if r.returncode != 0:
+        failures.append(f"exit {r.returncode}: {r.stderr.strip()[-500:]}")
+        return None, r.stdout
+    with open(os.path.join(d, "gpu-check.json")) as f:
+        return json.load(f), r.stdout
+
+
+with tempfile.TemporaryDirectory() as d:
+    write(d, "mixtrain.jsonl", [
+        {"what": "mixtrain_unscale_check", "dtype": "float16", "n": 1024, "bit_identical": True},
+        {"what": "mixtrain_unscale_step", "dtype": "float16", "n": 1024, "us_per_step": 20.0},
+        {"what": "mixtrain_unscale_step", "dtype": "bfloat16", "n": 1024, "us_per_step": 10.0}])
+    write(d, "torch.jsonl", [
+        {"what": "torch", "version": "2.11.0", "gpu": "NVIDIA H200"},
+        {"what": "torch_unscale_step", "dtype": "float16", "n": 1024, "us_per_step": 30.0}])
+    write(d, "bench-gemm-gpu.json", {"device": "cuda:0", "gpu": "NVIDIA H200", "gemm": [
+        {"n": 8192, "dtype": "float32", "gflops": 50000.0, "ratio_vs_float32": 1.0, "method": "cublaslt"},
+        {"n": 8192, "dtype": "bfloat16", "gflops": 720000.0, "ratio_vs_float32": 14.4, "method": "cublaslt"},
+        {"n": 8192, "dtype": "float16", "gflops": None, "ratio_vs_float32": None, "method": "unavailable: x"}]})
+    write(d, "torch-gemm.jsonl", [
+        {"what": "peer_torch_info", "version": "2.11.0", "device": "cuda:0"},
+        {"what": "peer_torch_matmul", "n": 8192, "dtype": "float32", "supported": True, "gflops": 40000.0},
+        {"what": "peer_torch_matmul", "n": 8192, "dtype": "bfloat16", "supported": True, "gflops": 800000.0},
+        {"what": "peer_torch_matmul", "n": 8192, "dtype": "float16", "supported": True, "gflops": 790000.0},
+        '{"what": "peer_torch_matmul", "n": 1024, "dty', '"a JSON string, not an object"'])
+    write(d, "doctor.json", {"gpus": {"devices": [{"name": "NVIDIA H200", "gemm": {"device": "cuda:0"}}]},
+                             "verdicts": [{"device": "cpu", "policy": "float32", "verdict": "baseline"},
+                                          {"device": "cuda:0", "policy": "mixed_bfloat16", "verdict": "recommended"}]})
+    ms = {("mlp", "float32"): 3.0, ("mlp", "mixed_float16"): 1.0, ("mlp", "mixed_bfloat16"): 1.5,
+          ("transformer", "float32"): 8.0, ("transformer", "mixed_bfloat16"): 2.0}
+    peak = {("mlp", "float32"): 1000, ("mlp", "mixed_float16"): 500, ("mlp", "mixed_bfloat16"): 600,
+            ("transformer", "float32"): 4000, ("transformer", "mixed_bfloat16"): 2000}
+    for (model, policy), v in ms.items():
+        write(d, f"step-{model}-{policy}.json", {"ms_per_step": v, "step_peak_memory_bytes": peak[(model, policy)]})
+    write(d, "torch-steps.jsonl", [
+        {"what": "peer_torch_info", "version": "2.11.0"},
+        {"what": "peer_torch_step", "model": "mlp", "variant": "float32", "ms_per_step": 6.0, "step_peak_memory_bytes": 9},
+        {"what": "peer_torch_step", "model": "mlp", "variant": "autocast_float16", "ms_per_step": 1.5,
+         "step_peak_memory_bytes": 9},
+        {"what": "peer_torch_step", "model": "transformer", "variant": "autocast_bfloat16", "ms_per_step": 1.0,
+         "step_peak_memory_bytes": 9}])
+    for device, acc, first in (("cpu", 0.90, 1.5), ("cuda", 0.88, 1.25)):
+        write(d, f"train-{device}.json", {"test": {"loss": 0.3, "accuracy": acc}, "step_loss": [first, 0.5],
+                                          "peak_memory_bytes": 100})
+    summary, printed = run(d)
+    if summary:
+        gemm = {(r["dtype"], r["n"]): r for r in summary["gemm"]}
+        check("GEMM float32 vs torch", gemm[("float32", 8192)]["vs_torch"], 50000.0 / 40000.0)
+        check("GEMM bfloat16 vs torch", gemm[("bfloat16", 8192)]["vs_torch"], 0.9)
+        check("GEMM float16 (unavailable) vs torch", gemm[("float16", 8192)]["vs_torch"], None)
+        steps = {(r["model"], r["policy"]): r for r in summary["train_steps"]}
+        check("mlp float32 vs torch", steps[("mlp", "float32")]["speedup_vs_torch"], 2.0)
+        check("mlp float16 vs torch", steps[("mlp", "mixed_float16")]["speedup_vs_torch"], 1.5)
+        check("mlp float16 vs float32", steps[("mlp", "mixed_float16")]["speedup_vs_float32"], 3.0)
+        check("mlp bfloat16 vs torch (no torch record)", steps[("mlp", "mixed_bfloat16")]["speedup_vs_torch"], None)
+        check("mlp bfloat16 vs float32", steps[("mlp", "mixed_bfloat16")]["speedup_vs_float32"], 2.0)
+        check("transformer bfloat16 vs torch", steps[("transformer", "mixed_bfloat16")]["speedup_vs_torch"], 0.5)
+        check("transformer bfloat16 vs float32", steps[("transformer", "mixed_bfloat16")]["speedup_vs_float32"], 4.0)
+        check("transformer bfloat16 peak vs float32", steps[("transformer", "mixed_bfloat16")]["step_peak_vs_float32"],
+              0.5)
+        check("steps without a file", float(("cnn", "float32") in steps), 0.0)
+        unscale = {(r["dtype"], r["n"]): r for r in summary["steps"]}
+        check("unscale float16 vs torch", unscale[("float16", 1024)]["speedup_vs_torch"], 1.5)
+        check("unscale bfloat16 vs torch (no torch record)", unscale[("bfloat16", 1024)]["speedup_vs_torch"], None)
+        check("doctor GPU verdicts", float(len(summary["doctor"]["verdicts"])), 1.0)
+        check("CLI accuracy gap", summary["train_cli"]["accuracy_gap"], 0.02, 1e-6)
+        check("bit-identical line", float("bit-identical to the CPU: True" in printed), 1.0)
+
+with tempfile.TemporaryDirectory() as d:  # every step failed but the CPU training
+    write(d, "train-cpu.json", {"test": {"loss": 0.3, "accuracy": 0.9}, "step_loss": [1.0], "peak_memory_bytes": 1})
+    summary, printed = run(d)
+    if summary:
+        check("no GEMM file", summary["gemm"], None)
+        check("no steps", float(len(summary["train_steps"])), 0.0)
+        check("one device trained", float("accuracy_gap" in summary["train_cli"]), 0.0)
+        check("not run line", float("bit-identical to the CPU: not run" in printed), 1.0)
+
+if subprocess.run([sys.executable, script], capture_output=True).returncode == 0:
+    failures.append("no OUT argument: expected a usage error")
+
+for f in failures:
+    print("FAIL", f)
+print("gpu_check_summary: %s" % ("ok" if not failures else f"{len(failures)} failures"))
+sys.exit(1 if failures else 0)
