@@ -13,6 +13,8 @@
 # into float32, where small ones cannot underflow: it moves 4 more bytes per element.)
 #
 #   bash scripts/gpu-check.sh [--out DIR]     (default DIR: ./gpu-check-out, or $OUT when set)
+# DIR receives three files: gpu-check.log (as the run goes), gpu-check.json (the summary) and gpu-check-files.tar.gz
+# (every step's own output: the tests' JSON, each bench's JSON, PyTorch's records).
 #
 # An image without GoogleTest, nlohmann JSON or zlib's headers (the H200 machines' has CUDA and PyTorch only): run
 # `bash scripts/gpu-carry.sh` on a Debian machine first and send its .gpu folder along; it is used when present.
@@ -34,6 +36,10 @@ if [[ "${1:-}" == "--out" ]]; then out="${2:?--out needs a directory}"; fi
 mkdir -p "$out"
 log="$out/gpu-check.log"
 : > "$log"
+# The steps' files go to a work folder outside OUT; OUT gets the log as the run goes, then the summary and one
+# archive of the rest: a device machine returns at most 8 files of OUT, and a call cut short by its limit then
+# still returns the log.
+work=$(mktemp -d -t gpu-check.XXXXXX)
 say() { echo "gpu-check: $*" | tee -a "$log"; }
 # Runs a step with a cap on its time, so one that hangs on a GPU costs its cap, not the whole call; the note goes to
 # stderr (the log), never into a step's JSON output.
@@ -78,24 +84,24 @@ if [ "$tests" = ON ]; then
   say "GPU tests (MIXTRAIN_REQUIRE_GPU=1)"
   if ! MIXTRAIN_REQUIRE_GPU=1 capped 180 build-gpu/tests/ops/ops_test \
          --gtest_filter='CudaBackend.*:CudaSharedMath.*:Cast.*:KernelTable.*:GemmTiming.*' \
-         --gtest_output="json:$out/gpu-tests.json" >> "$log" 2>&1; then
+         --gtest_output="json:$work/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1
   fi
   say "training on a device (the emulated GPU's tests, in the GPU build)"
-  if ! capped 120 build-gpu/tests/train/device_training_test --gtest_output="json:$out/device-training-tests.json" >> "$log" 2>&1; then
+  if ! capped 120 build-gpu/tests/train/device_training_test --gtest_output="json:$work/device-training-tests.json" >> "$log" 2>&1; then
     say "device training tests FAILED"
     status=1
   fi
   say "training on the GPU against the CPU: every registered model under each policy (MIXTRAIN_REQUIRE_GPU=1)"
   if ! MIXTRAIN_REQUIRE_GPU=1 capped 240 build-gpu/tests/train/gpu_training_test \
-         --gtest_output="json:$out/gpu-training-tests.json" >> "$log" 2>&1; then
+         --gtest_output="json:$work/gpu-training-tests.json" >> "$log" 2>&1; then
     say "GPU training tests FAILED"
     status=1
   fi
   say "doctor tests (MIXTRAIN_REQUIRE_GPU=1: every GPU measured)"
   if ! MIXTRAIN_REQUIRE_GPU=1 capped 120 build-gpu/tests/precision/precision_test --gtest_filter='Doctor.*' \
-         --gtest_output="json:$out/doctor-tests.json" >> "$log" 2>&1; then
+         --gtest_output="json:$work/doctor-tests.json" >> "$log" 2>&1; then
     say "doctor tests FAILED"
     status=1
   fi
@@ -103,12 +109,12 @@ fi
 
 say "mixtrain bench gemm --device cuda: float32, float16, bfloat16 GEMMs through the backend's cuBLASLt matmul"
 if ! capped 90 build-gpu/tools/cli/mixtrain bench gemm --device cuda --sizes 1024,4096,8192 --seconds 0.5 \
-       --json "$out/bench-gemm-gpu.json" 2>> "$log" | tee -a "$log"; then
+       --json "$work/bench-gemm-gpu.json" 2>> "$log" | tee -a "$log"; then
   say "bench gemm --device cuda FAILED"
   status=1
 fi
 say "mixtrain doctor: the CPU and each GPU measured, with verdicts"
-if ! capped 90 build-gpu/tools/cli/mixtrain doctor --seconds 0.5 --json "$out/doctor.json" 2>> "$log" | tee -a "$log"; then
+if ! capped 90 build-gpu/tools/cli/mixtrain doctor --seconds 0.5 --json "$work/doctor.json" 2>> "$log" | tee -a "$log"; then
   say "doctor FAILED"
   status=1
 fi
@@ -117,7 +123,7 @@ say "mixtrain bench step --device cuda: MLP, CNN and transformer training steps 
 for model in mlp cnn transformer; do
   for policy in float32 mixed_float16 mixed_bfloat16; do
     if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda --model "$model" --policy "$policy" --steps 20 \
-           --json "$out/step-$model-$policy.json" 2>> "$log" | tee -a "$log"; then
+           --json "$work/step-$model-$policy.json" 2>> "$log" | tee -a "$log"; then
       say "bench step --device cuda --model $model --policy $policy FAILED"
       status=1
     fi
@@ -125,7 +131,7 @@ for model in mlp cnn transformer; do
 done
 
 say "mixtrain train --device cuda against --device cpu: the CLI end to end on a small CSV"
-python3 - "$out/teacher.csv" <<'PY'
+python3 - "$work/teacher.csv" <<'PY'
 import random, sys
 random.seed(1)
 w = [[random.gauss(0, 1) for _ in range(32)] for _ in range(5)]
@@ -137,22 +143,22 @@ with open(sys.argv[1], "w") as f:
         f.write(",".join(f"{v:.5f}" for v in x) + f",{scores.index(max(scores))}\n")
 PY
 for device in cpu cuda; do
-  if ! capped 120 build-gpu/tools/cli/mixtrain train --device "$device" --data "$out/teacher.csv" --hidden 64 --epochs 3 \
-         --policy mixed_float16 --seed 1 --json "$out/train-$device.json" >> "$log" 2>&1; then
+  if ! capped 120 build-gpu/tools/cli/mixtrain train --device "$device" --data "$work/teacher.csv" --hidden 64 --epochs 3 \
+         --policy mixed_float16 --seed 1 --json "$work/train-$device.json" >> "$log" 2>&1; then
     say "train --device $device FAILED"
     status=1
   fi
 done
 
 say "mixtrain: check against the CPU, then time the loss-scaling step"
-if ! capped 120 build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$out/mixtrain.jsonl" 2>> "$log"; then
+if ! capped 120 build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$work/mixtrain.jsonl" 2>> "$log"; then
   say "mixtrain_gpu_bench FAILED"
   status=1
 fi
 
 say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
 say "  CNN and transformer steps at bench step's shapes (autocast; GradScaler for float16)"
-capped 240 python3 - "$out" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
+capped 240 python3 - "$work" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
 import json, os, sys, traceback
 sys.path.insert(0, "bench")
 import peer_torch as peer  # exits with status 3 when torch is not importable
@@ -183,7 +189,7 @@ sys.exit(1 if failed else 0)
 PY
 
 say "PyTorch AMP: the same loss-scaling step"
-capped 120 python3 - > "$out/torch.jsonl" 2>> "$log" <<'PY' || { say "PyTorch step FAILED"; status=1; }
+capped 120 python3 - > "$work/torch.jsonl" 2>> "$log" <<'PY' || { say "PyTorch step FAILED"; status=1; }
 import json, time, torch
 assert torch.cuda.is_available(), "PyTorch sees no GPU"
 print(json.dumps({"what": "torch", "version": torch.__version__, "gpu": torch.cuda.get_device_name(0)}))
@@ -210,6 +216,9 @@ for dtype, name in ((torch.float32, "float32"), (torch.float16, "float16"), (tor
         print(json.dumps({"what": "torch_unscale_step", "dtype": name, "n": n, "us_per_step": 1e6 * s / steps}))
 PY
 
-python3 scripts/gpu_check_summary.py "$out" | tee -a "$log"
-say "summary in $out/gpu-check.json (exit $status)"
+python3 scripts/gpu_check_summary.py "$work" | tee -a "$log"
+cp "$work/gpu-check.json" "$out/" 2>/dev/null || true
+rm -f "$work/teacher.csv"  # made again by any run
+tar czf "$out/gpu-check-files.tar.gz" -C "$work" . && rm -rf "$work" || true
+say "summary in $out/gpu-check.json, every step's files in $out/gpu-check-files.tar.gz (exit $status)"
 exit "$status"
