@@ -37,7 +37,7 @@ void average_variables(const std::vector<Var>& vars, Communicator& comm) {
   const float inv = 1.0f / static_cast<float>(comm.size());
   for (const Var& v : vars) {
     Var var = v;
-    Tensor t = host_copy(var.value()).to(DType::kFloat32).clone();
+    Tensor t = host_copy(var.value()).to(DType::kFloat32);  // this rank's own copy
     float* p = t.data<float>();
     comm.all_reduce(p, t.numel(), ReduceOp::kSum);
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= inv;
@@ -74,18 +74,14 @@ void reduce_float32(float* p, int64_t n, Communicator& comm, float weight, int64
 int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucket_bytes) {
   MIXTRAIN_CHECK(g.defined() && g.is_contiguous() && is_float(g.dtype()),
                  "all_reduce_gradients: needs a contiguous floating tensor, got " << g.describe());
-  if (!g.device().is_cpu()) {
-    // Through the host: downloaded as float32, reduced as a host buffer is, uploaded and rounded once into g.
-    Tensor f = ops::to_device(g, Device::cpu()).to(DType::kFloat32).clone();
-    reduce_float32(f.data<float>(), f.numel(), comm, weight, bucket_bytes);
-    g.copy_from(ops::to_device(f.to(g.dtype()), g.device()));
-  } else if (g.dtype() == DType::kFloat32) {
+  if (g.device().is_cpu() && g.dtype() == DType::kFloat32) {
     reduce_float32(g.data<float>(), g.numel(), comm, weight, bucket_bytes);
   } else {
-    // MPI has no 16-bit float type: sum in float32, round once.
-    Tensor f = g.to(DType::kFloat32).clone();
+    // A float32 host copy is reduced (MPI has no 16-bit float type, and the communicators move host memory), then
+    // rounded once back into g where it lives.
+    Tensor f = ops::to_device(g, Device::cpu()).to(DType::kFloat32);  // never g itself
     reduce_float32(f.data<float>(), f.numel(), comm, weight, bucket_bytes);
-    g.copy_from(f);
+    g.copy_from(g.device().is_cpu() ? f : ops::to_device(f.to(g.dtype()), g.device()));
   }
   return g.numel() * static_cast<int64_t>(sizeof(float));
 }
