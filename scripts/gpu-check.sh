@@ -75,7 +75,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=ON -
   -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_MPI=OFF "${carried[@]}" "${arch[@]}" >> "$log" 2>&1 ||
   { say "configure failed (see $log)"; tail -20 "$log"; exit 1; }
 targets="mixtrain_gpu_bench mixtrain_cli"
-[ "$tests" = ON ] && targets="$targets ops_test precision_test device_training_test gpu_training_test"
+[ "$tests" = ON ] && targets="$targets ops_test precision_test device_training_test gpu_training_test nccl_api_test"
 # shellcheck disable=SC2086  # a list of target names
 ninja -C build-gpu -j "$(nproc)" $targets >> "$log" 2>&1 || { say "build failed (see $log)"; tail -30 "$log"; exit 1; }
 
@@ -97,6 +97,20 @@ if [ "$tests" = ON ]; then
   if ! MIXTRAIN_REQUIRE_GPU=1 capped 240 build-gpu/tests/train/gpu_training_test \
          --gtest_output="json:$work/gpu-training-tests.json" >> "$log" 2>&1; then
     say "GPU training tests FAILED"
+    status=1
+  fi
+  # NCCL: the loader's or the toolkit's libnccl.so.2, else the one PyTorch's packages carry (nvidia-nccl).
+  cuda_lib="$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../lib64"
+  if [ -z "${MIXTRAIN_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2' &&
+     [ ! -e "$cuda_lib/libnccl.so.2" ]; then
+    nccl=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' \
+           2>/dev/null || true)
+    if [ -n "$nccl" ] && [ -e "$nccl" ]; then export MIXTRAIN_NCCL_LIBRARY="$nccl"; fi
+  fi
+  say "NCCL's device collectives on one rank (MIXTRAIN_REQUIRE_GPU=1; NCCL ${MIXTRAIN_NCCL_LIBRARY:-from the loader or toolkit})"
+  if ! MIXTRAIN_REQUIRE_GPU=1 capped 60 build-gpu/tests/dist/nccl_api_test \
+         --gtest_output="json:$work/nccl-tests.json" >> "$log" 2>&1; then
+    say "NCCL tests FAILED"
     status=1
   fi
   say "doctor tests (MIXTRAIN_REQUIRE_GPU=1: every GPU measured)"

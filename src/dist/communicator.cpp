@@ -23,6 +23,17 @@ int64_t launcher_size() {
 }
 }  // namespace
 
+namespace {
+[[noreturn]] void fail_host_only(const Communicator& comm, const Tensor& t) {
+  MIXTRAIN_FAIL(kInternal, "the " << comm.backend() << " communicator moves host memory only, not " << t.describe(),
+                "stage device tensors through host copies, or use a DeviceCommunicator");
+}
+}  // namespace
+
+bool Communicator::moves_memory_of(const Device&) const { return false; }
+void Communicator::all_reduce_on_device(Tensor& t, ReduceOp) { fail_host_only(*this, t); }
+void Communicator::broadcast_on_device(Tensor& t, int) { fail_host_only(*this, t); }
+
 void SingleProcessCommunicator::all_reduce(float*, int64_t n, ReduceOp) {
   MIXTRAIN_CHECK(n >= 0, "all_reduce: negative element count " << n);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
@@ -16,9 +17,14 @@ ShardRange shard_range(int64_t rows, int rank, int size) {
 }
 
 namespace {
-// The communicators move host memory: a tensor on a device travels through a host copy (this rank's own, contiguous).
+// The host communicators move host memory: a tensor on a device travels through a host copy (this rank's own,
+// contiguous).
 Tensor host_copy(const Tensor& t) {
   return t.device().is_cpu() ? t.clone() : ops::to_device(t.contiguous(), Device::cpu());
+}
+// Whether comm moves the memory of t's device itself (a DeviceCommunicator on that GPU): then t stays there.
+bool on_device(const Tensor& t, const Communicator& comm) {
+  return !t.device().is_cpu() && comm.moves_memory_of(t.device());
 }
 }  // namespace
 
@@ -26,6 +32,12 @@ void broadcast_variables(const std::vector<Var>& vars, Communicator& comm, int r
   if (comm.size() == 1) return;
   for (const Var& v : vars) {
     Var var = v;
+    if (on_device(var.value(), comm)) {
+      Tensor t = var.value().clone();  // a new value, so the version bumps and compute copies go stale
+      comm.broadcast_on_device(t, root);
+      var.set_value(t);
+      continue;
+    }
     Tensor t = host_copy(var.value());
     comm.broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), root);
     var.set_value(ops::to_device(t, var.value().device()));
@@ -37,6 +49,14 @@ void average_variables(const std::vector<Var>& vars, Communicator& comm) {
   const float inv = 1.0f / static_cast<float>(comm.size());
   for (const Var& v : vars) {
     Var var = v;
+    if (on_device(var.value(), comm)) {
+      // The host path's arithmetic on the device: a float32 sum, scaled, rounded once into the variable's dtype.
+      const Tensor& value = var.value();
+      Tensor t = value.dtype() == DType::kFloat32 ? value.clone() : ops::cast(value, DType::kFloat32);
+      comm.all_reduce_on_device(t, ReduceOp::kSum);
+      var.set_value(ops::cast(ops::scale(t, inv), var.value().dtype()));
+      continue;
+    }
     Tensor t = host_copy(var.value()).to(DType::kFloat32);  // this rank's own copy
     float* p = t.data<float>();
     comm.all_reduce(p, t.numel(), ReduceOp::kSum);
@@ -76,6 +96,13 @@ int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucke
                  "all_reduce_gradients: needs a contiguous floating tensor, got " << g.describe());
   if (g.device().is_cpu() && g.dtype() == DType::kFloat32) {
     reduce_float32(g.data<float>(), g.numel(), comm, weight, bucket_bytes);
+  } else if (on_device(g, comm)) {
+    // Where g lives, queued behind the backward pass: the host path's float32 arithmetic (weighted, summed,
+    // rounded once into g's dtype), in one call (a device collective needs no buckets to overlap the host's work).
+    Tensor f = ops::cast(g, DType::kFloat32);  // g itself when float32
+    if (weight != 1.0f) f = ops::scale(f, weight);
+    comm.all_reduce_on_device(f, ReduceOp::kSum);
+    if (g.dtype() != DType::kFloat32 || weight != 1.0f) g.copy_from(f);
   } else {
     // A float32 host copy is reduced (MPI has no 16-bit float type, and the communicators move host memory), then
     // rounded once back into g where it lives.

@@ -7,6 +7,8 @@ namespace cpu {
 void device_copy(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
 // CPU kernels return when their work is done.
 void synchronize(int) {}
+// The host has no current device.
+void make_current(int) {}
 void cast(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
 }  // namespace cpu
 
@@ -17,6 +19,10 @@ KernelTable<DeviceCopyFn>& device_copy_table() {
 }
 KernelTable<SynchronizeFn>& synchronize_table() {
   static KernelTable<SynchronizeFn> t("synchronize", &cpu::synchronize);
+  return t;
+}
+KernelTable<MakeCurrentFn>& make_current_table() {
+  static KernelTable<MakeCurrentFn> t("make_current", &cpu::make_current);
   return t;
 }
 KernelTable<CastFn>& cast_table() {
@@ -31,6 +37,8 @@ float read_scalar(const Tensor& x) {
 }
 
 void synchronize(const Device& device) { kernel::synchronize_table()(device)(device.index); }
+
+void make_current(const Device& device) { kernel::make_current_table()(device)(device.index); }
 
 Tensor cast(const Tensor& x, DType dtype) {
   MIXTRAIN_CHECK(x.defined(), "cast: the tensor is undefined");

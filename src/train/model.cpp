@@ -328,7 +328,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
   // Data-parallel with flat buffers: buckets of a stack's gradients start during backward (unless an observer
   // is already in force, e.g. inspection's).
   if (!overlap_) overlap_ = std::make_shared<OverlappedReduce>();
-  // (On a device the gradients travel through the host once backward is done: see all_reduce_gradients.)
+  // (On a device the gradients are all-reduced once backward is done: see all_reduce_gradients.)
   const bool overlapped =
       comm && flat && device().is_cpu() && observer() == nullptr && overlap_->prepare(*this, arena_, bucket_bytes_);
   if (overlapped) {
@@ -373,16 +373,27 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     if (comm) {
       // One small all-reduce: which variables got a gradient on any rank (so every rank updates the same ones)
       // and the global batch's row-weighted loss and accuracy.
-      // The record is read here (on a device, a wait for the step so far): the logs join the all-reduce.
-      const Tensor host_record = ops::to_device(record, Device::cpu());
-      const float* r = host_record.data<float>();
       std::vector<double> small(vars.size() + 2, 0.0);
       for (size_t i = 0; i < vars.size(); ++i) small[i] = vars[i].has_grad() ? 1.0 : 0.0;
-      small[vars.size()] = rows > 0 ? static_cast<double>(r[0]) * static_cast<double>(rows) : 0.0;
-      small[vars.size() + 1] = rows > 0 ? static_cast<double>(r[1]) : 0.0;
-      comm->all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
-      queued.global_loss = small[vars.size()] / static_cast<double>(global_rows);
-      queued.global_accuracy = small[vars.size() + 1] / static_cast<double>(global_rows);
+      if (comm->moves_memory_of(record.device())) {
+        // The logs stay on the device (a GPU with NCCL), nothing waits: the record's loss, weighted by this rank's
+        // share of the rows, and its correct count are summed over the ranks there (float32: the loss's last bits
+        // may differ from the host's float64 sum), and the host sums the flags alone.
+        Tensor loss_slot = record.slice(0, 0, 1);
+        loss_slot.copy_from(ops::scale(loss_slot, weight));
+        Tensor logs = record.slice(0, 0, 2);
+        comm->all_reduce_on_device(logs, ReduceOp::kSum);
+        comm->all_reduce(small.data(), static_cast<int64_t>(vars.size()), ReduceOp::kSum);
+      } else {
+        // The record is read here (on a device, a wait for the step so far): the logs join the all-reduce.
+        const Tensor host_record = ops::to_device(record, Device::cpu());
+        const float* r = host_record.data<float>();
+        small[vars.size()] = rows > 0 ? static_cast<double>(r[0]) * static_cast<double>(rows) : 0.0;
+        small[vars.size() + 1] = rows > 0 ? static_cast<double>(r[1]) : 0.0;
+        comm->all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
+        queued.global_loss = small[vars.size()] / static_cast<double>(global_rows);
+        queued.global_accuracy = small[vars.size() + 1] / static_cast<double>(global_rows);
+      }
       if (overlapped) {
         overlap_->wait();
         // Written on some rank, not here: the reduced values are in the buffer; mark them as this variable's.
@@ -535,7 +546,9 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& o
   stop_training = false;
   // Steps queued between two reads of their logs (FitOptions::steps_per_log), and their records.
   MIXTRAIN_CHECK(options.steps_per_log >= 0, "fit: steps_per_log must be >= 0, got " << options.steps_per_log);
-  const int64_t window = guard || comm               ? 1
+  // (A data-parallel step through a host communicator reads its logs anyway; a device communicator keeps them there.)
+  const bool read_each_step = guard || (comm && !comm->moves_memory_of(device()));
+  const int64_t window = read_each_step              ? 1
                          : options.steps_per_log > 0 ? options.steps_per_log
                          : device().is_cpu()         ? 1
                                                      : FitOptions::kDefaultStepsPerLog;

@@ -10,49 +10,19 @@
 
 #include "../train/blobs.h"
 #include "../train/emulated_device.h"
-#include "mixtrain/nn/conv_layers.h"
-#include "mixtrain/nn/layers.h"
-#include "mixtrain/nn/normalization.h"
-#include "mixtrain/nn/reshaping.h"
+#include "device_cnn.h"
 #include "mixtrain/ops/transfer.h"
-#include "mixtrain/precision/policy.h"
-#include "mixtrain/train/model.h"
 #include "two_ranks.h"
 
 namespace mixtrain {
 namespace {
 
+using dist_test::device_cnn;
+using dist_test::host_values;
 using dist_test::same_bits_on_all_ranks;
 using testing_device::EmulatedDevice;
 using testing_device::kEmulated;
 using train_test::blobs;
-
-// Rows of 8 features as 2 x 4 images: convolution, synchronized batch normalization, ReLU, dropout, a float32
-// read-out, under `policy` (mixed_float16 adds dynamic loss scaling).
-std::unique_ptr<Model> cnn(const std::string& policy) {
-  set_global_policy(policy);
-  auto m = std::make_unique<Model>("cnn", 9);
-  m->emplace<Reshape>(std::vector<int64_t>{2, 4, 1});
-  m->emplace<Conv2D>(8, 3, 1, "same", "linear", /*use_bias=*/false);
-  m->emplace<BatchNormalization>(0.9f)->set_synchronized(true);
-  m->emplace<Activation>("relu");
-  m->emplace<Flatten>();
-  m->emplace<Dropout>(0.2f);
-  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
-  set_global_policy("float32");
-  m->compile(make_optimizer("adam", 0.01f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
-  return m;
-}
-
-// Every weight's values (moving statistics included), read back to the host.
-std::vector<float> host_values(const Model& m) {
-  std::vector<float> all;
-  for (const Var& v : m.weights()) {
-    const std::vector<float> f = ops::to_device(v.value(), Device::cpu()).to_floats();
-    all.insert(all.end(), f.begin(), f.end());
-  }
-  return all;
-}
 
 class DataParallelDevice : public ::testing::TestWithParam<const char*> {};
 
@@ -68,8 +38,8 @@ TEST_P(DataParallelDevice, TwoRanksOnDevicesGiveTheCpuRanksBits) {
   o.validation_split = 0.25;
   o.verbose = 0;
   o.communicator = &comm;
-  auto on_cpu = cnn(GetParam());
-  auto on_device = cnn(GetParam());
+  auto on_cpu = device_cnn(GetParam(), /*synchronized_bn=*/true, 9);
+  auto on_device = device_cnn(GetParam(), /*synchronized_bn=*/true, 9);
   on_device->to(kEmulated);
   const History h_cpu = on_cpu->fit(x, y, o);
   const History h_device = on_device->fit(x, y, o);

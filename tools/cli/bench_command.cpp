@@ -253,7 +253,7 @@ int bench_step(const std::vector<std::string>& argv) {
 
   // Data-parallel (mpirun -np N): --batch-size is the global batch, each rank steps on its shard of it and
   // all-reduces the gradients; every rank starts from rank 0's weights.
-  Communicator* job = data_parallel_job();
+  Communicator* job = data_parallel_job_on(cfg.device);
   check_global_batch(cfg, job);
   if (job) broadcast_variables(model->weights(), *job);
   const ShardRange shard = job ? shard_range(cfg.batch_size, job->rank(), job->size()) : ShardRange{0, cfg.batch_size};

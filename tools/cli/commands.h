@@ -57,6 +57,9 @@ void write_file_atomically(const std::string& path, const std::string& text);
 
 // The data-parallel job this process is a rank of (started by mpirun with more than one process), else null.
 Communicator* data_parallel_job();
+// The job's communicator for training on `device`: on a GPU, one that all-reduces device memory there through
+// NCCL (made on the first call; every rank must call it), else the job's own, which stages it through the host.
+Communicator* data_parallel_job_on(const Device& device);
 // Whether this process prints results and writes files: one process, or rank 0 of a job.
 bool writes_outputs();
 // With a job: --batch-size is the global batch and must divide by the rank count (Error, exit 2); prints how

@@ -70,7 +70,7 @@ int compare_command(const std::vector<std::string>& argv) {
   const std::string out_dir = a.str("out", "out/compare");
   const std::string data_spec = a.str("data", "fashion-mnist");
   // Data-parallel (mpirun): every rank trains every run; rank 0 alone writes the report.
-  Communicator* job = data_parallel_job();
+  Communicator* job = data_parallel_job_on(base.device);
   const bool writer = writes_outputs();
   if (a.str("batch-size", "") != "auto") check_global_batch(base, job);
   base.communicator = job;

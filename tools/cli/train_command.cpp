@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
 
 #include "args.h"
 #include "commands.h"
@@ -13,6 +16,7 @@
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
 #include "mixtrain/data/text.h"
+#include "mixtrain/dist/device_communicator.h"
 #include "mixtrain/report/progress_bar.h"
 #include "mixtrain/train/batch_size.h"
 
@@ -184,6 +188,25 @@ Communicator* data_parallel_job() {
   if (!launched_by_mpi()) return nullptr;
   Communicator& world = world_communicator();
   return world.size() > 1 ? &world : nullptr;
+}
+
+Communicator* data_parallel_job_on(const Device& device) {
+  Communicator* job = data_parallel_job();
+  if (job == nullptr || device.is_cpu()) return job;
+  // Made once per process, collectively (every rank of the job comes here with its own GPU), and kept to the end.
+  static std::unique_ptr<Communicator> on_device;
+  static std::optional<Device> tried;
+  if (!tried) {
+    tried = device;
+    std::string why;
+    on_device = device_communicator(*job, device, &why);
+    if (!on_device && job->rank() == 0)
+      std::printf("data-parallel on %s without NCCL (%s): device memory goes through host copies, a wait per step\n",
+                  device.str().c_str(), why.c_str());
+  }
+  MIXTRAIN_CHECK(*tried == device, "data-parallel: this process already runs on " << tried->str() << ", not "
+                                                                                    << device.str());
+  return on_device ? on_device.get() : job;
 }
 
 bool writes_outputs() {
@@ -383,7 +406,7 @@ int train_command(const std::vector<std::string>& argv) {
   const std::string json_path = a.str("json", "");
 
   // Data-parallel (mpirun): every rank trains; rank 0 alone writes the JSON and the checkpoints.
-  Communicator* job = data_parallel_job();
+  Communicator* job = data_parallel_job_on(cfg.device);
   const bool writer = writes_outputs();
   if (!auto_batch_size(a)) check_global_batch(cfg, job);
   cfg.communicator = job;

@@ -1,7 +1,8 @@
 // Communicator: the collective operations data-parallel training needs (all-reduce, broadcast), as a plain C++
 // interface. MPI implements it across processes and machines (compiled only when the build found MPI); a
-// single-process implementation keeps every caller's code path the same without MPI; an NCCL implementation on
-// GPUs fits behind the same interface. No MPI header reaches a public header.
+// single-process implementation keeps every caller's code path the same without MPI; a DeviceCommunicator
+// (dist/device_communicator.h) adds NCCL's collectives on a GPU's memory. No MPI or NCCL header reaches a public
+// header.
 //
 // Every rank must call the same collectives in the same order with the same element counts (the MPI rule).
 // A data-parallel step: every rank starts from rank 0's weights (broadcast), computes gradients on its shard of
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "mixtrain/core/tensor.h"
 
 namespace mixtrain {
 
@@ -60,6 +63,16 @@ class Communicator {
   // Ends every process of the job with this exit code (an error on one rank would otherwise leave the others
   // waiting in a collective forever).
   [[noreturn]] virtual void abort(int code) = 0;
+
+  // Device memory. A communicator that moves a device's memory itself (a DeviceCommunicator) says so for that
+  // device; the callers (dist/data_parallel.h, Model's training step) then reduce tensors there in place, queued in
+  // the device's order with no wait for it, instead of staging them through host copies. The host communicators
+  // serve no device.
+  virtual bool moves_memory_of(const Device& device) const;
+  // In place: every rank ends with op over all ranks' t, a contiguous float32 tensor on such a device.
+  virtual void all_reduce_on_device(Tensor& t, ReduceOp op);
+  // Root's bytes of t, a contiguous tensor on such a device, into t on every rank.
+  virtual void broadcast_on_device(Tensor& t, int root);
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }

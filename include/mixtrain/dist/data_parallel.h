@@ -50,8 +50,10 @@ inline constexpr int64_t kDefaultBucketBytes = int64_t{4} << 20;
 // global batch's rows, the result is the global batch's mean gradient on every rank, with the same bits on every
 // rank; a non-finite element on any rank makes that element non-finite on every rank, so the loss-scale check
 // that follows makes one decision for all. 16-bit buffers travel as float32 (and are rounded back once). A buffer
-// on a device (a GPU arena) is downloaded, reduced on the host and uploaded: the same bits as on the CPU, with a
-// wait for the device; the variable helpers above stage device values through the host the same way.
+// on a device (a GPU arena) stays there when comm moves that device's memory (a DeviceCommunicator: NCCL), queued
+// behind the backward pass with no wait; with a host communicator it is downloaded, reduced on the host and
+// uploaded, with a wait for the device. Either way it gets the CPU path's arithmetic; the variable helpers above
+// take the same two paths.
 // Returns the bytes this rank handed to the all-reduce.
 int64_t all_reduce_gradients(const ParameterArena& arena, Communicator& comm, float weight,
                              int64_t bucket_bytes = kDefaultBucketBytes);

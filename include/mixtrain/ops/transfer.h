@@ -20,6 +20,10 @@ float read_scalar(const Tensor& x);
 // last check surface here, as an Error naming the device.
 void synchronize(const Device& device);
 
+// Makes `device` the current device of this thread for libraries that work on the current device (NCCL creates a
+// communicator on it). Nothing to do on the CPU.
+void make_current(const Device& device);
+
 // x converted to dtype on its own device, rounding as core's conversions do (x itself when it has that dtype;
 // a strided view is made contiguous first). The ops' backward passes convert an incoming gradient of another
 // dtype with it, so that a float32 gradient reaches a 16-bit op on a GPU too (Tensor::to reads host memory only).
@@ -33,6 +37,9 @@ KernelTable<DeviceCopyFn>& device_copy_table();
 // Blocks until the device of that type and index is idle.
 using SynchronizeFn = void(int device_index);
 KernelTable<SynchronizeFn>& synchronize_table();
+// Makes the device of that type and index current on this thread.
+using MakeCurrentFn = void(int device_index);
+KernelTable<MakeCurrentFn>& make_current_table();
 // dst = src converted to dst's dtype: both contiguous, same element count, same device.
 using CastFn = void(const Tensor& src, Tensor& dst);
 KernelTable<CastFn>& cast_table();

@@ -46,7 +46,8 @@ struct FitOptions {
   // read a wait for the device. The steps' losses all reach the History; callbacks' on_train_batch_end, the
   // progress bar and TerminateOnNaN see the logs at those points (as Keras' steps_per_execution), and at the end
   // of each epoch. 0 (the default): kDefaultStepsPerLog on a device, 1 on the CPU, where reading costs nothing.
-  // Ignored (1) with a recovery guard or data-parallel, which act on every step's logs.
+  // Ignored (1) with a recovery guard, which acts on every step's logs, and data-parallel through a host
+  // communicator, which reads them anyway (a DeviceCommunicator keeps them on the device: the window applies).
   int64_t steps_per_log = 0;
   static constexpr int64_t kDefaultStepsPerLog = 32;
   // When set, non-finite steps are handled by the recovery ladder (see train/recovery.h). Not owned.

@@ -144,6 +144,7 @@ CudaBackendStatus install_backend() {
   kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
   kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
   kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
+  kernel::make_current_table().set(DeviceType::kCuda, &make_current);
   kernel::cast_table().set(DeviceType::kCuda, &cast);
   kernel::activation_table().set(DeviceType::kCuda, &activation);
   kernel::activation_backward_table().set(DeviceType::kCuda, &activation_backward);
@@ -188,7 +189,7 @@ CudaBackendStatus install_backend() {
            "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
            "fused_update",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
            "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
-           "synchronize",  "cast",                "unscale_and_count_nonfinite",
+           "synchronize",  "make_current",        "cast",                "unscale_and_count_nonfinite",
            "mean_squared_error",                  "mean_squared_error_backward",
            "sum",          "sparse_categorical_accuracy",         "count_correct",
            "regularization_penalty",              "regularization_penalty_backward",     "global_norm",

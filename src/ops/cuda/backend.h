@@ -28,6 +28,7 @@ void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& foun
 void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out);
 void device_copy(const Tensor& src, Tensor& dst);
 void synchronize(int device_index);
+void make_current(int device_index);
 // elementwise.cu
 void activation(const Tensor& x, Activation a, Tensor& y);
 void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);

@@ -190,6 +190,8 @@ void device_copy(const Tensor& src, Tensor& dst) {
   if (dst.device().is_cpu() && !src.device().is_cpu()) check_label_errors(src.device().index);
 }
 
+void make_current(int device_index) { check_cuda(cudaSetDevice(device_index), "cudaSetDevice"); }
+
 void synchronize(int device_index) {
   check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");

@@ -1,0 +1,26 @@
+// Libraries loaded at run time (cuBLASLt, NCCL): a build needs neither their headers nor their libraries, and a
+// binary runs where they are missing, saying why a capability is off instead of failing to start.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mixtrain {
+
+// The first of `names` (sonames or paths) the dynamic loader opens, with its symbols local to the caller; null when
+// none opens, with the names tried in *tried ("a, b").
+void* open_first_library(const std::vector<std::string>& names, std::string* tried);
+// The address of the symbol `name` in lib, or null.
+void* library_symbol(void* lib, const char* name);
+void close_library(void* lib);
+
+// *fn = the function `name` of lib; false when lib lacks it, naming it in *missing unless that names one already
+// (so a chain of resolves reports the first one missing).
+template <typename Fn>
+bool resolve_symbol(void* lib, const char* name, Fn* fn, std::string* missing) {
+  *fn = reinterpret_cast<Fn>(library_symbol(lib, name));
+  if (*fn == nullptr && missing->empty()) *missing = name;
+  return *fn != nullptr;
+}
+
+}  // namespace mixtrain

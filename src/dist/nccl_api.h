@@ -1,0 +1,47 @@
+// NCCL, loaded at run time: the few functions and constants the device collectives use, declared here with
+// NCCL's ABI (nccl.h's enums are ints, its id a 128-byte struct passed by value, its communicator and CUDA's
+// stream opaque pointers), so that every build compiles the NCCL path without NCCL's header or library, and a
+// binary runs where NCCL is missing (it then stages device memory through the host). nccl_api_test checks these
+// values against nccl.h where that header is installed.
+#pragma once
+
+#include <string>
+
+namespace mixtrain::nccl {
+
+using Result = int;     // ncclResult_t
+using DataType = int;   // ncclDataType_t
+using RedOp = int;      // ncclRedOp_t
+using Comm = void*;     // ncclComm_t
+using Stream = void*;   // cudaStream_t
+
+inline constexpr int kUniqueIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
+struct UniqueId {
+  char internal[kUniqueIdBytes];
+};
+
+inline constexpr Result kSuccess = 0;     // ncclSuccess
+inline constexpr DataType kUint8 = 1;     // ncclUint8
+inline constexpr DataType kFloat32 = 7;   // ncclFloat32
+inline constexpr RedOp kSum = 0;          // ncclSum
+inline constexpr RedOp kMax = 2;          // ncclMax
+inline constexpr RedOp kMin = 3;          // ncclMin
+// The CUDA backend launches every kernel on the default stream: collectives queued there are ordered with them.
+inline constexpr Stream kDefaultStream = nullptr;
+
+struct Api {
+  Result (*get_version)(int* version) = nullptr;
+  Result (*get_unique_id)(UniqueId* id) = nullptr;
+  Result (*comm_init_rank)(Comm* comm, int nranks, UniqueId id, int rank) = nullptr;
+  Result (*comm_destroy)(Comm comm) = nullptr;
+  const char* (*error_string)(Result result) = nullptr;
+  Result (*all_reduce)(const void* send, void* recv, size_t count, DataType type, RedOp op, Comm comm,
+                       Stream stream) = nullptr;
+  Result (*broadcast)(const void* send, void* recv, size_t count, DataType type, int root, Comm comm,
+                      Stream stream) = nullptr;
+};
+
+// Loads NCCL once (later calls return the first call's outcome); null with the reason in *why when it cannot.
+const Api* load(std::string* why);
+
+}  // namespace mixtrain::nccl

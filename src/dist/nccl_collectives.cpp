@@ -1,0 +1,172 @@
+// NCCL's collectives behind DeviceCollectives (dist/device_communicator.h), and NCCL's loading (nccl_api.h).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/dynamic_library.h"
+#include "mixtrain/core/error.h"
+#include "mixtrain/dist/device_communicator.h"
+#include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/transfer.h"
+#include "nccl_api.h"
+
+namespace mixtrain {
+
+namespace nccl {
+namespace {
+
+std::vector<std::string> candidates() {
+  std::vector<std::string> names;
+  if (const char* path = std::getenv("MIXTRAIN_NCCL_LIBRARY"); path != nullptr && *path != '\0')
+    names.emplace_back(path);
+  names.emplace_back("libnccl.so.2");
+#ifdef MIXTRAIN_CUDA_LIBRARY_DIR
+  names.push_back(std::string(MIXTRAIN_CUDA_LIBRARY_DIR) + "/libnccl.so.2");
+#endif
+  return names;
+}
+
+struct Loaded {
+  Api api;
+  bool ok = false;
+  std::string why;
+};
+
+Loaded load_once() {
+  Loaded l;
+  std::string tried;
+  void* lib = open_first_library(candidates(), &tried);
+  if (!lib) {
+    l.why = "NCCL not found (tried " + tried + "; MIXTRAIN_NCCL_LIBRARY=/path/to/libnccl.so.2 names another)";
+    return l;
+  }
+  std::string missing;
+  Api& a = l.api;
+  bool ok = resolve_symbol(lib, "ncclGetVersion", &a.get_version, &missing);
+  ok &= resolve_symbol(lib, "ncclGetUniqueId", &a.get_unique_id, &missing);
+  ok &= resolve_symbol(lib, "ncclCommInitRank", &a.comm_init_rank, &missing);
+  ok &= resolve_symbol(lib, "ncclCommDestroy", &a.comm_destroy, &missing);
+  ok &= resolve_symbol(lib, "ncclGetErrorString", &a.error_string, &missing);
+  ok &= resolve_symbol(lib, "ncclAllReduce", &a.all_reduce, &missing);
+  ok &= resolve_symbol(lib, "ncclBroadcast", &a.broadcast, &missing);
+  if (!ok) {
+    close_library(lib);
+    l.why = "NCCL lacks " + missing;
+    return l;
+  }
+  // The ABI above is NCCL 2's.
+  int version = 0;
+  if (a.get_version(&version) != kSuccess || version < 20000 || version >= 30000) {
+    close_library(lib);
+    l.why = "NCCL " + std::to_string(version) + " found, this build needs major version 2";
+    return l;
+  }
+  l.ok = true;
+  return l;
+}
+
+}  // namespace
+
+const Api* load(std::string* why) {
+  static const Loaded loaded = load_once();
+  if (!loaded.ok) {
+    *why = loaded.why;
+    return nullptr;
+  }
+  return &loaded.api;
+}
+
+}  // namespace nccl
+
+namespace {
+
+nccl::RedOp nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return nccl::kSum;
+    case ReduceOp::kMax: return nccl::kMax;
+    case ReduceOp::kMin: return nccl::kMin;
+  }
+  return nccl::kSum;
+}
+
+class NcclCollectives final : public DeviceCollectives {
+ public:
+  NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device)
+      : api_(api), comm_(comm), device_(device) {}
+  ~NcclCollectives() override { api_.comm_destroy(comm_); }
+  std::string name() const override { return "nccl"; }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    ops::make_current(device_);
+    check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
+                          nccl::kDefaultStream),
+          "ncclAllReduce");
+  }
+  void broadcast(Tensor& t, int root) override {
+    ops::make_current(device_);
+    check(api_.broadcast(t.raw(), t.raw(), t.nbytes(), nccl::kUint8, root, comm_, nccl::kDefaultStream),
+          "ncclBroadcast");
+  }
+
+ private:
+  void check(nccl::Result rc, const char* what) const {
+    if (rc != nccl::kSuccess)
+      MIXTRAIN_FAIL(kInternal, what << " on " << device_.str() << " failed: " << api_.error_string(rc),
+                    "NCCL_DEBUG=WARN in the environment makes NCCL say more");
+  }
+
+  const nccl::Api& api_;
+  nccl::Comm comm_;
+  Device device_;
+};
+
+// Whether every rank got here without a reason to stop: the ranks must agree, since one that skipped NCCL's start
+// would leave the others waiting in it.
+bool all_ranks_ok(Communicator& host, bool ok) {
+  double failed = ok ? 0.0 : 1.0;
+  host.all_reduce(&failed, 1, ReduceOp::kMax);
+  return failed == 0.0;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceCollectives> nccl_collectives(Communicator& host, const Device& device, std::string* why) {
+  std::string reason;
+  const nccl::Api* api = nullptr;
+  if (device.type != DeviceType::kCuda) {
+    reason = "NCCL serves CUDA devices, not " + device.str();
+  } else if (const ops::CudaBackendStatus s = ops::load_cuda_backend(); !s.loaded) {
+    reason = "the CUDA backend is not loaded (" + s.detail + ")";
+  } else {
+    api = nccl::load(&reason);
+  }
+  if (!all_ranks_ok(host, api != nullptr)) {
+    *why = reason.empty() ? "another rank cannot use NCCL" : reason;
+    return nullptr;
+  }
+  ops::make_current(device);
+  // Rank 0 makes the id every rank's communicator is created from; its outcome travels with it.
+  struct {
+    int32_t rc = nccl::kSuccess;
+    nccl::UniqueId id{};
+  } start;
+  if (host.rank() == 0) start.rc = api->get_unique_id(&start.id);
+  host.broadcast(&start, static_cast<int64_t>(sizeof start), 0);
+  if (start.rc != nccl::kSuccess) {
+    *why = std::string("ncclGetUniqueId failed on rank 0: ") + api->error_string(start.rc);
+    return nullptr;
+  }
+  nccl::Comm comm = nullptr;
+  const nccl::Result rc = api->comm_init_rank(&comm, host.size(), start.id, host.rank());
+  if (!all_ranks_ok(host, rc == nccl::kSuccess)) {
+    if (rc == nccl::kSuccess) api->comm_destroy(comm);
+    *why = rc != nccl::kSuccess ? std::string("ncclCommInitRank failed: ") + api->error_string(rc)
+                                : "ncclCommInitRank failed on another rank";
+    return nullptr;
+  }
+  return std::make_unique<NcclCollectives>(*api, comm, device);
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,35 @@
+// Loading a library at run time: the first name that opens wins, the names tried are reported, and a chain of
+// symbol lookups names the first one missing.
+#include "mixtrain/core/dynamic_library.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace mixtrain {
+namespace {
+
+TEST(DynamicLibrary, OpensTheFirstNameThatLoadsAndReportsTheOthers) {
+  std::string tried;
+  EXPECT_EQ(open_first_library({"libmixtrain-missing-a.so.1", "/nonexistent/libmissing-b.so"}, &tried), nullptr);
+  EXPECT_EQ(tried, "libmixtrain-missing-a.so.1, /nonexistent/libmissing-b.so");
+  void* libc = open_first_library({"libmixtrain-missing-a.so.1", "libc.so.6"}, &tried);
+  ASSERT_NE(libc, nullptr) << tried;
+  EXPECT_EQ(tried, "libmixtrain-missing-a.so.1");  // the names before the one that opened
+
+  size_t (*length)(const char*) = nullptr;
+  int (*nothing)() = nullptr;
+  std::string missing;
+  EXPECT_TRUE(resolve_symbol(libc, "strlen", &length, &missing));
+  ASSERT_NE(length, nullptr);
+  EXPECT_EQ(length("mixed"), 5u);
+  EXPECT_TRUE(missing.empty());
+  EXPECT_FALSE(resolve_symbol(libc, "mixtrain_no_such_symbol", &nothing, &missing));
+  EXPECT_EQ(nothing, nullptr);
+  EXPECT_FALSE(resolve_symbol(libc, "mixtrain_no_such_symbol_either", &nothing, &missing));
+  EXPECT_EQ(missing, "mixtrain_no_such_symbol");  // the first one missing
+  close_library(libc);
+}
+
+}  // namespace
+}  // namespace mixtrain
