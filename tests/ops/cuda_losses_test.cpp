@@ -163,6 +163,25 @@ TEST(CudaBackend, AccuracyCountsTheCpusRows) {
   EXPECT_EQ(sparse_categorical_accuracy(gpu(eye), gpu(labels)), 1.0);
 }
 
+// A label outside [0, classes) on the device is found by the accuracy kernel and named as the CPU entry names it:
+// at once where the count is read (sparse_categorical_accuracy), at the next read for count_correct (fit's).
+TEST(CudaBackend, AccuracyNamesALabelOutsideTheClasses) {
+  REQUIRE_CUDA_BACKEND();
+  const Tensor scores = gpu(Tensor::from_floats({3, 4}, {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}));
+  const Tensor bad = gpu(Tensor::from_ints({3}, {0, 4, 1}));
+  try {
+    (void)sparse_categorical_accuracy(scores, bad);
+    ADD_FAILURE() << "a label of 4 for 4 classes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("accuracy: label 4 at row 1"), std::string::npos) << e.what();
+  }
+  const Tensor count = count_correct(scores, bad);  // queued: nothing read yet
+  EXPECT_THROW((void)read_scalar(count), Error);
+  EXPECT_EQ(read_scalar(count), 1.0f);  // row 0 only: the bad row is not counted, row 2's arg-max is 2
+  const Tensor good = gpu(Tensor::from_ints({3}, {0, 1, 2}));
+  EXPECT_EQ(sparse_categorical_accuracy(scores, good), 1.0);
+}
+
 TEST(CudaBackend, UnscaleAndCountGiveTheCpuBitsAndCount) {
   REQUIRE_CUDA_BACKEND();
   for (DType dt : kFloatDTypes) {

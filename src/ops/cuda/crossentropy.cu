@@ -158,6 +158,7 @@ struct LabelError {
   unsigned long long row;
   long long label;
   long long classes;
+  int op;  // LabelOp
 };
 
 constexpr int kMaxDevices = 64;
@@ -166,12 +167,12 @@ LabelError* g_label_errors[kMaxDevices] = {};
 std::mutex g_label_errors_mutex;
 
 LabelError* label_error_record(int device) {
-  MIXTRAIN_CHECK(device >= 0 && device < kMaxDevices, "crossentropy: GPU index " << device << " is out of range");
+  MIXTRAIN_CHECK(device >= 0 && device < kMaxDevices, "label check: GPU index " << device << " is out of range");
   std::lock_guard<std::mutex> lock(g_label_errors_mutex);
   if (g_label_errors[device] == nullptr) {
     void* p = nullptr;
     check_cuda(cudaMalloc(&p, sizeof(LabelError)), "cudaMalloc");
-    const LabelError none{kNoBadRow, 0, 0};
+    const LabelError none{kNoBadRow, 0, 0, 0};
     check_cuda(cudaMemcpy(p, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
     g_label_errors[device] = static_cast<LabelError*>(p);
   }
@@ -180,15 +181,25 @@ LabelError* label_error_record(int device) {
 
 // Keeps this loss's first bad row in the device's record unless an earlier error is still unread.
 __global__ void record_label_error_kernel(const unsigned long long* bad_row, const void* labels, bool labels64,
-                                          long long classes, LabelError* record) {
+                                          long long classes, int op, LabelError* record) {
   const unsigned long long row = *bad_row;
   if (row == kNoBadRow || record->row != kNoBadRow) return;
   record->row = row;
   record->label = labels64 ? static_cast<const int64_t*>(labels)[row] : static_cast<const int32_t*>(labels)[row];
   record->classes = classes;
+  record->op = op;
 }
 
+const char* label_op_name(int op) { return op == static_cast<int>(LabelOp::kAccuracy) ? "accuracy" : "crossentropy"; }
+
 }  // namespace
+
+void record_label_error(const unsigned long long* bad_row, const Tensor& labels, int64_t classes, LabelOp op) {
+  record_label_error_kernel<<<1, 1>>>(bad_row, labels.raw(), labels.dtype() == DType::kInt64,
+                                      static_cast<long long>(classes), static_cast<int>(op),
+                                      label_error_record(labels.device().index));
+  device::launched("label check");
+}
 
 void check_label_errors(int device) {
   LabelError* record = nullptr;
@@ -200,10 +211,10 @@ void check_label_errors(int device) {
   LabelError seen{};
   check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (seen.row == kNoBadRow) return;
-  const LabelError none{kNoBadRow, 0, 0};
+  const LabelError none{kNoBadRow, 0, 0, 0};
   check_cuda(cudaMemcpy(record, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
   MIXTRAIN_FAIL(kInvalidInput,
-                "crossentropy: label " << seen.label << " at row " << seen.row << " is outside [0, " << seen.classes
+                label_op_name(seen.op) << ": label " << seen.label << " at row " << seen.row << " is outside [0, " << seen.classes
                                        << ")",
                 "labels index the classes of the last axis; check the dataset's labels and the model's output width "
                 "(found on cuda:" + std::to_string(device) + " by a loss computed before this read)");
@@ -231,9 +242,7 @@ void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_
   mean_kernel<<<1, device::kThreads>>>(terms, a.rows, loss.data<float>());
   device::launched("crossentropy mean");
   if (!sparse || a.rows == 0) return;
-  record_label_error_kernel<<<1, 1>>>(bad_row, target.raw(), a.labels64, static_cast<long long>(a.n),
-                                      label_error_record(device.index));
-  device::launched("crossentropy label check");
+  record_label_error(bad_row, target, a.n, LabelOp::kCrossentropy);
 }
 
 void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,

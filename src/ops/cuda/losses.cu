@@ -10,6 +10,9 @@
 // last places, which reaches the float32 result only at a rounding boundary (one unit). The gradient is elementwise
 // and gives the CPU's bits; so does the accuracy, an integer count: one warp per row merges the lanes' arg-max
 // states (ties to the first index, NaN as std::max_element treats it) and counts the row with one integer atomic.
+// A label outside the classes is not counted; the first such row goes to the device's label-error record, as the
+// cross-entropy's does (crossentropy.cu), and is raised as "accuracy: label L at row R ..." at the host's next read
+// (at once by sparse_categorical_accuracy, which reads its count).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -103,9 +106,10 @@ __global__ void penalty_backward_kernel(const void* w, int w_code, float l1, flo
   device::for_each_index(n, [&](int64_t i) { dw[i] = shared::penalty_grad(k, load_as_float(w, w_code, i), l1, l2); });
 }
 
-// *correct += the rows of scores (rows, n) whose arg-max equals their label (int32, or int64 when labels64).
+// *correct += the rows of scores (rows, n) whose arg-max equals their label (int32, or int64 when labels64);
+// *bad_row = the first row whose label lies outside [0, n), if any (record_label_error keeps it).
 __global__ void accuracy_kernel(const void* scores, int code, const void* labels, bool labels64, int64_t rows,
-                                int64_t n, unsigned long long* correct) {
+                                int64_t n, unsigned long long* correct, unsigned long long* bad_row) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
   if (row >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % device::kWarp;
@@ -120,8 +124,36 @@ __global__ void accuracy_kernel(const void* scores, int code, const void* labels
   if (lane != 0) return;
   const int64_t label =
       labels64 ? static_cast<const int64_t*>(labels)[row] : static_cast<const int32_t*>(labels)[row];
+  if (label < 0 || label >= n) {
+    atomicMin(bad_row, static_cast<unsigned long long>(row));
+    return;
+  }
   const int64_t best = shared::argmax_index(a, n > 0 ? load_as_float(scores, code, base) : 0.0f);
   if (best == label) atomicAdd(correct, 1ull);
+}
+
+// Scratch words of one accuracy count on the current device: the count (zeroed) and the first bad row (all ones:
+// none), from the caching allocator.
+struct AccuracyScratch {
+  Tensor words;
+  unsigned long long* correct;
+  unsigned long long* bad_row;
+  explicit AccuracyScratch(const Device& device) : words(Tensor::empty({2}, DType::kInt64, device)) {
+    correct = static_cast<unsigned long long*>(words.raw());
+    bad_row = correct + 1;
+    check_cuda(cudaMemsetAsync(correct, 0, sizeof *correct), "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(bad_row, 0xFF, sizeof *bad_row), "cudaMemsetAsync");
+  }
+};
+
+// The accuracy kernel over scores (rows, n) into the scratch words, and its label check queued after it.
+void launch_accuracy(const Tensor& scores, const Tensor& labels, AccuracyScratch& w, const char* what) {
+  const int64_t rows = scores.dim(0), n = scores.dim(1);
+  accuracy_kernel<<<device::row_blocks(rows), device::kThreads>>>(scores.raw(), shared::float_code(scores.dtype()),
+                                                                  labels.raw(), labels.dtype() == DType::kInt64,
+                                                                  rows, n, w.correct, w.bad_row);
+  device::launched(what);
+  record_label_error(w.bad_row, labels, n, LabelOp::kAccuracy);
 }
 
 // The float32 total of term over n elements into out (a float32 scalar on the current device).
@@ -244,38 +276,26 @@ __global__ void count_to_float_kernel(const unsigned long long* count, float* ou
 }  // namespace
 
 void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
-  const int64_t rows = scores.dim(0), n = scores.dim(1);
   const Device device = scores.device();
   check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
   // Counted in an integer scratch word as accuracy() does, then written as float32 where the count lives: no read.
-  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
-  unsigned long long* correct = static_cast<unsigned long long*>(scratch.raw());
-  check_cuda(cudaMemsetAsync(correct, 0, sizeof *correct), "cudaMemsetAsync");
-  if (rows > 0) {
-    accuracy_kernel<<<device::row_blocks(rows), device::kThreads>>>(scores.raw(), shared::float_code(scores.dtype()),
-                                                                    labels.raw(), labels.dtype() == DType::kInt64,
-                                                                    rows, n, correct);
-    device::launched("count_correct");
-  }
-  count_to_float_kernel<<<1, 1>>>(correct, count.data<float>());
+  AccuracyScratch w(device);
+  if (scores.dim(0) > 0) launch_accuracy(scores, labels, w, "count_correct");
+  count_to_float_kernel<<<1, 1>>>(w.correct, count.data<float>());
   device::launched("count_correct (to float)");
 }
 
 int64_t accuracy(const Tensor& scores, const Tensor& labels) {
-  const int64_t rows = scores.dim(0), n = scores.dim(1);
-  if (rows == 0) return 0;
+  if (scores.dim(0) == 0) return 0;
   const Device device = scores.device();
   check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
-  // The count lands in a scratch word; the op returns it on the host, so this synchronizes.
-  Tensor scratch = Tensor::empty({1}, DType::kInt64, device);
-  unsigned long long* correct = static_cast<unsigned long long*>(scratch.raw());
-  check_cuda(cudaMemsetAsync(correct, 0, sizeof *correct), "cudaMemsetAsync");
-  accuracy_kernel<<<device::row_blocks(rows), device::kThreads>>>(scores.raw(), shared::float_code(scores.dtype()),
-                                                                  labels.raw(), labels.dtype() == DType::kInt64,
-                                                                  rows, n, correct);
-  device::launched("sparse_categorical_accuracy");
+  // The count lands in a scratch word; the op returns it on the host, so this synchronizes, and raises a label
+  // error at once.
+  AccuracyScratch w(device);
+  launch_accuracy(scores, labels, w, "sparse_categorical_accuracy");
   unsigned long long host = 0;
-  check_cuda(cudaMemcpy(&host, correct, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_cuda(cudaMemcpy(&host, w.correct, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_label_errors(device.index);
   return static_cast<int64_t>(host);
 }
 
