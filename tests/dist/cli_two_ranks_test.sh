@@ -35,6 +35,7 @@ python3 - "$tmp/one.json" "$tmp/two.json" <<'PY'
 import json, sys
 one, two = (json.load(open(p)) for p in sys.argv[1:3])
 assert two["ranks"] == 2 and "ranks" not in one, (two.get("ranks"), one.get("ranks"))
+assert two["communicator"] == "mpi" and "communicator" not in one, two.get("communicator")
 assert len(one["step_loss"]) == len(two["step_loss"]), "the global batch must give the same number of steps"
 worst = max(abs(a - b) for a, b in zip(one["step_loss"], two["step_loss"]))
 assert worst < 1e-4, f"per-step loss differs from one process by {worst}"
@@ -114,7 +115,7 @@ print(f"resume 2 -> 2 ranks with dropout: test loss {full['loss']!r} in both")
 PY
 # bench step and compare under mpirun: the step's samples/s and communication share, one report from rank 0.
 "${two[@]}" bench step --model mlp --hidden 64 --batch-size 32 --steps 3 --json "$tmp/bench.json" >"$tmp/bench.log"
-grep -q '^data-parallel: 2 ranks, .* of step time in communication' "$tmp/bench.log"
+grep -q '^data-parallel: 2 ranks (mpi), .* of step time in communication' "$tmp/bench.log"
 "${two[@]}" compare --data "$tmp/data.csv" --epochs 1 --batch-size 32 --policies float32,mixed_bfloat16 \
   --baseline-seeds 2 --out "$tmp/cmp" >"$tmp/cmp.log"
 test -s "$tmp/cmp/report.json" && test -s "$tmp/cmp/report.html"
@@ -123,7 +124,7 @@ python3 - "$tmp/bench.json" "$tmp/cmp/report.json" <<'PY'
 import json, sys
 b, c = (json.load(open(p)) for p in sys.argv[1:3])
 assert b["ranks"] == 2 and 0 <= b["communication_share"] <= 1 and b["samples_per_second"] > 0, b
-assert b["communication_bytes_per_step_per_rank"] > 0
+assert b["communication_bytes_per_step_per_rank"] > 0 and b["communicator"] == "mpi", b
 assert c["policies"]["float32"]["ranks"] == 2
 print(f"bench step on 2 ranks: {b['samples_per_second']:.0f} samples/s, {100 * b['communication_share']:.0f}% communication")
 PY

@@ -299,10 +299,15 @@ int bench_step(const std::vector<std::string>& argv) {
   if (mlp) std::printf(", %.1f GFLOP/s", gflops);
   if (transformer) std::printf(", %.0f tokens/s", tokens_per_second);
   std::printf(", %.0f samples/s\n", samples_per_second);
+  // A device communicator's collectives are queued on the GPU: the host's share is their queueing only, and their
+  // time on the GPU is inside the step's.
+  const bool queued_on_device = job && job->moves_memory_of(cfg.device);
   if (job)
-    std::printf("data-parallel: %d ranks, %.1f%% of step time in communication (rank 0), %.2f MiB all-reduced per "
-                "step per rank\n",
-                job->size(), 100.0 * comm_share, static_cast<double>(comm_bytes) / (1 << 20));
+    std::printf("data-parallel: %d ranks (%s), %.1f%% of step time %s (rank 0), %.2f MiB all-reduced per step per "
+                "rank\n",
+                job->size(), job->backend().c_str(), 100.0 * comm_share,
+                queued_on_device ? "queueing collectives on the GPU" : "in communication",
+                static_cast<double>(comm_bytes) / (1 << 20));
   const std::string json_path = a.str("json", "");
   if (!json_path.empty()) {
     Json j = Json::object({{"ms_per_step", median * 1e3},
@@ -319,6 +324,7 @@ int bench_step(const std::vector<std::string>& argv) {
                            {"step_peak_memory_bytes", static_cast<double>(step_peak_bytes)},
                            {"samples_per_second", samples_per_second},
                            {"ranks", job ? job->size() : 1},
+                           {"communicator", job ? job->backend() : std::string("none")},
                            {"communication_share", comm_share},
                            {"communication_bytes_per_step_per_rank", static_cast<double>(comm_bytes)}});
     if (transformer) {

@@ -115,6 +115,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   if (cfg.steps > 0) j["steps"] = cfg.steps;
   if (cfg.communicator) {
     j["ranks"] = cfg.communicator->size();
+    j["communicator"] = cfg.communicator->backend();  // "mpi", or "mpi+nccl" on GPUs with NCCL
     j["communication_seconds"] = cfg.communicator->stats().seconds;
     j["communication_bytes_per_rank"] = static_cast<double>(cfg.communicator->stats().bytes);
   }
