@@ -4,10 +4,13 @@
 
 namespace mixtrain {
 
-void* open_first_library(const std::vector<std::string>& names, std::string* tried) {
+void* open_first_library(const std::vector<std::string>& names, std::string* tried, std::string* opened) {
   tried->clear();
   for (const std::string& name : names) {
-    if (void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+    if (void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      if (opened != nullptr) *opened = name;
+      return lib;
+    }
     *tried += (tried->empty() ? "" : ", ") + name;
   }
   return nullptr;

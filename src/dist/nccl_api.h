@@ -42,6 +42,7 @@ struct Api {
 };
 
 // Loads NCCL once (later calls return the first call's outcome); null with the reason in *why when it cannot.
-const Api* load(std::string* why);
+// *library (when given) is the name or path it was opened by, *version its NCCL_VERSION_CODE.
+const Api* load(std::string* why, std::string* library = nullptr, int* version = nullptr);
 
 }  // namespace mixtrain::nccl

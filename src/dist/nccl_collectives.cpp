@@ -31,13 +31,14 @@ std::vector<std::string> candidates() {
 struct Loaded {
   Api api;
   bool ok = false;
-  std::string why;
+  std::string why, library;
+  int version = 0;
 };
 
 Loaded load_once() {
   Loaded l;
   std::string tried;
-  void* lib = open_first_library(candidates(), &tried);
+  void* lib = open_first_library(candidates(), &tried, &l.library);
   if (!lib) {
     l.why = "NCCL not found (tried " + tried + "; MIXTRAIN_NCCL_LIBRARY=/path/to/libnccl.so.2 names another)";
     return l;
@@ -57,10 +58,9 @@ Loaded load_once() {
     return l;
   }
   // The ABI above is NCCL 2's.
-  int version = 0;
-  if (a.get_version(&version) != kSuccess || version < 20000 || version >= 30000) {
+  if (a.get_version(&l.version) != kSuccess || l.version < 20000 || l.version >= 30000) {
     close_library(lib);
-    l.why = "NCCL " + std::to_string(version) + " found, this build needs major version 2";
+    l.why = "NCCL " + std::to_string(l.version) + " found (" + l.library + "), this build needs major version 2";
     return l;
   }
   l.ok = true;
@@ -69,12 +69,14 @@ Loaded load_once() {
 
 }  // namespace
 
-const Api* load(std::string* why) {
+const Api* load(std::string* why, std::string* library, int* version) {
   static const Loaded loaded = load_once();
   if (!loaded.ok) {
     *why = loaded.why;
     return nullptr;
   }
+  if (library != nullptr) *library = loaded.library;
+  if (version != nullptr) *version = loaded.version;
   return &loaded.api;
 }
 
@@ -131,6 +133,16 @@ bool all_ranks_ok(Communicator& host, bool ok) {
 }
 
 }  // namespace
+
+NcclStatus nccl_status() {
+  NcclStatus s;
+  std::string library;
+  s.loaded = nccl::load(&s.detail, &library, &s.version) != nullptr;
+  if (s.loaded)
+    s.detail = "NCCL " + std::to_string(s.version / 10000) + "." + std::to_string(s.version / 100 % 100) + "." +
+               std::to_string(s.version % 100) + " (" + library + ")";
+  return s;
+}
 
 std::unique_ptr<DeviceCollectives> nccl_collectives(Communicator& host, const Device& device, std::string* why) {
   std::string reason;

@@ -536,6 +536,7 @@ Json doctor_to_json(const DoctorReport& r) {
   j["gpus"] = Json::object({{"driver_found", r.gpu.driver_found}, {"status", r.gpu.status}, {"devices", devices}});
   Json backend_ops = Json::array();
   for (const std::string& op : r.cuda_backend.ops) backend_ops.push_back(op);
+  if (!r.nccl.empty()) j["nccl"] = r.nccl;
   j["cuda_backend"] = Json::object({{"compiled", r.cuda_backend.compiled},
                                     {"loaded", r.cuda_backend.loaded},
                                     {"device_count", r.cuda_backend.device_count},
@@ -579,6 +580,7 @@ std::string format_doctor(const DoctorReport& r) {
   s += std::string("backend   CUDA ") +
        (cb.loaded ? "loaded (" + std::to_string(cb.ops.size()) + " ops): " : cb.compiled ? "built, not loaded: " : "") +
        cb.detail + "\n";
+  if (!r.nccl.empty()) s += "multi-GPU " + r.nccl + "\n";
 
   s += "\nGEMM C = A x B, n x n, inputs and output in dtype, by the methods above (" + fixed(r.seconds_spent, 2) +
        " s)\n";

@@ -8,7 +8,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$bin" doctor --seconds 0.3 --json "$tmp/doctor.json" >"$tmp/out"
 cat "$tmp/out"
-for want in "CPU" "features" "AVX512-FP16" "GPU" "backend   CUDA" "GFLOP/s" "float32" "baseline" "mixed_float16" "mixed_bfloat16"; do
+for want in "CPU" "features" "AVX512-FP16" "GPU" "backend   CUDA" "multi-GPU NCCL" "GFLOP/s" "float32" "baseline" "mixed_float16" "mixed_bfloat16"; do
   grep -qF -- "$want" "$tmp/out" || { echo "FAIL: doctor output lacks '$want'"; exit 1; }
 done
 
@@ -29,6 +29,9 @@ cb = r["cuda_backend"]
 assert isinstance(cb["compiled"], bool) and isinstance(cb["loaded"], bool) and cb["detail"], cb
 assert cb["loaded"] == (len(cb["ops"]) > 0), cb
 assert cb["compiled"] or not cb["loaded"], cb
+# NCCL: its version and library where it loads (no GPU needed), else why not; the same line in the text.
+assert r["nccl"].startswith("NCCL "), r["nccl"]
+assert ("multi-GPU " + r["nccl"]) in open(sys.argv[2]).read(), r["nccl"]
 ms = r["measurements"]
 assert {m["dtype"] for m in ms} == {"float32", "float16", "bfloat16"}, ms
 for m in ms:

@@ -13,8 +13,10 @@ TEST(DynamicLibrary, OpensTheFirstNameThatLoadsAndReportsTheOthers) {
   std::string tried;
   EXPECT_EQ(open_first_library({"libmixtrain-missing-a.so.1", "/nonexistent/libmissing-b.so"}, &tried), nullptr);
   EXPECT_EQ(tried, "libmixtrain-missing-a.so.1, /nonexistent/libmissing-b.so");
-  void* libc = open_first_library({"libmixtrain-missing-a.so.1", "libc.so.6"}, &tried);
+  std::string opened;
+  void* libc = open_first_library({"libmixtrain-missing-a.so.1", "libc.so.6", "libm.so.6"}, &tried, &opened);
   ASSERT_NE(libc, nullptr) << tried;
+  EXPECT_EQ(opened, "libc.so.6");
   EXPECT_EQ(tried, "libmixtrain-missing-a.so.1");  // the names before the one that opened
 
   size_t (*length)(const char*) = nullptr;

@@ -50,6 +50,23 @@ TEST(NcclApi, LoadsWhereTheLibraryIsAndSaysWhyNotElsewhere) {
   EXPECT_GT(std::strlen(api->error_string(1)), 0u);
 }
 
+TEST(NcclApi, StatusNamesTheVersionAndLibraryOrWhyNot) {
+  const NcclStatus s = nccl_status();
+  std::string why;
+  int version = 0;
+  const bool loads = nccl::load(&why, nullptr, &version) != nullptr;
+  EXPECT_EQ(s.loaded, loads);
+  if (!loads) {
+    EXPECT_EQ(s.detail, why);
+    return;
+  }
+  EXPECT_EQ(s.version, version);
+  const std::string dotted = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+                             std::to_string(version % 100);
+  EXPECT_EQ(s.detail.rfind("NCCL " + dotted + " (", 0), 0u) << s.detail;
+  EXPECT_NE(s.detail.find("libnccl.so.2)"), std::string::npos) << s.detail;
+}
+
 bool gpu_required() {
   const char* v = std::getenv("MIXTRAIN_REQUIRE_GPU");
   return v != nullptr && std::strcmp(v, "1") == 0;

@@ -4,6 +4,7 @@
 #include "args.h"
 #include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/dist/device_communicator.h"
 #include "mixtrain/precision/doctor.h"
 
 namespace mixtrain::cli {
@@ -17,7 +18,8 @@ int doctor_command(const std::vector<std::string>& argv) {
   const std::string json_path = a.str("json", "");
   if (a.has("json") && json_path.empty()) MIXTRAIN_FAIL(kInvalidInput, "--json needs a file name", "");
 
-  const DoctorReport report = run_doctor(seconds);
+  DoctorReport report = run_doctor(seconds);
+  report.nccl = nccl_status().detail;
   std::cout << format_doctor(report) << std::flush;
   if (!json_path.empty()) {
     write_file_atomically(json_path, doctor_to_json(report).dump(2) + "\n");

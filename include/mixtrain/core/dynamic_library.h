@@ -7,9 +7,9 @@
 
 namespace mixtrain {
 
-// The first of `names` (sonames or paths) the dynamic loader opens, with its symbols local to the caller; null when
-// none opens, with the names tried in *tried ("a, b").
-void* open_first_library(const std::vector<std::string>& names, std::string* tried);
+// The first of `names` (sonames or paths) the dynamic loader opens, with its symbols local to the caller, its name
+// in *opened when given; null when none opens. *tried lists the names that failed before ("a, b").
+void* open_first_library(const std::vector<std::string>& names, std::string* tried, std::string* opened = nullptr);
 // The address of the symbol `name` in lib, or null.
 void* library_symbol(void* lib, const char* name);
 void close_library(void* lib);

@@ -75,6 +75,14 @@ class DeviceCommunicator final : public Communicator {
 // path, then in the CUDA toolkit this build used.
 std::unique_ptr<DeviceCollectives> nccl_collectives(Communicator& host, const Device& device, std::string* why);
 
+// NCCL as data-parallel training on GPUs would find it, for people and reports (doctor). Loads it once; needs no GPU.
+struct NcclStatus {
+  bool loaded = false;
+  int version = 0;     // NCCL_VERSION_CODE: 22809 for 2.28.9
+  std::string detail;  // "NCCL 2.28.9 (libnccl.so.2)", or why it cannot be loaded
+};
+NcclStatus nccl_status();
+
 // The communicator for data-parallel training on `device`: a DeviceCommunicator over NCCL beside `host` where
 // nccl_collectives serves (collective, as it is), else null with the reason in *why (use `host` then).
 std::unique_ptr<Communicator> device_communicator(Communicator& host, const Device& device, std::string* why);
