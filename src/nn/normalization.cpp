@@ -1,8 +1,5 @@
 #include "mixtrain/nn/normalization.h"
 
-#include <cmath>
-#include <vector>
-
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
@@ -66,92 +63,66 @@ int64_t BatchNormalization::skipped_moving_updates() const {
 }
 
 namespace {
-// The communicator reduces host buffers: statistics of a layer on a device are computed from a host copy, and what
-// they give goes back to the device (a copy each way per call; CPU tensors are used as they are).
-Tensor on_host(const Tensor& t) { return ops::to_device(t.contiguous(), Device::cpu()); }
+// In place: the sum over comm's ranks of t, a fresh float32 (C,) tensor, reduced where it lives: on its device by a
+// communicator that moves that device's memory (NCCL on a GPU), in host memory as it is, else through a host copy
+// (a layer's channels: C values each way).
+void all_reduce_sum(Tensor& t, Communicator& comm) {
+  if (!t.device().is_cpu() && comm.moves_memory_of(t.device())) {
+    comm.all_reduce_on_device(t, ReduceOp::kSum);
+  } else if (t.device().is_cpu()) {
+    comm.all_reduce(t.data<float>(), t.numel(), ReduceOp::kSum);
+  } else {
+    Tensor host = ops::to_device(t, Device::cpu());
+    comm.all_reduce(host.data<float>(), host.numel(), ReduceOp::kSum);
+    t = ops::to_device(host, t.device());
+  }
+}
 }  // namespace
 
 Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm) {
   const int64_t C = gamma.shape()[0];
-  const Device device = x.value().device();
-  const Tensor xf = on_host(x.value()).to(DType::kFloat32).contiguous();  // read as (rows, C)
-  const int64_t rows = xf.numel() / C;
-  const float* xp = xf.data<float>();
-  // The global mean: one all-reduce of {rows, per-channel sums}; then the global biased variance from the
-  // squared deviations about it (two passes, as the local statistics, so a large mean does not cancel it).
-  std::vector<double> sums(static_cast<size_t>(C + 1), 0.0);
-  sums[0] = static_cast<double>(rows);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) sums[static_cast<size_t>(c + 1)] += xp[r * C + c];
-  comm.all_reduce(sums.data(), C + 1, ReduceOp::kSum);
-  const double total = sums[0];
+  const int64_t rows = x.value().numel() / C;
+  // The global batch's rows: known on the host, summed there (no read of the device).
+  double total = static_cast<double>(rows);
+  comm.all_reduce(&total, 1, ReduceOp::kSum);
   MIXTRAIN_CHECK(total > 0, "BatchNormalization '" << name() << "': the global batch is empty");
-  std::vector<double> mean(static_cast<size_t>(C)), squares(static_cast<size_t>(C), 0.0);
-  for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] = sums[static_cast<size_t>(c + 1)] / total;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) {
-      const double d = xp[r * C + c] - mean[static_cast<size_t>(c)];
-      squares[static_cast<size_t>(c)] += d * d;
-    }
-  comm.all_reduce(squares.data(), C, ReduceOp::kSum);
-  Tensor mean_t = Tensor::empty({C}, DType::kFloat32), var_t = Tensor::empty({C}, DType::kFloat32);
-  for (int64_t c = 0; c < C; ++c) {
-    mean_t.data<float>()[c] = static_cast<float>(mean[static_cast<size_t>(c)]);
-    var_t.data<float>()[c] = static_cast<float>(squares[static_cast<size_t>(c)] / total);
-  }
-  const Tensor mean_d = ops::to_device(mean_t, device), var_d = ops::to_device(var_t, device);
-  update_moving_statistics(mean_d, var_d);  // the same on every rank: the statistics are global
+  // batch_moments' two passes over the global batch, each rank's channel sums reduced between them: the global
+  // mean, then the squared deviations about it (so a large mean does not cancel the variance), each times
+  // 1 / rows as batch_moments takes it. Every op runs where x lives; one rank gives batch_moments' bits.
+  const float inv_total = 1.0f / static_cast<float>(total);
+  Tensor sums = ops::batch_channel_sums(x.value());
+  all_reduce_sum(sums, comm);
+  const Tensor mean = ops::scale(sums, inv_total);
+  Tensor squares = ops::batch_channel_sums(x.value(), mean);
+  all_reduce_sum(squares, comm);
+  const Tensor variance = ops::scale(squares, inv_total);
+  update_moving_statistics(mean, variance);  // the same on every rank: the statistics are global
 
   const bool rec = should_record({&x, &gamma, &beta});
-  Var y(ops::batch_norm(x.value(), mean_d, var_d, gamma.value(), beta.value(), epsilon_), rec);
+  Var y(ops::batch_norm(x.value(), mean, variance, gamma.value(), beta.value(), epsilon_), rec);
   if (!rec) return y;
   const float eps = epsilon_;
+  const float share = static_cast<float>(static_cast<double>(rows) / total);
   Communicator* c_ptr = &comm;
-  record_backward(y, [x, gamma, beta, y, xf, mean_t, var_t, eps, C, rows, total, c_ptr, device]() {
+  record_backward(y, [x, gamma, beta, y, mean, variance, eps, share, c_ptr]() {
     // dy is this rank's loss gradient; the gradient all-reduce later weighs this rank by share = rows / total.
     // The global loss's dy on these rows is share * dy, so the global per-channel sums are
     // T = sum over ranks of share * (sum dy, sum dy * xhat), and this rank's input gradient, in its own scale, is
-    //   dx = gamma * rstd * (dy - (T_dy + xhat * T_dyxhat) / rows).
-    const Tensor dyf = on_host(y.grad()).to(DType::kFloat32).contiguous();
-    const float* dy = dyf.data<float>();
-    const float* xv = xf.data<float>();
-    const float* m = mean_t.data<float>();
-    const Tensor gf = on_host(gamma.value()).to(DType::kFloat32);
-    const float* g = gf.data<float>();
-    std::vector<float> rstd(static_cast<size_t>(C));
-    for (int64_t c = 0; c < C; ++c) rstd[static_cast<size_t>(c)] = 1.0f / std::sqrt(var_t.data<float>()[c] + eps);
-    std::vector<double> local(static_cast<size_t>(2 * C), 0.0);  // sum dy, sum dy * xhat
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < C; ++c) {
-        const float xhat = (xv[r * C + c] - m[c]) * rstd[static_cast<size_t>(c)];
-        local[static_cast<size_t>(c)] += dy[r * C + c];
-        local[static_cast<size_t>(C + c)] += static_cast<double>(dy[r * C + c]) * xhat;
-      }
-    Tensor dbeta = Tensor::empty({C}, DType::kFloat32), dgamma = Tensor::empty({C}, DType::kFloat32);
-    for (int64_t c = 0; c < C; ++c) {
-      dbeta.data<float>()[c] = static_cast<float>(local[static_cast<size_t>(c)]);
-      dgamma.data<float>()[c] = static_cast<float>(local[static_cast<size_t>(C + c)]);
-    }
-    const double share = static_cast<double>(rows) / total;
-    std::vector<double> global(local);
-    for (double& v : global) v *= share;
-    c_ptr->all_reduce(global.data(), 2 * C, ReduceOp::kSum);
+    //   dx = gamma * rstd * (dy - (T_dy + xhat * T_dyxhat) / rows),
+    // batch_norm_backward's with T in place of the batch's own sums. Every rank reduces both sums in the same
+    // order (they hold the same layers), whether or not x needs a gradient.
+    const Tensor& dy = y.grad();
+    const ops::BatchNormGrads local = ops::batch_norm_backward(dy, x.value(), mean, variance, gamma.value(), eps,
+                                                               /*batch_statistics=*/false, /*need_x=*/false);
+    Tensor sum_dy = ops::scale(local.dbeta, share), sum_dy_xhat = ops::scale(local.dgamma, share);
+    all_reduce_sum(sum_dy, *c_ptr);
+    all_reduce_sum(sum_dy_xhat, *c_ptr);
     if (x.requires_grad()) {
-      Tensor dx = Tensor::empty(xf.shape(), DType::kFloat32);
-      float* dxp = dx.data<float>();
-      const double inv_rows = 1.0 / static_cast<double>(rows);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < C; ++c) {
-          const float xhat = (xv[r * C + c] - m[c]) * rstd[static_cast<size_t>(c)];
-          const double correction =
-              (global[static_cast<size_t>(c)] + xhat * global[static_cast<size_t>(C + c)]) * inv_rows;
-          dxp[r * C + c] = g[c] * rstd[static_cast<size_t>(c)] * static_cast<float>(dy[r * C + c] - correction);
-        }
-      Var xv_var = x;
-      xv_var.accumulate_grad_owned(ops::to_device(x.dtype() == DType::kFloat32 ? dx : dx.to(x.dtype()), device));
+      Var(x).accumulate_grad_owned(
+          ops::batch_norm_input_grad(dy, x.value(), mean, variance, gamma.value(), eps, sum_dy, sum_dy_xhat));
     }
-    if (gamma.requires_grad()) Var(gamma).accumulate_grad_owned(ops::to_device(dgamma, device));
-    if (beta.requires_grad()) Var(beta).accumulate_grad_owned(ops::to_device(dbeta, device));
+    if (gamma.requires_grad()) Var(gamma).accumulate_grad_owned(local.dgamma);
+    if (beta.requires_grad()) Var(beta).accumulate_grad_owned(local.dbeta);
   });
   return y;
 }

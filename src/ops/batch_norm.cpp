@@ -15,6 +15,10 @@ void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, con
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                          const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx, Tensor& dgamma,
                          Tensor& dbeta);
+void batch_channel_sums(const Tensor& x, const Tensor& center, Tensor& sums);
+void batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                           const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                           Tensor& dx);
 }  // namespace cpu
 
 namespace kernel {
@@ -32,6 +36,14 @@ KernelTable<BatchNormFn>& batch_norm_table() {
 }
 KernelTable<BatchNormBackwardFn>& batch_norm_backward_table() {
   static KernelTable<BatchNormBackwardFn> table("batch_norm_backward", &cpu::batch_norm_backward);
+  return table;
+}
+KernelTable<BatchChannelSumsFn>& batch_channel_sums_table() {
+  static KernelTable<BatchChannelSumsFn> table("batch_channel_sums", &cpu::batch_channel_sums);
+  return table;
+}
+KernelTable<BatchNormInputGradFn>& batch_norm_input_grad_table() {
+  static KernelTable<BatchNormInputGradFn> table("batch_norm_input_grad", &cpu::batch_norm_input_grad);
   return table;
 }
 }  // namespace kernel
@@ -61,6 +73,35 @@ BatchNormStats batch_moments(const Tensor& x) {
                    Tensor::empty({x.dim(-1)}, DType::kFloat32, device)};
   kernel::batch_moments_table()(device)(x.contiguous(), s.mean, s.variance);
   return s;
+}
+
+Tensor batch_channel_sums(const Tensor& x, const Tensor& center) {
+  constexpr const char* op = "batch_channel_sums";
+  check_input(x, op);
+  if (center.defined()) check_channel_vector(center, x, "center", op);
+  const Device device = center.defined() ? common_device(op, {&x, &center}) : common_device(op, {&x});
+  Tensor sums = Tensor::empty({x.dim(-1)}, DType::kFloat32, device);
+  kernel::batch_channel_sums_table()(device)(x.contiguous(), center.defined() ? center.contiguous() : center, sums);
+  return sums;
+}
+
+Tensor batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                             const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat) {
+  constexpr const char* op = "batch_norm_input_grad";
+  check_input(x, op);
+  check_channel_vector(mean, x, "mean", op);
+  check_channel_vector(variance, x, "variance", op);
+  check_channel_vector(gamma, x, "gamma", op);
+  check_channel_vector(sum_dy, x, "sum_dy", op);
+  check_channel_vector(sum_dy_xhat, x, "sum_dy_xhat", op);
+  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.shape() == x.shape(),
+                 op << ": gradient " << text(dy) << " does not match the input " << x.describe());
+  const Device device = common_device(op, {&dy, &x, &mean, &variance, &gamma, &sum_dy, &sum_dy_xhat});
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
+  kernel::batch_norm_input_grad_table()(device)(dy.contiguous(), x.contiguous(), mean.contiguous(),
+                                                variance.contiguous(), gamma.contiguous(), epsilon,
+                                                sum_dy.contiguous(), sum_dy_xhat.contiguous(), dx);
+  return dx;
 }
 
 BatchNormStats update_moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance,

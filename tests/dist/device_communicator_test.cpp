@@ -2,12 +2,14 @@
 // collectives are the emulation's (the ranks' host all-reduce and broadcast, run as a kernel on the emulated
 // device's memory), so everything above them runs as it does over NCCL on GPUs: gradients, the start from rank 0's
 // weights, the averaged moving statistics and the step's logs reduced where they live, with no read of the
-// device per step. The run must give the weights of the same two-rank run on the CPU, bit for bit.
+// device per step, synchronized BatchNormalization's channel sums included. The run must give the weights of the same
+// two-rank run on the CPU, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "../train/blobs.h"
 #include "../train/emulated_device.h"
@@ -50,7 +52,9 @@ std::unique_ptr<DeviceCommunicator> emulated_communicator() {
   return std::make_unique<DeviceCommunicator>(world, kEmulated, std::make_unique<EmulatedCollectives>(world));
 }
 
-class DeviceCommunicatorFit : public ::testing::TestWithParam<const char*> {};
+// A policy, and whether BatchNormalization synchronizes its statistics over the ranks (its sums reduced on the device
+// too).
+class DeviceCommunicatorFit : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
 TEST_P(DeviceCommunicatorFit, TwoRanksGiveTheCpuRanksWeightsWithoutReadingEachStep) {
   MIXTRAIN_REQUIRE_TWO_RANKS();
@@ -65,10 +69,11 @@ TEST_P(DeviceCommunicatorFit, TwoRanksGiveTheCpuRanksWeightsWithoutReadingEachSt
   o.validation_split = 0.25;
   o.verbose = 0;
   o.communicator = &world;
-  auto on_cpu = device_cnn(GetParam(), /*synchronized_bn=*/false, 11);
+  const auto [policy, synchronized_bn] = GetParam();
+  auto on_cpu = device_cnn(policy, synchronized_bn, 11);
   const History h_cpu = on_cpu->fit(x, y, o);
 
-  auto on_device = device_cnn(GetParam(), /*synchronized_bn=*/false, 11);
+  auto on_device = device_cnn(policy, synchronized_bn, 11);
   on_device->to(kEmulated);
   o.communicator = on_gpus.get();
   const int64_t downloads_before = testing_device::g_counts.downloads;
@@ -99,8 +104,12 @@ TEST_P(DeviceCommunicatorFit, TwoRanksGiveTheCpuRanksWeightsWithoutReadingEachSt
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, DeviceCommunicatorFit,
-                         ::testing::Values("float32", "mixed_float16", "mixed_bfloat16"),
-                         [](const auto& info) { return std::string(info.param); });
+                         ::testing::Combine(::testing::Values("float32", "mixed_float16", "mixed_bfloat16"),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_synchronized_bn" : "");
+                         });
 
 TEST(DeviceCommunicator, ReducesAndBroadcastsDeviceTensorsInPlaceAndCountsThem) {
   MIXTRAIN_REQUIRE_TWO_RANKS();

@@ -115,6 +115,63 @@ TEST(BatchNorm, InferenceUsesTheGivenStatistics) {
   }
 }
 
+// A synchronized layer's parts. The channel sums are batch_moments' passes before their 1 / rows (its bits on one
+// rank), and the sums of two halves of a batch add up to the whole batch's within float32 reordering; dx from
+// given sums is the backward's when the sums are the batch's own, and otherwise the float64 formula with them.
+TEST(BatchNorm, ChannelSumsAndInputGradFromGivenSums) {
+  constexpr float kEps = 1e-3f;
+  for (DType d : kFloatDTypes)
+    for (const Shape& s : {Shape{2, 7, 5, 3}, Shape{600, 9}, Shape{1, 1, 1, 5}}) {
+      const int64_t c = s[-1], rows = s.numel() / c;
+      const std::string what = std::string(dtype_name(d)) + " " + s.to_string();
+      Tensor x = random_tensor(s, 11, d, 2.0f, 4.0f);
+      const BatchNormStats st = batch_moments(x);
+      const float inv_rows = 1.0f / static_cast<float>(rows);
+      const std::vector<float> sums = batch_channel_sums(x).to_floats();
+      const std::vector<float> squares = batch_channel_sums(x, st.mean).to_floats();
+      const std::vector<float> mean = st.mean.to_floats(), var = st.variance.to_floats();
+      for (int64_t j = 0; j < c; ++j) {
+        const size_t k = static_cast<size_t>(j);
+        EXPECT_EQ(sums[k] * inv_rows, mean[k]) << what;
+        EXPECT_EQ(squares[k] * inv_rows, var[k]) << what;
+      }
+      if (rows > 1) {
+        const Tensor flat = x.reshape({rows, c});
+        const int64_t half = rows / 2;
+        const Tensor a = flat.slice(0, 0, half).contiguous(), b = flat.slice(0, half, rows).contiguous();
+        const std::vector<float> sa = batch_channel_sums(a).to_floats(), sb = batch_channel_sums(b).to_floats();
+        const std::vector<float> qa = batch_channel_sums(a, st.mean).to_floats();
+        const std::vector<float> qb = batch_channel_sums(b, st.mean).to_floats();
+        for (size_t k = 0; k < static_cast<size_t>(c); ++k) {
+          EXPECT_NEAR(sa[k] + sb[k], sums[k], (rows + 2) * 0x1p-24 * std::fabs(sums[k])) << what;
+          EXPECT_NEAR(qa[k] + qb[k], squares[k], (rows + 2) * 0x1p-24 * squares[k]) << what;
+        }
+      }
+
+      Tensor gamma = random_tensor({c}, 12, DType::kFloat32, 0.5f, 1.5f);
+      Tensor dy = random_tensor(s, 13, d);
+      const BatchNormGrads own = batch_norm_backward(dy, x, st.mean, st.variance, gamma, kEps, true, true);
+      const Tensor from_own = batch_norm_input_grad(dy, x, st.mean, st.variance, gamma, kEps, own.dbeta, own.dgamma);
+      ASSERT_EQ(from_own.dtype(), d);
+      EXPECT_EQ(from_own.to_floats(), own.dx.to_floats()) << what;
+
+      const Tensor sum_dy = random_tensor({c}, 14, DType::kFloat32, -3.0f, 3.0f);
+      const Tensor sum_dyx = random_tensor({c}, 15, DType::kFloat32, -3.0f, 3.0f);
+      const std::vector<float> dx =
+          batch_norm_input_grad(dy, x, st.mean, st.variance, gamma, kEps, sum_dy, sum_dyx).to_floats();
+      const std::vector<float> xv = x.to_floats(), dyv = dy.to_floats(), gv = gamma.to_floats();
+      const std::vector<float> sdy = sum_dy.to_floats(), sdyx = sum_dyx.to_floats();
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const size_t j = i % static_cast<size_t>(c);
+        const double is = 1.0 / std::sqrt(static_cast<double>(var[j]) + kEps);
+        const double xhat = (xv[i] - static_cast<double>(mean[j])) * is;
+        const double want = gv[j] * is * (dyv[i] - (sdy[j] + xhat * sdyx[j]) / static_cast<double>(rows));
+        // float32 arithmetic on terms up to |sum| / rows * |xhat| (~3), rounded once into d.
+        EXPECT_NEAR(dx[i], want, 2 * unit(d) * std::fabs(want) + 64 * 0x1p-24 * (1 + std::fabs(want))) << what;
+      }
+    }
+}
+
 TEST(BatchNorm, BadArgumentsThrow) {
   Tensor x = Tensor::zeros({4, 3}, DType::kFloat16);
   Tensor v3 = Tensor::zeros({3}, DType::kFloat32);
@@ -122,6 +179,10 @@ TEST(BatchNorm, BadArgumentsThrow) {
   EXPECT_THROW(batch_norm(x, v3, v3, Tensor::zeros({3}, DType::kFloat16), v3, 1e-3f), Error);
   EXPECT_THROW(batch_moments(Tensor::zeros({0, 3}, DType::kFloat32)), Error);
   EXPECT_THROW(batch_norm_backward(Tensor::zeros({4, 2}, DType::kFloat16), x, v3, v3, v3, 1e-3f, true, true), Error);
+  EXPECT_THROW(batch_channel_sums(x, Tensor::zeros({2}, DType::kFloat32)), Error);
+  EXPECT_THROW(batch_channel_sums(Tensor::zeros({4, 3}, DType::kInt32)), Error);
+  EXPECT_THROW(batch_norm_input_grad(x, x, v3, v3, v3, 1e-3f, v3, Tensor::zeros({3}, DType::kFloat16)), Error);
+  EXPECT_THROW(batch_norm_input_grad(Tensor::zeros({4, 2}, DType::kFloat16), x, v3, v3, v3, 1e-3f, v3, v3), Error);
 }
 
 }  // namespace

@@ -69,6 +69,8 @@ TEST(CudaBackend, CnnOpsAreInstalledWithTheBackend) {
   EXPECT_EQ(kernel::batch_moments_table().supports(DeviceType::kCuda), on);
   EXPECT_EQ(kernel::batch_norm_table().supports(DeviceType::kCuda), on);
   EXPECT_EQ(kernel::batch_norm_backward_table().supports(DeviceType::kCuda), on);
+  EXPECT_EQ(kernel::batch_channel_sums_table().supports(DeviceType::kCuda), on);
+  EXPECT_EQ(kernel::batch_norm_input_grad_table().supports(DeviceType::kCuda), on);
   // conv2d multiplies through the GEMM's cuBLASLt: installed exactly when matmul is.
   EXPECT_EQ(kernel::conv2d_table().supports(DeviceType::kCuda), kernel::bmm_table().supports(DeviceType::kCuda));
   EXPECT_EQ(kernel::conv2d_backward_table().supports(DeviceType::kCuda),
@@ -157,6 +159,10 @@ TEST(CudaBackend, BatchNormAndItsGradientGiveTheCpuBits) {
       const BatchNormStats stg = batch_moments(xg);
       EXPECT_TRUE(bit_equal(stg.mean, st.mean)) << "batch_moments mean " << what;
       EXPECT_TRUE(bit_equal(stg.variance, st.variance)) << "batch_moments variance " << what;
+      // A synchronized layer's parts: the raw channel sums of both passes.
+      EXPECT_TRUE(bit_equal(batch_channel_sums(xg), batch_channel_sums(x))) << "batch_channel_sums " << what;
+      EXPECT_TRUE(bit_equal(batch_channel_sums(xg, gpu(st.mean)), batch_channel_sums(x, st.mean)))
+          << "batch_channel_sums about the mean " << what;
       const Tensor moving_mean = random_tensor({c}, 131, DType::kFloat32, 99.0f, 101.0f);
       const Tensor moving_var = random_tensor({c}, 137, DType::kFloat32, 0.0f, 2.0f);
       for (bool training : {true, false}) {
@@ -177,6 +183,12 @@ TEST(CudaBackend, BatchNormAndItsGradientGiveTheCpuBits) {
             EXPECT_TRUE(bit_equal(got.dgamma, want.dgamma)) << "batch_norm_backward dgamma " << which;
             EXPECT_TRUE(bit_equal(got.dbeta, want.dbeta)) << "batch_norm_backward dbeta " << which;
           }
+          // dx from given sums (a synchronized layer's global ones; here the CPU's own dbeta and dgamma).
+          const BatchNormGrads sums = batch_norm_backward(dy, x, m, v, gamma, kEps, false, false);
+          const Tensor sdy = sums.dbeta, sdyx = sums.dgamma;
+          const Tensor want = batch_norm_input_grad(dy, x, m, v, gamma, kEps, sdy, sdyx);
+          EXPECT_TRUE(bit_equal(batch_norm_input_grad(dyg, xg, mg, vg, gammag, kEps, gpu(sdy), gpu(sdyx)), want))
+              << "batch_norm_input_grad " << mode << " dy " << dtype_name(dy_dt);
         }
       }
     }

@@ -22,11 +22,11 @@ namespace mixtrain {
 // statistics (as PyTorch DDP's BatchNorm). set_synchronized(true) (PyTorch's SyncBatchNorm): in training the mean
 // and variance are those of the global batch over the ranks, and the backward pass all-reduces the two
 // per-channel sums the input gradient needs, so each rank's result equals one process on the global batch (within
-// float32 reduction order). Costs two all-reduces of C+1 and C values forward and one of 2C backward, per layer
-// per step. Every rank must then hold rows in every step (a rank with an empty shard would leave the others
-// waiting). On a device the statistics and the backward sums are computed from host copies of the layer's input
-// and gradient (the communicator moves host memory), and what they give is copied back. Outside data-parallel
-// training the option changes nothing.
+// float32 reduction order). Costs two all-reduces of C values forward and two backward, per layer
+// per step (one more, of the row count, on the host). Every rank must then hold rows in every step (a rank with an
+// empty shard would leave the others waiting). Every op runs where the layer runs: on a GPU the sums are reduced
+// there by a communicator that moves its memory (NCCL), with no wait for the device; a host communicator takes host
+// copies of the C-value sums alone. Outside data-parallel training the option changes nothing.
 class BatchNormalization : public Layer {
  public:
   explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f, DTypeArg dtype = std::nullopt,

@@ -35,6 +35,19 @@ struct BatchNormGrads {
 BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                                    const Tensor& gamma, float epsilon, bool batch_statistics, bool need_x);
 
+// Synchronized batch normalization's parts (nn/normalization.h reduces their results over the ranks between calls).
+// Per-channel float32 sums over all but the last axis, in batch_moments' block order: of x when `center` is
+// undefined, else of (x - center)^2 with center float32 (C,). They are batch_moments' two passes before the
+// 1 / rows, so one rank's sums times batch_norm_inv_rows give its moments' bits. An empty x sums to zeros.
+Tensor batch_channel_sums(const Tensor& x, const Tensor& center = Tensor());
+
+// batch_norm_backward's dx with batch statistics, but with the given per-channel sums (float32 (C,)) in place of the
+// batch's own: sum_dy for sum(dy) and sum_dy_xhat for sum(dy * xhat); mean_dy = sum_dy / rows as there. A
+// synchronized layer passes the global batch's sums, weighted into this rank's loss, so dx accounts for how every
+// rank's rows moved the global statistics. dx has x's shape and dtype.
+Tensor batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                             const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat);
+
 // Keras' moving statistics after a training batch, decided where they live: when every element of the batch's mean
 // and variance is finite, moving = moving * momentum + batch * (1 - momentum) (float32, each product rounded, then
 // the sum); otherwise the moving statistics are kept and `skipped` (float32 (1,), a count) grows by one. All five
@@ -52,6 +65,11 @@ using BatchNormFn = void(const Tensor& x, const Tensor& mean, const Tensor& vari
 using BatchNormBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                                  const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx,
                                  Tensor& dgamma, Tensor& dbeta);
+// sums preallocated (C,) float32; center undefined (sums of x) or (C,) float32.
+using BatchChannelSumsFn = void(const Tensor& x, const Tensor& center, Tensor& sums);
+using BatchNormInputGradFn = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                                  const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                                  Tensor& dx);
 // next_* preallocated (C,) float32; skipped float32 (1,), incremented in place on a skip.
 using MovingStatisticsFn = void(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
                                 const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
@@ -60,6 +78,8 @@ KernelTable<BatchMomentsFn>& batch_moments_table();
 KernelTable<MovingStatisticsFn>& moving_statistics_table();
 KernelTable<BatchNormFn>& batch_norm_table();
 KernelTable<BatchNormBackwardFn>& batch_norm_backward_table();
+KernelTable<BatchChannelSumsFn>& batch_channel_sums_table();
+KernelTable<BatchNormInputGradFn>& batch_norm_input_grad_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

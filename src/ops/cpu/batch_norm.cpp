@@ -158,24 +158,58 @@ void map_rows(const Rows& x, const Rows& dy, int64_t rows, Tensor& y, Fn&& f) {
 
 }  // namespace
 
-void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
+namespace {
+// Per-channel sums of x (center null) or of (x - center)^2: the moments' two passes before their 1 / rows.
+std::vector<float> x_sums(const Tensor& x, const float* center) {
   const int64_t c = x.dim(-1), rows = x.numel() / c;
   const Rows xr{static_cast<const char*>(x.raw()), x.dtype(), c};
   const Rows none{nullptr, DType::kFloat32, c};
+  if (!center)
+    return channel_sums(xr, none, rows, 1, [c](const float* bx, const float*, int64_t count, float* out) {
+      for (int64_t r = 0; r < count; ++r)
+        for (int64_t j = 0; j < c; ++j) out[j] = shared::add_rn(out[j], bx[r * c + j]);
+    });
+  return channel_sums(xr, none, rows, 1, [c, center](const float* bx, const float*, int64_t count, float* out) {
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t j = 0; j < c; ++j)
+        out[j] = shared::add_rn(out[j], shared::batch_norm_square_dev(bx[r * c + j], center[j]));
+  });
+}
+
+// dx from dy, x, the statistics and the per-channel means of dy and dy * xhat (mean_dy, mean_dyx).
+void write_dx(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& gamma, const float* inv_std,
+              const float* mean_dy, const float* mean_dyx, Tensor& dx) {
+  const int64_t c = x.dim(-1), rows = x.numel() / c;
+  const float* m = static_cast<const float*>(mean.raw());
+  const float* gm = static_cast<const float*>(gamma.raw());
+  std::vector<float> k(static_cast<size_t>(c));
+  for (int64_t j = 0; j < c; ++j) k[static_cast<size_t>(j)] = shared::mul_rn(gm[j], inv_std[j]);
+  const float* kp = k.data();
+  map_rows(Rows{static_cast<const char*>(x.raw()), x.dtype(), c}, Rows{static_cast<const char*>(dy.raw()), dy.dtype(), c},
+           rows, dx, [&](const float* bx, const float* bdy, int64_t count, float* out) {
+             for (int64_t r = 0; r < count; ++r)
+               for (int64_t j = 0; j < c; ++j)
+                 out[r * c + j] =
+                     shared::batch_norm_dx(bdy[r * c + j], bx[r * c + j], m[j], inv_std[j], kp[j], mean_dy[j], mean_dyx[j]);
+           });
+}
+}  // namespace
+
+void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
+  const int64_t c = x.dim(-1), rows = x.numel() / c;
   const float inv_rows = shared::batch_norm_inv_rows(rows);
   float* m = static_cast<float*>(mean.raw());
   float* v = static_cast<float*>(variance.raw());
-  std::vector<float> s = channel_sums(xr, none, rows, 1, [c](const float* bx, const float*, int64_t count, float* out) {
-    for (int64_t r = 0; r < count; ++r)
-      for (int64_t j = 0; j < c; ++j) out[j] = shared::add_rn(out[j], bx[r * c + j]);
-  });
+  std::vector<float> s = x_sums(x, nullptr);
   for (int64_t j = 0; j < c; ++j) m[j] = shared::mul_rn(s[static_cast<size_t>(j)], inv_rows);
   // Second pass over the deviations: no cancellation between E[x^2] and E[x]^2.
-  s = channel_sums(xr, none, rows, 1, [c, m](const float* bx, const float*, int64_t count, float* out) {
-    for (int64_t r = 0; r < count; ++r)
-      for (int64_t j = 0; j < c; ++j) out[j] = shared::add_rn(out[j], shared::batch_norm_square_dev(bx[r * c + j], m[j]));
-  });
+  s = x_sums(x, m);
   for (int64_t j = 0; j < c; ++j) v[j] = shared::mul_rn(s[static_cast<size_t>(j)], inv_rows);
+}
+
+void batch_channel_sums(const Tensor& x, const Tensor& center, Tensor& sums) {
+  const std::vector<float> s = x_sums(x, center.defined() ? static_cast<const float*>(center.raw()) : nullptr);
+  std::copy(s.begin(), s.end(), static_cast<float*>(sums.raw()));
 }
 
 void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
@@ -202,7 +236,6 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
   const Rows xr{static_cast<const char*>(x.raw()), x.dtype(), c};
   const Rows dyr{static_cast<const char*>(dy.raw()), dy.dtype(), c};
   const float* m = static_cast<const float*>(mean.raw());
-  const float* gm = static_cast<const float*>(gamma.raw());
   const std::vector<float> istd = inv_std(variance, epsilon);
   const float* is = istd.data();
   // dbeta = sum(dy), dgamma = sum(dy * xhat) with xhat = (x - mean) * inv_std.
@@ -223,19 +256,27 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
   if (!dx.defined()) return;
   // Training: dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)), the mean and variance
   // being functions of x. Inference: dx = gamma * inv_std * dy.
-  std::vector<float> k(static_cast<size_t>(c)), mdy(static_cast<size_t>(c)), mdyx(static_cast<size_t>(c));
+  std::vector<float> mdy(static_cast<size_t>(c)), mdyx(static_cast<size_t>(c));
   for (int64_t j = 0; j < c; ++j) {
-    k[static_cast<size_t>(j)] = shared::mul_rn(gm[j], is[j]);
     mdy[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(db[j], rows, batch_statistics);
     mdyx[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(dg[j], rows, batch_statistics);
   }
-  const float *kp = k.data(), *a = mdy.data(), *b = mdyx.data();
-  map_rows(xr, dyr, rows, dx, [&](const float* bx, const float* bdy, int64_t count, float* out) {
-    for (int64_t r = 0; r < count; ++r)
-      for (int64_t j = 0; j < c; ++j) {
-        out[r * c + j] = shared::batch_norm_dx(bdy[r * c + j], bx[r * c + j], m[j], is[j], kp[j], a[j], b[j]);
-      }
-  });
+  write_dx(dy, x, mean, gamma, is, mdy.data(), mdyx.data(), dx);
+}
+
+void batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                           const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                           Tensor& dx) {
+  const int64_t c = x.dim(-1), rows = x.numel() / c;
+  const std::vector<float> istd = inv_std(variance, epsilon);
+  const float* sdy = static_cast<const float*>(sum_dy.raw());
+  const float* sdyx = static_cast<const float*>(sum_dy_xhat.raw());
+  std::vector<float> mdy(static_cast<size_t>(c)), mdyx(static_cast<size_t>(c));
+  for (int64_t j = 0; j < c; ++j) {
+    mdy[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(sdy[j], rows, true);
+    mdyx[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(sdyx[j], rows, true);
+  }
+  write_dx(dy, x, mean, gamma, istd.data(), mdy.data(), mdyx.data(), dx);
 }
 
 void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,

@@ -182,6 +182,8 @@ CudaBackendStatus install_backend() {
   kernel::moving_statistics_table().set(DeviceType::kCuda, &moving_statistics);
   kernel::batch_norm_table().set(DeviceType::kCuda, &batch_norm);
   kernel::batch_norm_backward_table().set(DeviceType::kCuda, &batch_norm_backward);
+  kernel::batch_channel_sums_table().set(DeviceType::kCuda, &batch_channel_sums);
+  kernel::batch_norm_input_grad_table().set(DeviceType::kCuda, &batch_norm_input_grad);
   s.ops = {"fill",         "unscale_and_check",   "update_loss_scale", "apply_loss_scale", "to_device",
            "activation",   "activation_backward", "add",               "scale",            "bias_add",
            "sum_rows",     "dropout",             "count_nonfinite",   "reduce_sum",       "reduce_sum_backward",
@@ -193,7 +195,8 @@ CudaBackendStatus install_backend() {
            "mean_squared_error",                  "mean_squared_error_backward",
            "sum",          "sparse_categorical_accuracy",         "count_correct",
            "regularization_penalty",              "regularization_penalty_backward",     "global_norm",
-           "update_moving_statistics",            "dropout_mask"};
+           "update_moving_statistics",            "dropout_mask",        "batch_channel_sums",
+           "batch_norm_input_grad"};
   // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
   std::string lt;
   if (load_cublaslt(&lt)) {

@@ -93,6 +93,10 @@ void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, con
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                          const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx, Tensor& dgamma,
                          Tensor& dbeta);
+void batch_channel_sums(const Tensor& x, const Tensor& center, Tensor& sums);
+void batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                           const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                           Tensor& dx);
 // conv2d.cu (its GEMM is bmm's: installed with it, only when load_cublaslt succeeds)
 void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
 void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,

@@ -1,5 +1,6 @@
 // Batch normalization on the GPU (ops/batch_norm.h): the batch moments, the forward (with the batch's or the moving
-// statistics: the kernel is the same), the backward and the moving statistics' update, giving the CPU kernel's bits through
+// statistics: the kernel is the same), the backward, the moving statistics' update and a synchronized layer's
+// parts (the moments' raw channel sums, dx from given sums), giving the CPU kernel's bits through
 // ops/shared/batch_norm_channel.h.
 //
 // Per-channel sums: the CPU's fixed blocks of kBatchNormRowsPerBlock rows. One thread per (block, channel) sums its
@@ -146,6 +147,16 @@ void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance) {
                variance.data<float>(), nullptr);
 }
 
+void batch_channel_sums(const Tensor& x, const Tensor& center, Tensor& sums) {
+  check_cuda(cudaSetDevice(x.device().index), "cudaSetDevice");
+  if (center.defined()) {
+    channel_sums(SumKind::kSquareDev, x, nullptr, center.data<float>(), nullptr, 0.0f, false, 0.0f, sums.data<float>(),
+                 nullptr);
+  } else {
+    channel_sums(SumKind::kX, x, nullptr, nullptr, nullptr, 0.0f, false, 0.0f, sums.data<float>(), nullptr);
+  }
+}
+
 void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
                 float epsilon, Tensor& y) {
   const int64_t total = x.numel(), c = x.dim(-1);
@@ -169,6 +180,19 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
       view(dy), view(x), mean.data<float>(), variance.data<float>(), gamma.data<float>(), dbeta.data<float>(),
       dgamma.data<float>(), epsilon, batch_statistics, rows, c, dx.raw(), shared::float_code(dx.dtype()), total);
   device::launched("batch_norm_backward dx");
+}
+
+void batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                           const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                           Tensor& dx) {
+  const int64_t total = x.numel(), c = x.dim(-1), rows = total / c;
+  if (total == 0) return;
+  check_cuda(cudaSetDevice(x.device().index), "cudaSetDevice");
+  // The backward's dx kernel with the given sums standing for the batch's own (batch statistics: divided by rows).
+  dx_kernel<<<device::blocks_for(total), device::kThreads>>>(
+      view(dy), view(x), mean.data<float>(), variance.data<float>(), gamma.data<float>(), sum_dy.data<float>(),
+      sum_dy_xhat.data<float>(), epsilon, true, rows, c, dx.raw(), shared::float_code(dx.dtype()), total);
+  device::launched("batch_norm_input_grad");
 }
 
 }  // namespace mixtrain::ops::cuda
