@@ -250,7 +250,8 @@ void add_cpu_verdicts(DoctorReport* r) {
     v.device = "cpu";
     v.policy = policy_of(dtype);
     v.speedup = measured_speedup(*r, dtype);
-    v.verdict = measured_verdict(dtype, v.speedup);
+    v.verdict = cpu_verdict(dtype, v.speedup, r->busy(),
+                            cpu_gemm_has_16bit_arithmetic(dtype, r->cpu.f16_method, r->cpu.bf16_method));
     if (dtype == DType::kFloat32) {
       v.reason = "float32 GEMM ran at " + fixed(f32_gflops, 1) + " GFLOP/s at n = " + std::to_string(f32_size) + " (" +
                  path + "); the mixed policies are measured against it";
@@ -450,6 +451,19 @@ std::string measured_verdict(DType dtype, double speedup) {
   // Decided on the value as shown, so a verdict never contradicts its own number.
   if (std::stod(shown) >= kRecommendSpeedup - 1e-9) return "recommended " + measured;
   return "no benefit on this hardware: stay in float32 " + measured;
+}
+
+bool cpu_gemm_has_16bit_arithmetic(DType dtype, const std::string& f16_method, const std::string& bf16_method) {
+  if (dtype == DType::kFloat16) return f16_method == "fp16" || f16_method == "amx";
+  if (dtype == DType::kBFloat16) return bf16_method == "dot" || bf16_method == "amx";
+  return false;
+}
+
+std::string cpu_verdict(DType dtype, double speedup, bool busy, bool sixteen_bit_arithmetic) {
+  std::string verdict = measured_verdict(dtype, speedup);
+  if (!busy || sixteen_bit_arithmetic || verdict.rfind("recommended ", 0) != 0) return verdict;
+  return "inconclusive on a busy machine: stay in float32 until measured on an idle one " +
+         verdict.substr(std::string("recommended ").size());
 }
 
 double measured_speedup(const DoctorReport& report, DType dtype) { return measured_speedup(report.measurements, dtype); }

@@ -32,6 +32,24 @@ TEST(Doctor, VerdictStringsFollowTheThreshold) {
             "no benefit on this hardware: stay in float32 (float16 GEMM measured 1.14x float32)");
 }
 
+// A busy machine's ratio can clear the threshold from noise alone where the GEMM widens 16-bit inputs to float32:
+// the CPU verdict then withholds the recommendation. A 16-bit method keeps its measured verdict, and so does every
+// verdict on an idle machine and every verdict that is not a recommendation.
+TEST(Doctor, ABusyMachineWithholdsARecommendationWithoutSixteenBitArithmetic) {
+  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.22, true, false),
+            "inconclusive on a busy machine: stay in float32 until measured on an idle one (float16 GEMM measured 1.22x "
+            "float32)");
+  EXPECT_EQ(cpu_verdict(DType::kFloat16, 1.22, false, false), measured_verdict(DType::kFloat16, 1.22));
+  EXPECT_EQ(cpu_verdict(DType::kBFloat16, 1.9, true, true), measured_verdict(DType::kBFloat16, 1.9));
+  EXPECT_EQ(cpu_verdict(DType::kBFloat16, 0.9, true, false), measured_verdict(DType::kBFloat16, 0.9));
+  EXPECT_EQ(cpu_verdict(DType::kFloat32, 1.0, true, false), "baseline");
+  EXPECT_TRUE(cpu_gemm_has_16bit_arithmetic(DType::kFloat16, "fp16", "widen"));
+  EXPECT_TRUE(cpu_gemm_has_16bit_arithmetic(DType::kFloat16, "amx", "amx"));
+  EXPECT_FALSE(cpu_gemm_has_16bit_arithmetic(DType::kFloat16, "widen", "dot"));
+  EXPECT_TRUE(cpu_gemm_has_16bit_arithmetic(DType::kBFloat16, "widen", "dot"));
+  EXPECT_FALSE(cpu_gemm_has_16bit_arithmetic(DType::kBFloat16, "fp16", "widen"));
+}
+
 TEST(Doctor, SpeedupFormatting) {
   EXPECT_EQ(format_speedup(2.1), "2.1");
   EXPECT_EQ(format_speedup(0.93), "0.93");
@@ -93,12 +111,15 @@ TEST(Doctor, MeasuresEveryDTypeOnThisMachine) {
     EXPECT_EQ(v.device, "cpu");
     EXPECT_EQ(v.policy, policies[i]);
     EXPECT_DOUBLE_EQ(v.speedup, measured_speedup(r, dtypes[i]));
-    EXPECT_EQ(v.verdict, measured_verdict(dtypes[i], v.speedup));
+    const bool sixteen = cpu_gemm_has_16bit_arithmetic(dtypes[i], r.cpu.f16_method, r.cpu.bf16_method);
+    EXPECT_EQ(v.verdict, cpu_verdict(dtypes[i], v.speedup, r.busy(), sixteen));
     EXPECT_FALSE(v.reason.empty());
     if (i == 0) continue;
     const bool recommended = std::stod(format_speedup(v.speedup)) >= kRecommendSpeedup - 1e-9;
-    EXPECT_EQ(v.verdict.rfind(recommended ? "recommended (" : "no benefit on this hardware: stay in float32 (", 0), 0u)
-        << v.verdict;
+    const char* prefix = !recommended           ? "no benefit on this hardware: stay in float32 ("
+                         : r.busy() && !sixteen ? "inconclusive on a busy machine: stay in float32"
+                                                : "recommended (";
+    EXPECT_EQ(v.verdict.rfind(prefix, 0), 0u) << v.verdict;
   }
   EXPECT_EQ(r.verdicts[0].verdict, "baseline");
   EXPECT_EQ(r.verdicts.size(), 3 + 3 * r.gpu.gpus.size());

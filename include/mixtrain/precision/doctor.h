@@ -8,6 +8,11 @@
 //   A mixed policy is "recommended (<dtype> GEMM measured Rx float32)" when its measured speedup R (shown
 //   with two decimals, and compared as shown) is >= kRecommendSpeedup, else
 //   "no benefit on this hardware: stay in float32 (<dtype> GEMM measured Rx float32)".
+//   On a busy machine (DoctorReport::busy(): other programs took the GEMM threads' time), a recommendation for a
+//   dtype whose GEMM has no 16-bit arithmetic here (its inputs widened to float32 for float32 FMAs) is withheld:
+//   "inconclusive on a busy machine: stay in float32 until measured on an idle one (<dtype> GEMM measured Rx
+//   float32)". Contention skews the float32 and 16-bit runs differently, so such a ratio can clear the threshold
+//   from noise alone; a 16-bit method (AMX, AVX512-FP16, AVX512-BF16 dot products) keeps its measured verdict.
 //   16-bit activations also halve the bytes of memory-bound layers; the reason line says so, but the
 //   verdict rests on the GEMM, where training time goes.
 // GPUs: where the CUDA backend is built and loaded and has its GEMM (cuBLASLt), each GPU's float32, float16 and
@@ -127,6 +132,12 @@ double measured_speedup(const DoctorReport& report, DType dtype);
 // The verdict string for a policy whose compute dtype is `dtype`, given its measured GEMM speedup, on the CPU
 // or a GPU; see the rules at the top of this file.
 std::string measured_verdict(DType dtype, double speedup);
+// The CPU's verdict: measured_verdict, with a recommendation withheld when the measurement ran on a busy machine
+// and `sixteen_bit_arithmetic` is false (the GEMM widened this dtype's inputs to float32).
+std::string cpu_verdict(DType dtype, double speedup, bool busy, bool sixteen_bit_arithmetic);
+// Whether the CPU GEMM multiplies `dtype` (float16 or bfloat16) with 16-bit arithmetic, by its methods (f16: "fp16"
+// or "amx"; bf16: "dot" or "amx"), rather than widening the inputs to float32.
+bool cpu_gemm_has_16bit_arithmetic(DType dtype, const std::string& f16_method, const std::string& bf16_method);
 
 // The verdict lines of the GPUs in `probe` (three per GPU: float32, mixed_float16, mixed_bfloat16): from the
 // measurements in gemm[i] where there are some, else from the compute capability; see the rules at the top of
