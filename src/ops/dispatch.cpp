@@ -19,12 +19,14 @@ void emulate_with_cpu_kernels(DeviceType type, bool on) {
 bool emulated_with_cpu_kernels(DeviceType type) { return (g_emulated.load(std::memory_order_relaxed) & bit(type)) != 0; }
 
 namespace {
-thread_local int g_emulated_kernel_depth = 0;
+// Process-wide, not per thread: a CPU kernel forks OpenMP workers that address the tensors too. A test drives the
+// emulated device from one host thread, so while a kernel runs no other host code does.
+std::atomic<int> g_emulated_kernel_depth{0};
 }  // namespace
 
-bool in_emulated_kernel() { return g_emulated_kernel_depth > 0; }
-EmulatedKernelScope::EmulatedKernelScope() { ++g_emulated_kernel_depth; }
-EmulatedKernelScope::~EmulatedKernelScope() { --g_emulated_kernel_depth; }
+bool in_emulated_kernel() { return g_emulated_kernel_depth.load(std::memory_order_acquire) > 0; }
+EmulatedKernelScope::EmulatedKernelScope() { g_emulated_kernel_depth.fetch_add(1, std::memory_order_acq_rel); }
+EmulatedKernelScope::~EmulatedKernelScope() { g_emulated_kernel_depth.fetch_sub(1, std::memory_order_acq_rel); }
 
 void fail_unsupported(const char* op, const Device& device) {
   MIXTRAIN_FAIL(kInvalidInput, op << ": no kernel for device " << device.str(),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -428,6 +429,57 @@ TEST_F(DeviceTraining, SkippedUpdatesAreCountedFromTheLogsWithoutReadingTheCount
   EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
   EXPECT_EQ(h_gpu.step_loss_scale, h_cpu.step_loss_scale);
   EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
+}
+
+// The GPU target's memory ratio, checked ahead of a GPU on the emulated device: a transformer step of `mixtrain
+// bench step --model transformer`'s shapes and recipe (T 64, D 128, 2 layers of 4 heads, 83 tokens, batch 32, AdamW,
+// clipped at global norm 1) must peak at most 0.6x float32's under each mixed policy, the peak counted as bench step
+// counts it: the device memory held above what the model, its optimizer state and the batch hold between steps.
+// These are the device's own tensors; a GPU adds cuBLASLt's workspace and the caching allocator's rounding.
+int64_t transformer_step_peak_bytes(const std::string& policy) {
+  RunConfig cfg;
+  cfg.model = "transformer";
+  cfg.policy = policy;
+  cfg.seed = 1;
+  cfg.optimizer = "adamw";
+  cfg.learning_rate = 2e-3f;
+  cfg.weight_decay = 0.01f;
+  cfg.clipnorm = 1.0f;
+  cfg.batch_size = 32;
+  cfg.context_length = 64;
+  cfg.width = 128;
+  cfg.num_layers = 2;
+  cfg.num_heads = 4;
+  validate_run_config(cfg);
+  constexpr int64_t kVocabulary = 83;
+  auto model = build_model(cfg, cfg.context_length, kVocabulary, {cfg.context_length});
+  model->compile(make_run_optimizer(cfg, 4), Loss("sparse_categorical_crossentropy", true));
+  Rng r(2);
+  std::vector<int32_t> stream(static_cast<size_t>(cfg.batch_size * cfg.context_length + 1));
+  for (auto& id : stream) id = static_cast<int32_t>(r.below(kVocabulary));
+  const Shape windows{cfg.batch_size, cfg.context_length};
+  const Tensor x = ops::to_device(Tensor::from_ints(windows, std::vector<int32_t>(stream.begin(), stream.end() - 1)),
+                                  kEmulated);
+  const Tensor y = ops::to_device(Tensor::from_ints(windows, std::vector<int32_t>(stream.begin() + 1, stream.end())),
+                                  kEmulated);
+  model->to(kEmulated);
+  for (int step = 0; step < 2; ++step) model->train_step(x, y);  // optimizer slots, caches
+  const int64_t live = memory_stats(kEmulated).live_bytes;
+  reset_peak_memory(kEmulated);
+  model->train_step(x, y);
+  return memory_stats(kEmulated).peak_bytes - live;
+}
+
+TEST_F(DeviceTraining, AMixedTransformerStepPeaksAtMost06OfFloat32OnTheDevice) {
+  const int64_t f32 = transformer_step_peak_bytes("float32");
+  const int64_t f16 = transformer_step_peak_bytes("mixed_float16");
+  const int64_t bf16 = transformer_step_peak_bytes("mixed_bfloat16");
+  std::printf("transformer step peak on the device: float32 %.2f MB, mixed_float16 %.2f MB (%.3fx), mixed_bfloat16 "
+              "%.2f MB (%.3fx)\n",
+              f32 / 1e6, f16 / 1e6, static_cast<double>(f16) / f32, bf16 / 1e6, static_cast<double>(bf16) / f32);
+  ASSERT_GT(f32, 0);
+  EXPECT_LE(static_cast<double>(f16), 0.6 * static_cast<double>(f32));
+  EXPECT_LE(static_cast<double>(bf16), 0.6 * static_cast<double>(f32));
 }
 
 // Every model the command line trains, a few steps on the device against the same steps on the CPU.

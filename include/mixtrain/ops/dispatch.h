@@ -22,8 +22,8 @@ namespace mixtrain::ops {
 void emulate_with_cpu_kernels(DeviceType type, bool on);
 bool emulated_with_cpu_kernels(DeviceType type);
 
-// Whether this thread is running an emulated device's kernel (the CPU kernel a table handed out for it), the one
-// place host code may address that device's memory; a test's copies enter the scope themselves.
+// Whether an emulated device's kernel is running (the CPU kernel a table handed out for it, with the OpenMP threads
+// it forks), the one place host code may address that device's memory; a test's copies enter the scope themselves.
 bool in_emulated_kernel();
 class EmulatedKernelScope {
  public:
