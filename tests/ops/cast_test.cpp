@@ -57,12 +57,16 @@ TEST(Cast, GivesTheBitsOfTensorToAndLeavesTheSameDtypeAlone) {
       const std::string what = std::string(dtype_name(from)) + " -> " + dtype_name(to);
       const Tensor y = cast(x, to);
       EXPECT_TRUE(same_bits(y, x.to(to))) << what;
-      if (from == to) EXPECT_EQ(y.raw(), x.raw()) << what;  // no copy
+      if (from == to) {
+        EXPECT_EQ(y.raw(), x.raw()) << what;  // no copy
+      }
       // A transposed view is read through its strides.
       const Tensor t = x.transpose(0, 1);
       const Tensor yt = cast(t, to);
       EXPECT_TRUE(same_bits(yt, t.to(to))) << what << " (view)";
-      if (from != to) EXPECT_TRUE(yt.is_contiguous()) << what;
+      if (from != to) {
+        EXPECT_TRUE(yt.is_contiguous()) << what;
+      }
     }
   }
   EXPECT_THROW(cast(Tensor(), DType::kFloat32), Error);
