@@ -1,5 +1,8 @@
 #include "mixtrain/nn/normalization.h"
 
+#include <vector>
+
+#include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
@@ -62,23 +65,6 @@ int64_t BatchNormalization::skipped_moving_updates() const {
   return skipped_moving_updates_.defined() ? static_cast<int64_t>(ops::read_scalar(skipped_moving_updates_)) : 0;
 }
 
-namespace {
-// In place: the sum over comm's ranks of t, a fresh float32 (C,) tensor, reduced where it lives: on its device by a
-// communicator that moves that device's memory (NCCL on a GPU), in host memory as it is, else through a host copy
-// (a layer's channels: C values each way).
-void all_reduce_sum(Tensor& t, Communicator& comm) {
-  if (!t.device().is_cpu() && comm.moves_memory_of(t.device())) {
-    comm.all_reduce_on_device(t, ReduceOp::kSum);
-  } else if (t.device().is_cpu()) {
-    comm.all_reduce(t.data<float>(), t.numel(), ReduceOp::kSum);
-  } else {
-    Tensor host = ops::to_device(t, Device::cpu());
-    comm.all_reduce(host.data<float>(), host.numel(), ReduceOp::kSum);
-    t = ops::to_device(host, t.device());
-  }
-}
-}  // namespace
-
 Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm) {
   const int64_t C = gamma.shape()[0];
   const int64_t rows = x.value().numel() / C;
@@ -88,14 +74,17 @@ Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const 
   MIXTRAIN_CHECK(total > 0, "BatchNormalization '" << name() << "': the global batch is empty");
   // batch_moments' two passes over the global batch, each rank's channel sums reduced between them: the global
   // mean, then the squared deviations about it (so a large mean does not cancel the variance), each times
-  // 1 / rows as batch_moments takes it. Every op runs where x lives; one rank gives batch_moments' bits.
+  // 1 / rows as batch_moments takes it. Every op runs where x lives; one rank gives batch_moments' bits. The sums
+  // are reduced where they live, as gradients are (dist/data_parallel.h): on the GPU by a communicator that moves
+  // its memory (NCCL), else through host copies of their C values.
   const float inv_total = 1.0f / static_cast<float>(total);
-  Tensor sums = ops::batch_channel_sums(x.value());
-  all_reduce_sum(sums, comm);
-  const Tensor mean = ops::scale(sums, inv_total);
-  Tensor squares = ops::batch_channel_sums(x.value(), mean);
-  all_reduce_sum(squares, comm);
-  const Tensor variance = ops::scale(squares, inv_total);
+  const auto global_mean = [&](Tensor local_sums) {
+    std::vector<Tensor> sums{std::move(local_sums)};
+    all_reduce_gradients(sums, comm, 1.0f);
+    return ops::scale(sums[0], inv_total);
+  };
+  const Tensor mean = global_mean(ops::batch_channel_sums(x.value()));
+  const Tensor variance = global_mean(ops::batch_channel_sums(x.value(), mean));
   update_moving_statistics(mean, variance);  // the same on every rank: the statistics are global
 
   const bool rec = should_record({&x, &gamma, &beta});
@@ -114,12 +103,11 @@ Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const 
     const Tensor& dy = y.grad();
     const ops::BatchNormGrads local = ops::batch_norm_backward(dy, x.value(), mean, variance, gamma.value(), eps,
                                                                /*batch_statistics=*/false, /*need_x=*/false);
-    Tensor sum_dy = ops::scale(local.dbeta, share), sum_dy_xhat = ops::scale(local.dgamma, share);
-    all_reduce_sum(sum_dy, *c_ptr);
-    all_reduce_sum(sum_dy_xhat, *c_ptr);
+    std::vector<Tensor> global{local.dbeta.clone(), local.dgamma.clone()};  // T_dy, T_dyxhat
+    all_reduce_gradients(global, *c_ptr, share);
     if (x.requires_grad()) {
       Var(x).accumulate_grad_owned(
-          ops::batch_norm_input_grad(dy, x.value(), mean, variance, gamma.value(), eps, sum_dy, sum_dy_xhat));
+          ops::batch_norm_input_grad(dy, x.value(), mean, variance, gamma.value(), eps, global[0], global[1]));
     }
     if (gamma.requires_grad()) Var(gamma).accumulate_grad_owned(local.dgamma);
     if (beta.requires_grad()) Var(beta).accumulate_grad_owned(local.dbeta);

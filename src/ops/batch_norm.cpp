@@ -62,6 +62,17 @@ void check_channel_vector(const Tensor& v, const Tensor& x, const char* what, co
                  op << ": " << what << " must be float32 (" << x.dim(-1) << ",) for input " << x.describe()
                     << ", got " << text(v));
 }
+
+// What a backward pass reads: x, its statistics and gamma, and a gradient of x's shape.
+void check_backward_inputs(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
+                           const Tensor& gamma, const char* op) {
+  check_input(x, op);
+  check_channel_vector(mean, x, "mean", op);
+  check_channel_vector(variance, x, "variance", op);
+  check_channel_vector(gamma, x, "gamma", op);
+  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.shape() == x.shape(),
+                 op << ": gradient " << text(dy) << " does not match the input " << x.describe());
+}
 }  // namespace
 
 BatchNormStats batch_moments(const Tensor& x) {
@@ -88,14 +99,9 @@ Tensor batch_channel_sums(const Tensor& x, const Tensor& center) {
 Tensor batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                              const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat) {
   constexpr const char* op = "batch_norm_input_grad";
-  check_input(x, op);
-  check_channel_vector(mean, x, "mean", op);
-  check_channel_vector(variance, x, "variance", op);
-  check_channel_vector(gamma, x, "gamma", op);
+  check_backward_inputs(dy, x, mean, variance, gamma, op);
   check_channel_vector(sum_dy, x, "sum_dy", op);
   check_channel_vector(sum_dy_xhat, x, "sum_dy_xhat", op);
-  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.shape() == x.shape(),
-                 op << ": gradient " << text(dy) << " does not match the input " << x.describe());
   const Device device = common_device(op, {&dy, &x, &mean, &variance, &gamma, &sum_dy, &sum_dy_xhat});
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
   kernel::batch_norm_input_grad_table()(device)(dy.contiguous(), x.contiguous(), mean.contiguous(),
@@ -145,12 +151,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, c
 BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                                    const Tensor& gamma, float epsilon, bool batch_statistics, bool need_x) {
   constexpr const char* op = "batch_norm_backward";
-  check_input(x, op);
-  check_channel_vector(mean, x, "mean", op);
-  check_channel_vector(variance, x, "variance", op);
-  check_channel_vector(gamma, x, "gamma", op);
-  MIXTRAIN_CHECK(dy.defined() && is_float(dy.dtype()) && dy.shape() == x.shape(),
-                 op << ": gradient " << text(dy) << " does not match the input " << x.describe());
+  check_backward_inputs(dy, x, mean, variance, gamma, op);
   const Device device = common_device(op, {&dy, &x, &mean, &variance, &gamma});
   BatchNormGrads g;
   if (need_x) g.dx = Tensor::empty(x.shape(), x.dtype(), device);

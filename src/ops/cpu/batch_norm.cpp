@@ -156,9 +156,6 @@ void map_rows(const Rows& x, const Rows& dy, int64_t rows, Tensor& y, Fn&& f) {
   }
 }
 
-}  // namespace
-
-namespace {
 // Per-channel sums of x (center null) or of (x - center)^2: the moments' two passes before their 1 / rows.
 std::vector<float> x_sums(const Tensor& x, const float* center) {
   const int64_t c = x.dim(-1), rows = x.numel() / c;
@@ -176,21 +173,26 @@ std::vector<float> x_sums(const Tensor& x, const float* center) {
   });
 }
 
-// dx from dy, x, the statistics and the per-channel means of dy and dy * xhat (mean_dy, mean_dyx).
+// dx from dy, x, the statistics and the channel sums of dy and dy * xhat: divided by rows with batch statistics
+// (training, the statistics being functions of x), else unused (inference: dx = gamma * inv_std * dy).
 void write_dx(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& gamma, const float* inv_std,
-              const float* mean_dy, const float* mean_dyx, Tensor& dx) {
+              const float* sum_dy, const float* sum_dyx, bool batch_statistics, Tensor& dx) {
   const int64_t c = x.dim(-1), rows = x.numel() / c;
   const float* m = static_cast<const float*>(mean.raw());
   const float* gm = static_cast<const float*>(gamma.raw());
-  std::vector<float> k(static_cast<size_t>(c));
-  for (int64_t j = 0; j < c; ++j) k[static_cast<size_t>(j)] = shared::mul_rn(gm[j], inv_std[j]);
-  const float* kp = k.data();
+  std::vector<float> k(static_cast<size_t>(c)), mdy(static_cast<size_t>(c)), mdyx(static_cast<size_t>(c));
+  for (int64_t j = 0; j < c; ++j) {
+    const size_t i = static_cast<size_t>(j);
+    k[i] = shared::mul_rn(gm[j], inv_std[j]);
+    mdy[i] = shared::batch_norm_grad_mean(sum_dy[j], rows, batch_statistics);
+    mdyx[i] = shared::batch_norm_grad_mean(sum_dyx[j], rows, batch_statistics);
+  }
+  const float *kp = k.data(), *a = mdy.data(), *b = mdyx.data();
   map_rows(Rows{static_cast<const char*>(x.raw()), x.dtype(), c}, Rows{static_cast<const char*>(dy.raw()), dy.dtype(), c},
            rows, dx, [&](const float* bx, const float* bdy, int64_t count, float* out) {
              for (int64_t r = 0; r < count; ++r)
                for (int64_t j = 0; j < c; ++j)
-                 out[r * c + j] =
-                     shared::batch_norm_dx(bdy[r * c + j], bx[r * c + j], m[j], inv_std[j], kp[j], mean_dy[j], mean_dyx[j]);
+                 out[r * c + j] = shared::batch_norm_dx(bdy[r * c + j], bx[r * c + j], m[j], inv_std[j], kp[j], a[j], b[j]);
            });
 }
 }  // namespace
@@ -254,29 +256,15 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
     dg[j] = s[static_cast<size_t>(c + j)];
   }
   if (!dx.defined()) return;
-  // Training: dx = gamma * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)), the mean and variance
-  // being functions of x. Inference: dx = gamma * inv_std * dy.
-  std::vector<float> mdy(static_cast<size_t>(c)), mdyx(static_cast<size_t>(c));
-  for (int64_t j = 0; j < c; ++j) {
-    mdy[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(db[j], rows, batch_statistics);
-    mdyx[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(dg[j], rows, batch_statistics);
-  }
-  write_dx(dy, x, mean, gamma, is, mdy.data(), mdyx.data(), dx);
+  write_dx(dy, x, mean, gamma, is, db, dg, batch_statistics, dx);
 }
 
 void batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
                            const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
                            Tensor& dx) {
-  const int64_t c = x.dim(-1), rows = x.numel() / c;
   const std::vector<float> istd = inv_std(variance, epsilon);
-  const float* sdy = static_cast<const float*>(sum_dy.raw());
-  const float* sdyx = static_cast<const float*>(sum_dy_xhat.raw());
-  std::vector<float> mdy(static_cast<size_t>(c)), mdyx(static_cast<size_t>(c));
-  for (int64_t j = 0; j < c; ++j) {
-    mdy[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(sdy[j], rows, true);
-    mdyx[static_cast<size_t>(j)] = shared::batch_norm_grad_mean(sdyx[j], rows, true);
-  }
-  write_dx(dy, x, mean, gamma, istd.data(), mdy.data(), mdyx.data(), dx);
+  write_dx(dy, x, mean, gamma, istd.data(), static_cast<const float*>(sum_dy.raw()),
+           static_cast<const float*>(sum_dy_xhat.raw()), /*batch_statistics=*/true, dx);
 }
 
 void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
