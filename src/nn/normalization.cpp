@@ -1,5 +1,6 @@
 #include "mixtrain/nn/normalization.h"
 
+#include <utility>
 #include <vector>
 
 #include "mixtrain/dist/data_parallel.h"
@@ -19,6 +20,8 @@ void BatchNormalization::build_impl(const Shape& input_shape, Rng& rng) {
   MIXTRAIN_CHECK(input_shape.rank() >= 1 && input_shape[-1] > 0,
                  "BatchNormalization '" << name() << "' needs a channel axis last, got per-sample shape " << input_shape);
   const Shape c{input_shape[-1]};
+  rows_per_sample_ = 1;
+  for (int d = 0; d + 1 < input_shape.rank(); ++d) rows_per_sample_ *= input_shape[d];
   gamma_ = add_weight("gamma", c, Initializer::kOnes, rng);
   beta_ = add_weight("beta", c, Initializer::kZeros, rng);
   // Saved in checkpoints, never optimized, never given a gradient; the variable dtype (float32 under the
@@ -65,26 +68,57 @@ int64_t BatchNormalization::skipped_moving_updates() const {
   return skipped_moving_updates_.defined() ? static_cast<int64_t>(ops::read_scalar(skipped_moving_updates_)) : 0;
 }
 
+namespace {
+
+// The global batch's per-channel sums times 1 / total, from this rank's sums: reduced where they live, as gradients
+// are (dist/data_parallel.h): on the GPU by a communicator that moves its memory (NCCL), else through host copies of
+// their C values.
+Tensor global_mean(Tensor local_sums, Communicator& comm, float inv_total) {
+  std::vector<Tensor> sums{std::move(local_sums)};
+  all_reduce_gradients(sums, comm, 1.0f);
+  return ops::scale(sums[0], inv_total);
+}
+
+// The backward pass's two per-channel sums over the global batch, T_dy and T_dyxhat, from this rank's (each weighted
+// by its share of the rows): both in one all-reduce, as rows 0 and 1 of a (2, C) buffer where they live.
+std::pair<Tensor, Tensor> global_gradient_sums(const Tensor& sum_dy, const Tensor& sum_dy_xhat, Communicator& comm,
+                                               float share) {
+  const int64_t C = sum_dy.numel();
+  std::vector<Tensor> both{Tensor::empty({2, C}, DType::kFloat32, sum_dy.device())};
+  both[0].slice(0, 0, 1).copy_from(sum_dy.reshape({1, C}));
+  both[0].slice(0, 1, 2).copy_from(sum_dy_xhat.reshape({1, C}));
+  all_reduce_gradients(both, comm, share);
+  return {both[0].slice(0, 0, 1).reshape({C}), both[0].slice(0, 1, 2).reshape({C})};
+}
+
+}  // namespace
+
+double BatchNormalization::global_rows(int64_t samples, Communicator& comm) const {
+  // Its samples times each sample's rows (the axes between the batch's and the channels', the same on every rank),
+  // when train_step said how many samples; else this rank's rows summed on the host. Either way known without a
+  // read of the device.
+  if (global_batch_ > 0) {
+    MIXTRAIN_CHECK(samples <= global_batch_, "BatchNormalization '" << name() << "': a shard of " << samples
+                                                                    << " samples of a global batch of " << global_batch_);
+    return static_cast<double>(global_batch_) * static_cast<double>(rows_per_sample_);
+  }
+  double total = static_cast<double>(samples * rows_per_sample_);
+  comm.all_reduce(&total, 1, ReduceOp::kSum);
+  return total;
+}
+
 Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm) {
   const int64_t C = gamma.shape()[0];
   const int64_t rows = x.value().numel() / C;
-  // The global batch's rows: known on the host, summed there (no read of the device).
-  double total = static_cast<double>(rows);
-  comm.all_reduce(&total, 1, ReduceOp::kSum);
+  rows_per_sample_ = x.value().dim(0) > 0 ? rows / x.value().dim(0) : rows_per_sample_;
+  const double total = global_rows(x.value().dim(0), comm);
   MIXTRAIN_CHECK(total > 0, "BatchNormalization '" << name() << "': the global batch is empty");
   // batch_moments' two passes over the global batch, each rank's channel sums reduced between them: the global
   // mean, then the squared deviations about it (so a large mean does not cancel the variance), each times
-  // 1 / rows as batch_moments takes it. Every op runs where x lives; one rank gives batch_moments' bits. The sums
-  // are reduced where they live, as gradients are (dist/data_parallel.h): on the GPU by a communicator that moves
-  // its memory (NCCL), else through host copies of their C values.
+  // 1 / rows as batch_moments takes it. Every op runs where x lives; one rank gives batch_moments' bits.
   const float inv_total = 1.0f / static_cast<float>(total);
-  const auto global_mean = [&](Tensor local_sums) {
-    std::vector<Tensor> sums{std::move(local_sums)};
-    all_reduce_gradients(sums, comm, 1.0f);
-    return ops::scale(sums[0], inv_total);
-  };
-  const Tensor mean = global_mean(ops::batch_channel_sums(x.value()));
-  const Tensor variance = global_mean(ops::batch_channel_sums(x.value(), mean));
+  const Tensor mean = global_mean(ops::batch_channel_sums(x.value()), comm, inv_total);
+  const Tensor variance = global_mean(ops::batch_channel_sums(x.value(), mean), comm, inv_total);
   update_moving_statistics(mean, variance);  // the same on every rank: the statistics are global
 
   const bool rec = should_record({&x, &gamma, &beta});
@@ -98,21 +132,43 @@ Var BatchNormalization::call_synchronized(const Var& x, const Var& gamma, const 
     // The global loss's dy on these rows is share * dy, so the global per-channel sums are
     // T = sum over ranks of share * (sum dy, sum dy * xhat), and this rank's input gradient, in its own scale, is
     //   dx = gamma * rstd * (dy - (T_dy + xhat * T_dyxhat) / rows),
-    // batch_norm_backward's with T in place of the batch's own sums. Every rank reduces both sums in the same
-    // order (they hold the same layers), whether or not x needs a gradient.
+    // batch_norm_backward's with T in place of the batch's own sums. Every rank reduces them in the same order
+    // (they hold the same layers), whether or not x needs a gradient.
     const Tensor& dy = y.grad();
     const ops::BatchNormGrads local = ops::batch_norm_backward(dy, x.value(), mean, variance, gamma.value(), eps,
                                                                /*batch_statistics=*/false, /*need_x=*/false);
-    std::vector<Tensor> global{local.dbeta.clone(), local.dgamma.clone()};  // T_dy, T_dyxhat
-    all_reduce_gradients(global, *c_ptr, share);
+    const auto [t_dy, t_dyxhat] = global_gradient_sums(local.dbeta, local.dgamma, *c_ptr, share);
     if (x.requires_grad()) {
       Var(x).accumulate_grad_owned(
-          ops::batch_norm_input_grad(dy, x.value(), mean, variance, gamma.value(), eps, global[0], global[1]));
+          ops::batch_norm_input_grad(dy, x.value(), mean, variance, gamma.value(), eps, t_dy, t_dyxhat));
     }
     if (gamma.requires_grad()) Var(gamma).accumulate_grad_owned(local.dgamma);
     if (beta.requires_grad()) Var(beta).accumulate_grad_owned(local.dbeta);
   });
   return y;
+}
+
+void BatchNormalization::exchange_statistics_without_rows() {
+  MIXTRAIN_CHECK(built() && communicator_ != nullptr,
+                 "BatchNormalization '" << name() << "': exchange_statistics_without_rows needs a built layer and a "
+                                           "communicator (Model::train_step sets one)");
+  Communicator& comm = *communicator_;
+  const double total = global_rows(0, comm);
+  MIXTRAIN_CHECK(total > 0, "BatchNormalization '" << name() << "': the global batch is empty");
+  const float inv_total = 1.0f / static_cast<float>(total);
+  const Device device = gamma_.value().device();
+  const int64_t C = gamma_.shape()[0];
+  const Tensor mean = global_mean(ops::full({C}, DType::kFloat32, 0.0f, device), comm, inv_total);
+  const Tensor variance = global_mean(ops::full({C}, DType::kFloat32, 0.0f, device), comm, inv_total);
+  update_moving_statistics(mean, variance);
+}
+
+void BatchNormalization::exchange_gradient_sums_without_rows() {
+  MIXTRAIN_CHECK(built() && communicator_ != nullptr,
+                 "BatchNormalization '" << name() << "': exchange_gradient_sums_without_rows needs a built layer and "
+                                           "a communicator (Model::train_step sets one)");
+  const Tensor zeros = ops::full({gamma_.shape()[0]}, DType::kFloat32, 0.0f, gamma_.value().device());
+  global_gradient_sums(zeros, zeros, *communicator_, 0.0f);
 }
 
 }  // namespace mixtrain

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 #include <unordered_map>
+#include <utility>
 
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/dist/data_parallel.h"
@@ -320,17 +321,35 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     arena_.zero_grad();
   }
   const bool scales_loss = optimizer_->scales_loss();
-  // Synchronized BatchNormalization reduces its statistics over this step's ranks (none outside data parallelism).
-  for (const auto& l : layers_)
-    if (auto* bn = dynamic_cast<BatchNormalization*>(l.get())) bn->set_communicator(comm);
+  // Synchronized BatchNormalization reduces its statistics over this step's ranks (none outside data parallelism),
+  // knowing the global batch's samples. Each one the backward pass reaches (a weight at or before it needs a
+  // gradient) also reduces its gradient sums there.
+  std::vector<std::pair<BatchNormalization*, bool>> synchronized_bn;
+  bool gradient_reaches = false;
+  for (const auto& l : layers_) {
+    gradient_reaches = gradient_reaches || !l->trainable_weights().empty();
+    auto* bn = dynamic_cast<BatchNormalization*>(l.get());
+    if (!bn) continue;
+    bn->set_communicator(comm, comm ? global_rows : 0);
+    if (comm && bn->synchronized()) synchronized_bn.emplace_back(bn, gradient_reaches);
+  }
+  // Fewer samples than ranks (a small last batch; shards are as even as possible) leave some rank without any. With
+  // synchronized layers that rank takes part in their exchanges without running the model (below), which keeps the
+  // others' order only when the gradients' buckets start after the backward pass; decided alike on every rank.
+  const bool empty_shards = comm && global_rows < comm->size() && !synchronized_bn.empty();
+  MIXTRAIN_CHECK(!empty_shards || !is_functional(),
+                 "train_step: a global batch of " << global_rows << " samples over " << comm->size()
+                                                  << " ranks leaves a rank without samples, which synchronized "
+                                                     "BatchNormalization in a functional model cannot serve; use a "
+                                                     "dataset or batch size whose last batch has a sample per rank");
   const float weight =
       comm ? static_cast<float>(static_cast<double>(rows) / static_cast<double>(global_rows)) : 1.0f;
   // Data-parallel with flat buffers: buckets of a stack's gradients start during backward (unless an observer
   // is already in force, e.g. inspection's).
   if (!overlap_) overlap_ = std::make_shared<OverlappedReduce>();
   // (On a device the gradients are all-reduced once backward is done: see all_reduce_gradients.)
-  const bool overlapped =
-      comm && flat && device().is_cpu() && observer() == nullptr && overlap_->prepare(*this, arena_, bucket_bytes_);
+  const bool overlapped = comm && flat && device().is_cpu() && !empty_shards && observer() == nullptr &&
+                          overlap_->prepare(*this, arena_, bucket_bytes_);
   if (overlapped) {
     overlap_->begin(*comm, arena_.gradient_buffer(DType::kFloat32).data<float>(), weight);
     set_observer(overlap_.get());
@@ -356,6 +375,12 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     // The logs stay where the step ran: on a GPU nothing here waits for the host.
     record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
     if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
+  } else {
+    // No samples here: the synchronized layers' exchanges, in the order the model's forward and backward passes make
+    // them on the other ranks, with zero sums.
+    for (const auto& [bn, reached] : synchronized_bn) bn->exchange_statistics_without_rows();
+    for (auto it = synchronized_bn.rbegin(); it != synchronized_bn.rend(); ++it)
+      if (it->second) it->first->exchange_gradient_sums_without_rows();
   }
   // The scale this step used, before the optimizer moves it.
   if (scales_loss) record.slice(0, 2, 3).copy_from(optimizer_->loss_scale_on(device()));

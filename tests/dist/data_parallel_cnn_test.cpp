@@ -75,6 +75,30 @@ TEST(DataParallelCnn, SynchronizedBatchNormTrainsToTheSingleProcessWeights) {
   EXPECT_GT(r.parallel_test.accuracy, 0.9);
 }
 
+// A small last batch leaves rank 1 without a sample: its synchronized layer still takes part in every exchange
+// (with zero sums and no rows), so rank 0 is not left waiting and both train as one process on the global batch.
+TEST(DataParallelCnn, SynchronizedBatchNormWithAnEmptyShardTrainsToTheSingleProcessWeights) {
+  MIXTRAIN_REQUIRE_TWO_RANKS();
+  Communicator& comm = world_communicator();
+  auto [x, y] = blobs(97, 23);  // batches of 32: the last one has 1 sample, rank 1's shard of it is empty
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 32;
+  o.verbose = 0;
+  auto single = cnn(4, /*synchronized=*/true);
+  single->fit(x, y, o);
+  o.communicator = &comm;
+  auto parallel = cnn(4, /*synchronized=*/true);
+  // Small buckets: the read-out's gradients would start their all-reduce before the layer's backward exchange,
+  // which the rank without samples never reaches (such steps wait for the end of the backward pass).
+  parallel->set_gradient_bucket_bytes(64);
+  const History h = parallel->fit(x, y, o);
+  EXPECT_EQ(h.steps, 8);
+  const std::vector<float> wp = flat_values(parallel->weights());
+  EXPECT_LT(max_relative_difference(wp, flat_values(single->weights())), 1e-5);
+  EXPECT_TRUE(same_bits_on_all_ranks(wp, comm));
+}
+
 TEST(DataParallelCnn, PerRankBatchNormKeepsTheRanksIdentical) {
   MIXTRAIN_REQUIRE_TWO_RANKS();
   Communicator& comm = world_communicator();

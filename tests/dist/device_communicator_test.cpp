@@ -143,6 +143,60 @@ TEST(DeviceCommunicator, ReducesAndBroadcastsDeviceTensorsInPlaceAndCountsThem) 
   EXPECT_EQ(comm->stats().bytes, 3 * 4 + 2 * 4 + 2 * 2 + 8);
 }
 
+// A small last batch leaves rank 1 without a sample: it takes part in synchronized BatchNormalization's exchanges on
+// the device with zero sums, and the ranks still give the CPU ranks' weights bit for bit.
+TEST(DeviceCommunicator, AnEmptyShardTakesPartInSynchronizedBatchNormalizationOnTheDevice) {
+  MIXTRAIN_REQUIRE_TWO_RANKS();
+  EmulatedDevice device;
+  if (device.unavailable()) GTEST_SKIP() << "a GPU backend is loaded: the emulated device would clash with it";
+  Communicator& world = world_communicator();
+  const std::unique_ptr<DeviceCommunicator> on_gpus = emulated_communicator();
+  auto [x, y] = blobs(97, 29);  // batches of 32: the last one has 1 sample, rank 1's shard of it is empty
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 32;
+  o.verbose = 0;
+  o.communicator = &world;
+  auto on_cpu = device_cnn("mixed_float16", /*synchronized_bn=*/true, 13);
+  on_cpu->fit(x, y, o);
+  auto on_device = device_cnn("mixed_float16", /*synchronized_bn=*/true, 13);
+  on_device->to(kEmulated);
+  o.communicator = on_gpus.get();
+  const History h = on_device->fit(x, y, o);
+  EXPECT_EQ(h.steps, 8);
+  const std::vector<float> w_device = host_values(*on_device);
+  EXPECT_EQ(w_device, host_values(*on_cpu));
+  EXPECT_TRUE(same_bits_on_all_ranks(w_device, world));
+}
+
+// Synchronized BatchNormalization's cost, counted: three collectives per layer per step (the mean's and the
+// variance's sums forward, both backward sums in one), on the device, and none for the row count (train_step
+// passes the global batch). The same steps without synchronization are the baseline; the only difference between
+// the two runs is the layer's exchange.
+TEST(DeviceCommunicator, SynchronizedBatchNormalizationAddsThreeCollectivesAStep) {
+  MIXTRAIN_REQUIRE_TWO_RANKS();
+  EmulatedDevice device;
+  if (device.unavailable()) GTEST_SKIP() << "a GPU backend is loaded: the emulated device would clash with it";
+  const int rank = world_communicator().rank();
+  auto [x, y] = blobs(64, 5);
+  // Uneven shards of a global batch of 24 samples: rank 0 holds 16, rank 1 holds 8.
+  const int64_t begin = rank == 0 ? 0 : 16, end = rank == 0 ? 16 : 24;
+  const Tensor xs = x.slice_rows(begin, end), ys = y.slice_rows(begin, end);
+  constexpr int kSteps = 4;
+  int64_t calls[2] = {0, 0}, bytes[2] = {0, 0};
+  for (const bool synchronized_bn : {false, true}) {
+    auto model = device_cnn("float32", synchronized_bn, 3);
+    model->to(kEmulated);
+    const std::unique_ptr<DeviceCommunicator> comm = emulated_communicator();
+    for (int s = 0; s < kSteps; ++s) model->train_step(xs, ys, comm.get(), /*global_rows=*/24);
+    calls[synchronized_bn] = comm->stats().calls;
+    bytes[synchronized_bn] = comm->stats().bytes;
+  }
+  EXPECT_EQ(calls[1] - calls[0], 3 * kSteps) << calls[0] << " calls without synchronization, " << calls[1] << " with";
+  // Bytes: per step 8 channels' float32 mean and variance sums forward, 2 x 8 backward; no 8-byte row count.
+  EXPECT_EQ(bytes[1] - bytes[0], kSteps * (8 + 8 + 16) * 4);
+}
+
 TEST(DeviceCommunicator, RefusesWhatItCannotMove) {
   EmulatedDevice device;
   if (device.unavailable()) GTEST_SKIP() << "a GPU backend is loaded: the emulated device would clash with it";

@@ -22,11 +22,12 @@ namespace mixtrain {
 // statistics (as PyTorch DDP's BatchNorm). set_synchronized(true) (PyTorch's SyncBatchNorm): in training the mean
 // and variance are those of the global batch over the ranks, and the backward pass all-reduces the two
 // per-channel sums the input gradient needs, so each rank's result equals one process on the global batch (within
-// float32 reduction order). Costs two all-reduces of C values forward and two backward, per layer
-// per step (one more, of the row count, on the host). Every rank must then hold rows in every step (a rank with an
-// empty shard would leave the others waiting). Every op runs where the layer runs: on a GPU the sums are reduced
-// there by a communicator that moves its memory (NCCL), with no wait for the device; a host communicator takes host
-// copies of the C-value sums alone. Outside data-parallel training the option changes nothing.
+// float32 reduction order). Costs three all-reduces per layer per step: the mean's C values and the variance's C
+// values forward (one after the other: the variance is taken about the global mean), and both backward sums in one
+// of 2C values. The global batch's row count comes from Model::train_step, which knows it (else one more all-reduce,
+// of one value on the host). Every op runs where the layer runs: on a GPU the sums are reduced there by a
+// communicator that moves its memory (NCCL), with no wait for the device; a host communicator takes host copies of
+// the C-value sums alone. Outside data-parallel training the option changes nothing.
 class BatchNormalization : public Layer {
  public:
   explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f, DTypeArg dtype = std::nullopt,
@@ -38,8 +39,18 @@ class BatchNormalization : public Layer {
   }
   bool synchronized() const { return synchronized_; }
   // The ranks a synchronized layer reduces over in its next training call (Model::train_step sets it each step;
-  // null or one rank: local statistics). Not owned.
-  void set_communicator(Communicator* comm) { communicator_ = comm; }
+  // null or one rank: local statistics), and the samples of the global batch they hold together (0: unknown, then
+  // counted by an all-reduce). Not owned.
+  void set_communicator(Communicator* comm, int64_t global_batch = 0) {
+    communicator_ = comm;
+    global_batch_ = global_batch;
+  }
+  // A rank without samples in a step where the others train (a small last batch leaves fewer samples than ranks):
+  // it takes part in a synchronized layer's exchanges as its call and backward pass would, with zero sums, so no
+  // rank waits for it, and takes the global batch's statistics into its moving statistics as the others do.
+  // Model::train_step calls the first in layer order, the second in reverse where the backward pass reaches the layer.
+  void exchange_statistics_without_rows();
+  void exchange_gradient_sums_without_rows();
   std::string class_name() const override { return "BatchNormalization"; }
   // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
   bool autocasts_variables() const override { return false; }
@@ -66,11 +77,15 @@ class BatchNormalization : public Layer {
   void update_moving_statistics(const Tensor& mean, const Tensor& variance);
   // Training with the global batch's statistics over communicator_ (synchronized_).
   Var call_synchronized(const Var& x, const Var& gamma, const Var& beta, Communicator& comm);
+  // The global batch's rows (its samples times rows_per_sample_) when this rank holds `samples` samples.
+  double global_rows(int64_t samples, Communicator& comm) const;
 
   float momentum_;
   float epsilon_;
   bool synchronized_ = false;
   Communicator* communicator_ = nullptr;
+  int64_t global_batch_ = 0;
+  int64_t rows_per_sample_ = 1;  // normalized rows in one sample (e.g. height x width): from build, then each call
   Var gamma_, beta_, moving_mean_, moving_variance_;
   Tensor skipped_moving_updates_;  // float32 (1,) count on the statistics' device, made at the first update
 };
