@@ -676,5 +676,66 @@ TEST(CudaBackend, LinearAddsItsFloat32BiasBeforeTheOneRounding) {
   }
 }
 
+// The Dense layer's product and activation on the GPU: ReLU inside the product (cuBLASLt's RELU / RELU_BIAS epilogue,
+// max(., 0) before the one rounding), GELU and a kept pre-activation as the product then the activation kernel.
+// Against the CPU's fused kernel, with the tolerance of the product (both activations move a value by at most
+// about as much as their input moved), and against the unfused ops on the same GPU.
+TEST(CudaBackend, DenseActivationsRunWithTheProductAsLinearThenActivationWould) {
+  REQUIRE_CUDA_GEMM();
+  ASSERT_TRUE(kernel::linear_activation_table().supports(DeviceType::kCuda));
+  for (DType dt : kFloatDTypes) {
+    for (int64_t in : {17, 129}) {
+      const Tensor x = random_tensor({2, 7, in}, 61, dt), w = random_tensor({in, 32}, 67, dt);
+      const Tensor bias = random_tensor({32}, 71, DType::kFloat32, -1.0f, 1.0f);
+      const double acc = 2.0 * static_cast<double>(in) * 0x1p-24 * static_cast<double>(in);
+      const auto tol = [&](size_t, double c) { return 2.5 * (2 * unit(dt) * std::fabs(c) + acc + 2 * subnormal_step(dt)); };
+      for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+        for (bool keep : {false, true}) {
+          for (bool with_bias : {false, true}) {
+            const Tensor b = with_bias ? bias : Tensor();
+            const std::string what = std::string(act == Activation::kRelu ? "relu " : "gelu ") + dtype_name(dt) +
+                                     " in=" + std::to_string(in) + (keep ? " keeping the pre-activation" : "") +
+                                     (with_bias ? " with bias" : "");
+            const LinearActivation on_gpu = linear_activation(gpu(x), gpu(w), gpu(b), act, keep);
+            const LinearActivation on_cpu = linear_activation(x, w, b, act, keep);
+            expect_close(on_gpu.y, on_cpu.y, tol, what);
+            EXPECT_EQ(on_gpu.pre_activation.defined(), keep) << what;
+            if (keep) expect_close(on_gpu.pre_activation, on_cpu.pre_activation, tol, what + " (pre-activation)");
+            // The unfused ops on the same GPU: the same values within the products' orders.
+            expect_close(on_gpu.y, to_device(activation(linear(gpu(x), gpu(w), gpu(b)), act), Device::cpu()), tol,
+                         what + " against linear then activation on the GPU");
+            if (act == Activation::kRelu) {
+              const std::vector<float> y = to_device(on_gpu.y, Device::cpu()).to_floats();
+              EXPECT_TRUE(std::none_of(y.begin(), y.end(), [](float v) { return v < 0; })) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A non-finite input row: whatever ReLU's epilogue makes of a NaN product, the layer's weight gradient is not
+// finite, so a loss-scaled step that met it is skipped (the loss-scale optimizer's check).
+TEST(CudaBackend, ANonFiniteInputToTheFusedReluStillGivesANonFiniteWeightGradient) {
+  REQUIRE_CUDA_GEMM();
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    std::vector<float> xv = random_tensor({4, 16}, 73, DType::kFloat32).to_floats();
+    xv[5] = std::numeric_limits<float>::quiet_NaN();  // row 0's products are NaN: relu() passes them, the epilogue may not
+    const Tensor x = Tensor::from_floats({4, 16}, xv, dt), w = random_tensor({16, 8}, 79, dt);
+    const Tensor bias = random_tensor({8}, 83, DType::kFloat32);
+    const LinearActivation r = linear_activation(gpu(x), gpu(w), gpu(bias), Activation::kRelu, false);
+    // Rows 1 to 3 are the CPU's within the product's order.
+    const LinearActivation c = linear_activation(x, w, bias, Activation::kRelu, false);
+    expect_close(r.y.slice(0, 1, 4).contiguous(), c.y.slice(0, 1, 4).contiguous(),
+                 [&](size_t, double v) { return 2 * unit(dt) * std::fabs(v) + 32 * 0x1p-24 * 16 + 2 * subnormal_step(dt); },
+                 std::string("finite rows ") + dtype_name(dt));
+    const Tensor dy = Tensor::full({4, 8}, dt, 1.0f);
+    const LinearGrads g = linear_activation_backward(gpu(dy), gpu(x), gpu(w), r.y, Tensor(), Activation::kRelu,
+                                                     /*need_x=*/true, /*need_bias=*/true);
+    EXPECT_GT(count_nonfinite(g.dw), 0) << dtype_name(dt);
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain::ops

@@ -106,6 +106,8 @@ TEST(GemmPlanCache, EveryKeyFieldSeparatesTwoPlans) {
       {"d_dtype", [](GemmPlanKey& k) { k.d_dtype = DType::kFloat32; }},
       {"tf32", [](GemmPlanKey& k) { k.tf32 = true; }},
       {"epilogue", [](GemmPlanKey& k) { k.epilogue = GemmEpilogue::kBias; }},
+      {"relu epilogue", [](GemmPlanKey& k) { k.epilogue = GemmEpilogue::kRelu; }},
+      {"relu and bias epilogue", [](GemmPlanKey& k) { k.epilogue = GemmEpilogue::kReluBias; }},
       {"align_a", [](GemmPlanKey& k) { k.align_a = 2; }},
       {"align_b", [](GemmPlanKey& k) { k.align_b = 2; }},
       {"align_d", [](GemmPlanKey& k) { k.align_d = 2; }},
@@ -167,6 +169,7 @@ TEST(GemmPlanCache, TheKeyOfAProblemFollowsEveryArgumentThatDecidesThePlan) {
       {"d_dtype", [](ProblemFixture& g) { g.p.d_dtype = DType::kBFloat16; return gemm_plan_key(0, g.p, false); }},
       {"tf32", [](ProblemFixture& g) { return gemm_plan_key(0, g.p, true); }},
       {"bias", [bias](ProblemFixture& g) { g.p.bias = bias; return gemm_plan_key(0, g.p, false); }},
+      {"relu", [](ProblemFixture& g) { g.p.relu = true; return gemm_plan_key(0, g.p, false); }},
       {"a alignment", [](ProblemFixture& g) { g.p.a = g.memory + 2; return gemm_plan_key(0, g.p, false); }},
       {"b alignment", [](ProblemFixture& g) { g.p.b = g.memory + 1026; return gemm_plan_key(0, g.p, false); }},
       {"d alignment", [](ProblemFixture& g) { g.p.d = g.memory + 2050; return gemm_plan_key(0, g.p, false); }},
@@ -183,6 +186,12 @@ TEST(GemmPlanCache, TheKeyOfAProblemFollowsEveryArgumentThatDecidesThePlan) {
   EXPECT_EQ(with_bias.align_bias, 256u);
   g.p.bias = bias + 4;  // 16 bytes further
   EXPECT_EQ(gemm_plan_key(0, g.p, false).align_bias, 16u);
+  // ReLU after the bias, and without one: each its own epilogue, so its own plan.
+  g.p.relu = true;
+  EXPECT_EQ(gemm_plan_key(0, g.p, false).epilogue, GemmEpilogue::kReluBias);
+  g.p.bias = nullptr;
+  EXPECT_EQ(gemm_plan_key(0, g.p, false).epilogue, GemmEpilogue::kRelu);
+  EXPECT_EQ(gemm_plan_key(0, g.p, false).align_bias, 0u);
 }
 
 TEST(GemmPlanCache, WhatDoesNotChangeThePlanDoesNotChangeTheKey) {

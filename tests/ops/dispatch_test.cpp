@@ -66,15 +66,23 @@ TEST(KernelTable, OpEntriesCallTheInstalledKernel) {
   EXPECT_EQ(scale(Tensor::from_floats({1}, {1.0f}), 2.0f).item(), 2.0f);
 }
 
-// A CUDA entry exists only where the CUDA backend loaded on a GPU and lists the op; convolution has none yet.
+// A CUDA entry exists only where the CUDA backend loaded on a GPU and lists the op: the GEMM's tables (bmm, the
+// Dense layer's fused product and activation, convolution, which unfolds its patches into the GEMM) exactly when
+// cuBLASLt loaded with it.
 TEST(KernelTable, EveryOpHasACpuKernelAndCudaOnlyWhereTheBackendRegisteredOne) {
   EXPECT_TRUE(kernel::bmm_table().supports(DeviceType::kCpu));
+  EXPECT_TRUE(kernel::linear_activation_table().supports(DeviceType::kCpu));
+  EXPECT_TRUE(kernel::conv2d_table().supports(DeviceType::kCpu));
   EXPECT_TRUE(kernel::softmax_table().supports(DeviceType::kCpu));
   EXPECT_TRUE(kernel::count_nonfinite_table().supports(DeviceType::kCpu));
   const CudaBackendStatus cuda = load_cuda_backend();
-  const bool lists_bmm = std::find(cuda.ops.begin(), cuda.ops.end(), "bmm") != cuda.ops.end();
-  EXPECT_EQ(kernel::bmm_table().supports(DeviceType::kCuda), cuda.loaded && lists_bmm);
-  EXPECT_FALSE(kernel::conv2d_table().supports(DeviceType::kCuda));
+  const auto lists = [&](const char* op) { return std::find(cuda.ops.begin(), cuda.ops.end(), op) != cuda.ops.end(); };
+  const bool gemm = cuda.loaded && lists("bmm");
+  EXPECT_EQ(kernel::bmm_table().supports(DeviceType::kCuda), gemm);
+  EXPECT_EQ(kernel::linear_activation_table().supports(DeviceType::kCuda), gemm && lists("linear_activation"));
+  EXPECT_EQ(kernel::linear_activation_table().supports(DeviceType::kCuda), gemm);
+  EXPECT_EQ(kernel::conv2d_table().supports(DeviceType::kCuda), gemm && lists("conv2d"));
+  EXPECT_EQ(kernel::conv2d_table().supports(DeviceType::kCuda), gemm);
 }
 
 TEST(CommonDevice, CpuInputsAndUndefinedOnesAgree) {

@@ -54,8 +54,10 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
 // A Dense layer's product and activation: y = activation(linear(x, w, bias), act), bit for bit. On the CPU, relu
 // and gelu are applied inside the GEMM (kernels::gemm_with_post_op) to each block of the product as it is
 // finished, while it is still in cache, by the code of the activation kernel, rather than in a second pass over
-// the output in memory; the block's values are the ones linear() would return, so the bits do not change. Other
-// activations, and devices without the fused kernel, run linear() then activation().
+// the output in memory; the block's values are the ones linear() would return, so the bits do not change. On a GPU
+// relu runs in cuBLASLt's epilogue, before the rounding (the same values but for -0 coming out +0, and a NaN from a
+// non-finite input possibly 0: docs/ARCHITECTURE.md); gelu as the product then the activation. Other activations,
+// and devices without the fused kernel, run linear() then activation().
 struct LinearActivation {
   Tensor y;               // (..., out), x's dtype
   Tensor pre_activation;  // linear(x, w, bias) when keep_pre_activation, else undefined

@@ -202,6 +202,8 @@ CudaBackendStatus install_backend() {
   if (load_cublaslt(&lt)) {
     kernel::bmm_table().set(DeviceType::kCuda, &bmm);
     s.ops.push_back("bmm");  // the table behind matmul, bmm and linear
+    kernel::linear_activation_table().set(DeviceType::kCuda, &linear_activation);
+    s.ops.push_back("linear_activation");
     // conv2d unfolds its patches and multiplies them through the same GEMM.
     kernel::conv2d_table().set(DeviceType::kCuda, &conv2d);
     kernel::conv2d_backward_table().set(DeviceType::kCuda, &conv2d_backward);

@@ -108,6 +108,10 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv);
 // matmul.cpp (cuBLASLt; installed only when load_cublaslt succeeds)
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
+// A Dense layer's product and activation: relu inside the product (cuBLASLt's RELU / RELU_BIAS epilogue) where it
+// serves, else bmm then the activation kernel.
+void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout,
+                       Activation act, Tensor& y, Tensor& pre);
 // How bmm multiplies inputs of dtype: "cublaslt", or "cublaslt tf32" for float32 under MIXTRAIN_CUDA_TF32=1.
 const char* gemm_method(DType dtype);
 

@@ -30,10 +30,13 @@ struct GemmProblem {
   int64_t a_stride, b_stride, count;
   void* d;
   DType d_dtype;
-  const float* bias;  // null: no epilogue
+  const float* bias;  // null: no bias epilogue
+  bool relu = false;  // max(., 0) after the bias, before the rounding (linear_activation's epilogue)
 };
 
-enum class GemmEpilogue : uint8_t { kNone, kBias };  // kBias: a float32 bias along the rows, then the rounding
+// kBias: a float32 bias along the rows, then the rounding; kRelu and kReluBias: max(., 0) after it (if any), before
+// the rounding.
+enum class GemmEpilogue : uint8_t { kNone, kBias, kRelu, kReluBias };
 
 // Everything that decides the descriptors and the heuristic's choice for a GemmProblem on one GPU. Pointers enter
 // only through their alignment classes (the heuristic's minimum-alignment preferences); the bias pointer itself is
@@ -81,7 +84,8 @@ inline GemmPlanKey gemm_plan_key(int device, const GemmProblem& p, bool tf32) {
   key.ab_dtype = p.ab_dtype;
   key.d_dtype = p.d_dtype;
   key.tf32 = tf32 && p.ab_dtype == DType::kFloat32;
-  key.epilogue = p.bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+  key.epilogue = p.relu ? (p.bias ? GemmEpilogue::kReluBias : GemmEpilogue::kRelu)
+                        : (p.bias ? GemmEpilogue::kBias : GemmEpilogue::kNone);
   key.align_a = gemm_alignment(p.a, key.a_stride * eab);
   key.align_b = gemm_alignment(p.b, key.b_stride * eab);
   key.align_d = gemm_alignment(p.d, key.d_stride * ed);

@@ -151,8 +151,14 @@ std::shared_ptr<GemmPlan> make_plan(const GemmProblem& p, const GemmPlanKey& key
   const int32_t op_second = l.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, op_first);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, op_second);
-  if (key.epilogue == GemmEpilogue::kBias) {
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS));
+  const bool has_bias = key.epilogue == GemmEpilogue::kBias || key.epilogue == GemmEpilogue::kReluBias;
+  if (key.epilogue != GemmEpilogue::kNone) {
+    const cublasLtEpilogue_t e = key.epilogue == GemmEpilogue::kBias   ? CUBLASLT_EPILOGUE_BIAS
+                                 : key.epilogue == GemmEpilogue::kRelu ? CUBLASLT_EPILOGUE_RELU
+                                                                       : CUBLASLT_EPILOGUE_RELU_BIAS;
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(e));
+  }
+  if (has_bias) {
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);  // this call's; each later call sets its own
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
   }
@@ -319,6 +325,42 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
     }
   }
   check_cuda(cudaGetLastError(), "bmm");
+}
+
+}  // namespace mixtrain::ops::cuda
+
+namespace mixtrain::ops::cuda {
+
+// A Dense layer's product and activation (linear_activation's kCuda kernel). ReLU without its pre-activation kept
+// (what a training step asks for: relu's derivative is read from y) runs inside the product, as cuBLASLt's RELU or
+// RELU_BIAS epilogue: max(product + bias, 0) in float32, then the one rounding into y, so the output is written once
+// instead of written, read and written again. That is linear() then relu() on the same float32 value: rounding is
+// monotonic and keeps signs, so it commutes with max(., 0), except that a negative value rounding to -0 comes out
+// +0 (equal as numbers, and not > 0 for the backward pass either way), and a NaN product (only from a non-finite
+// input: float32 sums of 16-bit products cannot overflow to infinities of both signs) may come out 0 where relu()
+// passes it on; that input still makes this layer's weight gradient non-finite, so a loss-scaled step is skipped
+// as before. GELU runs as the product then the activation kernel: cuBLASLt's GELU epilogue is the tanh
+// approximation, and Keras' default (mixtrain's) is the exact erf form. So do products the epilogue does not serve
+// (a batch of products, a 16-bit y of float32 inputs, a bias cuBLASLt cannot read in place, a combination its
+// heuristic declines).
+void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& l,
+                       Activation act, Tensor& y, Tensor& pre) {
+  if (act == Activation::kRelu && !pre.defined() && l.batch.empty() && l.m > 0 && l.n > 0 && l.k > 0 &&
+      writes_directly(a.dtype(), y.dtype())) {
+    const float* biasp = bias.defined() ? bias.data<float>() : nullptr;
+    if (biasp == nullptr || reinterpret_cast<uintptr_t>(biasp) % 16 == 0) {
+      check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
+      GemmProblem p{&l, a.dtype(), a.raw(), b.raw(), 0, 0, 1, y.raw(), y.dtype(), biasp};
+      p.relu = true;
+      if (run(p, device_state(y.device().index)) == CUBLAS_STATUS_SUCCESS) {
+        check_cuda(cudaGetLastError(), "linear_activation");
+        return;
+      }
+    }
+  }
+  Tensor& z = pre.defined() ? pre : y;
+  bmm(a, b, bias, l, z);
+  activation(z, act, y);  // elementwise: y may be z
 }
 
 }  // namespace mixtrain::ops::cuda
