@@ -170,6 +170,22 @@ TEST(Conv2d, GeometryFollowsTensorFlow) {
   EXPECT_EQ(a.pad_before, 0);
 }
 
+// An empty batch (a data-parallel rank's share of a small batch, or an empty validation split): an empty output and
+// zero kernel and bias gradients, no error.
+TEST(Conv2d, AnEmptyBatchGivesAnEmptyOutputAndZeroGradients) {
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const Tensor x = Tensor::zeros({0, 5, 5, 3}, dt), kernel = Tensor::full({3, 3, 3, 4}, dt, 1.0f);
+    const Conv2dOptions o{1, Padding::kValid};
+    const Tensor y = conv2d(x, kernel, Tensor::full({4}, DType::kFloat32, 1.0f), o);
+    EXPECT_EQ(y.shape(), Shape({0, 3, 3, 4}));
+    EXPECT_EQ(y.dtype(), dt);
+    const Conv2dGrads g = conv2d_backward(Tensor::zeros({0, 3, 3, 4}, dt), x, kernel, o, true, true);
+    EXPECT_EQ(g.dx.shape(), x.shape());
+    EXPECT_EQ(g.dkernel.to_floats(), std::vector<float>(3 * 3 * 3 * 4, 0.0f));
+    EXPECT_EQ(g.dbias.to_floats(), std::vector<float>(4, 0.0f));
+  }
+}
+
 TEST(Conv2d, BadArgumentsThrowWithShapes) {
   Tensor x = Tensor::zeros({1, 5, 5, 3}, DType::kFloat32);
   EXPECT_THROW(conv2d(x, Tensor::zeros({3, 3, 2, 4}, DType::kFloat32), Tensor(), {}), Error);  // channels

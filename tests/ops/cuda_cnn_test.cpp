@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kernels/gemm_internal.h"  // the CPU reference's float16 method
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/matmul.h"
@@ -210,7 +211,7 @@ const ConvCase kConvCases[] = {
     {{2, 5, 5, 3}, 1, 2, Padding::kSame, 2},           {{1, 4, 6, 1}, 5, 1, Padding::kSame, 17},
     {{2, 8, 7, 5}, 2, 3, Padding::kValid, 6},          {{1, 1, 1, 3}, 3, 1, Padding::kSame, 2},
     {{8, 28, 28, 1}, 3, 1, Padding::kSame, 32},        {{8, 14, 14, 32}, 3, 1, Padding::kSame, 64},
-    {{2, 2, 2, 3}, 3, 1, Padding::kValid, 4},  // the window does not fit: an empty output
+    {{0, 5, 5, 3}, 3, 1, Padding::kValid, 4},  // an empty batch: an empty output, zero kernel and bias gradients
 };
 
 Tensor magnitudes(const Tensor& t) {
@@ -224,6 +225,13 @@ Tensor magnitudes(const Tensor& t) {
 // from |x| and |kernel|), then one rounding into y's dtype each; likewise dkernel over the rows and dx over cout
 // products plus at most kh * kw folded terms; dbias bit for bit.
 void check_conv(const ConvCase& cc, DType dt, const std::string& label) {
+  // The CPU reference sums its float32 products exactly, as cuBLASLt does: its float16 GEMM on a CPU with AMX may
+  // take the split that drops each product's low-by-low term (up to 2^-16 |a||b|), more than these tolerances allow
+  // for a short K, so the reference takes the widening method for the duration.
+  struct WidenedF16Reference {
+    WidenedF16Reference() { kernels::set_gemm_f16_method_for_testing("widen"); }
+    ~WidenedF16Reference() { kernels::set_gemm_f16_method_for_testing(nullptr); }
+  } widened;
   const int64_t cin = cc.x[3];
   const Shape kshape{cc.kernel.h, cc.kernel.w, cin, cc.cout};
   const Conv2dOptions o{cc.strides, cc.padding};
@@ -280,6 +288,10 @@ TEST(CudaBackend, Conv2dAndItsGradientMatchTheCpu) {
   }
   for (DType dt : kFloatDTypes)
     for (const ConvCase& cc : kConvCases) check_conv(cc, dt, "");
+  // A window larger than the padded input is refused on the GPU as on the CPU, before any kernel.
+  const Tensor x = Tensor::zeros({2, 2, 2, 3}, DType::kFloat32), k = Tensor::zeros({3, 3, 3, 4}, DType::kFloat32);
+  EXPECT_THROW(conv2d(x, k, Tensor(), Conv2dOptions{1, Padding::kValid}), Error);
+  EXPECT_THROW(conv2d(gpu(x), gpu(k), Tensor(), Conv2dOptions{1, Padding::kValid}), Error);
 }
 
 // More patches than one of the GPU kernel's chunks (32 Mi elements): two chunks, whose dkernel products add up.
