@@ -11,6 +11,7 @@
 #include "mixtrain/core/json.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/nn/normalization.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/schedules.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
@@ -120,6 +121,9 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
     throw;
   }
   set_global_policy(previous);
+  if (cfg.synchronized_batch_norm)
+    for (const auto& layer : model->layers())
+      if (auto* bn = dynamic_cast<BatchNormalization*>(layer.get())) bn->set_synchronized(true);
   model->build_for(Shape{num_features});
   return model;
 }

@@ -56,7 +56,7 @@ int compare_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.erase("policy");
   flags.insert({"policies", "out", "baseline-seeds", "device"});
-  Args a(argv, flags, {"recover"});
+  Args a(argv, flags, {"recover", "sync-batch-norm"});
   const std::vector<std::string> policies =
       a.str_list("policies", {"float32", "mixed_float16", "mixed_bfloat16"});
   const int seeds = static_cast<int>(a.integer("baseline-seeds", kDefaultBaselineSeeds, 1, 64));

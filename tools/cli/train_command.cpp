@@ -116,6 +116,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   if (cfg.communicator) {
     j["ranks"] = cfg.communicator->size();
     j["communicator"] = cfg.communicator->backend();  // "mpi", or "mpi+nccl" on GPUs with NCCL
+    j["synchronized_batch_norm"] = cfg.synchronized_batch_norm;
     j["communication_seconds"] = cfg.communicator->stats().seconds;
     j["communication_bytes_per_rank"] = static_cast<double>(cfg.communicator->stats().bytes);
   }
@@ -222,9 +223,10 @@ void check_global_batch(const RunConfig& cfg, Communicator* job) {
                                  << " ranks of this job (each rank trains on batch-size / ranks rows per step); give "
                                  << (cfg.batch_size / job->size() + 1) * job->size() << " or "
                                  << std::max<int64_t>(1, cfg.batch_size / job->size()) * job->size());
-  std::printf("data-parallel: %d ranks (%s), global batch %lld = %d x %lld rows per rank\n", job->size(),
+  std::printf("data-parallel: %d ranks (%s), global batch %lld = %d x %lld rows per rank%s\n", job->size(),
               job->backend().c_str(), static_cast<long long>(cfg.batch_size), job->size(),
-              static_cast<long long>(cfg.batch_size / job->size()));
+              static_cast<long long>(cfg.batch_size / job->size()),
+              cfg.synchronized_batch_norm ? ", BatchNormalization synchronized over the ranks" : "");
 }
 
 const std::set<std::string>& run_flags() {
@@ -330,6 +332,7 @@ RunConfig run_config_from(const Args& a) {
   cfg.validation_split = a.number("validation-split", cfg.validation_split);
   cfg.loss_scale = a.str("loss-scale", cfg.loss_scale);
   cfg.recover = a.has("recover");
+  cfg.synchronized_batch_norm = a.has("sync-batch-norm");
   apply_sequence_flags(cfg, a);
   validate_run_config(cfg);  // before the (slow) data load, so a typo fails at once
   // The data flags too (load_data reads them again where it uses them).
@@ -394,7 +397,7 @@ void print_run_summary(const RunResult& r) {
 int train_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.insert({"json", "save", "save-every", "resume", "device"});
-  Args a(argv, flags, {"recover"});
+  Args a(argv, flags, {"recover", "sync-batch-norm"});
   RunConfig cfg = run_config_from(a);
   cfg.device = usable_device_flag(a, "train");
   cfg.save_path = a.str("save", "");

@@ -63,6 +63,10 @@ struct RunConfig {
   // configuration and data; batch_size is the global batch. Rank 0 alone writes the checkpoints; a checkpoint
   // resumes with any number of ranks. Not stored in checkpoints.
   Communicator* communicator = nullptr;
+  // Data-parallel: every BatchNormalization layer normalizes with the global batch's statistics over the ranks
+  // (BatchNormalization::set_synchronized, as PyTorch's SyncBatchNorm), so N ranks train as one process on the
+  // global batch. Without it each rank uses its shard's statistics (PyTorch DDP's default). One process: no effect.
+  bool synchronized_batch_norm = false;
   // Where the model trains (--device): its weights, batches, activations and optimizer state live there, and the
   // peak memory reported is that device's. Not stored in checkpoints: a checkpoint resumes on any device.
   Device device = Device::cpu();
