@@ -35,7 +35,8 @@ def lines(name):
     return records
 mx = {(r["dtype"], r["n"]): r for r in lines("mixtrain.jsonl") if r["what"] == "mixtrain_unscale_step"}
 checks = [r for r in lines("mixtrain.jsonl") if r["what"] == "mixtrain_unscale_check"]
-pt = {(r["dtype"], r["n"]): r for r in lines("torch.jsonl") if r["what"] == "torch_unscale_step"}
+pt = {(r["dtype"], r["n"]): r for r in lines("torch.jsonl")
+      if r["what"] == "torch_unscale_step" and isinstance(r.get("us_per_step"), (int, float))}
 rows = []
 print("loss-scaling step (unscale + check + scale update), us per step; speedup = PyTorch / mixtrain")
 for key in sorted(mx):
@@ -104,14 +105,18 @@ train_cli = {}
 for device in ("cpu", "cuda"):
     r = load(f"train-{device}.json")
     if r:
-        train_cli[device] = {"test": r["test"], "first_step_loss": r["step_loss"][0], "last_step_loss": r["step_loss"][-1],
-                             "peak_memory_bytes": r["peak_memory_bytes"]}
+        losses = r.get("step_loss") or [None]
+        train_cli[device] = {"test": r.get("test", {}), "first_step_loss": losses[0], "last_step_loss": losses[-1],
+                             "peak_memory_bytes": r.get("peak_memory_bytes")}
+def figure(v):
+    # A number as the summary prints it; `train` writes a non-finite one as null.
+    return f"{v:.6f}" if isinstance(v, (int, float)) else "non-finite"
 if len(train_cli) == 2:
-    gap = abs(train_cli["cpu"]["test"]["accuracy"] - train_cli["cuda"]["test"]["accuracy"])
-    train_cli["accuracy_gap"] = gap
-    print(f"train --device cuda vs cpu: test accuracy {train_cli['cuda']['test']['accuracy']:.4f} vs "
-          f"{train_cli['cpu']['test']['accuracy']:.4f}, first step loss {train_cli['cuda']['first_step_loss']:.6f} vs "
-          f"{train_cli['cpu']['first_step_loss']:.6f}")
+    accuracy = {d: train_cli[d]["test"].get("accuracy") for d in ("cpu", "cuda")}
+    if all(isinstance(v, (int, float)) for v in accuracy.values()):
+        train_cli["accuracy_gap"] = abs(accuracy["cpu"] - accuracy["cuda"])
+    print(f"train --device cuda vs cpu: test accuracy {figure(accuracy['cuda'])} vs {figure(accuracy['cpu'])}, "
+          f"first step loss {figure(train_cli['cuda']['first_step_loss'])} vs {figure(train_cli['cpu']['first_step_loss'])}")
 summary = {"checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor, "train_steps": train_steps,
            "train_cli": train_cli}
 json.dump(summary, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)

@@ -110,6 +110,20 @@ with tempfile.TemporaryDirectory() as d:  # every step failed but the CPU traini
         check("one device trained", float("accuracy_gap" in summary["train_cli"]), 0.0)
         check("not run line", float("bit-identical to the CPU: not run" in printed), 1.0)
 
+with tempfile.TemporaryDirectory() as d:  # a GPU run that diverged (train writes non-finite numbers as null), and
+    # PyTorch without a bfloat16 unscale kernel (its record carries no time)
+    write(d, "train-cpu.json", {"test": {"loss": 0.3, "accuracy": 0.9}, "step_loss": [1.0, 0.5], "peak_memory_bytes": 1})
+    write(d, "train-cuda.json", {"test": {"loss": None, "accuracy": None}, "step_loss": [None, None],
+                                 "peak_memory_bytes": 1})
+    write(d, "mixtrain.jsonl", [{"what": "mixtrain_unscale_step", "dtype": "bfloat16", "n": 1024, "us_per_step": 10.0}])
+    write(d, "torch.jsonl", [{"what": "torch_unscale_unsupported", "dtype": "bfloat16", "n": 1024, "reason": "x"},
+                             {"what": "torch_unscale_step", "dtype": "bfloat16", "n": 2048}])
+    summary, printed = run(d)
+    if summary:
+        check("no gap with a non-finite accuracy", float("accuracy_gap" in summary["train_cli"]), 0.0)
+        check("non-finite said", float("non-finite" in printed), 1.0)
+        check("unscale without a PyTorch time", summary["steps"][0]["speedup_vs_torch"], None)
+
 if subprocess.run([sys.executable, script], capture_output=True).returncode == 0:
     failures.append("no OUT argument: expected a usage error")
 

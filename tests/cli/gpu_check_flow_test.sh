@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh end to end without a GPU: cmake, ninja and the binaries it runs are stand-ins (each writes the
+# files its real counterpart writes, with made-up figures), so what is checked is the script's own flow, which a GPU
+# machine runs once: every step reached, a failing step (here PyTorch, absent, and one bench step) reported and the
+# rest still run, the exit status 1, and OUT holding the log, the summary with the figures the stand-ins wrote, and
+# the archive of every step's files. A second run stops its stand-ins part way (as a device call's time limit
+# would): the figures taken before the stop must already be in OUT.
+# Usage: gpu_check_flow_test.sh REPO_ROOT
+set -eu
+root="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# A copy of what the script reads: itself, its summary, the PyTorch peer.
+mkdir -p "$tmp/repo/scripts" "$tmp/repo/bench" "$tmp/bin"
+cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_summary.py" "$tmp/repo/scripts/"
+cp "$root/bench/peer_torch.py" "$tmp/repo/bench/"
+
+# cmake and ninja: the build's outputs, as stand-ins.
+cat > "$tmp/bin/cmake" <<'SH'
+#!/usr/bin/env bash
+echo "cmake (stand-in) $*"
+SH
+cat > "$tmp/bin/ninja" <<'SH'
+#!/usr/bin/env bash
+# Makes build-gpu's binaries: each records its call in calls.log and writes what its real counterpart writes.
+set -eu
+b=build-gpu
+mkdir -p "$b/tests/ops" "$b/tests/train" "$b/tests/dist" "$b/tests/precision" "$b/tools/cli" "$b/tools/gpu_bench"
+for t in tests/ops/ops_test tests/train/device_training_test tests/train/gpu_training_test tests/dist/nccl_api_test \
+         tests/precision/precision_test; do
+  cat > "$b/$t" <<'T'
+#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$GPU_CHECK_FLOW_CALLS"
+for a in "$@"; do case "$a" in --gtest_output=json:*) echo '{"tests": 1, "failures": 0}' > "${a#--gtest_output=json:}";; esac; done
+T
+done
+cat > "$b/tools/cli/mixtrain" <<'T'
+#!/usr/bin/env bash
+echo "mixtrain $*" >> "$GPU_CHECK_FLOW_CALLS"
+[ -n "${GPU_CHECK_FLOW_STOP:-}" ] && [[ "$*" == *"$GPU_CHECK_FLOW_STOP"* ]] && kill -TERM "$GPU_CHECK_FLOW_SCRIPT"
+json=""; model=""; policy=""
+while [ $# -gt 0 ]; do
+  case "$1" in --json) json="$2"; shift;; --model) model="$2"; shift;; --policy) policy="$2"; shift;; esac
+  shift
+done
+case "$model/$policy" in cnn/mixed_float16) echo "stand-in failure" >&2; exit 1;; esac
+case "$json" in
+  *bench-gemm-gpu.json) echo '{"gemm": [{"n": 8192, "dtype": "bfloat16", "gflops": 700000.0}]}' > "$json";;
+  *step-*) ms=$([ "$policy" = float32 ] && echo 6.0 || echo 2.0)
+           echo "{\"ms_per_step\": $ms, \"step_peak_memory_bytes\": 1000}" > "$json";;
+  *doctor.json) echo '{"gpus": {"devices": [{"name": "stand-in", "gemm": {}}]}, "verdicts": []}' > "$json";;
+  *train-*) echo '{"test": {"loss": 0.3, "accuracy": 0.9}, "step_loss": [1.0, 0.5], "peak_memory_bytes": 1}' > "$json";;
+esac
+echo "done"
+T
+cat > "$b/tools/gpu_bench/mixtrain_gpu_bench" <<'T'
+#!/usr/bin/env bash
+echo "mixtrain_gpu_bench $*" >> "$GPU_CHECK_FLOW_CALLS"
+echo '{"what": "mixtrain_unscale_check", "dtype": "float16", "n": 1024, "bit_identical": true}'
+echo '{"what": "mixtrain_unscale_step", "dtype": "float16", "n": 1048576, "us_per_step": 20.0}'
+T
+chmod +x "$b"/tests/*/* "$b/tools/cli/mixtrain" "$b/tools/gpu_bench/mixtrain_gpu_bench"
+SH
+chmod +x "$tmp/bin/cmake" "$tmp/bin/ninja"
+# GoogleTest's header, as the script looks for it (a carried prefix), so the tests' steps run.
+mkdir -p "$tmp/repo/.gpu/prefix/include/gtest" && touch "$tmp/repo/.gpu/prefix/include/gtest/gtest.h"
+# No PyTorch here: peer_torch exits with status 3 and the torch steps fail, as on a machine without it.
+if python3 -c 'import torch' 2>/dev/null; then echo "SKIP: PyTorch is installed (the stand-in flow expects none)"; exit 0; fi
+
+export PATH="$tmp/bin:$PATH" GPU_CHECK_FLOW_CALLS="$tmp/calls.log"
+set +e
+(cd "$tmp/repo" && bash scripts/gpu-check.sh --out "$tmp/out") > "$tmp/run.log" 2>&1
+status=$?
+set -e
+fail() { echo "FAIL: $*"; cat "$tmp/run.log"; exit 1; }
+[ "$status" -eq 1 ] || fail "exit status $status, expected 1 (the PyTorch steps and one bench step fail)"
+for f in gpu-check.log gpu-check.json gpu-check-files.tar.gz; do [ -s "$tmp/out/$f" ] || fail "OUT lacks $f"; done
+grep -q "bench step --device cuda --model cnn --policy mixed_float16 FAILED" "$tmp/out/gpu-check.log" ||
+  fail "the failing bench step was not reported"
+grep -q "PyTorch GEMMs and training steps FAILED" "$tmp/out/gpu-check.log" || fail "the PyTorch failure was not reported"
+# Every step ran, in the order the script gives, after the failures.
+python3 - "$tmp/calls.log" "$tmp/out" <<'PY'
+import json, os, sys, tarfile
+calls = open(sys.argv[1]).read().splitlines()
+first = lambda word: next(i for i, c in enumerate(calls) if word in c)
+order = ["ops_test", "bench gemm", "bench step", "gpu_training_test", "nccl_api_test", "precision_test", "mixtrain doctor",
+         "train --device cpu", "train --device cuda", "mixtrain_gpu_bench"]
+at = [first(w) for w in order]
+assert at == sorted(at), f"steps out of order: {list(zip(order, at))}"
+assert sum("bench step" in c for c in calls) == 9, "every model under every policy"
+s = json.load(open(os.path.join(sys.argv[2], "gpu-check.json")))
+steps = {(r["model"], r["policy"]): r for r in s["train_steps"]}
+assert len(steps) == 8 and ("cnn", "mixed_float16") not in steps, sorted(steps)
+assert abs(steps[("mlp", "mixed_bfloat16")]["speedup_vs_float32"] - 3.0) < 1e-9
+assert s["gemm"][0]["gflops"] == 700000.0 and s["train_cli"]["accuracy_gap"] == 0.0
+names = tarfile.open(os.path.join(sys.argv[2], "gpu-check-files.tar.gz")).getnames()
+for f in ("./gpu-tests.json", "./bench-gemm-gpu.json", "./step-transformer-mixed_bfloat16.json", "./mixtrain.jsonl",
+          "./train-cuda.json", "./gpu-check.json"):
+    assert f in names, f"{f} not archived: {names}"
+assert "./teacher.csv" not in names
+print("gpu-check flow: every step ran in order, failures reported, summary and archive written")
+PY
+
+# Cut short where doctor starts (the script is stopped, as a device call's limit stops it): the benchmarks' figures
+# were taken before, and OUT already holds them.
+rm -rf "$tmp/out" "$tmp/calls.log"
+set +e
+(cd "$tmp/repo" && exec env GPU_CHECK_FLOW_STOP="doctor --seconds" bash -c \
+  'export GPU_CHECK_FLOW_SCRIPT=$$; exec bash scripts/gpu-check.sh --out "$0"' "$tmp/out") > "$tmp/run2.log" 2>&1
+set -e
+[ -s "$tmp/out/gpu-check.json" ] || { cat "$tmp/run2.log"; echo "FAIL: a run stopped at doctor left no summary"; exit 1; }
+python3 - "$tmp/out/gpu-check.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert len(s["train_steps"]) == 8 and s["gemm"], "the benchmarks' figures are missing from a run stopped later"
+print("gpu-check cut short: the figures taken before the stop are in OUT")
+PY
+echo "gpu-check flow ok"
