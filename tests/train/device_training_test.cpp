@@ -23,6 +23,7 @@
 #include "mixtrain/train/inspect.h"
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/recovery.h"
+#include "mixtrain/data/dataset.h"
 #include "mixtrain/train/run.h"
 #include "quiet_policy_test.h"
 #include "small_zoo.h"
@@ -520,6 +521,31 @@ TEST_P(RegisteredModelsOnTheDevice, TrainingStepsGiveTheCpuBits) {
   EXPECT_EQ(g_counts.synchronizes, 0);
   EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
   EXPECT_EQ(weight_values(*models[1]), weight_values(*models[0]));
+}
+
+// run_training, which `mixtrain train --device` calls, on the device: the command line's whole run (build, move,
+// compile, fit with validation and the loss-scale report, test evaluation, peak memory) gives the CPU run's results,
+// with no host read of device memory (the emulated device flags any).
+TEST_P(RegisteredModelsOnTheDevice, TheCommandLinesRunGivesTheCpuResults) {
+  train_test::SmallZoo zoo = train_test::small_zoo(GetParam().model, GetParam().policy, 16, 24);
+  DataSplits data;
+  data.train = Dataset{zoo.x, zoo.y, zoo.classes, zoo.sample_shape, "small zoo"};
+  data.test = Dataset{zoo.x.slice_rows(0, 8), zoo.y.slice_rows(0, 8), zoo.classes, zoo.sample_shape, "small zoo"};
+  zoo.cfg.epochs = 2;
+  zoo.cfg.batch_size = 4;
+  zoo.cfg.validation_split = 0.25;
+  const RunResult on_cpu = run_training(zoo.cfg, data, nullptr, false);
+  // Images: 18 training samples after the validation split, 5 steps an epoch; text: the 24 windows, 6.
+  ASSERT_EQ(on_cpu.history.step_loss.size(), zoo.text ? 12u : 10u);
+  zoo.cfg.device = kEmulated;
+  const RunResult on_device = run_training(zoo.cfg, data, nullptr, false);
+  EXPECT_EQ(on_device.history.step_loss, on_cpu.history.step_loss);
+  EXPECT_EQ(on_device.history.history, on_cpu.history.history);
+  EXPECT_EQ(on_device.test.loss, on_cpu.test.loss);
+  EXPECT_EQ(on_device.test.accuracy, on_cpu.test.accuracy);
+  EXPECT_EQ(on_device.final_scale, on_cpu.final_scale);
+  EXPECT_EQ(on_device.skipped_steps, on_cpu.skipped_steps);
+  EXPECT_GT(on_device.peak_memory_bytes, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, RegisteredModelsOnTheDevice,
