@@ -185,7 +185,10 @@ void device_copy(const Tensor& src, Tensor& dst) {
     if (staged->upload(dst.raw(), src.raw(), src.nbytes(), dst.device().index)) return;
   }
   // Unified addressing: the runtime knows which side each pointer is on (and copies between GPUs). A download
-  // waits for the device: that is what reading a result means, and where a label error found since is raised.
+  // waits for the device: that is what reading a result means, and where a label error found since is raised. The
+  // copy joins the current device's default stream, so that device is the source GPU's (else the destination's):
+  // after work on another GPU of the process it would not wait for the kernels that wrote src.
+  check_cuda(cudaSetDevice(src.device().is_cpu() ? dst.device().index : src.device().index), "cudaSetDevice");
   check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "cudaMemcpy");
   if (dst.device().is_cpu() && !src.device().is_cpu()) check_label_errors(src.device().index);
 }
