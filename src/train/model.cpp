@@ -327,7 +327,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
   std::vector<std::pair<BatchNormalization*, bool>> synchronized_bn;
   bool gradient_reaches = false;
   for (const auto& l : layers_) {
-    gradient_reaches = gradient_reaches || !l->trainable_weights().empty();
+    gradient_reaches = gradient_reaches || (comm != nullptr && !l->trainable_weights().empty());
     auto* bn = dynamic_cast<BatchNormalization*>(l.get());
     if (!bn) continue;
     bn->set_communicator(comm, comm ? global_rows : 0);

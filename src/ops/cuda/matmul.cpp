@@ -263,6 +263,12 @@ BatchSplit split_batch(const kernel::BmmLayout& l) {
   return s;
 }
 
+// cuBLASLt's bias epilogues read a 16-byte-aligned bias; a bias view at an odd offset goes the scratch way
+// (bmm) or the unfused way (linear_activation). No bias needs no alignment.
+bool bias_readable_in_place(const float* bias) {
+  return bias == nullptr || reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+}
+
 }  // namespace
 
 GemmPlanCacheStats gemm_plan_cache_stats() { return plan_cache().stats(); }
@@ -286,8 +292,7 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
   const BatchSplit split = split_batch(l);
   const size_t eab = dtype_size(a.dtype());
   const DType ab = a.dtype();
-  // cuBLASLt reads a 16-byte-aligned bias; a bias view at an odd offset goes the scratch way.
-  const bool bias_epilogue_ok = biasp == nullptr || reinterpret_cast<uintptr_t>(biasp) % 16 == 0;
+  const bool bias_epilogue_ok = bias_readable_in_place(biasp);
   Tensor scratch;  // float32, for the products cuBLASLt cannot write in C's dtype
 
   int64_t outer = 1;
@@ -348,7 +353,7 @@ void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, con
   if (act == Activation::kRelu && !pre.defined() && l.batch.empty() && l.m > 0 && l.n > 0 && l.k > 0 &&
       writes_directly(a.dtype(), y.dtype())) {
     const float* biasp = bias.defined() ? bias.data<float>() : nullptr;
-    if (biasp == nullptr || reinterpret_cast<uintptr_t>(biasp) % 16 == 0) {
+    if (bias_readable_in_place(biasp)) {
       check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
       GemmProblem p{&l, a.dtype(), a.raw(), b.raw(), 0, 0, 1, y.raw(), y.dtype(), biasp};
       p.relu = true;
