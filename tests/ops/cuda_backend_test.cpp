@@ -630,8 +630,7 @@ TEST(CudaBackend, MatmulMatchesTheCpuForEveryDtypeAndTranspose) {
 }
 
 TEST(CudaBackend, BatchedMatmulBroadcastsAndReadsTransposedViewsInPlace) {
-  REQUIRE_CUDA_BACKEND();
-  if (!kernel::bmm_table().supports(DeviceType::kCuda)) GTEST_SKIP() << load_cuda_backend().detail;
+  REQUIRE_CUDA_GEMM();
   const Device gpu = Device::cuda(0);
   for (DType dt : kFloatDTypes) {
     const double rel = 2 * unit(dt), acc = 2.0 * 33 * 0x1p-24 * 33;  // k = 33 products of |values| <= 1
@@ -652,8 +651,7 @@ TEST(CudaBackend, BatchedMatmulBroadcastsAndReadsTransposedViewsInPlace) {
 }
 
 TEST(CudaBackend, LinearAddsItsFloat32BiasBeforeTheOneRounding) {
-  REQUIRE_CUDA_BACKEND();
-  if (!kernel::bmm_table().supports(DeviceType::kCuda)) GTEST_SKIP() << load_cuda_backend().detail;
+  REQUIRE_CUDA_GEMM();
   const Device gpu = Device::cuda(0);
   for (DType dt : kFloatDTypes) {
     for (int64_t in : {1, 17, 129}) {

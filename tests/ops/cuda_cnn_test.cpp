@@ -296,8 +296,8 @@ TEST(CudaBackend, Conv2dAndItsGradientMatchTheCpu) {
 
 // More patches than one of the GPU kernel's chunks (32 Mi elements): two chunks, whose dkernel products add up.
 TEST(CudaBackend, Conv2dSplitsALargeBatchIntoChunks) {
-  REQUIRE_CUDA_BACKEND();
-  if (!kernel::conv2d_table().supports(DeviceType::kCuda)) GTEST_SKIP() << load_cuda_backend().detail;
+  REQUIRE_CUDA_GEMM();  // conv2d's GPU kernel multiplies through the GEMM: registered with it
+  ASSERT_TRUE(kernel::conv2d_table().supports(DeviceType::kCuda));
   // 230 images of 32 x 32 patches of K = 144: 33.9 Mi elements, 227 images in the first chunk.
   check_conv(ConvCase{{230, 32, 32, 16}, 3, 1, Padding::kSame, 8}, DType::kBFloat16, "two chunks ");
 }

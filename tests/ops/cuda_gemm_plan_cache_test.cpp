@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -372,6 +373,34 @@ TEST(CudaBackend, ARepeatedProductHitsTheGemmPlanCache) {
   const GemmPlanCacheStats after = gemm_plan_cache_stats();
   EXPECT_EQ(after.misses, after_first.misses);
   EXPECT_EQ(after.hits, after_first.hits + 5);
+}
+
+// Whether the bias and ReLU epilogues ran inside cuBLASLt's product: the values are the same either way (the other
+// tests), so the decline counters say it. A float32 bias beside a float32 D is the combination cuBLASLt documents,
+// so its plans must not be declined; for a 16-bit D (a float32 bias there is not in its documentation) the answer
+// is recorded in the test's JSON (scripts/gpu-check.sh keeps it) and printed.
+TEST(CudaBackend, TheBiasAndReluEpiloguesRunInsideTheProductOrCountTheirDecline) {
+  REQUIRE_CUDA_GEMM();
+  for (DType dt : testing::kFloatDTypes) {
+    // Shapes no other test uses, so each call makes its plan here.
+    const Tensor x = gpu(random_tensor({11, 203}, 101, dt)), w = gpu(random_tensor({203, 24}, 103, dt));
+    const Tensor bias = gpu(random_tensor({24}, 107, DType::kFloat32));
+    const int64_t bias_before = gemm_plans_declined(GemmEpilogue::kBias);
+    const int64_t relu_before = gemm_plans_declined(GemmEpilogue::kReluBias);
+    (void)linear(x, w, bias);
+    (void)linear_activation(x, w, bias, Activation::kRelu, /*keep_pre_activation=*/false);
+    const bool bias_fused = gemm_plans_declined(GemmEpilogue::kBias) == bias_before;
+    const bool relu_fused = gemm_plans_declined(GemmEpilogue::kReluBias) == relu_before;
+    const std::string name = dtype_name(dt);
+    RecordProperty("epilogue_bias_" + name, bias_fused ? "fused" : "declined");
+    RecordProperty("epilogue_relu_bias_" + name, relu_fused ? "fused" : "declined");
+    std::printf("cuBLASLt %s product with a float32 bias: BIAS %s, RELU_BIAS %s\n", name.c_str(),
+                bias_fused ? "fused" : "declined", relu_fused ? "fused" : "declined");
+    if (dt == DType::kFloat32) {
+      EXPECT_TRUE(bias_fused) << "cuBLASLt declined its documented float32 BIAS epilogue";
+      EXPECT_TRUE(relu_fused) << "cuBLASLt declined its documented float32 RELU_BIAS epilogue";
+    }
+  }
 }
 #endif
 

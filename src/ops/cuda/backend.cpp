@@ -29,6 +29,9 @@ namespace mixtrain::ops::cuda {
 
 void check_cuda(int err, const char* what) {
   if (err == cudaSuccess) return;
+  // The runtime also keeps a failed call's error as its last error, where the next launch check would find it and
+  // blame that kernel (after an out-of-memory the caller survives, e.g. by using the CPU): reported here, once.
+  (void)cudaGetLastError();
   MIXTRAIN_FAIL(kInternal, "cuda: " << what << " failed: " << cudaGetErrorString(static_cast<cudaError_t>(err)),
                 "check the GPU with nvidia-smi; mixtrain doctor lists what the driver reports");
 }
@@ -51,6 +54,7 @@ class CudaAllocator final : public DeviceAllocator {
     } else if (bytes > 0) {
       check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
       if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();  // else the next launch check reports this out-of-memory, retried below, as its own
         release(device_index, d);  // the cache may hold what is missing
         if (cudaMalloc(&p, bytes) != cudaSuccess) {
           (void)cudaGetLastError();
@@ -129,6 +133,8 @@ CudaBackendStatus install_backend() {
     if (cudaGetDeviceProperties(&prop, i) == cudaSuccess)
       device = std::string(prop.name) + " (compute capability " + std::to_string(prop.major) + "." +
                std::to_string(prop.minor) + ")";
+    else
+      (void)cudaGetLastError();  // named "unknown GPU"; not an error for the first kernel launch to report
     names << (i ? ", " : "") << "cuda:" << i << " " << device;
     s.devices.push_back(device);
   }

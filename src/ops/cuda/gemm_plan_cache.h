@@ -172,4 +172,9 @@ class GemmPlanCache {
 // The GEMM's own cache, across GPUs (matmul.cpp; only in a build with the CUDA backend).
 GemmPlanCacheStats gemm_plan_cache_stats();
 
+// How many plans with this epilogue cuBLASLt has declined in this process (its heuristic offered no algorithm, or
+// refused the one it offered): those products ran the other way (a float32 scratch and a rounding kernel, or the
+// product then the activation kernel).
+int64_t gemm_plans_declined(GemmEpilogue epilogue);
+
 }  // namespace mixtrain::ops::cuda

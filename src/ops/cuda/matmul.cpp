@@ -16,6 +16,8 @@
 // so a repeated product builds nothing and asks the heuristic nothing: it runs the algorithm the first call chose.
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -54,9 +56,17 @@ DeviceState& device_state(int device) {
   std::lock_guard<std::mutex> lock(mu);
   DeviceState& s = (*states)[device];
   if (s.handle == nullptr) {
+    // Both or neither: a state with a handle and no workspace (an out-of-memory between the two) would hand
+    // cuBLASLt a null workspace of kWorkspaceBytes on every later call.
+    void* workspace = nullptr;
+    check_cuda(cudaMalloc(&workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+    cublasLtHandle_t handle = nullptr;
+    const cublasStatus_t created = cublaslt().create(&handle);
+    if (created != CUBLAS_STATUS_SUCCESS) (void)cudaFree(workspace);
+    check_lt(created, "cublasLtCreate");
     s.device = device;
-    check_lt(cublaslt().create(&s.handle), "cublasLtCreate");
-    check_cuda(cudaMalloc(&s.workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+    s.workspace = workspace;
+    s.handle = handle;
   }
   return s;
 }
@@ -126,12 +136,19 @@ void make_layout(Layout& l, cudaDataType_t type, int64_t rows, int64_t cols, int
   }
 }
 
+// Plans cuBLASLt declined, by epilogue (gemm_plans_declined): whether the bias and relu epilogues ran inside the
+// product on a given GPU is a figure the GPU run reports, not something the results show.
+std::array<std::atomic<int64_t>, 4> declined_plans{};
+void count_decline(GemmEpilogue e) { declined_plans[static_cast<size_t>(e)].fetch_add(1, std::memory_order_relaxed); }
+
 // What a GemmPlanKey decides: the descriptors and the heuristic's answer, made once and reused by every call with
 // that key (gemm_plan_cache.h).
 struct GemmPlan {
   MatmulDesc desc;
   Layout first, second, out;
-  cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;  // the heuristic's: not SUCCESS when it offered no algorithm
+  // The heuristic's answer, not SUCCESS when it offered no algorithm; or the first call's, when cuBLASLt refused
+  // the algorithm the heuristic offered (read without the lock by every call).
+  std::atomic<cublasStatus_t> status{CUBLAS_STATUS_NOT_SUPPORTED};
   cublasLtMatmulAlgo_t algo{};
   size_t workspace_bytes = 0;  // what the algorithm needs of the device's workspace
   // The bias pointer differs from call to call: it is set on the shared descriptor just before the call, under
@@ -160,7 +177,14 @@ std::shared_ptr<GemmPlan> make_plan(const GemmProblem& p, const GemmPlanKey& key
   }
   if (has_bias) {
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);  // this call's; each later call sets its own
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+    // A float32 bias whatever D's dtype: added to the float32 sum before the one rounding. cuBLASLt documents a
+    // bias of D's dtype for 16-bit D; a refusal, here or later, declines the plan (the scratch way adds it).
+    const int32_t bias_type = CUDA_R_32F;
+    if (cublaslt().desc_set(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type) !=
+        CUBLAS_STATUS_SUCCESS) {
+      count_decline(key.epilogue);
+      return plan;  // status NOT_SUPPORTED
+    }
   }
   const cudaDataType_t tab = cuda_type(p.ab_dtype), td = cuda_type(p.d_dtype);
   // b's memory: row-major (k, n), i.e. column-major (n, k); or (n, k) row-major when trans_b, i.e. (k, n).
@@ -175,16 +199,28 @@ std::shared_ptr<GemmPlan> make_plan(const GemmProblem& p, const GemmPlanKey& key
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+  // A split-k algorithm may reduce its partial sums in the output buffer and dtype, or add the bias to a 16-bit
+  // partial sum: for a 16-bit D that rounds more than once. Only a float32 reduction (or none) keeps the one
+  // rounding of the float32 sum this file promises; into a float32 D every scheme keeps it.
+  if (key.d_dtype != DType::kFloat32)
+    pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t hs = cublaslt().heuristic(s.handle, desc.d, plan->first.d, plan->second.d, plan->out.d,
                                                  plan->out.d, pref.d, 1, &result, &found);
-  plan->status = hs != CUBLAS_STATUS_SUCCESS ? hs : found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
-  if (plan->status == CUBLAS_STATUS_SUCCESS) {
+  // Any refusal (NOT_SUPPORTED, or INVALID_VALUE for a combination of types the descriptors allow but this
+  // cuBLASLt does not serve) is a decline: the caller's other ways keep the product, and a status none of them
+  // serves is in the caller's error.
+  const cublasStatus_t status =
+      hs != CUBLAS_STATUS_SUCCESS ? hs : found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
+  if (status == CUBLAS_STATUS_SUCCESS) {
     plan->algo = result.algo;
     plan->workspace_bytes = result.workspaceSize;
+  } else {
+    count_decline(key.epilogue);
   }
+  plan->status = status;
   return plan;
 }
 
@@ -207,12 +243,21 @@ cublasStatus_t run(const GemmProblem& p, DeviceState& s) {
   const std::shared_ptr<GemmPlan> plan = plan_cache().get(key, [&] { return make_plan(p, key, s); });
   if (plan->status != CUBLAS_STATUS_SUCCESS) return plan->status;
   std::lock_guard<std::mutex> lock(plan->mu);
+  if (plan->status != CUBLAS_STATUS_SUCCESS) return plan->status;  // declined by a call this one waited for
   if (p.bias) plan->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublaslt().matmul(s.handle, plan->desc.d, &alpha, p.b, plan->first.d, p.a, plan->second.d, &beta, p.d,
-                             plan->out.d, p.d, plan->out.d, &plan->algo, s.workspace, kWorkspaceBytes,
-                             /*stream=*/nullptr),
-           "cublasLtMatmul");
+  const cublasStatus_t st =
+      cublaslt().matmul(s.handle, plan->desc.d, &alpha, p.b, plan->first.d, p.a, plan->second.d, &beta, p.d,
+                        plan->out.d, p.d, plan->out.d, &plan->algo, s.workspace, kWorkspaceBytes, /*stream=*/nullptr);
+  // cuBLASLt checks a call before it launches anything: a refusal of what its heuristic offered (e.g. a float32
+  // bias beside a 16-bit D, which its documentation does not promise) declines this plan for good, as the
+  // heuristic would have, and nothing was written. Failures of the GPU itself stay errors.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    plan->status = st;
+    count_decline(key.epilogue);
+    return st;
+  }
+  check_lt(st, "cublasLtMatmul");
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -272,6 +317,10 @@ bool bias_readable_in_place(const float* bias) {
 }  // namespace
 
 GemmPlanCacheStats gemm_plan_cache_stats() { return plan_cache().stats(); }
+
+int64_t gemm_plans_declined(GemmEpilogue epilogue) {
+  return declined_plans[static_cast<size_t>(epilogue)].load(std::memory_order_relaxed);
+}
 
 const char* gemm_method(DType dtype) {
   return dtype == DType::kFloat32 && tf32_opted_in() ? "cublaslt tf32" : "cublaslt";
