@@ -4,7 +4,8 @@
 # machine runs once: every step reached, a failing step (here PyTorch, absent, and one bench step) reported and the
 # rest still run, the exit status 1, and OUT holding the log, the summary with the figures the stand-ins wrote, and
 # the archive of every step's files. A second run stops its stand-ins part way (as a device call's time limit
-# would): the figures taken before the stop must already be in OUT.
+# would): the figures taken before the stop must already be in OUT. A third gives the whole run less time
+# (GPU_CHECK_BUDGET) than its first step takes: that step is cut, the rest are skipped, and the run ends in time.
 # Usage: gpu_check_flow_test.sh REPO_ROOT
 set -eu
 root="$1"
@@ -32,6 +33,7 @@ for t in tests/ops/ops_test tests/train/device_training_test tests/train/gpu_tra
 #!/usr/bin/env bash
 echo "$(basename "$0") $*" >> "$GPU_CHECK_FLOW_CALLS"
 for a in "$@"; do case "$a" in --gtest_output=json:*) echo '{"tests": 1, "failures": 0}' > "${a#--gtest_output=json:}";; esac; done
+if [ -n "${GPU_CHECK_FLOW_SLEEP:-}" ] && [ "$(basename "$0")" = "$GPU_CHECK_FLOW_SLEEP" ]; then sleep 60; fi
 T
 done
 cat > "$b/tools/cli/mixtrain" <<'T'
@@ -63,7 +65,10 @@ chmod +x "$b"/tests/*/* "$b/tools/cli/mixtrain" "$b/tools/gpu_bench/mixtrain_gpu
 SH
 chmod +x "$tmp/bin/cmake" "$tmp/bin/ninja"
 # GoogleTest's header, as the script looks for it (a carried prefix), so the tests' steps run.
-mkdir -p "$tmp/repo/.gpu/prefix/include/gtest" && touch "$tmp/repo/.gpu/prefix/include/gtest/gtest.h"
+# GoogleTest's, zlib's and nlohmann JSON's headers, as the script looks for them (a carried prefix), so every step runs.
+mkdir -p "$tmp/repo/.gpu/prefix/include/gtest" "$tmp/repo/.gpu/prefix/include/nlohmann"
+touch "$tmp/repo/.gpu/prefix/include/gtest/gtest.h" "$tmp/repo/.gpu/prefix/include/zlib.h" \
+  "$tmp/repo/.gpu/prefix/include/nlohmann/json.hpp"
 # No PyTorch here: peer_torch exits with status 3 and the torch steps fail, as on a machine without it.
 if python3 -c 'import torch' 2>/dev/null; then echo "SKIP: PyTorch is installed (the stand-in flow expects none)"; exit 0; fi
 
@@ -115,4 +120,22 @@ s = json.load(open(sys.argv[1]))
 assert len(s["train_steps"]) == 8 and s["gemm"], "the benchmarks' figures are missing from a run stopped later"
 print("gpu-check cut short: the figures taken before the stop are in OUT")
 PY
+
+# Less time than the first step takes: GPU_CHECK_BUDGET=30 leaves 15 s for the steps; ops_test's stand-in sleeps 60 s.
+rm -rf "$tmp/out" "$tmp/calls.log"
+set +e
+start=$SECONDS
+(cd "$tmp/repo" && GPU_CHECK_BUDGET=30 GPU_CHECK_FLOW_SLEEP=ops_test bash scripts/gpu-check.sh --out "$tmp/out") \
+  > "$tmp/run3.log" 2>&1
+status=$?
+took=$((SECONDS - start))
+set -e
+[ "$status" -eq 1 ] || { cat "$tmp/run3.log"; echo "FAIL: a run out of time exited $status, expected 1"; exit 1; }
+[ "$took" -le 30 ] || { cat "$tmp/run3.log"; echo "FAIL: a run with GPU_CHECK_BUDGET=30 took ${took}s"; exit 1; }
+grep -q "timed out after .*ops_test" "$tmp/out/gpu-check.log" || { cat "$tmp/out/gpu-check.log"; echo "FAIL: the cut step was not reported"; exit 1; }
+grep -q "no time left in GPU_CHECK_BUDGET, skipped: .*mixtrain bench gemm" "$tmp/out/gpu-check.log" ||
+  { cat "$tmp/out/gpu-check.log"; echo "FAIL: the steps after the budget were not reported as skipped"; exit 1; }
+if grep -q "bench gemm" "$tmp/calls.log"; then echo "FAIL: a step ran after the budget was spent"; exit 1; fi
+tar tzf "$tmp/out/gpu-check-files.tar.gz" | grep -q "gpu-tests.json" || { echo "FAIL: the cut step's files are not in OUT"; exit 1; }
+echo "gpu-check out of time: the step cut at the budget, the rest skipped, done in ${took}s"
 echo "gpu-check flow ok"
