@@ -85,6 +85,14 @@ TEST(CudaBackend, SumAndMeanMatchTheCpu) {
     v[123] = std::numeric_limits<float>::quiet_NaN();
     EXPECT_TRUE(std::isnan(scalar(sum(gpu(Tensor::from_floats({70001}, v, dt))))));
   }
+  // An integer tensor: the GPU kernels read and write floats, so they refuse it clearly rather than read a uint8
+  // tensor's bytes as floats past its end (the CPU converts).
+  for (DType dt : {DType::kInt32, DType::kUInt8, DType::kInt64}) {
+    const Tensor x = gpu(Tensor::zeros({5}, dt));
+    EXPECT_THROW((void)sum(x), Error) << dtype_name(dt);
+    EXPECT_THROW((void)mean(x), Error) << dtype_name(dt);
+    EXPECT_THROW((void)sum_backward(x, 1.0f), Error) << dtype_name(dt);
+  }
 }
 
 TEST(CudaBackend, RegularizationPenaltyAndItsGradientMatchTheCpu) {

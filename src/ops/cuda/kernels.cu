@@ -70,6 +70,9 @@ __global__ void fill_kernel(T* y, T bits, int64_t n) {
 }  // namespace
 
 void fill(Tensor& y, float value) {
+  // Floating dtypes only (the bits below are a 16-bit or a float32 value): an integer tensor's bytes would be
+  // written as a float's, past the end of a uint8 one (sum's and mean's backward pass reaches here unchecked).
+  MIXTRAIN_CHECK(is_float(y.dtype()), "fill on a GPU: a floating tensor is expected, got " << y.describe());
   const int64_t n = y.numel();
   if (n == 0) return;
   check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");

@@ -259,6 +259,11 @@ void global_norm(const std::vector<Tensor>& xs, Tensor& out) {
 }
 
 void sum_all(const Tensor& x, bool mean, Tensor& out) {
+  // The kernel reads float16, bfloat16 or float32 elements: an integer tensor's would be read as floats (a uint8
+  // one past its end). Such a sum is for the CPU, or for a cast first.
+  MIXTRAIN_CHECK(is_float(x.dtype()), (mean ? "mean" : "sum")
+                                          << " on a GPU: a floating tensor is expected, got " << x.describe()
+                                          << "; cast it to float32 first");
   const int64_t n = x.numel();
   check_cuda(cudaSetDevice(x.device().index), "cudaSetDevice");
   total(
