@@ -18,11 +18,13 @@ KernelTable<EmbeddingBackwardFn>& embedding_backward_table() {
   return t;
 }
 
-void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim) {
+void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim,
+                          const std::string& found_where) {
   MIXTRAIN_FAIL(kInvalidInput,
                 op << ": id " << id << " at position " << position << " is outside [0, " << input_dim
                    << ") (input_dim " << input_dim << ")",
-                "ids must index the embedding table: raise input_dim or fix the data");
+                "ids must index the embedding table: raise input_dim or fix the data" +
+                    (found_where.empty() ? std::string() : " (" + found_where + ")"));
 }
 }  // namespace kernel
 

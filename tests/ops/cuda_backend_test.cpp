@@ -548,24 +548,29 @@ TEST(CudaBackend, EmbeddingAndItsGradientGiveTheCpuBits) {
       }
     }
   }
-  // An id outside [0, input_dim) on the device is found by the kernel and named as the CPU entry names it (the
-  // first bad position).
+  // An id outside [0, input_dim) on the device is found by the kernel, kept on the device (the call reads nothing
+  // back), and named as the CPU entry names it (the first bad position) at the host's next read from that GPU;
+  // the read after that is clean again. The bad positions' output rows are NaN meanwhile.
   const Tensor table = to_device(random_tensor({10, 3}, 167, DType::kFloat32), gpu);
   for (int64_t bad : {int64_t{10}, int64_t{-1}, int64_t{1000}}) {
     for (DType id_dt : {DType::kInt32, DType::kInt64}) {
       const Tensor ids = to_device(Tensor::from_int64s({2, 3}, {0, 3, bad, 9, bad, 1}).to(id_dt), gpu);
       for (bool backward : {false, true}) {
+        const Tensor out = backward ? embedding_backward(to_device(Tensor::zeros({2, 3, 3}, DType::kFloat32), gpu), ids, 10)
+                                    : embedding(ids, table, DType::kFloat32);
         try {
-          if (backward)
-            (void)embedding_backward(to_device(Tensor::zeros({2, 3, 3}, DType::kFloat32), gpu), ids, 10);
-          else
-            (void)embedding(ids, table, DType::kFloat32);
+          (void)to_device(out, Device::cpu());
           ADD_FAILURE() << "id " << bad << " was accepted (backward " << backward << ")";
         } catch (const Error& e) {
           const std::string m = e.message();
           EXPECT_NE(m.find("id " + std::to_string(bad) + " at position 2"), std::string::npos) << m;
           EXPECT_NE(m.find("input_dim 10"), std::string::npos) << m;
           EXPECT_NE(m.find(backward ? "embedding_backward:" : "embedding:"), std::string::npos) << m;
+        }
+        const std::vector<float> v = to_device(out, Device::cpu()).to_floats();  // the error was raised once
+        if (!backward) {
+          EXPECT_TRUE(std::isnan(v[6]) && std::isnan(v[12])) << "the bad positions' rows";
+          EXPECT_FALSE(std::isnan(v[0]) || std::isnan(v[3]) || std::isnan(v[9])) << "the good positions' rows";
         }
       }
     }

@@ -29,8 +29,9 @@ KernelTable<EmbeddingBackwardFn>& embedding_backward_table();
 
 // Throws the Error the entry raises for an id outside [0, input_dim) at `position` of the flattened ids, for a
 // device kernel that finds it (its ids are not readable on the host without a copy). op: "embedding" or
-// "embedding_backward".
-[[noreturn]] void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim);
+// "embedding_backward"; found_where, when not empty, is added to the hint (where and when a device found it).
+[[noreturn]] void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim,
+                                       const std::string& found_where = "");
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -57,14 +57,16 @@ void penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalt
 void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
 void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
                            const Tensor& dloss, Tensor& dx);
-// Raises (and clears) the first label error a cross-entropy or an accuracy found on that GPU since the last call;
-// device_copy's downloads and synchronize call it, so the error surfaces at the host's next read.
+// Raises (and clears) the first label error a cross-entropy or an accuracy, or id error an embedding, found on that
+// GPU since the last call; device_copy's downloads and synchronize call it, so the error surfaces at the host's next
+// read.
 void check_label_errors(int device);
-// The ops that index classes by device labels, named in their label errors.
-enum class LabelOp : int { kCrossentropy = 0, kAccuracy = 1 };
+// The ops that index by device labels or ids, named in their errors: classes for the losses, the table's rows
+// (input_dim) for the embedding.
+enum class LabelOp : int { kCrossentropy = 0, kAccuracy = 1, kEmbedding = 2, kEmbeddingBackward = 3 };
 // Queues the keeping of a kernel's finding in the device's label-error record (unless an earlier error is still
-// unread): *bad_row (device memory) is the first row whose label lies outside [0, classes), or all ones for none.
-// Reads nothing back.
+// unread): *bad_row (device memory) is the first row (the first position, for an embedding's ids) whose label lies
+// outside [0, classes), or all ones for none. Reads nothing back.
 void record_label_error(const unsigned long long* bad_row, const Tensor& labels, int64_t classes, LabelOp op);
 // layer_norm.cu
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y, Tensor& mean,

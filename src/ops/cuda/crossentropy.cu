@@ -19,6 +19,7 @@
 #include "../shared/float16_convert.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/embedding.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -190,7 +191,14 @@ __global__ void record_label_error_kernel(const unsigned long long* bad_row, con
   record->op = op;
 }
 
-const char* label_op_name(int op) { return op == static_cast<int>(LabelOp::kAccuracy) ? "accuracy" : "crossentropy"; }
+const char* label_op_name(int op) {
+  switch (static_cast<LabelOp>(op)) {
+    case LabelOp::kAccuracy: return "accuracy";
+    case LabelOp::kEmbedding: return "embedding";
+    case LabelOp::kEmbeddingBackward: return "embedding_backward";
+    default: return "crossentropy";
+  }
+}
 
 }  // namespace
 
@@ -213,6 +221,9 @@ void check_label_errors(int device) {
   if (seen.row == kNoBadRow) return;
   const LabelError none{kNoBadRow, 0, 0, 0};
   check_cuda(cudaMemcpy(record, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
+  if (seen.op == static_cast<int>(LabelOp::kEmbedding) || seen.op == static_cast<int>(LabelOp::kEmbeddingBackward))
+    kernel::fail_id_out_of_range(label_op_name(seen.op), seen.label, static_cast<int64_t>(seen.row), seen.classes,
+                                 "found on cuda:" + std::to_string(device) + " by an embedding computed before this read");
   MIXTRAIN_FAIL(kInvalidInput,
                 label_op_name(seen.op) << ": label " << seen.label << " at row " << seen.row << " is outside [0, " << seen.classes
                                        << ")",

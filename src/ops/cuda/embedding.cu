@@ -10,9 +10,11 @@
 // positions / 32) id reads, small next to the gradient rows themselves at training sizes (a sort by id would scale
 // further if that changes).
 //
-// Ids live on the device, where the op's entry cannot read them: the kernels record the first position whose id is
-// outside [0, input_dim) and the host reads that word back to raise the CPU entry's error (one synchronisation per
-// call, the price of a clear message; the outputs of a failed call are never returned).
+// Ids live on the device, where the op's entry cannot read them: the kernels find the first position whose id is
+// outside [0, input_dim), and the device's label-error record keeps it with its id (crossentropy.cu), read the next
+// time the host reads anything from that device, which raises the CPU entry's error there. Nothing is read back
+// per call, so a training step does not wait for the host. Meanwhile such a position's output row is NaN (so a
+// loss-scaled step that used it is skipped) and its gradient is left out of the table's.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,7 +31,6 @@ namespace {
 
 using shared::IdView;
 
-constexpr unsigned long long kNoBadPosition = ~0ull;
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 __device__ int64_t warp_index() {
@@ -97,22 +98,7 @@ __global__ void scatter_add_kernel(IdView ids, int64_t n, const void* dy, int dy
   }
 }
 
-// Reads the first bad position back (synchronising) and raises the entry's error for it.
-void throw_if_bad(const char* op, const unsigned long long* first_bad, const Tensor& ids, int64_t input_dim) {
-  unsigned long long first = kNoBadPosition;
-  check_cuda(cudaMemcpy(&first, first_bad, sizeof first, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  if (first == kNoBadPosition) return;
-  const size_t width = dtype_size(ids.dtype());
-  int64_t id64 = 0;
-  int32_t id32 = 0;
-  void* dst = ids.dtype() == DType::kInt64 ? static_cast<void*>(&id64) : static_cast<void*>(&id32);
-  check_cuda(cudaMemcpy(dst, static_cast<const char*>(ids.raw()) + first * width, width, cudaMemcpyDeviceToHost),
-             "cudaMemcpy");
-  kernel::fail_id_out_of_range(op, ids.dtype() == DType::kInt64 ? id64 : id32, static_cast<int64_t>(first),
-                               input_dim);
-}
-
-// A word on the device holding kNoBadPosition (scratch from the caching allocator).
+// A word on the device holding all ones, "no bad position" (scratch from the caching allocator).
 Tensor bad_position_word(const Device& device) {
   Tensor bad = Tensor::empty({1}, DType::kInt64, device);
   check_cuda(cudaMemsetAsync(bad.raw(), 0xFF, sizeof(unsigned long long)), "cudaMemsetAsync");
@@ -131,7 +117,7 @@ void embedding(const Tensor& ids, const Tensor& table, Tensor& y) {
       IdView{ids.raw(), ids.dtype() == DType::kInt64}, n, table.raw(), shared::float_code(table.dtype()), input_dim,
       d, y.raw(), shared::float_code(y.dtype()), table.dtype() == y.dtype(), first_bad);
   device::launched("embedding");
-  throw_if_bad("embedding", first_bad, ids, input_dim);
+  record_label_error(first_bad, ids, input_dim, LabelOp::kEmbedding);
 }
 
 void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
@@ -152,7 +138,7 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
   scatter_add_kernel<<<device::row_blocks(rows), device::kThreads>>>(
       id_view, n, dy.raw(), shared::float_code(dy.dtype()), counts, rows, d, dtable.data<float>());
   device::launched("embedding_backward");
-  throw_if_bad("embedding_backward", first_bad, ids, rows);
+  record_label_error(first_bad, ids, rows, LabelOp::kEmbeddingBackward);
 }
 
 }  // namespace mixtrain::ops::cuda
