@@ -316,7 +316,7 @@ TEST(CudaSharedMath, SumRowsAndReduceSumAddInTheCpuKernelsOrder) {
       const int64_t rows = 5 * n;
       Tensor want_rows = Tensor::empty({9}, DType::kFloat32);
       for (int64_t j = 0; j < 9; ++j)
-        want_rows.data<float>()[j] = shared::ordered_sum(rows, [&](int64_t r) { return element(dy, r * 9 + j); });
+        want_rows.data<float>()[j] = shared::blocked_row_sum(rows, [&](int64_t r) { return element(dy, r * 9 + j); });
       EXPECT_TRUE(same_bits(sum_rows(dy), want_rows)) << dtype_name(dt) << " n=" << n;
       // reduce_sum over each axis, into the input's dtype and into float32.
       for (int axis = 0; axis < 3; ++axis) {

@@ -13,6 +13,7 @@
 #include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/elementwise.h"
 #include "op_test_util.h"
+#include "ops/shared/ordered_sum.h"
 
 namespace mixtrain::ops {
 namespace {
@@ -160,6 +161,37 @@ TEST(Elementwise, BiasAddAndSumRowsOverTheLastAxisOfAnyRank) {
         }
       }
   EXPECT_THROW(bias_add(Tensor::zeros({2, 3}, DType::kFloat32), Tensor::zeros({2}, DType::kFloat32)), Error);
+}
+
+// sum_rows adds blocks of rows in parallel (the bias gradient of a transformer has thousands of rows): the bits are
+// shared::blocked_row_sum's at every thread count, and a sum of up to one block's rows is the plain row-order sum.
+TEST(Elementwise, SumRowsAddsBlocksOfRowsInOneOrderAtEveryThreadCount) {
+  for (DType d : kFloatDTypes) {
+    for (int64_t rows : {int64_t{1}, int64_t{64}, int64_t{65}, int64_t{2656}}) {
+      const int64_t cols = 131;  // rows * cols passes the parallel threshold at 2656 rows
+      // Mixed magnitudes, so that another order shows in the bits.
+      std::vector<float> v = random_tensor({rows, cols}, 31 + static_cast<uint64_t>(rows), DType::kFloat32).to_floats();
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i * 7 % 23) - 11);
+      const Tensor x = Tensor::from_floats({rows, cols}, v, d);
+      const std::vector<float> xv = x.to_floats();
+      const int saved = omp_get_max_threads();
+      std::vector<std::vector<float>> runs;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        runs.push_back(sum_rows(x).to_floats());
+      }
+      omp_set_num_threads(saved);
+      for (int64_t j = 0; j < cols; ++j) {
+        const auto term = [&](int64_t r) { return xv[static_cast<size_t>(r * cols + j)]; };
+        const float want = shared::blocked_row_sum(rows, term);
+        for (const std::vector<float>& run : runs)
+          EXPECT_EQ(std::bit_cast<uint32_t>(run[static_cast<size_t>(j)]), std::bit_cast<uint32_t>(want))
+              << dtype_name(d) << " rows " << rows << " column " << j;
+        if (rows <= shared::kSumRowsRowsPerBlock)
+          EXPECT_EQ(std::bit_cast<uint32_t>(want), std::bit_cast<uint32_t>(shared::ordered_sum(rows, term)));
+      }
+    }
+  }
 }
 
 TEST(Elementwise, BiasAddOnAView) {

@@ -8,6 +8,7 @@
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
 #include "../shared/dropout_keep.h"
+#include "../shared/ordered_sum.h"
 #include "activation_span.h"
 #include "float_lanes.h"
 #include "gelu_math.h"
@@ -178,14 +179,29 @@ void sum_rows(const Tensor& dy, Tensor& out) {
   std::fill(o, o + cols, 0.0f);
   if (cols == 0) return;
   const int64_t rows = dy.numel() / cols;
-  // Row by row through a float32 buffer (vectorised conversion), summed in float32 in row order, so the
-  // bits do not depend on the thread count.
-  std::vector<float> row(static_cast<size_t>(cols));
+  // shared::blocked_row_sum's order: each block of rows through a float32 buffer (vectorised conversion), summed
+  // in float32 in row order into its own partial row; then the blocks' rows added in block order. The blocks run in
+  // parallel and the bits do not depend on the thread count.
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(dy.dtype());
-  for (int64_t i = 0; i < rows; ++i) {
-    convert_elements(static_cast<const char*>(dy.raw()) + i * row_bytes, dy.dtype(), row.data(), DType::kFloat32, cols);
-    for (int64_t j = 0; j < cols; ++j) o[j] += row[j];
+  const auto sum_block = [&](int64_t b, float* into) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    const int64_t r0 = b * shared::kSumRowsRowsPerBlock, r1 = std::min(r0 + shared::kSumRowsRowsPerBlock, rows);
+    for (int64_t i = r0; i < r1; ++i) {
+      convert_elements(static_cast<const char*>(dy.raw()) + i * row_bytes, dy.dtype(), row.data(), DType::kFloat32,
+                       cols);
+      for (int64_t j = 0; j < cols; ++j) into[j] += row[j];
+    }
+  };
+  const int64_t blocks = shared::sum_rows_blocks(rows);
+  if (blocks <= 1) {  // one block: its sum is the result
+    if (blocks == 1) sum_block(0, o);
+    return;
   }
+  std::vector<float> partial(static_cast<size_t>(blocks * cols), 0.0f);
+#pragma omp parallel for if (rows * cols >= kParallelMin) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) sum_block(b, partial.data() + b * cols);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < cols; ++j) o[j] += partial[static_cast<size_t>(b * cols + j)];
 }
 
 void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {

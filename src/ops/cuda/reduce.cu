@@ -1,7 +1,10 @@
 // The reductions on the GPU: sum_rows (the bias gradient), reduce_sum and its gradient, count_nonfinite. Each sum
 // is owned by one thread, which adds its terms in the CPU kernel's order (ops/shared/ordered_sum.h: float32,
-// index order, each partial sum rounded), so results are the CPU's bits and never depend on the launch. That
-// trades speed for it where there are few outputs and long sums (a whole tensor reduced to a few values).
+// index order, each partial sum rounded), so results are the CPU's bits and never depend on the launch. sum_rows
+// sums blocks of 64 rows in parallel (one thread per block and column), then the blocks in order, the CPU's order
+// too: a transformer's bias gradient (thousands of rows, 64 to 512 columns) would otherwise be a few hundred
+// threads each reading every row in turn. reduce_sum trades speed for the bits where there are few outputs and
+// long sums (a whole tensor reduced to a few values).
 // count_nonfinite adds integers, exact in any order.
 #include <cuda_runtime.h>
 
@@ -20,10 +23,20 @@ namespace {
 using shared::load_as_float;
 using shared::store_from_float;
 
-// out (cols,) float32 = sum over rows of dy (rows, cols); neighbouring threads read neighbouring columns.
-__global__ void sum_rows_kernel(const void* dy, int dy_code, float* out, int64_t rows, int64_t cols) {
+// partial (blocks, cols) float32: block b's sum of dy (rows, cols)'s rows, per column; neighbouring threads read
+// neighbouring columns.
+__global__ void sum_row_blocks_kernel(const void* dy, int dy_code, float* partial, int64_t rows, int64_t cols,
+                                      int64_t blocks) {
+  device::for_each_index(blocks * cols, [&](int64_t i) {
+    const int64_t b = i / cols, j = i % cols;
+    partial[i] = shared::row_block_sum(rows, b, [&](int64_t r) { return load_as_float(dy, dy_code, r * cols + j); });
+  });
+}
+
+// out (cols,) = partial (blocks, cols) summed over the blocks in block order.
+__global__ void sum_blocks_kernel(const float* partial, int64_t blocks, int64_t cols, float* out) {
   device::for_each_index(cols, [&](int64_t j) {
-    out[j] = shared::ordered_sum(rows, [&](int64_t r) { return load_as_float(dy, dy_code, r * cols + j); });
+    out[j] = shared::ordered_sum(blocks, [&](int64_t b) { return partial[b * cols + j]; });
   });
 }
 
@@ -61,8 +74,19 @@ void sum_rows(const Tensor& dy, Tensor& out) {
   if (cols == 0) return;
   const int64_t rows = dy.numel() / cols;
   check_cuda(cudaSetDevice(out.device().index), "cudaSetDevice");
-  sum_rows_kernel<<<device::blocks_for(cols), device::kThreads>>>(dy.raw(), shared::float_code(dy.dtype()),
-                                                                  out.data<float>(), rows, cols);
+  const int64_t blocks = shared::sum_rows_blocks(rows);
+  if (blocks <= 1) {  // one block (or no rows: zeros): its sums are the result
+    sum_row_blocks_kernel<<<device::blocks_for(cols), device::kThreads>>>(dy.raw(), shared::float_code(dy.dtype()),
+                                                                          out.data<float>(), rows, cols, 1);
+    device::launched("sum_rows");
+    return;
+  }
+  Tensor partial = Tensor::empty({blocks, cols}, DType::kFloat32, out.device());  // from the caching allocator
+  sum_row_blocks_kernel<<<device::blocks_for(blocks * cols), device::kThreads>>>(
+      dy.raw(), shared::float_code(dy.dtype()), partial.data<float>(), rows, cols, blocks);
+  device::launched("sum_rows (blocks)");
+  sum_blocks_kernel<<<device::blocks_for(cols), device::kThreads>>>(partial.data<float>(), blocks, cols,
+                                                                    out.data<float>());
   device::launched("sum_rows");
 }
 
