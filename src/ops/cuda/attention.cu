@@ -3,7 +3,8 @@
 // float32 accumulation) and its rows through one warp per row, in float32.
 //
 // Forward, for all (batch, head) pairs at once:
-//   s (B, H, T, S) float32 = q_h k_h^T                     one bmm, q and k read in place (head h at column h * dk)
+//   s (B, H, T, S) float32 = q_h k_h^T                     one bmm over every (batch, head) pair, q and k copied
+//                                                          into dense (B, H, L, d) heads first (one cuBLASLt call)
 //   rows: s * scale (the float32 logits, when asked for), rounded into the compute dtype and back, the causal
 //         selection (masked columns never enter the max or the sum, and get probability 0), softmax with a
 //         float32 max and sum (the CPU's polynomial exponential, shared/exp_poly.h), one rounding into probs;
@@ -167,6 +168,38 @@ Operand dense_operand(const Tensor& t) {
   return Operand{&t, cols, t.dim(1) * rows * cols, rows * cols};
 }
 
+// dst (B, H, L, d), of src's dtype (T: its storage) = src's heads, bit for bit.
+template <typename T>
+__global__ void copy_heads_kernel(Heads src, int64_t h, int64_t l, T* dst, int64_t n) {
+  const T* from = static_cast<const T*>(src.base);
+  device::for_each_index(n, [&](int64_t i) {
+    const int64_t c = i % src.d, r = (i / src.d) % l, hh = (i / (src.d * l)) % h, b = i / (src.d * l * h);
+    dst[i] = from[b * src.batch_stride + r * src.row_stride + hh * src.d + c];
+  });
+}
+
+// t's heads as a pair_products operand covering every (batch, head) pair in one strided cuBLASLt call. Read in
+// place, the heads of a row sit d apart and the batches a whole sequence apart: the two strides do not merge, and
+// bmm would make one cuBLASLt call per batch element, small products the GPU finishes faster than the host queues
+// them. So with more than one batch element and head, the heads are first copied (one kernel) into a dense
+// (B, H, L, d) tensor of t's dtype, kept in holder; the product's values are the same.
+Operand batched_heads_operand(const Tensor& t, int64_t h, Tensor& holder) {
+  const int64_t b = t.dim(0), l = t.dim(1), d = t.dim(2) / h;
+  if (b <= 1 || h <= 1) return heads_operand(t, h);  // one batch dimension left: one call already
+  holder = Tensor::empty({b, h, l, d}, t.dtype(), t.device());
+  const int64_t n = holder.numel();
+  if (n > 0) {
+    if (dtype_size(t.dtype()) == 2)
+      copy_heads_kernel<uint16_t><<<device::blocks_for(n), device::kThreads>>>(
+          heads_of(t, h), h, l, static_cast<uint16_t*>(holder.raw()), n);
+    else
+      copy_heads_kernel<uint32_t><<<device::blocks_for(n), device::kThreads>>>(
+          heads_of(t, h), h, l, static_cast<uint32_t*>(holder.raw()), n);
+    device::launched("attention (heads)");
+  }
+  return dense_operand(holder);
+}
+
 // c (B, H, m, n) float32 = op(a) op(b) for every (batch, head) pair, through bmm's kernel.
 void pair_products(int64_t b, int64_t h, int64_t m, int64_t n, int64_t k, const Operand& a, bool trans_a,
                    const Operand& bo, bool trans_b, Tensor& c) {
@@ -222,7 +255,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   const bool dropout = options.dropout_rate > 0.0f;
 
   Tensor scores = Tensor::empty({b, h, t, s}, DType::kFloat32, device);
-  pair_products(b, h, t, s, dk, heads_operand(q, h), false, heads_operand(k, h), true, scores);
+  Tensor q_heads, k_heads, v_heads;  // dense copies, where batched_heads_operand makes them
+  pair_products(b, h, t, s, dk, batched_heads_operand(q, h, q_heads), false, batched_heads_operand(k, h, k_heads), true,
+                scores);
 
   Tensor p = probs.defined() ? probs : Tensor::empty({b, h, t, s}, dt, device);
   Tensor pd = dropout ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
@@ -236,7 +271,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   }
 
   Tensor o = Tensor::empty({b, h, t, dv}, DType::kFloat32, device);
-  pair_products(b, h, t, dv, s, dense_operand(dropout ? pd : p), false, heads_operand(v, h), false, o);
+  pair_products(b, h, t, dv, s, dense_operand(dropout ? pd : p), false, batched_heads_operand(v, h, v_heads), false, o);
   scatter_heads(o, h, t, out);
 }
 
@@ -251,7 +286,9 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
   // dp (B, H, T, S) = dout_h v_h^T, then ds in place.
   Tensor ds = Tensor::empty({b, h, t, s}, DType::kFloat32, device);
-  pair_products(b, h, t, s, dvh, heads_operand(dout, h), false, heads_operand(v, h), true, ds);
+  Tensor dout_heads, v_heads, k_heads, q_heads;  // dense copies, where batched_heads_operand makes them
+  const Operand douto = batched_heads_operand(dout, h, dout_heads);
+  pair_products(b, h, t, s, dvh, douto, false, batched_heads_operand(v, h, v_heads), true, ds);
   Tensor pd = dropout ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
   Rows a = rows_of(options, b, t, s, dt, ds);
   a.probs = const_cast<void*>(probs.raw());
@@ -263,14 +300,14 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
   // dv_h (S, dv) = p_d^T dout_h, with the rounded p_d the forward multiplied.
   Tensor dv32 = Tensor::empty({b, h, s, dvh}, DType::kFloat32, device);
-  pair_products(b, h, s, dvh, t, dense_operand(dropout ? pd : probs), true, heads_operand(dout, h), false, dv32);
+  pair_products(b, h, s, dvh, t, dense_operand(dropout ? pd : probs), true, douto, false, dv32);
   scatter_heads(dv32, h, s, dv);
 
   // dq_h = ds k_h and dk_h = ds^T q_h as float32 products: k and q widened (float32 ones read in place).
   const bool widen = dt != DType::kFloat32;
   const Tensor k32 = widen ? widened_heads(k, h) : Tensor(), q32 = widen ? widened_heads(q, h) : Tensor();
-  const Operand kf = widen ? dense_operand(k32) : heads_operand(k, h);
-  const Operand qf = widen ? dense_operand(q32) : heads_operand(q, h);
+  const Operand kf = widen ? dense_operand(k32) : batched_heads_operand(k, h, k_heads);
+  const Operand qf = widen ? dense_operand(q32) : batched_heads_operand(q, h, q_heads);
   const Operand dso = dense_operand(ds);
   Tensor dq32 = Tensor::empty({b, h, t, dkh}, DType::kFloat32, device);
   pair_products(b, h, t, dkh, s, dso, false, kf, false, dq32);
