@@ -111,6 +111,21 @@ TEST(CudaBackend, CopiesRoundTripAndTheAllocatorCounts) {
   EXPECT_EQ(memory_stats(gpu).live_bytes, live);
 }
 
+// Uploads larger than a pinned staging slot (8 MiB) go in slot-sized pieces, and more of them than the ring has
+// slots (8) wrap round it: every byte arrives, in order, also when several such uploads are queued back to back.
+TEST(CudaBackend, UploadsLargerThanTheStagingRingArriveWhole) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  std::vector<Tensor> hosts, devices;
+  for (int64_t n : {(int64_t{8} << 20) / 4 + 3, (int64_t{80} << 20) / 4 + 1, int64_t{1} << 20}) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i % 100003) + 0.25f;
+    hosts.push_back(Tensor::from_floats({n}, v, DType::kFloat32));
+    devices.push_back(to_device(hosts.back(), gpu));  // queued; nothing read until below
+  }
+  for (size_t i = 0; i < hosts.size(); ++i) EXPECT_TRUE(bit_equal(devices[i], hosts[i])) << hosts[i].numel();
+}
+
 TEST(CudaBackend, FillMatchesTheCpuInEveryFloatDtype) {
   REQUIRE_CUDA_BACKEND();
   for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -129,8 +130,9 @@ namespace {
 // the device, so a training step that uploads its batch (and its dropout masks) would wait for the step before it.
 // Instead the host bytes are copied into one of kSlots pinned slots and cudaMemcpyAsync takes them from there in the
 // default stream's order: the host goes on at once, and the device reads the batch after the work queued before it.
-// A slot is reused once the event recorded after its copy has passed; uploads larger than a slot, or made when no
-// pinned memory can be had, take the synchronous path.
+// A slot is reused once the event recorded after its copy has passed. An upload larger than a slot goes in slot-sized
+// pieces (a batch of large images): the host waits only where the ring comes round to a slot whose copy is still
+// queued. Uploads made when no pinned memory can be had take the synchronous path.
 class StagedUploads {
  public:
   static constexpr int kSlots = 8;
@@ -138,14 +140,18 @@ class StagedUploads {
 
   // Queues dst = src (host bytes) and returns true; false when the upload should go the synchronous way.
   bool upload(void* dst, const void* src, size_t bytes, int device) {
-    if (bytes > kSlotBytes || !ready(device)) return false;
-    Slot& slot = slots_[next_];
-    next_ = (next_ + 1) % kSlots;
-    // Waits only when the ring came round before this slot's last copy finished.
-    check_cuda(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
-    std::memcpy(slot.host, src, bytes);
-    check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync");
-    check_cuda(cudaEventRecord(slot.done, 0), "cudaEventRecord");
+    if (!ready(device)) return false;
+    for (size_t offset = 0; offset < bytes; offset += kSlotBytes) {
+      const size_t piece = std::min(kSlotBytes, bytes - offset);
+      Slot& slot = slots_[next_];
+      next_ = (next_ + 1) % kSlots;
+      // Waits only when the ring came round before this slot's last copy finished.
+      check_cuda(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
+      std::memcpy(slot.host, static_cast<const char*>(src) + offset, piece);
+      check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + offset, slot.host, piece, cudaMemcpyHostToDevice, 0),
+                 "cudaMemcpyAsync");
+      check_cuda(cudaEventRecord(slot.done, 0), "cudaEventRecord");
+    }
     return true;
   }
 
