@@ -376,8 +376,11 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
     if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
   } else {
-    // No samples here: the synchronized layers' exchanges, in the order the model's forward and backward passes make
-    // them on the other ranks, with zero sums.
+    // No samples here: nothing to log, and the slot (reused every logging window) may hold an earlier step's summed
+    // loss and correct count, which the device all-reduce below would add to this step's.
+    record.slice(0, 0, 2).copy_from(ops::full({2}, DType::kFloat32, 0.0f, record.device()));
+    // The synchronized layers' exchanges, in the order the model's forward and backward passes make them on the
+    // other ranks, with zero sums.
     for (const auto& [bn, reached] : synchronized_bn) bn->exchange_statistics_without_rows();
     for (auto it = synchronized_bn.rbegin(); it != synchronized_bn.rend(); ++it)
       if (it->second) it->first->exchange_gradient_sums_without_rows();

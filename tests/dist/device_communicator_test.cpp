@@ -169,6 +169,39 @@ TEST(DeviceCommunicator, AnEmptyShardTakesPartInSynchronizedBatchNormalizationOn
   EXPECT_TRUE(same_bits_on_all_ranks(w_device, world));
 }
 
+// A rank left without samples by the epoch's small last batch logs nothing for that step: on the device its record
+// slot, reused every logging window, must not carry an earlier step's summed loss and correct count into the
+// global figures. Short windows (2 steps) make the slot one an earlier step used; the device's loss and accuracy
+// are the CPU ranks' (whose host path sums the logs itself).
+TEST(DeviceCommunicator, AnEmptyShardLogsNothingOnTheDevice) {
+  MIXTRAIN_REQUIRE_TWO_RANKS();
+  EmulatedDevice device;
+  if (device.unavailable()) GTEST_SKIP() << "a GPU backend is loaded: the emulated device would clash with it";
+  Communicator& world = world_communicator();
+  const std::unique_ptr<DeviceCommunicator> on_gpus = emulated_communicator();
+  auto [x, y] = blobs(97, 31);  // batches of 32: the last one has 1 sample, rank 1's shard of it is empty
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 32;
+  o.steps_per_log = 2;
+  o.verbose = 0;
+  o.communicator = &world;
+  auto on_cpu = device_cnn("mixed_float16", /*synchronized_bn=*/false, 17);
+  const History h_cpu = on_cpu->fit(x, y, o);
+  auto on_device = device_cnn("mixed_float16", /*synchronized_bn=*/false, 17);
+  on_device->to(kEmulated);
+  o.communicator = on_gpus.get();
+  const History h_device = on_device->fit(x, y, o);
+  ASSERT_EQ(h_device.step_loss.size(), h_cpu.step_loss.size());
+  for (size_t i = 0; i < h_cpu.step_loss.size(); ++i)
+    EXPECT_NEAR(h_device.step_loss[i], h_cpu.step_loss[i], 1e-6 * std::abs(h_cpu.step_loss[i])) << "step " << i;
+  for (const char* key : {"loss", "accuracy"}) {
+    const std::vector<double>&want = h_cpu.history.at(key), &got = h_device.history.at(key);
+    ASSERT_EQ(got.size(), want.size()) << key;
+    for (size_t e = 0; e < want.size(); ++e) EXPECT_NEAR(got[e], want[e], 1e-6 * (1 + std::abs(want[e]))) << key;
+  }
+}
+
 // Synchronized BatchNormalization's cost, counted: three collectives per layer per step (the mean's and the
 // variance's sums forward, both backward sums in one), on the device, and none for the row count (train_step
 // passes the global batch). The same steps without synchronization are the baseline; the only difference between
