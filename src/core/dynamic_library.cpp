@@ -1,6 +1,7 @@
 #include "mixtrain/core/dynamic_library.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 namespace mixtrain {
 
@@ -11,7 +12,10 @@ void* open_first_library(const std::vector<std::string>& names, std::string* tri
       if (opened != nullptr) *opened = name;
       return lib;
     }
+    const char* why = dlerror();
     *tried += (tried->empty() ? "" : ", ") + name;
+    if (why != nullptr && name.find('/') != std::string::npos && access(name.c_str(), F_OK) == 0)
+      *tried += std::string(" (") + why + ")";
   }
   return nullptr;
 }

@@ -60,7 +60,9 @@ Loaded load_once() {
   // The ABI above is NCCL 2's.
   if (a.get_version(&l.version) != kSuccess || l.version < 20000 || l.version >= 30000) {
     close_library(lib);
-    l.why = "NCCL " + std::to_string(l.version) + " found (" + l.library + "), this build needs major version 2";
+    // Before 2.9 NCCL coded its version as X * 1000 + Y * 100 + Z (2.8.4: 2804), below the range above.
+    l.why = "NCCL version code " + std::to_string(l.version) + " found (" + l.library +
+            "), this build needs NCCL 2.9 or later (version 2)";
     return l;
   }
   l.ok = true;

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <cstring>
 
 namespace mixtrain {
@@ -31,6 +34,20 @@ TEST(DynamicLibrary, OpensTheFirstNameThatLoadsAndReportsTheOthers) {
   EXPECT_FALSE(resolve_symbol(libc, "mixtrain_no_such_symbol_either", &nothing, &missing));
   EXPECT_EQ(missing, "mixtrain_no_such_symbol");  // the first one missing
   close_library(libc);
+}
+
+// A path that exists but is no library: the loader's reason is kept beside it.
+TEST(DynamicLibrary, SaysWhyAnExistingPathDidNotLoad) {
+  char path[] = "/tmp/mixtrain-not-a-library-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "not an ELF file\n", 16), 16);
+  close(fd);
+  std::string tried;
+  EXPECT_EQ(open_first_library({path}, &tried), nullptr);
+  EXPECT_EQ(tried.rfind(std::string(path) + " (", 0), 0u) << tried;
+  EXPECT_GT(tried.size(), std::strlen(path) + 3) << tried;
+  unlink(path);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 namespace mixtrain {
 
 // The first of `names` (sonames or paths) the dynamic loader opens, with its symbols local to the caller, its name
-// in *opened when given; null when none opens. *tried lists the names that failed before ("a, b").
+// in *opened when given; null when none opens. *tried lists the names that failed before ("a, b"); a path to a file
+// that exists but does not load (a wrong architecture, a missing dependency) carries the loader's reason, since a
+// path given on purpose (MIXTRAIN_NCCL_LIBRARY) should not fail silently.
 void* open_first_library(const std::vector<std::string>& names, std::string* tried, std::string* opened = nullptr);
 // The address of the symbol `name` in lib, or null.
 void* library_symbol(void* lib, const char* name);
