@@ -11,8 +11,8 @@
 # PyTorch AMP (torch._amp_foreach_non_finite_check_and_unscale_ and torch._amp_update_scale_, what GradScaler runs;
 # PyTorch has no bfloat16 kernel for it) on the same sizes. scripts/gpu_check_summary.py reads it all back into
 # gpu-check.json, after every step too, so a run cut short still returns the figures taken. Well under 8 minutes;
-# GPU_CHECK_BUDGET (seconds, default 560: a device call's limit is 590) caps the whole run: each step's cap is cut to
-# what is left, and the steps that no longer fit are skipped and reported.
+# GPU_CHECK_BUDGET (seconds, default 560: a device call's limit is 590) caps the whole run, the configure and build
+# included: each step's cap is cut to what is left, and the steps that no longer fit are skipped and reported.
 # (PyTorch unscales 16-bit gradients in place, in 16 bits; mixtrain unscales them into float32, where small ones
 # cannot underflow: it moves 4 more bytes per element.)
 #
@@ -58,8 +58,15 @@ snapshot() {
   tar czf "$out/gpu-check-files.tar.gz.part" --exclude=./teacher.csv -C "$work" . 2>/dev/null &&
     mv -f "$out/gpu-check-files.tar.gz.part" "$out/gpu-check-files.tar.gz" || true
 }
-# A stop from outside (a device call's limit) still leaves what was taken.
+# A stop from outside (a device call's limit): the snapshots after each finished step already hold what was taken;
+# this one more runs only if the TERM reaches the script before the caller's KILL (bash runs it once the running step
+# ends, and a step under timeout is in a process group of its own).
 trap 'say "stopped from outside"; snapshot; exit 143' TERM
+# Seconds left of the budget for a step that is not capped() (the configure and the build), at least 1.
+left() { local l=$((deadline - SECONDS)); echo $((l > 1 ? l : 1)); }
+# Whether the loader's cache lists a library (read whole first: grep -q stopping early would make ldconfig's pipe
+# fail under pipefail and read as "not listed").
+listed() { local cache; cache=$(ldconfig -p 2>/dev/null || true); [[ "$cache" == *"$1"* ]]; }
 
 # Runs a step with a cap on its time, so one that hangs on a GPU costs its cap, not the whole call: the cap is cut to
 # what is left of GPU_CHECK_BUDGET, and a step that no longer fits is skipped (status 124). The note goes to stderr
@@ -107,15 +114,18 @@ arch=()
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .' || true)
 if [[ "$cc" =~ ^[0-9]+$ ]]; then arch=(-DCMAKE_CUDA_ARCHITECTURES="$cc"); fi
 say "configuring build-gpu (MIXTRAIN_CUDA=ON, tests $tests, CUDA architectures ${cc:-75 80 90})"
-timeout 120 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=ON -DMIXTRAIN_TESTS="$tests" \
+timeout "$(( $(left) < 120 ? $(left) : 120 ))" cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=ON -DMIXTRAIN_TESTS="$tests" \
   -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_MPI=OFF "${carried[@]}" "${arch[@]}" >> "$log" 2>&1 ||
   { say "configure failed (see $log)"; tail -20 "$log"; exit 1; }
 status=0
 # The CLI and the bench first: they take the figures. The tests after, every one that compiles (-k 0): a compiler
-# that rejects one test leaves the figures and the other tests, and that test's step fails as a missing binary.
-ninja -C build-gpu -j "$(nproc)" mixtrain_gpu_bench mixtrain_cli >> "$log" 2>&1 ||
+# that rejects one test leaves the figures and the other tests, and that test's step fails as a missing binary (the
+# test binaries of an earlier build are removed first, so none of them runs for a test that no longer compiles).
+timeout "$(left)" ninja -C build-gpu -j "$(nproc)" mixtrain_gpu_bench mixtrain_cli >> "$log" 2>&1 ||
   { say "build failed (see $log)"; tail -30 "$log"; exit 1; }
-if [ "$tests" = ON ] && ! timeout 300 ninja -C build-gpu -j "$(nproc)" -k 0 ops_test precision_test gpu_training_test \
+rm -f build-gpu/tests/ops/ops_test build-gpu/tests/precision/precision_test build-gpu/tests/train/gpu_training_test \
+  build-gpu/tests/dist/nccl_api_test
+if [ "$tests" = ON ] && ! timeout "$(( $(left) < 300 ? $(left) : 300 ))" ninja -C build-gpu -j "$(nproc)" -k 0 ops_test precision_test gpu_training_test \
        nccl_api_test >> "$log" 2>&1; then
   say "some tests did not build (see $log); the rest run"
   status=1
@@ -125,7 +135,7 @@ say "built in ${SECONDS}s"
 # cuBLASLt: the loader's or the toolkit's libcublasLt.so.13, else the one PyTorch's packages carry (nvidia-cu13 or
 # nvidia-cublas), put on the loader's path for the binaries below.
 cuda_lib="$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../lib64"
-if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so\.13' && [ ! -e "$cuda_lib/libcublasLt.so.13" ]; then
+if ! listed libcublasLt.so.13 && [ ! -e "$cuda_lib/libcublasLt.so.13" ]; then
   lt=$(python3 -c 'import glob, os, nvidia
 print(next(iter(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib", "libcublasLt.so.13")))), ""))' \
        2>/dev/null || true)
@@ -205,7 +215,7 @@ if [ "$tests" = ON ]; then
     status=1
   fi
   # NCCL: the loader's or the toolkit's libnccl.so.2, else the one PyTorch's packages carry (nvidia-nccl).
-  if [ -z "${MIXTRAIN_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2' &&
+  if [ -z "${MIXTRAIN_NCCL_LIBRARY:-}" ] && ! listed libnccl.so.2 &&
      [ ! -e "$cuda_lib/libnccl.so.2" ]; then
     nccl=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' \
            2>/dev/null || true)

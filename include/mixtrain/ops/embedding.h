@@ -11,7 +11,9 @@ namespace mixtrain::ops {
 
 // ids (...) int32 or int64 of any shape, table (input_dim, output_dim) floating -> (..., output_dim) in
 // out_dtype. Every id must lie in [0, input_dim): otherwise an Error naming the id, its position and
-// input_dim (checked on the host for ids in host memory, by the kernel for ids on a GPU).
+// input_dim. Ids in host memory are checked by the call; ids on a GPU by its kernel, and the call returns (the bad
+// positions' rows NaN, their gradient rows left out) with the Error raised at the host's next read from that GPU,
+// so a training step never waits for the check.
 Tensor embedding(const Tensor& ids, const Tensor& table, DType out_dtype);
 
 // Gradient of embedding for the table: (input_dim, output_dim) float32, zero except the rows of ids,

@@ -303,7 +303,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   pair_products(b, h, s, dvh, t, dense_operand(dropout ? pd : probs), true, douto, false, dv32);
   scatter_heads(dv32, h, s, dv);
 
-  // dq_h = ds k_h and dk_h = ds^T q_h as float32 products: k and q widened (float32 ones read in place).
+  // dq_h = ds k_h and dk_h = ds^T q_h as float32 products: 16-bit k and q widened into dense heads, float32 ones
+  // through batched_heads_operand (copied dense when there is more than one batch element and head).
   const bool widen = dt != DType::kFloat32;
   const Tensor k32 = widen ? widened_heads(k, h) : Tensor(), q32 = widen ? widened_heads(q, h) : Tensor();
   const Operand kf = widen ? dense_operand(k32) : batched_heads_operand(k, h, k_heads);
