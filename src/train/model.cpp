@@ -732,13 +732,30 @@ EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_s
   const int64_t n = x.dim(0);
   if (comm && comm->size() == 1) comm = nullptr;
   const ShardRange mine = comm ? shard_range(n, comm->rank(), comm->size()) : ShardRange{0, n};
-  for (int64_t begin = mine.begin; begin < mine.end; begin += batch_size) {
+  // Each batch's mean loss and correct count stay where they were computed, a row per batch, until every batch is
+  // queued: on a GPU the batches run back to back and the host reads once, not twice a batch. The sums are then the
+  // ones a read per batch gives (float32 loss, accuracy as correct / scored rows, weighted by the batch's rows).
+  const int64_t batches = (mine.end - mine.begin + batch_size - 1) / batch_size;
+  Tensor logs = ops::full({std::max<int64_t>(batches, 1), 2}, DType::kFloat32, 0.0f, device());
+  std::vector<std::pair<double, double>> rows_of;  // (the batch's samples, its scored rows)
+  for (int64_t begin = mine.begin, i = 0; begin < mine.end; begin += batch_size, ++i) {
     const int64_t end = std::min(mine.end, begin + batch_size);
     Tensor xb = on_device(x.slice_rows(begin, end), device()), yb = on_device(y.slice_rows(begin, end), device());
     Var out = call(Var(as_input(xb)), CallContext{false, nullptr});
-    const double rows = static_cast<double>(end - begin);
-    loss_sum += ops::read_scalar((*loss_)(out, yb).value()) * rows;
-    if (track_accuracy_) acc_sum += ops::sparse_categorical_accuracy(out.value(), yb) * rows;
+    Tensor row = logs.slice(0, i, i + 1).reshape({2});
+    row.slice(0, 0, 1).copy_from((*loss_)(out, yb).value().reshape({1}));
+    const Tensor& scores = out.value();
+    const int64_t classes = scores.rank() > 0 ? scores.dim(scores.rank() - 1) : 0;
+    if (track_accuracy_) row.slice(0, 1, 2).copy_from(ops::count_correct(scores, yb));
+    rows_of.emplace_back(static_cast<double>(end - begin),
+                         classes > 0 ? static_cast<double>(scores.numel() / classes) : 0.0);
+  }
+  const Tensor host_logs = ops::to_device(logs, Device::cpu());
+  const float* l = host_logs.data<float>();
+  for (size_t i = 0; i < rows_of.size(); ++i) {
+    const auto [rows, scored] = rows_of[i];
+    loss_sum += static_cast<double>(l[2 * i]) * rows;
+    if (track_accuracy_) acc_sum += (scored > 0 ? static_cast<double>(l[2 * i + 1]) / scored : 0.0) * rows;
   }
   if (comm) {
     double sums[2] = {loss_sum, acc_sum};

@@ -4,6 +4,7 @@
 // kernel fails the test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -18,6 +19,8 @@
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/optim/schedules.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/inspect.h"
@@ -143,6 +146,35 @@ TEST_P(DeviceTrainingPolicies, FitEvaluateAndPredictGiveTheCpuBits) {
   const Tensor p = on_gpu->predict(x);
   EXPECT_TRUE(p.device().is_cpu());
   EXPECT_EQ(p.to_floats(), on_cpu->predict(x).to_floats());
+}
+
+// Evaluation on the device reads once however many batches it has: each batch's loss and correct count wait on the
+// device. The figures are the CPU's, to the bit (also against a read per batch, which the CPU's figures were).
+TEST_F(DeviceTraining, EvaluateReadsOnceForAllItsBatches) {
+  const auto [x, y] = train_test::blobs(96, 11);
+  auto on_cpu = mlp("mixed_float16", 5);
+  auto on_gpu = mlp("mixed_float16", 5);
+  on_gpu->to(kEmulated);
+  (void)on_cpu->fit(x, y, quiet_fit(1));
+  (void)on_gpu->fit(x, y, quiet_fit(1));
+  const EvaluateResult e_cpu = on_cpu->evaluate(x, y, 10);  // 10 batches, the last of 6 rows
+  g_counts = {};
+  const EvaluateResult e_gpu = on_gpu->evaluate(x, y, 10);
+  EXPECT_EQ(g_counts.downloads, 1);
+  EXPECT_EQ(g_counts.synchronizes, 0);
+  EXPECT_EQ(e_gpu.loss, e_cpu.loss);
+  EXPECT_EQ(e_gpu.accuracy, e_cpu.accuracy);
+  // A read per batch, as evaluate did: the same sums.
+  double loss = 0, accuracy = 0;
+  for (int64_t begin = 0; begin < 96; begin += 10) {
+    const int64_t end = std::min<int64_t>(96, begin + 10);
+    const Tensor out = on_cpu->predict(x.slice_rows(begin, end));
+    const Tensor yb = y.slice_rows(begin, end);
+    loss += ops::read_scalar(ops::sparse_categorical_crossentropy(out, yb, true)) * static_cast<double>(end - begin);
+    accuracy += ops::sparse_categorical_accuracy(out, yb) * static_cast<double>(end - begin);
+  }
+  EXPECT_NEAR(e_cpu.loss, loss / 96, 1e-6);
+  EXPECT_EQ(e_cpu.accuracy, accuracy / 96);
 }
 
 // Saved from the device after one epoch, loaded into a fresh model on the device, the second epoch continues as the
