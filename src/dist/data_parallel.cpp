@@ -99,10 +99,11 @@ int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucke
   } else if (on_device(g, comm)) {
     // Where g lives, queued behind the backward pass: the host path's float32 arithmetic (weighted, summed,
     // rounded once into g's dtype), in one call (a device collective needs no buckets to overlap the host's work).
+    // Weighted in place: no second buffer of the gradients' size, and no copy back for a float32 buffer.
     Tensor f = ops::cast(g, DType::kFloat32);  // g itself when float32
-    if (weight != 1.0f) f = ops::scale(f, weight);
+    if (weight != 1.0f) ops::scale_in_place(f, weight);
     comm.all_reduce_on_device(f, ReduceOp::kSum);
-    if (g.dtype() != DType::kFloat32 || weight != 1.0f) g.copy_from(f);
+    if (g.dtype() != DType::kFloat32) g.copy_from(f);
   } else {
     // A float32 host copy is reduced (MPI has no 16-bit float type, and the communicators move host memory), then
     // rounded once back into g where it lives.

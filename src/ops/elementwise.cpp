@@ -147,6 +147,14 @@ Tensor scale(const Tensor& a, float s) {
   return y;
 }
 
+void scale_in_place(Tensor& x, float s) {
+  check_float(x, "scale_in_place", "the tensor");
+  MIXTRAIN_CHECK(x.is_contiguous(), "scale_in_place: the tensor must be contiguous, got " << x.describe());
+  const Device device = common_device("scale_in_place", {&x});
+  // Every kernel of the table reads element i before it writes element i and touches no other: y may be x.
+  kernel::scale_table()(device)(x, s, x);
+}
+
 Tensor bias_add(const Tensor& x, const Tensor& bias) {
   check_float(x, "bias_add", "the input");
   check_float(bias, "bias_add", "the bias");

@@ -194,6 +194,24 @@ TEST(Elementwise, SumRowsAddsBlocksOfRowsInOneOrderAtEveryThreadCount) {
   }
 }
 
+// scale_in_place writes scale's values into the tensor itself, in every floating dtype and past the parallel
+// threshold; views and integer tensors are refused.
+TEST(Elementwise, ScaleInPlaceGivesScalesBits) {
+  for (DType d : kFloatDTypes) {
+    for (int64_t n : {int64_t{1}, int64_t{17}, (int64_t{1} << 17) + 5}) {
+      const Tensor x = random_tensor({n}, 41 + static_cast<uint64_t>(n), d, -70000, 70000);
+      const Tensor want = scale(x, 0.37f);
+      Tensor y = x.clone();
+      scale_in_place(y, 0.37f);
+      EXPECT_EQ(std::memcmp(y.raw(), want.raw(), want.nbytes()), 0) << dtype_name(d) << " n=" << n;
+    }
+  }
+  Tensor view = random_tensor({4, 6}, 43, DType::kFloat32).transpose(0, 1);
+  EXPECT_THROW(scale_in_place(view, 2.0f), Error);
+  Tensor ints = Tensor::zeros({3}, DType::kInt32);
+  EXPECT_THROW(scale_in_place(ints, 2.0f), Error);
+}
+
 TEST(Elementwise, BiasAddOnAView) {
   Tensor x = random_tensor({7, 3}, 9, DType::kFloat32).transpose(0, 1);  // (3, 7) view
   Tensor bias = random_tensor({7}, 10, DType::kBFloat16);

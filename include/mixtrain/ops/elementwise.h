@@ -30,6 +30,9 @@ Tensor add(const Tensor& a, const Tensor& b);
 void add_into(Tensor& acc, const Tensor& g);
 // a * s for a float32 scalar s; result in a's dtype.
 Tensor scale(const Tensor& a, float s);
+// x *= s in place, x a contiguous floating tensor: scale's values without a second buffer of x's size (how a
+// data-parallel step weights its gradient buffer before the all-reduce).
+void scale_in_place(Tensor& x, float s);
 // x + bias broadcast over the last axis: x (..., n), bias (n,) of any floating dtype; result in x's dtype.
 Tensor bias_add(const Tensor& x, const Tensor& bias);
 // Sum of dy (..., n) over every axis but the last -> (n,) float32: the gradient of bias_add for the bias.
