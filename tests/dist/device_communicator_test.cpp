@@ -143,6 +143,18 @@ TEST(DeviceCommunicator, ReducesAndBroadcastsDeviceTensorsInPlaceAndCountsThem) 
   EXPECT_EQ(comm->stats().bytes, 3 * 4 + 2 * 4 + 2 * 2 + 8);
 }
 
+// Two epochs of 97 samples in batches of 32 over the host ranks: the last batch has 1 sample, so rank 1's shard of it
+// is empty.
+FitOptions fit_with_an_empty_shard(Communicator& world) {
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 32;
+  o.verbose = 0;
+  o.communicator = &world;
+  return o;
+}
+constexpr int64_t kSamplesLeavingAnEmptyShard = 97;
+
 // A small last batch leaves rank 1 without a sample: it takes part in synchronized BatchNormalization's exchanges on
 // the device with zero sums, and the ranks still give the CPU ranks' weights bit for bit.
 TEST(DeviceCommunicator, AnEmptyShardTakesPartInSynchronizedBatchNormalizationOnTheDevice) {
@@ -151,12 +163,8 @@ TEST(DeviceCommunicator, AnEmptyShardTakesPartInSynchronizedBatchNormalizationOn
   if (device.unavailable()) GTEST_SKIP() << "a GPU backend is loaded: the emulated device would clash with it";
   Communicator& world = world_communicator();
   const std::unique_ptr<DeviceCommunicator> on_gpus = emulated_communicator();
-  auto [x, y] = blobs(97, 29);  // batches of 32: the last one has 1 sample, rank 1's shard of it is empty
-  FitOptions o;
-  o.epochs = 2;
-  o.batch_size = 32;
-  o.verbose = 0;
-  o.communicator = &world;
+  auto [x, y] = blobs(kSamplesLeavingAnEmptyShard, 29);
+  FitOptions o = fit_with_an_empty_shard(world);
   auto on_cpu = device_cnn("mixed_float16", /*synchronized_bn=*/true, 13);
   on_cpu->fit(x, y, o);
   auto on_device = device_cnn("mixed_float16", /*synchronized_bn=*/true, 13);
@@ -179,13 +187,9 @@ TEST(DeviceCommunicator, AnEmptyShardLogsNothingOnTheDevice) {
   if (device.unavailable()) GTEST_SKIP() << "a GPU backend is loaded: the emulated device would clash with it";
   Communicator& world = world_communicator();
   const std::unique_ptr<DeviceCommunicator> on_gpus = emulated_communicator();
-  auto [x, y] = blobs(97, 31);  // batches of 32: the last one has 1 sample, rank 1's shard of it is empty
-  FitOptions o;
-  o.epochs = 2;
-  o.batch_size = 32;
+  auto [x, y] = blobs(kSamplesLeavingAnEmptyShard, 31);
+  FitOptions o = fit_with_an_empty_shard(world);
   o.steps_per_log = 2;
-  o.verbose = 0;
-  o.communicator = &world;
   auto on_cpu = device_cnn("mixed_float16", /*synchronized_bn=*/false, 17);
   const History h_cpu = on_cpu->fit(x, y, o);
   auto on_device = device_cnn("mixed_float16", /*synchronized_bn=*/false, 17);
