@@ -187,8 +187,9 @@ TEST(Elementwise, SumRowsAddsBlocksOfRowsInOneOrderAtEveryThreadCount) {
         for (const std::vector<float>& run : runs)
           EXPECT_EQ(std::bit_cast<uint32_t>(run[static_cast<size_t>(j)]), std::bit_cast<uint32_t>(want))
               << dtype_name(d) << " rows " << rows << " column " << j;
-        if (rows <= shared::kSumRowsRowsPerBlock)
+        if (rows <= shared::kSumRowsRowsPerBlock) {
           EXPECT_EQ(std::bit_cast<uint32_t>(want), std::bit_cast<uint32_t>(shared::ordered_sum(rows, term)));
+        }
       }
     }
   }

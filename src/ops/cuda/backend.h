@@ -39,6 +39,9 @@ void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
 void dropout_mask(float rate, uint64_t seed, Tensor& mask);
 // reduce.cu
 void sum_rows(const Tensor& dy, Tensor& out);
+// out (cols,) float32 = the column sums of dy read as contiguous (rows, cols), in shared::blocked_row_sum's order
+// with blocks of per_block rows (sum_rows' and conv2d's dbias, each with its own block size).
+void blocked_column_sums(const Tensor& dy, int64_t cols, int64_t per_block, Tensor& out);
 int64_t count_nonfinite(const Tensor& x);
 void reduce_sum(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& y);
 void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inner, Tensor& dx);

@@ -25,7 +25,6 @@
 
 #include "../shared/conv_patches.h"
 #include "../shared/float16_convert.h"
-#include "../shared/ordered_sum.h"
 #include "backend.h"
 #include "device_util.cuh"
 
@@ -33,7 +32,6 @@ namespace mixtrain::ops::cuda {
 
 namespace {
 
-using shared::FloatView;
 
 // Patch elements per chunk: the unfolded patches in the compute dtype plus, in backward, their float32 gradient
 // (at most 256 MiB together in float32). Larger than the CPU's chunks (a GPU's memory is meant for it, and fewer,
@@ -66,21 +64,6 @@ __global__ void accumulate_kernel(float* acc, const float* add, int64_t n) {
   device::for_each_index(n, [&](int64_t i) { acc[i] = shared::add_rn(acc[i], add[i]); });
 }
 
-// partial (blocks, cols): block b's column sums of dy (rows, cols).
-__global__ void bias_blocks_kernel(FloatView dy, int64_t rows, int64_t cols, int64_t blocks, float* partial) {
-  device::for_each_index(blocks * cols, [&](int64_t i) {
-    const int64_t b = i / cols, j = i % cols;
-    const int64_t r0 = b * shared::kConvBiasRowsPerBlock;
-    const int64_t r1 = r0 + shared::kConvBiasRowsPerBlock < rows ? r0 + shared::kConvBiasRowsPerBlock : rows;
-    partial[i] = shared::conv_bias_block_sum(dy, cols, j, r0, r1);
-  });
-}
-
-__global__ void bias_totals_kernel(const float* partial, int64_t cols, int64_t blocks, float* dbias) {
-  device::for_each_index(cols, [&](int64_t j) {
-    dbias[j] = shared::ordered_sum(blocks, [&](int64_t b) { return partial[b * cols + j]; });
-  });
-}
 
 // x itself is col (and dx = dy x kernel^T): a 1x1 kernel, stride 1, no padding, and at least one channel (an empty
 // patch takes the unfolded path, where the GEMM reads nothing).
@@ -149,20 +132,7 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
   const int64_t per_row = g.h.out * g.w.out, rows = g.batch * per_row;
   const Device device = x.device();
   check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
-  if (dbias.defined()) {
-    const int64_t blocks = (rows + shared::kConvBiasRowsPerBlock - 1) / shared::kConvBiasRowsPerBlock;
-    Tensor partial = Tensor::empty({blocks > 0 ? blocks * cout : 1}, DType::kFloat32, device);
-    if (blocks * cout > 0) {
-      bias_blocks_kernel<<<device::blocks_for(blocks * cout), device::kThreads>>>(
-          FloatView{dy.raw(), shared::float_code(dy.dtype()), 0}, rows, cout, blocks, partial.data<float>());
-      device::launched("conv2d_backward dbias blocks");
-    }
-    if (cout > 0) {
-      bias_totals_kernel<<<device::blocks_for(cout), device::kThreads>>>(partial.data<float>(), cout, blocks,
-                                                                          dbias.data<float>());
-      device::launched("conv2d_backward dbias");
-    }
-  }
+  if (dbias.defined()) blocked_column_sums(dy, cout, shared::kConvBiasRowsPerBlock, dbias);  // dy as (rows, cout)
   if (rows == 0 || k * cout == 0) {  // no product to run: every sum is empty, +0 (all-zero bits in every dtype)
     if (dkernel.numel() > 0) check_cuda(cudaMemsetAsync(dkernel.raw(), 0, dkernel.nbytes()), "cudaMemsetAsync");
     if (dx.defined() && dx.numel() > 0) check_cuda(cudaMemsetAsync(dx.raw(), 0, dx.nbytes()), "cudaMemsetAsync");

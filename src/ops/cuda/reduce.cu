@@ -26,10 +26,11 @@ using shared::store_from_float;
 // partial (blocks, cols) float32: block b's sum of dy (rows, cols)'s rows, per column; neighbouring threads read
 // neighbouring columns.
 __global__ void sum_row_blocks_kernel(const void* dy, int dy_code, float* partial, int64_t rows, int64_t cols,
-                                      int64_t blocks) {
+                                      int64_t blocks, int64_t per_block) {
   device::for_each_index(blocks * cols, [&](int64_t i) {
     const int64_t b = i / cols, j = i % cols;
-    partial[i] = shared::row_block_sum(rows, b, [&](int64_t r) { return load_as_float(dy, dy_code, r * cols + j); });
+    partial[i] = shared::row_block_sum(
+        rows, b, [&](int64_t r) { return load_as_float(dy, dy_code, r * cols + j); }, per_block);
   });
 }
 
@@ -69,26 +70,27 @@ __global__ void count_nonfinite_kernel(const void* x, int x_code, int64_t n, uns
 
 }  // namespace
 
-void sum_rows(const Tensor& dy, Tensor& out) {
-  const int64_t cols = out.numel();
+void blocked_column_sums(const Tensor& dy, int64_t cols, int64_t per_block, Tensor& out) {
   if (cols == 0) return;
   const int64_t rows = dy.numel() / cols;
   check_cuda(cudaSetDevice(out.device().index), "cudaSetDevice");
-  const int64_t blocks = shared::sum_rows_blocks(rows);
+  const int64_t blocks = shared::sum_rows_blocks(rows, per_block);
   if (blocks <= 1) {  // one block (or no rows: zeros): its sums are the result
-    sum_row_blocks_kernel<<<device::blocks_for(cols), device::kThreads>>>(dy.raw(), shared::float_code(dy.dtype()),
-                                                                          out.data<float>(), rows, cols, 1);
-    device::launched("sum_rows");
+    sum_row_blocks_kernel<<<device::blocks_for(cols), device::kThreads>>>(
+        dy.raw(), shared::float_code(dy.dtype()), out.data<float>(), rows, cols, 1, per_block);
+    device::launched("column sums");
     return;
   }
   Tensor partial = Tensor::empty({blocks, cols}, DType::kFloat32, out.device());  // from the caching allocator
   sum_row_blocks_kernel<<<device::blocks_for(blocks * cols), device::kThreads>>>(
-      dy.raw(), shared::float_code(dy.dtype()), partial.data<float>(), rows, cols, blocks);
-  device::launched("sum_rows (blocks)");
+      dy.raw(), shared::float_code(dy.dtype()), partial.data<float>(), rows, cols, blocks, per_block);
+  device::launched("column sums (blocks)");
   sum_blocks_kernel<<<device::blocks_for(cols), device::kThreads>>>(partial.data<float>(), blocks, cols,
                                                                     out.data<float>());
-  device::launched("sum_rows");
+  device::launched("column sums");
 }
+
+void sum_rows(const Tensor& dy, Tensor& out) { blocked_column_sums(dy, out.numel(), shared::kSumRowsRowsPerBlock, out); }
 
 void reduce_sum(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& y) {
   const int64_t outputs = outer * inner;
