@@ -111,6 +111,29 @@ TEST(CudaBackend, CopiesRoundTripAndTheAllocatorCounts) {
   EXPECT_EQ(memory_stats(gpu).live_bytes, live);
 }
 
+// Freed device memory stays reserved in blocks that split and merge (src/ops/cuda/block_pool.h): a tensor freed at
+// a step's end serves smaller ones after it without another cudaMalloc, and each keeps its own bytes.
+TEST(CudaBackend, AFreedTensorsMemoryServesSmallerTensorsWithoutReservingMore) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const char* where = nullptr;
+  {
+    const Tensor big = Tensor::empty({150 * kMiB}, DType::kFloat16, gpu);  // 300 MiB: more than any tensor before
+    where = static_cast<const char*>(big.raw());
+  }
+  const int64_t cached = memory_stats(gpu).cached_bytes;
+  Tensor a = Tensor::empty({100 * kMiB}, DType::kFloat16, gpu);  // 200 MiB
+  Tensor b = Tensor::empty({48 * kMiB}, DType::kFloat16, gpu);   // 96 MiB
+  EXPECT_EQ(static_cast<const char*>(a.raw()), where);
+  EXPECT_EQ(static_cast<const char*>(b.raw()), where + 200 * kMiB);
+  EXPECT_EQ(memory_stats(gpu).cached_bytes, cached - 296 * kMiB) << "both came out of the freed block";
+  fill(a, 1.0f);
+  fill(b, 2.0f);
+  EXPECT_TRUE(bit_equal(a, Tensor::full({100 * kMiB}, DType::kFloat16, 1.0f)));
+  EXPECT_TRUE(bit_equal(b, Tensor::full({48 * kMiB}, DType::kFloat16, 2.0f)));
+}
+
 // Uploads larger than a pinned staging slot (8 MiB) go in slot-sized pieces, and more of them than the ring has
 // slots (8) wrap round it: every byte arrives, in order, also when several such uploads are queued back to back.
 TEST(CudaBackend, UploadsLargerThanTheStagingRingArriveWhole) {

@@ -1,10 +1,12 @@
 // The CUDA backend's host side: a caching device allocator with live/peak counts per GPU, and the installer that
 // registers it and the kernels (*.cu, matmul.cpp) in the op tables.
 #include "backend.h"
+#include "block_pool.h"
 
 #include <cuda_runtime.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -39,31 +41,41 @@ void check_cuda(int err, const char* what) {
 namespace {
 
 // cudaMalloc and cudaFree synchronize the device and cost tens of microseconds, and a training step asks for the
-// same sizes every time: freed blocks are kept per size and handed out again, as the CPU allocator does.
+// same sizes every time: freed memory stays reserved in a BlockPool per GPU (block_pool.h) and serves later
+// tensors of any size that fits, as the CPU allocator keeps its freed blocks.
+class CudaSegments final : public SegmentSource {
+ public:
+  explicit CudaSegments(int device_index) : device_index_(device_index) {}
+  void* reserve(size_t bytes) override {
+    check_cuda(cudaSetDevice(device_index_), "cudaSetDevice");
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
+    (void)cudaGetLastError();  // else the next launch check reports this out-of-memory, which the pool may recover
+    return nullptr;
+  }
+  void release(void* segment) override {
+    (void)cudaSetDevice(device_index_);
+    (void)cudaFree(segment);
+  }
+
+ private:
+  int device_index_;
+};
+
 class CudaAllocator final : public DeviceAllocator {
  public:
   void* allocate(int device_index, size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    PerDevice& d = devices_[device_index];
+    PerDevice& d = device(device_index);
     void* p = nullptr;
-    auto it = d.free_blocks.find(bytes);
-    if (it != d.free_blocks.end()) {
-      p = it->second;
-      d.free_blocks.erase(it);
-      d.stats.cached_bytes -= static_cast<int64_t>(bytes);
-    } else if (bytes > 0) {
-      check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
-      if (cudaMalloc(&p, bytes) != cudaSuccess) {
-        (void)cudaGetLastError();  // else the next launch check reports this out-of-memory, retried below, as its own
-        release(device_index, d);  // the cache may hold what is missing
-        if (cudaMalloc(&p, bytes) != cudaSuccess) {
-          (void)cudaGetLastError();
-          MIXTRAIN_FAIL(kInvalidInput,
-                        "out of GPU memory on cuda:" << device_index << ": a tensor of " << format_bytes(bytes)
-                                                     << " with " << format_bytes(d.stats.live_bytes) << " in use",
-                        "use a smaller batch or model");
-        }
-      }
+    if (bytes > 0) {
+      p = d.pool.allocate(bytes);
+      if (p == nullptr)
+        MIXTRAIN_FAIL(kInvalidInput,
+                      "out of GPU memory on cuda:" << device_index << ": a tensor of " << format_bytes(bytes)
+                                                   << " with " << format_bytes(d.stats.live_bytes) << " in use and "
+                                                   << format_bytes(d.pool.stats().reserved_bytes) << " reserved",
+                      "use a smaller batch or model");
     }
     d.stats.live_bytes += static_cast<int64_t>(bytes);
     d.stats.peak_bytes = std::max(d.stats.peak_bytes, d.stats.live_bytes);
@@ -73,39 +85,42 @@ class CudaAllocator final : public DeviceAllocator {
 
   void deallocate(int device_index, void* ptr, size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    PerDevice& d = devices_[device_index];
+    PerDevice& d = device(device_index);
     d.stats.live_bytes -= static_cast<int64_t>(bytes);
-    if (ptr == nullptr) return;
-    d.free_blocks.emplace(bytes, ptr);
-    d.stats.cached_bytes += static_cast<int64_t>(bytes);
+    if (ptr != nullptr) d.pool.free(ptr);
   }
 
   MemoryStats stats(int device_index) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = devices_.find(device_index);
-    return it == devices_.end() ? MemoryStats{} : it->second.stats;
+    if (it == devices_.end()) return MemoryStats{};
+    MemoryStats s = it->second->stats;
+    const BlockPoolStats& pool = it->second->pool.stats();
+    s.cached_bytes = static_cast<int64_t>(pool.reserved_bytes - pool.allocated_bytes);
+    return s;
   }
 
   void reset_peak(int device_index) override {
     std::lock_guard<std::mutex> lock(mu_);
-    PerDevice& d = devices_[device_index];
+    PerDevice& d = device(device_index);
     d.stats.peak_bytes = d.stats.live_bytes;
   }
 
  private:
   struct PerDevice {
-    std::multimap<size_t, void*> free_blocks;
-    MemoryStats stats;
+    explicit PerDevice(int device_index) : segments(device_index), pool(segments) {}
+    CudaSegments segments;
+    BlockPool pool;
+    MemoryStats stats;  // live and peak count the bytes tensors asked for, as the CPU allocator's do
   };
-  static void release(int device_index, PerDevice& d) {
-    (void)cudaSetDevice(device_index);
-    for (const auto& [bytes, p] : d.free_blocks) (void)cudaFree(p);
-    d.free_blocks.clear();
-    d.stats.cached_bytes = 0;
+  PerDevice& device(int device_index) {
+    std::unique_ptr<PerDevice>& d = devices_[device_index];
+    if (!d) d = std::make_unique<PerDevice>(device_index);
+    return *d;
   }
 
   mutable std::mutex mu_;
-  std::map<int, PerDevice> devices_;
+  std::map<int, std::unique_ptr<PerDevice>> devices_;
 };
 
 }  // namespace

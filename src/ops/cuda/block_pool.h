@@ -1,0 +1,239 @@
+// The CUDA allocator's cache (backend.cpp): device memory reserved in segments and handed out in blocks that are
+// split and merged again, so that a tensor of a new size reuses freed memory instead of reserving more. A cache
+// that matched sizes exactly kept a block per size ever asked for: the epoch's smaller last batch, evaluation's
+// batches and every sequence length kept their own, and once the GPU ran out the whole cache had to be returned.
+//
+// The plan is the one PyTorch's caching allocator made familiar: sizes round up to 512 bytes; requests up to
+// 1 MiB share 2 MiB segments, requests up to 10 MiB share 20 MiB segments, larger ones get a segment of their
+// size rounded up to 2 MiB; a free block serves the smallest request it fits (best fit) and its rest stays free
+// when it is big enough to serve another; a freed block merges with free neighbours in its segment; when the
+// device has no memory left, the segments with nothing in use are returned and the request tried once more.
+// Blocks are reused in the order the one stream runs its kernels, so a block freed by a kernel still queued is
+// only written by kernels queued after it.
+//
+// Plain C++, no CUDA type: the policy is tested on every machine (tests/ops/cuda_block_pool_test.cpp) against a
+// host-memory source; backend.cpp supplies cudaMalloc and cudaFree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+namespace mixtrain::ops::cuda {
+
+// Where segments come from: cudaMalloc/cudaFree on one GPU, or host memory in the tests.
+class SegmentSource {
+ public:
+  virtual ~SegmentSource() = default;
+  // nullptr when the memory is not there (the pool then returns its free segments and asks once more).
+  virtual void* reserve(size_t bytes) = 0;
+  virtual void release(void* segment) = 0;
+};
+
+struct BlockPoolStats {
+  size_t reserved_bytes = 0;   // held in segments from the source
+  size_t allocated_bytes = 0;  // in blocks handed out (requests rounded up, plus rests too small to split off)
+  size_t segments = 0;
+  size_t reserves = 0;         // calls to the source's reserve() that succeeded, over the pool's life
+  size_t failed_reserves = 0;  // calls that returned nullptr
+};
+
+class BlockPool {
+ public:
+  static constexpr size_t kGranule = 512;                   // every block's size and offset are multiples of it
+  static constexpr size_t kSmallRequest = size_t{1} << 20;  // up to this: the small pool
+  static constexpr size_t kSmallSegment = size_t{2} << 20;
+  static constexpr size_t kMediumRequest = size_t{10} << 20;  // up to this: 20 MiB segments
+  static constexpr size_t kMediumSegment = size_t{20} << 20;
+  static constexpr size_t kLargeRound = size_t{2} << 20;
+
+  explicit BlockPool(SegmentSource& source) : source_(source) {}
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+  // Returns every segment to the source; blocks still handed out are lost with them.
+  ~BlockPool() {
+    for (Block* b : all_blocks())
+      if (b->prev == nullptr) source_.release(b->ptr);
+    for (Block* b : all_blocks()) delete b;
+  }
+
+  // A block of at least `bytes` (> 0), aligned to kGranule within its segment; nullptr when the source has no
+  // memory for it even after the free segments were returned.
+  void* allocate(size_t bytes) {
+    if (bytes == 0 || bytes > kMaxRequest) return nullptr;
+    const size_t size = round_up(bytes, kGranule);
+    const bool small = size <= kSmallRequest;
+    std::set<Block*, BySize>& pool = small ? small_free_ : large_free_;
+    Block* b = take_best_fit(pool, size);
+    if (b == nullptr) {
+      const size_t segment = segment_size(size);
+      void* p = reserve(segment);
+      if (p == nullptr && release_free_segments() > 0) p = reserve(segment);
+      if (p == nullptr) return nullptr;
+      b = new Block{static_cast<char*>(p), segment, small};
+      stats_.reserved_bytes += segment;
+      ++stats_.segments;
+    }
+    // Keep the rest free when it can serve a request of this pool on its own.
+    const size_t rest = b->size - size;
+    if (rest >= (small ? kGranule : kSmallRequest + 1)) {
+      Block* tail = new Block{b->ptr + size, rest, small};
+      tail->prev = b;
+      tail->next = b->next;
+      if (b->next) b->next->prev = tail;
+      b->next = tail;
+      b->size = size;
+      pool.insert(tail);
+    }
+    b->in_use = true;
+    in_use_.emplace(b->ptr, b);
+    stats_.allocated_bytes += b->size;
+    return b->ptr;
+  }
+
+  // Frees a block from allocate(); its memory merges with free neighbours and stays reserved. False when p is
+  // not a block in use here (nothing changes).
+  bool free(void* p) {
+    auto it = in_use_.find(p);
+    if (it == in_use_.end()) return false;
+    Block* b = it->second;
+    in_use_.erase(it);
+    b->in_use = false;
+    stats_.allocated_bytes -= b->size;
+    std::set<Block*, BySize>& pool = b->small ? small_free_ : large_free_;
+    if (b->next && !b->next->in_use) absorb_next(pool, b);
+    if (b->prev && !b->prev->in_use) {
+      Block* prev = b->prev;
+      pool.erase(prev);
+      absorb_next(pool, prev);
+      b = prev;
+    }
+    pool.insert(b);
+    return true;
+  }
+
+  // Returns the segments with nothing in use to the source; the bytes returned.
+  size_t release_free_segments() {
+    size_t released = 0;
+    for (std::set<Block*, BySize>* pool : {&small_free_, &large_free_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev != nullptr || b->next != nullptr) {
+          ++it;
+          continue;
+        }
+        source_.release(b->ptr);
+        released += b->size;
+        stats_.reserved_bytes -= b->size;
+        --stats_.segments;
+        it = pool->erase(it);
+        delete b;
+      }
+    }
+    return released;
+  }
+
+  // The size of the block p was given (0 when p is not in use here).
+  size_t block_size(const void* p) const {
+    auto it = in_use_.find(const_cast<void*>(p));
+    return it == in_use_.end() ? 0 : it->second->size;
+  }
+
+  const BlockPoolStats& stats() const { return stats_; }
+
+  // The segment reserved for a request of `size` bytes (a multiple of kGranule) that no free block serves.
+  static size_t segment_size(size_t size) {
+    if (size <= kSmallRequest) return kSmallSegment;
+    if (size <= kMediumRequest) return kMediumSegment;
+    return round_up(size, kLargeRound);
+  }
+
+  // Every invariant of the segments and the free sets, for the tests: "" when they hold, else the first broken.
+  std::string check() const {
+    size_t reserved = 0, allocated = 0, segments = 0, free_blocks = 0;
+    for (const Block* b : all_blocks()) {
+      if (b->size == 0 || b->size % kGranule != 0) return "a block's size is not a positive multiple of 512";
+      if (b->next && b->next->prev != b) return "broken links";
+      if (b->next && b->ptr + b->size != b->next->ptr) return "a segment's blocks are not contiguous";
+      if (b->next && !b->in_use && !b->next->in_use) return "two free neighbours left unmerged";
+      if (b->prev == nullptr) ++segments;
+      reserved += b->size;
+      if (b->in_use) allocated += b->size;
+      else ++free_blocks;
+      const std::set<Block*, BySize>& pool = b->small ? small_free_ : large_free_;
+      if (!b->in_use && pool.count(const_cast<Block*>(b)) == 0) return "a free block missing from its pool";
+      if (b->in_use && in_use_.count(b->ptr) == 0) return "a block in use missing from the map";
+    }
+    if (free_blocks != small_free_.size() + large_free_.size()) return "a pool holds a block that is not free";
+    if (reserved != stats_.reserved_bytes) return "reserved bytes miscounted";
+    if (allocated != stats_.allocated_bytes) return "allocated bytes miscounted";
+    if (segments != stats_.segments) return "segments miscounted";
+    return "";
+  }
+
+ private:
+  struct Block {
+    char* ptr;
+    size_t size;
+    bool small;  // which pool it lives in (its segment's)
+    bool in_use = false;
+    Block* prev = nullptr;  // neighbours in the same segment, by address
+    Block* next = nullptr;
+  };
+  struct BySize {
+    bool operator()(const Block* a, const Block* b) const {
+      return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
+    }
+  };
+  static constexpr size_t kMaxRequest = SIZE_MAX / 4;
+  static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+  void* reserve(size_t bytes) {
+    void* p = source_.reserve(bytes);
+    ++(p ? stats_.reserves : stats_.failed_reserves);
+    return p;
+  }
+
+  // The smallest free block of at least `size`, out of its pool.
+  static Block* take_best_fit(std::set<Block*, BySize>& pool, size_t size) {
+    Block probe{nullptr, size, false};
+    auto it = pool.lower_bound(&probe);
+    if (it == pool.end()) return nullptr;
+    Block* b = *it;
+    pool.erase(it);
+    return b;
+  }
+
+  // b takes in its free next neighbour, which leaves the pool.
+  static void absorb_next(std::set<Block*, BySize>& pool, Block* b) {
+    Block* next = b->next;
+    pool.erase(next);
+    b->size += next->size;
+    b->next = next->next;
+    if (b->next) b->next->prev = b;
+    delete next;
+  }
+
+  // Every block, segment by segment (the heads are the free or in-use blocks without a prev).
+  std::set<Block*> all_blocks() const {
+    std::set<Block*> heads, all;
+    for (const auto& [p, b] : in_use_) heads.insert(b);
+    for (Block* b : small_free_) heads.insert(b);
+    for (Block* b : large_free_) heads.insert(b);
+    for (Block* b : heads) {
+      Block* first = b;
+      while (first->prev) first = first->prev;
+      for (Block* c = first; c; c = c->next) all.insert(c);
+    }
+    return all;
+  }
+
+  SegmentSource& source_;
+  std::set<Block*, BySize> small_free_, large_free_;
+  std::unordered_map<void*, Block*> in_use_;
+  BlockPoolStats stats_;
+};
+
+}  // namespace mixtrain::ops::cuda
