@@ -21,6 +21,7 @@ struct UniqueId {
 };
 
 inline constexpr Result kSuccess = 0;     // ncclSuccess
+inline constexpr Result kInProgress = 7;  // ncclInProgress: a nonblocking communicator's call still running
 inline constexpr DataType kUint8 = 1;     // ncclUint8
 inline constexpr DataType kFloat32 = 7;   // ncclFloat32
 inline constexpr RedOp kSum = 0;          // ncclSum
@@ -39,10 +40,22 @@ struct Api {
                        Stream stream) = nullptr;
   Result (*broadcast)(const void* send, void* recv, size_t count, DataType type, int root, Comm comm,
                       Stream stream) = nullptr;
+  Result (*comm_get_async_error)(Comm comm, Result* async_error) = nullptr;
+  Result (*comm_abort)(Comm comm) = nullptr;
 };
 
 // Loads NCCL once (later calls return the first call's outcome); null with the reason in *why when it cannot.
 // *library (when given) is the name or path it was opened by, *version its NCCL_VERSION_CODE.
 const Api* load(std::string* why, std::string* library = nullptr, int* version = nullptr);
+
+// What a host waiting for the GPU finds about the collectives queued on comm, having waited waited_seconds: "" to
+// go on waiting; else why they will not finish (an asynchronous error NCCL reports, such as a peer's connection
+// lost, or a wait longer than timeout_seconds; 0: no limit), after aborting comm so that its kernels end and the
+// wait returns. comm is unusable after that.
+std::string check_progress(const Api& api, Comm comm, double waited_seconds, double timeout_seconds);
+
+// The longest a host wait may last while NCCL collectives are queued: MIXTRAIN_NCCL_TIMEOUT in seconds (0: no
+// limit), 600 when unset (a wait covers at most a logging interval's steps). Error (kInvalidInput) when malformed.
+double timeout_seconds();
 
 }  // namespace mixtrain::nccl

@@ -1,7 +1,9 @@
 // NCCL's collectives behind DeviceCollectives (dist/device_communicator.h), and NCCL's loading (nccl_api.h).
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,8 @@ Loaded load_once() {
   ok &= resolve_symbol(lib, "ncclGetErrorString", &a.error_string, &missing);
   ok &= resolve_symbol(lib, "ncclAllReduce", &a.all_reduce, &missing);
   ok &= resolve_symbol(lib, "ncclBroadcast", &a.broadcast, &missing);
+  ok &= resolve_symbol(lib, "ncclCommGetAsyncError", &a.comm_get_async_error, &missing);
+  ok &= resolve_symbol(lib, "ncclCommAbort", &a.comm_abort, &missing);
   if (!ok) {
     close_library(lib);
     l.why = "NCCL lacks " + missing;
@@ -82,6 +86,34 @@ const Api* load(std::string* why, std::string* library, int* version) {
   return &loaded.api;
 }
 
+std::string check_progress(const Api& api, Comm comm, double waited_seconds, double timeout_seconds) {
+  Result async = kSuccess;
+  const Result rc = api.comm_get_async_error(comm, &async);
+  std::ostringstream why;
+  if (rc != kSuccess)
+    why << "ncclCommGetAsyncError failed: " << api.error_string(rc);
+  else if (async != kSuccess && async != kInProgress)
+    why << "NCCL reported an asynchronous error: " << api.error_string(async);
+  else if (timeout_seconds > 0 && waited_seconds > timeout_seconds)
+    why << "the GPU's queued NCCL collectives did not finish within " << timeout_seconds
+        << " s (MIXTRAIN_NCCL_TIMEOUT); another rank may have stopped";
+  else
+    return "";
+  // Ends the communicator's kernels, so the stream drains and the waiting host can report instead of hanging.
+  (void)api.comm_abort(comm);
+  return why.str();
+}
+
+double timeout_seconds() {
+  const char* v = std::getenv("MIXTRAIN_NCCL_TIMEOUT");
+  if (v == nullptr || *v == '\0') return 600.0;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  MIXTRAIN_CHECK(end != v && *end == '\0' && s >= 0 && std::isfinite(s),
+                 "MIXTRAIN_NCCL_TIMEOUT expects seconds (0 for no limit), got '" << v << "'");
+  return s;
+}
+
 }  // namespace nccl
 
 namespace {
@@ -95,20 +127,37 @@ nccl::RedOp nccl_op(ReduceOp op) {
   return nccl::kSum;
 }
 
+// The collectives of one NCCL communicator. While it lives, the host's waits for the GPU poll NCCL for errors
+// (ops::add_device_wait_watch): a rank whose peer died fails with NCCL's reason, or after MIXTRAIN_NCCL_TIMEOUT,
+// instead of waiting forever on a collective that cannot finish.
 class NcclCollectives final : public DeviceCollectives {
  public:
-  NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device)
-      : api_(api), comm_(comm), device_(device) {}
-  ~NcclCollectives() override { api_.comm_destroy(comm_); }
+  NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device, double timeout_seconds)
+      : api_(api), comm_(comm), device_(device) {
+    watch_ = ops::add_device_wait_watch([this, timeout_seconds](double waited) {
+      if (!aborted_.empty()) return;  // its kernels have ended; the wait finishes by itself
+      const std::string why = nccl::check_progress(api_, comm_, waited, timeout_seconds);
+      if (why.empty()) return;
+      aborted_ = why;
+      MIXTRAIN_FAIL(kInternal, why << " (" << device_.str() << "; the communicator is aborted)",
+                    "look at the other ranks' output for the first failure; NCCL_DEBUG=WARN makes NCCL say more");
+    });
+  }
+  ~NcclCollectives() override {
+    ops::remove_device_wait_watch(watch_);
+    if (aborted_.empty()) api_.comm_destroy(comm_);  // an aborted communicator is already freed
+  }
   std::string name() const override { return "nccl"; }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
+    usable();
     ops::make_current(device_);
     check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
                           nccl::kDefaultStream),
           "ncclAllReduce");
   }
   void broadcast(Tensor& t, int root) override {
+    usable();
     ops::make_current(device_);
     check(api_.broadcast(t.raw(), t.raw(), t.nbytes(), nccl::kUint8, root, comm_, nccl::kDefaultStream),
           "ncclBroadcast");
@@ -121,9 +170,17 @@ class NcclCollectives final : public DeviceCollectives {
                     "NCCL_DEBUG=WARN in the environment makes NCCL say more");
   }
 
+  void usable() const {
+    if (!aborted_.empty())
+      MIXTRAIN_FAIL(kInternal, "NCCL on " << device_.str() << " was aborted earlier: " << aborted_,
+                    "a data-parallel run cannot go on after a rank failed; restart it from its last checkpoint");
+  }
+
   const nccl::Api& api_;
   nccl::Comm comm_;
   Device device_;
+  int watch_ = 0;
+  std::string aborted_;  // why the communicator was aborted; empty while it works
 };
 
 // Whether every rank got here without a reason to stop: the ranks must agree, since one that skipped NCCL's start
@@ -147,6 +204,8 @@ NcclStatus nccl_status() {
 }
 
 std::unique_ptr<DeviceCollectives> nccl_collectives(Communicator& host, const Device& device, std::string* why) {
+  // A malformed setting fails here, before any collective (the CLI then aborts the job's other ranks).
+  const double timeout = nccl::timeout_seconds();
   std::string reason;
   const nccl::Api* api = nullptr;
   if (device.type != DeviceType::kCuda) {
@@ -180,7 +239,7 @@ std::unique_ptr<DeviceCollectives> nccl_collectives(Communicator& host, const De
                                 : "ncclCommInitRank failed on another rank";
     return nullptr;
   }
-  return std::make_unique<NcclCollectives>(*api, comm, device);
+  return std::make_unique<NcclCollectives>(*api, comm, device, timeout);
 }
 
 }  // namespace mixtrain

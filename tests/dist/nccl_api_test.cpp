@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "dist/nccl_api.h"
+#include "mixtrain/core/error.h"
+#include "ops/device_wait.h"
 #include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/dist/device_communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
@@ -23,6 +25,7 @@ static_assert(sizeof(UniqueId) == sizeof(ncclUniqueId) && kUniqueIdBytes == NCCL
 static_assert(sizeof(Result) == sizeof(ncclResult_t) && sizeof(DataType) == sizeof(ncclDataType_t) &&
               sizeof(RedOp) == sizeof(ncclRedOp_t) && sizeof(Comm) == sizeof(ncclComm_t));
 static_assert(kSuccess == ncclSuccess && kUint8 == ncclUint8 && kFloat32 == ncclFloat32);
+static_assert(kInProgress == ncclInProgress);
 static_assert(kSum == ncclSum && kMax == ncclMax && kMin == ncclMin);
 static_assert(NCCL_MAJOR == 2, "the declarations are NCCL 2's");
 }  // namespace mixtrain::nccl
@@ -67,6 +70,80 @@ TEST(NcclApi, StatusNamesTheVersionAndLibraryOrWhyNot) {
   EXPECT_NE(s.detail.find("libnccl.so.2)"), std::string::npos) << s.detail;
 }
 
+// A stand-in for NCCL's error query and abort, to check what a waiting host does with their answers.
+struct FakeNccl {
+  static inline nccl::Result query_rc = nccl::kSuccess;
+  static inline nccl::Result async = nccl::kSuccess;
+  static inline int aborts = 0;
+  static nccl::Result get_async_error(nccl::Comm, nccl::Result* out) {
+    *out = async;
+    return query_rc;
+  }
+  static nccl::Result abort(nccl::Comm) {
+    ++aborts;
+    return nccl::kSuccess;
+  }
+  static const char* error_string(nccl::Result r) { return r == 6 ? "remote process exited or there was a network error" : "some error"; }
+  static nccl::Api api() {
+    nccl::Api a;
+    a.comm_get_async_error = &get_async_error;
+    a.comm_abort = &abort;
+    a.error_string = &error_string;
+    query_rc = nccl::kSuccess;
+    async = nccl::kSuccess;
+    aborts = 0;
+    return a;
+  }
+};
+
+TEST(NcclApi, AWaitGoesOnWhileNcclReportsNoErrorAndStaysWithinTheTimeout) {
+  const nccl::Api api = FakeNccl::api();
+  EXPECT_EQ(nccl::check_progress(api, nullptr, 10.0, 600.0), "");
+  FakeNccl::async = nccl::kInProgress;  // a nonblocking communicator's call still running: not an error
+  EXPECT_EQ(nccl::check_progress(api, nullptr, 10.0, 600.0), "");
+  FakeNccl::async = nccl::kSuccess;
+  EXPECT_EQ(nccl::check_progress(api, nullptr, 1e6, 0.0), "") << "0: no limit";
+  EXPECT_EQ(FakeNccl::aborts, 0);
+}
+
+TEST(NcclApi, AnAsynchronousErrorOrATimeoutAbortsTheCommunicatorAndSaysWhy) {
+  const nccl::Api api = FakeNccl::api();
+  FakeNccl::async = 6;  // ncclRemoteError: a peer's connection was lost
+  std::string why = nccl::check_progress(api, nullptr, 0.5, 600.0);
+  EXPECT_NE(why.find("asynchronous error: remote process exited"), std::string::npos) << why;
+  EXPECT_EQ(FakeNccl::aborts, 1);
+
+  FakeNccl::async = nccl::kSuccess;
+  why = nccl::check_progress(api, nullptr, 30.5, 30.0);
+  EXPECT_NE(why.find("did not finish within 30 s (MIXTRAIN_NCCL_TIMEOUT)"), std::string::npos) << why;
+  EXPECT_EQ(FakeNccl::aborts, 2);
+
+  FakeNccl::query_rc = 3;  // the query itself failed (ncclInternalError)
+  why = nccl::check_progress(api, nullptr, 0.0, 600.0);
+  EXPECT_NE(why.find("ncclCommGetAsyncError failed: some error"), std::string::npos) << why;
+  EXPECT_EQ(FakeNccl::aborts, 3);
+}
+
+TEST(NcclApi, TheTimeoutIsReadFromTheEnvironmentAndAMalformedOneIsRefused) {
+  ::unsetenv("MIXTRAIN_NCCL_TIMEOUT");
+  EXPECT_EQ(nccl::timeout_seconds(), 600.0);
+  ::setenv("MIXTRAIN_NCCL_TIMEOUT", "45.5", 1);
+  EXPECT_EQ(nccl::timeout_seconds(), 45.5);
+  ::setenv("MIXTRAIN_NCCL_TIMEOUT", "0", 1);
+  EXPECT_EQ(nccl::timeout_seconds(), 0.0);
+  for (const char* bad : {"ten", "10s", "-1", "inf"}) {
+    ::setenv("MIXTRAIN_NCCL_TIMEOUT", bad, 1);
+    try {
+      (void)nccl::timeout_seconds();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("MIXTRAIN_NCCL_TIMEOUT");
+}
+
 bool gpu_required() {
   const char* v = std::getenv("MIXTRAIN_REQUIRE_GPU");
   return v != nullptr && std::strcmp(v, "1") == 0;
@@ -84,8 +161,9 @@ TEST(NcclCollectives, OneRankReducesAndBroadcastsOnTheGpu) {
   }
   const Device gpu = Device::cuda(0);
   std::string why;
-  const std::unique_ptr<Communicator> comm = device_communicator(world_communicator(), gpu, &why);
+  std::unique_ptr<Communicator> comm = device_communicator(world_communicator(), gpu, &why);
   ASSERT_NE(comm, nullptr) << why;
+  EXPECT_TRUE(ops::device_waits_watched()) << "NCCL's errors are polled while the communicator lives";
   EXPECT_EQ(comm->backend(), world_communicator().backend() + "+nccl");
   ASSERT_TRUE(comm->moves_memory_of(gpu));
 
@@ -107,6 +185,8 @@ TEST(NcclCollectives, OneRankReducesAndBroadcastsOnTheGpu) {
   for (float v : values) half.push_back(0.5f * v);
   EXPECT_EQ(on_host(grads[0]), Tensor::from_floats({5}, half, DType::kFloat16).to_floats());
   EXPECT_EQ(comm->stats().calls, 4);
+  comm.reset();
+  EXPECT_FALSE(ops::device_waits_watched());
 }
 
 }  // namespace

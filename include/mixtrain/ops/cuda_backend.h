@@ -4,6 +4,7 @@
 // build without it, every op runs on the CPU as before and a cuda tensor is a clear error.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,14 @@ struct CudaBackendStatus {
 // Installs the backend once (later calls return the first call's status). Never throws: a missing driver or
 // GPU is reported in detail.
 CudaBackendStatus load_cuda_backend();
+
+// A check for the host to make while it waits for a GPU, for work queued there that may never finish: a device
+// communicator's collectives when a peer process has died. Called every few milliseconds of a wait with the seconds
+// waited so far; it throws (an Error) to end the wait. Only while a watch is registered do the CUDA backend's
+// waits poll the device instead of blocking in the driver.
+using DeviceWaitWatch = std::function<void(double waited_seconds)>;
+// Registers a watch; the id returned removes it.
+int add_device_wait_watch(DeviceWaitWatch watch);
+void remove_device_wait_watch(int id);
 
 }  // namespace mixtrain::ops

@@ -55,6 +55,7 @@ class CudaSegments final : public SegmentSource {
   }
   void release(void* segment) override {
     (void)cudaSetDevice(device_index_);
+    await_queued_work();  // cudaFree waits for the device
     (void)cudaFree(segment);
   }
 

@@ -217,6 +217,8 @@ void check_label_errors(int device) {
     record = g_label_errors[device];
   }
   LabelError seen{};
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  await_queued_work();
   check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (seen.row == kNoBadRow) return;
   const LabelError none{kNoBadRow, 0, 0, 0};

@@ -71,6 +71,7 @@ int64_t count_on_device(const Device& device, const Launch& launch) {
   check_cuda(cudaMemsetAsync(count, 0, sizeof *count), "cudaMemsetAsync");
   launch(count);
   unsigned long long host = 0;
+  await_queued_work();
   check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
   return static_cast<int64_t>(host);
 }
