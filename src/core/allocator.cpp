@@ -135,6 +135,7 @@ MemoryStats memory_stats() {
                 g_count.load(std::memory_order_relaxed), 0};
   std::lock_guard<std::mutex> lock(g_cache_mu);
   s.cached_bytes = static_cast<int64_t>(g_cached_bytes);
+  s.reserved_bytes = s.live_bytes + s.cached_bytes;
   return s;
 }
 

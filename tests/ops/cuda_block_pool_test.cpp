@@ -126,6 +126,27 @@ TEST(BlockPool, ASplitBlockMergesWithBothNeighboursWhenTheyAreFree) {
   EXPECT_EQ(pool.stats().reserves, 1u);
 }
 
+TEST(BlockPool, RequestsUpToTenMiBShareTwentyMiBSegmentsAndSmallOnesKeepToTheirOwn) {
+  HostSegments source(256 * kMiB);
+  BlockPool pool(source);
+  std::vector<void*> medium;
+  for (int i = 0; i < 6; ++i) medium.push_back(pool.allocate(3 * kMiB));  // 18 MiB
+  EXPECT_EQ(source.held_segments(), 1u);
+  EXPECT_EQ(source.held_bytes(), BlockPool::kMediumSegment);
+  // The 2 MiB left there is free, but a small request takes a small segment: small blocks stay out of the
+  // segments large tensors come and go in, where they would keep a whole segment from going back.
+  void* small = pool.allocate(4096);
+  EXPECT_EQ(source.held_bytes(), BlockPool::kMediumSegment + BlockPool::kSmallSegment);
+  void* twelve = pool.allocate(12 * kMiB);
+  EXPECT_EQ(source.held_bytes(), BlockPool::kMediumSegment + BlockPool::kSmallSegment + 12 * kMiB)
+      << "over 10 MiB: a segment of its own size, rounded to 2 MiB";
+  EXPECT_EQ(pool.check(), "");
+  for (void* p : medium) ASSERT_TRUE(pool.free(p));
+  ASSERT_TRUE(pool.free(small));
+  ASSERT_TRUE(pool.free(twelve));
+  EXPECT_EQ(pool.release_free_segments(), BlockPool::kMediumSegment + BlockPool::kSmallSegment + 12 * kMiB);
+}
+
 TEST(BlockPool, ARestTooSmallToServeItsPoolStaysWithTheBlock) {
   HostSegments source(64 * kMiB);
   BlockPool pool(source);
@@ -137,6 +158,16 @@ TEST(BlockPool, ARestTooSmallToServeItsPoolStaysWithTheBlock) {
   EXPECT_EQ(pool.stats().allocated_bytes, 12 * kMiB);
   EXPECT_EQ(pool.check(), "");
   ASSERT_TRUE(pool.free(q));
+  // One granule more left over and the rest can serve a large request: it is split off.
+  void* r = pool.allocate(11 * kMiB - 512);
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(pool.block_size(r), 11 * kMiB - 512);
+  void* rest = pool.allocate(kMiB + 512);
+  EXPECT_EQ(static_cast<char*>(rest), static_cast<char*>(p) + 11 * kMiB - 512);
+  EXPECT_EQ(source.held_segments(), 1u);
+  EXPECT_EQ(pool.check(), "");
+  ASSERT_TRUE(pool.free(r));
+  ASSERT_TRUE(pool.free(rest));
 }
 
 TEST(BlockPool, WhenTheDeviceIsFullTheFreeSegmentsGoBackAndTheRequestIsTriedAgain) {

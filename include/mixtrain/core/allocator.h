@@ -16,7 +16,10 @@ struct MemoryStats {
   int64_t live_bytes = 0;  // bytes held by tensors now
   int64_t peak_bytes = 0;  // most bytes held at once since the last reset_peak_memory()
   int64_t allocations = 0;
-  int64_t cached_bytes = 0;  // freed large blocks kept for reuse (not tensor memory)
+  int64_t cached_bytes = 0;  // held for reuse, not by tensors: freed blocks (and on a GPU, segments' unused rest)
+  // Held from the system, tensors and cache together: the CPU's live + cached bytes; a GPU's cudaMalloc'd segments
+  // (what nvidia-smi shows of this process, less the CUDA context and cuBLASLt's workspace).
+  int64_t reserved_bytes = 0;
 };
 
 // The CPU allocator's entry points (what the CPU's DeviceAllocator calls).

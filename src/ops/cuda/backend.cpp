@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cassert>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,7 +50,11 @@ class CudaSegments final : public SegmentSource {
   void* reserve(size_t bytes) override {
     check_cuda(cudaSetDevice(device_index_), "cudaSetDevice");
     void* p = nullptr;
-    if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaSuccess) return p;
+    // Out of memory is the pool's to handle (it returns free segments and asks again); anything else (a kernel's
+    // fault the context keeps) is an error here, not a reason to empty the cache.
+    if (err != cudaErrorMemoryAllocation) check_cuda(err, "cudaMalloc");
     (void)cudaGetLastError();  // else the next launch check reports this out-of-memory, which the pool may recover
     return nullptr;
   }
@@ -88,7 +93,10 @@ class CudaAllocator final : public DeviceAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     PerDevice& d = device(device_index);
     d.stats.live_bytes -= static_cast<int64_t>(bytes);
-    if (ptr != nullptr) d.pool.free(ptr);
+    if (ptr == nullptr) return;
+    const bool freed = d.pool.free(ptr);
+    assert(freed && "a GPU block freed twice or on another device");
+    (void)freed;
   }
 
   MemoryStats stats(int device_index) const override {
@@ -98,6 +106,7 @@ class CudaAllocator final : public DeviceAllocator {
     MemoryStats s = it->second->stats;
     const BlockPoolStats& pool = it->second->pool.stats();
     s.cached_bytes = static_cast<int64_t>(pool.reserved_bytes - pool.allocated_bytes);
+    s.reserved_bytes = static_cast<int64_t>(pool.reserved_bytes);
     return s;
   }
 

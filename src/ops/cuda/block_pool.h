@@ -7,7 +7,8 @@
 // 1 MiB share 2 MiB segments, requests up to 10 MiB share 20 MiB segments, larger ones get a segment of their
 // size rounded up to 2 MiB; a free block serves the smallest request it fits (best fit) and its rest stays free
 // when it is big enough to serve another; a freed block merges with free neighbours in its segment; when the
-// device has no memory left, the segments with nothing in use are returned and the request tried once more.
+// device has no memory left, the segments with nothing in use are returned and the request tried once more (a
+// segment with one block in use stays, and no size is too big to split: PyTorch's defaults too).
 // Blocks are reused in the order the one stream runs its kernels, so a block freed by a kernel still queued is
 // only written by kernels queued after it.
 //
@@ -17,6 +18,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -66,20 +69,28 @@ class BlockPool {
     const size_t size = round_up(bytes, kGranule);
     const bool small = size <= kSmallRequest;
     std::set<Block*, BySize>& pool = small ? small_free_ : large_free_;
+    // Host memory for the block records is taken first, so that a failure leaves the pool as it was.
+    auto fresh = std::make_unique<Block>(Block{nullptr, 0, small});
+    auto rest_block = std::make_unique<Block>(Block{nullptr, 0, small});
+    in_use_.reserve(in_use_.size() + 1);
     Block* b = take_best_fit(pool, size);
     if (b == nullptr) {
       const size_t segment = segment_size(size);
       void* p = reserve(segment);
       if (p == nullptr && release_free_segments() > 0) p = reserve(segment);
       if (p == nullptr) return nullptr;
-      b = new Block{static_cast<char*>(p), segment, small};
+      b = fresh.release();
+      b->ptr = static_cast<char*>(p);
+      b->size = segment;
       stats_.reserved_bytes += segment;
       ++stats_.segments;
     }
     // Keep the rest free when it can serve a request of this pool on its own.
     const size_t rest = b->size - size;
     if (rest >= (small ? kGranule : kSmallRequest + 1)) {
-      Block* tail = new Block{b->ptr + size, rest, small};
+      Block* tail = rest_block.release();
+      tail->ptr = b->ptr + size;
+      tail->size = rest;
       tail->prev = b;
       tail->next = b->next;
       if (b->next) b->next->prev = tail;
@@ -167,6 +178,11 @@ class BlockPool {
       if (b->in_use && in_use_.count(b->ptr) == 0) return "a block in use missing from the map";
     }
     if (free_blocks != small_free_.size() + large_free_.size()) return "a pool holds a block that is not free";
+    if (all_blocks().size() - free_blocks != in_use_.size()) return "the map holds a block that is not in use";
+    for (const Block* b : small_free_)
+      if (!b->small || b->size > kSmallSegment) return "a large block in the small pool";
+    for (const Block* b : large_free_)
+      if (b->small) return "a small block in the large pool";
     if (reserved != stats_.reserved_bytes) return "reserved bytes miscounted";
     if (allocated != stats_.allocated_bytes) return "allocated bytes miscounted";
     if (segments != stats_.segments) return "segments miscounted";
@@ -184,7 +200,7 @@ class BlockPool {
   };
   struct BySize {
     bool operator()(const Block* a, const Block* b) const {
-      return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
+      return a->size != b->size ? a->size < b->size : std::less<const char*>()(a->ptr, b->ptr);
     }
   };
   static constexpr size_t kMaxRequest = SIZE_MAX / 4;
