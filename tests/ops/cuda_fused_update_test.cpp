@@ -17,6 +17,7 @@
 #include "cuda_test_util.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/fused_update.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/parameter_arena.h"
@@ -134,6 +135,56 @@ TEST(CudaBackend, FusedUpdateOnAGpuArenaGivesTheCpuBits) {
       }
     }
   }
+}
+
+// One SGD group of four float32 values on `device`, and a step whose window of 2 rates starts at iteration 0.
+std::vector<FusedUpdateGroup> four_values(const Device& device) {
+  FusedUpdateGroup g;
+  g.values = to_device(Tensor::from_floats({4}, {1, 2, 3, 4}), device);
+  g.grads = to_device(Tensor::from_floats({4}, {0.5f, 0.5f, 0.5f, 0.5f}), device);
+  g.runs = to_device(Tensor::from_int64s({1, 3}, {0, 4, 0}), device);
+  g.run_count = 1;
+  return {g};
+}
+FusedUpdateStep window_of_two() {
+  FusedUpdateStep step;
+  step.rule.kind = UpdateKind::kSgd;
+  step.window = 2;
+  step.rates[0].learning_rate = step.rates[1].learning_rate = 0.1f;
+  return step;
+}
+constexpr const char* kOutsideTheWindow = "fused_update: the counter holds 5 iterations, outside the 2 rates from 0";
+
+// A counter outside the window of rates (the host never passes one, so this is a defect's symptom): the CPU
+// refuses it at once and changes nothing.
+TEST(FusedUpdate, ACounterOutsideTheRateWindowIsRefused) {
+  std::vector<FusedUpdateGroup> groups = four_values(Device::cpu());
+  Tensor iterations = Tensor::from_int64s({1}, {5});
+  try {
+    fused_update(groups, window_of_two(), nullptr, iterations);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(kOutsideTheWindow), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(groups[0].values.to_floats(), (std::vector<float>{1, 2, 3, 4}));
+}
+
+// On a GPU the kernel cannot throw: it changes nothing and leaves the finding in the device's record, which the
+// host's next read raises with the CPU's message. The context goes on working (a trap would have ended it): the
+// read after that one succeeds.
+TEST(CudaBackend, ACounterOutsideTheRateWindowIsRaisedAtTheNextReadAndUpdatesNothing) {
+  REQUIRE_CUDA_BACKEND();
+  std::vector<FusedUpdateGroup> groups = four_values(kGpu);
+  Tensor iterations = to_device(Tensor::from_int64s({1}, {5}), kGpu);
+  fused_update(groups, window_of_two(), nullptr, iterations);  // queued: nothing is read back
+  try {
+    (void)to_device(groups[0].values, Device::cpu());
+    FAIL() << "the read did not raise the finding";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(kOutsideTheWindow), std::string::npos) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+  }
+  EXPECT_EQ(to_device(groups[0].values, Device::cpu()).to_floats(), (std::vector<float>{1, 2, 3, 4}));
 }
 
 }  // namespace

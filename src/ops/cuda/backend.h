@@ -70,7 +70,27 @@ void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, b
 void check_label_errors(int device);
 // The ops that index by device labels or ids, named in their errors: classes for the losses, the table's rows
 // (input_dim) for the embedding.
-enum class LabelOp : int { kCrossentropy = 0, kAccuracy = 1, kEmbedding = 2, kEmbeddingBackward = 3 };
+// kFusedUpdateCounter: not a label but the same kind of finding, kept in the same record and raised the same way:
+// the fused update met an iteration counter outside its window of rates (row: the window's first iteration,
+// label: the counter, classes: the window's length).
+enum class LabelOp : int {
+  kCrossentropy = 0,
+  kAccuracy = 1,
+  kEmbedding = 2,
+  kEmbeddingBackward = 3,
+  kFusedUpdateCounter = 4
+};
+// A device's record of the first such finding since the host last read it (row kNoFinding: none). Kernels that
+// find something write it directly when they are the only writer in their launch.
+inline constexpr unsigned long long kNoFinding = ~0ull;
+struct LabelError {
+  unsigned long long row;
+  long long label;
+  long long classes;
+  int op;  // LabelOp
+};
+// The record of a GPU (device memory), made on first use.
+LabelError* label_error_record(int device);
 // Queues the keeping of a kernel's finding in the device's label-error record (unless an earlier error is still
 // unread): *bad_row (device memory) is the first row (the first position, for an embedding's ids) whose label lies
 // outside [0, classes), or all ones for none. Reads nothing back.

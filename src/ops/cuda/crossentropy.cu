@@ -27,8 +27,6 @@ namespace {
 
 using shared::load_as_float;
 
-constexpr unsigned long long kNoBadRow = ~0ull;
-
 // What a row kernel reads: predictions x (rows, n) and either labels (rows,) or dense targets (rows, n).
 struct RowArgs {
   const void* x;
@@ -154,18 +152,12 @@ RowArgs row_args(const Tensor& x, const Tensor& target, bool sparse, bool from_l
 
 namespace {
 
-// The first label error found on a device since the host last checked (row kNoBadRow: none).
-struct LabelError {
-  unsigned long long row;
-  long long label;
-  long long classes;
-  int op;  // LabelOp
-};
-
 constexpr int kMaxDevices = 64;
 // Per device: the record, allocated on its first cross-entropy and never freed (static destruction may still check).
 LabelError* g_label_errors[kMaxDevices] = {};
 std::mutex g_label_errors_mutex;
+
+}  // namespace
 
 LabelError* label_error_record(int device) {
   MIXTRAIN_CHECK(device >= 0 && device < kMaxDevices, "label check: GPU index " << device << " is out of range");
@@ -173,18 +165,20 @@ LabelError* label_error_record(int device) {
   if (g_label_errors[device] == nullptr) {
     void* p = nullptr;
     check_cuda(cudaMalloc(&p, sizeof(LabelError)), "cudaMalloc");
-    const LabelError none{kNoBadRow, 0, 0, 0};
+    const LabelError none{kNoFinding, 0, 0, 0};
     check_cuda(cudaMemcpy(p, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
     g_label_errors[device] = static_cast<LabelError*>(p);
   }
   return g_label_errors[device];
 }
 
+namespace {
+
 // Keeps this loss's first bad row in the device's record unless an earlier error is still unread.
 __global__ void record_label_error_kernel(const unsigned long long* bad_row, const void* labels, bool labels64,
                                           long long classes, int op, LabelError* record) {
   const unsigned long long row = *bad_row;
-  if (row == kNoBadRow || record->row != kNoBadRow) return;
+  if (row == kNoFinding || record->row != kNoFinding) return;
   record->row = row;
   record->label = labels64 ? static_cast<const int64_t*>(labels)[row] : static_cast<const int32_t*>(labels)[row];
   record->classes = classes;
@@ -196,6 +190,7 @@ const char* label_op_name(int op) {
     case LabelOp::kAccuracy: return "accuracy";
     case LabelOp::kEmbedding: return "embedding";
     case LabelOp::kEmbeddingBackward: return "embedding_backward";
+    case LabelOp::kFusedUpdateCounter: return "fused_update";
     default: return "crossentropy";
   }
 }
@@ -220,9 +215,15 @@ void check_label_errors(int device) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   await_queued_work();
   check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  if (seen.row == kNoBadRow) return;
-  const LabelError none{kNoBadRow, 0, 0, 0};
+  if (seen.row == kNoFinding) return;
+  const LabelError none{kNoFinding, 0, 0, 0};
   check_cuda(cudaMemcpy(record, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
+  if (seen.op == static_cast<int>(LabelOp::kFusedUpdateCounter))
+    MIXTRAIN_FAIL(kInternal,
+                  "fused_update: the counter holds " << seen.label << " iterations, outside the " << seen.classes
+                                                     << " rates from " << seen.row,
+                  "found on cuda:" + std::to_string(device) +
+                      " by an optimizer update computed before this read; that update changed no weight");
   if (seen.op == static_cast<int>(LabelOp::kEmbedding) || seen.op == static_cast<int>(LabelOp::kEmbeddingBackward))
     kernel::fail_id_out_of_range(label_op_name(seen.op), seen.label, static_cast<int64_t>(seen.row), seen.classes,
                                  "found on cuda:" + std::to_string(device) + " by an embedding computed before this read");

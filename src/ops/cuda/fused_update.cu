@@ -19,10 +19,18 @@ namespace {
 // model's runs are few (one per dtype for Adam, about two per layer for AdamW with exclusions).
 __global__ void fused_update_kernel(shared::UpdateGroupPointers p, const int64_t* runs, int64_t run_count,
                                     FusedUpdateStep step, const float* found_inf, const int64_t* iterations,
-                                    const float* global_norm) {
+                                    const float* global_norm, LabelError* record) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   const int64_t k = *iterations - step.first_iterations;
-  if (k < 0 || k >= step.window) __trap();  // the host's window always covers the counter
+  if (k < 0 || k >= step.window) {
+    // The host's window always covers the counter. Should it not, nothing is updated and the finding waits in the
+    // device's record for the host's next read, which raises it as the CPU's check does; a trap here would end
+    // the CUDA context, every later call failing without saying why. One thread writes: no race.
+    if (blockIdx.x == 0 && threadIdx.x == 0 && record->row == kNoFinding)
+      *record = LabelError{static_cast<unsigned long long>(step.first_iterations), static_cast<long long>(*iterations),
+                           static_cast<long long>(step.window), static_cast<int>(LabelOp::kFusedUpdateCounter)};
+    return;
+  }
   const UpdateRates rates = step.rates[k];
   const shared::AdamCoefficients c{rates.alpha, step.rule.one_minus_beta1, step.rule.one_minus_beta2,
                                    step.rule.epsilon};
@@ -52,12 +60,13 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
   check_cuda(cudaSetDevice(iterations.device().index), "cudaSetDevice");
   const float* flag = found_inf != nullptr ? found_inf->data<float>() : nullptr;
   const float* norm = global_norm != nullptr ? global_norm->data<float>() : nullptr;
+  LabelError* record = label_error_record(iterations.device().index);
   for (FusedUpdateGroup& g : groups) {
     if (g.run_count == 0) continue;
     const shared::UpdateGroupPointers p = shared::update_group_pointers(g);
     // Sized by the whole buffer (the runs' lengths are on the device); the grid-stride loop covers the rest.
     fused_update_kernel<<<device::blocks_for(g.values.numel()), device::kThreads>>>(
-        p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>(), norm);
+        p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>(), norm, record);
     device::launched("fused_update");
   }
   advance_iterations_kernel<<<1, 1>>>(flag, iterations.data<int64_t>(), step.skipped_steps_advance_iterations);
