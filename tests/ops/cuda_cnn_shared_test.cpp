@@ -400,9 +400,8 @@ TEST(CudaSharedMath, ConvPatchesGiveTheCpuKernelsBits) {
         std::vector<float> partial(static_cast<size_t>(blocks * cc.cout)), dbias(static_cast<size_t>(cc.cout));
         for (int64_t b = 0; b < blocks; ++b)
           for (int64_t j = 0; j < cc.cout; ++j)
-            partial[static_cast<size_t>(b * cc.cout + j)] = shared::conv_bias_block_sum(
-                view(dy), cc.cout, j, b * shared::kConvBiasRowsPerBlock,
-                std::min(rows, (b + 1) * shared::kConvBiasRowsPerBlock));
+            partial[static_cast<size_t>(b * cc.cout + j)] = shared::row_block_sum(
+                rows, b, [&](int64_t r) { return view(dy)[r * cc.cout + j]; }, shared::kConvBiasRowsPerBlock);
         for (int64_t j = 0; j < cc.cout; ++j)
           dbias[static_cast<size_t>(j)] =
               shared::ordered_sum(blocks, [&](int64_t b) { return partial[static_cast<size_t>(b * cc.cout + j)]; });
@@ -426,8 +425,8 @@ TEST(CudaSharedMath, ConvBiasGradientAddsInTheCpuKernelsBlocks) {
     std::vector<float> want(static_cast<size_t>(cols));
     for (int64_t j = 0; j < cols; ++j)
       want[static_cast<size_t>(j)] = shared::ordered_sum(blocks, [&](int64_t b) {
-        return shared::conv_bias_block_sum(view(dy), cols, j, b * shared::kConvBiasRowsPerBlock,
-                                           std::min(rows, (b + 1) * shared::kConvBiasRowsPerBlock));
+        return shared::row_block_sum(
+            rows, b, [&](int64_t r) { return view(dy)[r * cols + j]; }, shared::kConvBiasRowsPerBlock);
       });
     EXPECT_TRUE(same_bits(floats(want), conv2d_backward(dy, x, kernel, Conv2dOptions{}, false, true).dbias))
         << dtype_name(dt);

@@ -262,7 +262,9 @@ TEST(Dropout, MaskIsTheHashsKeepDecisionPerIndex) {
     const double n = static_cast<double>(mask.numel()), p = 1.0 - rate;
     // Six standard deviations of a binomial count.
     EXPECT_NEAR(static_cast<double>(kept), n * p, 6.0 * std::sqrt(n * p * (1.0 - p)) + 0.5) << "rate " << rate;
-    if (rate == 0.0f) EXPECT_EQ(kept, mask.numel());
+    if (rate == 0.0f) {
+      EXPECT_EQ(kept, mask.numel());
+    }
   }
   const Tensor a = dropout_mask(shape, 0.5f, 7, Device::cpu()), b = dropout_mask(shape, 0.5f, 7, Device::cpu());
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);

@@ -51,9 +51,11 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed, float scale
 std::vector<Var> make_vars(DType dtype) {
   const std::vector<Shape> shapes = {{7, 3}, {17}, {1}, {9}, {31, 5}, {70001}};
   std::vector<Var> vars;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    vars.emplace_back(random_tensor(shapes[i], dtype, 10 + static_cast<uint32_t>(i), 1.0f), true,
-                      "v" + std::to_string(i));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::string name = "v";  // appended, not "v" + to_string(i): GCC 12 warns (-Wrestrict) wrongly on that
+    name += std::to_string(i);
+    vars.emplace_back(random_tensor(shapes[i], dtype, 10 + static_cast<uint32_t>(i), 1.0f), true, name);
+  }
   return vars;
 }
 

@@ -18,6 +18,7 @@
 #include "../shared/conv_patches.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/conv2d.h"
+#include "column_sums.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -157,35 +158,6 @@ void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, DType 
   }
 }
 
-// Column sums of dy (rows, cols) in float32. Fixed blocks of rows, summed in block order, so the bits do
-// not depend on the thread count.
-void column_sums(const char* dy, DType dtype, int64_t rows, int64_t cols, float* out) {
-  constexpr int64_t kRowsPerBlock = shared::kConvBiasRowsPerBlock;
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  const size_t es = dtype_size(dtype);
-  std::vector<float> partial(static_cast<size_t>(blocks * cols), 0.0f);
-#pragma omp parallel
-  {
-    std::vector<float> buf(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      float* p = partial.data() + b * cols;
-      for (int64_t r = b * kRowsPerBlock; r < std::min(rows, (b + 1) * kRowsPerBlock); ++r) {
-        const char* row = dy + static_cast<size_t>(r * cols) * es;
-        const float* v = reinterpret_cast<const float*>(row);
-        if (dtype != DType::kFloat32) {
-          convert_elements(row, dtype, buf.data(), DType::kFloat32, cols);
-          v = buf.data();
-        }
-        for (int64_t j = 0; j < cols; ++j) p[j] += v[j];
-      }
-    }
-  }
-  std::fill(out, out + cols, 0.0f);
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t j = 0; j < cols; ++j) out[j] += partial[static_cast<size_t>(b * cols + j)];
-}
-
 }  // namespace
 
 void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y) {
@@ -220,7 +192,9 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
   const char* dyp = static_cast<const char*>(dy.raw());
   float* dw = static_cast<float*>(dkernel.raw());
   std::fill(dw, dw + d.k * d.cout, 0.0f);
-  if (dbias.defined()) column_sums(dyp, dt, d.n * d.oh * d.ow, d.cout, static_cast<float*>(dbias.raw()));
+  if (dbias.defined())
+    blocked_column_sums(dyp, dt, d.n * d.oh * d.ow, d.cout, shared::kConvBiasRowsPerBlock,
+                        static_cast<float*>(dbias.raw()));
 
   const bool need_x = dx.defined();
   const int64_t per_chunk = d.identity ? std::max<int64_t>(d.n, 1) : images_per_chunk(d);  // x is col: one GEMM

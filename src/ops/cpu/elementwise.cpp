@@ -10,6 +10,7 @@
 #include "../shared/dropout_keep.h"
 #include "../shared/ordered_sum.h"
 #include "activation_span.h"
+#include "column_sums.h"
 #include "float_lanes.h"
 #include "gelu_math.h"
 
@@ -175,33 +176,8 @@ void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) {
 
 void sum_rows(const Tensor& dy, Tensor& out) {
   const int64_t cols = out.numel();
-  float* o = out.data<float>();
-  std::fill(o, o + cols, 0.0f);
-  if (cols == 0) return;
-  const int64_t rows = dy.numel() / cols;
-  // shared::blocked_row_sum's order: each block of rows through a float32 buffer (vectorised conversion), summed
-  // in float32 in row order into its own partial row; then the blocks' rows added in block order. The blocks run in
-  // parallel and the bits do not depend on the thread count.
-  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(dy.dtype());
-  const auto sum_block = [&](int64_t b, float* into) {
-    std::vector<float> row(static_cast<size_t>(cols));
-    const int64_t r0 = b * shared::kSumRowsRowsPerBlock, r1 = std::min(r0 + shared::kSumRowsRowsPerBlock, rows);
-    for (int64_t i = r0; i < r1; ++i) {
-      convert_elements(static_cast<const char*>(dy.raw()) + i * row_bytes, dy.dtype(), row.data(), DType::kFloat32,
-                       cols);
-      for (int64_t j = 0; j < cols; ++j) into[j] += row[j];
-    }
-  };
-  const int64_t blocks = shared::sum_rows_blocks(rows);
-  if (blocks <= 1) {  // one block: its sum is the result
-    if (blocks == 1) sum_block(0, o);
-    return;
-  }
-  std::vector<float> partial(static_cast<size_t>(blocks * cols), 0.0f);
-#pragma omp parallel for if (rows * cols >= kParallelMin) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) sum_block(b, partial.data() + b * cols);
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t j = 0; j < cols; ++j) o[j] += partial[static_cast<size_t>(b * cols + j)];
+  blocked_column_sums(dy.raw(), dy.dtype(), cols == 0 ? 0 : dy.numel() / cols, cols, shared::kSumRowsRowsPerBlock,
+                      out.data<float>());
 }
 
 void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {

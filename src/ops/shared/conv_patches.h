@@ -9,7 +9,7 @@
 // dx's dtype. The CPU adds runs of a patch row into an image row in that same order (its vectorised scatter is
 // faster than this per-element gather, so it keeps its own loop: the bits are the same).
 // dbias sums dy's rows through fixed blocks of kConvBiasRowsPerBlock rows: each block from +0 in row order, then
-// the blocks' sums from +0 in block order.
+// the blocks' sums from +0 in block order (ordered_sum.h's blocked_row_sum with this block size).
 #pragma once
 
 #include <cstdint>
@@ -56,14 +56,6 @@ MIXTRAIN_HOST_DEVICE inline float col2im_value(const DCol& dcol, const Window2d&
     }
   }
   return acc;
-}
-
-// Column j's sum over rows [r0, r1) of a (rows, cols) matrix read as float32 through m[i]: one block's partial sum.
-template <typename M>
-MIXTRAIN_HOST_DEVICE inline float conv_bias_block_sum(const M& m, int64_t cols, int64_t j, int64_t r0, int64_t r1) {
-  float s = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) s = add_rn(s, m[r * cols + j]);
-  return s;
 }
 
 }  // namespace mixtrain::ops::shared
