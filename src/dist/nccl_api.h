@@ -5,7 +5,12 @@
 // values against nccl.h where that header is installed.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace mixtrain::nccl {
 
@@ -48,14 +53,47 @@ struct Api {
 // *library (when given) is the name or path it was opened by, *version its NCCL_VERSION_CODE.
 const Api* load(std::string* why, std::string* library = nullptr, int* version = nullptr);
 
-// What a host waiting for the GPU finds about the collectives queued on comm, having waited waited_seconds: "" to
-// go on waiting; else why they will not finish (an asynchronous error NCCL reports, such as a peer's connection
-// lost, or a wait longer than timeout_seconds; 0: no limit), after aborting comm so that its kernels end and the
-// wait returns. comm is unusable after that.
+// What the watchdog finds about the collectives queued on comm while the host has waited waited_seconds for the
+// GPU: "" when nothing is wrong; else why they will not finish (an asynchronous error NCCL reports, such as a peer's
+// connection lost, or a wait longer than timeout_seconds; 0: no limit), after aborting comm so that its kernels end
+// and the wait returns. comm is unusable after that.
 std::string check_progress(const Api& api, Comm comm, double waited_seconds, double timeout_seconds);
 
 // The longest a host wait may last while NCCL collectives are queued: MIXTRAIN_NCCL_TIMEOUT in seconds (0: no
 // limit), 600 when unset (a wait covers at most a logging interval's steps). Error (kInvalidInput) when malformed.
 double timeout_seconds();
+
+// Watches one communicator from a thread of its own while it lives: every `period` it asks check_progress, with the
+// host's current wait for the GPU (ops::device_wait_seconds), so that a dead peer or a wait past the timeout aborts
+// comm even while the host is blocked in the driver (a full launch queue included); the host's next wait then
+// fails with the reason (an ops device wait check), as do later collectives (usable()).
+class Watchdog {
+ public:
+  Watchdog(const Api& api, Comm comm, std::string where, double timeout_seconds,
+           std::chrono::milliseconds period = std::chrono::milliseconds(50));
+  // Stops the thread and removes the check (comm stays the owner's: destroyed by it unless aborted()).
+  ~Watchdog();
+  // Stops the thread (once; the check stays until destruction): after it, aborted() no longer changes, so the owner
+  // may destroy comm when it is false.
+  void stop();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  bool aborted() const;
+  std::string reason() const;  // why comm was aborted; empty while it works
+  // Error (kInternal) with the reason once comm was aborted.
+  void usable() const;
+
+ private:
+  struct State;
+  void run(const Api& api, Comm comm, double timeout_seconds, std::chrono::milliseconds period);
+
+  std::shared_ptr<State> state_;  // shared with the device wait check, which may run after this is gone
+  int check_ = 0;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 }  // namespace mixtrain::nccl

@@ -127,37 +127,27 @@ nccl::RedOp nccl_op(ReduceOp op) {
   return nccl::kSum;
 }
 
-// The collectives of one NCCL communicator. While it lives, the host's waits for the GPU poll NCCL for errors
-// (ops::add_device_wait_watch): a rank whose peer died fails with NCCL's reason, or after MIXTRAIN_NCCL_TIMEOUT,
-// instead of waiting forever on a collective that cannot finish.
+// The collectives of one NCCL communicator, watched while it lives (nccl::Watchdog): a rank whose peer died fails
+// with NCCL's reason, or after MIXTRAIN_NCCL_TIMEOUT, instead of waiting forever on a collective that cannot finish.
 class NcclCollectives final : public DeviceCollectives {
  public:
   NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device, double timeout_seconds)
-      : api_(api), comm_(comm), device_(device) {
-    watch_ = ops::add_device_wait_watch([this, timeout_seconds](double waited) {
-      if (!aborted_.empty()) return;  // its kernels have ended; the wait finishes by itself
-      const std::string why = nccl::check_progress(api_, comm_, waited, timeout_seconds);
-      if (why.empty()) return;
-      aborted_ = why;
-      MIXTRAIN_FAIL(kInternal, why << " (" << device_.str() << "; the communicator is aborted)",
-                    "look at the other ranks' output for the first failure; NCCL_DEBUG=WARN makes NCCL say more");
-    });
-  }
+      : api_(api), comm_(comm), device_(device), watchdog_(api, comm, device.str(), timeout_seconds) {}
   ~NcclCollectives() override {
-    ops::remove_device_wait_watch(watch_);
-    if (aborted_.empty()) api_.comm_destroy(comm_);  // an aborted communicator is already freed
+    watchdog_.stop();                                        // no abort can come after this
+    if (!watchdog_.aborted()) api_.comm_destroy(comm_);  // an aborted communicator is already freed
   }
   std::string name() const override { return "nccl"; }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
-    usable();
+    watchdog_.usable();
     ops::make_current(device_);
     check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
                           nccl::kDefaultStream),
           "ncclAllReduce");
   }
   void broadcast(Tensor& t, int root) override {
-    usable();
+    watchdog_.usable();
     ops::make_current(device_);
     check(api_.broadcast(t.raw(), t.raw(), t.nbytes(), nccl::kUint8, root, comm_, nccl::kDefaultStream),
           "ncclBroadcast");
@@ -170,17 +160,10 @@ class NcclCollectives final : public DeviceCollectives {
                     "NCCL_DEBUG=WARN in the environment makes NCCL say more");
   }
 
-  void usable() const {
-    if (!aborted_.empty())
-      MIXTRAIN_FAIL(kInternal, "NCCL on " << device_.str() << " was aborted earlier: " << aborted_,
-                    "a data-parallel run cannot go on after a rank failed; restart it from its last checkpoint");
-  }
-
   const nccl::Api& api_;
   nccl::Comm comm_;
   Device device_;
-  int watch_ = 0;
-  std::string aborted_;  // why the communicator was aborted; empty while it works
+  nccl::Watchdog watchdog_;
 };
 
 // Whether every rank got here without a reason to stop: the ranks must agree, since one that skipped NCCL's start

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <thread>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -14,56 +14,92 @@ namespace mixtrain::ops {
 
 namespace {
 
-struct Watches {
+using Clock = std::chrono::steady_clock;
+
+struct Registry {
   std::mutex mu;
-  std::vector<std::pair<int, DeviceWaitWatch>> list;
+  std::vector<std::pair<int, DeviceWaitCheck>> checks;
   int next_id = 1;
   std::atomic<int> count{0};
+  std::multiset<Clock::time_point> waits;  // when each wait under way began
 };
 
-Watches& watches() {
-  static Watches* w = new Watches();  // never destroyed: a wait during static destruction still finds it
-  return *w;
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: a wait during static destruction still finds it
+  return *r;
 }
+
+void run_checks() {
+  std::vector<DeviceWaitCheck> now;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);  // copied, so a check may add or remove checks
+    for (const auto& e : r.checks) now.push_back(e.second);
+  }
+  for (const DeviceWaitCheck& check : now) check();
+}
+
+// Publishes a wait for its scope.
+class PublishedWait {
+ public:
+  PublishedWait() {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    it_ = r.waits.insert(Clock::now());
+  }
+  ~PublishedWait() {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.waits.erase(it_);
+  }
+  PublishedWait(const PublishedWait&) = delete;
+  PublishedWait& operator=(const PublishedWait&) = delete;
+
+ private:
+  std::multiset<Clock::time_point>::iterator it_;
+};
 
 }  // namespace
 
-int add_device_wait_watch(DeviceWaitWatch watch) {
-  Watches& w = watches();
-  std::lock_guard<std::mutex> lock(w.mu);
-  const int id = w.next_id++;
-  w.list.emplace_back(id, std::move(watch));
-  w.count.store(static_cast<int>(w.list.size()));
+int add_device_wait_check(DeviceWaitCheck check) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const int id = r.next_id++;
+  r.checks.emplace_back(id, std::move(check));
+  r.count.store(static_cast<int>(r.checks.size()));
   return id;
 }
 
-void remove_device_wait_watch(int id) {
-  Watches& w = watches();
-  std::lock_guard<std::mutex> lock(w.mu);
-  w.list.erase(std::remove_if(w.list.begin(), w.list.end(), [id](const auto& e) { return e.first == id; }),
-               w.list.end());
-  w.count.store(static_cast<int>(w.list.size()));
+void remove_device_wait_check(int id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.checks.erase(std::remove_if(r.checks.begin(), r.checks.end(), [id](const auto& e) { return e.first == id; }),
+                 r.checks.end());
+  r.count.store(static_cast<int>(r.checks.size()));
 }
 
-bool device_waits_watched() { return watches().count.load() > 0; }
+double device_wait_seconds() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.waits.empty()) return 0.0;
+  return std::chrono::duration<double>(Clock::now() - *r.waits.begin()).count();
+}
 
-void wait_watched(const std::function<bool()>& done) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
-  // Most waits end within a step's time: poll often at first, then every 2 ms so a long wait costs no CPU.
-  std::chrono::microseconds pause(5);
-  while (!done()) {
-    std::vector<DeviceWaitWatch> now;
-    {
-      Watches& w = watches();
-      std::lock_guard<std::mutex> lock(w.mu);  // copied, so a watch may add or remove watches
-      for (const auto& e : w.list) now.push_back(e.second);
-    }
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    for (const DeviceWaitWatch& watch : now) watch(waited);
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+bool device_waits_checked() { return registry().count.load() > 0; }
+
+void checked_wait(const std::function<void()>& blocking) {
+  if (!device_waits_checked()) {
+    blocking();
+    return;
   }
+  try {
+    PublishedWait published;
+    blocking();
+  } catch (...) {
+    run_checks();
+    throw;
+  }
+  run_checks();
 }
 
 }  // namespace mixtrain::ops

@@ -1,18 +1,18 @@
-// The host's waits for a GPU while device wait watches are registered (ops/cuda_backend.h): instead of blocking in
-// the driver until the queued work is done, which never happens when a collective's peer has died, the wait polls
-// and runs the watches between polls. Plain C++: tested on every machine (tests/ops/device_wait_test.cpp); the
-// CUDA backend supplies the poll (cudaStreamQuery).
+// The host's waits for a GPU while device wait checks are registered (ops/cuda_backend.h): each wait is published
+// (when it began, for device_wait_seconds) while it blocks, and the checks run when it returns. Plain C++: tested
+// on every machine (tests/ops/device_wait_test.cpp); the CUDA backend wraps its blocking calls in checked_wait.
 #pragma once
 
 #include <functional>
 
 namespace mixtrain::ops {
 
-// Whether any watch is registered (else a wait may block in the driver as it always did).
-bool device_waits_watched();
+// Whether any check is registered.
+bool device_waits_checked();
 
-// Returns once done() says true. Between polls (at first every few microseconds, then backing off to every 2 ms)
-// it calls every watch with the seconds waited so far; an exception from done() or a watch ends the wait.
-void wait_watched(const std::function<bool()>& done);
+// Runs blocking(), a call that returns when work queued on a GPU is done, as a published wait, then every check.
+// Without a registered check it only runs blocking(). When blocking() throws, the checks run first: the reason the
+// queued work was cut short outranks the error that caused.
+void checked_wait(const std::function<void()>& blocking);
 
 }  // namespace mixtrain::ops

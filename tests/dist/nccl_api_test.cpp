@@ -3,8 +3,12 @@
 // GPU (scripts/gpu-check.sh runs this with MIXTRAIN_REQUIRE_GPU=1), one rank's device collectives over NCCL.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +29,12 @@ static_assert(sizeof(UniqueId) == sizeof(ncclUniqueId) && kUniqueIdBytes == NCCL
 static_assert(sizeof(Result) == sizeof(ncclResult_t) && sizeof(DataType) == sizeof(ncclDataType_t) &&
               sizeof(RedOp) == sizeof(ncclRedOp_t) && sizeof(Comm) == sizeof(ncclComm_t));
 static_assert(kSuccess == ncclSuccess && kUint8 == ncclUint8 && kFloat32 == ncclFloat32);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)  // ncclInProgress came with nonblocking communicators
 static_assert(kInProgress == ncclInProgress);
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+static_assert(ncclRemoteError == 6, "the stand-in below reports 6 as NCCL's remote error");
+#endif
 static_assert(kSum == ncclSum && kMax == ncclMax && kMin == ncclMin);
 static_assert(NCCL_MAJOR == 2, "the declarations are NCCL 2's");
 }  // namespace mixtrain::nccl
@@ -72,9 +81,9 @@ TEST(NcclApi, StatusNamesTheVersionAndLibraryOrWhyNot) {
 
 // A stand-in for NCCL's error query and abort, to check what a waiting host does with their answers.
 struct FakeNccl {
-  static inline nccl::Result query_rc = nccl::kSuccess;
-  static inline nccl::Result async = nccl::kSuccess;
-  static inline int aborts = 0;
+  static inline std::atomic<nccl::Result> query_rc{nccl::kSuccess};
+  static inline std::atomic<nccl::Result> async{nccl::kSuccess};
+  static inline std::atomic<int> aborts{0};
   static nccl::Result get_async_error(nccl::Comm, nccl::Result* out) {
     *out = async;
     return query_rc;
@@ -124,6 +133,67 @@ TEST(NcclApi, AnAsynchronousErrorOrATimeoutAbortsTheCommunicatorAndSaysWhy) {
   EXPECT_EQ(FakeNccl::aborts, 3);
 }
 
+// The watchdog's thread, against the stand-in: a blocked host wait (its blocking call ends only when the
+// communicator is aborted, as NCCL's kernels do) is cut short by the timeout and fails with the reason; an
+// asynchronous error aborts the communicator with no wait under way, and the next wait and collective fail.
+TEST(NcclWatchdog, AWaitBlockedPastTheTimeoutIsCutShortAndFailsWithTheReason) {
+  const nccl::Api api = FakeNccl::api();
+  std::optional<nccl::Watchdog> dog(std::in_place, api, nullptr, "cuda:0", 0.05, std::chrono::milliseconds(5));
+  ops::checked_wait([] {});  // nothing wrong: the wait returns
+  EXPECT_FALSE(dog->aborted());
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ops::checked_wait([&start] {
+      // Blocked until the communicator is aborted (10 s at most, so a broken watchdog fails instead of hanging).
+      while (FakeNccl::aborts.load() == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    FAIL() << "the wait returned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL on cuda:0 was aborted: the GPU's queued NCCL collectives did not "
+                                         "finish within 0.05 s"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(FakeNccl::aborts.load(), 1);
+  EXPECT_TRUE(dog->aborted());
+  EXPECT_THROW(dog->usable(), Error);
+  EXPECT_THROW(ops::checked_wait([] {}), Error) << "every later wait fails too";
+  dog.reset();
+  EXPECT_FALSE(ops::device_waits_checked()) << "the check goes with the watchdog";
+  ops::checked_wait([] {});
+}
+
+TEST(NcclWatchdog, AnAsynchronousErrorAbortsWithNoWaitUnderWay) {
+  const nccl::Api api = FakeNccl::api();
+  nccl::Watchdog dog(api, nullptr, "cuda:1", 600.0, std::chrono::milliseconds(5));
+  FakeNccl::async = 6;
+  for (int i = 0; i < 10000 && !dog.aborted(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(dog.aborted());
+  EXPECT_NE(dog.reason().find("asynchronous error: remote process exited"), std::string::npos) << dog.reason();
+  EXPECT_EQ(FakeNccl::aborts.load(), 1) << "aborted once, then the watchdog stops asking";
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(FakeNccl::aborts.load(), 1);
+  try {
+    dog.usable();
+    FAIL() << "a collective after the abort was allowed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL on cuda:1 was aborted"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NcclWatchdog, AHealthyCommunicatorIsNeverAborted) {
+  const nccl::Api api = FakeNccl::api();
+  {
+    nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    ops::checked_wait([] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+    EXPECT_FALSE(dog.aborted());
+    EXPECT_NO_THROW(dog.usable());
+  }
+  EXPECT_EQ(FakeNccl::aborts.load(), 0);
+}
+
 TEST(NcclApi, TheTimeoutIsReadFromTheEnvironmentAndAMalformedOneIsRefused) {
   ::unsetenv("MIXTRAIN_NCCL_TIMEOUT");
   EXPECT_EQ(nccl::timeout_seconds(), 600.0);
@@ -163,7 +233,7 @@ TEST(NcclCollectives, OneRankReducesAndBroadcastsOnTheGpu) {
   std::string why;
   std::unique_ptr<Communicator> comm = device_communicator(world_communicator(), gpu, &why);
   ASSERT_NE(comm, nullptr) << why;
-  EXPECT_TRUE(ops::device_waits_watched()) << "NCCL's errors are polled while the communicator lives";
+  EXPECT_TRUE(ops::device_waits_checked()) << "the communicator's watchdog checks the host's waits";
   EXPECT_EQ(comm->backend(), world_communicator().backend() + "+nccl");
   ASSERT_TRUE(comm->moves_memory_of(gpu));
 
@@ -186,7 +256,7 @@ TEST(NcclCollectives, OneRankReducesAndBroadcastsOnTheGpu) {
   EXPECT_EQ(on_host(grads[0]), Tensor::from_floats({5}, half, DType::kFloat16).to_floats());
   EXPECT_EQ(comm->stats().calls, 4);
   comm.reset();
-  EXPECT_FALSE(ops::device_waits_watched());
+  EXPECT_FALSE(ops::device_waits_checked());
 }
 
 }  // namespace

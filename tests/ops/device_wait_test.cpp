@@ -1,12 +1,13 @@
-// The host's watched waits for a GPU (src/ops/device_wait.h, ops/cuda_backend.h's device wait watches), on every
-// machine with a stand-in for the device's poll: a wait returns once its work is done, the watches run between polls
-// with the seconds waited so far, a watch that throws ends the wait with its error, and removed watches no longer
-// run or make waits poll.
+// The host's checked waits for a GPU (src/ops/device_wait.h, ops/cuda_backend.h's device wait checks), on every
+// machine with a stand-in for the blocking call: without a check a wait is only the call; with one, the wait is
+// published while it blocks (device_wait_seconds, what a watchdog reads) and the checks run when it returns; a check
+// that throws fails the wait, and its error outranks the blocking call's own.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <stdexcept>
-#include <vector>
+#include <string>
+#include <thread>
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/cuda_backend.h"
@@ -15,77 +16,86 @@
 namespace mixtrain::ops {
 namespace {
 
-// Removes its watch when the test ends, whatever happens in it.
-struct ScopedWatch {
-  explicit ScopedWatch(DeviceWaitWatch w) : id(add_device_wait_watch(std::move(w))) {}
-  ~ScopedWatch() { remove_device_wait_watch(id); }
+// Removes its check when the test ends, whatever happens in it.
+struct ScopedCheck {
+  explicit ScopedCheck(DeviceWaitCheck c) : id(add_device_wait_check(std::move(c))) {}
+  ~ScopedCheck() { remove_device_wait_check(id); }
   int id;
 };
 
-TEST(DeviceWait, WatchesRunBetweenPollsUntilTheWorkIsDone) {
-  ASSERT_FALSE(device_waits_watched());
-  std::vector<double> seen;
-  {
-    ScopedWatch watch([&seen](double waited) { seen.push_back(waited); });
-    EXPECT_TRUE(device_waits_watched());
-    int polls = 0;
-    const auto start = std::chrono::steady_clock::now();
-    wait_watched([&polls, start] {
-      ++polls;
-      return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(30);
-    });
-    EXPECT_EQ(seen.size() + 1, static_cast<size_t>(polls)) << "one round of watches after each poll that found work";
-    ASSERT_GE(seen.size(), 2u);
-    for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i], seen[i - 1]);
-    EXPECT_GE(seen.back(), 0.02);
-    EXPECT_LT(seen.size(), 1000u) << "a long wait backs off instead of spinning";
-  }
-  EXPECT_FALSE(device_waits_watched()) << "removed with its scope";
-  const size_t before = seen.size();
-  int polls = 0;
-  wait_watched([&polls] { return ++polls == 3; });
-  EXPECT_EQ(seen.size(), before) << "a removed watch does not run";
-}
-
-TEST(DeviceWait, WorkDoneAtTheFirstPollRunsNoWatch) {
+TEST(DeviceWait, WithoutAChecksAWaitIsOnlyTheBlockingCall) {
+  ASSERT_FALSE(device_waits_checked());
   int calls = 0;
-  ScopedWatch watch([&calls](double) { ++calls; });
-  wait_watched([] { return true; });
-  EXPECT_EQ(calls, 0);
+  double seen = -1;
+  checked_wait([&] {
+    ++calls;
+    seen = device_wait_seconds();
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, 0.0) << "not published: nothing reads it";
 }
 
-TEST(DeviceWait, AWatchThatThrowsEndsTheWaitWithItsError) {
-  int polls = 0;
-  ScopedWatch watch([](double waited) {
-    if (waited > 0.005) MIXTRAIN_FAIL(kInternal, "the peer is gone", "restart the job");
-  });
-  try {
-    wait_watched([&polls] {
-      ++polls;
-      return false;  // never done: only the watch can end this wait
+TEST(DeviceWait, AWaitIsPublishedWhileItBlocksAndTheChecksRunWhenItReturns) {
+  int checks = 0;
+  double during = 0, before_checks = -1;
+  {
+    ScopedCheck check([&] {
+      ++checks;
+      before_checks = device_wait_seconds();
     });
+    EXPECT_TRUE(device_waits_checked());
+    checked_wait([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      during = device_wait_seconds();  // what a watchdog thread would read now
+      EXPECT_EQ(checks, 0) << "the checks run after the call, not during it";
+    });
+    EXPECT_GE(during, 0.02);
+    EXPECT_EQ(checks, 1);
+    EXPECT_EQ(before_checks, 0.0) << "the wait is over when the checks run";
+    EXPECT_EQ(device_wait_seconds(), 0.0);
+  }
+  EXPECT_FALSE(device_waits_checked()) << "removed with its scope";
+  checked_wait([] {});
+  EXPECT_EQ(checks, 1) << "a removed check does not run";
+}
+
+TEST(DeviceWait, ANestedOrConcurrentWaitKeepsTheOldestStart) {
+  ScopedCheck check([] {});
+  double inner = 0, outer_after = 0;
+  checked_wait([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    checked_wait([&] { inner = device_wait_seconds(); });
+    outer_after = device_wait_seconds();
+  });
+  EXPECT_GE(inner, 0.02) << "the outer wait's start, not the inner one's";
+  EXPECT_GE(outer_after, 0.02) << "the outer wait is still published after the inner one ends";
+}
+
+TEST(DeviceWait, ACheckThatThrowsFailsTheWaitAndOutranksTheCallsOwnError) {
+  bool cut_short = false;
+  ScopedCheck check([&cut_short] {
+    if (cut_short) MIXTRAIN_FAIL(kInternal, "the peer is gone", "restart the job");
+  });
+  checked_wait([] {});  // nothing wrong: returns
+  cut_short = true;
+  try {
+    checked_wait([] {});
     FAIL() << "the wait returned";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the peer is gone"), std::string::npos) << e.what();
   }
-  EXPECT_GE(polls, 2);
-}
-
-TEST(DeviceWait, EveryRegisteredWatchRunsAndIdsRemoveOnlyTheirOwn) {
-  int a = 0, b = 0;
-  const int id_a = add_device_wait_watch([&a](double) { ++a; });
-  ScopedWatch watch_b([&b](double) { ++b; });
-  int polls = 0;
-  wait_watched([&polls] { return ++polls == 4; });
-  EXPECT_EQ(a, 3);
-  EXPECT_EQ(b, 3);
-  remove_device_wait_watch(id_a);
-  remove_device_wait_watch(id_a);  // twice: nothing more happens
-  EXPECT_TRUE(device_waits_watched()) << "b is still registered";
-  polls = 0;
-  wait_watched([&polls] { return ++polls == 2; });
-  EXPECT_EQ(a, 3);
-  EXPECT_EQ(b, 4);
+  try {
+    checked_wait([] { throw std::runtime_error("cudaMemcpy failed"); });
+    FAIL() << "the wait returned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the peer is gone"), std::string::npos) << e.what();
+  } catch (const std::runtime_error& e) {
+    FAIL() << "the call's own error won: " << e.what();
+  }
+  cut_short = false;
+  EXPECT_THROW(checked_wait([] { throw std::runtime_error("cudaMemcpy failed"); }), std::runtime_error)
+      << "with nothing found, the call's own error";
+  EXPECT_EQ(device_wait_seconds(), 0.0) << "a wait that threw is no longer published";
 }
 
 }  // namespace

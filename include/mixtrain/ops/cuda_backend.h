@@ -24,13 +24,17 @@ struct CudaBackendStatus {
 // GPU is reported in detail.
 CudaBackendStatus load_cuda_backend();
 
-// A check for the host to make while it waits for a GPU, for work queued there that may never finish: a device
-// communicator's collectives when a peer process has died. Called every few milliseconds of a wait with the seconds
-// waited so far; it throws (an Error) to end the wait. Only while a watch is registered do the CUDA backend's
-// waits poll the device instead of blocking in the driver.
-using DeviceWaitWatch = std::function<void(double waited_seconds)>;
-// Registers a watch; the id returned removes it.
-int add_device_wait_watch(DeviceWaitWatch watch);
-void remove_device_wait_watch(int id);
+// For work queued on a GPU that may never finish: a device communicator's collectives when a peer process has
+// died. While a check is registered, the CUDA backend publishes when the host began each wait for a GPU (a
+// synchronous copy, a synchronize, a cudaFree), so that a watchdog thread can see how long it has been blocked
+// (device_wait_seconds) and cut the queued work short (ncclCommAbort ends NCCL's kernels); when a wait returns,
+// every check runs, and one throws (an Error) to say why the work was cut short.
+using DeviceWaitCheck = std::function<void()>;
+// Registers a check; the id returned removes it. A check may run on any thread that waits.
+int add_device_wait_check(DeviceWaitCheck check);
+void remove_device_wait_check(int id);
+// How long the oldest of the host's current waits for a GPU has lasted, in seconds; 0 when none is under way (or
+// no check is registered: waits are published only then).
+double device_wait_seconds();
 
 }  // namespace mixtrain::ops

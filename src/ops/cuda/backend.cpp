@@ -1,6 +1,8 @@
 // The CUDA backend's host side: a caching device allocator with live/peak counts per GPU, and the installer that
 // registers it and the kernels (*.cu, matmul.cpp) in the op tables.
 #include "backend.h"
+
+#include "../device_wait.h"
 #include "block_pool.h"
 
 #include <cuda_runtime.h>
@@ -60,8 +62,7 @@ class CudaSegments final : public SegmentSource {
   }
   void release(void* segment) override {
     (void)cudaSetDevice(device_index_);
-    await_queued_work();  // cudaFree waits for the device
-    (void)cudaFree(segment);
+    checked_wait([segment] { (void)cudaFree(segment); });  // cudaFree waits for the device
   }
 
  private:

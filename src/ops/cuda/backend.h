@@ -29,10 +29,6 @@ void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out
 void device_copy(const Tensor& src, Tensor& dst);
 void synchronize(int device_index);
 void make_current(int device_index);
-// Call before anything that blocks until the current device's queued work is done (a synchronous copy, a
-// cudaFree): while device waits are watched (device_wait.h) it polls for that work instead, running the watches,
-// so that a collective that will never finish ends in an error instead of a hang. Otherwise it returns at once.
-void await_queued_work();
 // elementwise.cu
 void activation(const Tensor& x, Activation a, Tensor& y);
 void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);

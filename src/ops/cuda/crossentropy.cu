@@ -9,6 +9,7 @@
 // does not wait for the host. The host reads the record the next time it reads anything from that device (a
 // download, ops::synchronize: check_label_errors), and raises the CPU's error there, naming the label and row; the
 // loss is NaN meanwhile (the row's term), and the backward marks such a row's gradient NaN.
+#include <cstddef>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include "../shared/crossentropy_row.h"
 #include "../shared/float16_convert.h"
+#include "../device_wait.h"
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/embedding.h"
@@ -165,8 +167,10 @@ LabelError* label_error_record(int device) {
   if (g_label_errors[device] == nullptr) {
     void* p = nullptr;
     check_cuda(cudaMalloc(&p, sizeof(LabelError)), "cudaMalloc");
-    const LabelError none{kNoFinding, 0, 0, 0};
-    check_cuda(cudaMemcpy(p, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
+    // Cleared in the stream's order, without waiting for it (a collective may be queued before).
+    static_assert(sizeof(LabelError::row) == 8 && offsetof(LabelError, row) == 0);
+    check_cuda(cudaMemsetAsync(p, 0, sizeof(LabelError)), "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(p, 0xFF, sizeof(LabelError::row)), "cudaMemsetAsync");  // row kNoFinding: none
     g_label_errors[device] = static_cast<LabelError*>(p);
   }
   return g_label_errors[device];
@@ -213,8 +217,7 @@ void check_label_errors(int device) {
   }
   LabelError seen{};
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  await_queued_work();
-  check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  checked_wait([&] { check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy"); });
   if (seen.row == kNoFinding) return;
   const LabelError none{kNoFinding, 0, 0, 0};
   check_cuda(cudaMemcpy(record, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../shared/host_device.h"
+#include "../device_wait.h"
 #include "backend.h"
 
 namespace mixtrain::ops::cuda::device {
@@ -71,8 +72,7 @@ int64_t count_on_device(const Device& device, const Launch& launch) {
   check_cuda(cudaMemsetAsync(count, 0, sizeof *count), "cudaMemsetAsync");
   launch(count);
   unsigned long long host = 0;
-  await_queued_work();
-  check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  checked_wait([&] { check_cuda(cudaMemcpy(&host, count, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy"); });
   return static_cast<int64_t>(host);
 }
 

@@ -127,23 +127,6 @@ void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out
 
 namespace {
 
-// Whether a query says the work is done (an error other than "not ready" is raised).
-bool poll(cudaError_t e, const char* what) {
-  if (e == cudaErrorNotReady) return false;
-  check_cuda(e, what);
-  return true;
-}
-
-}  // namespace
-
-void await_queued_work() {
-  if (!device_waits_watched()) return;
-  // The legacy default stream, where every kernel, copy and collective of the backend is queued.
-  wait_watched([] { return poll(cudaStreamQuery(nullptr), "cudaStreamQuery"); });
-}
-
-namespace {
-
 // Uploads through pinned staging memory. cudaMemcpy from pageable host memory first waits for everything queued on
 // the device, so a training step that uploads its batch (and its dropout masks) would wait for the step before it.
 // Instead the host bytes are copied into one of kSlots pinned slots and cudaMemcpyAsync takes them from there in the
@@ -164,9 +147,7 @@ class StagedUploads {
       Slot& slot = slots_[next_];
       next_ = (next_ + 1) % kSlots;
       // Waits only when the ring came round before this slot's last copy finished.
-      if (device_waits_watched())
-        wait_watched([&slot] { return poll(cudaEventQuery(slot.done), "cudaEventQuery"); });
-      check_cuda(cudaEventSynchronize(slot.done), "cudaEventSynchronize");
+      checked_wait([&slot] { check_cuda(cudaEventSynchronize(slot.done), "cudaEventSynchronize"); });
       std::memcpy(slot.host, static_cast<const char*>(src) + offset, piece);
       check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + offset, slot.host, piece, cudaMemcpyHostToDevice, 0),
                  "cudaMemcpyAsync");
@@ -218,8 +199,7 @@ void device_copy(const Tensor& src, Tensor& dst) {
   // copy joins the current device's default stream, so that device is the source GPU's (else the destination's):
   // after work on another GPU of the process it would not wait for the kernels that wrote src.
   check_cuda(cudaSetDevice(src.device().is_cpu() ? dst.device().index : src.device().index), "cudaSetDevice");
-  await_queued_work();
-  check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "cudaMemcpy");
+  checked_wait([&] { check_cuda(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault), "cudaMemcpy"); });
   if (dst.device().is_cpu() && !src.device().is_cpu()) check_label_errors(src.device().index);
 }
 
@@ -227,8 +207,7 @@ void make_current(int device_index) { check_cuda(cudaSetDevice(device_index), "c
 
 void synchronize(int device_index) {
   check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
-  await_queued_work();
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  checked_wait([] { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); });
   // An asynchronous launch error not yet read (cudaDeviceSynchronize reports only errors of the kernels' run).
   check_cuda(cudaGetLastError(), "a kernel launch");
   check_label_errors(device_index);

@@ -20,6 +20,7 @@
 
 #include "../shared/float16_convert.h"
 #include "../shared/loss_terms.h"
+#include "../device_wait.h"
 #include "backend.h"
 #include "device_util.cuh"
 
@@ -299,8 +300,7 @@ int64_t accuracy(const Tensor& scores, const Tensor& labels) {
   AccuracyScratch w(device);
   launch_accuracy(scores, labels, w, "sparse_categorical_accuracy");
   unsigned long long host = 0;
-  await_queued_work();
-  check_cuda(cudaMemcpy(&host, w.correct, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  checked_wait([&] { check_cuda(cudaMemcpy(&host, w.correct, sizeof host, cudaMemcpyDeviceToHost), "cudaMemcpy"); });
   check_label_errors(device.index);
   return static_cast<int64_t>(host);
 }

@@ -1,0 +1,78 @@
+// The NCCL communicator's watchdog (nccl_api.h).
+#include <atomic>
+#include <utility>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/ops/cuda_backend.h"
+#include "nccl_api.h"
+
+namespace mixtrain::nccl {
+
+struct Watchdog::State {
+  std::string where;
+  std::atomic<bool> aborted{false};
+  mutable std::mutex mu;
+  std::string reason;  // set once, before aborted
+
+  void fail() const {
+    std::lock_guard<std::mutex> lock(mu);
+    MIXTRAIN_FAIL(kInternal, "NCCL on " << where << " was aborted: " << reason,
+                  "look at the other ranks' output for the first failure; NCCL_DEBUG=WARN makes NCCL say more");
+  }
+};
+
+Watchdog::Watchdog(const Api& api, Comm comm, std::string where, double timeout_seconds,
+                   std::chrono::milliseconds period)
+    : state_(std::make_shared<State>()) {
+  state_->where = std::move(where);
+  check_ = ops::add_device_wait_check([state = state_] {
+    if (state->aborted.load()) state->fail();
+  });
+  try {
+    thread_ = std::thread([this, &api, comm, timeout_seconds, period] { run(api, comm, timeout_seconds, period); });
+  } catch (...) {
+    ops::remove_device_wait_check(check_);
+    throw;
+  }
+}
+
+Watchdog::~Watchdog() {
+  stop();
+  ops::remove_device_wait_check(check_);
+}
+
+void Watchdog::stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::run(const Api& api, Comm comm, double timeout_seconds, std::chrono::milliseconds period) {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
+    const std::string why = check_progress(api, comm, ops::device_wait_seconds(), timeout_seconds);
+    if (why.empty()) continue;
+    {
+      std::lock_guard<std::mutex> state_lock(state_->mu);
+      state_->reason = why;
+    }
+    state_->aborted.store(true);
+    return;  // the communicator is gone: nothing more to watch
+  }
+}
+
+bool Watchdog::aborted() const { return state_->aborted.load(); }
+
+std::string Watchdog::reason() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->reason;
+}
+
+void Watchdog::usable() const {
+  if (aborted()) state_->fail();
+}
+
+}  // namespace mixtrain::nccl
