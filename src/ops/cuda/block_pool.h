@@ -57,9 +57,15 @@ class BlockPool {
   BlockPool& operator=(const BlockPool&) = delete;
   // Returns every segment to the source; blocks still handed out are lost with them.
   ~BlockPool() {
-    for (Block* b : all_blocks())
-      if (b->prev == nullptr) source_.release(b->ptr);
-    for (Block* b : all_blocks()) delete b;
+    const std::set<Block*> blocks = all_blocks();
+    for (Block* b : blocks) {
+      if (b->prev != nullptr) continue;
+      try {
+        source_.release(b->ptr);
+      } catch (...) {  // a release that fails (a wait check's error) cannot be reported from here
+      }
+    }
+    for (Block* b : blocks) delete b;
   }
 
   // A block of at least `bytes` (> 0), aligned to kGranule within its segment; nullptr when the source has no
