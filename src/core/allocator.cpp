@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/core/error.h"
@@ -66,6 +67,9 @@ MemoryLimitExceeded::MemoryLimitExceeded(int64_t requested, int64_t live, int64_
                 "the run started)"),
       requested_(requested),
       live_(live) {}
+
+MemoryLimitExceeded::MemoryLimitExceeded(int64_t requested, int64_t live, std::string message, std::string hint)
+    : Error(ErrorKind::kInvalidInput, std::move(message), "", std::move(hint)), requested_(requested), live_(live) {}
 
 void set_memory_limit(int64_t bytes) {
   MIXTRAIN_CHECK(bytes >= 0, "set_memory_limit: the limit must be >= 0 bytes (0: none), got " << bytes);

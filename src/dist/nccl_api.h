@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,8 +56,7 @@ const Api* load(std::string* why, std::string* library = nullptr, int* version =
 
 // What the watchdog finds about the collectives queued on comm while the host has waited waited_seconds for the
 // GPU: "" when nothing is wrong; else why they will not finish (an asynchronous error NCCL reports, such as a peer's
-// connection lost, or a wait longer than timeout_seconds; 0: no limit), after aborting comm so that its kernels end
-// and the wait returns. comm is unusable after that.
+// connection lost, or a wait longer than timeout_seconds; 0: no limit). It only asks: the watchdog aborts.
 std::string check_progress(const Api& api, Comm comm, double waited_seconds, double timeout_seconds);
 
 // The longest a host wait may last while NCCL collectives are queued: MIXTRAIN_NCCL_TIMEOUT in seconds (0: no
@@ -64,9 +64,11 @@ std::string check_progress(const Api& api, Comm comm, double waited_seconds, dou
 double timeout_seconds();
 
 // Watches one communicator from a thread of its own while it lives: every `period` it asks check_progress, with the
-// host's current wait for the GPU (ops::device_wait_seconds), so that a dead peer or a wait past the timeout aborts
-// comm even while the host is blocked in the driver (a full launch queue included); the host's next wait then
-// fails with the reason (an ops device wait check), as do later collectives (usable()).
+// host's current wait for the GPU (ops::device_wait_seconds). On a finding it first records the reason, then
+// aborts comm (ncclCommAbort ends its kernels), so a host blocked in a published wait is freed and that wait fails
+// with the reason (an ops device wait check), as do later collectives (enqueue). A host blocked elsewhere in the
+// driver (a kernel launch behind a full queue) is freed by the abort that NCCL's own error report brings; the
+// timeout does not see it.
 class Watchdog {
  public:
   Watchdog(const Api& api, Comm comm, std::string where, double timeout_seconds,
@@ -81,14 +83,17 @@ class Watchdog {
 
   bool aborted() const;
   std::string reason() const;  // why comm was aborted; empty while it works
-  // Error (kInternal) with the reason once comm was aborted.
-  void usable() const;
+  // Runs call, which queues a collective on comm, unless comm was aborted (then Error, kInternal, with the reason).
+  // The abort waits for a call under way (up to a second: a call stuck in the driver does not hold it off), so a
+  // collective is never queued on a communicator being freed.
+  void enqueue(const std::function<void()>& call);
 
  private:
   struct State;
   void run(const Api& api, Comm comm, double timeout_seconds, std::chrono::milliseconds period);
 
   std::shared_ptr<State> state_;  // shared with the device wait check, which may run after this is gone
+  std::timed_mutex comm_mu_;      // held by enqueue's call and by the abort
   int check_ = 0;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

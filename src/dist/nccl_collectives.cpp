@@ -97,10 +97,6 @@ std::string check_progress(const Api& api, Comm comm, double waited_seconds, dou
   else if (timeout_seconds > 0 && waited_seconds > timeout_seconds)
     why << "the GPU's queued NCCL collectives did not finish within " << timeout_seconds
         << " s (MIXTRAIN_NCCL_TIMEOUT); another rank may have stopped";
-  else
-    return "";
-  // Ends the communicator's kernels, so the stream drains and the waiting host can report instead of hanging.
-  (void)api.comm_abort(comm);
   return why.str();
 }
 
@@ -140,17 +136,19 @@ class NcclCollectives final : public DeviceCollectives {
   std::string name() const override { return "nccl"; }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
-    watchdog_.usable();
     ops::make_current(device_);
-    check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
-                          nccl::kDefaultStream),
-          "ncclAllReduce");
+    watchdog_.enqueue([&] {
+      check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
+                            nccl::kDefaultStream),
+            "ncclAllReduce");
+    });
   }
   void broadcast(Tensor& t, int root) override {
-    watchdog_.usable();
     ops::make_current(device_);
-    check(api_.broadcast(t.raw(), t.raw(), t.nbytes(), nccl::kUint8, root, comm_, nccl::kDefaultStream),
-          "ncclBroadcast");
+    watchdog_.enqueue([&] {
+      check(api_.broadcast(t.raw(), t.raw(), t.nbytes(), nccl::kUint8, root, comm_, nccl::kDefaultStream),
+            "ncclBroadcast");
+    });
   }
 
  private:
@@ -222,7 +220,12 @@ std::unique_ptr<DeviceCollectives> nccl_collectives(Communicator& host, const De
                                 : "ncclCommInitRank failed on another rank";
     return nullptr;
   }
-  return std::make_unique<NcclCollectives>(*api, comm, device, timeout);
+  try {
+    return std::make_unique<NcclCollectives>(*api, comm, device, timeout);
+  } catch (...) {  // the watchdog's thread could not start: the communicator is not left behind
+    api->comm_destroy(comm);
+    throw;
+  }
 }
 
 }  // namespace mixtrain

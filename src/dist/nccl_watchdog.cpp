@@ -29,7 +29,8 @@ Watchdog::Watchdog(const Api& api, Comm comm, std::string where, double timeout_
     if (state->aborted.load()) state->fail();
   });
   try {
-    thread_ = std::thread([this, &api, comm, timeout_seconds, period] { run(api, comm, timeout_seconds, period); });
+    const Api* a = &api;
+  thread_ = std::thread([this, a, comm, timeout_seconds, period] { run(*a, comm, timeout_seconds, period); });
   } catch (...) {
     ops::remove_device_wait_check(check_);
     throw;
@@ -55,11 +56,15 @@ void Watchdog::run(const Api& api, Comm comm, double timeout_seconds, std::chron
   while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
     const std::string why = check_progress(api, comm, ops::device_wait_seconds(), timeout_seconds);
     if (why.empty()) continue;
+    // Recorded before the abort: a wait the abort frees must find the reason when it returns.
+    const bool serialized = comm_mu_.try_lock_for(std::chrono::seconds(1));
     {
       std::lock_guard<std::mutex> state_lock(state_->mu);
       state_->reason = why;
     }
     state_->aborted.store(true);
+    (void)api.comm_abort(comm);  // ends comm's kernels, so the stream drains
+    if (serialized) comm_mu_.unlock();
     return;  // the communicator is gone: nothing more to watch
   }
 }
@@ -71,8 +76,10 @@ std::string Watchdog::reason() const {
   return state_->reason;
 }
 
-void Watchdog::usable() const {
+void Watchdog::enqueue(const std::function<void()>& call) {
+  std::lock_guard<std::timed_mutex> lock(comm_mu_);
   if (aborted()) state_->fail();
+  call();
 }
 
 }  // namespace mixtrain::nccl

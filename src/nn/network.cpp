@@ -23,8 +23,14 @@ SymbolicTensor Input(const Shape& shape, DType dtype, std::string name) {
 
 namespace {
 std::string with_commas(int64_t n) {
-  std::string s = std::to_string(n);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  // Built by appending (GCC 12 warns wrongly, -Wrestrict, on inserting into a short string).
+  const std::string digits = std::to_string(n);
+  const size_t sign = n < 0 ? 1 : 0;
+  std::string s = digits.substr(0, sign);
+  for (size_t i = sign; i < digits.size(); ++i) {
+    if (i > sign && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
   return s;
 }
 std::string batch_shape(const Shape& s) {
@@ -307,7 +313,11 @@ void Network::summary(std::ostream& out) const {
       for (const SymbolicTensor& in : s.inputs) {
         // An output of a layer with several is named by its index, as Keras writes "layer[0][1]".
         std::string from = in.is_input() ? in.name() : in.layer()->name();
-        if (!in.is_input() && in.layer()->num_outputs() > 1) from += "[" + std::to_string(in.output_index()) + "]";
+        if (!in.is_input() && in.layer()->num_outputs() > 1) {
+          from += '[';
+          from += std::to_string(in.output_index());
+          from += ']';
+        }
         connected += (connected.empty() ? "" : ", ") + from;
       }
       // Several outputs: their shapes as a list, as Keras prints them.

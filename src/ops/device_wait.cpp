@@ -87,6 +87,15 @@ double device_wait_seconds() {
 
 bool device_waits_checked() { return registry().count.load() > 0; }
 
+void published_wait(const std::function<void()>& blocking) {
+  if (!device_waits_checked()) {
+    blocking();
+    return;
+  }
+  PublishedWait published;
+  blocking();
+}
+
 void checked_wait(const std::function<void()>& blocking) {
   if (!device_waits_checked()) {
     blocking();

@@ -15,4 +15,9 @@ bool device_waits_checked();
 // queued work was cut short outranks the error that caused.
 void checked_wait(const std::function<void()>& blocking);
 
+// Runs blocking() as a published wait without running the checks: for a call whose caller cannot take an error once
+// the call has done its work (cudaFree of a segment the allocator has already let go). The next checked wait
+// reports what a check finds.
+void published_wait(const std::function<void()>& blocking);
+
 }  // namespace mixtrain::ops

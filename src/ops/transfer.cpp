@@ -1,5 +1,8 @@
 #include "mixtrain/ops/transfer.h"
 
+#include <fstream>
+#include <string>
+
 namespace mixtrain::ops {
 
 namespace cpu {
@@ -10,6 +13,17 @@ void synchronize(int) {}
 // The host has no current device.
 void make_current(int) {}
 void cast(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
+DeviceMemory device_memory(int) {
+  DeviceMemory m;
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (f >> key >> kib >> unit) {
+    if (key == "MemAvailable:") m.free_bytes = kib * 1024;
+    if (key == "MemTotal:") m.total_bytes = kib * 1024;
+  }
+  return m;
+}
 }  // namespace cpu
 
 namespace kernel {
@@ -23,6 +37,10 @@ KernelTable<SynchronizeFn>& synchronize_table() {
 }
 KernelTable<MakeCurrentFn>& make_current_table() {
   static KernelTable<MakeCurrentFn> t("make_current", &cpu::make_current);
+  return t;
+}
+KernelTable<DeviceMemoryFn>& device_memory_table() {
+  static KernelTable<DeviceMemoryFn> t("device_memory", &cpu::device_memory);
   return t;
 }
 KernelTable<CastFn>& cast_table() {
@@ -39,6 +57,8 @@ float read_scalar(const Tensor& x) {
 void synchronize(const Device& device) { kernel::synchronize_table()(device)(device.index); }
 
 void make_current(const Device& device) { kernel::make_current_table()(device)(device.index); }
+
+DeviceMemory device_memory(const Device& device) { return kernel::device_memory_table()(device)(device.index); }
 
 Tensor cast(const Tensor& x, DType dtype) {
   MIXTRAIN_CHECK(x.defined(), "cast: the tensor is undefined");

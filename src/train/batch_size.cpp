@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/hardware_check.h"
 
 namespace mixtrain {
@@ -35,6 +36,12 @@ int64_t default_memory_budget() {
   while (f >> key >> kib >> unit)
     if (key == "MemAvailable:") return kib * 1024 / 10 * 8;
   return int64_t{1} << 30;
+}
+
+int64_t default_memory_budget(const Device& device) {
+  if (device.is_cpu()) return default_memory_budget();
+  const int64_t usable = ops::device_memory(device).free_bytes + memory_stats(device).cached_bytes;
+  return usable / 10 * 8;
 }
 
 int64_t parse_memory_size(const std::string& text, const std::string& flag) {

@@ -24,7 +24,10 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 std::string shape_json(const Shape& s) {
   std::string out = "[";
-  for (int i = 0; i < s.rank(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  for (int i = 0; i < s.rank(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(s[i]);
+  }
   return out + "]";
 }
 

@@ -13,7 +13,15 @@ namespace mixtrain::testing_device {
 
 class HostBackedAllocator : public DeviceAllocator {
  public:
+  // A device of `bytes` (0, the default: no limit): an allocation past it throws MemoryLimitExceeded, as a GPU's
+  // allocator does when the device is full.
+  void set_capacity(int64_t bytes) { capacity_ = bytes; }
+  int64_t capacity() const { return capacity_; }
+
   void* allocate(int, size_t bytes) override {
+    if (capacity_ > 0 && stats_.live_bytes + static_cast<int64_t>(bytes) > capacity_)
+      throw MemoryLimitExceeded(static_cast<int64_t>(bytes), stats_.live_bytes, "out of the stand-in device's memory",
+                                "use a smaller batch or model");
     stats_.live_bytes += static_cast<int64_t>(bytes);
     stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.live_bytes);
     ++stats_.allocations;
@@ -28,6 +36,7 @@ class HostBackedAllocator : public DeviceAllocator {
 
  private:
   MemoryStats stats_;
+  int64_t capacity_ = 0;
 };
 
 // dst = src (same shape, any strides), converting between the floating dtypes as convert_elements does.

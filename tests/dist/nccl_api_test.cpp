@@ -115,22 +115,20 @@ TEST(NcclApi, AWaitGoesOnWhileNcclReportsNoErrorAndStaysWithinTheTimeout) {
   EXPECT_EQ(FakeNccl::aborts, 0);
 }
 
-TEST(NcclApi, AnAsynchronousErrorOrATimeoutAbortsTheCommunicatorAndSaysWhy) {
+TEST(NcclApi, AnAsynchronousErrorOrATimeoutIsFoundWithItsReason) {
   const nccl::Api api = FakeNccl::api();
   FakeNccl::async = 6;  // ncclRemoteError: a peer's connection was lost
   std::string why = nccl::check_progress(api, nullptr, 0.5, 600.0);
   EXPECT_NE(why.find("asynchronous error: remote process exited"), std::string::npos) << why;
-  EXPECT_EQ(FakeNccl::aborts, 1);
 
   FakeNccl::async = nccl::kSuccess;
   why = nccl::check_progress(api, nullptr, 30.5, 30.0);
   EXPECT_NE(why.find("did not finish within 30 s (MIXTRAIN_NCCL_TIMEOUT)"), std::string::npos) << why;
-  EXPECT_EQ(FakeNccl::aborts, 2);
 
   FakeNccl::query_rc = 3;  // the query itself failed (ncclInternalError)
   why = nccl::check_progress(api, nullptr, 0.0, 600.0);
   EXPECT_NE(why.find("ncclCommGetAsyncError failed: some error"), std::string::npos) << why;
-  EXPECT_EQ(FakeNccl::aborts, 3);
+  EXPECT_EQ(FakeNccl::aborts, 0) << "finding is not aborting: the watchdog does that";
 }
 
 // The watchdog's thread, against the stand-in: a blocked host wait (its blocking call ends only when the
@@ -157,7 +155,9 @@ TEST(NcclWatchdog, AWaitBlockedPastTheTimeoutIsCutShortAndFailsWithTheReason) {
   }
   EXPECT_EQ(FakeNccl::aborts.load(), 1);
   EXPECT_TRUE(dog->aborted());
-  EXPECT_THROW(dog->usable(), Error);
+  bool queued = false;
+  EXPECT_THROW(dog->enqueue([&queued] { queued = true; }), Error);
+  EXPECT_FALSE(queued) << "no collective is queued on an aborted communicator";
   EXPECT_THROW(ops::checked_wait([] {}), Error) << "every later wait fails too";
   dog.reset();
   EXPECT_FALSE(ops::device_waits_checked()) << "the check goes with the watchdog";
@@ -175,11 +175,26 @@ TEST(NcclWatchdog, AnAsynchronousErrorAbortsWithNoWaitUnderWay) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_EQ(FakeNccl::aborts.load(), 1);
   try {
-    dog.usable();
+    dog.enqueue([] {});
     FAIL() << "a collective after the abort was allowed";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("NCCL on cuda:1 was aborted"), std::string::npos) << e.what();
   }
+}
+
+TEST(NcclWatchdog, TheAbortWaitsForACollectiveBeingQueued) {
+  const nccl::Api api = FakeNccl::api();
+  nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, std::chrono::milliseconds(1));
+  int aborts_during = -1;
+  dog.enqueue([&aborts_during] {
+    FakeNccl::async = 6;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the watchdog finds the error meanwhile
+    aborts_during = FakeNccl::aborts.load();
+  });
+  EXPECT_EQ(aborts_during, 0) << "the communicator was aborted under a collective being queued";
+  for (int i = 0; i < 10000 && FakeNccl::aborts.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(dog.aborted());
+  EXPECT_EQ(FakeNccl::aborts.load(), 1);
 }
 
 TEST(NcclWatchdog, AHealthyCommunicatorIsNeverAborted) {
@@ -189,7 +204,9 @@ TEST(NcclWatchdog, AHealthyCommunicatorIsNeverAborted) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     ops::checked_wait([] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
     EXPECT_FALSE(dog.aborted());
-    EXPECT_NO_THROW(dog.usable());
+    int queued = 0;
+    dog.enqueue([&queued] { ++queued; });
+    EXPECT_EQ(queued, 1);
   }
   EXPECT_EQ(FakeNccl::aborts.load(), 0);
 }

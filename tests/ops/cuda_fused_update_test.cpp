@@ -167,11 +167,12 @@ TEST(FusedUpdate, ACounterOutsideTheRateWindowIsRefused) {
     EXPECT_NE(std::string(e.what()).find(kOutsideTheWindow), std::string::npos) << e.what();
   }
   EXPECT_EQ(groups[0].values.to_floats(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(iterations.data<int64_t>()[0], 5);
 }
 
 // On a GPU the kernel cannot throw: it changes nothing and leaves the finding in the device's record, which the
-// host's next read raises with the CPU's message. The context goes on working (a trap would have ended it): the
-// read after that one succeeds.
+// host's next read raises with the CPU's message and kind. The counter stays. The context goes on working (a trap
+// would have ended it): the read after that one succeeds.
 TEST(CudaBackend, ACounterOutsideTheRateWindowIsRaisedAtTheNextReadAndUpdatesNothing) {
   REQUIRE_CUDA_BACKEND();
   std::vector<FusedUpdateGroup> groups = four_values(kGpu);
@@ -182,9 +183,10 @@ TEST(CudaBackend, ACounterOutsideTheRateWindowIsRaisedAtTheNextReadAndUpdatesNot
     FAIL() << "the read did not raise the finding";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(kOutsideTheWindow), std::string::npos) << e.what();
-    EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << "the CPU's kind";
   }
   EXPECT_EQ(to_device(groups[0].values, Device::cpu()).to_floats(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(to_device(iterations, Device::cpu()).data<int64_t>()[0], 5) << "the counter did not advance either";
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ struct ScopedCheck {
   int id;
 };
 
-TEST(DeviceWait, WithoutAChecksAWaitIsOnlyTheBlockingCall) {
+TEST(DeviceWait, WithoutACheckAWaitIsOnlyTheBlockingCall) {
   ASSERT_FALSE(device_waits_checked());
   int calls = 0;
   double seen = -1;
@@ -59,7 +59,7 @@ TEST(DeviceWait, AWaitIsPublishedWhileItBlocksAndTheChecksRunWhenItReturns) {
   EXPECT_EQ(checks, 1) << "a removed check does not run";
 }
 
-TEST(DeviceWait, ANestedOrConcurrentWaitKeepsTheOldestStart) {
+TEST(DeviceWait, ANestedWaitKeepsTheOutermostStart) {
   ScopedCheck check([] {});
   double inner = 0, outer_after = 0;
   checked_wait([&] {
@@ -96,6 +96,19 @@ TEST(DeviceWait, ACheckThatThrowsFailsTheWaitAndOutranksTheCallsOwnError) {
   EXPECT_THROW(checked_wait([] { throw std::runtime_error("cudaMemcpy failed"); }), std::runtime_error)
       << "with nothing found, the call's own error";
   EXPECT_EQ(device_wait_seconds(), 0.0) << "a wait that threw is no longer published";
+}
+
+TEST(DeviceWait, APublishedWaitRunsNoCheck) {
+  int checks = 0;
+  ScopedCheck check([&checks] { ++checks; });
+  double during = 0;
+  published_wait([&during] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    during = device_wait_seconds();
+  });
+  EXPECT_GE(during, 0.01);
+  EXPECT_EQ(checks, 0);
+  EXPECT_EQ(device_wait_seconds(), 0.0);
 }
 
 }  // namespace

@@ -50,6 +50,14 @@ inline void flag_host_access(const Tensor& t) {
 
 inline void synchronize(int) { ++g_counts.synchronizes; }
 
+// The emulated GPU's memory as a driver would report it: its capacity (16 GiB when none is set) less what its
+// tensors hold.
+inline HostBackedAllocator* g_allocator = nullptr;
+inline ops::DeviceMemory device_memory(int) {
+  const int64_t total = g_allocator->capacity() > 0 ? g_allocator->capacity() : int64_t{16} << 30;
+  return {total - g_allocator->stats(0).live_bytes, total};
+}
+
 // Installs the emulated device for one test (fixture member or local); skips the test where a real CUDA backend
 // is loaded, whose kernels would be handed host memory.
 class EmulatedDevice {
@@ -63,6 +71,8 @@ class EmulatedDevice {
     register_device_copy(DeviceType::kCuda, &device_strided_copy);
     ops::kernel::device_copy_table().set(DeviceType::kCuda, &transfer);
     ops::kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
+    g_allocator = &allocator_;
+    ops::kernel::device_memory_table().set(DeviceType::kCuda, &device_memory);
     ops::emulate_with_cpu_kernels(DeviceType::kCuda, true);
     set_device_memory_access_hook(&flag_host_access);
     g_counts = {};
@@ -71,6 +81,8 @@ class EmulatedDevice {
     if (real_backend_) return;
     set_device_memory_access_hook(nullptr);
     ops::emulate_with_cpu_kernels(DeviceType::kCuda, false);
+    ops::kernel::device_memory_table().set(DeviceType::kCuda, nullptr);
+    g_allocator = nullptr;
     ops::kernel::synchronize_table().set(DeviceType::kCuda, nullptr);
     ops::kernel::device_copy_table().set(DeviceType::kCuda, nullptr);
     register_device_copy(DeviceType::kCuda, nullptr);
@@ -82,6 +94,8 @@ class EmulatedDevice {
   // True where a GPU backend is loaded: the test should GTEST_SKIP.
   bool unavailable() const { return real_backend_; }
   MemoryStats memory() const { return allocator_.stats(0); }
+  // The device's size (0: no limit): allocations past it throw MemoryLimitExceeded, as on a full GPU.
+  void set_capacity(int64_t bytes) { allocator_.set_capacity(bytes); }
 
  private:
   bool real_backend_ = false;

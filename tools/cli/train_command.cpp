@@ -243,12 +243,9 @@ bool auto_batch_size(const Args& a) { return a.str("batch-size", "") == "auto"; 
 
 void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
   if (!auto_batch_size(a)) return;
-  // The default budget is a share of the host's free memory; a GPU's must be given.
-  if (!cfg.device.is_cpu() && !a.has("memory-budget"))
-    MIXTRAIN_FAIL(kInvalidInput, "--batch-size auto on " << cfg.device.str() << " needs --memory-budget SIZE",
-                  "give the GPU memory the run may use, e.g. --memory-budget 40G");
-  const int64_t budget =
-      a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget") : default_memory_budget();
+  // The default budget is a share of the device's free memory (the host's, or the GPU's as its driver reports it).
+  const int64_t budget = a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget")
+                                                : default_memory_budget(cfg.device);
   const int64_t rows = training_rows(data.train.size(), cfg.validation_split);
   const BatchSizeSearch s = find_max_batch_size(cfg, data.train.num_features(),
                                                 std::max(data.train.num_classes, data.test.num_classes), budget, rows);

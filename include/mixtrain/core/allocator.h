@@ -17,8 +17,9 @@ struct MemoryStats {
   int64_t peak_bytes = 0;  // most bytes held at once since the last reset_peak_memory()
   int64_t allocations = 0;
   int64_t cached_bytes = 0;  // held for reuse, not by tensors: freed blocks (and on a GPU, segments' unused rest)
-  // Held from the system, tensors and cache together: the CPU's live + cached bytes; a GPU's cudaMalloc'd segments
-  // (what nvidia-smi shows of this process, less the CUDA context and cuBLASLt's workspace).
+  // Held from the system, tensors and cache together: on the CPU live + cached bytes (the one as asked for, the
+  // other rounded); on a GPU its cudaMalloc'd segments, which also hold each block's rounding (what nvidia-smi shows
+  // of this process, less the CUDA context and cuBLASLt's workspace).
   int64_t reserved_bytes = 0;
 };
 
@@ -43,10 +44,12 @@ std::string format_bytes(double bytes);
 int64_t memory_limit();
 
 // What the limit throws: an Error (kInvalidInput: the sizes asked for do not fit) that also says how many bytes
-// were asked for and were in use, for callers that try sizes (the --batch-size auto search).
+// were asked for and were in use, for callers that try sizes (the --batch-size auto search). A device allocator
+// throws it too when the device itself has no memory left, with its own message and hint.
 class MemoryLimitExceeded : public Error {
  public:
   MemoryLimitExceeded(int64_t requested, int64_t live, int64_t limit);
+  MemoryLimitExceeded(int64_t requested, int64_t live, std::string message, std::string hint);
   int64_t requested_bytes() const { return requested_; }
   int64_t live_bytes() const { return live_; }
 

@@ -24,6 +24,14 @@ void synchronize(const Device& device);
 // communicator on it). Nothing to do on the CPU.
 void make_current(const Device& device);
 
+// A device's memory as its system reports it: on a GPU the driver's free and total bytes (other processes' use
+// included), on the CPU MemAvailable and MemTotal (0 and 0 where /proc/meminfo cannot be read).
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+DeviceMemory device_memory(const Device& device);
+
 // x converted to dtype on its own device, rounding as core's conversions do (x itself when it has that dtype;
 // a strided view is made contiguous first). The ops' backward passes convert an incoming gradient of another
 // dtype with it, so that a float32 gradient reaches a 16-bit op on a GPU too (Tensor::to reads host memory only).
@@ -40,6 +48,9 @@ KernelTable<SynchronizeFn>& synchronize_table();
 // Makes the device of that type and index current on this thread.
 using MakeCurrentFn = void(int device_index);
 KernelTable<MakeCurrentFn>& make_current_table();
+// The memory of the device of that type and index.
+using DeviceMemoryFn = DeviceMemory(int device_index);
+KernelTable<DeviceMemoryFn>& device_memory_table();
 // dst = src converted to dst's dtype: both contiguous, same element count, same device.
 using CastFn = void(const Tensor& src, Tensor& dst);
 KernelTable<CastFn>& cast_table();

@@ -20,6 +20,9 @@ struct BatchSizeSearch {
 
 // The machine's available memory (MemAvailable) less a 20% margin; 1 GiB when it cannot be read.
 int64_t default_memory_budget();
+// The budget on `device`: on the CPU default_memory_budget(); on a GPU 80% of what is free there, as the driver
+// reports it (ops::device_memory) plus what mixtrain's allocator holds freed there (it is reused first).
+int64_t default_memory_budget(const Device& device);
 // Parses "512M", "2G", "1500000000", "64K" (binary units); Error naming the flag otherwise.
 int64_t parse_memory_size(const std::string& text, const std::string& flag);
 

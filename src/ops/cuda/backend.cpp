@@ -62,7 +62,7 @@ class CudaSegments final : public SegmentSource {
   }
   void release(void* segment) override {
     (void)cudaSetDevice(device_index_);
-    checked_wait([segment] { (void)cudaFree(segment); });  // cudaFree waits for the device
+    published_wait([segment] { (void)cudaFree(segment); });  // cudaFree waits for the device
   }
 
  private:
@@ -77,12 +77,16 @@ class CudaAllocator final : public DeviceAllocator {
     void* p = nullptr;
     if (bytes > 0) {
       p = d.pool.allocate(bytes);
-      if (p == nullptr)
-        MIXTRAIN_FAIL(kInvalidInput,
-                      "out of GPU memory on cuda:" << device_index << ": a tensor of " << format_bytes(bytes)
-                                                   << " with " << format_bytes(d.stats.live_bytes) << " in use and "
-                                                   << format_bytes(d.pool.stats().reserved_bytes) << " reserved",
-                      "use a smaller batch or model");
+      if (p == nullptr) {
+        // The device is full: the error a limit raises, so a caller that tries sizes (--batch-size auto) counts
+        // this size as not fitting.
+        std::ostringstream what;
+        what << "out of GPU memory on cuda:" << device_index << ": a tensor of " << format_bytes(bytes) << " with "
+             << format_bytes(d.stats.live_bytes) << " in use and " << format_bytes(d.pool.stats().reserved_bytes)
+             << " reserved";
+        throw MemoryLimitExceeded(static_cast<int64_t>(bytes), d.stats.live_bytes, what.str(),
+                                  "use a smaller batch or model");
+      }
     }
     d.stats.live_bytes += static_cast<int64_t>(bytes);
     d.stats.peak_bytes = std::max(d.stats.peak_bytes, d.stats.live_bytes);
@@ -177,6 +181,7 @@ CudaBackendStatus install_backend() {
   kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
   kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
   kernel::make_current_table().set(DeviceType::kCuda, &make_current);
+  kernel::device_memory_table().set(DeviceType::kCuda, &device_memory);
   kernel::cast_table().set(DeviceType::kCuda, &cast);
   kernel::activation_table().set(DeviceType::kCuda, &activation);
   kernel::activation_backward_table().set(DeviceType::kCuda, &activation_backward);
@@ -223,7 +228,7 @@ CudaBackendStatus install_backend() {
            "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
            "fused_update",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
            "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
-           "synchronize",  "make_current",        "cast",                "unscale_and_count_nonfinite",
+           "synchronize",  "make_current",        "device_memory",        "cast",                "unscale_and_count_nonfinite",
            "mean_squared_error",                  "mean_squared_error_backward",
            "sum",          "sparse_categorical_accuracy",         "count_correct",
            "regularization_penalty",              "regularization_penalty_backward",     "global_norm",

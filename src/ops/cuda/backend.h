@@ -13,6 +13,7 @@
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/pooling.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -29,6 +30,7 @@ void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out
 void device_copy(const Tensor& src, Tensor& dst);
 void synchronize(int device_index);
 void make_current(int device_index);
+DeviceMemory device_memory(int device_index);
 // elementwise.cu
 void activation(const Tensor& x, Activation a, Tensor& y);
 void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);

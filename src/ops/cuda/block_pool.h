@@ -75,7 +75,8 @@ class BlockPool {
     const size_t size = round_up(bytes, kGranule);
     const bool small = size <= kSmallRequest;
     std::set<Block*, BySize>& pool = small ? small_free_ : large_free_;
-    // Host memory for the block records is taken first, so that a failure leaves the pool as it was.
+    // Host memory for the block records is taken first, so that running out of it leaves the pool as it was
+    // (all but the map's node for the block handed out, a few bytes the map asks for last).
     auto fresh = std::make_unique<Block>(Block{nullptr, 0, small});
     auto rest_block = std::make_unique<Block>(Block{nullptr, 0, small});
     in_use_.reserve(in_use_.size() + 1);
@@ -141,12 +142,14 @@ class BlockPool {
           ++it;
           continue;
         }
-        source_.release(b->ptr);
+        // Let go of first, so that a release that throws leaves no freed segment in the pool.
+        void* segment = b->ptr;
         released += b->size;
         stats_.reserved_bytes -= b->size;
         --stats_.segments;
         it = pool->erase(it);
         delete b;
+        source_.release(segment);
       }
     }
     return released;

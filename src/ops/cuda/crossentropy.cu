@@ -155,9 +155,17 @@ RowArgs row_args(const Tensor& x, const Tensor& target, bool sparse, bool from_l
 namespace {
 
 constexpr int kMaxDevices = 64;
-// Per device: the record, allocated on its first cross-entropy and never freed (static destruction may still check).
+// Per device: the record, allocated on the first op that may write it and never freed (static destruction may still
+// check).
 LabelError* g_label_errors[kMaxDevices] = {};
 std::mutex g_label_errors_mutex;
+
+// No finding: cleared in the stream's order, without waiting for it (a collective may be queued before).
+void clear_record(LabelError* record) {
+  static_assert(sizeof(LabelError::row) == 8 && offsetof(LabelError, row) == 0);
+  check_cuda(cudaMemsetAsync(record, 0, sizeof(LabelError)), "cudaMemsetAsync");
+  check_cuda(cudaMemsetAsync(record, 0xFF, sizeof(LabelError::row)), "cudaMemsetAsync");  // row kNoFinding
+}
 
 }  // namespace
 
@@ -165,12 +173,10 @@ LabelError* label_error_record(int device) {
   MIXTRAIN_CHECK(device >= 0 && device < kMaxDevices, "label check: GPU index " << device << " is out of range");
   std::lock_guard<std::mutex> lock(g_label_errors_mutex);
   if (g_label_errors[device] == nullptr) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
     void* p = nullptr;
     check_cuda(cudaMalloc(&p, sizeof(LabelError)), "cudaMalloc");
-    // Cleared in the stream's order, without waiting for it (a collective may be queued before).
-    static_assert(sizeof(LabelError::row) == 8 && offsetof(LabelError, row) == 0);
-    check_cuda(cudaMemsetAsync(p, 0, sizeof(LabelError)), "cudaMemsetAsync");
-    check_cuda(cudaMemsetAsync(p, 0xFF, sizeof(LabelError::row)), "cudaMemsetAsync");  // row kNoFinding: none
+    clear_record(static_cast<LabelError*>(p));
     g_label_errors[device] = static_cast<LabelError*>(p);
   }
   return g_label_errors[device];
@@ -219,10 +225,9 @@ void check_label_errors(int device) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   checked_wait([&] { check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy"); });
   if (seen.row == kNoFinding) return;
-  const LabelError none{kNoFinding, 0, 0, 0};
-  check_cuda(cudaMemcpy(record, &none, sizeof none, cudaMemcpyHostToDevice), "cudaMemcpy");
+  clear_record(record);
   if (seen.op == static_cast<int>(LabelOp::kFusedUpdateCounter))
-    MIXTRAIN_FAIL(kInternal,
+    MIXTRAIN_FAIL(kInvalidInput,  // the kind the CPU's check raises
                   "fused_update: the counter holds " << seen.label << " iterations, outside the " << seen.classes
                                                      << " rates from " << seen.row,
                   "found on cuda:" + std::to_string(device) +

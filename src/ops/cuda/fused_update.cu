@@ -19,18 +19,13 @@ namespace {
 // model's runs are few (one per dtype for Adam, about two per layer for AdamW with exclusions).
 __global__ void fused_update_kernel(shared::UpdateGroupPointers p, const int64_t* runs, int64_t run_count,
                                     FusedUpdateStep step, const float* found_inf, const int64_t* iterations,
-                                    const float* global_norm, LabelError* record) {
+                                    const float* global_norm) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   const int64_t k = *iterations - step.first_iterations;
-  if (k < 0 || k >= step.window) {
-    // The host's window always covers the counter. Should it not, nothing is updated and the finding waits in the
-    // device's record for the host's next read, which raises it as the CPU's check does; a trap here would end
-    // the CUDA context, every later call failing without saying why. One thread writes: no race.
-    if (blockIdx.x == 0 && threadIdx.x == 0 && record->row == kNoFinding)
-      *record = LabelError{static_cast<unsigned long long>(step.first_iterations), static_cast<long long>(*iterations),
-                           static_cast<long long>(step.window), static_cast<int>(LabelOp::kFusedUpdateCounter)};
-    return;
-  }
+  // The host's window always covers the counter. Should it not, nothing is updated: advance_iterations_kernel keeps
+  // the finding for the host's next read (a trap here would end the CUDA context, every later call failing
+  // without saying why).
+  if (k < 0 || k >= step.window) return;
   const UpdateRates rates = step.rates[k];
   const shared::AdamCoefficients c{rates.alpha, step.rule.one_minus_beta1, step.rule.one_minus_beta2,
                                    step.rule.epsilon};
@@ -47,10 +42,23 @@ __global__ void fused_update_kernel(shared::UpdateGroupPointers p, const int64_t
 }
 
 // After every group has read the counter: one more completed update, unless the step was skipped (then only when
-// skipped steps count).
-__global__ void advance_iterations_kernel(const float* found_inf, int64_t* iterations, bool skipped_steps_advance) {
+// skipped steps count). A counter outside the window (no group updated) stays as it was and the finding goes into
+// the device's record, which the host's next read raises as the CPU's check does. One thread: no race.
+__global__ void advance_iterations_kernel(const float* found_inf, int64_t* iterations, int64_t first_iterations,
+                                          int window, bool skipped_steps_advance, LabelError* record) {
   const bool skipped = found_inf != nullptr && *found_inf != 0.0f;
-  if (!skipped || skipped_steps_advance) ++*iterations;
+  if (skipped) {
+    if (skipped_steps_advance) ++*iterations;
+    return;
+  }
+  const int64_t k = *iterations - first_iterations;
+  if (k >= 0 && k < window) {
+    ++*iterations;
+    return;
+  }
+  if (record->row == kNoFinding)
+    *record = LabelError{static_cast<unsigned long long>(first_iterations), static_cast<long long>(*iterations),
+                         static_cast<long long>(window), static_cast<int>(LabelOp::kFusedUpdateCounter)};
 }
 
 }  // namespace
@@ -66,10 +74,11 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
     const shared::UpdateGroupPointers p = shared::update_group_pointers(g);
     // Sized by the whole buffer (the runs' lengths are on the device); the grid-stride loop covers the rest.
     fused_update_kernel<<<device::blocks_for(g.values.numel()), device::kThreads>>>(
-        p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>(), norm, record);
+        p, g.runs.data<int64_t>(), g.run_count, step, flag, iterations.data<int64_t>(), norm);
     device::launched("fused_update");
   }
-  advance_iterations_kernel<<<1, 1>>>(flag, iterations.data<int64_t>(), step.skipped_steps_advance_iterations);
+  advance_iterations_kernel<<<1, 1>>>(flag, iterations.data<int64_t>(), step.first_iterations, step.window,
+                                      step.skipped_steps_advance_iterations, record);
   device::launched("fused_update (iteration counter)");
 }
 

@@ -205,6 +205,13 @@ void device_copy(const Tensor& src, Tensor& dst) {
 
 void make_current(int device_index) { check_cuda(cudaSetDevice(device_index), "cudaSetDevice"); }
 
+DeviceMemory device_memory(int device_index) {
+  check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 void synchronize(int device_index) {
   check_cuda(cudaSetDevice(device_index), "cudaSetDevice");
   checked_wait([] { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); });
