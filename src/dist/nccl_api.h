@@ -83,9 +83,11 @@ class Watchdog {
 
   bool aborted() const;
   std::string reason() const;  // why comm was aborted; empty while it works
-  // Runs call, which queues a collective on comm, unless comm was aborted (then Error, kInternal, with the reason).
-  // The abort waits for a call under way (up to a second: a call stuck in the driver does not hold it off), so a
-  // collective is never queued on a communicator being freed.
+  // Runs call, which queues a collective on comm, unless comm was aborted (then Error, kInternal, with the reason;
+  // also when the abort came while call ran, whatever call raised). The abort waits for a call under way, so a
+  // collective is not being queued on a communicator being freed; but for a second at most: a call stuck in the
+  // driver (a kernel launch behind a full queue) is only freed by the abort, which NCCL's rules on one communicator
+  // and two threads do not cover. A stuck rank is the worse outcome.
   void enqueue(const std::function<void()>& call);
 
  private:

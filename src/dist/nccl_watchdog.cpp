@@ -28,9 +28,9 @@ Watchdog::Watchdog(const Api& api, Comm comm, std::string where, double timeout_
   check_ = ops::add_device_wait_check([state = state_] {
     if (state->aborted.load()) state->fail();
   });
+  const Api* a = &api;
   try {
-    const Api* a = &api;
-  thread_ = std::thread([this, a, comm, timeout_seconds, period] { run(*a, comm, timeout_seconds, period); });
+    thread_ = std::thread([this, a, comm, timeout_seconds, period] { run(*a, comm, timeout_seconds, period); });
   } catch (...) {
     ops::remove_device_wait_check(check_);
     throw;
@@ -79,7 +79,13 @@ std::string Watchdog::reason() const {
 void Watchdog::enqueue(const std::function<void()>& call) {
   std::lock_guard<std::timed_mutex> lock(comm_mu_);
   if (aborted()) state_->fail();
-  call();
+  try {
+    call();
+  } catch (...) {
+    if (aborted()) state_->fail();  // the watchdog's reason, not the failure the abort caused
+    throw;
+  }
+  if (aborted()) state_->fail();
 }
 
 }  // namespace mixtrain::nccl

@@ -197,6 +197,29 @@ TEST(NcclWatchdog, TheAbortWaitsForACollectiveBeingQueued) {
   EXPECT_EQ(FakeNccl::aborts.load(), 1);
 }
 
+// A call stuck in the driver (a launch behind a full queue) must not hold the abort off: after a second the
+// watchdog aborts anyway, and the call's return reports the watchdog's reason.
+TEST(NcclWatchdog, ACallStuckPastASecondDoesNotHoldTheAbortOff) {
+  const nccl::Api api = FakeNccl::api();
+  nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, std::chrono::milliseconds(1));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    dog.enqueue([&start] {
+      FakeNccl::async = 6;
+      // Stuck until the abort frees it (10 s at most, so a watchdog that waits for it fails instead of hanging).
+      while (FakeNccl::aborts.load() == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    FAIL() << "the call's return did not report the abort";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL on cuda:0 was aborted: NCCL reported an asynchronous error"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(FakeNccl::aborts.load(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST(NcclWatchdog, AHealthyCommunicatorIsNeverAborted) {
   const nccl::Api api = FakeNccl::api();
   {

@@ -132,6 +132,25 @@ TEST(CudaBackend, AFreedTensorsMemoryServesSmallerTensorsWithoutReservingMore) {
   EXPECT_TRUE(bit_equal(b, Tensor::full({48 * kMiB}, DType::kFloat16, 2.0f)));
 }
 
+// A tensor larger than the GPU: the allocator's refusal is a MemoryLimitExceeded (what --batch-size auto's search
+// counts as "too big"), and the device works on after it.
+TEST(CudaBackend, ATensorLargerThanTheGpuIsAMemoryLimitExceeded) {
+  REQUIRE_CUDA_BACKEND();
+  const Device gpu = Device::cuda(0);
+  const int64_t live = memory_stats(gpu).live_bytes;
+  try {
+    (void)Tensor::empty({int64_t{1} << 50}, DType::kUInt8, gpu);  // 1 PiB
+    FAIL() << "allocated";
+  } catch (const MemoryLimitExceeded& e) {
+    EXPECT_NE(std::string(e.what()).find("out of GPU memory on cuda:0"), std::string::npos) << e.what();
+    EXPECT_EQ(e.requested_bytes(), int64_t{1} << 50);
+  }
+  EXPECT_EQ(memory_stats(gpu).live_bytes, live);
+  EXPECT_TRUE(bit_equal(to_device(Tensor::full({5}, DType::kFloat32, 3.0f), gpu), Tensor::full({5}, DType::kFloat32, 3.0f)));
+  EXPECT_GT(ops::device_memory(gpu).total_bytes, int64_t{1} << 30);
+  EXPECT_LE(ops::device_memory(gpu).free_bytes, ops::device_memory(gpu).total_bytes);
+}
+
 // Uploads larger than a pinned staging slot (8 MiB) go in slot-sized pieces, and more of them than the ring has
 // slots (8) wrap round it: every byte arrives, in order, also when several such uploads are queued back to back.
 TEST(CudaBackend, UploadsLargerThanTheStagingRingArriveWhole) {

@@ -28,7 +28,6 @@ TEST(DeviceBatchSize, TheDefaultBudgetIsFourFifthsOfTheDevicesFreeMemory) {
   EXPECT_EQ(default_memory_budget(kEmulated), (int64_t{1} << 30) / 10 * 8);
   const Tensor held = Tensor::empty({int64_t{1} << 20}, DType::kFloat32, kEmulated);  // 4 MiB in use
   EXPECT_EQ(default_memory_budget(kEmulated), ((int64_t{1} << 30) - (int64_t{4} << 20)) / 10 * 8);
-  EXPECT_EQ(default_memory_budget(Device::cpu()), default_memory_budget()) << "the CPU's is the host's, as before";
 }
 
 TEST(DeviceBatchSize, ATrialTheDeviceCannotHoldCountsAsNotFitting) {
@@ -45,10 +44,12 @@ TEST(DeviceBatchSize, ATrialTheDeviceCannotHoldCountsAsNotFitting) {
     device.set_capacity(0);
     EXPECT_GT(tight.batch_size, 0) << policy;
     EXPECT_LT(tight.batch_size, roomy.batch_size) << policy;
-    EXPECT_LE(tight.peak_bytes, int64_t{6} << 20) << policy;
-    bool refused = false;
-    for (const auto& [batch, peak] : tight.trials) refused |= batch > tight.batch_size;
-    EXPECT_TRUE(refused) << policy << ": some larger trial was tried and refused";
+    // A refused trial is recorded with what it had in use and asked for: more than the device holds. Within the
+    // budget, so only the device's own refusal made it not fit.
+    bool refused_by_the_device = false;
+    for (const auto& [batch, bytes] : tight.trials)
+      refused_by_the_device |= batch > tight.batch_size && bytes > (int64_t{6} << 20) && bytes < (int64_t{15} << 20);
+    EXPECT_TRUE(refused_by_the_device) << policy;
   }
 }
 

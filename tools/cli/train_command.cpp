@@ -244,17 +244,31 @@ bool auto_batch_size(const Args& a) { return a.str("batch-size", "") == "auto"; 
 void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
   if (!auto_batch_size(a)) return;
   // The default budget is a share of the device's free memory (the host's, or the GPU's as its driver reports it).
-  const int64_t budget = a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget")
-                                                : default_memory_budget(cfg.device);
+  int64_t budget = a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget")
+                                          : default_memory_budget(cfg.device);
+  // Data-parallel: every rank must train the same batch, but each one's free memory (and what its device can hold)
+  // may differ: the ranks search within the smallest budget and take the smallest batch any of them found.
+  Communicator* job = data_parallel_job();
+  if (job != nullptr) {
+    double smallest = static_cast<double>(budget);
+    job->all_reduce(&smallest, 1, ReduceOp::kMin);
+    budget = static_cast<int64_t>(smallest);
+  }
   const int64_t rows = training_rows(data.train.size(), cfg.validation_split);
   const BatchSizeSearch s = find_max_batch_size(cfg, data.train.num_features(),
                                                 std::max(data.train.num_classes, data.test.num_classes), budget, rows);
   cfg.batch_size = s.batch_size;
-  std::printf("batch size auto (%s): %lld rows, one step peaks at %.1f MiB of a %.1f MiB budget (%zu trial steps)\n",
+  if (job != nullptr) {
+    double smallest = static_cast<double>(s.batch_size);
+    job->all_reduce(&smallest, 1, ReduceOp::kMin);
+    cfg.batch_size = static_cast<int64_t>(smallest);
+  }
+  std::printf("batch size auto (%s): %lld rows, one step peaks at %.1f MiB of a %.1f MiB budget (%zu trial steps)%s\n",
               cfg.policy.c_str(), static_cast<long long>(s.batch_size), static_cast<double>(s.peak_bytes) / (1 << 20),
-              static_cast<double>(budget) / (1 << 20), s.trials.size());
+              static_cast<double>(budget) / (1 << 20), s.trials.size(),
+              cfg.batch_size < s.batch_size ? "; another rank fits fewer, so every rank takes its batch" : "");
   // Data-parallel: the budget is each rank's; the global batch is the ranks' batches together.
-  if (const Communicator* job = data_parallel_job()) cfg.batch_size *= job->size();
+  if (job != nullptr) cfg.batch_size *= job->size();
 }
 
 namespace {

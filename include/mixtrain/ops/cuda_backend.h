@@ -28,7 +28,8 @@ CudaBackendStatus load_cuda_backend();
 // died. While a check is registered, the CUDA backend publishes when the host began each wait for a GPU (a
 // synchronous copy, a synchronize, a cudaFree), so that a watchdog thread can see how long it has been blocked
 // (device_wait_seconds) and cut the queued work short (ncclCommAbort ends NCCL's kernels); when a wait returns,
-// every check runs, and one throws (an Error) to say why the work was cut short.
+// every check runs, and one throws (an Error) to say why the work was cut short (a cudaFree's wait runs none: the
+// next wait reports).
 using DeviceWaitCheck = std::function<void()>;
 // Registers a check; the id returned removes it. A check may run on any thread that waits.
 int add_device_wait_check(DeviceWaitCheck check);

@@ -19,10 +19,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <memory>
+#include <iterator>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace mixtrain::ops::cuda {
 
@@ -66,6 +67,7 @@ class BlockPool {
       }
     }
     for (Block* b : blocks) delete b;
+    for (Block* b : spare_) delete b;
   }
 
   // A block of at least `bytes` (> 0), aligned to kGranule within its segment; nullptr when the source has no
@@ -74,11 +76,11 @@ class BlockPool {
     if (bytes == 0 || bytes > kMaxRequest) return nullptr;
     const size_t size = round_up(bytes, kGranule);
     const bool small = size <= kSmallRequest;
-    std::set<Block*, BySize>& pool = small ? small_free_ : large_free_;
-    // Host memory for the block records is taken first, so that running out of it leaves the pool as it was
-    // (all but the map's node for the block handed out, a few bytes the map asks for last).
-    auto fresh = std::make_unique<Block>(Block{nullptr, 0, small});
-    auto rest_block = std::make_unique<Block>(Block{nullptr, 0, small});
+    FreeSet& pool = small ? small_free_ : large_free_;
+    // The block records it may need are made first, so that running out of host memory leaves the pool as it was
+    // (all but the map's node for the block handed out, a few bytes the map asks for last). Freed records are kept
+    // for reuse: a step asks for hundreds of tensors, each a split and each free a merge.
+    while (spare_.size() < 2) spare_.push_back(new Block{nullptr, 0, false});
     in_use_.reserve(in_use_.size() + 1);
     Block* b = take_best_fit(pool, size);
     if (b == nullptr) {
@@ -86,27 +88,33 @@ class BlockPool {
       void* p = reserve(segment);
       if (p == nullptr && release_free_segments() > 0) p = reserve(segment);
       if (p == nullptr) return nullptr;
-      b = fresh.release();
-      b->ptr = static_cast<char*>(p);
-      b->size = segment;
+      b = take_spare();
+      *b = Block{static_cast<char*>(p), segment, small};
       stats_.reserved_bytes += segment;
       ++stats_.segments;
     }
     // Keep the rest free when it can serve a request of this pool on its own.
     const size_t rest = b->size - size;
     if (rest >= (small ? kGranule : kSmallRequest + 1)) {
-      Block* tail = rest_block.release();
-      tail->ptr = b->ptr + size;
-      tail->size = rest;
+      Block* tail = take_spare();
+      *tail = Block{b->ptr + size, rest, small};
       tail->prev = b;
       tail->next = b->next;
       if (b->next) b->next->prev = tail;
       b->next = tail;
       b->size = size;
-      pool.insert(tail);
+      insert_free(pool, tail);
     }
     b->in_use = true;
-    in_use_.emplace(b->ptr, b);
+    if (spare_in_use_.empty()) {
+      in_use_.emplace(b->ptr, b);
+    } else {
+      InUse::node_type node = std::move(spare_in_use_.back());
+      spare_in_use_.pop_back();
+      node.key() = b->ptr;
+      node.mapped() = b;
+      in_use_.insert(std::move(node));
+    }
     stats_.allocated_bytes += b->size;
     return b->ptr;
   }
@@ -117,25 +125,25 @@ class BlockPool {
     auto it = in_use_.find(p);
     if (it == in_use_.end()) return false;
     Block* b = it->second;
-    in_use_.erase(it);
+    spare_in_use_.push_back(in_use_.extract(it));
     b->in_use = false;
     stats_.allocated_bytes -= b->size;
-    std::set<Block*, BySize>& pool = b->small ? small_free_ : large_free_;
+    FreeSet& pool = b->small ? small_free_ : large_free_;
     if (b->next && !b->next->in_use) absorb_next(pool, b);
     if (b->prev && !b->prev->in_use) {
       Block* prev = b->prev;
-      pool.erase(prev);
+      erase_free(pool, prev);
       absorb_next(pool, prev);
       b = prev;
     }
-    pool.insert(b);
+    insert_free(pool, b);
     return true;
   }
 
   // Returns the segments with nothing in use to the source; the bytes returned.
   size_t release_free_segments() {
     size_t released = 0;
-    for (std::set<Block*, BySize>* pool : {&small_free_, &large_free_}) {
+    for (FreeSet* pool : {&small_free_, &large_free_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
         if (b->prev != nullptr || b->next != nullptr) {
@@ -147,8 +155,10 @@ class BlockPool {
         released += b->size;
         stats_.reserved_bytes -= b->size;
         --stats_.segments;
-        it = pool->erase(it);
-        delete b;
+        const auto next = std::next(it);
+        spare_nodes_.push_back(pool->extract(it));
+        it = next;
+        spare_.push_back(b);
         source_.release(segment);
       }
     }
@@ -182,7 +192,7 @@ class BlockPool {
       reserved += b->size;
       if (b->in_use) allocated += b->size;
       else ++free_blocks;
-      const std::set<Block*, BySize>& pool = b->small ? small_free_ : large_free_;
+      const FreeSet& pool = b->small ? small_free_ : large_free_;
       if (!b->in_use && pool.count(const_cast<Block*>(b)) == 0) return "a free block missing from its pool";
       if (b->in_use && in_use_.count(b->ptr) == 0) return "a block in use missing from the map";
     }
@@ -212,6 +222,8 @@ class BlockPool {
       return a->size != b->size ? a->size < b->size : std::less<const char*>()(a->ptr, b->ptr);
     }
   };
+  using FreeSet = std::set<Block*, BySize>;
+  using InUse = std::unordered_map<void*, Block*>;
   static constexpr size_t kMaxRequest = SIZE_MAX / 4;
   static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
@@ -222,23 +234,23 @@ class BlockPool {
   }
 
   // The smallest free block of at least `size`, out of its pool.
-  static Block* take_best_fit(std::set<Block*, BySize>& pool, size_t size) {
+  Block* take_best_fit(FreeSet& pool, size_t size) {
     Block probe{nullptr, size, false};
     auto it = pool.lower_bound(&probe);
     if (it == pool.end()) return nullptr;
     Block* b = *it;
-    pool.erase(it);
+    spare_nodes_.push_back(pool.extract(it));
     return b;
   }
 
   // b takes in its free next neighbour, which leaves the pool.
-  static void absorb_next(std::set<Block*, BySize>& pool, Block* b) {
+  void absorb_next(FreeSet& pool, Block* b) {
     Block* next = b->next;
-    pool.erase(next);
+    erase_free(pool, next);
     b->size += next->size;
     b->next = next->next;
     if (b->next) b->next->prev = b;
-    delete next;
+    spare_.push_back(next);
   }
 
   // Every block, segment by segment (the heads are the free or in-use blocks without a prev).
@@ -255,9 +267,35 @@ class BlockPool {
     return all;
   }
 
+  // The free sets' and the map's nodes are kept for reuse as the block records are: no host allocation in a step
+  // once the pool has seen one.
+  void insert_free(FreeSet& pool, Block* b) {
+    if (spare_nodes_.empty()) {
+      pool.insert(b);
+      return;
+    }
+    FreeSet::node_type node = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    node.value() = b;
+    pool.insert(std::move(node));
+  }
+  void erase_free(FreeSet& pool, Block* b) {
+    auto it = pool.find(b);
+    if (it != pool.end()) spare_nodes_.push_back(pool.extract(it));
+  }
+
+  Block* take_spare() {
+    Block* b = spare_.back();
+    spare_.pop_back();
+    return b;
+  }
+
   SegmentSource& source_;
-  std::set<Block*, BySize> small_free_, large_free_;
-  std::unordered_map<void*, Block*> in_use_;
+  std::vector<Block*> spare_;  // records of merged or released blocks, for reuse
+  FreeSet small_free_, large_free_;
+  InUse in_use_;
+  std::vector<FreeSet::node_type> spare_nodes_;
+  std::vector<InUse::node_type> spare_in_use_;
   BlockPoolStats stats_;
 };
 
