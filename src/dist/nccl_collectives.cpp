@@ -1,9 +1,7 @@
 // NCCL's collectives behind DeviceCollectives (dist/device_communicator.h), and NCCL's loading (nccl_api.h).
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -84,30 +82,6 @@ const Api* load(std::string* why, std::string* library, int* version) {
   if (library != nullptr) *library = loaded.library;
   if (version != nullptr) *version = loaded.version;
   return &loaded.api;
-}
-
-std::string check_progress(const Api& api, Comm comm, double waited_seconds, double timeout_seconds) {
-  Result async = kSuccess;
-  const Result rc = api.comm_get_async_error(comm, &async);
-  std::ostringstream why;
-  if (rc != kSuccess)
-    why << "ncclCommGetAsyncError failed: " << api.error_string(rc);
-  else if (async != kSuccess && async != kInProgress)
-    why << "NCCL reported an asynchronous error: " << api.error_string(async);
-  else if (timeout_seconds > 0 && waited_seconds > timeout_seconds)
-    why << "the GPU's queued NCCL collectives did not finish within " << timeout_seconds
-        << " s (MIXTRAIN_NCCL_TIMEOUT); another rank may have stopped";
-  return why.str();
-}
-
-double timeout_seconds() {
-  const char* v = std::getenv("MIXTRAIN_NCCL_TIMEOUT");
-  if (v == nullptr || *v == '\0') return 600.0;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  MIXTRAIN_CHECK(end != v && *end == '\0' && s >= 0 && std::isfinite(s),
-                 "MIXTRAIN_NCCL_TIMEOUT expects seconds (0 for no limit), got '" << v << "'");
-  return s;
 }
 
 }  // namespace nccl

@@ -1,5 +1,8 @@
-// The NCCL communicator's watchdog (nccl_api.h).
+// The NCCL communicator's watchdog and what it asks (nccl_api.h).
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
 #include <utility>
 
 #include "mixtrain/core/error.h"
@@ -7,6 +10,30 @@
 #include "nccl_api.h"
 
 namespace mixtrain::nccl {
+
+std::string check_progress(const Api& api, Comm comm, double waited_seconds, double timeout_seconds) {
+  Result async = kSuccess;
+  const Result rc = api.comm_get_async_error(comm, &async);
+  std::ostringstream why;
+  if (rc != kSuccess)
+    why << "ncclCommGetAsyncError failed: " << api.error_string(rc);
+  else if (async != kSuccess && async != kInProgress)
+    why << "NCCL reported an asynchronous error: " << api.error_string(async);
+  else if (timeout_seconds > 0 && waited_seconds > timeout_seconds)
+    why << "the GPU's queued NCCL collectives did not finish within " << timeout_seconds
+        << " s (MIXTRAIN_NCCL_TIMEOUT); another rank may have stopped";
+  return why.str();
+}
+
+double timeout_seconds() {
+  const char* v = std::getenv("MIXTRAIN_NCCL_TIMEOUT");
+  if (v == nullptr || *v == '\0') return 600.0;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  MIXTRAIN_CHECK(end != v && *end == '\0' && s >= 0 && std::isfinite(s),
+                 "MIXTRAIN_NCCL_TIMEOUT expects seconds (0 for no limit), got '" << v << "'");
+  return s;
+}
 
 struct Watchdog::State {
   std::string where;

@@ -1,7 +1,6 @@
 #include "mixtrain/train/batch_size.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "mixtrain/core/allocator.h"
@@ -29,13 +28,8 @@ int64_t measure_step_peak(const RunConfig& cfg, int64_t num_features, int64_t nu
 }  // namespace
 
 int64_t default_memory_budget() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024 / 10 * 8;
-  return int64_t{1} << 30;
+  const int64_t available = ops::device_memory(Device::cpu()).free_bytes;  // MemAvailable; 0 when unreadable
+  return available > 0 ? available / 10 * 8 : int64_t{1} << 30;
 }
 
 int64_t default_memory_budget(const Device& device) {

@@ -249,20 +249,17 @@ void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
   // Data-parallel: every rank must train the same batch, but each one's free memory (and what its device can hold)
   // may differ: the ranks search within the smallest budget and take the smallest batch any of them found.
   Communicator* job = data_parallel_job();
-  if (job != nullptr) {
-    double smallest = static_cast<double>(budget);
-    job->all_reduce(&smallest, 1, ReduceOp::kMin);
-    budget = static_cast<int64_t>(smallest);
-  }
+  const auto smallest_over_ranks = [job](int64_t v) {
+    if (job == nullptr) return v;
+    double d = static_cast<double>(v);
+    job->all_reduce(&d, 1, ReduceOp::kMin);
+    return static_cast<int64_t>(d);
+  };
+  budget = smallest_over_ranks(budget);
   const int64_t rows = training_rows(data.train.size(), cfg.validation_split);
   const BatchSizeSearch s = find_max_batch_size(cfg, data.train.num_features(),
                                                 std::max(data.train.num_classes, data.test.num_classes), budget, rows);
-  cfg.batch_size = s.batch_size;
-  if (job != nullptr) {
-    double smallest = static_cast<double>(s.batch_size);
-    job->all_reduce(&smallest, 1, ReduceOp::kMin);
-    cfg.batch_size = static_cast<int64_t>(smallest);
-  }
+  cfg.batch_size = smallest_over_ranks(s.batch_size);
   std::printf("batch size auto (%s): %lld rows, one step peaks at %.1f MiB of a %.1f MiB budget (%zu trial steps)%s\n",
               cfg.policy.c_str(), static_cast<long long>(s.batch_size), static_cast<double>(s.peak_bytes) / (1 << 20),
               static_cast<double>(budget) / (1 << 20), s.trials.size(),

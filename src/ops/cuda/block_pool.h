@@ -280,8 +280,8 @@ class BlockPool {
     pool.insert(std::move(node));
   }
   void erase_free(FreeSet& pool, Block* b) {
-    auto it = pool.find(b);
-    if (it != pool.end()) spare_nodes_.push_back(pool.extract(it));
+    FreeSet::node_type node = pool.extract(b);  // empty when b is not in the pool
+    if (!node.empty()) spare_nodes_.push_back(std::move(node));
   }
 
   Block* take_spare() {

@@ -222,7 +222,6 @@ void check_label_errors(int device) {
     record = g_label_errors[device];
   }
   LabelError seen{};
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
   checked_wait([&] { check_cuda(cudaMemcpy(&seen, record, sizeof seen, cudaMemcpyDeviceToHost), "cudaMemcpy"); });
   if (seen.row == kNoFinding) return;
   clear_record(record);
