@@ -73,11 +73,21 @@ class Watchdog {
  public:
   Watchdog(const Api& api, Comm comm, std::string where, double timeout_seconds,
            std::chrono::milliseconds period = std::chrono::milliseconds(50));
-  // Stops the thread and removes the check (comm stays the owner's: destroyed by it unless aborted()).
+  // Stops the thread and removes the check (comm stays the owner's: freed by end(), or by the owner).
   ~Watchdog();
-  // Stops the thread (once; the check stays until destruction): after it, aborted() no longer changes, so the owner
-  // may destroy comm when it is false.
+  // Stops the thread (once; the check stays until destruction): after it, aborted() no longer changes.
   void stop();
+
+  // How end() freed comm.
+  enum class Ending { kAlreadyAborted, kDestroyed, kAborted };
+  // Frees comm without hanging on a peer that is gone (call it once, from the owner's destructor; it does not
+  // throw). ncclCommDestroy waits for comm's queued collectives, so they are drained first while the watchdog still
+  // runs (drain: a published wait for the GPU, such as ops::synchronize), which bounds that wait by the timeout and
+  // NCCL's own error reports. Then destroyed, unless something went wrong: when the stack is unwinding (an error
+  // cut the run short, and a queued collective may wait for a rank that stopped: no drain then), when draining or a
+  // collective's call failed, or when NCCL reports an asynchronous error, comm is aborted instead (its queued work
+  // is dropped).
+  Ending end(const std::function<void()>& drain, bool unwinding) noexcept;
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
@@ -92,8 +102,10 @@ class Watchdog {
 
  private:
   struct State;
-  void run(const Api& api, Comm comm, double timeout_seconds, std::chrono::milliseconds period);
+  void run(double timeout_seconds, std::chrono::milliseconds period);
 
+  const Api& api_;
+  Comm comm_;
   std::shared_ptr<State> state_;  // shared with the device wait check, which may run after this is gone
   std::timed_mutex comm_mu_;      // held by enqueue's call and by the abort
   int check_ = 0;

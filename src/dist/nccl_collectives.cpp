@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -104,8 +105,8 @@ class NcclCollectives final : public DeviceCollectives {
   NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device, double timeout_seconds)
       : api_(api), comm_(comm), device_(device), watchdog_(api, comm, device.str(), timeout_seconds) {}
   ~NcclCollectives() override {
-    watchdog_.stop();                                        // no abort can come after this
-    if (!watchdog_.aborted()) api_.comm_destroy(comm_);  // an aborted communicator is already freed
+    // Unwinding: an error is cutting the run short, and a peer may be gone; its collectives are not waited for.
+    (void)watchdog_.end([this] { ops::synchronize(device_); }, std::uncaught_exceptions() > 0);
   }
   std::string name() const override { return "nccl"; }
 

@@ -40,6 +40,7 @@ struct Watchdog::State {
   std::atomic<bool> aborted{false};
   mutable std::mutex mu;
   std::string reason;  // set once, before aborted
+  std::atomic<bool> call_failed{false};  // a collective's call raised: comm's state is not known to be sound
 
   void fail() const {
     std::lock_guard<std::mutex> lock(mu);
@@ -50,14 +51,13 @@ struct Watchdog::State {
 
 Watchdog::Watchdog(const Api& api, Comm comm, std::string where, double timeout_seconds,
                    std::chrono::milliseconds period)
-    : state_(std::make_shared<State>()) {
+    : api_(api), comm_(comm), state_(std::make_shared<State>()) {
   state_->where = std::move(where);
   check_ = ops::add_device_wait_check([state = state_] {
     if (state->aborted.load()) state->fail();
   });
-  const Api* a = &api;
   try {
-    thread_ = std::thread([this, a, comm, timeout_seconds, period] { run(*a, comm, timeout_seconds, period); });
+    thread_ = std::thread([this, timeout_seconds, period] { run(timeout_seconds, period); });
   } catch (...) {
     ops::remove_device_wait_check(check_);
     throw;
@@ -78,10 +78,10 @@ void Watchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::run(const Api& api, Comm comm, double timeout_seconds, std::chrono::milliseconds period) {
+void Watchdog::run(double timeout_seconds, std::chrono::milliseconds period) {
   std::unique_lock<std::mutex> lock(stop_mu_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
-    const std::string why = check_progress(api, comm, ops::device_wait_seconds(), timeout_seconds);
+    const std::string why = check_progress(api_, comm_, ops::device_wait_seconds(), timeout_seconds);
     if (why.empty()) continue;
     // Recorded before the abort: a wait the abort frees must find the reason when it returns.
     const bool serialized = comm_mu_.try_lock_for(std::chrono::seconds(1));
@@ -90,7 +90,7 @@ void Watchdog::run(const Api& api, Comm comm, double timeout_seconds, std::chron
       state_->reason = why;
     }
     state_->aborted.store(true);
-    (void)api.comm_abort(comm);  // ends comm's kernels, so the stream drains
+    (void)api_.comm_abort(comm_);  // ends comm's kernels, so the stream drains
     if (serialized) comm_mu_.unlock();
     return;  // the communicator is gone: nothing more to watch
   }
@@ -110,9 +110,29 @@ void Watchdog::enqueue(const std::function<void()>& call) {
     call();
   } catch (...) {
     if (aborted()) state_->fail();  // the watchdog's reason, not the failure the abort caused
+    state_->call_failed.store(true);
     throw;
   }
   if (aborted()) state_->fail();
+}
+
+Watchdog::Ending Watchdog::end(const std::function<void()>& drain, bool unwinding) noexcept {
+  bool sound = !unwinding && !state_->call_failed.load();
+  if (sound && !aborted()) {
+    try {
+      drain();  // watched: a collective that cannot finish is aborted after the timeout, and this returns
+    } catch (...) {
+      sound = false;
+    }
+  }
+  stop();  // aborted() is final from here
+  if (aborted()) return Ending::kAlreadyAborted;  // the abort freed comm
+  if (sound && check_progress(api_, comm_, 0.0, 0.0).empty()) {
+    (void)api_.comm_destroy(comm_);  // nothing is queued: it does not wait for a peer
+    return Ending::kDestroyed;
+  }
+  (void)api_.comm_abort(comm_);
+  return Ending::kAborted;
 }
 
 }  // namespace mixtrain::nccl

@@ -84,6 +84,7 @@ struct FakeNccl {
   static inline std::atomic<nccl::Result> query_rc{nccl::kSuccess};
   static inline std::atomic<nccl::Result> async{nccl::kSuccess};
   static inline std::atomic<int> aborts{0};
+  static inline std::atomic<int> destroys{0};
   static nccl::Result get_async_error(nccl::Comm, nccl::Result* out) {
     *out = async;
     return query_rc;
@@ -92,15 +93,21 @@ struct FakeNccl {
     ++aborts;
     return nccl::kSuccess;
   }
+  static nccl::Result destroy(nccl::Comm) {
+    ++destroys;
+    return nccl::kSuccess;
+  }
   static const char* error_string(nccl::Result r) { return r == 6 ? "remote process exited or there was a network error" : "some error"; }
   static nccl::Api api() {
     nccl::Api a;
     a.comm_get_async_error = &get_async_error;
     a.comm_abort = &abort;
+    a.comm_destroy = &destroy;
     a.error_string = &error_string;
     query_rc = nccl::kSuccess;
     async = nccl::kSuccess;
     aborts = 0;
+    destroys = 0;
     return a;
   }
 };
@@ -232,6 +239,78 @@ TEST(NcclWatchdog, AHealthyCommunicatorIsNeverAborted) {
     EXPECT_EQ(queued, 1);
   }
   EXPECT_EQ(FakeNccl::aborts.load(), 0);
+}
+
+// How a communicator ends (its owner's destructor): destroyed when sound, after its queued work drained under the
+// watchdog; aborted, so that nothing waits for a peer that is gone, when anything went wrong.
+constexpr auto kNever = std::chrono::hours(1);  // a watchdog that does not poll by itself within a test
+
+TEST(NcclWatchdog, ASoundCommunicatorIsDrainedThenDestroyed) {
+  const nccl::Api api = FakeNccl::api();
+  nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, kNever);
+  dog.enqueue([] {});
+  int drains = 0;
+  EXPECT_EQ(dog.end([&drains] { ++drains; }, false), nccl::Watchdog::Ending::kDestroyed);
+  EXPECT_EQ(drains, 1);
+  EXPECT_EQ(FakeNccl::destroys.load(), 1);
+  EXPECT_EQ(FakeNccl::aborts.load(), 0);
+}
+
+TEST(NcclWatchdog, UnwindingAbortsWithoutWaitingForQueuedWork) {
+  const nccl::Api api = FakeNccl::api();
+  nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, kNever);
+  int drains = 0;
+  EXPECT_EQ(dog.end([&drains] { ++drains; }, true), nccl::Watchdog::Ending::kAborted);
+  EXPECT_EQ(drains, 0) << "a queued collective may wait for a rank that stopped";
+  EXPECT_EQ(FakeNccl::aborts.load(), 1);
+  EXPECT_EQ(FakeNccl::destroys.load(), 0);
+}
+
+TEST(NcclWatchdog, ADrainThatCannotFinishIsCutShortByTheTimeoutAndNotDestroyed) {
+  const nccl::Api api = FakeNccl::api();
+  nccl::Watchdog dog(api, nullptr, "cuda:0", 0.05, std::chrono::milliseconds(5));
+  const auto start = std::chrono::steady_clock::now();
+  const nccl::Watchdog::Ending ending = dog.end(
+      [&start] {
+        ops::checked_wait([&start] {  // a peer is gone: blocked until the communicator is aborted (10 s at most)
+          while (FakeNccl::aborts.load() == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+      },
+      false);
+  EXPECT_EQ(ending, nccl::Watchdog::Ending::kAlreadyAborted);
+  EXPECT_EQ(FakeNccl::aborts.load(), 1) << "aborted once, by the watchdog";
+  EXPECT_EQ(FakeNccl::destroys.load(), 0) << "an aborted communicator is already freed";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(NcclWatchdog, AFailedCollectiveCallOrAnAsynchronousErrorEndsInAnAbort) {
+  {
+    const nccl::Api api = FakeNccl::api();
+    nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, kNever);
+    EXPECT_THROW(dog.enqueue([] { MIXTRAIN_FAIL(kInternal, "ncclAllReduce failed", ""); }), Error);
+    int drains = 0;
+    EXPECT_EQ(dog.end([&drains] { ++drains; }, false), nccl::Watchdog::Ending::kAborted);
+    EXPECT_EQ(drains, 0);
+    EXPECT_EQ(FakeNccl::aborts.load(), 1);
+    EXPECT_EQ(FakeNccl::destroys.load(), 0);
+  }
+  {
+    const nccl::Api api = FakeNccl::api();
+    nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, kNever);
+    FakeNccl::async = 6;  // reported after the last poll: end() asks once more
+    EXPECT_EQ(dog.end([] {}, false), nccl::Watchdog::Ending::kAborted);
+    EXPECT_EQ(FakeNccl::aborts.load(), 1);
+    EXPECT_EQ(FakeNccl::destroys.load(), 0);
+  }
+  {
+    const nccl::Api api = FakeNccl::api();
+    nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, kNever);
+    EXPECT_EQ(dog.end([] { MIXTRAIN_FAIL(kInternal, "cudaStreamSynchronize failed", ""); }, false),
+              nccl::Watchdog::Ending::kAborted)
+        << "a drain that failed";
+    EXPECT_EQ(FakeNccl::aborts.load(), 1);
+  }
 }
 
 TEST(NcclApi, TheTimeoutIsReadFromTheEnvironmentAndAMalformedOneIsRefused) {
