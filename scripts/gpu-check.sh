@@ -44,6 +44,10 @@ log="$out/gpu-check.log"
 # archive of the rest: a device machine returns at most 8 files of OUT, and a call cut short by its limit then
 # still returns the log.
 work=$(mktemp -d -t gpu-check.XXXXXX)
+# Python's and the bench's lines reach their files as they are printed, so a step cut short by its cap keeps them.
+export PYTHONUNBUFFERED=1
+line_buffered=()
+if command -v stdbuf > /dev/null 2>&1; then line_buffered=(stdbuf -oL); fi
 say() { echo "gpu-check: $*" | tee -a "$log"; }
 # The end of the whole run, with 15 s kept for the last summary and archive (and a step's 10 s kill grace).
 deadline=$((SECONDS + ${GPU_CHECK_BUDGET:-560} - 15))
@@ -85,6 +89,42 @@ capped() {
   return "$rc"
 }
 
+status=0
+# PyTorch's side of the targets: it needs nothing of mixtrain's build, so a build that fails still takes it.
+torch_figures() {
+  say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
+  say "  CNN and transformer steps at bench step's shapes (autocast; GradScaler for float16)"
+  capped 240 python3 - "$work" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
+import json, os, sys, traceback
+sys.path.insert(0, "bench")
+import peer_torch as peer  # exits with status 3 when torch is not importable
+out = sys.argv[1]
+target = peer.Target("cuda")
+failed = False
+def run(name, what, *args):
+    global failed
+    # Each case's record goes to its file; one that fails is reported and the others still run.
+    with open(os.path.join(out, name), "a") as f:
+        sys.stdout = f
+        try:
+            what(*args, target)
+        except Exception:
+            traceback.print_exc()
+            failed = True
+        finally:
+            sys.stdout = sys.__stdout__
+for name in ("torch-gemm.jsonl", "torch-steps.jsonl"):
+    with open(os.path.join(out, name), "w") as f:
+        f.write(json.dumps(dict({"what": "peer_torch_info", "version": peer.torch.__version__}, **target.info())) + "\n")
+run("torch-gemm.jsonl", peer.bench_matmul, [1024, 4096, 8192], 0.5)
+for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
+    run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 256, 20)
+    run("torch-steps.jsonl", peer.bench_cnn_step, variant, 128, 256, 20, "channels_last")
+    run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 64, 128, 2, 4, 32, 20)
+sys.exit(1 if failed else 0)
+PY
+}
+
 # The libraries scripts/gpu-carry.sh gathered on a Debian machine (GoogleTest, nlohmann JSON, zlib), for an image
 # that lacks them: searched before the system's.
 carried=()
@@ -116,16 +156,22 @@ if [[ "$cc" =~ ^[0-9]+$ ]]; then arch=(-DCMAKE_CUDA_ARCHITECTURES="$cc"); fi
 say "configuring build-gpu (MIXTRAIN_CUDA=ON, tests $tests, CUDA architectures ${cc:-75 80 90})"
 timeout "$(( $(left) < 120 ? $(left) : 120 ))" cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA=ON -DMIXTRAIN_TESTS="$tests" \
   -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_MPI=OFF "${carried[@]}" "${arch[@]}" >> "$log" 2>&1 ||
-  { say "configure failed (see $log)"; tail -20 "$log"; exit 1; }
-status=0
+  { say "configure failed (see $log)"; tail -20 "$log"; torch_figures; snapshot; exit 1; }
 # The CLI and the bench first: they take the figures. The tests after, every one that compiles (-k 0): a compiler
 # that rejects one test leaves the figures and the other tests, and that test's step fails as a missing binary (the
 # test binaries of an earlier build are removed first, so none of them runs for a test that no longer compiles).
+# The tests' build keeps 240 s of the budget for the figures' steps: a slow compiler costs tests, not figures.
 timeout "$(left)" ninja -C build-gpu -j "$(nproc)" mixtrain_gpu_bench mixtrain_cli >> "$log" 2>&1 ||
-  { say "build failed (see $log)"; tail -30 "$log"; exit 1; }
+  { say "build failed (see $log)"; tail -30 "$log"; torch_figures; snapshot; exit 1; }
 rm -f build-gpu/tests/ops/ops_test build-gpu/tests/precision/precision_test build-gpu/tests/train/gpu_training_test \
   build-gpu/tests/dist/nccl_api_test
-if [ "$tests" = ON ] && ! timeout "$(( $(left) < 300 ? $(left) : 300 ))" ninja -C build-gpu -j "$(nproc)" -k 0 ops_test precision_test gpu_training_test \
+test_build=$(( $(left) - 240 < 300 ? $(left) - 240 : 300 ))
+if [ "$tests" = ON ] && [ "$test_build" -lt 20 ]; then
+  say "no time left to build the tests before the figures: they are skipped"
+  tests=OFF
+  status=1
+fi
+if [ "$tests" = ON ] && ! timeout "$test_build" ninja -C build-gpu -j "$(nproc)" -k 0 ops_test precision_test gpu_training_test \
        nccl_api_test >> "$log" 2>&1; then
   say "some tests did not build (see $log); the rest run"
   status=1
@@ -173,37 +219,7 @@ for model in mlp cnn transformer; do
   done
 done
 
-say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
-say "  CNN and transformer steps at bench step's shapes (autocast; GradScaler for float16)"
-capped 240 python3 - "$work" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
-import json, os, sys, traceback
-sys.path.insert(0, "bench")
-import peer_torch as peer  # exits with status 3 when torch is not importable
-out = sys.argv[1]
-target = peer.Target("cuda")
-failed = False
-def run(name, what, *args):
-    global failed
-    # Each case's record goes to its file; one that fails is reported and the others still run.
-    with open(os.path.join(out, name), "a") as f:
-        sys.stdout = f
-        try:
-            what(*args, target)
-        except Exception:
-            traceback.print_exc()
-            failed = True
-        finally:
-            sys.stdout = sys.__stdout__
-for name in ("torch-gemm.jsonl", "torch-steps.jsonl"):
-    with open(os.path.join(out, name), "w") as f:
-        f.write(json.dumps(dict({"what": "peer_torch_info", "version": peer.torch.__version__}, **target.info())) + "\n")
-run("torch-gemm.jsonl", peer.bench_matmul, [1024, 4096, 8192], 0.5)
-for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
-    run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 256, 20)
-    run("torch-steps.jsonl", peer.bench_cnn_step, variant, 128, 256, 20, "channels_last")
-    run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 64, 128, 2, 4, 32, 20)
-sys.exit(1 if failed else 0)
-PY
+torch_figures
 
 snapshot
 
@@ -264,7 +280,7 @@ for device in cpu cuda; do
 done
 
 say "mixtrain: check against the CPU, then time the loss-scaling step"
-if ! capped 120 build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$work/mixtrain.jsonl" 2>> "$log"; then
+if ! capped 120 "${line_buffered[@]}" build-gpu/tools/gpu_bench/mixtrain_gpu_bench 200 > "$work/mixtrain.jsonl" 2>> "$log"; then
   say "mixtrain_gpu_bench FAILED"
   status=1
 fi

@@ -12,6 +12,7 @@ Inputs (each optional: a step that failed leaves its file out, and its rows say 
   step-MODEL-POLICY.json            `mixtrain bench step --device cuda --json`, MODEL mlp|cnn|transformer
   torch-steps.jsonl                 bench/peer_torch.py step --device cuda (variant float32|autocast_float16|...)
   train-cpu.json, train-cuda.json   `mixtrain train --json` on each device
+  *-tests.json                      GoogleTest's --gtest_output=json of the GPU test steps
 Ratios: GEMM vs torch = mixtrain GFLOP/s / PyTorch's (target at 8192, 16-bit: >= 0.80); a step's vs torch =
 PyTorch's ms / mixtrain's (target >= 1.0), vs float32 = mixtrain's float32 ms / its mixed ms (target >= 3), step
 peak vs float32 = the step's peak memory beyond what stays resident over the float32 step's (target for the mixed
@@ -117,7 +118,19 @@ if len(train_cli) == 2:
         train_cli["accuracy_gap"] = abs(accuracy["cpu"] - accuracy["cuda"])
     print(f"train --device cuda vs cpu: test accuracy {figure(accuracy['cuda'])} vs {figure(accuracy['cpu'])}, "
           f"first step loss {figure(train_cli['cuda']['first_step_loss'])} vs {figure(train_cli['cpu']['first_step_loss'])}")
+# The GPU tests' outcome per step: how many ran, were skipped and failed, and the failed ones' names.
+tests = {}
+for name in ("gpu-tests", "gpu-training-tests", "nccl-tests", "doctor-tests"):
+    r = load(f"{name}.json")
+    if not r:
+        continue
+    cases = [t for suite in r.get("testsuites", []) for t in suite.get("testsuite", [])]
+    failed = [f"{t.get('classname')}.{t.get('name')}" for t in cases if t.get("failures")]
+    skipped = sum(1 for t in cases if t.get("result") == "SKIPPED")
+    tests[name] = {"tests": len(cases), "skipped": skipped, "failed": failed}
+    print(f"{name}: {len(cases)} tests, {skipped} skipped, {len(failed)} failed"
+          + (": " + ", ".join(failed) if failed else ""))
 summary = {"checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor, "train_steps": train_steps,
-           "train_cli": train_cli}
+           "train_cli": train_cli, "tests": tests}
 json.dump(summary, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
 print("bit-identical to the CPU:", all(c["bit_identical"] for c in checks) if checks else "not run")

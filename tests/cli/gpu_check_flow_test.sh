@@ -5,7 +5,8 @@
 # rest still run, the exit status 1, and OUT holding the log, the summary with the figures the stand-ins wrote, and
 # the archive of every step's files. A second run stops its stand-ins part way (as a device call's time limit
 # would): the figures taken before the stop must already be in OUT. A third gives the whole run less time
-# (GPU_CHECK_BUDGET) than its first step takes: that step is cut, the rest are skipped, and the run ends in time.
+# (GPU_CHECK_BUDGET) than its first step takes: the tests are not built, that step is cut, the rest are skipped, and
+# the run ends in time.
 # Usage: gpu_check_flow_test.sh REPO_ROOT
 set -eu
 root="$1"
@@ -25,6 +26,7 @@ cat > "$tmp/bin/ninja" <<'SH'
 #!/usr/bin/env bash
 # Makes build-gpu's binaries: each records its call in calls.log and writes what its real counterpart writes.
 set -eu
+if [ -n "${GPU_CHECK_FLOW_BUILD_FAILS:-}" ]; then echo "stand-in compile error" >&2; exit 1; fi
 b=build-gpu
 mkdir -p "$b/tests/ops" "$b/tests/train" "$b/tests/dist" "$b/tests/precision" "$b/tools/cli" "$b/tools/gpu_bench"
 for t in tests/ops/ops_test tests/train/device_training_test tests/train/gpu_training_test tests/dist/nccl_api_test \
@@ -39,6 +41,7 @@ done
 cat > "$b/tools/cli/mixtrain" <<'T'
 #!/usr/bin/env bash
 echo "mixtrain $*" >> "$GPU_CHECK_FLOW_CALLS"
+[ -n "${GPU_CHECK_FLOW_SLEEP:-}" ] && [[ "$*" == *"$GPU_CHECK_FLOW_SLEEP"* ]] && sleep 60
 [ -n "${GPU_CHECK_FLOW_STOP:-}" ] && [[ "$*" == *"$GPU_CHECK_FLOW_STOP"* ]] && kill -TERM "$GPU_CHECK_FLOW_SCRIPT"
 json=""; model=""; policy=""
 while [ $# -gt 0 ]; do
@@ -121,21 +124,39 @@ assert len(s["train_steps"]) == 8 and s["gemm"], "the benchmarks' figures are mi
 print("gpu-check cut short: the figures taken before the stop are in OUT")
 PY
 
-# Less time than the first step takes: GPU_CHECK_BUDGET=30 leaves 15 s for the steps; ops_test's stand-in sleeps 60 s.
+# Less time than the first step takes: GPU_CHECK_BUDGET=30 leaves 15 s for the steps, too little to build the tests
+# and keep 240 s for the figures (the tests are skipped), and bench gemm's stand-in sleeps 60 s.
 rm -rf "$tmp/out" "$tmp/calls.log"
 set +e
 start=$SECONDS
-(cd "$tmp/repo" && GPU_CHECK_BUDGET=30 GPU_CHECK_FLOW_SLEEP=ops_test bash scripts/gpu-check.sh --out "$tmp/out") \
+(cd "$tmp/repo" && GPU_CHECK_BUDGET=30 GPU_CHECK_FLOW_SLEEP="bench gemm" bash scripts/gpu-check.sh --out "$tmp/out") \
   > "$tmp/run3.log" 2>&1
 status=$?
 took=$((SECONDS - start))
 set -e
-[ "$status" -eq 1 ] || { cat "$tmp/run3.log"; echo "FAIL: a run out of time exited $status, expected 1"; exit 1; }
-[ "$took" -le 30 ] || { cat "$tmp/run3.log"; echo "FAIL: a run with GPU_CHECK_BUDGET=30 took ${took}s"; exit 1; }
-grep -q "timed out after .*ops_test" "$tmp/out/gpu-check.log" || { cat "$tmp/out/gpu-check.log"; echo "FAIL: the cut step was not reported"; exit 1; }
-grep -q "no time left in GPU_CHECK_BUDGET, skipped: .*mixtrain bench gemm" "$tmp/out/gpu-check.log" ||
-  { cat "$tmp/out/gpu-check.log"; echo "FAIL: the steps after the budget were not reported as skipped"; exit 1; }
-if grep -q "bench gemm" "$tmp/calls.log"; then echo "FAIL: a step ran after the budget was spent"; exit 1; fi
-tar tzf "$tmp/out/gpu-check-files.tar.gz" | grep -q "gpu-tests.json" || { echo "FAIL: the cut step's files are not in OUT"; exit 1; }
-echo "gpu-check out of time: the step cut at the budget, the rest skipped, done in ${took}s"
+log3="$tmp/out/gpu-check.log"
+fail3() { cat "$log3"; echo "FAIL: $*"; exit 1; }
+[ "$status" -eq 1 ] || fail3 "a run out of time exited $status, expected 1"
+[ "$took" -le 30 ] || fail3 "a run with GPU_CHECK_BUDGET=30 took ${took}s"
+grep -q "no time left to build the tests before the figures" "$log3" || fail3 "the skipped tests were not reported"
+if grep -q "ops_test" "$tmp/calls.log"; then fail3 "a test ran that was not built"; fi
+grep -q "timed out after .*bench gemm" "$log3" || fail3 "the cut step was not reported"
+grep -q "no time left in GPU_CHECK_BUDGET, skipped: .*mixtrain bench step" "$log3" ||
+  fail3 "the steps after the budget were not reported as skipped"
+if grep -q "bench step" "$tmp/calls.log"; then fail3 "a step ran after the budget was spent"; fi
+[ -s "$tmp/out/gpu-check.json" ] || fail3 "OUT lacks the summary"
+echo "gpu-check out of time: the tests skipped, the step cut at the budget, the rest skipped, done in ${took}s"
+# A build that fails: PyTorch's figures need nothing of it and are still taken (here they fail: no PyTorch).
+rm -rf "$tmp/out" "$tmp/calls.log"
+set +e
+(cd "$tmp/repo" && GPU_CHECK_FLOW_BUILD_FAILS=1 bash scripts/gpu-check.sh --out "$tmp/out") > "$tmp/run4.log" 2>&1
+status=$?
+set -e
+log4="$tmp/out/gpu-check.log"
+[ "$status" -eq 1 ] || { cat "$log4"; echo "FAIL: a failed build exited $status, expected 1"; exit 1; }
+grep -q "build failed" "$log4" || { cat "$log4"; echo "FAIL: the failed build was not reported"; exit 1; }
+grep -q "PyTorch GEMMs and training steps FAILED" "$log4" ||
+  { cat "$log4"; echo "FAIL: PyTorch's step did not run after a failed build"; exit 1; }
+[ -s "$tmp/out/gpu-check.json" ] || { cat "$log4"; echo "FAIL: a failed build left no summary"; exit 1; }
+echo "gpu-check with a failed build: PyTorch's step still ran"
 echo "gpu-check flow ok"

@@ -293,6 +293,10 @@ BatchSplit split_batch(const kernel::BmmLayout& l) {
   int d = static_cast<int>(l.batch.size()) - 1;
   while (d >= 0 && l.batch[static_cast<size_t>(d)] == 1) --d;  // trailing 1s are nothing
   if (d < 0) return s;
+  if (l.batch[static_cast<size_t>(d)] > INT32_MAX) {  // cuBLASLt counts a batch in int32: looped one by one
+    s.outer_rank = d + 1;
+    return s;
+  }
   s.a_stride = l.a_batch_strides[static_cast<size_t>(d)];
   s.b_stride = l.b_batch_strides[static_cast<size_t>(d)];
   s.inner_count = l.batch[static_cast<size_t>(d)];
