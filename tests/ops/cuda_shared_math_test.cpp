@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +38,7 @@
 #include "ops/shared/fused_update_element.h"
 #include "ops/cpu/exp_poly.h"
 #include "ops/shared/crossentropy_row.h"
+#include "ops/shared/lane_sum.h"
 #include "ops/shared/elementwise_math.h"
 #include "ops/shared/embedding_rows.h"
 #include "ops/shared/exp_poly.h"
@@ -354,8 +356,47 @@ TEST(CudaSharedMath, NonfiniteTestCountsWhatTheCpuCounts) {
   }
 }
 
+// What a warp's butterfly (device::warp_sum) leaves in its lanes from their 32 partial sums: at each step lane i adds
+// lane i ^ o's value to its own, as __shfl_xor_sync hands it over. Every lane must end with the same bits.
+float warp_sum_emulated(std::array<float, shared::kSumLanes> v) {
+  for (int o = shared::kSumLanes / 2; o > 0; o /= 2) {
+    const std::array<float, shared::kSumLanes> before = v;
+    for (int i = 0; i < shared::kSumLanes; ++i) v[static_cast<size_t>(i)] = shared::add_rn(before[static_cast<size_t>(i)], before[static_cast<size_t>(i ^ o)]);
+  }
+  for (int i = 1; i < shared::kSumLanes; ++i)
+    EXPECT_EQ(shared::bits_of(v[static_cast<size_t>(i)]), shared::bits_of(v[0])) << "lane " << i;
+  return v[0];
+}
+
+// A row sum as a warp computes it: each lane's partial sum (shared::lane_partial), then the butterfly.
+template <typename Term>
+float warp_row_sum(int64_t n, const Term& term) {
+  std::array<float, shared::kSumLanes> v{};
+  for (int l = 0; l < shared::kSumLanes; ++l) v[static_cast<size_t>(l)] = shared::lane_partial(n, l, term);
+  return warp_sum_emulated(v);
+}
+
+// lane_sum, the CPU's one pass over the terms, gives the warp's bits; and it is a sum: within n - 1 float32 units
+// of the sum of |terms| of the exact sum (the bound of any order).
+TEST(CudaSharedMath, TheLanesSumGivesTheWarpsBitsAndIsASum) {
+  for (int64_t n : {0, 1, 5, 31, 32, 33, 64, 100, 1000, 4099}) {
+    const std::vector<float> t = summands({n}, 77 + static_cast<uint64_t>(n), DType::kFloat32).to_floats();
+    const auto term = [&t](int64_t j) { return t[static_cast<size_t>(j)]; };
+    const float cpu = shared::lane_sum(n, term);
+    EXPECT_EQ(shared::bits_of(cpu), shared::bits_of(warp_row_sum(n, term))) << "n=" << n;
+    double exact = 0.0, magnitude = 0.0;
+    for (float v : t) {
+      exact += v;
+      magnitude += std::fabs(v);
+    }
+    EXPECT_LE(std::fabs(cpu - exact), static_cast<double>(n) * 0x1p-24 * magnitude + 1e-30) << "n=" << n;
+  }
+  EXPECT_EQ(shared::bits_of(shared::lane_sum(0, [](int64_t) { return 1.0f; })), shared::bits_of(0.0f)) << "+0";
+}
+
 // Layer normalization through the shared functions exactly as the GPU kernels call them (FloatView over the
-// tensors' own storage, lane 0's row sums, the column sums in blocks then in block order), against the CPU kernel.
+// tensors' own storage, a row's sums in the warp's lanes then its butterfly, the column sums in blocks then in block
+// order), against the CPU kernel.
 struct LayerNormBySharedMath {
   Tensor y, mean, rstd, dx, dgamma, dbeta;
 };
@@ -374,14 +415,20 @@ LayerNormBySharedMath layer_norm_by_shared_math(const Tensor& x, const Tensor& g
   float* rp = o.rstd.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const shared::FloatView xr{x.raw(), xc, r * d}, dyr{dy.raw(), dyc, r * d};
-    const shared::LayerNormStats st = shared::layer_norm_row_stats(xr, d, inv_d, eps);
+    shared::LayerNormStats st;
+    st.mean = shared::layer_norm_mean(warp_row_sum(d, [&](int64_t j) { return xr[j]; }), inv_d);
+    st.rstd = shared::layer_norm_rstd(
+        warp_row_sum(d, [&](int64_t j) { return shared::layer_norm_square_deviation(xr[j], st.mean); }), inv_d, eps);
     mp[r] = st.mean;
     rp[r] = st.rstd;
     for (int64_t j = 0; j < d; ++j)
       shared::store_from_float(o.y.raw(), xc, r * d + j,
                                shared::layer_norm_value(xr[j], st.mean, st.rstd, gm[j], bt[j]));
-    const shared::LayerNormGradSums sums = shared::layer_norm_grad_sums(xr, dyr, gm, d, st.mean, st.rstd);
-    const float mean_g = shared::mul_rn(sums.g, inv_d), mean_gx = shared::mul_rn(sums.gx, inv_d);
+    const float sum_g = warp_row_sum(d, [&](int64_t j) { return shared::layer_norm_g(dyr[j], gm[j]); });
+    const float sum_gx = warp_row_sum(d, [&](int64_t j) {
+      return shared::layer_norm_gx(shared::layer_norm_g(dyr[j], gm[j]), shared::layer_norm_xhat(xr[j], st.mean, st.rstd));
+    });
+    const float mean_g = shared::mul_rn(sum_g, inv_d), mean_gx = shared::mul_rn(sum_gx, inv_d);
     for (int64_t j = 0; j < d; ++j) {
       const float xh = shared::layer_norm_xhat(xr[j], st.mean, st.rstd);
       const float g = shared::layer_norm_g(dyr[j], gm[j]);

@@ -1,7 +1,7 @@
 // CPU kernels of layer normalization. x is (rows, D). Each row is read as float32 (in place for float32,
 // widened into a row buffer for 16-bit data), normalized in float32 and rounded once. Rows run in parallel;
-// the backward's column sums (dgamma, dbeta) go through fixed blocks of rows whose partial sums are added
-// in block order, so no result depends on the thread count. The arithmetic and its order are the shared
+// a row's sums run in 32 lanes (shared/lane_sum.h), which vectorize; the backward's column sums (dgamma, dbeta) go
+// through fixed blocks of rows whose partial sums are added in block order, so no result depends on the thread count. The arithmetic and its order are the shared
 // functions of ops/shared/layer_norm_row.h, which the CUDA kernels run too.
 #include <algorithm>
 #include <vector>
@@ -84,19 +84,22 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
         const float* v = read_row(x, r, d, xb.data());
         const float* dv = read_row(dy, r, d, gb.data());
         const float mu = mp[r], rs = rp[r];
-        // One pass for the block's column sums and the row's sums (shared::layer_norm_grad_sums' order).
-        shared::LayerNormGradSums sums;
+        // One pass for xhat, g and the block's column sums; the row's sums of g and g * xhat then run over the
+        // saved terms in the lanes' order (shared::layer_norm_grad_sums' bits).
+        float* xh = xhat.data();
+        float* gr = g.data();
         for (int64_t j = 0; j < d; ++j) {
-          const float xh = shared::layer_norm_xhat(v[j], mu, rs);
-          xhat[static_cast<size_t>(j)] = xh;
-          shared::layer_norm_column_step(pg[j], pb[j], dv[j], xh);
-          g[static_cast<size_t>(j)] = shared::layer_norm_grad_step(sums, dv[j], gm[j], xh);
+          xh[j] = shared::layer_norm_xhat(v[j], mu, rs);
+          shared::layer_norm_column_step(pg[j], pb[j], dv[j], xh[j]);
+          gr[j] = shared::layer_norm_g(dv[j], gm[j]);
         }
         if (!need_x) continue;
-        const float mean_g = shared::mul_rn(sums.g, inv_d), mean_gx = shared::mul_rn(sums.gx, inv_d);
+        const float sum_g = shared::lane_sum(d, [gr](int64_t j) { return gr[j]; });
+        const float sum_gx = shared::lane_sum(d, [gr, xh](int64_t j) { return shared::layer_norm_gx(gr[j], xh[j]); });
+        const float mean_g = shared::mul_rn(sum_g, inv_d), mean_gx = shared::mul_rn(sum_gx, inv_d);
         float* o = row_out(dx, r, d, ob.data());
         for (int64_t j = 0; j < d; ++j)
-          o[j] = shared::layer_norm_dx(g[static_cast<size_t>(j)], xhat[static_cast<size_t>(j)], rs, mean_g, mean_gx);
+          o[j] = shared::layer_norm_dx(gr[j], xh[j], rs, mean_g, mean_gx);
         store_row(dx, r, d, o);
       }
     }

@@ -1,16 +1,16 @@
 // Layer normalization on the GPU (ops/layer_norm.h), forward and backward, giving the CPU kernel's bits: every sum
 // runs in the CPU's order through the shared functions of ops/shared/layer_norm_row.h.
 //
-// Forward and the backward's dx: one warp per row. Lane 0 computes the row's sums alone, one term after another
-// (a tree across lanes would be faster but would add in another order and change the bits); the warp then writes
-// the row's elements in parallel. Rows are many in training (batch x tokens), so warps on other rows keep the GPU
-// busy while one lane sums.
+// Forward and the backward's dx: one warp per row. A row's sums are lane_sum.h's: each lane adds its own terms
+// (j = lane, lane + 32, ...), then the warp's butterfly combines the 32 partial sums, and every lane holds the
+// result; the warp then writes the row's elements in parallel.
 // The backward's dgamma and dbeta: the CPU's fixed blocks of kLayerNormRowsPerBlock rows. One thread per (block,
 // column) sums its block's rows in row order into a float32 scratch, then one thread per column adds the blocks'
 // partial sums in block order. No atomics: the results do not depend on the launch or on timing.
 #include <cuda_runtime.h>
 
 #include "../shared/float16_convert.h"
+#include "../shared/lane_sum.h"
 #include "../shared/layer_norm_row.h"
 #include "../shared/ordered_sum.h"
 #include "backend.h"
@@ -21,8 +21,6 @@ namespace mixtrain::ops::cuda {
 namespace {
 
 using shared::FloatView;
-
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 __device__ int64_t warp_row() {
   return blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
@@ -36,14 +34,16 @@ __global__ void layer_norm_kernel(const void* x, int x_code, const float* gamma,
   if (row >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % device::kWarp;
   const FloatView xr{x, x_code, row * d};
-  shared::LayerNormStats st{0.0f, 0.0f};
+  shared::LayerNormStats st;
+  st.mean = shared::layer_norm_mean(device::warp_sum(shared::lane_partial(d, lane, [&](int64_t j) { return xr[j]; })),
+                                    inv_d);
+  const float ss = device::warp_sum(
+      shared::lane_partial(d, lane, [&](int64_t j) { return shared::layer_norm_square_deviation(xr[j], st.mean); }));
+  st.rstd = shared::layer_norm_rstd(ss, inv_d, epsilon);
   if (lane == 0) {
-    st = shared::layer_norm_row_stats(xr, d, inv_d, epsilon);
     mean[row] = st.mean;
     rstd[row] = st.rstd;
   }
-  st.mean = __shfl_sync(kFullMask, st.mean, 0);
-  st.rstd = __shfl_sync(kFullMask, st.rstd, 0);
   for (int64_t j = lane; j < d; j += device::kWarp)
     shared::store_from_float(y, y_code, row * d + j,
                              shared::layer_norm_value(xr[j], st.mean, st.rstd, gamma[j], beta[j]));
@@ -58,14 +58,12 @@ __global__ void layer_norm_dx_kernel(const void* dy, int dy_code, const void* x,
   const int lane = threadIdx.x % device::kWarp;
   const FloatView xr{x, x_code, row * d}, dyr{dy, dy_code, row * d};
   const float mu = mean[row], rs = rstd[row];
-  float mean_g = 0.0f, mean_gx = 0.0f;
-  if (lane == 0) {
-    const shared::LayerNormGradSums sums = shared::layer_norm_grad_sums(xr, dyr, gamma, d, mu, rs);
-    mean_g = shared::mul_rn(sums.g, inv_d);
-    mean_gx = shared::mul_rn(sums.gx, inv_d);
-  }
-  mean_g = __shfl_sync(kFullMask, mean_g, 0);
-  mean_gx = __shfl_sync(kFullMask, mean_gx, 0);
+  const float sum_g =
+      device::warp_sum(shared::lane_partial(d, lane, [&](int64_t j) { return shared::layer_norm_g(dyr[j], gamma[j]); }));
+  const float sum_gx = device::warp_sum(shared::lane_partial(d, lane, [&](int64_t j) {
+    return shared::layer_norm_gx(shared::layer_norm_g(dyr[j], gamma[j]), shared::layer_norm_xhat(xr[j], mu, rs));
+  }));
+  const float mean_g = shared::mul_rn(sum_g, inv_d), mean_gx = shared::mul_rn(sum_gx, inv_d);
   for (int64_t j = lane; j < d; j += device::kWarp) {
     const float xh = shared::layer_norm_xhat(xr[j], mu, rs);
     shared::store_from_float(dx, dx_code, row * d + j,

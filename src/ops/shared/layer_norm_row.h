@@ -1,8 +1,10 @@
 // Layer normalization's row and column arithmetic (the op: ops/layer_norm.h), float32 whatever the storage dtype,
 // written once for the CPU kernel (cpu/layer_norm.cpp, which calls these) and the GPU kernel (cuda/layer_norm.cu).
-// Every sum runs from +0 one term after another in index order, each partial sum rounded, so any caller that keeps
-// this order gets the CPU's bits. A row type is anything with operator[](j) returning float: the CPU passes its
-// float32 row buffer, the GPU a FloatView over the tensor's storage (float16_convert.h).
+// A row's sums (the statistics, and the backward's sums of g and g * xhat) run in the lanes' order of lane_sum.h,
+// which a warp computes in parallel and the CPU in vector registers; the backward's column sums run from +0 one row
+// after another in blocks. Any caller that keeps these orders gets the CPU's bits. A row type is anything with
+// operator[](j) returning float: the CPU passes its float32 row buffer, the GPU a FloatView over the tensor's storage
+// (float16_convert.h).
 //
 // Forward, per row x of length d:   mean = sum(x) / d,   rstd = 1 / sqrt(sum((x - mean)^2) / d + epsilon),
 //                                    y_j = (x_j - mean) * rstd * gamma_j + beta_j
@@ -15,6 +17,7 @@
 #include <cstdint>
 
 #include "host_device.h"
+#include "lane_sum.h"
 
 namespace mixtrain::ops::shared {
 
@@ -29,19 +32,23 @@ struct LayerNormStats {
   float rstd;
 };
 
+// The statistics from the row's sums: mean = sum * inv_d, and rstd from the sum of squared deviations.
+MIXTRAIN_HOST_DEVICE inline float layer_norm_mean(float sum, float inv_d) { return mul_rn(sum, inv_d); }
+MIXTRAIN_HOST_DEVICE inline float layer_norm_square_deviation(float x, float mean) {
+  const float t = sub_rn(x, mean);
+  return mul_rn(t, t);
+}
+MIXTRAIN_HOST_DEVICE inline float layer_norm_rstd(float square_deviations, float inv_d, float epsilon) {
+  return div_rn(1.0f, sqrt_rn(add_rn(mul_rn(square_deviations, inv_d), epsilon)));
+}
+
 // A row's mean and rstd in two passes (the second sums squared deviations from the mean, so a large mean does not
-// cancel the variance away).
+// cancel the variance away), each sum in the lanes' order.
 template <typename Row>
 MIXTRAIN_HOST_DEVICE inline LayerNormStats layer_norm_row_stats(const Row& x, int64_t d, float inv_d, float epsilon) {
-  float s = 0.0f;
-  for (int64_t j = 0; j < d; ++j) s = add_rn(s, x[j]);
-  const float mean = mul_rn(s, inv_d);
-  float ss = 0.0f;
-  for (int64_t j = 0; j < d; ++j) {
-    const float t = sub_rn(x[j], mean);
-    ss = add_rn(ss, mul_rn(t, t));
-  }
-  return {mean, div_rn(1.0f, sqrt_rn(add_rn(mul_rn(ss, inv_d), epsilon)))};
+  const float mean = layer_norm_mean(lane_sum(d, [&](int64_t j) { return x[j]; }), inv_d);
+  const float ss = lane_sum(d, [&](int64_t j) { return layer_norm_square_deviation(x[j], mean); });
+  return {mean, layer_norm_rstd(ss, inv_d, epsilon)};
 }
 
 // One output element, before its rounding into the output dtype.
@@ -61,20 +68,18 @@ struct LayerNormGradSums {
 
 MIXTRAIN_HOST_DEVICE inline float layer_norm_g(float dy, float gamma) { return mul_rn(dy, gamma); }
 
-// Adds element j's terms to the row sums and returns g_j = dy_j * gamma_j.
-MIXTRAIN_HOST_DEVICE inline float layer_norm_grad_step(LayerNormGradSums& sums, float dy, float gamma, float xhat) {
-  const float g = layer_norm_g(dy, gamma);
-  sums.g = add_rn(sums.g, g);
-  sums.gx = add_rn(sums.gx, mul_rn(g, xhat));
-  return g;
-}
+// Term j of the backward's second row sum.
+MIXTRAIN_HOST_DEVICE inline float layer_norm_gx(float g, float xhat) { return mul_rn(g, xhat); }
 
-// A row's sums in index order (the loop the CPU kernel runs fused with its column sums).
+// A row's sums of g and g * xhat, each in the lanes' order.
 template <typename XRow, typename DyRow>
 MIXTRAIN_HOST_DEVICE inline LayerNormGradSums layer_norm_grad_sums(const XRow& x, const DyRow& dy, const float* gamma,
                                                                    int64_t d, float mean, float rstd) {
   LayerNormGradSums sums;
-  for (int64_t j = 0; j < d; ++j) (void)layer_norm_grad_step(sums, dy[j], gamma[j], layer_norm_xhat(x[j], mean, rstd));
+  sums.g = lane_sum(d, [&](int64_t j) { return layer_norm_g(dy[j], gamma[j]); });
+  sums.gx = lane_sum(d, [&](int64_t j) {
+    return layer_norm_gx(layer_norm_g(dy[j], gamma[j]), layer_norm_xhat(x[j], mean, rstd));
+  });
   return sums;
 }
 
