@@ -125,6 +125,18 @@ sys.exit(1 if failed else 0)
 PY
 }
 
+# The machine, for the figures' record (docs/PERFORMANCE.md names the GPU, the driver and the toolkit beside them).
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null | head -1 || true)"
+  echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | tail -1 || true)"
+  echo "c++: $(c++ --version 2>/dev/null | head -1 || true)"
+  echo "cmake: $(cmake --version 2>/dev/null | head -1 || true)"
+  echo "os: $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-}" || true)"
+  echo "cpus: $(nproc)"
+} > "$work/machine.txt" 2>/dev/null || true
+sed 's/^/gpu-check: machine: /' "$work/machine.txt" | tee -a "$log"
+
 # The libraries scripts/gpu-carry.sh gathered on a Debian machine (GoogleTest, nlohmann JSON, zlib), for an image
 # that lacks them: searched before the system's.
 carried=()

@@ -13,6 +13,7 @@ Inputs (each optional: a step that failed leaves its file out, and its rows say 
   torch-steps.jsonl                 bench/peer_torch.py step --device cuda (variant float32|autocast_float16|...)
   train-cpu.json, train-cuda.json   `mixtrain train --json` on each device
   *-tests.json                      GoogleTest's --gtest_output=json of the GPU test steps
+  machine.txt                       the machine: "key: value" lines (date, gpu, nvcc, c++, cmake, os, cpus)
 Ratios: GEMM vs torch = mixtrain GFLOP/s / PyTorch's (target at 8192, 16-bit: >= 0.80); a step's vs torch =
 PyTorch's ms / mixtrain's (target >= 1.0), vs float32 = mixtrain's float32 ms / its mixed ms (target >= 3), step
 peak vs float32 = the step's peak memory beyond what stays resident over the float32 step's (target for the mixed
@@ -130,7 +131,13 @@ for name in ("gpu-tests", "gpu-training-tests", "nccl-tests", "doctor-tests"):
     tests[name] = {"tests": len(cases), "skipped": skipped, "failed": failed}
     print(f"{name}: {len(cases)} tests, {skipped} skipped, {len(failed)} failed"
           + (": " + ", ".join(failed) if failed else ""))
-summary = {"checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor, "train_steps": train_steps,
+machine = {}
+if os.path.exists(os.path.join(out, "machine.txt")):
+    for l in open(os.path.join(out, "machine.txt")):
+        key, sep, value = l.partition(":")
+        if sep:
+            machine[key.strip()] = value.strip()
+summary = {"machine": machine, "checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor, "train_steps": train_steps,
            "train_cli": train_cli, "tests": tests}
 json.dump(summary, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
 print("bit-identical to the CPU:", all(c["bit_identical"] for c in checks) if checks else "not run")

@@ -101,8 +101,9 @@ steps = {(r["model"], r["policy"]): r for r in s["train_steps"]}
 assert len(steps) == 8 and ("cnn", "mixed_float16") not in steps, sorted(steps)
 assert abs(steps[("mlp", "mixed_bfloat16")]["speedup_vs_float32"] - 3.0) < 1e-9
 assert s["gemm"][0]["gflops"] == 700000.0 and s["train_cli"]["accuracy_gap"] == 0.0
+assert s["machine"].get("cpus") and s["machine"].get("date"), s["machine"]  # the machine, for the figures' record
 names = tarfile.open(os.path.join(sys.argv[2], "gpu-check-files.tar.gz")).getnames()
-for f in ("./gpu-tests.json", "./bench-gemm-gpu.json", "./step-transformer-mixed_bfloat16.json", "./mixtrain.jsonl",
+for f in ("./machine.txt", "./gpu-tests.json", "./bench-gemm-gpu.json", "./step-transformer-mixed_bfloat16.json", "./mixtrain.jsonl",
           "./train-cuda.json", "./gpu-check.json"):
     assert f in names, f"{f} not archived: {names}"
 assert "./teacher.csv" not in names
