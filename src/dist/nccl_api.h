@@ -83,8 +83,9 @@ class Watchdog {
   // Frees comm without hanging on a peer that is gone (call it once, from the owner's destructor; it does not
   // throw). ncclCommDestroy waits for comm's queued collectives, so they are drained first while the watchdog still
   // runs (drain: a published wait for the GPU, such as ops::synchronize), which bounds that wait by the timeout and
-  // NCCL's own error reports. Then destroyed, unless something went wrong: when the stack is unwinding (an error
-  // cut the run short, and a queued collective may wait for a rank that stopped: no drain then), when draining or a
+  // NCCL's own error reports (with MIXTRAIN_NCCL_TIMEOUT=0 only by the latter). Then destroyed, unless something went
+  // wrong: when the stack is unwinding (an error cut the run short, and a queued collective may wait for a rank that
+  // stopped: no drain then), when stop() came first (no drain either: nothing would watch it), when draining or a
   // collective's call failed, or when NCCL reports an asynchronous error, comm is aborted instead (its queued work
   // is dropped).
   Ending end(const std::function<void()>& drain, bool unwinding) noexcept;

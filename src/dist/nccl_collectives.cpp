@@ -105,8 +105,9 @@ class NcclCollectives final : public DeviceCollectives {
   NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device, double timeout_seconds)
       : api_(api), comm_(comm), device_(device), watchdog_(api, comm, device.str(), timeout_seconds) {}
   ~NcclCollectives() override {
-    // Unwinding: an error is cutting the run short, and a peer may be gone; its collectives are not waited for.
-    (void)watchdog_.end([this] { ops::synchronize(device_); }, std::uncaught_exceptions() > 0);
+    // Unwinding: an error is cutting the run short, and a peer may be gone; its collectives are not waited for. (An
+    // exception that was already on its way when this communicator was made is not this one's.)
+    (void)watchdog_.end([this] { ops::synchronize(device_); }, std::uncaught_exceptions() > uncaught_at_start_);
   }
   std::string name() const override { return "nccl"; }
 
@@ -137,6 +138,7 @@ class NcclCollectives final : public DeviceCollectives {
   nccl::Comm comm_;
   Device device_;
   nccl::Watchdog watchdog_;
+  const int uncaught_at_start_ = std::uncaught_exceptions();
 };
 
 // Whether every rank got here without a reason to stop: the ranks must agree, since one that skipped NCCL's start

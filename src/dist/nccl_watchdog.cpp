@@ -117,7 +117,12 @@ void Watchdog::enqueue(const std::function<void()>& call) {
 }
 
 Watchdog::Ending Watchdog::end(const std::function<void()>& drain, bool unwinding) noexcept {
-  bool sound = !unwinding && !state_->call_failed.load();
+  bool stopped = false;  // stopped already: nothing would watch the drain
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopped = stop_;
+  }
+  bool sound = !unwinding && !stopped && !state_->call_failed.load();
   if (sound && !aborted()) {
     try {
       drain();  // watched: a collective that cannot finish is aborted after the timeout, and this returns

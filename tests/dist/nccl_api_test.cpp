@@ -284,7 +284,7 @@ TEST(NcclWatchdog, ADrainThatCannotFinishIsCutShortByTheTimeoutAndNotDestroyed) 
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
-TEST(NcclWatchdog, AFailedCollectiveCallOrAnAsynchronousErrorEndsInAnAbort) {
+TEST(NcclWatchdog, AFailedCallAnAsynchronousErrorOrAStopBeforeTheEndEndsInAnAbort) {
   {
     const nccl::Api api = FakeNccl::api();
     nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, kNever);
@@ -302,6 +302,15 @@ TEST(NcclWatchdog, AFailedCollectiveCallOrAnAsynchronousErrorEndsInAnAbort) {
     EXPECT_EQ(dog.end([] {}, false), nccl::Watchdog::Ending::kAborted);
     EXPECT_EQ(FakeNccl::aborts.load(), 1);
     EXPECT_EQ(FakeNccl::destroys.load(), 0);
+  }
+  {
+    const nccl::Api api = FakeNccl::api();
+    nccl::Watchdog dog(api, nullptr, "cuda:0", 600.0, kNever);
+    dog.stop();
+    int drains = 0;
+    EXPECT_EQ(dog.end([&drains] { ++drains; }, false), nccl::Watchdog::Ending::kAborted) << "stopped before the end";
+    EXPECT_EQ(drains, 0) << "no drain without the watchdog";
+    EXPECT_EQ(FakeNccl::aborts.load(), 1);
   }
   {
     const nccl::Api api = FakeNccl::api();

@@ -17,8 +17,8 @@ MIXTRAIN_HOST_DEVICE inline uint32_t bits_of(float v) { return float_bits(v); }
 MIXTRAIN_HOST_DEVICE inline float float_of(uint32_t u) { return bits_float(u); }
 
 // nvcc fuses a * b + c into one FMA by default (one rounding instead of two), which changes bits against the
-// CPU; these forms are never fused. The host side relies on the CPU build not contracting either (baseline
-// x86-64 has no FMA; src/optim is built with -ffp-contract=off for its ISA variants).
+// CPU; these forms are never fused. The host side relies on the CPU build not contracting either: src/ops and
+// src/optim are built with -ffp-contract=off (and baseline x86-64 has no FMA anyway).
 MIXTRAIN_HOST_DEVICE inline float add_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
