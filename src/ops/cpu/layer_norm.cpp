@@ -1,8 +1,9 @@
 // CPU kernels of layer normalization. x is (rows, D). Each row is read as float32 (in place for float32,
 // widened into a row buffer for 16-bit data), normalized in float32 and rounded once. Rows run in parallel;
-// a row's sums run in 32 lanes (shared/lane_sum.h), which vectorize; the backward's column sums (dgamma, dbeta) go
-// through fixed blocks of rows whose partial sums are added in block order, so no result depends on the thread count. The arithmetic and its order are the shared
-// functions of ops/shared/layer_norm_row.h, which the CUDA kernels run too.
+// a row's sums run in 32 lanes (shared/lane_sum.h), which vectorize; the backward's column sums (dgamma, dbeta)
+// go through fixed blocks of rows whose partial sums are added in block order, so no result depends on the thread
+// count. The arithmetic and its order are the shared functions of ops/shared/layer_norm_row.h, which the CUDA
+// kernels run too.
 #include <algorithm>
 #include <vector>
 
@@ -85,7 +86,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
         const float* dv = read_row(dy, r, d, gb.data());
         const float mu = mp[r], rs = rp[r];
         // One pass for xhat, g and the block's column sums; the row's sums of g and g * xhat then run over the
-        // saved terms in the lanes' order (shared::layer_norm_grad_sums' bits).
+        // saved terms in the lanes' order, as the GPU's warp adds them.
         float* xh = xhat.data();
         float* gr = g.data();
         for (int64_t j = 0; j < d; ++j) {

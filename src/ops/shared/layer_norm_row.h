@@ -60,28 +60,10 @@ MIXTRAIN_HOST_DEVICE inline float layer_norm_xhat(float x, float mean, float rst
   return mul_rn(sub_rn(x, mean), rstd);
 }
 
-// The backward's two row sums: sum(g) and sum(g * xhat).
-struct LayerNormGradSums {
-  float g = 0.0f;
-  float gx = 0.0f;
-};
-
 MIXTRAIN_HOST_DEVICE inline float layer_norm_g(float dy, float gamma) { return mul_rn(dy, gamma); }
 
-// Term j of the backward's second row sum.
+// Term j of the backward's second row sum (the first's is g_j); both sums run in the lanes' order.
 MIXTRAIN_HOST_DEVICE inline float layer_norm_gx(float g, float xhat) { return mul_rn(g, xhat); }
-
-// A row's sums of g and g * xhat, each in the lanes' order.
-template <typename XRow, typename DyRow>
-MIXTRAIN_HOST_DEVICE inline LayerNormGradSums layer_norm_grad_sums(const XRow& x, const DyRow& dy, const float* gamma,
-                                                                   int64_t d, float mean, float rstd) {
-  LayerNormGradSums sums;
-  sums.g = lane_sum(d, [&](int64_t j) { return layer_norm_g(dy[j], gamma[j]); });
-  sums.gx = lane_sum(d, [&](int64_t j) {
-    return layer_norm_gx(layer_norm_g(dy[j], gamma[j]), layer_norm_xhat(x[j], mean, rstd));
-  });
-  return sums;
-}
 
 // dx_j from g_j, xhat_j and the row's means of g and g * xhat (sums times inv_d).
 MIXTRAIN_HOST_DEVICE inline float layer_norm_dx(float g, float xhat, float rstd, float mean_g, float mean_gx) {
