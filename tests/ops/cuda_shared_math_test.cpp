@@ -1,6 +1,6 @@
 // The arithmetic the CUDA kernels share with the CPU (src/ops/shared/), checked on the host against the
 // library's own CPU code: loads and stores through core's float16/bfloat16 conversions; softmax, log-softmax,
-// their gradients and sparse cross-entropy against the CPU op kernels;
+// their gradients and sparse cross-entropy against the CPU op kernels; a row maximum in a warp's order and the CPU's;
 // the elementwise element steps and the reductions' summation order against the CPU's elementwise and reduce
 // kernels; layer normalization's rows and column sums and the embedding's gather and scatter-add order against
 // their CPU kernels; the Adam element update, AdamW's decay and the fused pass's element against the CPU Adam's
@@ -123,6 +123,60 @@ TEST(CudaSharedMath, SoftmaxBackwardRowGivesTheCpuKernelsBits) {
         });
         EXPECT_TRUE(same_bits(got, want)) << dtype_name(dt) << " n=" << n << " log=" << log;
       }
+    }
+  }
+}
+
+// A row's maximum as a softmax warp takes it (cuda/softmax.cu, crossentropy.cu, attention.cu): lane l from -inf
+// over elements l, l + 32, ..., then device::warp_max's butterfly, lane i taking max_f32(its own, lane i ^ o's).
+// Every lane must end with the same bits.
+float warp_row_max(const std::vector<float>& row) {
+  constexpr int kWarp = 32;
+  std::array<float, kWarp> v;
+  v.fill(-std::numeric_limits<float>::infinity());
+  for (size_t j = 0; j < row.size(); ++j) v[j % kWarp] = shared::max_f32(v[j % kWarp], row[j]);
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const std::array<float, kWarp> before = v;
+    for (int i = 0; i < kWarp; ++i)
+      v[static_cast<size_t>(i)] = shared::max_f32(before[static_cast<size_t>(i)], before[static_cast<size_t>(i ^ o)]);
+  }
+  for (int i = 1; i < kWarp; ++i) EXPECT_EQ(bits(v[static_cast<size_t>(i)]), bits(v[0])) << "lane " << i;
+  return v[0];
+}
+
+// The row's maximum in index order, as the CPU's softmax_row takes it.
+float index_order_max(const std::vector<float>& row) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float x : row) mx = shared::max_f32(mx, x);
+  return mx;
+}
+
+// max_f32 puts +0 above -0, so a row whose maximum is 0 gives the same bits in any order: the warp's and the
+// CPU's, and so the same sign of a zero log-softmax output on both devices. A NaN never enters the maximum.
+TEST(CudaSharedMath, TheRowMaximumIsTheSameInTheWarpsOrderAndTheCpus) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(bits(shared::max_f32(-0.0f, 0.0f)), bits(0.0f));
+  EXPECT_EQ(bits(shared::max_f32(0.0f, -0.0f)), bits(0.0f));
+  EXPECT_EQ(bits(shared::max_f32(-0.0f, -0.0f)), bits(-0.0f));
+  EXPECT_EQ(shared::max_f32(-3.0f, 2.0f), 2.0f);
+  EXPECT_EQ(shared::max_f32(2.0f, nan), 2.0f);
+  Rng r(9);
+  for (int64_t n : {1, 2, 31, 33, 64, 100, 1000}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      // Negative values and zeros of both signs, so the maximum is a zero; a NaN in some rows.
+      std::vector<float> row(static_cast<size_t>(n));
+      for (float& x : row) {
+        const float u = r.uniform(0.0f, 1.0f);
+        x = u < 0.3f ? 0.0f : u < 0.6f ? -0.0f : -r.uniform(0.0f, 5.0f);
+      }
+      if (trial % 5 == 4) row[static_cast<size_t>(n / 2)] = nan;
+      const bool any_positive_zero =
+          std::any_of(row.begin(), row.end(), [](float x) { return x == 0.0f && !std::signbit(x); });
+      const float cpu = index_order_max(row);
+      EXPECT_EQ(bits(cpu), bits(warp_row_max(row))) << "n=" << n << " trial " << trial;
+      std::reverse(row.begin(), row.end());
+      EXPECT_EQ(bits(cpu), bits(index_order_max(row))) << "n=" << n << " trial " << trial << " reversed";
+      if (any_positive_zero) EXPECT_EQ(bits(cpu), bits(0.0f)) << "n=" << n << " trial " << trial;
     }
   }
 }

@@ -115,7 +115,13 @@ MIXTRAIN_HOST_DEVICE inline bool is_nan_f32(float x) {
 // its class).
 MIXTRAIN_HOST_DEVICE inline bool float_is_finite(float v) { return (bits_of(v) & 0x7F800000u) != 0x7F800000u; }
 
-// std::max's rule (the first argument unless the second is larger): a NaN element never replaces a number.
-MIXTRAIN_HOST_DEVICE inline float max_f32(float a, float b) { return a < b ? b : a; }
+// The larger of a and b, with +0 above -0: a row's maximum then has the same bits whatever order its elements come
+// in (the CPU's index order, a warp's lanes and butterfly); with plain std::max the first zero taken would win, and
+// a row whose maximum is 0 could give the sign of a zero log-softmax output differently on the two devices. A NaN b
+// never replaces a: the maxima start from -inf, so a NaN element never enters them (its term makes the row's sum
+// NaN, as it must).
+MIXTRAIN_HOST_DEVICE inline float max_f32(float a, float b) {
+  return a < b || (a == b && (bits_of(a) >> 31) != 0u) ? b : a;
+}
 
 }  // namespace mixtrain::ops::shared
