@@ -707,8 +707,8 @@ TEST(CudaBackend, BatchedMatmulBroadcastsAndReadsTransposedViewsInPlace) {
     const Tensor bt = random_tensor({2, 9, 33}, 41, dt);
     expect_close(bmm(to_device(a1, gpu), to_device(bt, gpu).transpose(-2, -1)), bmm(a1, bt.transpose(-2, -1)), tol,
                  std::string("transposed view ") + dtype_name(dt));
-    // A view at an odd element offset with an odd row stride (2-byte aligned in a 16-bit dtype), read in place:
-    // cuBLASLt must offer an algorithm for it.
+    // A view at an odd element offset with an odd row stride (2-byte aligned in a 16-bit dtype), read in place: by
+    // cuBLASLt, or by the backend's own kernel where it offers no algorithm (cuda_gemm_fallback_test.cpp).
     const Tensor wide = random_tensor({3, 1, 5, 35}, 43, dt);
     expect_close(bmm(to_device(wide, gpu).slice(-1, 1, 34), to_device(b1, gpu)), bmm(wide.slice(-1, 1, 34), b1), tol,
                  std::string("odd offset view ") + dtype_name(dt));

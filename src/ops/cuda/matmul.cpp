@@ -11,6 +11,7 @@
 //
 // Where cuBLASLt cannot write C's dtype (float32 inputs into a 16-bit C) or declines the bias epilogue, the
 // product goes to a float32 scratch and one kernel adds the bias and rounds (convert.cu): one rounding either way.
+// A product cuBLASLt has no algorithm for at all runs on the backend's own tiled kernel (gemm_fallback.h).
 //
 // Each call's descriptors and algorithm come from a plan cache (gemm_plan_cache.h) keyed by all that decides them,
 // so a repeated product builds nothing and asks the heuristic nothing: it runs the algorithm the first call chose.
@@ -27,6 +28,7 @@
 
 #include "backend.h"
 #include "cublaslt_api.h"
+#include "gemm_fallback.h"
 #include "gemm_plan_cache.h"
 
 namespace mixtrain::ops::cuda {
@@ -365,21 +367,20 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
     char* c_block = static_cast<char*>(c.raw()) + o * split.inner_count * l.m * l.n * static_cast<int64_t>(ec);
     const GemmProblem p{&l,      ab,        a_block, b_block, split.a_stride, split.b_stride, split.inner_count,
                         c_block, c.dtype(), biasp};
+    if (gemm_fallback_only()) {
+      gemm_fallback(p);
+      continue;
+    }
     cublasStatus_t st = run_block(p, state, bias_epilogue_ok, scratch);
-    // A strided batch cuBLASLt declines (a broadcast operand's stride 0, an odd stride) runs product by product.
+    // A strided batch cuBLASLt declines (a broadcast operand's stride 0, an odd stride) runs product by product,
+    // and a product it declines alone (an operand it cannot read where it lies) by the backend's own kernel.
     for (int64_t i = 0; st != CUBLAS_STATUS_SUCCESS && i < p.count; ++i) {
       GemmProblem one = p;
       one.a = static_cast<const char*>(p.a) + i * p.a_stride * static_cast<int64_t>(eab);
       one.b = static_cast<const char*>(p.b) + i * p.b_stride * static_cast<int64_t>(eab);
       one.d = static_cast<char*>(p.d) + i * l.m * l.n * static_cast<int64_t>(ec);
       one.count = 1;
-      const cublasStatus_t one_st = run_block(one, state, bias_epilogue_ok, scratch);
-      if (one_st != CUBLAS_STATUS_SUCCESS)
-        MIXTRAIN_FAIL(kInternal,
-                      "cuBLASLt has no algorithm for a " << dtype_name(ab) << " product (" << l.m << ", " << l.k
-                                                         << ") x (" << l.k << ", " << l.n
-                                                         << "): " << cublaslt().status_string(one_st),
-                      "run this product on the cpu device");
+      if (run_block(one, state, bias_epilogue_ok, scratch) != CUBLAS_STATUS_SUCCESS) gemm_fallback(one);
     }
   }
   check_cuda(cudaGetLastError(), "bmm");
@@ -404,7 +405,7 @@ namespace mixtrain::ops::cuda {
 void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& l,
                        Activation act, Tensor& y, Tensor& pre) {
   if (act == Activation::kRelu && !pre.defined() && l.batch.empty() && l.m > 0 && l.n > 0 && l.k > 0 &&
-      writes_directly(a.dtype(), y.dtype())) {
+      writes_directly(a.dtype(), y.dtype()) && !gemm_fallback_only()) {
     const float* biasp = bias.defined() ? bias.data<float>() : nullptr;
     if (bias_readable_in_place(biasp)) {
       check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
