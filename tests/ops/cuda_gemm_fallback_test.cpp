@@ -2,7 +2,7 @@
 // machine: its element rule (src/ops/shared/gemm_element.h) reads each layout's operands where they lie and is a
 // product, within float32's accumulation bound of a float64 reference. On a GPU: with every product sent to the
 // kernel, matmul, bmm (broadcast, transposed and odd-offset views), linear and its ReLU give the rule's bits
-// exactly, whatever the tiles (odd shapes, k not a multiple of 16).
+// exactly, whatever the tiles (odd shapes, k not a multiple of 16, more products than one grid holds).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,13 +28,6 @@ using testing::bits;
 using testing::kFloatDTypes;
 using testing::random_tensor;
 
-// v rounded once into dt, widened back.
-float round_into(float v, DType dt) {
-  uint32_t storage = 0;
-  shared::store_from_float(&storage, shared::float_code(dt), 0, v);
-  return shared::load_as_float(&storage, shared::float_code(dt), 0);
-}
-
 // op(A) op(B) [+ bias] (m, n) in float32 by the element rule, from op(A)'s (m, k) and op(B)'s (k, n) values in
 // row-major order: what the kernel computes, before its rounding into C's dtype.
 std::vector<float> rule_product(const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t k,
@@ -48,10 +41,6 @@ std::vector<float> rule_product(const std::vector<float>& a, const std::vector<f
       c[static_cast<size_t>(i * n + j)] = shared::gemm_finish(acc, bias, j);
     }
   return c;
-}
-
-std::vector<float> logical(const Tensor& t, bool transposed) {
-  return (transposed ? t.transpose(-2, -1) : t).contiguous().to_floats();
 }
 
 // Every layout (A and B each row-major or transposed, rows padded past their ends with NaN that must never be
@@ -107,6 +96,18 @@ TEST(CudaGemmFallback, TheElementRuleReadsEveryLayoutAndIsAProduct) {
 }
 
 #ifdef MIXTRAIN_HAVE_CUDA
+// v rounded once into dt, widened back.
+float round_into(float v, DType dt) {
+  uint32_t storage = 0;
+  shared::store_from_float(&storage, shared::float_code(dt), 0, v);
+  return shared::load_as_float(&storage, shared::float_code(dt), 0);
+}
+
+// t's values in row-major order, transposed first when it holds op(X) transposed.
+std::vector<float> logical(const Tensor& t, bool transposed) {
+  return (transposed ? t.transpose(-2, -1) : t).contiguous().to_floats();
+}
+
 // Sends every product to the kernel while a test runs.
 struct FallbackOnly {
   FallbackOnly() { cuda::set_gemm_fallback_only(true); }
@@ -142,7 +143,8 @@ TEST(CudaGemmFallback, TheKernelGivesTheElementRulesBits) {
           const Tensor a = random_tensor(ta ? Shape({cs.k, cs.m}) : Shape({cs.m, cs.k}), 17, dt);
           const Tensor b = random_tensor(tb ? Shape({cs.n, cs.k}) : Shape({cs.k, cs.n}), 19, dt);
           const std::vector<float> want = rule_product(logical(a, ta), logical(b, tb), cs.m, cs.k, cs.n, nullptr);
-          for (DType out : {dt, DType::kFloat32}) {
+          // Into the inputs' dtype, and into another (float32 from 16-bit inputs, float16 from float32 ones).
+          for (DType out : {dt, dt == DType::kFloat32 ? DType::kFloat16 : DType::kFloat32}) {
             expect_rule_bits(matmul(gpu(a), gpu(b), ta, tb, out), want,
                              std::string(dtype_name(dt)) + " -> " + dtype_name(out) + " m=" + std::to_string(cs.m) +
                                  " k=" + std::to_string(cs.k) + " n=" + std::to_string(cs.n) +
@@ -179,13 +181,27 @@ TEST(CudaGemmFallback, TheKernelGivesTheElementRulesBits) {
                      std::string("linear relu ") + dtype_name(dt));
     products += 2;
   }
-  // An infinite term in the last slice's one real column is added; the slice's staged zeros are not.
+  // The last slice's one real term is added (an infinite one), however many zeros the slice stages.
   std::vector<float> col(17, 1.0f);
   col[16] = std::numeric_limits<float>::infinity();
   const Tensor ones = Tensor::from_floats({1, 17}, std::vector<float>(17, 1.0f), DType::kFloat32);
   const Tensor last = Tensor::from_floats({17, 1}, col, DType::kFloat32);
   EXPECT_EQ(matmul(gpu(ones), gpu(last)).to_floats()[0], std::numeric_limits<float>::infinity());
   ++products;
+  // More products than a grid's z dimension holds (65535) in one call: the kernel loops over the rest.
+  const int64_t count = 70000;
+  const Tensor many_a = random_tensor({count, 1, 3}, 61, DType::kBFloat16);
+  const Tensor many_b = random_tensor({count, 3, 2}, 67, DType::kBFloat16);
+  const std::vector<float> mav = many_a.to_floats(), mbv = many_b.to_floats();
+  std::vector<float> many;
+  for (int64_t q = 0; q < count; ++q) {
+    const std::vector<float> c = rule_product(std::vector<float>(mav.begin() + q * 3, mav.begin() + (q + 1) * 3),
+                                              std::vector<float>(mbv.begin() + q * 6, mbv.begin() + (q + 1) * 6), 1,
+                                              3, 2, nullptr);
+    many.insert(many.end(), c.begin(), c.end());
+  }
+  expect_rule_bits(bmm(gpu(many_a), gpu(many_b)), many, "70000 products");
+  products += count;
   EXPECT_EQ(cuda::gemm_fallback_products() - before, products);
 }
 #endif

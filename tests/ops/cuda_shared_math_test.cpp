@@ -176,7 +176,9 @@ TEST(CudaSharedMath, TheRowMaximumIsTheSameInTheWarpsOrderAndTheCpus) {
       EXPECT_EQ(bits(cpu), bits(warp_row_max(row))) << "n=" << n << " trial " << trial;
       std::reverse(row.begin(), row.end());
       EXPECT_EQ(bits(cpu), bits(index_order_max(row))) << "n=" << n << " trial " << trial << " reversed";
-      if (any_positive_zero) EXPECT_EQ(bits(cpu), bits(0.0f)) << "n=" << n << " trial " << trial;
+      if (any_positive_zero) {
+        EXPECT_EQ(bits(cpu), bits(0.0f)) << "n=" << n << " trial " << trial;
+      }
     }
   }
 }
@@ -548,6 +550,50 @@ TEST(CudaSharedMath, LayerNormGivesTheCpuKernelsBits) {
 // The gather converts each element once (a bit copy when the dtypes agree); the scatter-add sums each table row's
 // positions from +0 in position order. Special values included: signed zeros (a lone -0 gradient sums to +0),
 // infinities, subnormals, float16 overflow, NaN.
+// The embedding backward as the GPU runs it (cuda/embedding.cu): (sort key, position) pairs sorted stably by key (CUB's
+// radix sort is stable), each row's run marked, then each row's run summed in order.
+template <typename Dy>
+std::vector<float> embedding_backward_by_runs(const shared::IdView& ids, int64_t n, const Dy& dy, int64_t d,
+                                              int64_t rows) {
+  std::vector<uint64_t> keys(static_cast<size_t>(n));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    keys[static_cast<size_t>(i)] = shared::embedding_sort_key(ids[i], rows);
+    order[static_cast<size_t>(i)] = i;
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)]; });
+  std::vector<uint64_t> sorted(static_cast<size_t>(n));
+  for (int64_t s = 0; s < n; ++s) sorted[static_cast<size_t>(s)] = keys[static_cast<size_t>(order[static_cast<size_t>(s)])];
+  std::vector<int64_t> starts(static_cast<size_t>(rows), 0), ends(static_cast<size_t>(rows), 0);
+  for (int64_t s = 0; s < n; ++s) shared::mark_embedding_run(sorted.data(), n, s, rows, starts.data(), ends.data());
+  std::vector<float> out(static_cast<size_t>(rows * d));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) {
+      float acc = 0.0f;
+      for (int64_t s = starts[static_cast<size_t>(r)]; s < ends[static_cast<size_t>(r)]; ++s)
+        acc = shared::embedding_grad_add(acc, dy[order[static_cast<size_t>(s)] * d + j]);
+      out[static_cast<size_t>(r * d + j)] = acc;
+    }
+  return out;
+}
+
+// Ids outside [0, rows) sort after every row's run and reach no row; rows no id names are zeros.
+TEST(CudaSharedMath, TheEmbeddingBackwardsRunsLeaveBadIdsOut) {
+  const int64_t rows = 6, d = 3;
+  const std::vector<int64_t> id = {5, -1, 0, 5, 6, 2, 0, 5, -7, 2};
+  const int64_t n = static_cast<int64_t>(id.size());
+  const shared::IdView iv{id.data(), true};
+  const Tensor dy = summands({n, d}, 331, DType::kFloat32);
+  const shared::FloatView dv{dy.raw(), shared::kCodeFloat32, 0};
+  const std::vector<float> got = embedding_backward_by_runs(iv, n, dv, d, rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j)
+      EXPECT_EQ(bits(got[static_cast<size_t>(r * d + j)]), bits(shared::embedding_grad_value(iv, n, dv, d, r, j)))
+          << "row " << r << " column " << j;
+  for (int64_t j = 0; j < d; ++j) EXPECT_EQ(bits(got[static_cast<size_t>(1 * d + j)]), bits(0.0f)) << "row 1";
+}
+
 TEST(CudaSharedMath, EmbeddingGivesTheCpuKernelsBits) {
   const int64_t input_dim = 11;
   for (int64_t d : {1, 7, 33}) {
@@ -592,6 +638,10 @@ TEST(CudaSharedMath, EmbeddingGivesTheCpuKernelsBits) {
               want.data<float>()[r * d + j] = shared::embedding_grad_value(iv, n, dv, d, r, j);
           EXPECT_TRUE(same_bits(embedding_backward(dy, ids, input_dim), want))
               << "backward dy " << dtype_name(dy_dt) << " ids " << dtype_name(id_dt) << " n=" << n << " d=" << d;
+          const std::vector<float> runs = embedding_backward_by_runs(iv, n, dv, d, input_dim);
+          EXPECT_TRUE(same_bits(Tensor::from_floats({input_dim, d}, runs, DType::kFloat32), want))
+              << "the GPU's runs, dy " << dtype_name(dy_dt) << " ids " << dtype_name(id_dt) << " n=" << n
+              << " d=" << d;
         }
       }
     }

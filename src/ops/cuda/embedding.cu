@@ -2,13 +2,11 @@
 //
 // Forward: one warp per position copies its table row (the raw bits when the dtypes agree, else one rounding
 // through core's rule, ops/shared/float16_convert.h).
-// Backward: one warp per table row r scans the ids in position order, 32 at a time (a ballot marks the matches, taken
-// lowest position first), and adds each matching position's gradient row into row r, each lane its own columns:
-// every element is summed from +0 in position order, the CPU's order (ops/shared/embedding_rows.h), with no atomics
-// on floats. A first pass counts each row's ids (integer atomics: exact in any order), so a row no id names only
-// writes zeros and a row stops scanning after its last id. The scan reads the ids once per named row: O(named rows x
-// positions / 32) id reads, small next to the gradient rows themselves at training sizes (a sort by id would scale
-// further if that changes).
+// Backward: the positions are sorted by id with CUB's radix sort, which is stable, so each table row's positions
+// end up together in increasing position order (ops/shared/embedding_rows.h); a pass marks where each row's run
+// starts and ends, and one warp per table row adds its run's gradient rows, each lane its own columns, every element
+// summed from +0 in position order: the CPU's order, with no atomics on floats. The work is O(positions x width +
+// rows x width) plus the sort of the positions' ids, whatever the vocabulary's size.
 //
 // Ids live on the device, where the op's entry cannot read them: the kernels find the first position whose id is
 // outside [0, input_dim), and the device's label-error record keeps it with its id (crossentropy.cu), read the next
@@ -17,6 +15,7 @@
 // loss-scaled step that used it is skipped) and its gradient is left out of the table's.
 #include <cuda_runtime.h>
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cstdint>
 
 #include "../shared/embedding_rows.h"
@@ -30,8 +29,6 @@ namespace mixtrain::ops::cuda {
 namespace {
 
 using shared::IdView;
-
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 __device__ int64_t warp_index() {
   return blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
@@ -63,39 +60,43 @@ __global__ void embedding_kernel(IdView ids, int64_t n, const void* table, int t
   }
 }
 
-// count[r] = how many positions hold id r; a bad id is recorded instead.
-__global__ void count_ids_kernel(IdView ids, int64_t n, int64_t rows, unsigned long long* count,
+// keys[i] = position i's sort key, positions[i] = i; a bad id is recorded.
+__global__ void sort_keys_kernel(IdView ids, int64_t n, int64_t rows, uint64_t* keys, int64_t* positions,
                                  unsigned long long* first_bad) {
   device::for_each_index(n, [&](int64_t i) {
     const int64_t id = ids[i];
-    if (shared::embedding_id_in_range(id, rows))
-      atomicAdd(count + id, 1ull);
-    else
-      atomicMin(first_bad, static_cast<unsigned long long>(i));
+    if (!shared::embedding_id_in_range(id, rows)) atomicMin(first_bad, static_cast<unsigned long long>(i));
+    keys[i] = shared::embedding_sort_key(id, rows);
+    positions[i] = i;
   });
 }
 
-// dtable (rows, d) float32: row r = the sum of dy's rows (n, d) whose id is r, in position order.
-__global__ void scatter_add_kernel(IdView ids, int64_t n, const void* dy, int dy_code, const unsigned long long* count,
-                                   int64_t rows, int64_t d, float* dtable) {
+// starts / ends (rows,) = each row's run in the sorted keys (n,).
+__global__ void mark_runs_kernel(const uint64_t* keys, int64_t n, int64_t rows, int64_t* starts, int64_t* ends) {
+  device::for_each_index(n, [&](int64_t s) { shared::mark_embedding_run(keys, n, s, rows, starts, ends); });
+}
+
+// dtable (rows, d) float32: row r = the sum of dy's rows (n, d) at positions[starts[r], ends[r]), in that (position)
+// order, each lane its own columns.
+__global__ void sum_runs_kernel(const int64_t* positions, const int64_t* starts, const int64_t* ends, const void* dy,
+                                int dy_code, int64_t rows, int64_t d, float* dtable) {
   const int64_t r = warp_index();
   if (r >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % device::kWarp;
-  float* out = dtable + r * d;
-  for (int64_t j = lane; j < d; j += device::kWarp) out[j] = 0.0f;
-  unsigned long long left = count[r];  // the same on every lane, so the loops below stay converged
-  for (int64_t base = 0; base < n && left > 0; base += device::kWarp) {
-    const int64_t i = base + lane;
-    unsigned hits = __ballot_sync(kFullMask, i < n && ids[i] == r);
-    while (hits != 0) {
-      const int64_t pos = base + __ffs(static_cast<int>(hits)) - 1;  // lowest position first
-      hits &= hits - 1;
-      --left;
-      // Each lane reads back only what it wrote itself: no other thread touches these columns.
-      for (int64_t j = lane; j < d; j += device::kWarp)
-        out[j] = shared::embedding_grad_add(out[j], shared::load_as_float(dy, dy_code, pos * d + j));
-    }
+  const int64_t begin = starts[r], end = ends[r];
+  for (int64_t j = lane; j < d; j += device::kWarp) {
+    float acc = 0.0f;
+    for (int64_t s = begin; s < end; ++s)
+      acc = shared::embedding_grad_add(acc, shared::load_as_float(dy, dy_code, positions[s] * d + j));
+    dtable[r * d + j] = acc;
   }
+}
+
+// The number of low bits that hold every key in [0, rows]: the radix sort looks at no more.
+int key_bits(int64_t rows) {
+  int bits = 1;
+  while (bits < 64 && (static_cast<uint64_t>(rows) >> bits) != 0) ++bits;
+  return bits;
 }
 
 // A word on the device holding all ones, "no bad position" (scratch from the caching allocator).
@@ -125,18 +126,41 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
   if (rows == 0) return;
   const Device device = ids.device();
   check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
-  const IdView id_view{ids.raw(), ids.dtype() == DType::kInt64};
   Tensor bad = bad_position_word(device);
   unsigned long long* first_bad = static_cast<unsigned long long*>(bad.raw());
-  Tensor count = Tensor::empty({rows}, DType::kInt64, device);  // unsigned 64-bit counters
-  unsigned long long* counts = static_cast<unsigned long long*>(count.raw());
-  check_cuda(cudaMemsetAsync(counts, 0, static_cast<size_t>(rows) * sizeof(unsigned long long)), "cudaMemsetAsync");
+  // Each row's run [starts[r], ends[r]) in the sorted positions; [0, 0) for a row no position names.
+  Tensor runs = Tensor::empty({2, rows}, DType::kInt64, device);
+  int64_t* starts = runs.data<int64_t>();
+  int64_t* ends = starts + rows;
+  check_cuda(cudaMemsetAsync(starts, 0, static_cast<size_t>(2 * rows) * sizeof(int64_t)), "cudaMemsetAsync");
+  Tensor sorted;  // (2, n): the sorted keys' bits, then the positions in that order
   if (n > 0) {
-    count_ids_kernel<<<device::blocks_for(n), device::kThreads>>>(id_view, n, rows, counts, first_bad);
-    device::launched("embedding_backward count");
+    Tensor unsorted = Tensor::empty({2, n}, DType::kInt64, device);
+    sorted = Tensor::empty({2, n}, DType::kInt64, device);
+    uint64_t* keys_in = static_cast<uint64_t*>(unsorted.raw());
+    uint64_t* keys_out = static_cast<uint64_t*>(sorted.raw());
+    int64_t* positions_in = unsorted.data<int64_t>() + n;
+    int64_t* positions_out = sorted.data<int64_t>() + n;
+    sort_keys_kernel<<<device::blocks_for(n), device::kThreads>>>(IdView{ids.raw(), ids.dtype() == DType::kInt64}, n,
+                                                                  rows, keys_in, positions_in, first_bad);
+    device::launched("embedding_backward keys");
+    // CUB's LSD radix sort keeps equal keys in their input order, which is position order.
+    const int end_bit = key_bits(rows);
+    size_t temp_bytes = 0;
+    check_cuda(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, positions_in, positions_out, n,
+                                               0, end_bit),
+               "cub::DeviceRadixSort::SortPairs (size)");
+    Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 8 + 1)}, DType::kInt64, device);
+    check_cuda(cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, keys_in, keys_out, positions_in, positions_out,
+                                               n, 0, end_bit),
+               "cub::DeviceRadixSort::SortPairs");
+    mark_runs_kernel<<<device::blocks_for(n), device::kThreads>>>(keys_out, n, rows, starts, ends);
+    device::launched("embedding_backward runs");
   }
-  scatter_add_kernel<<<device::row_blocks(rows), device::kThreads>>>(
-      id_view, n, dy.raw(), shared::float_code(dy.dtype()), counts, rows, d, dtable.data<float>());
+  const int64_t* positions = n > 0 ? sorted.data<int64_t>() + n : nullptr;
+  sum_runs_kernel<<<device::row_blocks(rows), device::kThreads>>>(positions, starts, ends, dy.raw(),
+                                                                  shared::float_code(dy.dtype()), rows, d,
+                                                                  dtable.data<float>());
   device::launched("embedding_backward");
   record_label_error(first_bad, ids, rows, LabelOp::kEmbeddingBackward);
 }

@@ -3,8 +3,8 @@
 //
 // The backward's table-gradient element (r, j) is the float32 sum, from +0, of dy[i][j] over the positions i whose
 // id is r, in increasing position order, each partial sum rounded: a kernel that keeps this order gives the CPU's
-// bits whatever it parallelizes over (the CPU buckets positions by id with a stable counting sort; the GPU scans
-// the ids in order per table row).
+// bits whatever it parallelizes over (the CPU buckets positions by id with a stable counting sort; the GPU sorts
+// (key, position) pairs by key with a stable radix sort, then each table row sums its run of positions).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,22 @@ struct IdView {
 
 MIXTRAIN_HOST_DEVICE inline bool embedding_id_in_range(int64_t id, int64_t input_dim) {
   return id >= 0 && id < input_dim;
+}
+
+// The GPU backward's sort key of a position: its id, or rows for an id outside [0, rows), whose run then comes after
+// every row's and is summed into none (the op reports the id).
+MIXTRAIN_HOST_DEVICE inline uint64_t embedding_sort_key(int64_t id, int64_t rows) {
+  return embedding_id_in_range(id, rows) ? static_cast<uint64_t>(id) : static_cast<uint64_t>(rows);
+}
+
+// Where index s of the sorted keys (n,) starts or ends its row's run: starts[key] = s when the key before it differs,
+// ends[key] = s + 1 when the key after it differs. A row no position names keeps its [0, 0) (zeroed beforehand).
+MIXTRAIN_HOST_DEVICE inline void mark_embedding_run(const uint64_t* keys, int64_t n, int64_t s, int64_t rows,
+                                                    int64_t* starts, int64_t* ends) {
+  const uint64_t key = keys[s];
+  if (key >= static_cast<uint64_t>(rows)) return;
+  if (s == 0 || keys[s - 1] != key) starts[key] = s;
+  if (s == n - 1 || keys[s + 1] != key) ends[key] = s + 1;
 }
 
 // One more position's gradient added to a table-gradient element.
