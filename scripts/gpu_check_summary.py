@@ -96,13 +96,19 @@ for model in ("mlp", "cnn", "transformer"):
                # The step's peak beyond what stays resident, over the float32 step's (target for the mixed
                # transformer: at most 0.6).
                "step_peak_vs_float32": (m["step_peak_memory_bytes"] / f32["step_peak_memory_bytes"]
-                                        if f32 and f32.get("step_peak_memory_bytes") else None)}
+                                        if f32 and f32.get("step_peak_memory_bytes") else None),
+               # Products cuBLASLt declined (a scratch pass) or had no algorithm for (the slow fallback kernel).
+               "gemm_declined_plans": m.get("gemm_declined_plans"),
+               "gemm_fallback_products": m.get("gemm_fallback_products")}
         train_steps.append(row)
         print(f"{model:>11} {policy:>14}  mixtrain {row['mixtrain_ms']:8.2f}  torch "
               f"{(row['torch_ms'] or float('nan')):8.2f}  vs torch "
               f"{('%.2fx' % row['speedup_vs_torch']) if row['speedup_vs_torch'] else 'n/a'}  vs float32 "
               f"{('%.2fx' % row['speedup_vs_float32']) if row['speedup_vs_float32'] else 'n/a'}  step peak vs float32 "
               f"{('%.2f' % row['step_peak_vs_float32']) if row['step_peak_vs_float32'] else 'n/a'}")
+        if row["gemm_fallback_products"]:
+            print(f"{'':>11} {'':>14}  {row['gemm_fallback_products']} GEMM products ran on the fallback kernel "
+                  "(cuBLASLt had no algorithm for them)")
 train_cli = {}
 for device in ("cpu", "cuda"):
     r = load(f"train-{device}.json")

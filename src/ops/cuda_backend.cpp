@@ -4,6 +4,8 @@
 
 #ifdef MIXTRAIN_HAVE_CUDA
 #include "cuda/backend.h"
+#include "cuda/gemm_fallback.h"
+#include "cuda/gemm_plan_cache.h"
 #endif
 
 namespace mixtrain::ops {
@@ -17,6 +19,17 @@ CudaBackendStatus load_cuda_backend() {
   s.detail = "this build has no CUDA backend (configure with -DMIXTRAIN_CUDA=ON where the CUDA toolkit is installed)";
   return s;
 #endif
+}
+
+CudaGemmCounts cuda_gemm_counts() {
+  CudaGemmCounts c;
+#ifdef MIXTRAIN_HAVE_CUDA
+  for (cuda::GemmEpilogue e : {cuda::GemmEpilogue::kNone, cuda::GemmEpilogue::kBias, cuda::GemmEpilogue::kRelu,
+                               cuda::GemmEpilogue::kReluBias})
+    c.declined_plans += cuda::gemm_plans_declined(e);
+  c.fallback_products = cuda::gemm_fallback_products();
+#endif
+  return c;
 }
 
 }  // namespace mixtrain::ops

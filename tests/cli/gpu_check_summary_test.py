@@ -66,7 +66,10 @@ with tempfile.TemporaryDirectory() as d:
     peak = {("mlp", "float32"): 1000, ("mlp", "mixed_float16"): 500, ("mlp", "mixed_bfloat16"): 600,
             ("transformer", "float32"): 4000, ("transformer", "mixed_bfloat16"): 2000}
     for (model, policy), v in ms.items():
-        write(d, f"step-{model}-{policy}.json", {"ms_per_step": v, "step_peak_memory_bytes": peak[(model, policy)]})
+        record = {"ms_per_step": v, "step_peak_memory_bytes": peak[(model, policy)]}
+        if model == "transformer":  # bench step's GEMM counters on a GPU (absent from older records)
+            record.update({"gemm_declined_plans": 3, "gemm_fallback_products": 12 if policy == "float32" else 0})
+        write(d, f"step-{model}-{policy}.json", record)
     write(d, "torch-steps.jsonl", [
         {"what": "peer_torch_info", "version": "2.11.0"},
         {"what": "peer_torch_step", "model": "mlp", "variant": "float32", "ms_per_step": 6.0, "step_peak_memory_bytes": 9},
@@ -94,6 +97,11 @@ with tempfile.TemporaryDirectory() as d:
         check("transformer bfloat16 peak vs float32", steps[("transformer", "mixed_bfloat16")]["step_peak_vs_float32"],
               0.5)
         check("steps without a file", float(("cnn", "float32") in steps), 0.0)
+        check("transformer float32 fallback products", steps[("transformer", "float32")]["gemm_fallback_products"], 12)
+        check("transformer bfloat16 declined plans", steps[("transformer", "mixed_bfloat16")]["gemm_declined_plans"], 3)
+        check("mlp without GEMM counters", steps[("mlp", "float32")]["gemm_fallback_products"], None)
+        check("fallback line", float("12 GEMM products ran on the fallback kernel" in printed), 1.0)
+        check("no fallback line without products", float(printed.count("on the fallback kernel")), 1.0)
         unscale = {(r["dtype"], r["n"]): r for r in summary["steps"]}
         check("unscale float16 vs torch", unscale[("float16", 1024)]["speedup_vs_torch"], 1.5)
         check("unscale bfloat16 vs torch (no torch record)", unscale[("bfloat16", 1024)]["speedup_vs_torch"], None)

@@ -95,6 +95,14 @@ TEST(CudaGemmFallback, TheElementRuleReadsEveryLayoutAndIsAProduct) {
   EXPECT_EQ(rule_product(pos, pos, 1, 2, 1, &two)[0], 4.0f);
 }
 
+// Without a loaded backend no GPU GEMM has run: the public counts are zeros (bench step reads them on a GPU).
+TEST(CudaGemmFallback, TheGemmCountsAreZerosWithoutAGpu) {
+  if (load_cuda_backend().loaded) GTEST_SKIP() << "a GPU is present: TheKernelGivesTheElementRulesBits counts";
+  const CudaGemmCounts c = cuda_gemm_counts();
+  EXPECT_EQ(c.declined_plans, 0);
+  EXPECT_EQ(c.fallback_products, 0);
+}
+
 #ifdef MIXTRAIN_HAVE_CUDA
 // v rounded once into dt, widened back.
 float round_into(float v, DType dt) {
@@ -130,7 +138,7 @@ void expect_rule_bits(const Tensor& got, const std::vector<float>& want, const s
 TEST(CudaGemmFallback, TheKernelGivesTheElementRulesBits) {
   REQUIRE_CUDA_GEMM();
   const FallbackOnly only;
-  const int64_t before = cuda::gemm_fallback_products();
+  const int64_t before = cuda::gemm_fallback_products(), public_before = cuda_gemm_counts().fallback_products;
   int64_t products = 0;
   struct Case {
     int64_t m, k, n;
@@ -203,6 +211,7 @@ TEST(CudaGemmFallback, TheKernelGivesTheElementRulesBits) {
   expect_rule_bits(bmm(gpu(many_a), gpu(many_b)), many, "70000 products");
   products += count;
   EXPECT_EQ(cuda::gemm_fallback_products() - before, products);
+  EXPECT_EQ(cuda_gemm_counts().fallback_products - public_before, products);
 }
 #endif
 

@@ -262,6 +262,7 @@ int bench_step(const std::vector<std::string>& argv) {
   model->to(cfg.device);
   const Tensor xs = ops::to_device(batch.x.slice_rows(shard.begin, shard.end), cfg.device),
                ys = ops::to_device(batch.y.slice_rows(shard.begin, shard.end), cfg.device);
+  const ops::CudaGemmCounts gemm_before = ops::cuda_gemm_counts();  // the warm-up makes the GEMM plans
   for (int64_t i = 0; i < kWarmupSteps; ++i) model->train_step(xs, ys, job, cfg.batch_size);
   const int64_t live_before = memory_stats(cfg.device).live_bytes;
   reset_peak_memory(cfg.device);
@@ -277,6 +278,9 @@ int bench_step(const std::vector<std::string>& argv) {
   }
   // Beyond what the model, its optimizer state and the batch hold between steps: a step's activations and gradients.
   const int64_t step_peak_bytes = memory_stats(cfg.device).peak_bytes - live_before;
+  const ops::CudaGemmCounts gemm_after = ops::cuda_gemm_counts();
+  const int64_t declined_plans = gemm_after.declined_plans - gemm_before.declined_plans;
+  const int64_t fallback_products = gemm_after.fallback_products - gemm_before.fallback_products;
   double total = 0;
   for (double t : times) total += t;
   // Time inside collectives (the transfer, and waiting for the slowest rank) over the timed steps' time.
@@ -299,6 +303,12 @@ int bench_step(const std::vector<std::string>& argv) {
   if (mlp) std::printf(", %.1f GFLOP/s", gflops);
   if (transformer) std::printf(", %.0f tokens/s", tokens_per_second);
   std::printf(", %.0f samples/s\n", samples_per_second);
+  // Whether cuBLASLt served every product in place: a declined plan costs a scratch pass, a fallback product much
+  // more (the backend's own kernel instead of the tensor cores).
+  if ((cfg.device.type == DeviceType::kCuda))
+    std::printf("GPU GEMM: %lld plans declined by cuBLASLt, %lld products on the fallback kernel (warm-up and timed "
+                "steps)\n",
+                static_cast<long long>(declined_plans), static_cast<long long>(fallback_products));
   // A device communicator's collectives are queued on the GPU: the host's share is their queueing only, and their
   // time on the GPU is inside the step's.
   const bool queued_on_device = job && job->moves_memory_of(cfg.device);
@@ -327,6 +337,10 @@ int bench_step(const std::vector<std::string>& argv) {
                            {"communicator", job ? job->backend() : std::string("none")},
                            {"communication_share", comm_share},
                            {"communication_bytes_per_step_per_rank", static_cast<double>(comm_bytes)}});
+    if ((cfg.device.type == DeviceType::kCuda)) {
+      j["gemm_declined_plans"] = declined_plans;
+      j["gemm_fallback_products"] = fallback_products;
+    }
     if (transformer) {
       j["tokens_per_second"] = tokens_per_second;
       j["vocabulary"] = vocabulary;

@@ -4,6 +4,7 @@
 // build without it, every op runs on the CPU as before and a cuda tensor is a clear error.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,16 @@ struct CudaBackendStatus {
 // Installs the backend once (later calls return the first call's status). Never throws: a missing driver or
 // GPU is reported in detail.
 CudaBackendStatus load_cuda_backend();
+
+// What the GPU GEMM has done in this process (zeros in a build without the backend or before it loaded): plans
+// cuBLASLt declined (those products went through a float32 scratch and a rounding kernel, or the product then the
+// activation kernel), and products it had no algorithm for at all, which the backend's own tiled kernel ran (far
+// slower than the tensor cores: a model whose step needs it says so in `bench step`).
+struct CudaGemmCounts {
+  int64_t declined_plans = 0;
+  int64_t fallback_products = 0;
+};
+CudaGemmCounts cuda_gemm_counts();
 
 // For work queued on a GPU that may never finish: a device communicator's collectives when a peer process has
 // died. While a check is registered, the CUDA backend publishes when the host began each wait for a GPU (a
