@@ -112,5 +112,17 @@ echo '{"previous": true}' >"$tmp/keep.json"
 if [ "$(cat "$tmp/keep.json")" != '{"previous": true}' ]; then echo "FAIL: --json file was touched"; fails=$((fails+1)); fi
 if ls "$tmp"/keep.json.tmp.* >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; fails=$((fails+1)); fi
 
+# Asking a command for help is not bad input: the usage on stdout, exit 0; an unknown flag beside it still is.
+for cmd in train compare inspect generate doctor "bench step"; do
+  # shellcheck disable=SC2086
+  "$bin" $cmd --help >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "^usage: mixtrain <command>" "$tmp/out" || [ -s "$tmp/err" ]; then
+    echo "FAIL: mixtrain $cmd --help exited $rc or printed no usage"; cat "$tmp/err"; fails=$((fails+1))
+  fi
+done
+"$bin" train -h | grep -q "^usage: mixtrain <command>" || { echo "FAIL: train -h printed no usage"; fails=$((fails+1)); }
+expect_error "unknown flag '--bogus'" train --bogus 1
+
 [ $fails -eq 0 ] && echo "all bad-input cases passed"
 exit $fails

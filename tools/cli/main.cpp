@@ -2,6 +2,7 @@
 // 2 for bad input (files, flags), 1 for internal errors.
 // Under an MPI launcher (mpirun -np N mixtrain train ...) every process runs the command as one rank of a
 // data-parallel job; rank 0 alone prints to stdout and writes files.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -88,6 +89,12 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  // `mixtrain train --help` (or -h right after the command) asks for the usage, as it would of any other tool:
+  // printed, exit 0, whatever else is on the line.
+  if ((!args.empty() && args[0] == "-h") || std::find(args.begin(), args.end(), "--help") != args.end()) {
+    std::cout << kUsage;
+    return 0;
+  }
   try {
     if (mixtrain::launched_by_mpi()) {
       job = &mixtrain::world_communicator();
