@@ -603,15 +603,36 @@ TEST(CudaBackend, EmbeddingAndItsGradientGiveTheCpuBits) {
       }
     }
   }
+  // Batches as training makes them (64 x 4097 positions, many repeats, a 50,000-row table): the backward's sort
+  // then spans many blocks.
+  {
+    const int64_t rows = 50000, d = 7;
+    std::vector<int64_t> id(64 * 4097);
+    Rng rng(171);
+    for (int64_t& v : id)
+      v = static_cast<int64_t>(rng.below(rng.below(4) == 0 ? static_cast<uint64_t>(rows) : uint64_t{300}));
+    const Tensor ids = Tensor::from_int64s({64, 4097}, id);
+    const Tensor dy = random_tensor({64, 4097, d}, 173, DType::kBFloat16);
+    EXPECT_TRUE(bit_equal(embedding_backward(to_device(dy, gpu), to_device(ids, gpu), rows),
+                          embedding_backward(dy, ids, rows)))
+        << "embedding_backward of 64 x 4097 positions";
+  }
   // An id outside [0, input_dim) on the device is found by the kernel, kept on the device (the call reads nothing
   // back), and named as the CPU entry names it (the first bad position) at the host's next read from that GPU;
-  // the read after that is clean again. The bad positions' output rows are NaN meanwhile.
+  // the read after that is clean again. The bad positions' output rows are NaN meanwhile, and their gradients are
+  // left out of the table's: it is the CPU's table of the good positions alone.
   const Tensor table = to_device(random_tensor({10, 3}, 167, DType::kFloat32), gpu);
+  const Tensor bad_dy = random_tensor({2, 3, 3}, 169, DType::kFloat32);
+  std::vector<float> good_dy = bad_dy.to_floats();
+  for (size_t i : {size_t{2}, size_t{4}})
+    for (size_t j = 0; j < 3; ++j) good_dy[i * 3 + j] = 0.0f;  // the bad positions' rows, added as +0 to row 0
+  const Tensor want_table = embedding_backward(Tensor::from_floats({2, 3, 3}, good_dy, DType::kFloat32),
+                                               Tensor::from_int64s({2, 3}, {0, 3, 0, 9, 0, 1}), 10);
   for (int64_t bad : {int64_t{10}, int64_t{-1}, int64_t{1000}}) {
     for (DType id_dt : {DType::kInt32, DType::kInt64}) {
       const Tensor ids = to_device(Tensor::from_int64s({2, 3}, {0, 3, bad, 9, bad, 1}).to(id_dt), gpu);
       for (bool backward : {false, true}) {
-        const Tensor out = backward ? embedding_backward(to_device(Tensor::zeros({2, 3, 3}, DType::kFloat32), gpu), ids, 10)
+        const Tensor out = backward ? embedding_backward(to_device(bad_dy, gpu), ids, 10)
                                     : embedding(ids, table, DType::kFloat32);
         try {
           (void)to_device(out, Device::cpu());
@@ -626,6 +647,8 @@ TEST(CudaBackend, EmbeddingAndItsGradientGiveTheCpuBits) {
         if (!backward) {
           EXPECT_TRUE(std::isnan(v[6]) && std::isnan(v[12])) << "the bad positions' rows";
           EXPECT_FALSE(std::isnan(v[0]) || std::isnan(v[3]) || std::isnan(v[9])) << "the good positions' rows";
+        } else {
+          EXPECT_TRUE(bit_equal(to_device(out, Device::cpu()), want_table)) << "the good positions' gradients, id " << bad;
         }
       }
     }

@@ -547,9 +547,6 @@ TEST(CudaSharedMath, LayerNormGivesTheCpuKernelsBits) {
   }
 }
 
-// The gather converts each element once (a bit copy when the dtypes agree); the scatter-add sums each table row's
-// positions from +0 in position order. Special values included: signed zeros (a lone -0 gradient sums to +0),
-// infinities, subnormals, float16 overflow, NaN.
 // The embedding backward as the GPU runs it (cuda/embedding.cu): (sort key, position) pairs sorted stably by key (CUB's
 // radix sort is stable), each row's run marked, then each row's run summed in order.
 template <typename Dy>
@@ -565,8 +562,11 @@ std::vector<float> embedding_backward_by_runs(const shared::IdView& ids, int64_t
                    [&](int64_t a, int64_t b) { return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)]; });
   std::vector<uint64_t> sorted(static_cast<size_t>(n));
   for (int64_t s = 0; s < n; ++s) sorted[static_cast<size_t>(s)] = keys[static_cast<size_t>(order[static_cast<size_t>(s)])];
-  std::vector<int64_t> starts(static_cast<size_t>(rows), 0), ends(static_cast<size_t>(rows), 0);
+  // One slot past the rows, which the sentinel key of a bad id must never mark.
+  std::vector<int64_t> starts(static_cast<size_t>(rows + 1), 0), ends(static_cast<size_t>(rows + 1), 0);
   for (int64_t s = 0; s < n; ++s) shared::mark_embedding_run(sorted.data(), n, s, rows, starts.data(), ends.data());
+  EXPECT_EQ(starts[static_cast<size_t>(rows)], 0);
+  EXPECT_EQ(ends[static_cast<size_t>(rows)], 0);
   std::vector<float> out(static_cast<size_t>(rows * d));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < d; ++j) {
@@ -576,6 +576,16 @@ std::vector<float> embedding_backward_by_runs(const shared::IdView& ids, int64_t
       out[static_cast<size_t>(r * d + j)] = acc;
     }
   return out;
+}
+
+// The radix sort's bits hold every key, the sentinel rows included, and no more than that needs.
+TEST(CudaSharedMath, TheEmbeddingSortKeysFitTheirBits) {
+  for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{255}, int64_t{256}, int64_t{50257},
+                       int64_t{1} << 40, std::numeric_limits<int64_t>::max()}) {
+    const int b = shared::embedding_key_bits(rows);
+    EXPECT_TRUE(b == 64 || (static_cast<uint64_t>(rows) >> b) == 0) << "rows " << rows << " bits " << b;
+    EXPECT_NE(static_cast<uint64_t>(rows) >> (b - 1), 0u) << "rows " << rows << " bits " << b;
+  }
 }
 
 // Ids outside [0, rows) sort after every row's run and reach no row; rows no id names are zeros.
@@ -594,6 +604,9 @@ TEST(CudaSharedMath, TheEmbeddingBackwardsRunsLeaveBadIdsOut) {
   for (int64_t j = 0; j < d; ++j) EXPECT_EQ(bits(got[static_cast<size_t>(1 * d + j)]), bits(0.0f)) << "row 1";
 }
 
+// The gather converts each element once (a bit copy when the dtypes agree); the scatter-add sums each table row's
+// positions from +0 in position order. Special values included: signed zeros (a lone -0 gradient sums to +0),
+// infinities, subnormals, float16 overflow, NaN.
 TEST(CudaSharedMath, EmbeddingGivesTheCpuKernelsBits) {
   const int64_t input_dim = 11;
   for (int64_t d : {1, 7, 33}) {

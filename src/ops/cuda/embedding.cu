@@ -92,13 +92,6 @@ __global__ void sum_runs_kernel(const int64_t* positions, const int64_t* starts,
   }
 }
 
-// The number of low bits that hold every key in [0, rows]: the radix sort looks at no more.
-int key_bits(int64_t rows) {
-  int bits = 1;
-  while (bits < 64 && (static_cast<uint64_t>(rows) >> bits) != 0) ++bits;
-  return bits;
-}
-
 // A word on the device holding all ones, "no bad position" (scratch from the caching allocator).
 Tensor bad_position_word(const Device& device) {
   Tensor bad = Tensor::empty({1}, DType::kInt64, device);
@@ -145,7 +138,7 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
                                                                   rows, keys_in, positions_in, first_bad);
     device::launched("embedding_backward keys");
     // CUB's LSD radix sort keeps equal keys in their input order, which is position order.
-    const int end_bit = key_bits(rows);
+    const int end_bit = shared::embedding_key_bits(rows);
     size_t temp_bytes = 0;
     check_cuda(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, positions_in, positions_out, n,
                                                0, end_bit),

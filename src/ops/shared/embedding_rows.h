@@ -32,6 +32,13 @@ MIXTRAIN_HOST_DEVICE inline uint64_t embedding_sort_key(int64_t id, int64_t rows
   return embedding_id_in_range(id, rows) ? static_cast<uint64_t>(id) : static_cast<uint64_t>(rows);
 }
 
+// The low bits that hold every sort key in [0, rows] (rows >= 1): the radix sort looks at no more.
+MIXTRAIN_HOST_DEVICE inline int embedding_key_bits(int64_t rows) {
+  int bits = 1;
+  while (bits < 64 && (static_cast<uint64_t>(rows) >> bits) != 0) ++bits;
+  return bits;
+}
+
 // Where index s of the sorted keys (n,) starts or ends its row's run: starts[key] = s when the key before it differs,
 // ends[key] = s + 1 when the key after it differs. A row no position names keeps its [0, 0) (zeroed beforehand).
 MIXTRAIN_HOST_DEVICE inline void mark_embedding_run(const uint64_t* keys, int64_t n, int64_t s, int64_t rows,
