@@ -24,12 +24,14 @@
 # `bash scripts/gpu-carry.sh` on a Debian machine first and send its .gpu folder along; it is used when present.
 #
 # What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend, CudaSharedMath,
-# Cast and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA kernel against the
+# CudaGemmFallback, Cast and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA kernel against the
 # CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
 # tests/ops/cuda_cnn_test.cpp), the losses, sum/mean, the accuracy and the counted unscale
 # (tests/ops/cuda_losses_test.cpp), attention and the backward passes given a gradient of another dtype
 # (tests/ops/cuda_attention_test.cpp), the fused optimizer update (SGD, RMSprop, Adam, AdamW) of a GPU parameter
-# arena (bit for bit against the CPU optimizer) and the timed GEMM of `bench gemm --device` and doctor (tests/ops/cuda_gemm_timing_test.cpp) included;
+# arena (bit for bit against the CPU optimizer), the timed GEMM of `bench gemm --device` and doctor
+# (tests/ops/cuda_gemm_timing_test.cpp) and the GEMM kernel for the products cuBLASLt declines
+# (tests/ops/cuda_gemm_fallback_test.cpp, the CudaGemmFallback suite) included;
 # then every registered model trains on the GPU against the CPU (tests/train/gpu_training_test.cpp).
 # Without GoogleTest (the tests' framework) the tests are left out and mixtrain_gpu_bench's own check against the
 # CPU bits decides.
@@ -210,7 +212,7 @@ if [ "$tests" = ON ]; then
   gpu_tests=$(( $(left) - 240 ))
   gpu_tests=$(( gpu_tests > 180 ? 180 : (gpu_tests < 30 ? 30 : gpu_tests) ))
   if ! MIXTRAIN_REQUIRE_GPU=1 capped "$gpu_tests" build-gpu/tests/ops/ops_test \
-         --gtest_filter='CudaBackend.*:CudaSharedMath.*:Cast.*:KernelTable.*:GemmTiming.*' \
+         --gtest_filter='CudaBackend.*:CudaSharedMath.*:CudaGemmFallback.*:Cast.*:KernelTable.*:GemmTiming.*' \
          --gtest_output="json:$work/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1
