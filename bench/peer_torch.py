@@ -7,7 +7,7 @@
       between synchronizations, the fastest batch per product; float32 with TF32 off (mixtrain's default).
   peer_torch.py step --variant float32|autocast_bfloat16|autocast_float16 [--hidden 4096,4096]
                      [--batch-size 256] [--steps N] [--threads T] [--device cpu|cuda|cuda:N]
-      One training step of the MLP `mixtrain bench step` builds: 784-H1-H2-10, ReLU, Adam (lr 1e-3),
+      One training step of the MLP `mixtrain bench step` builds: 784-H1-H2-10, ReLU, Adam (lr 1e-3, eps 1e-7 as Keras),
       cross-entropy on logits; the median over N steps after 2 warm-up steps. autocast_bfloat16 runs the
       forward pass under torch.autocast("cpu", torch.bfloat16), the usual PyTorch CPU mixed precision
       (PyTorch's CPU autocast has no float16), with float32 weights and optimizer.
@@ -34,8 +34,11 @@
 
 On a GPU (--device cuda) every step reads its loss back (loss.item()), as `mixtrain bench step` reads each step's
 logs, so a step's time covers its GPU work; autocast_float16 (GPU only: PyTorch's CPU autocast has no float16) adds
-GradScaler's dynamic loss scaling, the transformer's unscaling before clipping included; each record gives
-step_peak_memory_bytes, the peak allocated during the timed steps beyond what was allocated before them.
+GradScaler's dynamic loss scaling (from mixtrain's initial scale, 2^15), the transformer's unscaling before clipping
+included; each record gives step_peak_memory_bytes, the peak allocated during the timed steps beyond what was
+allocated before them, and skipped_steps, the optimizer steps GradScaler skipped. On a GPU the peer runs as its users
+would at their fastest: Adam and AdamW with fused=True (optimizer_impl "fused"), the transformer's attention through
+F.scaled_dot_product_attention (attention "sdpa"); on the CPU the default optimizer and the written-out attention.
 
 Prints one JSON object per line. GFLOP/s of an MLP step counts 6 x batch x weights (forward 2, backward 4),
 as mixtrain does; a convolution reuses its weights across positions and attention multiplies activations by
@@ -108,10 +111,12 @@ class Mixed:
         if self.dtype is torch.float16 and not target.gpu:
             raise ValueError("peer_torch: autocast_float16 runs on a GPU only (PyTorch's CPU autocast has no float16)")
         scaled = self.dtype is torch.float16
+        # mixtrain's LossScaleOptimizer starts at 2^15 (Keras' default) and doubles after 2000 finite steps, as
+        # GradScaler does; GradScaler starts at 2^16, which would skip more early steps (each skipped step is cheap).
         try:
-            self.scaler = torch.amp.GradScaler(self.device_type, enabled=scaled)
+            self.scaler = torch.amp.GradScaler(self.device_type, init_scale=32768.0, enabled=scaled)
         except (AttributeError, TypeError):  # PyTorch before 2.3
-            self.scaler = torch.cuda.amp.GradScaler(enabled=scaled)
+            self.scaler = torch.cuda.amp.GradScaler(init_scale=32768.0, enabled=scaled)
 
     def autocast(self):
         # A disabled autocast still names a dtype its device supports, or PyTorch warns.
@@ -125,6 +130,29 @@ class Mixed:
             torch.nn.utils.clip_grad_norm_(clip_params, 1.0)
         self.scaler.step(opt)  # skipped when a gradient is not finite
         self.scaler.update()
+
+
+def make_optimizer(cls, params, target, **options):
+    """Adam or AdamW as a PyTorch user on this device gets it at its fastest: on a GPU the fused kernel (one launch
+    over every parameter, as mixtrain's fused update over its parameter arena; PyTorch 2.0 and later), else the
+    default. Returns the optimizer and its implementation's name, which each record carries."""
+    if target.gpu:
+        try:
+            return cls(params, fused=True, **options), "fused"
+        except (TypeError, RuntimeError):  # a PyTorch without the fused kernel for these parameters
+            pass
+    return cls(params, **options), "default"
+
+
+def skipped_steps(opt, calls):
+    """How many of `calls` optimizer steps GradScaler skipped for a non-finite gradient: Adam counts only the
+    steps it took."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            state = opt.state.get(p, {})
+            if "step" in state:
+                return calls - int(float(state["step"]))
+    return calls
 
 
 def time_steps(step, steps, warmup, target):
@@ -195,7 +223,7 @@ def bench_step(variant, hidden, batch_size, steps, target):
     # The read-out in float32, outside autocast, as mixtrain's MLP keeps its last Dense (dtype="float32").
     head = torch.nn.Linear(width, classes).to(target.device)
     model = torch.nn.Sequential(body, head)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt, impl = make_optimizer(torch.optim.Adam, model.parameters(), target, lr=1e-3, eps=1e-7)  # eps as Keras
     x = torch.rand(batch_size, inputs, device=target.device)
     y = torch.randint(0, classes, (batch_size,), device=target.device)
     mixed = Mixed(target, variant)
@@ -210,7 +238,8 @@ def bench_step(variant, hidden, batch_size, steps, target):
 
     median, peak = time_steps(step, steps, 2, target)  # warm-up: Adam state, allocator
     weights = sum(p.numel() for p in model.parameters())
-    emit({"what": "peer_torch_step", "model": "mlp", "variant": variant, "hidden": hidden,
+    emit({"what": "peer_torch_step", "model": "mlp", "variant": variant, "hidden": hidden, "optimizer_impl": impl,
+          "skipped_steps": skipped_steps(opt, steps + 2),
           "batch_size": batch_size, "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
           "gflops": 6.0 * batch_size * weights / median / 1e9, "device": str(target.device),
           "step_peak_memory_bytes": peak})
@@ -249,7 +278,7 @@ def bench_cnn_step(variant, hidden, batch_size, steps, layout, target):
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = Cnn(hidden, classes, channels_last).to(target.device, memory_format=fmt)
     model.train()  # batch statistics in BatchNorm, Dropout on, as in a training step
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    opt, impl = make_optimizer(torch.optim.Adam, model.parameters(), target, lr=1e-3, eps=1e-7)
     x = torch.rand(batch_size, 1, 28, 28, device=target.device).contiguous(memory_format=fmt)
     y = torch.randint(0, classes, (batch_size,), device=target.device)
     mixed = Mixed(target, variant)
@@ -265,7 +294,8 @@ def bench_cnn_step(variant, hidden, batch_size, steps, layout, target):
 
     median, peak = time_steps(step, steps, 2, target)  # warm-up: Adam state, allocator, oneDNN/cuDNN choices
     weights = sum(p.numel() for p in model.parameters())
-    emit({"what": "peer_torch_step", "model": "cnn", "variant": variant, "hidden": hidden,
+    emit({"what": "peer_torch_step", "model": "cnn", "variant": variant, "hidden": hidden, "optimizer_impl": impl,
+          "skipped_steps": skipped_steps(opt, steps + 2),
           "batch_size": batch_size, "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
           "gflops": None, "layout": layout, "weights": weights, "device": str(target.device),
           "step_peak_memory_bytes": peak})
@@ -273,10 +303,13 @@ def bench_cnn_step(variant, hidden, batch_size, steps, layout, target):
 
 class CausalSelfAttention(torch.nn.Module):
     """Keras-style MultiHeadAttention with causal=True, as mixtrain's: separate q, k, v projections with bias,
-    softmax in float32, an output projection with bias."""
+    softmax in float32, an output projection with bias. With fused=True the scores, mask, softmax and product are
+    F.scaled_dot_product_attention(is_causal=True), as a PyTorch user on a GPU writes it (its kernels keep the
+    softmax in float32 too); else the written-out form, the only one PyTorch before 2.0 has."""
 
-    def __init__(self, width, heads, context):
+    def __init__(self, width, heads, context, fused=False):
         super().__init__()
+        self.fused = fused
         self.heads, self.head_size = heads, width // heads
         self.query = torch.nn.Linear(width, width)
         self.key = torch.nn.Linear(width, width)
@@ -289,6 +322,9 @@ class CausalSelfAttention(torch.nn.Module):
         B, T, D = x.shape
         split = lambda t: t.view(B, T, self.heads, self.head_size).transpose(1, 2)  # (B, H, T, dk)
         q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        if self.fused:  # the default scale, 1 / sqrt(dk), as below
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, D)
+            return self.output(out)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_size))  # (B, H, T, T)
         scores = scores.masked_fill(self.future[:T, :T], float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # float32 softmax, as mixtrain
@@ -299,10 +335,10 @@ class CausalSelfAttention(torch.nn.Module):
 class Block(torch.nn.Module):
     """Pre-LayerNorm: x + attention(LN(x)), then h + mlp(LN(h))."""
 
-    def __init__(self, width, heads, context):
+    def __init__(self, width, heads, context, fused_attention):
         super().__init__()
         self.ln_1 = torch.nn.LayerNorm(width, eps=1e-3)
-        self.attention = CausalSelfAttention(width, heads, context)
+        self.attention = CausalSelfAttention(width, heads, context, fused_attention)
         self.ln_2 = torch.nn.LayerNorm(width, eps=1e-3)
         self.mlp_in = torch.nn.Linear(width, 4 * width)
         self.mlp_out = torch.nn.Linear(4 * width, width)
@@ -315,11 +351,11 @@ class Block(torch.nn.Module):
 class TransformerLM(torch.nn.Module):
     """The transformer of mixtrain's model zoo (src/train/transformer_model.cpp), dropout 0."""
 
-    def __init__(self, vocabulary, context, width, layers, heads):
+    def __init__(self, vocabulary, context, width, layers, heads, fused_attention):
         super().__init__()
         self.token_embedding = torch.nn.Embedding(vocabulary, width)
         self.position_embedding = torch.nn.Parameter(torch.randn(context, width) * 0.02)
-        self.blocks = torch.nn.ModuleList([Block(width, heads, context) for _ in range(layers)])
+        self.blocks = torch.nn.ModuleList([Block(width, heads, context, fused_attention) for _ in range(layers)])
         self.final_ln = torch.nn.LayerNorm(width, eps=1e-3)
         self.logits = torch.nn.Linear(width, vocabulary)
 
@@ -347,7 +383,9 @@ def cosine_with_warmup(total_steps):
 
 def bench_transformer_step(variant, vocabulary, context, width, layers, heads, batch_size, steps, target):
     torch.manual_seed(1)
-    model = TransformerLM(vocabulary, context, width, layers, heads).to(target.device)
+    # On a GPU, PyTorch's fused attention where this PyTorch has it: the peer at its fastest.
+    fused_attention = target.gpu and hasattr(F, "scaled_dot_product_attention")
+    model = TransformerLM(vocabulary, context, width, layers, heads, fused_attention).to(target.device)
     model.train()
     # Weight decay on the weights and embeddings; none on biases and LayerNorm gains and offsets, as mixtrain's
     # AdamW excludes variables named bias, gamma and beta.
@@ -356,7 +394,7 @@ def bench_transformer_step(variant, vocabulary, context, width, layers, heads, b
     params = list(model.parameters())
     groups = [{"params": [p for p in params if id(p) not in no_decay], "weight_decay": 0.01},
               {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=2e-3, eps=1e-7)
+    opt, impl = make_optimizer(torch.optim.AdamW, groups, target, lr=2e-3, eps=1e-7)
     warmup_steps = 2
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, cosine_with_warmup(steps + warmup_steps))
     stream = torch.randint(0, vocabulary, (batch_size * context + 1,)).to(target.device)
@@ -377,6 +415,8 @@ def bench_transformer_step(variant, vocabulary, context, width, layers, heads, b
     # warm-up: AdamW state, allocator, oneDNN/cuBLAS choices
     median, peak = time_steps(step, steps, warmup_steps, target)
     emit({"what": "peer_torch_step", "model": "transformer", "variant": variant, "vocabulary": vocabulary,
+          "optimizer_impl": impl, "attention": "sdpa" if fused_attention else "written out",
+          "skipped_steps": skipped_steps(opt, steps + warmup_steps),
           "context": context, "width": width, "layers": layers, "heads": heads, "batch_size": batch_size,
           "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
           "tokens_per_second": batch_size * context / median, "gflops": None,

@@ -99,7 +99,11 @@ for model in ("mlp", "cnn", "transformer"):
                                         if f32 and f32.get("step_peak_memory_bytes") else None),
                # Products cuBLASLt declined (a scratch pass) or had no algorithm for (the slow fallback kernel).
                "gemm_declined_plans": m.get("gemm_declined_plans"),
-               "gemm_fallback_products": m.get("gemm_fallback_products")}
+               "gemm_fallback_products": m.get("gemm_fallback_products"),
+               # How PyTorch ran (its fused optimizer, its fused attention) and the steps GradScaler skipped.
+               "torch_optimizer": t.get("optimizer_impl") if t else None,
+               "torch_attention": t.get("attention") if t else None,
+               "torch_skipped_steps": t.get("skipped_steps") if t else None}
         train_steps.append(row)
         print(f"{model:>11} {policy:>14}  mixtrain {row['mixtrain_ms']:8.2f}  torch "
               f"{(row['torch_ms'] or float('nan')):8.2f}  vs torch "

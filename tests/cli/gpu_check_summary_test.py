@@ -76,7 +76,7 @@ with tempfile.TemporaryDirectory() as d:
         {"what": "peer_torch_step", "model": "mlp", "variant": "autocast_float16", "ms_per_step": 1.5,
          "step_peak_memory_bytes": 9},
         {"what": "peer_torch_step", "model": "transformer", "variant": "autocast_bfloat16", "ms_per_step": 1.0,
-         "step_peak_memory_bytes": 9}])
+         "step_peak_memory_bytes": 9, "optimizer_impl": "fused", "attention": "sdpa", "skipped_steps": 0}])
     for device, acc, first in (("cpu", 0.90, 1.5), ("cuda", 0.88, 1.25)):
         write(d, f"train-{device}.json", {"test": {"loss": 0.3, "accuracy": acc}, "step_loss": [first, 0.5],
                                           "peak_memory_bytes": 100})
@@ -100,6 +100,10 @@ with tempfile.TemporaryDirectory() as d:
         check("transformer float32 fallback products", steps[("transformer", "float32")]["gemm_fallback_products"], 12)
         check("transformer bfloat16 declined plans", steps[("transformer", "mixed_bfloat16")]["gemm_declined_plans"], 3)
         check("mlp without GEMM counters", steps[("mlp", "float32")]["gemm_fallback_products"], None)
+        check("torch skipped steps", steps[("transformer", "mixed_bfloat16")]["torch_skipped_steps"], 0)
+        check("torch fused optimizer", float(steps[("transformer", "mixed_bfloat16")]["torch_optimizer"] == "fused"), 1.0)
+        check("torch sdpa", float(steps[("transformer", "mixed_bfloat16")]["torch_attention"] == "sdpa"), 1.0)
+        check("torch without the fields", steps[("mlp", "float32")]["torch_optimizer"], None)
         check("fallback line", float("12 GEMM products ran on the fallback kernel" in printed), 1.0)
         check("no fallback line without products", float(printed.count("on the fallback kernel")), 1.0)
         unscale = {(r["dtype"], r["n"]): r for r in summary["steps"]}
