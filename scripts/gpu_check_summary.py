@@ -97,7 +97,8 @@ for model in ("mlp", "cnn", "transformer"):
                # transformer: at most 0.6).
                "step_peak_vs_float32": (m["step_peak_memory_bytes"] / f32["step_peak_memory_bytes"]
                                         if f32 and f32.get("step_peak_memory_bytes") else None),
-               # Products cuBLASLt declined (a scratch pass) or had no algorithm for (the slow fallback kernel).
+               # Plans cuBLASLt declined (a scratch pass) and products it had no algorithm for (the slow fallback
+               # kernel).
                "gemm_declined_plans": m.get("gemm_declined_plans"),
                "gemm_fallback_products": m.get("gemm_fallback_products"),
                # How PyTorch ran (its fused optimizer, its fused attention) and the steps GradScaler skipped.

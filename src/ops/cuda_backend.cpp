@@ -24,9 +24,7 @@ CudaBackendStatus load_cuda_backend() {
 CudaGemmCounts cuda_gemm_counts() {
   CudaGemmCounts c;
 #ifdef MIXTRAIN_HAVE_CUDA
-  for (cuda::GemmEpilogue e : {cuda::GemmEpilogue::kNone, cuda::GemmEpilogue::kBias, cuda::GemmEpilogue::kRelu,
-                               cuda::GemmEpilogue::kReluBias})
-    c.declined_plans += cuda::gemm_plans_declined(e);
+  for (cuda::GemmEpilogue e : cuda::kGemmEpilogues) c.declined_plans += cuda::gemm_plans_declined(e);
   c.fallback_products = cuda::gemm_fallback_products();
 #endif
   return c;

@@ -112,8 +112,9 @@ echo '{"previous": true}' >"$tmp/keep.json"
 if [ "$(cat "$tmp/keep.json")" != '{"previous": true}' ]; then echo "FAIL: --json file was touched"; fails=$((fails+1)); fi
 if ls "$tmp"/keep.json.tmp.* >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; fails=$((fails+1)); fi
 
-# Asking a command for help is not bad input: the usage on stdout, exit 0; an unknown flag beside it still is.
-for cmd in train compare inspect generate doctor "bench step"; do
+# Asking a command for help is not bad input: the usage on stdout, exit 0, wherever a flag may stand; as a flag's
+# value it is that value, and an unknown command or a flag before it is still refused.
+for cmd in train compare inspect generate doctor bench "bench step" "bench gemm" "train --epochs 3"; do
   # shellcheck disable=SC2086
   "$bin" $cmd --help >"$tmp/out" 2>"$tmp/err"
   rc=$?
@@ -122,7 +123,10 @@ for cmd in train compare inspect generate doctor "bench step"; do
   fi
 done
 "$bin" train -h | grep -q "^usage: mixtrain <command>" || { echo "FAIL: train -h printed no usage"; fails=$((fails+1)); }
-expect_error "unknown flag '--bogus'" train --bogus 1
+"$bin" bench step -h | grep -q "^usage: mixtrain <command>" || { echo "FAIL: bench step -h printed no usage"; fails=$((fails+1)); }
+expect_error "unknown flag '--bogus'" train --bogus 1 --help
+expect_error "unknown command 'bogus'" bogus --help
+expect_error "generate needs --checkpoint FILE" generate --prompt --help
 
 [ $fails -eq 0 ] && echo "all bad-input cases passed"
 exit $fails

@@ -15,6 +15,7 @@
 #include "mixtrain/core/random.h"
 #include "mixtrain/ops/matmul.h"
 #include "op_test_util.h"
+#include "ops/shared/attention_rows.h"
 #include "ops/shared/float16_convert.h"
 #include "ops/shared/gemm_element.h"
 #ifdef MIXTRAIN_HAVE_CUDA
@@ -105,11 +106,7 @@ TEST(CudaGemmFallback, TheGemmCountsAreZerosWithoutAGpu) {
 
 #ifdef MIXTRAIN_HAVE_CUDA
 // v rounded once into dt, widened back.
-float round_into(float v, DType dt) {
-  uint32_t storage = 0;
-  shared::store_from_float(&storage, shared::float_code(dt), 0, v);
-  return shared::load_as_float(&storage, shared::float_code(dt), 0);
-}
+float round_into(float v, DType dt) { return shared::through_dtype(v, shared::float_code(dt)); }
 
 // t's values in row-major order, transposed first when it holds op(X) transposed.
 std::vector<float> logical(const Tensor& t, bool transposed) {

@@ -69,6 +69,7 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& fl
            const std::set<std::string>& switches) {
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
+    if (is_help(a)) throw HelpRequested{};
     if (a.rfind("--", 0) != 0)
       MIXTRAIN_FAIL(kInvalidInput, "unexpected argument '" << a << "'", "flags look like --name value");
     std::string name = a.substr(2), value;

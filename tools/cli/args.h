@@ -22,9 +22,16 @@ struct IntRange {
 // (INT32_MIN to INT32_MAX), so a value a caller stores in an int is never truncated.
 IntRange integer_range(const std::string& name);
 
+// Thrown by Args for --help or -h where a flag may stand (not as a flag's value): main prints the usage, exit 0.
+struct HelpRequested {};
+
+// Whether an argument asks for the usage.
+inline bool is_help(const std::string& arg) { return arg == "--help" || arg == "-h"; }
+
 class Args {
  public:
   // argv after the subcommand. flags: accepted names (without "--"); switches: flags that take no value.
+  // --help or -h in a flag's place throws HelpRequested, whatever else is on the line.
   Args(const std::vector<std::string>& argv, const std::set<std::string>& flags,
        const std::set<std::string>& switches = {});
   bool has(const std::string& name) const { return values_.count(name) > 0; }

@@ -303,9 +303,9 @@ int bench_step(const std::vector<std::string>& argv) {
   if (mlp) std::printf(", %.1f GFLOP/s", gflops);
   if (transformer) std::printf(", %.0f tokens/s", tokens_per_second);
   std::printf(", %.0f samples/s\n", samples_per_second);
-  // Whether cuBLASLt served every product in place: a declined plan costs a scratch pass, a fallback product much
-  // more (the backend's own kernel instead of the tensor cores).
-  if ((cfg.device.type == DeviceType::kCuda))
+  // Whether cuBLASLt served every product in place: a declined plan costs a scratch pass (or ReLU as a kernel of its
+  // own after the product), a fallback product much more (the backend's own kernel instead of the tensor cores).
+  if (cfg.device.type == DeviceType::kCuda)
     std::printf("GPU GEMM: %lld plans declined by cuBLASLt, %lld products on the fallback kernel (warm-up and timed "
                 "steps)\n",
                 static_cast<long long>(declined_plans), static_cast<long long>(fallback_products));
@@ -337,7 +337,7 @@ int bench_step(const std::vector<std::string>& argv) {
                            {"communicator", job ? job->backend() : std::string("none")},
                            {"communication_share", comm_share},
                            {"communication_bytes_per_step_per_rank", static_cast<double>(comm_bytes)}});
-    if ((cfg.device.type == DeviceType::kCuda)) {
+    if (cfg.device.type == DeviceType::kCuda) {
       j["gemm_declined_plans"] = declined_plans;
       j["gemm_fallback_products"] = fallback_products;
     }
@@ -359,6 +359,7 @@ int bench_step(const std::vector<std::string>& argv) {
 int bench_command(const std::vector<std::string>& argv) {
   const std::string what = argv.empty() ? "" : argv[0];
   const std::vector<std::string> rest(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
+  if (is_help(what)) throw HelpRequested{};
   if (what == "gemm") return bench_gemm(rest);
   if (what == "step") return bench_step(rest);
   MIXTRAIN_FAIL(kInvalidInput, "bench needs a target, got '" << what << "'", "use `mixtrain bench gemm` or `mixtrain bench step`");

@@ -2,7 +2,6 @@
 // 2 for bad input (files, flags), 1 for internal errors.
 // Under an MPI launcher (mpirun -np N mixtrain train ...) every process runs the command as one rank of a
 // data-parallel job; rank 0 alone prints to stdout and writes files.
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -89,12 +88,6 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
-  // `mixtrain train --help` (or -h right after the command) asks for the usage, as it would of any other tool:
-  // printed, exit 0, whatever else is on the line.
-  if ((!args.empty() && args[0] == "-h") || std::find(args.begin(), args.end(), "--help") != args.end()) {
-    std::cout << kUsage;
-    return 0;
-  }
   try {
     if (mixtrain::launched_by_mpi()) {
       job = &mixtrain::world_communicator();
@@ -111,6 +104,10 @@ int main(int argc, char** argv) {
     std::cerr << "mixtrain: error: unknown command '" << command
               << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
     return 2;
+  } catch (const mixtrain::cli::HelpRequested&) {
+    // `mixtrain train --help` (or -h) asks for the usage, as of any other tool: printed by rank 0, exit 0.
+    std::cout << kUsage;
+    return 0;
   } catch (const mixtrain::Error& e) {
     std::cerr << "mixtrain " << command << rank_tag() << ": error: " << e.message();
     if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";

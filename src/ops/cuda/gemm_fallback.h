@@ -1,10 +1,10 @@
-// The GPU's own GEMM, for the products cuBLASLt offers no algorithm for (matmul.cpp): cuBLASLt's kernels assume
-// aligned operands and declines some views (a 16-bit operand at an odd element offset, an odd row stride) and
-// some combinations; a product it declines runs here instead of failing. A tiled kernel over any strides and
-// alignments, float32 accumulation (ops/shared/gemm_element.h), far slower than cuBLASLt's tensor cores: the
-// count of products it ran says whether a model's step ever needed it.
+// The GPU's own GEMM, for the products cuBLASLt offers no algorithm for (matmul.cpp): its heuristic answers per
+// GPU and library version for each layout, alignment and dtype combination, and a product it declines runs here
+// instead of failing. A tiled kernel over any strides and alignments, float32 accumulation
+// (ops/shared/gemm_element.h), far slower than cuBLASLt's tensor cores: the count of products it ran says whether
+// a model's step ever needed it.
 //
-// Plain C++ (no CUDA type), so tests on every machine can name it; defined in gemm_fallback.cu.
+// Plain C++ (no CUDA type), for host code of the backend and its GPU tests; defined in gemm_fallback.cu.
 #pragma once
 
 #include <cstdint>

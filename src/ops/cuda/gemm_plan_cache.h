@@ -37,6 +37,9 @@ struct GemmProblem {
 // kBias: a float32 bias along the rows, then the rounding; kRelu and kReluBias: max(., 0) after it (if any), before
 // the rounding.
 enum class GemmEpilogue : uint8_t { kNone, kBias, kRelu, kReluBias };
+// Every epilogue, in enum order (tables indexed by one, counts summed over all).
+inline constexpr GemmEpilogue kGemmEpilogues[] = {GemmEpilogue::kNone, GemmEpilogue::kBias, GemmEpilogue::kRelu,
+                                                  GemmEpilogue::kReluBias};
 
 // Everything that decides the descriptors and the heuristic's choice for a GemmProblem on one GPU. Pointers enter
 // only through their alignment classes (the heuristic's minimum-alignment preferences); the bias pointer itself is

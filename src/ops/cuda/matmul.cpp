@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -140,7 +141,7 @@ void make_layout(Layout& l, cudaDataType_t type, int64_t rows, int64_t cols, int
 
 // Plans cuBLASLt declined, by epilogue (gemm_plans_declined): whether the bias and relu epilogues ran inside the
 // product on a given GPU is a figure the GPU run reports, not something the results show.
-std::array<std::atomic<int64_t>, 4> declined_plans{};
+std::array<std::atomic<int64_t>, std::size(kGemmEpilogues)> declined_plans{};
 void count_decline(GemmEpilogue e) { declined_plans[static_cast<size_t>(e)].fetch_add(1, std::memory_order_relaxed); }
 
 // What a GemmPlanKey decides: the descriptors and the heuristic's answer, made once and reused by every call with
@@ -212,8 +213,8 @@ std::shared_ptr<GemmPlan> make_plan(const GemmProblem& p, const GemmPlanKey& key
   const cublasStatus_t hs = cublaslt().heuristic(s.handle, desc.d, plan->first.d, plan->second.d, plan->out.d,
                                                  plan->out.d, pref.d, 1, &result, &found);
   // Any refusal (NOT_SUPPORTED, or INVALID_VALUE for a combination of types the descriptors allow but this
-  // cuBLASLt does not serve) is a decline: the caller's other ways keep the product, and a status none of them
-  // serves is in the caller's error.
+  // cuBLASLt does not serve) is a decline: the caller's other ways keep the product, the last of them the
+  // backend's own kernel (gemm_fallback.h).
   const cublasStatus_t status =
       hs != CUBLAS_STATUS_SUCCESS ? hs : found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
   if (status == CUBLAS_STATUS_SUCCESS) {

@@ -3,8 +3,7 @@
 // the host, where tests rebuild the kernel's bits (tests/ops/cuda_gemm_fallback_test.cpp).
 //
 // C[i][j] = sum over t in [0, k) of op(A)[i][t] op(B)[t][j]: float32 from +0, terms in t order, each added with
-// one fused multiply-add (one rounding per term, as cuBLASLt's float32 accumulation rounds), then + bias[j], then
-// one rounding into C's dtype. The kernel's tiles change which thread holds a term, not
+// one fused multiply-add (one rounding per term), then + bias[j], then one rounding into C's dtype. The kernel's tiles change which thread holds a term, not
 // this order.
 #pragma once
 
@@ -22,15 +21,6 @@ MIXTRAIN_HOST_DEVICE inline int64_t gemm_a_offset(bool trans_a, int64_t lda, int
 // Offset of op(B)[t][j] from B's first element: B is row-major (k, n) with row stride ldb, or (n, k) when trans_b.
 MIXTRAIN_HOST_DEVICE inline int64_t gemm_b_offset(bool trans_b, int64_t ldb, int64_t t, int64_t j) {
   return trans_b ? j * ldb + t : t * ldb + j;
-}
-
-// a * b + acc rounded once.
-MIXTRAIN_HOST_DEVICE inline float fma_rn(float a, float b, float acc) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, acc);
-#else
-  return std::fma(a, b, acc);
-#endif
 }
 
 // One more term of a C element.

@@ -70,6 +70,15 @@ MIXTRAIN_HOST_DEVICE inline double ddiv_rn(double a, double b) {
 #endif
 }
 
+// a * b + c rounded once, on purpose (the host's std::fma is exact in software where the CPU has no FMA).
+MIXTRAIN_HOST_DEVICE inline float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 MIXTRAIN_HOST_DEVICE inline float sqrt_rn(float a) {
 #if defined(__CUDA_ARCH__)
   return __fsqrt_rn(a);
@@ -115,13 +124,9 @@ MIXTRAIN_HOST_DEVICE inline bool is_nan_f32(float x) {
 // its class).
 MIXTRAIN_HOST_DEVICE inline bool float_is_finite(float v) { return (bits_of(v) & 0x7F800000u) != 0x7F800000u; }
 
-// The larger of a and b, with +0 above -0: a row's maximum then has the same bits whatever order its elements come
-// in (the CPU's index order, a warp's lanes and butterfly); with plain std::max the first zero taken would win, and
-// a row whose maximum is 0 could give the sign of a zero log-softmax output differently on the two devices. A NaN b
-// never replaces a: the maxima start from -inf, so a NaN element never enters them (its term makes the row's sum
-// NaN, as it must).
-MIXTRAIN_HOST_DEVICE inline float max_f32(float a, float b) {
-  return a < b || (a == b && (bits_of(a) >> 31) != 0u) ? b : a;
-}
+// std::max's rule (the first argument unless the second is larger): a NaN element never replaces a number. Which
+// zero a row's maximum keeps depends on the order the row is read in (a warp's lanes may even hold both), and no
+// output depends on it: see CudaSharedMath.AZeroRowMaximumGivesTheCpusOutputsWhicheverZeroEachLaneKeeps.
+MIXTRAIN_HOST_DEVICE inline float max_f32(float a, float b) { return a < b ? b : a; }
 
 }  // namespace mixtrain::ops::shared
