@@ -1,9 +1,10 @@
 // Fuzzes the command-line parser: the input is argv after the subcommand, one argument per line, read with the
 // flags of `mixtrain train`. Every flag is then read as each kind of value; a value returned must be inside the
-// range its flag promises.
+// range its flag promises. A request for the usage (--help or -h where a flag may stand) ends the parse.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,7 +37,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   using mixtrain::fuzz::refuse_or_accept;
   refuse_or_accept([&] {
-    const mixtrain::cli::Args args(argv, kFlags, kSwitches);
+    std::optional<mixtrain::cli::Args> parsed;
+    try {
+      parsed.emplace(argv, kFlags, kSwitches);
+    } catch (const mixtrain::cli::HelpRequested&) {
+      return;  // --help or -h where a flag may stand: the CLI prints its usage, an expected outcome
+    }
+    const mixtrain::cli::Args& args = *parsed;
     std::set<std::string> all = kFlags;
     all.insert(kSwitches.begin(), kSwitches.end());
     for (const std::string& flag : all) {
