@@ -241,7 +241,7 @@ def bench_step(variant, hidden, batch_size, steps, target):
     emit({"what": "peer_torch_step", "model": "mlp", "variant": variant, "hidden": hidden, "optimizer_impl": impl,
           "skipped_steps": skipped_steps(opt, steps + 2),
           "batch_size": batch_size, "steps": steps, "ms_per_step": median * 1e3, "steps_per_second": 1.0 / median,
-          "gflops": 6.0 * batch_size * weights / median / 1e9, "device": str(target.device),
+          "gflops": 6.0 * batch_size * weights / median / 1e9, "weights": weights, "device": str(target.device),
           "step_peak_memory_bytes": peak})
 
 

@@ -3,7 +3,8 @@
 # present and nothing else can be installed. Builds the CUDA backend with every core (build-gpu), runs the kernels'
 # tests with a GPU required (a skip is a failure), then takes the targets' figures: `mixtrain bench gemm --device
 # cuda` (float32, float16 and bfloat16 GEMMs through the backend's cuBLASLt matmul), `mixtrain bench step --device
-# cuda` for the MLP, CNN and transformer under each policy, and PyTorch on the same GPU in one process
+# cuda` for the MLP, CNN and transformer under each policy (at bench step's shapes, then the MLP and transformer at
+# larger ones sized for a GPU), and PyTorch on the same GPU in one process
 # (bench/peer_torch.py --device cuda: torch.mm at bench gemm's sizes, TF32 off as mixtrain's default, and the same
 # models' steps under autocast, GradScaler for float16, with peak memory). Then the longer tests (every registered
 # model trained on the GPU against the CPU, NCCL on one rank, doctor with every GPU measured), `mixtrain doctor`,
@@ -95,7 +96,8 @@ status=0
 # PyTorch's side of the targets: it needs nothing of mixtrain's build, so a build that fails still takes it.
 torch_figures() {
   say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
-  say "  CNN and transformer steps at bench step's shapes (autocast; GradScaler for float16)"
+  say "  CNN and transformer steps at bench step's shapes and the MLP and transformer at those sized for a GPU"
+  say "  (autocast; GradScaler for float16)"
   capped 240 python3 - "$work" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
 import json, os, sys, traceback
 sys.path.insert(0, "bench")
@@ -123,6 +125,10 @@ for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
     run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 256, 20)
     run("torch-steps.jsonl", peer.bench_cnn_step, variant, 128, 256, 20, "channels_last")
     run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 64, 128, 2, 4, 32, 20)
+# The shapes sized for a GPU (large_steps below); the summary pairs each step with the record of its shape.
+for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
+    run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 4096, 20)
+    run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 512, 768, 4, 12, 16, 20)
 sys.exit(1 if failed else 0)
 PY
 }
@@ -231,6 +237,26 @@ for model in mlp cnn transformer; do
     if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda --model "$model" --policy "$policy" --steps 20 \
            --json "$work/step-$model-$policy.json" 2>> "$log" | tee -a "$log"; then
       say "bench step --device cuda --model $model --policy $policy FAILED"
+      status=1
+    fi
+  done
+done
+# The same models at shapes sized for a GPU, where a step's time is in its arithmetic rather than in launching
+# kernels: bench step's defaults (above: the CPU's figures, the main job's transformer) give an H200 so little work
+# per kernel that 16-bit arithmetic may show little of its speed. The MLP at a batch of 4096; the transformer of
+# width 768 (4 layers of 12 heads) over 16 windows of 512 characters a step (8,192 tokens). PyTorch runs the same
+# (torch_figures).
+say "mixtrain bench step --device cuda at the shapes sized for a GPU: MLP batch 4096; transformer T 512, D 768, L 4"
+for case in mlp_large transformer_large; do
+  if [ "$case" = mlp_large ]; then
+    shape=(--model mlp --batch-size 4096)
+  else
+    shape=(--model transformer --context 512 --width 768 --layers 4 --heads 12 --batch-size 16)
+  fi
+  for policy in float32 mixed_float16 mixed_bfloat16; do
+    if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda "${shape[@]}" --policy "$policy" --steps 20 \
+           --json "$work/step-$case-$policy.json" 2>> "$log" | tee -a "$log"; then
+      say "bench step --device cuda $case --policy $policy FAILED"
       status=1
     fi
   done

@@ -9,8 +9,10 @@ Inputs (each optional: a step that failed leaves its file out, and its rows say 
   bench-gemm-gpu.json               `mixtrain bench gemm --device cuda --json`
   torch-gemm.jsonl                  bench/peer_torch.py matmul --device cuda
   doctor.json                       `mixtrain doctor --json`
-  step-MODEL-POLICY.json            `mixtrain bench step --device cuda --json`, MODEL mlp|cnn|transformer
-  torch-steps.jsonl                 bench/peer_torch.py step --device cuda (variant float32|autocast_float16|...)
+  step-CASE-POLICY.json             `mixtrain bench step --device cuda --json`, CASE mlp|cnn|transformer (bench
+                                    step's shapes) or mlp_large|transformer_large (the shapes sized for a GPU)
+  torch-steps.jsonl                 bench/peer_torch.py step --device cuda (variant float32|autocast_float16|...);
+                                    a step is set beside PyTorch's record of its model, policy, batch and weights
   train-cpu.json, train-cuda.json   `mixtrain train --json` on each device
   *-tests.json                      GoogleTest's --gtest_output=json of the GPU test steps
   machine.txt                       the machine: "key: value" lines (date, gpu, nvcc, c++, cmake, os, cpus)
@@ -75,19 +77,27 @@ if doctor:
     for v in gpu_doctor["verdicts"]:
         print(f"doctor {v['device']} {v['policy']}: {v['verdict']}")
 policy_of = {"float32": "float32", "autocast_float16": "mixed_float16", "autocast_bfloat16": "mixed_bfloat16"}
-torch_steps = {(r["model"], policy_of[r["variant"]]): r for r in lines("torch-steps.jsonl")
-               if r["what"] == "peer_torch_step"}
+torch_steps = [r for r in lines("torch-steps.jsonl") if r["what"] == "peer_torch_step"]
+# The shape fields both sides write: a step and PyTorch's record of another shape are never compared (a record of
+# an older mixtrain without them pairs by model and policy alone).
+shape_fields = ("batch_size", "weights", "vocabulary", "context", "width", "layers", "heads")
+def torch_step(m, model, policy):
+    same = [r for r in torch_steps if r.get("model") == model and policy_of.get(r.get("variant")) == policy and
+            all(m[k] == r[k] for k in shape_fields if k in m and k in r)]
+    return same[-1] if same else None
 train_steps = []
-print("training steps on the GPU, ms per step (batch 256; transformer: bench step's defaults); "
+print("training steps on the GPU, ms per step (bench step's shapes, then those sized for a GPU); "
       "vs torch = PyTorch / mixtrain, vs float32 = mixtrain float32 / mixtrain")
-for model in ("mlp", "cnn", "transformer"):
-    f32 = load(f"step-{model}-float32.json")
+for case in ("mlp", "cnn", "transformer", "mlp_large", "transformer_large"):
+    model = case.split("_")[0]
+    f32 = load(f"step-{case}-float32.json")
     for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
-        m = load(f"step-{model}-{policy}.json")
+        m = load(f"step-{case}-{policy}.json")
         if not m:
             continue
-        t = torch_steps.get((model, policy))
-        row = {"model": model, "policy": policy, "mixtrain_ms": m["ms_per_step"],
+        t = torch_step(m, model, policy)
+        row = {"model": case, "policy": policy, "batch_size": m.get("batch_size"), "weights": m.get("weights"),
+               "mixtrain_ms": m["ms_per_step"],
                "mixtrain_step_peak_bytes": m.get("step_peak_memory_bytes"),
                "torch_ms": t["ms_per_step"] if t else None,
                "torch_step_peak_bytes": t["step_peak_memory_bytes"] if t else None,
@@ -106,13 +116,16 @@ for model in ("mlp", "cnn", "transformer"):
                "torch_attention": t.get("attention") if t else None,
                "torch_skipped_steps": t.get("skipped_steps") if t else None}
         train_steps.append(row)
-        print(f"{model:>11} {policy:>14}  mixtrain {row['mixtrain_ms']:8.2f}  torch "
+        print(f"{case:>17} {policy:>14}  mixtrain {row['mixtrain_ms']:8.2f}  torch "
               f"{(row['torch_ms'] or float('nan')):8.2f}  vs torch "
               f"{('%.2fx' % row['speedup_vs_torch']) if row['speedup_vs_torch'] else 'n/a'}  vs float32 "
               f"{('%.2fx' % row['speedup_vs_float32']) if row['speedup_vs_float32'] else 'n/a'}  step peak vs float32 "
               f"{('%.2f' % row['step_peak_vs_float32']) if row['step_peak_vs_float32'] else 'n/a'}")
+        if t is None and any(r.get("model") == model and policy_of.get(r.get("variant")) == policy for r in torch_steps):
+            print(f"{'':>17} {'':>14}  PyTorch's {model} {policy} records are of other shapes (batch, weights): "
+                  "not compared")
         if row["gemm_fallback_products"]:
-            print(f"{'':>11} {'':>14}  {row['gemm_fallback_products']} GEMM products ran on the fallback kernel "
+            print(f"{'':>17} {'':>14}  {row['gemm_fallback_products']} GEMM products ran on the fallback kernel "
                   "(cuBLASLt had no algorithm for them)")
 train_cli = {}
 for device in ("cpu", "cuda"):

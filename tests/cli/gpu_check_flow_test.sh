@@ -95,10 +95,13 @@ order = ["ops_test", "bench gemm", "bench step", "gpu_training_test", "nccl_api_
          "train --device cpu", "train --device cuda", "mixtrain_gpu_bench"]
 at = [first(w) for w in order]
 assert at == sorted(at), f"steps out of order: {list(zip(order, at))}"
-assert sum("bench step" in c for c in calls) == 9, "every model under every policy"
+# Every model under every policy at bench step's shapes, then the MLP and transformer at those sized for a GPU.
+assert sum("bench step" in c for c in calls) == 15, "every model under every policy, and the larger shapes"
+assert sum("bench step --device cuda --model transformer --context 512" in c for c in calls) == 3, calls
 s = json.load(open(os.path.join(sys.argv[2], "gpu-check.json")))
 steps = {(r["model"], r["policy"]): r for r in s["train_steps"]}
-assert len(steps) == 8 and ("cnn", "mixed_float16") not in steps, sorted(steps)
+assert len(steps) == 14 and ("cnn", "mixed_float16") not in steps, sorted(steps)
+assert abs(steps[("transformer_large", "mixed_float16")]["speedup_vs_float32"] - 3.0) < 1e-9
 assert abs(steps[("mlp", "mixed_bfloat16")]["speedup_vs_float32"] - 3.0) < 1e-9
 assert s["gemm"][0]["gflops"] == 700000.0 and s["train_cli"]["accuracy_gap"] == 0.0
 assert s["machine"].get("cpus") and s["machine"].get("date"), s["machine"]  # the machine, for the figures' record
@@ -121,7 +124,7 @@ set -e
 python3 - "$tmp/out/gpu-check.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert len(s["train_steps"]) == 8 and s["gemm"], "the benchmarks' figures are missing from a run stopped later"
+assert len(s["train_steps"]) == 14 and s["gemm"], "the benchmarks' figures are missing from a run stopped later"
 print("gpu-check cut short: the figures taken before the stop are in OUT")
 PY
 

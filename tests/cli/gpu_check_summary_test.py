@@ -136,6 +136,43 @@ with tempfile.TemporaryDirectory() as d:  # a GPU run that diverged (train write
         check("non-finite said", float("non-finite" in printed), 1.0)
         check("unscale without a PyTorch time", summary["steps"][0]["speedup_vs_torch"], None)
 
+with tempfile.TemporaryDirectory() as d:  # the shapes sized for a GPU beside bench step's: PyTorch's records of both
+    # shapes in one file, each step set beside the record of its own batch and weights, never another shape's
+    for case, model, batch, weights, f32_ms, bf16_ms in (("mlp", "mlp", 256, 100, 3.0, 2.0),
+                                                         ("mlp_large", "mlp", 4096, 100, 40.0, 8.0),
+                                                         ("transformer_large", "transformer", 16, 700, 30.0, 6.0)):
+        for policy, ms in (("float32", f32_ms), ("mixed_bfloat16", bf16_ms)):
+            record = {"ms_per_step": ms, "step_peak_memory_bytes": 10, "model": model, "batch_size": batch,
+                      "weights": weights}
+            if model == "transformer":
+                record.update({"context": 512, "width": 768, "layers": 4, "heads": 12, "vocabulary": 83})
+            write(d, f"step-{case}-{policy}.json", record)
+    torch_record = lambda model, variant, batch, ms, **more: dict(
+        {"what": "peer_torch_step", "model": model, "variant": variant, "batch_size": batch, "weights": 100,
+         "ms_per_step": ms, "step_peak_memory_bytes": 9}, **more)
+    write(d, "torch-steps.jsonl", [
+        torch_record("mlp", "autocast_bfloat16", 256, 4.0),
+        torch_record("mlp", "autocast_bfloat16", 4096, 12.0),
+        torch_record("mlp", "float32", 4096, 50.0, weights=99),  # another MLP: never compared
+        # The transformer of bench step's shapes (context 64), then that of the GPU's.
+        torch_record("transformer", "autocast_bfloat16", 16, 1.0, weights=700, context=64, width=768, layers=4,
+                     heads=12, vocabulary=83),
+        torch_record("transformer", "autocast_bfloat16", 16, 9.0, weights=700, context=512, width=768, layers=4,
+                     heads=12, vocabulary=83)])
+    summary, printed = run(d)
+    if summary:
+        steps = {(r["model"], r["policy"]): r for r in summary["train_steps"]}
+        check("cases", float(len(steps)), 6.0)
+        check("mlp bfloat16 vs its own torch shape", steps[("mlp", "mixed_bfloat16")]["speedup_vs_torch"], 2.0)
+        check("mlp_large bfloat16 vs torch", steps[("mlp_large", "mixed_bfloat16")]["speedup_vs_torch"], 1.5)
+        check("mlp_large bfloat16 vs float32", steps[("mlp_large", "mixed_bfloat16")]["speedup_vs_float32"], 5.0)
+        check("mlp_large float32: torch's record of other weights", steps[("mlp_large", "float32")]["torch_ms"], None)
+        check("transformer_large vs the torch record of its context",
+              steps[("transformer_large", "mixed_bfloat16")]["speedup_vs_torch"], 1.5)
+        check("transformer_large batch", float(steps[("transformer_large", "float32")]["batch_size"]), 16.0)
+        check("large cases printed", float("mlp_large" in printed and "transformer_large" in printed), 1.0)
+        check("other shapes said (mlp and mlp_large float32)", float(printed.count("records are of other shapes")), 2.0)
+
 if subprocess.run([sys.executable, script], capture_output=True).returncode == 0:
     failures.append("no OUT argument: expected a usage error")
 
