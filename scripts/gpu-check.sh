@@ -93,16 +93,24 @@ capped() {
 }
 
 status=0
+# The shapes sized for a GPU, defined once for both sides: mixtrain's flags (the loop after bench step's own shapes)
+# and PyTorch's arguments (torch_figures) come from these. The MLP's batch; the transformer's context, width,
+# layers, heads and batch (the vocabulary is bench step's 83 characters on both sides).
+large_mlp_batch=4096
+large_transformer=(512 768 4 12 16)
 # PyTorch's side of the targets: it needs nothing of mixtrain's build, so a build that fails still takes it.
 torch_figures() {
   say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
   say "  CNN and transformer steps at bench step's shapes and the MLP and transformer at those sized for a GPU"
   say "  (autocast; GradScaler for float16)"
-  capped 240 python3 - "$work" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
+  # (One line: the heredoc's text starts on the line after the command's.)
+  capped 240 python3 - "$work" "$large_mlp_batch" "${large_transformer[@]}" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
 import json, os, sys, traceback
 sys.path.insert(0, "bench")
 import peer_torch as peer  # exits with status 3 when torch is not importable
 out = sys.argv[1]
+large_mlp_batch = int(sys.argv[2])
+large_context, large_width, large_layers, large_heads, large_batch = (int(v) for v in sys.argv[3:8])
 target = peer.Target("cuda")
 failed = False
 def run(name, what, *args):
@@ -125,10 +133,12 @@ for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
     run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 256, 20)
     run("torch-steps.jsonl", peer.bench_cnn_step, variant, 128, 256, 20, "channels_last")
     run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 64, 128, 2, 4, 32, 20)
-# The shapes sized for a GPU (large_steps below); the summary pairs each step with the record of its shape.
+# The shapes sized for a GPU (large_mlp_batch, large_transformer); the summary pairs each of mixtrain's steps with
+# the record of its shape.
 for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
-    run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 4096, 20)
-    run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 512, 768, 4, 12, 16, 20)
+    run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], large_mlp_batch, 20)
+    run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, large_context, large_width, large_layers,
+        large_heads, large_batch, 20)
 sys.exit(1 if failed else 0)
 PY
 }
@@ -241,17 +251,24 @@ for model in mlp cnn transformer; do
     fi
   done
 done
-# The same models at shapes sized for a GPU, where a step's time is in its arithmetic rather than in launching
-# kernels: bench step's defaults (above: the CPU's figures, the main job's transformer) give an H200 so little work
-# per kernel that 16-bit arithmetic may show little of its speed. The MLP at a batch of 4096; the transformer of
-# width 768 (4 layers of 12 heads) over 16 windows of 512 characters a step (8,192 tokens). PyTorch runs the same
-# (torch_figures).
-say "mixtrain bench step --device cuda at the shapes sized for a GPU: MLP batch 4096; transformer T 512, D 768, L 4"
+# PyTorch's figures before mixtrain's larger shapes: a slow large case cannot take the time of the comparisons at
+# bench step's shapes.
+torch_figures
+
+# The same models at shapes sized for a GPU (large_mlp_batch, large_transformer), where a step's time is in its
+# arithmetic rather than in launching kernels: bench step's defaults (above: the CPU's figures, the main job's
+# transformer) give an H200 so little work per kernel that 16-bit arithmetic may show little of its speed. The MLP
+# at a batch of 4096; the transformer of width 768 (4 layers of 12 heads) over 16 windows of 512 characters a step
+# (8,192 tokens). PyTorch ran the same in torch_figures.
+read -r large_context large_width large_layers large_heads large_batch <<< "${large_transformer[*]}"
+say "mixtrain bench step --device cuda at the shapes sized for a GPU: MLP batch $large_mlp_batch; transformer" \
+  "T $large_context, D $large_width, L $large_layers, heads $large_heads, batch $large_batch"
 for case in mlp_large transformer_large; do
   if [ "$case" = mlp_large ]; then
-    shape=(--model mlp --batch-size 4096)
+    shape=(--model mlp --batch-size "$large_mlp_batch")
   else
-    shape=(--model transformer --context 512 --width 768 --layers 4 --heads 12 --batch-size 16)
+    shape=(--model transformer --context "$large_context" --width "$large_width" --layers "$large_layers"
+           --heads "$large_heads" --batch-size "$large_batch")
   fi
   for policy in float32 mixed_float16 mixed_bfloat16; do
     if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda "${shape[@]}" --policy "$policy" --steps 20 \
@@ -261,8 +278,6 @@ for case in mlp_large transformer_large; do
     fi
   done
 done
-
-torch_figures
 
 snapshot
 

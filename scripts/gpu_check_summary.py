@@ -122,7 +122,8 @@ for case in ("mlp", "cnn", "transformer", "mlp_large", "transformer_large"):
               f"{('%.2fx' % row['speedup_vs_float32']) if row['speedup_vs_float32'] else 'n/a'}  step peak vs float32 "
               f"{('%.2f' % row['step_peak_vs_float32']) if row['step_peak_vs_float32'] else 'n/a'}")
         if t is None and any(r.get("model") == model and policy_of.get(r.get("variant")) == policy for r in torch_steps):
-            print(f"{'':>17} {'':>14}  PyTorch's {model} {policy} records are of other shapes (batch, weights): "
+            print(f"{'':>17} {'':>14}  PyTorch's {model} {policy} records are of other shapes (batch, weights or the "
+                  "transformer's sizes): "
                   "not compared")
         if row["gemm_fallback_products"]:
             print(f"{'':>17} {'':>14}  {row['gemm_fallback_products']} GEMM products ran on the fallback kernel "

@@ -154,10 +154,11 @@ with tempfile.TemporaryDirectory() as d:  # the shapes sized for a GPU beside be
         torch_record("mlp", "autocast_bfloat16", 256, 4.0),
         torch_record("mlp", "autocast_bfloat16", 4096, 12.0),
         torch_record("mlp", "float32", 4096, 50.0, weights=99),  # another MLP: never compared
-        # The transformer of bench step's shapes (context 64), then that of the GPU's.
-        torch_record("transformer", "autocast_bfloat16", 16, 1.0, weights=700, context=64, width=768, layers=4,
-                     heads=12, vocabulary=83),
+        # The transformer of the GPU's shapes, then one that differs in its context alone (last: the record a
+        # pairing that left the context out would take).
         torch_record("transformer", "autocast_bfloat16", 16, 9.0, weights=700, context=512, width=768, layers=4,
+                     heads=12, vocabulary=83),
+        torch_record("transformer", "autocast_bfloat16", 16, 1.0, weights=700, context=64, width=768, layers=4,
                      heads=12, vocabulary=83)])
     summary, printed = run(d)
     if summary:
