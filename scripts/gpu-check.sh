@@ -25,8 +25,8 @@
 # `bash scripts/gpu-carry.sh` on a Debian machine first and send its .gpu folder along; it is used when present.
 #
 # What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend, CudaSharedMath,
-# CudaGemmFallback, Cast and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA kernel against the
-# CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
+# CudaGemmFallback, Cast and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA
+# kernel against the CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
 # tests/ops/cuda_cnn_test.cpp), the losses, sum/mean, the accuracy and the counted unscale
 # (tests/ops/cuda_losses_test.cpp), attention and the backward passes given a gradient of another dtype
 # (tests/ops/cuda_attention_test.cpp), the fused optimizer update (SGD, RMSprop, Adam, AdamW) of a GPU parameter
@@ -93,18 +93,18 @@ capped() {
 }
 
 status=0
-# The shapes sized for a GPU, defined once for both sides: mixtrain's flags (the loop after bench step's own shapes)
+# The shapes sized for a GPU, defined once for both sides: mixtrain's flags (step_case after bench step's own shapes)
 # and PyTorch's arguments (torch_figures) come from these. The MLP's batch; the transformer's context, width,
 # layers, heads and batch (the vocabulary is bench step's 83 characters on both sides).
 large_mlp_batch=4096
-large_transformer=(512 768 4 12 16)
+large_context=512 large_width=768 large_layers=4 large_heads=12 large_batch=16
 # PyTorch's side of the targets: it needs nothing of mixtrain's build, so a build that fails still takes it.
 torch_figures() {
   say "PyTorch on the GPU (bench/peer_torch.py, one process): matmul at bench gemm's sizes and dtypes, then AMP's MLP,"
   say "  CNN and transformer steps at bench step's shapes and the MLP and transformer at those sized for a GPU"
   say "  (autocast; GradScaler for float16)"
   # (One line: the heredoc's text starts on the line after the command's.)
-  capped 240 python3 - "$work" "$large_mlp_batch" "${large_transformer[@]}" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
+  capped 240 python3 - "$work" "$large_mlp_batch" "$large_context" "$large_width" "$large_layers" "$large_heads" "$large_batch" 2>> "$log" <<'PY' || { say "PyTorch GEMMs and training steps FAILED"; status=1; }
 import json, os, sys, traceback
 sys.path.insert(0, "bench")
 import peer_torch as peer  # exits with status 3 when torch is not importable
@@ -133,7 +133,7 @@ for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
     run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], 256, 20)
     run("torch-steps.jsonl", peer.bench_cnn_step, variant, 128, 256, 20, "channels_last")
     run("torch-steps.jsonl", peer.bench_transformer_step, variant, 83, 64, 128, 2, 4, 32, 20)
-# The shapes sized for a GPU (large_mlp_batch, large_transformer); the summary pairs each of mixtrain's steps with
+# The shapes sized for a GPU (large_mlp_batch, large_context ...); the summary pairs each of mixtrain's steps with
 # the record of its shape.
 for variant in ("float32", "autocast_float16", "autocast_bfloat16"):
     run("torch-steps.jsonl", peer.bench_step, variant, [4096, 4096], large_mlp_batch, 20)
@@ -241,43 +241,35 @@ if ! capped 90 build-gpu/tools/cli/mixtrain bench gemm --device cuda --sizes 102
   say "bench gemm --device cuda FAILED"
   status=1
 fi
-say "mixtrain bench step --device cuda: MLP, CNN and transformer training steps under each policy"
-for model in mlp cnn transformer; do
+# One case of mixtrain's training step under each policy: step_case NAME FLAGS... (FLAGS: the model and its shape),
+# into step-NAME-POLICY.json.
+step_case() {
+  local name=$1 policy
+  shift
   for policy in float32 mixed_float16 mixed_bfloat16; do
-    if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda --model "$model" --policy "$policy" --steps 20 \
-           --json "$work/step-$model-$policy.json" 2>> "$log" | tee -a "$log"; then
-      say "bench step --device cuda --model $model --policy $policy FAILED"
+    if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda "$@" --policy "$policy" --steps 20 \
+           --json "$work/step-$name-$policy.json" 2>> "$log" | tee -a "$log"; then
+      say "bench step --device cuda $* --policy $policy FAILED"
       status=1
     fi
   done
-done
+}
+say "mixtrain bench step --device cuda: MLP, CNN and transformer training steps under each policy"
+for model in mlp cnn transformer; do step_case "$model" --model "$model"; done
 # PyTorch's figures before mixtrain's larger shapes: a slow large case cannot take the time of the comparisons at
 # bench step's shapes.
 torch_figures
 
-# The same models at shapes sized for a GPU (large_mlp_batch, large_transformer), where a step's time is in its
+# The same models at shapes sized for a GPU (large_mlp_batch, large_context ...), where a step's time is in its
 # arithmetic rather than in launching kernels: bench step's defaults (above: the CPU's figures, the main job's
 # transformer) give an H200 so little work per kernel that 16-bit arithmetic may show little of its speed. The MLP
 # at a batch of 4096; the transformer of width 768 (4 layers of 12 heads) over 16 windows of 512 characters a step
 # (8,192 tokens). PyTorch ran the same in torch_figures.
-read -r large_context large_width large_layers large_heads large_batch <<< "${large_transformer[*]}"
 say "mixtrain bench step --device cuda at the shapes sized for a GPU: MLP batch $large_mlp_batch; transformer" \
   "T $large_context, D $large_width, L $large_layers, heads $large_heads, batch $large_batch"
-for case in mlp_large transformer_large; do
-  if [ "$case" = mlp_large ]; then
-    shape=(--model mlp --batch-size "$large_mlp_batch")
-  else
-    shape=(--model transformer --context "$large_context" --width "$large_width" --layers "$large_layers"
-           --heads "$large_heads" --batch-size "$large_batch")
-  fi
-  for policy in float32 mixed_float16 mixed_bfloat16; do
-    if ! capped 60 build-gpu/tools/cli/mixtrain bench step --device cuda "${shape[@]}" --policy "$policy" --steps 20 \
-           --json "$work/step-$case-$policy.json" 2>> "$log" | tee -a "$log"; then
-      say "bench step --device cuda $case --policy $policy FAILED"
-      status=1
-    fi
-  done
-done
+step_case mlp_large --model mlp --batch-size "$large_mlp_batch"
+step_case transformer_large --model transformer --context "$large_context" --width "$large_width" \
+  --layers "$large_layers" --heads "$large_heads" --batch-size "$large_batch"
 
 snapshot
 

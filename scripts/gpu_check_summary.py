@@ -81,10 +81,10 @@ torch_steps = [r for r in lines("torch-steps.jsonl") if r["what"] == "peer_torch
 # The shape fields both sides write: a step and PyTorch's record of another shape are never compared (a record of
 # an older mixtrain without them pairs by model and policy alone).
 shape_fields = ("batch_size", "weights", "vocabulary", "context", "width", "layers", "heads")
-def torch_step(m, model, policy):
-    same = [r for r in torch_steps if r.get("model") == model and policy_of.get(r.get("variant")) == policy and
-            all(m[k] == r[k] for k in shape_fields if k in m and k in r)]
-    return same[-1] if same else None
+def torch_records(model, policy):
+    return [r for r in torch_steps if r.get("model") == model and policy_of.get(r.get("variant")) == policy]
+def same_shape(m, r):
+    return all(m[k] == r[k] for k in shape_fields if k in m and k in r)
 train_steps = []
 print("training steps on the GPU, ms per step (bench step's shapes, then those sized for a GPU); "
       "vs torch = PyTorch / mixtrain, vs float32 = mixtrain float32 / mixtrain")
@@ -95,7 +95,9 @@ for case in ("mlp", "cnn", "transformer", "mlp_large", "transformer_large"):
         m = load(f"step-{case}-{policy}.json")
         if not m:
             continue
-        t = torch_step(m, model, policy)
+        records = torch_records(model, policy)
+        same = [r for r in records if same_shape(m, r)]
+        t = same[-1] if same else None
         row = {"model": case, "policy": policy, "batch_size": m.get("batch_size"), "weights": m.get("weights"),
                "mixtrain_ms": m["ms_per_step"],
                "mixtrain_step_peak_bytes": m.get("step_peak_memory_bytes"),
@@ -121,10 +123,9 @@ for case in ("mlp", "cnn", "transformer", "mlp_large", "transformer_large"):
               f"{('%.2fx' % row['speedup_vs_torch']) if row['speedup_vs_torch'] else 'n/a'}  vs float32 "
               f"{('%.2fx' % row['speedup_vs_float32']) if row['speedup_vs_float32'] else 'n/a'}  step peak vs float32 "
               f"{('%.2f' % row['step_peak_vs_float32']) if row['step_peak_vs_float32'] else 'n/a'}")
-        if t is None and any(r.get("model") == model and policy_of.get(r.get("variant")) == policy for r in torch_steps):
+        if records and not same:
             print(f"{'':>17} {'':>14}  PyTorch's {model} {policy} records are of other shapes (batch, weights or the "
-                  "transformer's sizes): "
-                  "not compared")
+                  "transformer's sizes): not compared")
         if row["gemm_fallback_products"]:
             print(f"{'':>17} {'':>14}  {row['gemm_fallback_products']} GEMM products ran on the fallback kernel "
                   "(cuBLASLt had no algorithm for them)")

@@ -2,8 +2,9 @@
 # scripts/gpu-check.sh end to end without a GPU: cmake, ninja and the binaries it runs are stand-ins (each writes the
 # files its real counterpart writes, with made-up figures), so what is checked is the script's own flow, which a GPU
 # machine runs once: every step reached, a failing step (here one bench step and one PyTorch case) reported and the
-# rest still run, mixtrain and PyTorch given the same shapes and each step set beside PyTorch's record of its own, the exit status 1, and OUT holding the log, the summary with the figures the stand-ins wrote, and
-# the archive of every step's files. A second run stops its stand-ins part way (as a device call's time limit
+# rest still run, mixtrain and PyTorch given the same shapes and each step set beside PyTorch's record of its own,
+# the exit status 1, and OUT holding the log, the summary with the figures the stand-ins wrote, and the archive of
+# every step's files. A second run stops its stand-ins part way (as a device call's time limit
 # would): the figures taken before the stop must already be in OUT. A third gives the whole run less time
 # (GPU_CHECK_BUDGET) than its first step takes: the tests are not built, that step is cut, the rest are skipped, and
 # the run ends in time.

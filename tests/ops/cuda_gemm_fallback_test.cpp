@@ -15,7 +15,6 @@
 #include "mixtrain/core/random.h"
 #include "mixtrain/ops/matmul.h"
 #include "op_test_util.h"
-#include "ops/shared/attention_rows.h"
 #include "ops/shared/float16_convert.h"
 #include "ops/shared/gemm_element.h"
 #ifdef MIXTRAIN_HAVE_CUDA

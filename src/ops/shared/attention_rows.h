@@ -1,9 +1,9 @@
 // The element steps of scaled dot-product attention's rows (ops/attention.h gives the computation), for host and
-// device: the dropout mask's hash (dropout_keep.h), which ops::attention_dropout_keep is, the logit's rounding into the compute
-// dtype, the dropped probability and the softmax gradient's element, each in the CPU kernel's operation order
-// (cpu/attention.cpp). The GPU kernel (cuda/attention.cu) combines them with a warp's max and sums in its own
-// order, and its products run through cuBLASLt, so it matches the CPU within tolerances; the mask is the same bit
-// for bit.
+// device: the dropout mask's hash (dropout_keep.h), which ops::attention_dropout_keep is, the dropped probability
+// and the softmax gradient's element, each in the CPU kernel's operation order (cpu/attention.cpp); the logit's
+// rounding into the compute dtype is through_dtype (float16_convert.h). The GPU kernel (cuda/attention.cu)
+// combines them with a warp's max and sums in its own order, and its products run through cuBLASLt, so it matches
+// the CPU within tolerances; the mask is the same bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -17,13 +17,6 @@ namespace mixtrain::ops::shared {
 // Whether dropout keeps the probability at flat (batch, head, row, column) index `index` (dropout_keep.h).
 MIXTRAIN_HOST_DEVICE inline bool attention_dropout_keep(uint64_t seed, uint64_t index, float rate) {
   return dropout_keep(seed, index, rate);
-}
-
-// v rounded into the dtype of `code` and widened back: a logit as a 16-bit GEMM output holds it.
-MIXTRAIN_HOST_DEVICE inline float through_dtype(float v, int code) {
-  if (code == kCodeFloat16) return half_to_float(float_to_half(v));
-  if (code == kCodeBFloat16) return bfloat16_to_float(float_to_bfloat16(v));
-  return v;
 }
 
 // The dropped value of p (a probability, or its gradient): p / (1 - rate) where kept, else 0; inv_keep is

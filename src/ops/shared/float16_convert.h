@@ -45,6 +45,14 @@ MIXTRAIN_HOST_DEVICE inline void store_from_float(void* p, int code, int64_t i, 
     static_cast<float*>(p)[i] = v;
 }
 
+// v rounded once into the dtype of `code` and widened back: what an element of that dtype holds of v (e.g. a logit
+// as a 16-bit GEMM output holds it).
+MIXTRAIN_HOST_DEVICE inline float through_dtype(float v, int code) {
+  if (code == kCodeFloat16) return half_to_float(float_to_half(v));
+  if (code == kCodeBFloat16) return bfloat16_to_float(float_to_bfloat16(v));
+  return v;
+}
+
 // Elements base, base + 1, ... of a float32 / float16 / bfloat16 array as float32: view[j] reads element base + j.
 // The row functions of this folder take any row type with operator[] returning float, so a CPU kernel passes its
 // float32 row buffer and a GPU kernel passes one of these over the tensor's own storage.

@@ -3,8 +3,8 @@
 // the host, where tests rebuild the kernel's bits (tests/ops/cuda_gemm_fallback_test.cpp).
 //
 // C[i][j] = sum over t in [0, k) of op(A)[i][t] op(B)[t][j]: float32 from +0, terms in t order, each added with
-// one fused multiply-add (one rounding per term), then + bias[j], then one rounding into C's dtype. The kernel's tiles change which thread holds a term, not
-// this order.
+// one fused multiply-add (one rounding per term), then + bias[j], then one rounding into C's dtype. The kernel's
+// tiles change which thread holds a term, not this order.
 #pragma once
 
 #include <cstdint>
