@@ -1,6 +1,7 @@
 // Attention entries: validation of the packed layout, output allocation, dispatch (kernels in
 // cpu/attention.cpp).
 #include "mixtrain/ops/attention.h"
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/dtype_check.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -10,24 +11,6 @@
 #include "shared/attention_rows.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options, Tensor& out,
-               Tensor& probs, Tensor& logits);
-void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                        const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<AttentionFn>& attention_table() {
-  static KernelTable<AttentionFn> t("scaled_dot_product_attention", &cpu::attention);
-  return t;
-}
-KernelTable<AttentionBackwardFn>& attention_backward_table() {
-  static KernelTable<AttentionBackwardFn> t("scaled_dot_product_attention_backward", &cpu::attention_backward);
-  return t;
-}
-}  // namespace kernel
 
 // splitmix64's finalizer over (seed, index): consecutive indices give independent-looking bits. The GPU kernel
 // draws the same mask from the same function.
@@ -100,7 +83,7 @@ AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
     const int64_t per_pair = options.causal ? d.t * (d.t + 1) / 2 : d.t * d.s;
     r.logits = Tensor::empty({d.b * d.h * per_pair}, DType::kFloat32, device);
   }
-  kernel::attention_table()(device)(readable(q), readable(k), readable(v), options, r.out, r.probs, r.logits);
+  kernel_for<Op::attention>(device)(readable(q), readable(k), readable(v), options, r.out, r.probs, r.logits);
   return r;
 }
 
@@ -119,7 +102,7 @@ void scaled_dot_product_attention_backward_into(const Tensor& dout, const Tensor
   check_gradient_target(dk, k, "dk", op);
   check_gradient_target(dv, v, "dv", op);
   const Device device = common_device(op, {&dout, &q, &k, &v, &probs, &dq, &dk, &dv});
-  kernel::attention_backward_table()(device)(cast(dout, q.dtype()).contiguous(), readable(q), readable(k), readable(v),
+  kernel_for<Op::attention_backward>(device)(cast(dout, q.dtype()).contiguous(), readable(q), readable(k), readable(v),
                                              probs.contiguous(), options, dq, dk, dv);
 }
 

@@ -1,52 +1,10 @@
 #include "mixtrain/ops/batch_norm.h"
+#include "mixtrain/ops/backend.h"
 
 #include <cmath>
 #include <string>
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void batch_moments(const Tensor& x, Tensor& mean, Tensor& variance);
-void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
-                       const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
-                       Tensor& skipped);
-void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, const Tensor& gamma, const Tensor& beta,
-                float epsilon, Tensor& y);
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
-                         const Tensor& gamma, float epsilon, bool batch_statistics, Tensor& dx, Tensor& dgamma,
-                         Tensor& dbeta);
-void batch_channel_sums(const Tensor& x, const Tensor& center, Tensor& sums);
-void batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& variance,
-                           const Tensor& gamma, float epsilon, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
-                           Tensor& dx);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<BatchMomentsFn>& batch_moments_table() {
-  static KernelTable<BatchMomentsFn> table("batch_moments", &cpu::batch_moments);
-  return table;
-}
-KernelTable<MovingStatisticsFn>& moving_statistics_table() {
-  static KernelTable<MovingStatisticsFn> table("update_moving_statistics", &cpu::moving_statistics);
-  return table;
-}
-KernelTable<BatchNormFn>& batch_norm_table() {
-  static KernelTable<BatchNormFn> table("batch_norm", &cpu::batch_norm);
-  return table;
-}
-KernelTable<BatchNormBackwardFn>& batch_norm_backward_table() {
-  static KernelTable<BatchNormBackwardFn> table("batch_norm_backward", &cpu::batch_norm_backward);
-  return table;
-}
-KernelTable<BatchChannelSumsFn>& batch_channel_sums_table() {
-  static KernelTable<BatchChannelSumsFn> table("batch_channel_sums", &cpu::batch_channel_sums);
-  return table;
-}
-KernelTable<BatchNormInputGradFn>& batch_norm_input_grad_table() {
-  static KernelTable<BatchNormInputGradFn> table("batch_norm_input_grad", &cpu::batch_norm_input_grad);
-  return table;
-}
-}  // namespace kernel
 
 namespace {
 std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
@@ -82,7 +40,7 @@ BatchNormStats batch_moments(const Tensor& x) {
   const Device device = common_device(op, {&x});
   BatchNormStats s{Tensor::empty({x.dim(-1)}, DType::kFloat32, device),
                    Tensor::empty({x.dim(-1)}, DType::kFloat32, device)};
-  kernel::batch_moments_table()(device)(x.contiguous(), s.mean, s.variance);
+  kernel_for<Op::batch_moments>(device)(x.contiguous(), s.mean, s.variance);
   return s;
 }
 
@@ -92,7 +50,7 @@ Tensor batch_channel_sums(const Tensor& x, const Tensor& center) {
   if (center.defined()) check_channel_vector(center, x, "center", op);
   const Device device = center.defined() ? common_device(op, {&x, &center}) : common_device(op, {&x});
   Tensor sums = Tensor::empty({x.dim(-1)}, DType::kFloat32, device);
-  kernel::batch_channel_sums_table()(device)(x.contiguous(), center.defined() ? center.contiguous() : center, sums);
+  kernel_for<Op::batch_channel_sums>(device)(x.contiguous(), center.defined() ? center.contiguous() : center, sums);
   return sums;
 }
 
@@ -104,7 +62,7 @@ Tensor batch_norm_input_grad(const Tensor& dy, const Tensor& x, const Tensor& me
   check_channel_vector(sum_dy_xhat, x, "sum_dy_xhat", op);
   const Device device = common_device(op, {&dy, &x, &mean, &variance, &gamma, &sum_dy, &sum_dy_xhat});
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::batch_norm_input_grad_table()(device)(dy.contiguous(), x.contiguous(), mean.contiguous(),
+  kernel_for<Op::batch_norm_input_grad>(device)(dy.contiguous(), x.contiguous(), mean.contiguous(),
                                                 variance.contiguous(), gamma.contiguous(), epsilon,
                                                 sum_dy.contiguous(), sum_dy_xhat.contiguous(), dx);
   return dx;
@@ -126,7 +84,7 @@ BatchNormStats update_moving_statistics(const Tensor& moving_mean, const Tensor&
   MIXTRAIN_CHECK(std::isfinite(momentum), op << ": the momentum must be finite, got " << momentum);
   const Device device = common_device(op, {&moving_mean, &moving_variance, &batch.mean, &batch.variance, &skipped});
   BatchNormStats next{Tensor::empty({c}, DType::kFloat32, device), Tensor::empty({c}, DType::kFloat32, device)};
-  kernel::moving_statistics_table()(device)(moving_mean.contiguous(), moving_variance.contiguous(),
+  kernel_for<Op::moving_statistics>(device)(moving_mean.contiguous(), moving_variance.contiguous(),
                                             batch.mean.contiguous(), batch.variance.contiguous(), momentum, next.mean,
                                             next.variance, skipped);
   return next;
@@ -143,7 +101,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance, c
   MIXTRAIN_CHECK(epsilon >= 0.0f, op << ": epsilon must be non-negative, got " << epsilon);
   const Device device = common_device(op, {&x, &mean, &variance, &gamma, &beta});
   Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::batch_norm_table()(device)(x.contiguous(), mean.contiguous(), variance.contiguous(), gamma.contiguous(),
+  kernel_for<Op::batch_norm>(device)(x.contiguous(), mean.contiguous(), variance.contiguous(), gamma.contiguous(),
                                      beta.contiguous(), epsilon, y);
   return y;
 }
@@ -157,7 +115,7 @@ BatchNormGrads batch_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   if (need_x) g.dx = Tensor::empty(x.shape(), x.dtype(), device);
   g.dgamma = Tensor::empty({x.dim(-1)}, DType::kFloat32, device);
   g.dbeta = Tensor::empty({x.dim(-1)}, DType::kFloat32, device);
-  kernel::batch_norm_backward_table()(device)(dy.contiguous(), x.contiguous(), mean.contiguous(),
+  kernel_for<Op::batch_norm_backward>(device)(dy.contiguous(), x.contiguous(), mean.contiguous(),
                                               variance.contiguous(), gamma.contiguous(), epsilon, batch_statistics,
                                               g.dx, g.dgamma, g.dbeta);
   return g;

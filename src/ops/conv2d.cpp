@@ -1,27 +1,11 @@
 #include "mixtrain/ops/conv2d.h"
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/dtype_check.h"
 #include "mixtrain/ops/transfer.h"
 
 #include <algorithm>
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
-void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
-                     Tensor& dkernel, Tensor& dbias);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<Conv2dFn>& conv2d_table() {
-  static KernelTable<Conv2dFn> table("conv2d", &cpu::conv2d);
-  return table;
-}
-KernelTable<Conv2dBackwardFn>& conv2d_backward_table() {
-  static KernelTable<Conv2dBackwardFn> table("conv2d_backward", &cpu::conv2d_backward);
-  return table;
-}
-}  // namespace kernel
 
 Padding parse_padding(std::string_view name) {
   if (name == "valid") return Padding::kValid;
@@ -95,7 +79,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
   const Device device = common_device("conv2d", {&x, &kernel, &bias});
   const Window2d g = conv_geometry(x.shape(), kernel.shape(), options, "conv2d");
   Tensor y = Tensor::empty({g.batch, g.h.out, g.w.out, kernel.dim(3)}, x.dtype(), device);
-  kernel::conv2d_table()(device)(x.contiguous(), kernel.contiguous(), bias.defined() ? bias.contiguous() : bias, g, y);
+  kernel_for<Op::conv2d>(device)(x.contiguous(), kernel.contiguous(), bias.defined() ? bias.contiguous() : bias, g, y);
   return y;
 }
 
@@ -112,7 +96,7 @@ Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& ker
   if (need_x) grads.dx = Tensor::empty(x.shape(), x.dtype(), device);
   grads.dkernel = Tensor::empty(kernel.shape(), DType::kFloat32, device);
   if (need_bias) grads.dbias = Tensor::empty({kernel.dim(3)}, DType::kFloat32, device);
-  kernel::conv2d_backward_table()(device)(cast(dy, x.dtype()).contiguous(), x.contiguous(), kernel.contiguous(), g,
+  kernel_for<Op::conv2d_backward>(device)(cast(dy, x.dtype()).contiguous(), x.contiguous(), kernel.contiguous(), g,
                                           grads.dx, grads.dkernel, grads.dbias);
   return grads;
 }

@@ -1,65 +1,10 @@
 // Elementwise op entries: validation, output allocation, dispatch (kernels in cpu/elementwise.cpp).
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/backend.h"
 
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void activation(const Tensor& x, Activation a, Tensor& y);
-void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);
-void add(const Tensor& a, const Tensor& b, Tensor& y);
-void scale(const Tensor& x, float s, Tensor& y);
-void bias_add(const Tensor& x, const Tensor& bias, Tensor& y);
-void sum_rows(const Tensor& dy, Tensor& out);
-void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
-void dropout_mask(float rate, uint64_t seed, Tensor& mask);
-int64_t count_nonfinite(const Tensor& x);
-void fill(Tensor& y, float value);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<ActivationFn>& activation_table() {
-  static KernelTable<ActivationFn> t("activation", &cpu::activation);
-  return t;
-}
-KernelTable<ActivationBackwardFn>& activation_backward_table() {
-  static KernelTable<ActivationBackwardFn> t("activation_backward", &cpu::activation_backward);
-  return t;
-}
-KernelTable<AddFn>& add_table() {
-  static KernelTable<AddFn> t("add", &cpu::add);
-  return t;
-}
-KernelTable<ScaleFn>& scale_table() {
-  static KernelTable<ScaleFn> t("scale", &cpu::scale);
-  return t;
-}
-KernelTable<BiasAddFn>& bias_add_table() {
-  static KernelTable<BiasAddFn> t("bias_add", &cpu::bias_add);
-  return t;
-}
-KernelTable<SumRowsFn>& sum_rows_table() {
-  static KernelTable<SumRowsFn> t("sum_rows", &cpu::sum_rows);
-  return t;
-}
-KernelTable<DropoutFn>& dropout_table() {
-  static KernelTable<DropoutFn> t("dropout", &cpu::dropout);
-  return t;
-}
-KernelTable<DropoutMaskFn>& dropout_mask_table() {
-  static KernelTable<DropoutMaskFn> t("dropout_mask", &cpu::dropout_mask);
-  return t;
-}
-KernelTable<CountNonfiniteFn>& count_nonfinite_table() {
-  static KernelTable<CountNonfiniteFn> t("count_nonfinite", &cpu::count_nonfinite);
-  return t;
-}
-KernelTable<FillFn>& fill_table() {
-  static KernelTable<FillFn> t("fill", &cpu::fill);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 void check_float(const Tensor& t, const char* op, const char* what) {
@@ -101,7 +46,7 @@ Tensor activation(const Tensor& x, Activation a) {
   const Device device = common_device("activation", {&x});
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::activation_table()(device)(xc, a, y);
+  kernel_for<Op::activation>(device)(xc, a, y);
   return y;
 }
 
@@ -115,7 +60,7 @@ Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, A
   const Device device = common_device(op, {&dy, &saved});
   Tensor dyc = dy.contiguous(), sc = saved.contiguous();
   Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), device);
-  kernel::activation_backward_table()(device)(dyc, sc, a, dx);
+  kernel_for<Op::activation_backward>(device)(dyc, sc, a, dx);
   return dx;
 }
 
@@ -124,7 +69,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   const Device device = common_device("add", {&a, &b});
   Tensor ac = a.contiguous(), bc = b.contiguous();
   Tensor y = Tensor::empty(a.shape(), a.dtype(), device);
-  kernel::add_table()(device)(ac, bc, y);
+  kernel_for<Op::add>(device)(ac, bc, y);
   return y;
 }
 
@@ -135,7 +80,7 @@ void add_into(Tensor& acc, const Tensor& g) {
                                               << g.describe() << " floating");
   const Device device = common_device("add_into", {&acc, &g});
   // The kernel reads each block of both operands before writing it, so y may be the first operand.
-  kernel::add_table()(device)(acc, g.contiguous(), acc);
+  kernel_for<Op::add>(device)(acc, g.contiguous(), acc);
 }
 
 Tensor scale(const Tensor& a, float s) {
@@ -143,7 +88,7 @@ Tensor scale(const Tensor& a, float s) {
   const Device device = common_device("scale", {&a});
   Tensor ac = a.contiguous();
   Tensor y = Tensor::empty(a.shape(), a.dtype(), device);
-  kernel::scale_table()(device)(ac, s, y);
+  kernel_for<Op::scale>(device)(ac, s, y);
   return y;
 }
 
@@ -152,7 +97,7 @@ void scale_in_place(Tensor& x, float s) {
   MIXTRAIN_CHECK(x.is_contiguous(), "scale_in_place: the tensor must be contiguous, got " << x.describe());
   const Device device = common_device("scale_in_place", {&x});
   // Every kernel of the table reads element i before it writes element i and touches no other: y may be x.
-  kernel::scale_table()(device)(x, s, x);
+  kernel_for<Op::scale>(device)(x, s, x);
 }
 
 Tensor bias_add(const Tensor& x, const Tensor& bias) {
@@ -163,7 +108,7 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
   const Device device = common_device("bias_add", {&x, &bias});
   Tensor xc = x.contiguous(), bc = bias.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::bias_add_table()(device)(xc, bc, y);
+  kernel_for<Op::bias_add>(device)(xc, bc, y);
   return y;
 }
 
@@ -173,7 +118,7 @@ Tensor sum_rows(const Tensor& dy) {
   const Device device = common_device("sum_rows", {&dy});
   Tensor dyc = dy.contiguous();
   Tensor out = Tensor::empty({dy.dim(-1)}, DType::kFloat32, device);
-  kernel::sum_rows_table()(device)(dyc, out);
+  kernel_for<Op::sum_rows>(device)(dyc, out);
   return out;
 }
 
@@ -186,7 +131,7 @@ Tensor dropout(const Tensor& x, const Tensor& mask, float rate) {
   const Device device = common_device("dropout", {&x, &mask});
   Tensor xc = x.contiguous(), mc = mask.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::dropout_table()(device)(xc, mc, 1.0f / (1.0f - rate), y);
+  kernel_for<Op::dropout>(device)(xc, mc, 1.0f / (1.0f - rate), y);
   return y;
 }
 
@@ -195,7 +140,7 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float rate) { retu
 Tensor dropout_mask(const Shape& shape, float rate, uint64_t seed, const Device& device) {
   MIXTRAIN_CHECK(rate >= 0.0f && rate < 1.0f, "dropout_mask: rate must be in [0, 1), got " << rate);
   Tensor mask = Tensor::empty(shape, DType::kUInt8, device);
-  if (mask.numel() > 0) kernel::dropout_mask_table()(device)(rate, seed, mask);
+  if (mask.numel() > 0) kernel_for<Op::dropout_mask>(device)(rate, seed, mask);
   return mask;
 }
 
@@ -203,7 +148,7 @@ void fill(Tensor& y, float value) {
   MIXTRAIN_CHECK(y.defined() && is_float(y.dtype()) && y.is_contiguous(),
                  "fill: the tensor must be a contiguous floating tensor, got "
                      << (y.defined() ? y.describe() : std::string("an undefined tensor")));
-  kernel::fill_table()(y.device())(y, value);
+  kernel_for<Op::fill>(y.device())(y, value);
 }
 
 Tensor full(const Shape& shape, DType dtype, float value, const Device& device) {
@@ -216,7 +161,7 @@ Tensor full(const Shape& shape, DType dtype, float value, const Device& device) 
 int64_t count_nonfinite(const Tensor& x) {
   if (!x.defined() || !is_float(x.dtype()) || x.numel() == 0) return 0;
   const Device device = common_device("count_nonfinite", {&x});
-  return kernel::count_nonfinite_table()(device)(x.contiguous());
+  return kernel_for<Op::count_nonfinite>(device)(x.contiguous());
 }
 
 bool all_finite(const std::vector<Tensor>& xs) {

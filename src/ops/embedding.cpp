@@ -1,22 +1,10 @@
 // Embedding entries: validation (ids in range), output allocation, dispatch (kernels in cpu/embedding.cpp).
 #include "mixtrain/ops/embedding.h"
+#include "mixtrain/ops/backend.h"
 
 namespace mixtrain::ops {
 
-namespace cpu {
-void embedding(const Tensor& ids, const Tensor& table, Tensor& y);
-void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);
-}  // namespace cpu
-
 namespace kernel {
-KernelTable<EmbeddingFn>& embedding_table() {
-  static KernelTable<EmbeddingFn> t("embedding", &cpu::embedding);
-  return t;
-}
-KernelTable<EmbeddingBackwardFn>& embedding_backward_table() {
-  static KernelTable<EmbeddingBackwardFn> t("embedding_backward", &cpu::embedding_backward);
-  return t;
-}
 
 void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim,
                           const std::string& found_where) {
@@ -68,7 +56,7 @@ Tensor embedding(const Tensor& ids, const Tensor& table, DType out_dtype) {
   Tensor idc = ids.contiguous();
   check_ids_in_range(idc, table.dim(0), op);
   Tensor y = Tensor::empty(with_last(ids.shape(), table.dim(1)), out_dtype, device);
-  kernel::embedding_table()(device)(idc, table.contiguous(), y);
+  kernel_for<Op::embedding>(device)(idc, table.contiguous(), y);
   return y;
 }
 
@@ -84,7 +72,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t input_dim
   Tensor idc = ids.contiguous();
   check_ids_in_range(idc, input_dim, op);
   Tensor dtable = Tensor::empty({input_dim, dy.dim(-1)}, DType::kFloat32, device);
-  kernel::embedding_backward_table()(device)(dy.contiguous(), idc, dtable);
+  kernel_for<Op::embedding_backward>(device)(dy.contiguous(), idc, dtable);
   return dtable;
 }
 

@@ -1,21 +1,10 @@
 #include "mixtrain/ops/fused_update.h"
+#include "mixtrain/ops/backend.h"
 
 #include <cmath>
 #include <string>
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step, const Tensor* found_inf,
-                  Tensor& iterations, const Tensor* global_norm);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<FusedUpdateFn>& fused_update_table() {
-  static KernelTable<FusedUpdateFn> t("fused_update", &cpu::fused_update);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 
@@ -98,7 +87,7 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
                                                << device.str() << " with the iteration counter");
     }
   }
-  kernel::fused_update_table()(device)(groups, step, found_inf, iterations, global_norm);
+  kernel_for<Op::fused_update>(device)(groups, step, found_inf, iterations, global_norm);
 }
 
 }  // namespace mixtrain::ops

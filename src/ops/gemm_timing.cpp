@@ -8,6 +8,7 @@
 
 #include "mixtrain/core/random.h"
 #include "mixtrain/kernels/gemm.h"
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/transfer.h"
@@ -46,7 +47,7 @@ std::string gemm_device_problem(const Device& device) {
   if (device.index >= s.device_count)
     return device.str() + " does not exist: the CUDA runtime sees " + std::to_string(s.device_count) +
            (s.device_count == 1 ? " GPU (cuda:0)" : " GPUs (cuda:0 to cuda:" + std::to_string(s.device_count - 1) + ")");
-  if (!kernel::bmm_table().supports(DeviceType::kCuda)) return "matmul has no CUDA kernel here (" + s.detail + ")";
+  if (!supports<Op::bmm>(DeviceType::kCuda)) return "matmul has no CUDA kernel here (" + s.detail + ")";
   return "";
 }
 

@@ -1,20 +1,10 @@
 // global_norm's entry (ops/global_norm.h): validation, the output on the tensors' device, dispatch.
 #include "mixtrain/ops/global_norm.h"
+#include "mixtrain/ops/backend.h"
 
 #include <string>
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void global_norm(const std::vector<Tensor>& xs, Tensor& out);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<GlobalNormFn>& global_norm_table() {
-  static KernelTable<GlobalNormFn> t("global_norm", &cpu::global_norm);
-  return t;
-}
-}  // namespace kernel
 
 Tensor global_norm(const std::vector<Tensor>& xs) {
   std::vector<Tensor> defined;
@@ -31,7 +21,7 @@ Tensor global_norm(const std::vector<Tensor>& xs) {
   }
   const Device device = defined.empty() ? Device::cpu() : defined.front().device();
   Tensor out = Tensor::empty({1}, DType::kFloat32, device);
-  kernel::global_norm_table()(device)(defined, out);
+  kernel_for<Op::global_norm>(device)(defined, out);
   return out;
 }
 

@@ -1,25 +1,8 @@
 // Layer normalization entries: validation, output allocation, dispatch (kernels in cpu/layer_norm.cpp).
 #include "mixtrain/ops/layer_norm.h"
+#include "mixtrain/ops/backend.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon, Tensor& y, Tensor& mean,
-                Tensor& rstd);
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& gamma, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<LayerNormFn>& layer_norm_table() {
-  static KernelTable<LayerNormFn> t("layer_norm", &cpu::layer_norm);
-  return t;
-}
-KernelTable<LayerNormBackwardFn>& layer_norm_backward_table() {
-  static KernelTable<LayerNormBackwardFn> t("layer_norm_backward", &cpu::layer_norm_backward);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
@@ -47,7 +30,7 @@ LayerNormOutput layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
   const Device device = common_device(op, {&x, &gamma, &beta});
   LayerNormOutput out{Tensor::empty(x.shape(), x.dtype(), device), Tensor::empty({rows}, DType::kFloat32, device),
                       Tensor::empty({rows}, DType::kFloat32, device)};
-  kernel::layer_norm_table()(device)(x.contiguous(), gamma.contiguous(), beta.contiguous(), epsilon, out.y, out.mean,
+  kernel_for<Op::layer_norm>(device)(x.contiguous(), gamma.contiguous(), beta.contiguous(), epsilon, out.y, out.mean,
                                      out.rstd);
   return out;
 }
@@ -67,7 +50,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   if (need_x) g.dx = Tensor::empty(x.shape(), x.dtype(), device);
   g.dgamma = Tensor::empty({d}, DType::kFloat32, device);
   g.dbeta = Tensor::empty({d}, DType::kFloat32, device);
-  kernel::layer_norm_backward_table()(device)(dy.contiguous(), x.contiguous(), mean.contiguous(), rstd.contiguous(),
+  kernel_for<Op::layer_norm_backward>(device)(dy.contiguous(), x.contiguous(), mean.contiguous(), rstd.contiguous(),
                                               gamma.contiguous(), g.dx, g.dgamma, g.dbeta);
   return g;
 }

@@ -1,34 +1,9 @@
 #include "mixtrain/ops/loss_scale.h"
+#include "mixtrain/ops/backend.h"
 
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-int64_t unscale_and_count_nonfinite(const Tensor& scaled, float inv_scale, Tensor& out);
-void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& found_inf, Tensor& out);
-void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule);
-void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<UnscaleFn>& unscale_table() {
-  static KernelTable<UnscaleFn> t("unscale_and_count_nonfinite", &cpu::unscale_and_count_nonfinite);
-  return t;
-}
-KernelTable<ApplyLossScaleFn>& apply_loss_scale_table() {
-  static KernelTable<ApplyLossScaleFn> t("apply_loss_scale", &cpu::apply_loss_scale);
-  return t;
-}
-KernelTable<UnscaleCheckFn>& unscale_check_table() {
-  static KernelTable<UnscaleCheckFn> t("unscale_and_check", &cpu::unscale_and_check);
-  return t;
-}
-KernelTable<UpdateLossScaleFn>& update_loss_scale_table() {
-  static KernelTable<UpdateLossScaleFn> t("update_loss_scale", &cpu::update_loss_scale);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 
@@ -57,7 +32,7 @@ int64_t unscale_and_count_nonfinite(const Tensor& scaled, float inv_scale, Tenso
   const Device device = common_device(op, {&scaled, &out});
   if (scaled.numel() == 0) return 0;
   const Tensor sc = scaled.contiguous();
-  return kernel::unscale_table()(device)(sc, inv_scale, out);
+  return kernel_for<Op::unscale_and_count_nonfinite>(device)(sc, inv_scale, out);
 }
 
 int64_t unscale_and_count_nonfinite(Tensor& grads, float inv_scale) {
@@ -75,7 +50,7 @@ void unscale_and_check(const Tensor& scaled, const Tensor& scale_state, Tensor& 
   const Device device = common_device(op, {&scaled, &out, &scale_state, &found_inf});
   if (scaled.numel() == 0) return;
   const Tensor sc = scaled.contiguous();
-  kernel::unscale_check_table()(device)(sc, scale_state, found_inf, out);
+  kernel_for<Op::unscale_and_check>(device)(sc, scale_state, found_inf, out);
 }
 
 void unscale_and_check(Tensor& grads, const Tensor& scale_state, Tensor& found_inf) {
@@ -93,7 +68,7 @@ Tensor apply_loss_scale(const Tensor& loss, const Tensor& scale_state) {
   const Device device = common_device(op, {&loss, &scale_state});
   Tensor out = Tensor::empty(loss.shape(), DType::kFloat32, device);
   if (loss.numel() == 0) return out;
-  kernel::apply_loss_scale_table()(device)(cast(loss, DType::kFloat32).contiguous(), scale_state, out);
+  kernel_for<Op::apply_loss_scale>(device)(cast(loss, DType::kFloat32).contiguous(), scale_state, out);
   return out;
 }
 
@@ -108,7 +83,7 @@ void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& foun
                     << ", floor_alarm_steps " << rule.floor_alarm_steps << ", min_scale " << rule.min_scale
                     << ", max_scale " << rule.max_scale << ")");
   const Device device = common_device(op, {&scale_state, &counters, &found_inf});
-  kernel::update_loss_scale_table()(device)(scale_state, counters, found_inf, rule);
+  kernel_for<Op::update_loss_scale>(device)(scale_state, counters, found_inf, rule);
 }
 
 }  // namespace mixtrain::ops

@@ -1,5 +1,6 @@
 // Loss and reduction op entries: validation, output allocation, dispatch (kernels in cpu/losses.cpp).
 #include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,60 +9,6 @@
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
-void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
-                           const Tensor& dloss, Tensor& dx);
-void mse(const Tensor& pred, const Tensor& target, Tensor& loss);
-void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dx);
-void sum_all(const Tensor& x, bool mean, Tensor& out);
-int64_t accuracy(const Tensor& scores, const Tensor& labels);
-void penalty(const Tensor& w, float l1, float l2, Tensor& out);
-void penalty_backward(const Tensor& w, float l1, float l2, const Tensor& dpenalty, Tensor& dw);
-void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
-  count.data<float>()[0] = static_cast<float>(accuracy(scores, labels));
-}
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<CrossentropyFn>& crossentropy_table() {
-  static KernelTable<CrossentropyFn> t("crossentropy", &cpu::crossentropy);
-  return t;
-}
-KernelTable<CrossentropyBackwardFn>& crossentropy_backward_table() {
-  static KernelTable<CrossentropyBackwardFn> t("crossentropy_backward", &cpu::crossentropy_backward);
-  return t;
-}
-KernelTable<MseFn>& mse_table() {
-  static KernelTable<MseFn> t("mean_squared_error", &cpu::mse);
-  return t;
-}
-KernelTable<MseBackwardFn>& mse_backward_table() {
-  static KernelTable<MseBackwardFn> t("mean_squared_error_backward", &cpu::mse_backward);
-  return t;
-}
-KernelTable<SumAllFn>& sum_all_table() {
-  static KernelTable<SumAllFn> t("sum", &cpu::sum_all);
-  return t;
-}
-KernelTable<AccuracyFn>& accuracy_table() {
-  static KernelTable<AccuracyFn> t("sparse_categorical_accuracy", &cpu::accuracy);
-  return t;
-}
-KernelTable<PenaltyFn>& penalty_table() {
-  static KernelTable<PenaltyFn> t("regularization_penalty", &cpu::penalty);
-  return t;
-}
-KernelTable<PenaltyBackwardFn>& penalty_backward_table() {
-  static KernelTable<PenaltyBackwardFn> t("regularization_penalty_backward", &cpu::penalty_backward);
-  return t;
-}
-KernelTable<CountCorrectFn>& count_correct_table() {
-  static KernelTable<CountCorrectFn> t("count_correct", &cpu::count_correct);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 
@@ -111,7 +58,7 @@ void check_same_shape(const Tensor& pred, const Tensor& target, const char* op) 
 Tensor crossentropy(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, const char* op) {
   const Device device = common_device(op, {&x, &target});
   Tensor loss = Tensor::empty({}, DType::kFloat32, device);
-  kernel::crossentropy_table()(device)(x.contiguous(), target.contiguous(), sparse, from_logits, loss);
+  kernel_for<Op::crossentropy>(device)(x.contiguous(), target.contiguous(), sparse, from_logits, loss);
   return loss;
 }
 
@@ -132,7 +79,7 @@ Tensor crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse,
   const Device device = common_device(op, {&x, &target});
   const Tensor dloss = upstream_scalar(dloss_in, device, op);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::crossentropy_backward_table()(device)(x.contiguous(), target.contiguous(), sparse, from_logits, dloss, dx);
+  kernel_for<Op::crossentropy_backward>(device)(x.contiguous(), target.contiguous(), sparse, from_logits, dloss, dx);
   return dx;
 }
 
@@ -140,13 +87,13 @@ Tensor sum_all(const Tensor& x, bool mean, const char* op) {
   MIXTRAIN_CHECK(x.defined(), op << ": the input is undefined");
   const Device device = common_device(op, {&x});
   Tensor out = Tensor::empty({}, DType::kFloat32, device);
-  kernel::sum_all_table()(device)(x.contiguous(), mean, out);
+  kernel_for<Op::sum_all>(device)(x.contiguous(), mean, out);
   return out;
 }
 
 Tensor filled_like(const Tensor& x, float value) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kernel::fill_table()(x.device())(y, value);
+  kernel_for<Op::fill>(x.device())(y, value);
   return y;
 }
 
@@ -190,7 +137,7 @@ Tensor mean_squared_error(const Tensor& pred, const Tensor& target) {
   check_same_shape(pred, target, "mean_squared_error");
   const Device device = common_device("mean_squared_error", {&pred, &target});
   Tensor loss = Tensor::empty({}, DType::kFloat32, device);
-  kernel::mse_table()(device)(pred.contiguous(), target.contiguous(), loss);
+  kernel_for<Op::mse>(device)(pred.contiguous(), target.contiguous(), loss);
   return loss;
 }
 
@@ -204,7 +151,7 @@ Tensor mean_squared_error_backward(const Tensor& pred, const Tensor& target, con
   const Device device = common_device(op, {&pred, &target});
   const Tensor dloss = upstream_scalar(dloss_in, device, op);
   Tensor dx = Tensor::empty(pred.shape(), pred.dtype(), device);
-  kernel::mse_backward_table()(device)(pred.contiguous(), target.contiguous(), dloss, dx);
+  kernel_for<Op::mse_backward>(device)(pred.contiguous(), target.contiguous(), dloss, dx);
   return dx;
 }
 
@@ -231,7 +178,7 @@ Tensor regularization_penalty(const Tensor& w, float l1, float l2) {
   check_penalty(w, l1, l2, op);
   const Device device = common_device(op, {&w});
   Tensor out = Tensor::empty({}, DType::kFloat32, device);
-  kernel::penalty_table()(device)(w.contiguous(), l1, l2, out);
+  kernel_for<Op::penalty>(device)(w.contiguous(), l1, l2, out);
   return out;
 }
 
@@ -241,7 +188,7 @@ Tensor regularization_penalty_backward(const Tensor& w, float l1, float l2, cons
   const Device device = common_device(op, {&w});
   const Tensor seed = upstream_scalar(dpenalty, device, op);
   Tensor dw = Tensor::empty(w.shape(), DType::kFloat32, device);
-  kernel::penalty_backward_table()(device)(w.contiguous(), l1, l2, seed, dw);
+  kernel_for<Op::penalty_backward>(device)(w.contiguous(), l1, l2, seed, dw);
   return dw;
 }
 
@@ -250,7 +197,7 @@ double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels) {
   const Device device = common_device("accuracy", {&scores, &labels});
   const Tensor s = as_rows(scores);
   const int64_t rows = s.dim(0);
-  const int64_t correct = kernel::accuracy_table()(device)(s.contiguous(), as_row_labels(labels).contiguous());
+  const int64_t correct = kernel_for<Op::accuracy>(device)(s.contiguous(), as_row_labels(labels).contiguous());
   return rows ? static_cast<double>(correct) / static_cast<double>(rows) : 0.0;
 }
 
@@ -260,10 +207,10 @@ Tensor count_correct(const Tensor& scores, const Tensor& labels) {
   Tensor count = Tensor::empty({1}, DType::kFloat32, device);
   const Tensor s = as_rows(scores);
   if (s.dim(0) == 0) {
-    kernel::fill_table()(device)(count, 0.0f);
+    kernel_for<Op::fill>(device)(count, 0.0f);
     return count;
   }
-  kernel::count_correct_table()(device)(s.contiguous(), as_row_labels(labels).contiguous(), count);
+  kernel_for<Op::count_correct>(device)(s.contiguous(), as_row_labels(labels).contiguous(), count);
   return count;
 }
 

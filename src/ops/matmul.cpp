@@ -1,6 +1,7 @@
 // Matrix product entries: validation, layout of strided operands, output allocation, dispatch
 // (the CPU kernels, in cpu/matmul.cpp and cpu/linear_activation.cpp, call kernels::gemm per product).
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/dtype_check.h"
 
 #include <algorithm>
@@ -10,23 +11,6 @@
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
-void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout,
-                       Activation act, Tensor& y, Tensor& pre);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<BmmFn>& bmm_table() {
-  static KernelTable<BmmFn> t("bmm", &cpu::bmm);
-  return t;
-}
-KernelTable<LinearActivationFn>& linear_activation_table() {
-  static KernelTable<LinearActivationFn> t("linear_activation", &cpu::linear_activation);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 
@@ -144,7 +128,7 @@ Tensor product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, DTy
   } else {
     c = Tensor::empty(Shape(p.dims), out_dtype, p.device);
   }
-  kernel::bmm_table()(p.device)(p.a, p.b, p.bias, p.layout, c);
+  kernel_for<Op::bmm>(p.device)(p.a, p.b, p.bias, p.layout, c);
   return c;
 }
 
@@ -260,7 +244,7 @@ LinearActivation linear_activation(const Tensor& x, const Tensor& w, const Tenso
   check_linear(x, w, op);
   const Device device = common_device(op, {&x, &w, &bias});
   const bool fused = (act == Activation::kRelu || act == Activation::kGelu) &&
-                     kernel::linear_activation_table().supports(device.type);
+                     supports<Op::linear_activation>(device.type);
   if (!fused) {
     Tensor z = linear(x, w, bias);
     return {activation(z, act), keep_pre_activation ? z : Tensor()};
@@ -269,7 +253,7 @@ LinearActivation linear_activation(const Tensor& x, const Tensor& w, const Tenso
   const Planned p = plan_product(x.reshape({-1, x.dim(-1)}), w, false, false, x.dtype(), bias, op);  // (B, out)
   Tensor y = Tensor::empty(Shape(p.dims), x.dtype(), p.device);
   Tensor pre = keep_pre_activation ? Tensor::empty(Shape(p.dims), x.dtype(), p.device) : Tensor();
-  kernel::linear_activation_table()(p.device)(p.a, p.b, p.bias, p.layout, act, y, pre);
+  kernel_for<Op::linear_activation>(p.device)(p.a, p.b, p.bias, p.layout, act, y, pre);
   const Shape shape = linear_shape(x, w);
   return {y.reshape(shape), keep_pre_activation ? pre.reshape(shape) : Tensor()};
 }

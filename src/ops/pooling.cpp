@@ -1,33 +1,7 @@
 #include "mixtrain/ops/pooling.h"
+#include "mixtrain/ops/backend.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void pool2d(const Tensor& x, PoolKind kind, const Window2d& g, Tensor& y);
-void pool2d_backward(const Tensor& dy, const Tensor& x, PoolKind kind, const Window2d& g, Tensor& dx);
-void global_average_pool2d(const Tensor& x, Tensor& y);
-void global_average_pool2d_backward(const Tensor& dy, Tensor& dx);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<Pool2dFn>& pool2d_table() {
-  static KernelTable<Pool2dFn> table("pool2d", &cpu::pool2d);
-  return table;
-}
-KernelTable<Pool2dBackwardFn>& pool2d_backward_table() {
-  static KernelTable<Pool2dBackwardFn> table("pool2d_backward", &cpu::pool2d_backward);
-  return table;
-}
-KernelTable<GlobalAveragePool2dFn>& global_average_pool2d_table() {
-  static KernelTable<GlobalAveragePool2dFn> table("global_average_pool2d", &cpu::global_average_pool2d);
-  return table;
-}
-KernelTable<GlobalAveragePool2dBackwardFn>& global_average_pool2d_backward_table() {
-  static KernelTable<GlobalAveragePool2dBackwardFn> table("global_average_pool2d_backward",
-                                                          &cpu::global_average_pool2d_backward);
-  return table;
-}
-}  // namespace kernel
 
 namespace {
 void check_image(const Tensor& x, const char* op) {
@@ -51,7 +25,7 @@ Tensor pool(const Tensor& x, const Pool2dOptions& o, PoolKind kind, const char* 
   const Device device = common_device(op, {&x});
   const Window2d g = pool_geometry(x.shape(), o, op);
   Tensor y = Tensor::empty({g.batch, g.h.out, g.w.out, g.channels}, x.dtype(), device);
-  kernel::pool2d_table()(device)(x.contiguous(), kind, g, y);
+  kernel_for<Op::pool2d>(device)(x.contiguous(), kind, g, y);
   return y;
 }
 }  // namespace
@@ -74,7 +48,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& x, const Pool2dOption
   const Window2d g = pool_geometry(x.shape(), options, op);
   check_gradient(dy, Shape{g.batch, g.h.out, g.w.out, g.channels}, op);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::pool2d_backward_table()(device)(dy.contiguous(), x.contiguous(), PoolKind::kMax, g, dx);
+  kernel_for<Op::pool2d_backward>(device)(dy.contiguous(), x.contiguous(), PoolKind::kMax, g, dx);
   return dx;
 }
 
@@ -85,7 +59,7 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, DType x_dtype
   const Window2d g = pool_geometry(x_shape, options, op);
   check_gradient(dy, Shape{g.batch, g.h.out, g.w.out, g.channels}, op);
   Tensor dx = Tensor::empty(x_shape, x_dtype, device);
-  kernel::pool2d_backward_table()(device)(dy.contiguous(), Tensor(), PoolKind::kAverage, g, dx);
+  kernel_for<Op::pool2d_backward>(device)(dy.contiguous(), Tensor(), PoolKind::kAverage, g, dx);
   return dx;
 }
 
@@ -94,7 +68,7 @@ Tensor global_average_pool2d(const Tensor& x) {
   check_image(x, op);
   const Device device = common_device(op, {&x});
   Tensor y = Tensor::empty({x.dim(0), x.dim(3)}, x.dtype(), device);
-  kernel::global_average_pool2d_table()(device)(x.contiguous(), y);
+  kernel_for<Op::global_average_pool2d>(device)(x.contiguous(), y);
   return y;
 }
 
@@ -106,7 +80,7 @@ Tensor global_average_pool2d_backward(const Tensor& dy, const Shape& x_shape, DT
   check_gradient(dy, Shape{x_shape[0], x_shape[3]}, op);
   const Device device = common_device(op, {&dy});
   Tensor dx = Tensor::empty(x_shape, x_dtype, device);
-  kernel::global_average_pool2d_backward_table()(device)(dy.contiguous(), dx);
+  kernel_for<Op::global_average_pool2d_backward>(device)(dy.contiguous(), dx);
   return dx;
 }
 

@@ -1,23 +1,8 @@
 // reduce_sum entries: validation, output allocation, dispatch (kernels in cpu/reduce.cpp).
 #include "mixtrain/ops/reduce.h"
+#include "mixtrain/ops/backend.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void reduce_sum(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& y);
-void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inner, Tensor& dx);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<ReduceSumFn>& reduce_sum_table() {
-  static KernelTable<ReduceSumFn> t("reduce_sum", &cpu::reduce_sum);
-  return t;
-}
-KernelTable<ReduceSumBackwardFn>& reduce_sum_backward_table() {
-  static KernelTable<ReduceSumBackwardFn> t("reduce_sum_backward", &cpu::reduce_sum_backward);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 struct Split {
@@ -53,7 +38,7 @@ Tensor reduce_sum(const Tensor& x, int axis, bool keepdims, std::optional<DType>
   MIXTRAIN_CHECK(is_float(dtype), "reduce_sum: the output dtype must be floating, got " << dtype_name(dtype));
   const Device device = common_device("reduce_sum", {&x});
   Tensor y = Tensor::empty(s.reduced, dtype, device);
-  kernel::reduce_sum_table()(device)(x.contiguous(), s.outer, s.n, s.inner, y);
+  kernel_for<Op::reduce_sum>(device)(x.contiguous(), s.outer, s.n, s.inner, y);
   return y;
 }
 
@@ -64,7 +49,7 @@ Tensor reduce_sum_backward(const Tensor& dy, const Tensor& x, int axis, bool kee
                                                   << " does not match the sum's shape " << s.reduced);
   const Device device = common_device("reduce_sum_backward", {&dy, &x});
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::reduce_sum_backward_table()(device)(dy.contiguous(), s.outer, s.n, s.inner, dx);
+  kernel_for<Op::reduce_sum_backward>(device)(dy.contiguous(), s.outer, s.n, s.inner, dx);
   return dx;
 }
 

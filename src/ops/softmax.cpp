@@ -1,23 +1,8 @@
 // Softmax op entries: validation, output allocation, dispatch (kernels in cpu/softmax.cpp).
 #include "mixtrain/ops/softmax.h"
+#include "mixtrain/ops/backend.h"
 
 namespace mixtrain::ops {
-
-namespace cpu {
-void softmax(const Tensor& x, bool log, Tensor& y);
-void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
-}  // namespace cpu
-
-namespace kernel {
-KernelTable<SoftmaxFn>& softmax_table() {
-  static KernelTable<SoftmaxFn> t("softmax", &cpu::softmax);
-  return t;
-}
-KernelTable<SoftmaxBackwardFn>& softmax_backward_table() {
-  static KernelTable<SoftmaxBackwardFn> t("softmax_backward", &cpu::softmax_backward);
-  return t;
-}
-}  // namespace kernel
 
 namespace {
 void check_rows(const Tensor& x, const char* op) {
@@ -31,7 +16,7 @@ Tensor forward(const Tensor& x, bool log, const char* op) {
   const Device device = common_device(op, {&x});
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
-  kernel::softmax_table()(device)(xc, log, y);
+  kernel_for<Op::softmax>(device)(xc, log, y);
   return y;
 }
 
@@ -43,7 +28,7 @@ Tensor backward(const Tensor& dy, const Tensor& y, bool log, const char* op) {
   const Device device = common_device(op, {&dy, &y});
   Tensor dyc = dy.contiguous(), yc = y.contiguous();
   Tensor dx = Tensor::empty(y.shape(), y.dtype(), device);
-  kernel::softmax_backward_table()(device)(dyc, yc, log, dx);
+  kernel_for<Op::softmax_backward>(device)(dyc, yc, log, dx);
   return dx;
 }
 }  // namespace

@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/fused_update.h"
 #include "mixtrain/ops/global_norm.h"
@@ -51,7 +52,7 @@ void copy_across(const Tensor& src, Tensor& dst) {
     dst.copy_from(src);
     return;
   }
-  ops::kernel::device_copy_table()(dst.device().is_cpu() ? src.device() : dst.device())(src.contiguous(), dst);
+  ops::backend_for("to_device", dst.device().is_cpu() ? src.device() : dst.device()).copy(src.contiguous(), dst);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <set>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -43,7 +44,7 @@ void convert_on_device(const Tensor& src, Tensor& dst) {
 
 // dst = src, same dtype and shape, dst contiguous on a device (src there or in host memory).
 void copy_to_device(const Tensor& src, Tensor& dst) {
-  ops::kernel::device_copy_table()(dst.device())(src.contiguous(), dst);
+  ops::backend_for("to_device", dst.device()).copy(src.contiguous(), dst);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/elementwise.h"
@@ -36,17 +37,13 @@ void counting_cast(const Tensor& src, Tensor& dst) {
 // Installs the counting kernel for its lifetime, then puts the CPU's back.
 class CountingCast {
  public:
-  CountingCast() : original_(kernel::cast_table()(Device::cpu())) {
-    kernel::cast_table().set(DeviceType::kCpu, &counting_cast);
-    g_casts = 0;
-  }
-  ~CountingCast() { kernel::cast_table().set(DeviceType::kCpu, original_); }
+  CountingCast() : override_(cpu_backend(), &counting_cast) { g_casts = 0; }
   CountingCast(const CountingCast&) = delete;
   CountingCast& operator=(const CountingCast&) = delete;
   int count() const { return g_casts; }
 
  private:
-  kernel::CastFn* original_;
+  KernelOverride<Op::cast> override_;
 };
 
 TEST(Cast, GivesTheBitsOfTensorToAndLeavesTheSameDtypeAlone) {

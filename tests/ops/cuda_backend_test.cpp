@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/ops/attention.h"
 #include "cuda_test_util.h"
@@ -43,18 +44,18 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   EXPECT_FALSE(s.detail.empty());
   if (!s.loaded) {
     // Nothing was installed: ops on cuda tensors are refused by name, every op keeps running on the CPU.
-    EXPECT_FALSE(kernel::unscale_check_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::fill_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::bmm_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::softmax_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::activation_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::reduce_sum_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::layer_norm_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::fused_update_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::mse_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::attention_table().supports(DeviceType::kCuda));
-    EXPECT_FALSE(kernel::cast_table().supports(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::unscale_and_check>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::fill>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::bmm>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::softmax>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::activation>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::reduce_sum>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::layer_norm>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::embedding_backward>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::fused_update>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::mse>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::attention>(DeviceType::kCuda));
+    EXPECT_FALSE(ops::supports<ops::Op::cast>(DeviceType::kCuda));
     EXPECT_THROW(Tensor::empty({4}, DType::kFloat32, Device::cuda(0)), Error);
     if (!s.compiled) {
       EXPECT_NE(s.detail.find("no CUDA backend"), std::string::npos) << s.detail;
@@ -66,32 +67,32 @@ TEST(CudaBackend, StatusSaysWhatThisBuildAndMachineHave) {
   }
   EXPECT_TRUE(s.compiled);
   EXPECT_GE(s.device_count, 1);
-  EXPECT_TRUE(kernel::unscale_check_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::update_loss_scale_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::mse_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::mse_backward_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::sum_all_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::accuracy_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::unscale_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::cast_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::softmax_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::crossentropy_backward_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::activation_backward_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::sum_rows_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::count_nonfinite_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::reduce_sum_backward_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::layer_norm_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::layer_norm_backward_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::embedding_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::embedding_backward_table().supports(DeviceType::kCuda));
-  EXPECT_TRUE(kernel::fused_update_table().supports(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::unscale_and_check>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::update_loss_scale>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::mse>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::mse_backward>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::sum_all>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::accuracy>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::unscale_and_count_nonfinite>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::cast>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::softmax>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::crossentropy_backward>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::activation_backward>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::sum_rows>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::count_nonfinite>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::reduce_sum_backward>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::layer_norm>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::layer_norm_backward>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::embedding>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::embedding_backward>(DeviceType::kCuda));
+  EXPECT_TRUE(ops::supports<ops::Op::fused_update>(DeviceType::kCuda));
   // matmul (the bmm table) needs cuBLASLt, loaded at run time: listed exactly when its kernel is installed, and the
   // detail says which library served it or why none did.
   const bool has_matmul = std::find(s.ops.begin(), s.ops.end(), "bmm") != s.ops.end();
-  EXPECT_EQ(kernel::bmm_table().supports(DeviceType::kCuda), has_matmul);
+  EXPECT_EQ(ops::supports<ops::Op::bmm>(DeviceType::kCuda), has_matmul);
   // attention's products are bmm's: installed with it.
-  EXPECT_EQ(kernel::attention_table().supports(DeviceType::kCuda), has_matmul);
-  EXPECT_EQ(kernel::attention_backward_table().supports(DeviceType::kCuda), has_matmul);
+  EXPECT_EQ(ops::supports<ops::Op::attention>(DeviceType::kCuda), has_matmul);
+  EXPECT_EQ(ops::supports<ops::Op::attention_backward>(DeviceType::kCuda), has_matmul);
   EXPECT_NE(s.detail.find("matmul"), std::string::npos) << s.detail;
   EXPECT_EQ(load_cuda_backend().ops, s.ops);  // installed once
 }
@@ -677,7 +678,7 @@ std::vector<double> magnitude_product(const Tensor& a, const Tensor& b, bool ta,
 
 TEST(CudaBackend, MatmulMatchesTheCpuForEveryDtypeAndTranspose) {
   REQUIRE_CUDA_BACKEND();
-  if (!kernel::bmm_table().supports(DeviceType::kCuda)) {
+  if (!ops::supports<ops::Op::bmm>(DeviceType::kCuda)) {
     if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail;
     GTEST_SKIP() << load_cuda_backend().detail;
   }
@@ -768,7 +769,7 @@ TEST(CudaBackend, LinearAddsItsFloat32BiasBeforeTheOneRounding) {
 // about as much as their input moved), and against the unfused ops on the same GPU.
 TEST(CudaBackend, DenseActivationsRunWithTheProductAsLinearThenActivationWould) {
   REQUIRE_CUDA_GEMM();
-  ASSERT_TRUE(kernel::linear_activation_table().supports(DeviceType::kCuda));
+  ASSERT_TRUE(ops::supports<ops::Op::linear_activation>(DeviceType::kCuda));
   for (DType dt : kFloatDTypes) {
     for (int64_t in : {17, 129}) {
       const Tensor x = random_tensor({2, 7, in}, 61, dt), w = random_tensor({in, 32}, 67, dt);

@@ -15,6 +15,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/gemm_internal.h"  // the CPU reference's float16 method
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/matmul.h"
@@ -63,19 +64,19 @@ void expect_close(const Tensor& got, const Tensor& want, TolFn&& tol, const std:
 TEST(CudaBackend, CnnOpsAreInstalledWithTheBackend) {
   const CudaBackendStatus s = load_cuda_backend();
   const bool on = s.loaded;
-  EXPECT_EQ(kernel::pool2d_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::pool2d_backward_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::global_average_pool2d_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::global_average_pool2d_backward_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::batch_moments_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::batch_norm_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::batch_norm_backward_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::batch_channel_sums_table().supports(DeviceType::kCuda), on);
-  EXPECT_EQ(kernel::batch_norm_input_grad_table().supports(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::pool2d>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::pool2d_backward>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::global_average_pool2d>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::global_average_pool2d_backward>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::batch_moments>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::batch_norm>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::batch_norm_backward>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::batch_channel_sums>(DeviceType::kCuda), on);
+  EXPECT_EQ(ops::supports<ops::Op::batch_norm_input_grad>(DeviceType::kCuda), on);
   // conv2d multiplies through the GEMM's cuBLASLt: installed exactly when matmul is.
-  EXPECT_EQ(kernel::conv2d_table().supports(DeviceType::kCuda), kernel::bmm_table().supports(DeviceType::kCuda));
-  EXPECT_EQ(kernel::conv2d_backward_table().supports(DeviceType::kCuda),
-            kernel::bmm_table().supports(DeviceType::kCuda));
+  EXPECT_EQ(ops::supports<ops::Op::conv2d>(DeviceType::kCuda), ops::supports<ops::Op::bmm>(DeviceType::kCuda));
+  EXPECT_EQ(ops::supports<ops::Op::conv2d_backward>(DeviceType::kCuda),
+            ops::supports<ops::Op::bmm>(DeviceType::kCuda));
   if (!on && gpu_required()) ADD_FAILURE() << "MIXTRAIN_REQUIRE_GPU=1 but: " << s.detail;
 }
 
@@ -282,7 +283,7 @@ void check_conv(const ConvCase& cc, DType dt, const std::string& label) {
 
 TEST(CudaBackend, Conv2dAndItsGradientMatchTheCpu) {
   REQUIRE_CUDA_BACKEND();
-  if (!kernel::conv2d_table().supports(DeviceType::kCuda)) {
+  if (!ops::supports<ops::Op::conv2d>(DeviceType::kCuda)) {
     if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail;
     GTEST_SKIP() << load_cuda_backend().detail;
   }
@@ -297,7 +298,7 @@ TEST(CudaBackend, Conv2dAndItsGradientMatchTheCpu) {
 // More patches than one of the GPU kernel's chunks (32 Mi elements): two chunks, whose dkernel products add up.
 TEST(CudaBackend, Conv2dSplitsALargeBatchIntoChunks) {
   REQUIRE_CUDA_GEMM();  // conv2d's GPU kernel multiplies through the GEMM: registered with it
-  ASSERT_TRUE(kernel::conv2d_table().supports(DeviceType::kCuda));
+  ASSERT_TRUE(ops::supports<ops::Op::conv2d>(DeviceType::kCuda));
   // 230 images of 32 x 32 patches of K = 144: 33.9 Mi elements, 227 images in the first chunk.
   check_conv(ConvCase{{230, 32, 32, 16}, 3, 1, Padding::kSame, 8}, DType::kBFloat16, "two chunks ");
 }

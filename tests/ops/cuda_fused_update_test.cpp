@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/fused_update.h"
@@ -64,7 +65,7 @@ void step(Training& t, int step_index, bool skip, bool advance) {
     if (skip) g.data<float>()[0] = std::numeric_limits<float>::infinity();
     g = g.to(t.vars[i].dtype());
     Tensor view = t.arena.gradient_view(i);
-    kernel::device_copy_table()(device)(g, view);
+    backend_for("to_device", device).copy(g, view);
     t.vars[i].set_grad(view);  // the arena's own view: adopted without a copy
   }
   const Tensor flag = to_device(Tensor::from_floats({1}, {skip ? 1.0f : 0.0f}), device);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/dispatch.h"
 #include "mixtrain/ops/matmul.h"
@@ -34,7 +35,7 @@ inline bool gpu_required() {
 #define REQUIRE_CUDA_GEMM()                                                                       \
   do {                                                                                            \
     REQUIRE_CUDA_BACKEND();                                                                       \
-    if (!kernel::bmm_table().supports(DeviceType::kCuda)) {                                       \
+    if (!ops::supports<ops::Op::bmm>(DeviceType::kCuda)) {                                       \
       if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but: " << load_cuda_backend().detail; \
       GTEST_SKIP() << load_cuda_backend().detail;                                                 \
     }                                                                                             \

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/loss_scale.h"
 
@@ -60,7 +61,7 @@ TEST(UnscaleAndCountNonfinite, RejectsBadOutputs) {
   EXPECT_THROW(unscale_and_count_nonfinite(g16, 0.5f, wrong_size), Error);
   Tensor g16_copy = g16.clone();
   EXPECT_THROW(unscale_and_count_nonfinite(g16_copy, 0.5f), Error);  // in place needs float32
-  EXPECT_TRUE(kernel::unscale_table().supports(DeviceType::kCpu));
+  EXPECT_TRUE(ops::supports<ops::Op::unscale_and_count_nonfinite>(DeviceType::kCpu));
 }
 
 Tensor scale_state(float s) { return Tensor::from_floats({2}, {s, s}); }
@@ -203,8 +204,8 @@ TEST(UpdateLossScale, FixedModeKeepsTheScaleAndCountsEverySkipAtTheFloor) {
   EXPECT_EQ(st.s(), 8.0f);
   EXPECT_EQ(st.c(kLsFloorSkips), 2);
   EXPECT_EQ(st.c(kLsAlarms), 1);
-  EXPECT_TRUE(kernel::update_loss_scale_table().supports(DeviceType::kCpu));
-  EXPECT_TRUE(kernel::unscale_check_table().supports(DeviceType::kCpu));
+  EXPECT_TRUE(ops::supports<ops::Op::update_loss_scale>(DeviceType::kCpu));
+  EXPECT_TRUE(ops::supports<ops::Op::unscale_and_check>(DeviceType::kCpu));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/elementwise.h"
@@ -175,11 +176,9 @@ TEST(LossScaleArena, TheFlagTensorAloneDecidesTheStep) {
   std::vector<Var> vars = make_vars(DType::kFloat32);
   auto opt = make_lso(false);
   ParameterArena arena(vars);
-  auto& check = ops::kernel::unscale_check_table();
-  auto& count = ops::kernel::unscale_table();
-  g_real_unscale_check = check(Device::cpu());
-  ops::kernel::UnscaleFn* real_count = count(Device::cpu());
-  count.set(DeviceType::kCpu, &unscale_count_forbidden);
+  ops::Backend& cpu = ops::cpu_backend();
+  g_real_unscale_check = cpu.kernels().unscale_and_check;
+  ops::KernelOverride<ops::Op::unscale_and_count_nonfinite> count(cpu, &unscale_count_forbidden);
 
   const std::vector<Tensor> g = scaled_grads(vars, 0, opt->loss_scale(), 0);  // all finite
   for (size_t i = 0; i < vars.size(); ++i)
@@ -189,13 +188,13 @@ TEST(LossScaleArena, TheFlagTensorAloneDecidesTheStep) {
   EXPECT_EQ(opt->found_inf().item(), 0.0f);
   const Tensor values = arena.value_buffer(DType::kFloat32).clone();
 
-  check.set(DeviceType::kCpu, &unscale_check_raising);
-  arena.zero_grad();
-  for (size_t i = 0; i < vars.size(); ++i)
-    if (g[i].defined()) vars[i].set_grad(g[i]);
-  opt->apply_arena(arena);
-  check.set(DeviceType::kCpu, g_real_unscale_check);
-  count.set(DeviceType::kCpu, real_count);
+  {
+    ops::KernelOverride<ops::Op::unscale_and_check> check(cpu, &unscale_check_raising);
+    arena.zero_grad();
+    for (size_t i = 0; i < vars.size(); ++i)
+      if (g[i].defined()) vars[i].set_grad(g[i]);
+    opt->apply_arena(arena);
+  }
   EXPECT_TRUE(opt->last_step_skipped());
   EXPECT_EQ(opt->found_inf().item(), 1.0f);
   EXPECT_EQ(opt->loss_scale(), 512.0f);

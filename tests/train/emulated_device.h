@@ -12,8 +12,8 @@
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/tensor.h"
 #include "../core/host_backed_device.h"
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/cuda_backend.h"
-#include "mixtrain/ops/dispatch.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::testing_device {
@@ -58,21 +58,33 @@ inline ops::DeviceMemory device_memory(int) {
   return {total - g_allocator->stats(0).live_bytes, total};
 }
 
+// The emulated GPU's backend: host-backed memory, counted copies and synchronizations, and no kernels of its own
+// (ops::emulate_with_cpu_kernels hands out the CPU's, inside an EmulatedKernelScope).
+class EmulatedBackend final : public ops::Backend {
+ public:
+  explicit EmulatedBackend(HostBackedAllocator* allocator) : Backend(DeviceType::kCuda), allocator_(allocator) {}
+  DeviceAllocator* allocator() override { return allocator_; }
+  ::mixtrain::DeviceCopyFn strided_copy() override { return &device_strided_copy; }
+  void copy(const Tensor& src, Tensor& dst) override { transfer(src, dst); }
+  void synchronize(int index) override { testing_device::synchronize(index); }
+  void make_current(int) override {}  // as the CPU's: one emulated device
+  ops::DeviceMemory memory(int index) override { return device_memory(index); }
+
+ private:
+  HostBackedAllocator* allocator_;
+};
+
 // Installs the emulated device for one test (fixture member or local); skips the test where a real CUDA backend
 // is loaded, whose kernels would be handed host memory.
 class EmulatedDevice {
  public:
   EmulatedDevice() {
-    if (ops::kernel::device_copy_table().supports(DeviceType::kCuda)) {
+    if (ops::find_backend(DeviceType::kCuda) != nullptr) {
       real_backend_ = true;
       return;
     }
-    register_allocator(DeviceType::kCuda, &allocator_);
-    register_device_copy(DeviceType::kCuda, &device_strided_copy);
-    ops::kernel::device_copy_table().set(DeviceType::kCuda, &transfer);
-    ops::kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
     g_allocator = &allocator_;
-    ops::kernel::device_memory_table().set(DeviceType::kCuda, &device_memory);
+    ops::install_backend(&backend_);
     ops::emulate_with_cpu_kernels(DeviceType::kCuda, true);
     set_device_memory_access_hook(&flag_host_access);
     g_counts = {};
@@ -81,12 +93,8 @@ class EmulatedDevice {
     if (real_backend_) return;
     set_device_memory_access_hook(nullptr);
     ops::emulate_with_cpu_kernels(DeviceType::kCuda, false);
-    ops::kernel::device_memory_table().set(DeviceType::kCuda, nullptr);
+    ops::uninstall_backend(DeviceType::kCuda);
     g_allocator = nullptr;
-    ops::kernel::synchronize_table().set(DeviceType::kCuda, nullptr);
-    ops::kernel::device_copy_table().set(DeviceType::kCuda, nullptr);
-    register_device_copy(DeviceType::kCuda, nullptr);
-    register_allocator(DeviceType::kCuda, nullptr);
   }
   EmulatedDevice(const EmulatedDevice&) = delete;
   EmulatedDevice& operator=(const EmulatedDevice&) = delete;
@@ -100,6 +108,7 @@ class EmulatedDevice {
  private:
   bool real_backend_ = false;
   HostBackedAllocator allocator_;
+  EmulatedBackend backend_{&allocator_};
 };
 
 }  // namespace mixtrain::testing_device

@@ -26,7 +26,6 @@
 #include <cstdint>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -91,8 +90,6 @@ using AttentionFn = void(const Tensor& q, const Tensor& k, const Tensor& v, cons
 using AttentionBackwardFn = void(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& probs, const AttentionOptions& options, Tensor& dq, Tensor& dk,
                                  Tensor& dv);
-KernelTable<AttentionFn>& attention_table();
-KernelTable<AttentionBackwardFn>& attention_backward_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

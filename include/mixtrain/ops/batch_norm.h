@@ -6,7 +6,6 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -74,12 +73,6 @@ using BatchNormInputGradFn = void(const Tensor& dy, const Tensor& x, const Tenso
 using MovingStatisticsFn = void(const Tensor& moving_mean, const Tensor& moving_variance, const Tensor& mean,
                                 const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
                                 Tensor& skipped);
-KernelTable<BatchMomentsFn>& batch_moments_table();
-KernelTable<MovingStatisticsFn>& moving_statistics_table();
-KernelTable<BatchNormFn>& batch_norm_table();
-KernelTable<BatchNormBackwardFn>& batch_norm_backward_table();
-KernelTable<BatchChannelSumsFn>& batch_channel_sums_table();
-KernelTable<BatchNormInputGradFn>& batch_norm_input_grad_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

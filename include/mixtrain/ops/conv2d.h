@@ -8,7 +8,6 @@
 #include <string_view>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -74,8 +73,6 @@ using Conv2dFn = void(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 // defined, float32) the bias's; all are overwritten.
 using Conv2dBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
                               Tensor& dkernel, Tensor& dbias);
-KernelTable<Conv2dFn>& conv2d_table();
-KernelTable<Conv2dBackwardFn>& conv2d_backward_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -62,34 +61,24 @@ Tensor full(const Shape& shape, DType dtype, float value, const Device& device);
 namespace kernel {
 // y = f(x); x and y share shape and dtype.
 using ActivationFn = void(const Tensor& x, Activation a, Tensor& y);
-KernelTable<ActivationFn>& activation_table();
 // dx = dy * f'(saved), saved being x (relu, gelu) or y (sigmoid, tanh); dx has dy's shape and dtype.
 using ActivationBackwardFn = void(const Tensor& dy, const Tensor& saved, Activation a, Tensor& dx);
-KernelTable<ActivationBackwardFn>& activation_backward_table();
 // y = a + b; same shape, y has a's dtype.
 using AddFn = void(const Tensor& a, const Tensor& b, Tensor& y);
-KernelTable<AddFn>& add_table();
 // y = x * s.
 using ScaleFn = void(const Tensor& x, float s, Tensor& y);
-KernelTable<ScaleFn>& scale_table();
 // y (rows, n) = x (rows, n) + bias (n,); x and y are read as rows of bias.numel() elements.
 using BiasAddFn = void(const Tensor& x, const Tensor& bias, Tensor& y);
-KernelTable<BiasAddFn>& bias_add_table();
 // out (n,) float32 = sum over rows of dy (rows, n), n = out.numel().
 using SumRowsFn = void(const Tensor& dy, Tensor& out);
-KernelTable<SumRowsFn>& sum_rows_table();
 // y = mask ? x * keep_scale : 0.
 using DropoutFn = void(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y);
-KernelTable<DropoutFn>& dropout_table();
 // mask (uint8, contiguous): 1 where dropout_keep(seed, i, rate), else 0.
 using DropoutMaskFn = void(float rate, uint64_t seed, Tensor& mask);
-KernelTable<DropoutMaskFn>& dropout_mask_table();
 // Number of inf or NaN elements of a floating tensor.
 using CountNonfiniteFn = int64_t(const Tensor& x);
-KernelTable<CountNonfiniteFn>& count_nonfinite_table();
 // Sets every element of y to value (rounded once into y's dtype).
 using FillFn = void(Tensor& y, float value);
-KernelTable<FillFn>& fill_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -5,7 +5,6 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -26,8 +25,6 @@ namespace kernel {
 using EmbeddingFn = void(const Tensor& ids, const Tensor& table, Tensor& y);
 // dtable (input_dim, output_dim) float32 is preallocated and overwritten.
 using EmbeddingBackwardFn = void(const Tensor& dy, const Tensor& ids, Tensor& dtable);
-KernelTable<EmbeddingFn>& embedding_table();
-KernelTable<EmbeddingBackwardFn>& embedding_backward_table();
 
 // Throws the Error the entry raises for an id outside [0, input_dim) at `position` of the flattened ids, for a
 // device kernel that finds it (its ids are not readable on the host without a copy). op: "embedding" or

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -84,7 +83,6 @@ namespace kernel {
 // optimizer runs its own vectorised pass (src/optim/optimizer_arena.cpp), which gives the same bits.
 using FusedUpdateFn = void(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step,
                            const Tensor* found_inf, Tensor& iterations, const Tensor* global_norm);
-KernelTable<FusedUpdateFn>& fused_update_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -21,7 +20,6 @@ namespace kernel {
 // out: float32 (1,). The CPU kernel sums each tensor in fixed chunks, in order, so its bits never depend on the
 // thread count; a GPU adds the same double terms in its own fixed order (one float32 unit at most apart).
 using GlobalNormFn = void(const std::vector<Tensor>& xs, Tensor& out);
-KernelTable<GlobalNormFn>& global_norm_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -6,7 +6,6 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -39,8 +38,6 @@ using LayerNormFn = void(const Tensor& x, const Tensor& gamma, const Tensor& bet
 // dx is undefined when not wanted.
 using LayerNormBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                  const Tensor& gamma, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
-KernelTable<LayerNormFn>& layer_norm_table();
-KernelTable<LayerNormBackwardFn>& layer_norm_backward_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

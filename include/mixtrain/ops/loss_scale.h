@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -68,16 +67,12 @@ Tensor apply_loss_scale(const Tensor& loss, const Tensor& scale_state);
 namespace kernel {
 // out (float32, n) = loss (n) * scale_state[0].
 using ApplyLossScaleFn = void(const Tensor& loss, const Tensor& scale_state, Tensor& out);
-KernelTable<ApplyLossScaleFn>& apply_loss_scale_table();
 // out (float32, n) = scaled (n) * inv_scale; returns the non-finite count of out. out may alias scaled.
 using UnscaleFn = int64_t(const Tensor& scaled, float inv_scale, Tensor& out);
-KernelTable<UnscaleFn>& unscale_table();
 // out = scaled * (1 / scale_state[0]); found_inf[0] = 1 when out has an inf or NaN. out may alias scaled.
 using UnscaleCheckFn = void(const Tensor& scaled, const Tensor& scale_state, Tensor& found_inf, Tensor& out);
-KernelTable<UnscaleCheckFn>& unscale_check_table();
 using UpdateLossScaleFn = void(Tensor& scale_state, Tensor& counters, const Tensor& found_inf,
                                const LossScaleRule& rule);
-KernelTable<UpdateLossScaleFn>& update_loss_scale_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

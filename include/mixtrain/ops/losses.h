@@ -4,7 +4,6 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -57,30 +56,21 @@ namespace kernel {
 // x (B, C) floating. target: labels (B,) int32/int64 in [0, C) when sparse, else (B, C) floating.
 // loss: float32 scalar, the mean over rows of the cross-entropy.
 using CrossentropyFn = void(const Tensor& x, const Tensor& target, bool sparse, bool from_logits, Tensor& loss);
-KernelTable<CrossentropyFn>& crossentropy_table();
 // dx (B, C), x's dtype: the gradient of the loss times dloss, a float32 (1,) tensor on the kernel's device.
 using CrossentropyBackwardFn = void(const Tensor& x, const Tensor& target, bool sparse, bool from_logits,
                                     const Tensor& dloss, Tensor& dx);
-KernelTable<CrossentropyBackwardFn>& crossentropy_backward_table();
 // loss: float32 scalar mean of (pred - target)^2; dx: 2 dloss (pred - target) / n in pred's dtype.
 using MseFn = void(const Tensor& pred, const Tensor& target, Tensor& loss);
-KernelTable<MseFn>& mse_table();
 using MseBackwardFn = void(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dx);
-KernelTable<MseBackwardFn>& mse_backward_table();
 // out: float32 scalar, the sum of all elements of x (divided by their count when mean).
 using SumAllFn = void(const Tensor& x, bool mean, Tensor& out);
-KernelTable<SumAllFn>& sum_all_table();
 // out: float32 scalar, the penalty of w; dw: float32 of w's size, its gradient times dpenalty (float32 (1,)).
 using PenaltyFn = void(const Tensor& w, float l1, float l2, Tensor& out);
-KernelTable<PenaltyFn>& penalty_table();
 using PenaltyBackwardFn = void(const Tensor& w, float l1, float l2, const Tensor& dpenalty, Tensor& dw);
-KernelTable<PenaltyBackwardFn>& penalty_backward_table();
 // Number of rows of scores (B, C) whose first arg-max equals the label.
 using AccuracyFn = int64_t(const Tensor& scores, const Tensor& labels);
-KernelTable<AccuracyFn>& accuracy_table();
 // The same count written into count, a float32 (1,) tensor on the kernel's device.
 using CountCorrectFn = void(const Tensor& scores, const Tensor& labels, Tensor& count);
-KernelTable<CountCorrectFn>& count_correct_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

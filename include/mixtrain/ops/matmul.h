@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 #include "mixtrain/ops/elementwise.h"
 
 namespace mixtrain::ops {
@@ -87,13 +86,11 @@ struct BmmLayout {
 // a and b may be views (only raw() and the layout locate their elements); c is contiguous (batch..., m, n);
 // bias is float32 (n,) or undefined.
 using BmmFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const BmmLayout& layout, Tensor& c);
-KernelTable<BmmFn>& bmm_table();
 // y (m, n) = act(op(a) op(b) + bias) for act relu or gelu: one product (layout.batch empty) read as bmm reads
 // it. pre, when defined, receives the product before the activation. y and pre are contiguous, in a's dtype.
 // A device without this kernel runs the product and the activation as two ops.
 using LinearActivationFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const BmmLayout& layout,
                                 Activation act, Tensor& y, Tensor& pre);
-KernelTable<LinearActivationFn>& linear_activation_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -5,7 +5,6 @@
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/conv2d.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -48,10 +47,6 @@ using Pool2dBackwardFn = void(const Tensor& dy, const Tensor& x, PoolKind kind, 
 // x (N, H, W, C) -> y (N, C); backward dy (N, C) -> dx (N, H, W, C).
 using GlobalAveragePool2dFn = void(const Tensor& x, Tensor& y);
 using GlobalAveragePool2dBackwardFn = void(const Tensor& dy, Tensor& dx);
-KernelTable<Pool2dFn>& pool2d_table();
-KernelTable<Pool2dBackwardFn>& pool2d_backward_table();
-KernelTable<GlobalAveragePool2dFn>& global_average_pool2d_table();
-KernelTable<GlobalAveragePool2dBackwardFn>& global_average_pool2d_backward_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

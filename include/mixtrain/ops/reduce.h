@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -19,10 +18,8 @@ Tensor reduce_sum_backward(const Tensor& dy, const Tensor& x, int axis, bool kee
 namespace kernel {
 // y (outer, inner) = sum over j of x (outer, n, inner)[:, j, :]; x and y are contiguous.
 using ReduceSumFn = void(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& y);
-KernelTable<ReduceSumFn>& reduce_sum_table();
 // dx (outer, n, inner)[:, j, :] = dy (outer, inner) for every j.
 using ReduceSumBackwardFn = void(const Tensor& dy, int64_t outer, int64_t n, int64_t inner, Tensor& dx);
-KernelTable<ReduceSumBackwardFn>& reduce_sum_backward_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

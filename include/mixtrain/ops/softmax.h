@@ -4,7 +4,6 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -19,10 +18,8 @@ Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
 namespace kernel {
 // y = softmax(x) (log_softmax when log) over rows of x.dim(-1) elements; y has x's shape and dtype.
 using SoftmaxFn = void(const Tensor& x, bool log, Tensor& y);
-KernelTable<SoftmaxFn>& softmax_table();
 // dx from the saved output y (of softmax, or of log_softmax when log) and dy; dx has y's shape and dtype.
 using SoftmaxBackwardFn = void(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
-KernelTable<SoftmaxBackwardFn>& softmax_backward_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

@@ -2,7 +2,6 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
-#include "mixtrain/ops/dispatch.h"
 
 namespace mixtrain::ops {
 
@@ -38,22 +37,8 @@ DeviceMemory device_memory(const Device& device);
 Tensor cast(const Tensor& x, DType dtype);
 
 namespace kernel {
-// dst = src, both contiguous with the same dtype and element count, one of them on the table's device (the
-// other in host memory or on another device of the same type). Keyed by the device that is not the CPU.
-using DeviceCopyFn = void(const Tensor& src, Tensor& dst);
-KernelTable<DeviceCopyFn>& device_copy_table();
-// Blocks until the device of that type and index is idle.
-using SynchronizeFn = void(int device_index);
-KernelTable<SynchronizeFn>& synchronize_table();
-// Makes the device of that type and index current on this thread.
-using MakeCurrentFn = void(int device_index);
-KernelTable<MakeCurrentFn>& make_current_table();
-// The memory of the device of that type and index.
-using DeviceMemoryFn = DeviceMemory(int device_index);
-KernelTable<DeviceMemoryFn>& device_memory_table();
 // dst = src converted to dst's dtype: both contiguous, same element count, same device.
 using CastFn = void(const Tensor& src, Tensor& dst);
-KernelTable<CastFn>& cast_table();
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

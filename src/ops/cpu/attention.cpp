@@ -16,6 +16,7 @@
 #include "mixtrain/ops/attention.h"
 #include "exp_poly.h"
 #include "float_lanes.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -320,6 +321,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     kernels::gemm(true, false, g.s, g.dk, g.t, DType::kFloat32, ds.data(), g.s, qf, ldqf, g.dt, dkh.at(pair),
                   dkh.row_stride, false, nullptr);
   });
+}
+
+void register_attention_kernels(Kernels& k) {
+  k.attention = &attention;
+  k.attention_backward = &attention_backward;
 }
 
 }  // namespace mixtrain::ops::cpu

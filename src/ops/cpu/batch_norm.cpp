@@ -11,6 +11,7 @@
 #include "../shared/batch_norm_channel.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "float_lanes.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -282,6 +283,15 @@ void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance,
     nv[j] = finite ? shared::moving_average(mv[j], bv[j], momentum, one_minus) : mv[j];
   }
   if (!finite) skipped.data<float>()[0] += 1.0f;
+}
+
+void register_batch_norm_kernels(Kernels& k) {
+  k.batch_moments = &batch_moments;
+  k.moving_statistics = &moving_statistics;
+  k.batch_norm = &batch_norm;
+  k.batch_norm_backward = &batch_norm_backward;
+  k.batch_channel_sums = &batch_channel_sums;
+  k.batch_norm_input_grad = &batch_norm_input_grad;
 }
 
 }  // namespace mixtrain::ops::cpu

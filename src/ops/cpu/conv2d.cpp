@@ -19,6 +19,7 @@
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/conv2d.h"
 #include "column_sums.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -229,6 +230,11 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
                   false, nullptr);
     col2im(dc, d, n0, n1, dt, static_cast<char*>(dx.raw()));
   }
+}
+
+void register_conv2d_kernels(Kernels& k) {
+  k.conv2d = &conv2d;
+  k.conv2d_backward = &conv2d_backward;
 }
 
 }  // namespace mixtrain::ops::cpu

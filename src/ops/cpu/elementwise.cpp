@@ -13,6 +13,7 @@
 #include "column_sums.h"
 #include "float_lanes.h"
 #include "gelu_math.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -223,6 +224,19 @@ void fill(Tensor& y, float value) {
     std::memcpy(yp + done * static_cast<int64_t>(ey), yp, static_cast<size_t>(m) * ey);
     done += m;
   }
+}
+
+void register_elementwise_kernels(Kernels& k) {
+  k.activation = &activation;
+  k.activation_backward = &activation_backward;
+  k.add = &add;
+  k.scale = &scale;
+  k.bias_add = &bias_add;
+  k.sum_rows = &sum_rows;
+  k.dropout = &dropout;
+  k.dropout_mask = &dropout_mask;
+  k.count_nonfinite = &count_nonfinite;
+  k.fill = &fill;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -9,6 +9,7 @@
 
 #include "../shared/embedding_rows.h"
 #include "mixtrain/ops/embedding.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -79,6 +80,11 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
       }
     }
   }
+}
+
+void register_embedding_kernels(Kernels& k) {
+  k.embedding = &embedding;
+  k.embedding_backward = &embedding_backward;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -5,6 +5,7 @@
 #include "../shared/clip_factor.h"
 #include "../shared/update_group_pointers.h"
 #include "mixtrain/ops/fused_update.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -41,6 +42,10 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
     }
   }
   ++counter;
+}
+
+void register_fused_update_kernels(Kernels& k) {
+  k.fused_update = &fused_update;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mixtrain/ops/global_norm.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -42,6 +43,10 @@ void global_norm(const std::vector<Tensor>& xs, Tensor& out) {
     });
   }
   out.data<float>()[0] = static_cast<float>(std::sqrt(total));
+}
+
+void register_global_norm_kernels(Kernels& k) {
+  k.global_norm = &global_norm;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -9,6 +9,7 @@
 
 #include "../shared/layer_norm_row.h"
 #include "mixtrain/ops/layer_norm.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -116,6 +117,11 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
       db[j] = shared::add_rn(db[j], pg[d + j]);
     }
   }
+}
+
+void register_layer_norm_kernels(Kernels& k) {
+  k.layer_norm = &layer_norm;
+  k.layer_norm_backward = &layer_norm_backward;
 }
 
 }  // namespace mixtrain::ops::cpu

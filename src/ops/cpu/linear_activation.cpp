@@ -5,6 +5,7 @@
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/matmul.h"
 #include "activation_span.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -39,6 +40,10 @@ void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, con
                              c.dtype(), c.raw(), l.n, /*accumulate=*/false,
                              bias.defined() ? bias.data<float>() : nullptr,
                              kernels::GemmPostOp{&activate_block, &target});
+}
+
+void register_linear_activation_kernels(Kernels& k) {
+  k.linear_activation = &linear_activation;
 }
 
 }  // namespace mixtrain::ops::cpu

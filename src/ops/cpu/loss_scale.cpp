@@ -6,6 +6,7 @@
 #include "float_lanes.h"
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/loss_scale.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -64,6 +65,13 @@ void apply_loss_scale(const Tensor& loss, const Tensor& scale_state, Tensor& out
 void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& found_inf, const LossScaleRule& rule) {
   shared::loss_scale_rule_step(scale_state.data<float>(), counters.data<int32_t>(),
                                found_inf.data<float>()[0] != 0.0f, rule);
+}
+
+void register_loss_scale_kernels(Kernels& k) {
+  k.unscale_and_count_nonfinite = &unscale_and_count_nonfinite;
+  k.unscale_and_check = &unscale_and_check;
+  k.update_loss_scale = &update_loss_scale;
+  k.apply_loss_scale = &apply_loss_scale;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -6,6 +6,7 @@
 
 #include "mixtrain/ops/losses.h"
 #include "../shared/loss_terms.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -153,6 +154,25 @@ int64_t accuracy(const Tensor& scores, const Tensor& labels) {
     correct += (std::max_element(r, r + cols) - r) == l[static_cast<size_t>(i)];
   }
   return correct;
+}
+
+namespace {
+// The training step's correct-row count, written into a float32 scalar (on a device it stays there).
+void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
+  count.data<float>()[0] = static_cast<float>(accuracy(scores, labels));
+}
+}  // namespace
+
+void register_losses_kernels(Kernels& k) {
+  k.crossentropy = &crossentropy;
+  k.crossentropy_backward = &crossentropy_backward;
+  k.mse = &mse;
+  k.mse_backward = &mse_backward;
+  k.sum_all = &sum_all;
+  k.accuracy = &accuracy;
+  k.penalty = &penalty;
+  k.penalty_backward = &penalty_backward;
+  k.count_correct = &count_correct;
 }
 
 }  // namespace mixtrain::ops::cpu

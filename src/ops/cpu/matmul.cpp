@@ -6,6 +6,7 @@
 
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/matmul.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -56,6 +57,10 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+void register_matmul_kernels(Kernels& k) {
+  k.bmm = &bmm;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -15,6 +15,7 @@
 #include "../shared/pool_window.h"
 #include "mixtrain/ops/pooling.h"
 #include "float_lanes.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -222,6 +223,13 @@ void global_average_pool2d_backward(const Tensor& dy, Tensor& dx) {
         std::memcpy(dxp + static_cast<size_t>((n * pixels + p) * c) * es, row.data(), row.size());
     }
   }
+}
+
+void register_pooling_kernels(Kernels& k) {
+  k.pool2d = &pool2d;
+  k.pool2d_backward = &pool2d_backward;
+  k.global_average_pool2d = &global_average_pool2d;
+  k.global_average_pool2d_backward = &global_average_pool2d_backward;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "mixtrain/ops/reduce.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -52,6 +53,11 @@ void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inn
         convert_elements(buf.data(), DType::kFloat32, xp + (o * n + j) * inner * ex, dx.dtype(), inner);
     }
   }
+}
+
+void register_reduce_kernels(Kernels& k) {
+  k.reduce_sum = &reduce_sum;
+  k.reduce_sum_backward = &reduce_sum_backward;
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "mixtrain/ops/softmax.h"
+#include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -62,6 +63,11 @@ void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx) {
       for (int64_t j = 0; j < n; ++j) out[j] = s[j] * (d[j] - dot);
     }
   });
+}
+
+void register_softmax_kernels(Kernels& k) {
+  k.softmax = &softmax;
+  k.softmax_backward = &softmax_backward;
 }
 
 }  // namespace mixtrain::ops::cpu

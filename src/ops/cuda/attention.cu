@@ -318,4 +318,9 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   scatter_heads(dk32, h, s, dk);
 }
 
+void register_attention_kernels(Kernels& k) {
+  k.attention = &attention;
+  k.attention_backward = &attention_backward;
+}
+
 }  // namespace mixtrain::ops::cuda

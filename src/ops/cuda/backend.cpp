@@ -1,5 +1,5 @@
 // The CUDA backend's host side: a caching device allocator with live/peak counts per GPU, and the installer that
-// registers it and the kernels (*.cu, matmul.cpp) in the op tables.
+// installs it, the copies and the kernels (*.cu, matmul.cpp) as the CUDA backend object.
 #include "backend.h"
 
 #include "../device_wait.h"
@@ -15,20 +15,7 @@
 #include <vector>
 
 #include "mixtrain/core/allocator.h"
-#include "mixtrain/ops/attention.h"
-#include "mixtrain/ops/batch_norm.h"
-#include "mixtrain/ops/conv2d.h"
-#include "mixtrain/ops/elementwise.h"
-#include "mixtrain/ops/embedding.h"
-#include "mixtrain/ops/fused_update.h"
-#include "mixtrain/ops/global_norm.h"
-#include "mixtrain/ops/layer_norm.h"
-#include "mixtrain/ops/losses.h"
-#include "mixtrain/ops/matmul.h"
-#include "mixtrain/ops/pooling.h"
-#include "mixtrain/ops/reduce.h"
-#include "mixtrain/ops/softmax.h"
-#include "mixtrain/ops/transfer.h"
+#include "mixtrain/ops/backend.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -138,11 +125,24 @@ class CudaAllocator final : public DeviceAllocator {
   std::map<int, std::unique_ptr<PerDevice>> devices_;
 };
 
-}  // namespace
+// The CUDA backend object: the caching allocator, the copies, synchronization and memory figures of kernels.cu, and
+// the kernels the files of MIXTRAIN_CUDA_KERNEL_FILES register.
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() : Backend(DeviceType::kCuda) {}
+  DeviceAllocator* allocator() override { return &allocator_; }
+  ::mixtrain::DeviceCopyFn strided_copy() override { return &cuda::strided_copy; }
+  void copy(const Tensor& src, Tensor& dst) override { device_copy(src, dst); }
+  void synchronize(int device_index) override { cuda::synchronize(device_index); }
+  void make_current(int device_index) override { cuda::make_current(device_index); }
+  DeviceMemory memory(int device_index) override { return device_memory(device_index); }
 
-CudaBackendStatus install_backend() {
-  CudaBackendStatus s;
-  s.compiled = true;
+ private:
+  CudaAllocator allocator_;
+};
+
+// Each GPU's name and compute capability, and the status of a machine without one.
+bool find_gpus(CudaBackendStatus& s) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -153,7 +153,7 @@ CudaBackendStatus install_backend() {
                          " runtime needs"
                : err != cudaSuccess ? std::string("no GPU: ") + cudaGetErrorString(err)
                                     : std::string("no GPU: the CUDA runtime sees none");
-    return s;
+    return false;
   }
   s.device_count = count;
   std::ostringstream names;
@@ -169,93 +169,37 @@ CudaBackendStatus install_backend() {
     s.devices.push_back(device);
   }
   s.detail = names.str();
-  // Never destroyed: tensors freed during static destruction still find it.
-  static CudaAllocator* allocator = new CudaAllocator();
-  register_allocator(DeviceType::kCuda, allocator);
-  register_device_copy(DeviceType::kCuda, &strided_copy);
-  kernel::fill_table().set(DeviceType::kCuda, &fill);
-  kernel::unscale_check_table().set(DeviceType::kCuda, &unscale_and_check);
-  kernel::unscale_table().set(DeviceType::kCuda, &unscale_and_count_nonfinite);
-  kernel::update_loss_scale_table().set(DeviceType::kCuda, &update_loss_scale);
-  kernel::apply_loss_scale_table().set(DeviceType::kCuda, &apply_loss_scale);
-  kernel::device_copy_table().set(DeviceType::kCuda, &device_copy);
-  kernel::synchronize_table().set(DeviceType::kCuda, &synchronize);
-  kernel::make_current_table().set(DeviceType::kCuda, &make_current);
-  kernel::device_memory_table().set(DeviceType::kCuda, &device_memory);
-  kernel::cast_table().set(DeviceType::kCuda, &cast);
-  kernel::activation_table().set(DeviceType::kCuda, &activation);
-  kernel::activation_backward_table().set(DeviceType::kCuda, &activation_backward);
-  kernel::add_table().set(DeviceType::kCuda, &add);
-  kernel::scale_table().set(DeviceType::kCuda, &scale);
-  kernel::bias_add_table().set(DeviceType::kCuda, &bias_add);
-  kernel::sum_rows_table().set(DeviceType::kCuda, &sum_rows);
-  kernel::dropout_table().set(DeviceType::kCuda, &dropout);
-  kernel::dropout_mask_table().set(DeviceType::kCuda, &dropout_mask);
-  kernel::count_nonfinite_table().set(DeviceType::kCuda, &count_nonfinite);
-  kernel::reduce_sum_table().set(DeviceType::kCuda, &reduce_sum);
-  kernel::reduce_sum_backward_table().set(DeviceType::kCuda, &reduce_sum_backward);
-  kernel::softmax_table().set(DeviceType::kCuda, &softmax);
-  kernel::softmax_backward_table().set(DeviceType::kCuda, &softmax_backward);
-  kernel::crossentropy_table().set(DeviceType::kCuda, &crossentropy);
-  kernel::crossentropy_backward_table().set(DeviceType::kCuda, &crossentropy_backward);
-  kernel::mse_table().set(DeviceType::kCuda, &mse);
-  kernel::mse_backward_table().set(DeviceType::kCuda, &mse_backward);
-  kernel::sum_all_table().set(DeviceType::kCuda, &sum_all);
-  kernel::accuracy_table().set(DeviceType::kCuda, &accuracy);
-  kernel::count_correct_table().set(DeviceType::kCuda, &count_correct);
-  kernel::penalty_table().set(DeviceType::kCuda, &penalty);
-  kernel::penalty_backward_table().set(DeviceType::kCuda, &penalty_backward);
-  kernel::layer_norm_table().set(DeviceType::kCuda, &layer_norm);
-  kernel::layer_norm_backward_table().set(DeviceType::kCuda, &layer_norm_backward);
-  kernel::embedding_table().set(DeviceType::kCuda, &embedding);
-  kernel::embedding_backward_table().set(DeviceType::kCuda, &embedding_backward);
-  kernel::fused_update_table().set(DeviceType::kCuda, &fused_update);
-  kernel::global_norm_table().set(DeviceType::kCuda, &global_norm);
-  kernel::pool2d_table().set(DeviceType::kCuda, &pool2d);
-  kernel::pool2d_backward_table().set(DeviceType::kCuda, &pool2d_backward);
-  kernel::global_average_pool2d_table().set(DeviceType::kCuda, &global_average_pool2d);
-  kernel::global_average_pool2d_backward_table().set(DeviceType::kCuda, &global_average_pool2d_backward);
-  kernel::batch_moments_table().set(DeviceType::kCuda, &batch_moments);
-  kernel::moving_statistics_table().set(DeviceType::kCuda, &moving_statistics);
-  kernel::batch_norm_table().set(DeviceType::kCuda, &batch_norm);
-  kernel::batch_norm_backward_table().set(DeviceType::kCuda, &batch_norm_backward);
-  kernel::batch_channel_sums_table().set(DeviceType::kCuda, &batch_channel_sums);
-  kernel::batch_norm_input_grad_table().set(DeviceType::kCuda, &batch_norm_input_grad);
-  s.ops = {"fill",         "unscale_and_check",   "update_loss_scale", "apply_loss_scale", "to_device",
-           "activation",   "activation_backward", "add",               "scale",            "bias_add",
-           "sum_rows",     "dropout",             "count_nonfinite",   "reduce_sum",       "reduce_sum_backward",
-           "softmax",      "softmax_backward",    "crossentropy",      "crossentropy_backward",
-           "layer_norm",   "layer_norm_backward", "embedding",         "embedding_backward",
-           "fused_update",   "pool2d",              "pool2d_backward",   "global_average_pool2d",
-           "global_average_pool2d_backward",      "batch_moments",     "batch_norm",       "batch_norm_backward",
-           "synchronize",  "make_current",        "device_memory",     "cast",
-           "unscale_and_count_nonfinite",
-           "mean_squared_error",                  "mean_squared_error_backward",
-           "sum",          "sparse_categorical_accuracy",         "count_correct",
-           "regularization_penalty",              "regularization_penalty_backward",     "global_norm",
-           "update_moving_statistics",            "dropout_mask",        "batch_channel_sums",
-           "batch_norm_input_grad"};
-  // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul stays on the CPU.
-  std::string lt;
-  if (load_cublaslt(&lt)) {
-    kernel::bmm_table().set(DeviceType::kCuda, &bmm);
-    s.ops.push_back("bmm");  // the table behind matmul, bmm and linear
-    kernel::linear_activation_table().set(DeviceType::kCuda, &linear_activation);
-    s.ops.push_back("linear_activation");
-    // conv2d unfolds its patches and multiplies them through the same GEMM.
-    kernel::conv2d_table().set(DeviceType::kCuda, &conv2d);
-    kernel::conv2d_backward_table().set(DeviceType::kCuda, &conv2d_backward);
-    s.ops.push_back("conv2d");
-    s.ops.push_back("conv2d_backward");
-    // So does attention: its products are bmm's.
-    kernel::attention_table().set(DeviceType::kCuda, &attention);
-    kernel::attention_backward_table().set(DeviceType::kCuda, &attention_backward);
-    s.ops.push_back("scaled_dot_product_attention");
-    s.ops.push_back("scaled_dot_product_attention_backward");
-    s.detail += "; matmul through " + lt;
-  } else {
-    s.detail += "; matmul, conv2d and attention have no CUDA kernel: " + lt;
+  return true;
+}
+
+}  // namespace
+
+void register_kernels(Kernels& k, bool with_gemm) {
+#define MIXTRAIN_CALL_CUDA_REGISTRATION(file) register_##file##_kernels(k);
+  MIXTRAIN_CUDA_KERNEL_FILES(MIXTRAIN_CALL_CUDA_REGISTRATION)
+  if (with_gemm) {
+    MIXTRAIN_CUDA_GEMM_KERNEL_FILES(MIXTRAIN_CALL_CUDA_REGISTRATION)
   }
+#undef MIXTRAIN_CALL_CUDA_REGISTRATION
+}
+
+std::vector<Op> unsupported_ops() { return {}; }
+
+CudaBackendStatus install_backend() {
+  CudaBackendStatus s;
+  s.compiled = true;
+  if (!find_gpus(s)) return s;
+  // The GEMM needs cuBLASLt, loaded now rather than linked (cublaslt_api.h); without it matmul, conv2d and attention
+  // stay on the CPU.
+  std::string lt;
+  const bool with_gemm = load_cublaslt(&lt);
+  s.detail += with_gemm ? "; matmul through " + lt : "; matmul, conv2d and attention have no CUDA kernel: " + lt;
+  // Never destroyed: tensors freed during static destruction still find its allocator.
+  static CudaBackend* backend = new CudaBackend();
+  register_kernels(backend->kernels(), with_gemm);
+  ops::install_backend(backend);
+  s.ops = {"to_device", "synchronize", "make_current", "device_memory"};
+  for (const std::string& op : backend->op_names()) s.ops.push_back(op);
   s.loaded = true;
   return s;
 }

@@ -142,4 +142,8 @@ void round_rows_into(const float* src, const float* bias, int64_t rows, int64_t 
   device::launched("round_rows_into");
 }
 
+void register_convert_kernels(Kernels& k) {
+  k.cast = &cast;
+}
+
 }  // namespace mixtrain::ops::cuda

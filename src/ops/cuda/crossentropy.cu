@@ -276,4 +276,9 @@ void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, b
   device::launched("crossentropy_backward");
 }
 
+void register_crossentropy_kernels(Kernels& k) {
+  k.crossentropy = &crossentropy;
+  k.crossentropy_backward = &crossentropy_backward;
+}
+
 }  // namespace mixtrain::ops::cuda

@@ -161,4 +161,14 @@ void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {
   device::launched("dropout");
 }
 
+void register_elementwise_kernels(Kernels& k) {
+  k.activation = &activation;
+  k.activation_backward = &activation_backward;
+  k.add = &add;
+  k.scale = &scale;
+  k.bias_add = &bias_add;
+  k.dropout = &dropout;
+  k.dropout_mask = &dropout_mask;
+}
+
 }  // namespace mixtrain::ops::cuda

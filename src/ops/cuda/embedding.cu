@@ -158,4 +158,9 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
   record_label_error(first_bad, ids, rows, LabelOp::kEmbeddingBackward);
 }
 
+void register_embedding_kernels(Kernels& k) {
+  k.embedding = &embedding;
+  k.embedding_backward = &embedding_backward;
+}
+
 }  // namespace mixtrain::ops::cuda

@@ -82,4 +82,8 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
   device::launched("fused_update (iteration counter)");
 }
 
+void register_fused_update_kernels(Kernels& k) {
+  k.fused_update = &fused_update;
+}
+
 }  // namespace mixtrain::ops::cuda

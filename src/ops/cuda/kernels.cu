@@ -220,4 +220,12 @@ void synchronize(int device_index) {
   check_label_errors(device_index);
 }
 
+void register_kernels_kernels(Kernels& k) {
+  k.fill = &fill;
+  k.unscale_and_check = &unscale_and_check;
+  k.unscale_and_count_nonfinite = &unscale_and_count_nonfinite;
+  k.update_loss_scale = &update_loss_scale;
+  k.apply_loss_scale = &apply_loss_scale;
+}
+
 }  // namespace mixtrain::ops::cuda

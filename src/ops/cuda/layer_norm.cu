@@ -134,4 +134,9 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
   device::launched("layer_norm_backward column totals");
 }
 
+void register_layer_norm_kernels(Kernels& k) {
+  k.layer_norm = &layer_norm;
+  k.layer_norm_backward = &layer_norm_backward;
+}
+
 }  // namespace mixtrain::ops::cuda

@@ -305,4 +305,15 @@ int64_t accuracy(const Tensor& scores, const Tensor& labels) {
   return static_cast<int64_t>(host);
 }
 
+void register_losses_kernels(Kernels& k) {
+  k.mse = &mse;
+  k.mse_backward = &mse_backward;
+  k.sum_all = &sum_all;
+  k.accuracy = &accuracy;
+  k.count_correct = &count_correct;
+  k.penalty = &penalty;
+  k.penalty_backward = &penalty_backward;
+  k.global_norm = &global_norm;
+}
+
 }  // namespace mixtrain::ops::cuda

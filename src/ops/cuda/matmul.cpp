@@ -423,4 +423,9 @@ void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, con
   activation(z, act, y);  // elementwise: y may be z
 }
 
+void register_matmul_kernels(Kernels& k) {
+  k.bmm = &bmm;
+  k.linear_activation = &linear_activation;
+}
+
 }  // namespace mixtrain::ops::cuda

@@ -116,4 +116,11 @@ void global_average_pool2d_backward(const Tensor& dy, Tensor& dx) {
   device::launched("global_average_pool2d_backward");
 }
 
+void register_pooling_kernels(Kernels& k) {
+  k.pool2d = &pool2d;
+  k.pool2d_backward = &pool2d_backward;
+  k.global_average_pool2d = &global_average_pool2d;
+  k.global_average_pool2d_backward = &global_average_pool2d_backward;
+}
+
 }  // namespace mixtrain::ops::cuda

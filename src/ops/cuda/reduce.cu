@@ -120,4 +120,11 @@ int64_t count_nonfinite(const Tensor& x) {
   });
 }
 
+void register_reduce_kernels(Kernels& k) {
+  k.sum_rows = &sum_rows;
+  k.count_nonfinite = &count_nonfinite;
+  k.reduce_sum = &reduce_sum;
+  k.reduce_sum_backward = &reduce_sum_backward;
+}
+
 }  // namespace mixtrain::ops::cuda

@@ -84,4 +84,9 @@ void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx) {
   device::launched(log ? "log_softmax_backward" : "softmax_backward");
 }
 
+void register_softmax_kernels(Kernels& k) {
+  k.softmax = &softmax;
+  k.softmax_backward = &softmax_backward;
+}
+
 }  // namespace mixtrain::ops::cuda
