@@ -188,6 +188,14 @@ def main(argv):
             if re.search(r"\b(std::)?(secure_)?getenv\s*\(", line):
                 getenv_sites.append((f, number))
     env_files = sorted({f for f, _ in getenv_sites})
+    # Kernel tables or backend registrations outside ops: every road into compute goes through ops/.
+    outside_ops = []
+    for f in files:
+        if f.startswith(("src/ops/", "include/mixtrain/ops/")):
+            continue
+        text = "\n".join(strip_code(open(os.path.join(root, f), encoding="utf-8", errors="replace").read()))
+        if re.search(r"\bKernelTable\s*<|\bregister_\w+_kernels\s*\(|:\s*public\s+(ops::)?Backend\b", text):
+            outside_ops.append(f)
     problems = 0
     for length, f, first, name in sorted(long_functions, reverse=True):
         print(f"{f}:{first}: {name} has {length} lines (at most {MAX_LINES} outside the GEMM micro-kernels)")
@@ -200,9 +208,13 @@ def main(argv):
             lines = ", ".join(str(n) for g, n in getenv_sites if g == f)
             print(f"{f}:{lines}: reads the environment (only {ENVIRONMENT_FILE} may)")
             problems += 1
+    for f in outside_ops:
+        print(f"{f}: holds a kernel table or a backend (only src/ops may)")
+        problems += 1
     if report or problems:
         print(f"functions over {MAX_LINES} lines outside the micro-kernels: {len(long_functions)}; include loops: "
-              f"{len(loops)}; files that read the environment: {len(env_files)}")
+              f"{len(loops)}; files that read the environment: {len(env_files)}; files outside ops with kernel tables "
+              f"or backends: {len(outside_ops)}")
     return 1 if problems else 0
 
 

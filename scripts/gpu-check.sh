@@ -228,7 +228,7 @@ if [ "$tests" = ON ]; then
   gpu_tests=$(( $(left) - 240 ))
   gpu_tests=$(( gpu_tests > 180 ? 180 : (gpu_tests < 30 ? 30 : gpu_tests) ))
   if ! MIXTRAIN_REQUIRE_GPU=1 capped "$gpu_tests" build-gpu/tests/ops/ops_test \
-         --gtest_filter='CudaBackend.*:CudaSharedMath.*:CudaGemmFallback.*:Cast.*:KernelTable.*:GemmTiming.*' \
+         --gtest_filter='CudaBackend.*:CudaSharedMath.*:CudaGemmFallback.*:Cast.*:Backend.*:BackendCoverage.*:GemmTiming.*' \
          --gtest_output="json:$work/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1

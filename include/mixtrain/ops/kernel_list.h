@@ -19,6 +19,7 @@
 #include "mixtrain/ops/pooling.h"
 #include "mixtrain/ops/reduce.h"
 #include "mixtrain/ops/softmax.h"
+#include "mixtrain/ops/square.h"
 #include "mixtrain/ops/transfer.h"
 
 // X(member, signature, "name in errors")
@@ -34,6 +35,9 @@
   X(dropout, DropoutFn, "dropout")                                                              \
   X(dropout_mask, DropoutMaskFn, "dropout_mask")                                                \
   X(count_nonfinite, CountNonfiniteFn, "count_nonfinite")                                       \
+  /* square.h */                                                                                \
+  X(square, SquareFn, "square")                                                                 \
+  X(square_backward, SquareBackwardFn, "square_backward")                                       \
   /* transfer.h */                                                                              \
   X(cast, CastFn, "cast")                                                                       \
   /* loss_scale.h */                                                                            \

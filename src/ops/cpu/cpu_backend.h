@@ -22,7 +22,8 @@
   X(matmul)                          \
   X(pooling)                         \
   X(reduce)                          \
-  X(softmax)
+  X(softmax)                         \
+  X(square)
 
 namespace mixtrain::ops::cpu {
 

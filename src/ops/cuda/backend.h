@@ -29,7 +29,8 @@ CudaBackendStatus install_backend();
   X(fused_update)                     \
   X(pooling)                          \
   X(batch_norm)                       \
-  X(convert)
+  X(convert)                          \
+  X(square)
 #define MIXTRAIN_CUDA_GEMM_KERNEL_FILES(X) \
   X(matmul)                               \
   X(conv2d)                               \

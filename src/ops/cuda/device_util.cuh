@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "../shared/float16_convert.h"
 #include "../shared/host_device.h"
 #include "../device_wait.h"
 #include "backend.h"
@@ -15,6 +16,26 @@ namespace mixtrain::ops::cuda::device {
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = kThreads / kWarp;  // row kernels: one warp per row
+
+// A floating tensor's data and dtype code, as an elementwise kernel's argument (read and written through
+// shared::load_as_float and store_from_float).
+struct Floats {
+  const void* p;
+  int code;
+};
+struct OutFloats {
+  void* p;
+  int code;
+};
+inline Floats in(const Tensor& t) { return {t.raw(), shared::float_code(t.dtype())}; }
+inline OutFloats out(Tensor& t) { return {t.raw(), shared::float_code(t.dtype())}; }
+
+// Selects t's device and returns false when there is nothing to do (n elements).
+inline bool begin(const Tensor& t, int64_t n) {
+  if (n == 0) return false;
+  check_cuda(cudaSetDevice(t.device().index), "cudaSetDevice");
+  return true;
+}
 
 // Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).
 inline int blocks_for(int64_t n) {

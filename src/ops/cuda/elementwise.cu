@@ -17,20 +17,13 @@ namespace mixtrain::ops::cuda {
 
 namespace {
 
+using device::begin;
+using device::Floats;
+using device::in;
+using device::out;
+using device::OutFloats;
 using shared::load_as_float;
 using shared::store_from_float;
-
-// A floating tensor's data and dtype code, as a kernel argument.
-struct Floats {
-  const void* p;
-  int code;
-};
-struct OutFloats {
-  void* p;
-  int code;
-};
-Floats in(const Tensor& t) { return {t.raw(), shared::float_code(t.dtype())}; }
-OutFloats out(Tensor& t) { return {t.raw(), shared::float_code(t.dtype())}; }
 
 // The activation is a template argument so that each kernel holds only its own function.
 template <Activation A>
@@ -73,13 +66,6 @@ __global__ void dropout_kernel(Floats x, const uint8_t* mask, float keep_scale, 
   device::for_each_index(n, [&](int64_t i) {
     store_from_float(y.p, y.code, i, shared::dropout_value(load_as_float(x.p, x.code, i), mask[i], keep_scale));
   });
-}
-
-// Selects the device and returns false when there is nothing to do.
-bool begin(const Tensor& t, int64_t n) {
-  if (n == 0) return false;
-  check_cuda(cudaSetDevice(t.device().index), "cudaSetDevice");
-  return true;
 }
 
 template <Activation A>
