@@ -1,5 +1,6 @@
 #include "mixtrain/ops/transfer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -13,6 +14,20 @@ void synchronize(int) {}
 // The host has no current device.
 void make_current(int) {}
 void cast(const Tensor& src, Tensor& dst) { dst.copy_from(src); }
+// Converts src into dst in blocks across threads.
+void cast_parallel(const Tensor& src, Tensor& dst) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t n = src.numel();
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(dst.raw());
+  const size_t ss = dtype_size(src.dtype()), ds = dtype_size(dst.dtype());
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for if (blocks > 1) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
+    convert_elements(s + begin * ss, src.dtype(), d + begin * ds, dst.dtype(), count);
+  }
+}
 DeviceMemory device_memory(int) {
   DeviceMemory m;
   std::ifstream f("/proc/meminfo");
@@ -79,6 +94,32 @@ Tensor to_device(const Tensor& x, const Device& device) {
   // The backend that owns the non-host side does the copy (the CPU's when both are in host memory).
   kernel::device_copy_table()(src.device().is_cpu() ? device : src.device())(src, dst);
   return dst;
+}
+
+void copy_into(const Tensor& src, Tensor& dst) {
+  MIXTRAIN_CHECK(src.defined() && dst.defined() && src.dtype() == dst.dtype() && src.numel() == dst.numel() &&
+                     dst.is_contiguous(),
+                 "copy_into: " << (src.defined() ? src.describe() : std::string("an undefined tensor")) << " into "
+                               << (dst.defined() ? dst.describe() : std::string("an undefined tensor"))
+                               << " (the same dtype and element count, the destination contiguous)");
+  if (src.device().is_cpu() && dst.device().is_cpu()) {
+    dst.copy_from(src);
+    return;
+  }
+  kernel::device_copy_table()(dst.device().is_cpu() ? src.device() : dst.device())(src.contiguous(), dst);
+}
+
+void cast_into(const Tensor& src, Tensor& dst) {
+  MIXTRAIN_CHECK(src.defined() && dst.defined() && src.numel() == dst.numel() && src.is_contiguous() &&
+                     dst.is_contiguous() && src.device() == dst.device(),
+                 "cast_into: " << (src.defined() ? src.describe() : std::string("an undefined tensor")) << " into "
+                               << (dst.defined() ? dst.describe() : std::string("an undefined tensor"))
+                               << " (contiguous, the same element count, one device)");
+  if (src.device().is_cpu()) {
+    cpu::cast_parallel(src, dst);
+    return;
+  }
+  dst.copy_from(src);
 }
 
 }  // namespace mixtrain::ops
