@@ -4,7 +4,17 @@
 #include <cmath>
 #include <string>
 
+#include "shared/adam_update.h"
+#include "shared/clip_factor.h"
+
 namespace mixtrain::ops {
+
+namespace cpu {
+// The CPU backend's update loops on host spans (src/ops/cpu/update_spans.cpp): host memory only, no device to
+// dispatch on.
+void update_span(const UpdateConstants& rule, const UpdateRates& rates, float* value, const float* grad,
+                 float* const* slots, int64_t n, int cls);
+}  // namespace cpu
 
 namespace {
 
@@ -32,7 +42,9 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
   MIXTRAIN_CHECK(step.window >= 1 && step.window <= kRateWindow && step.first_iterations >= 0,
                  op << ": a window of " << step.window << " rates from iteration " << step.first_iterations
                     << " (1 to " << kRateWindow << " rates, from iteration 0 or later)");
-  const int slots = slot_count(step.rule);
+  MIXTRAIN_CHECK(step.span_rule == nullptr || static_cast<bool>(step.span_rule->update),
+                 op << ": the span rule has no update function");
+  const int slots = step.span_rule != nullptr ? step.span_rule->slots : slot_count(step.rule);
   MIXTRAIN_CHECK(iterations.defined() && iterations.dtype() == DType::kInt64 && iterations.numel() == 1 &&
                      iterations.is_contiguous(),
                  op << ": the iteration counter must be one int64, got " << describe_or_undefined(iterations));
@@ -50,6 +62,10 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
                    op << ": the global norm must be one float32, got " << describe_or_undefined(*global_norm));
   }
   const Device device = common_device(op, {&iterations, found_inf, global_norm});
+  if (step.span_rule != nullptr && !device.is_cpu()) {
+    MIXTRAIN_FAIL(kInvalidInput, op << ": a span rule (an optimizer's own update) runs on the CPU, not on " << device.str(),
+                  "give the optimizer a fused rule (UpdateConstants) to update an arena on a device");
+  }
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusedUpdateGroup& g = groups[gi];
     const int64_t n = g.values.defined() ? g.values.numel() : 0;
@@ -89,5 +105,28 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
   }
   kernel_for<Op::fused_update>(device)(groups, step, found_inf, iterations, global_norm);
 }
+
+void update_span(const UpdateConstants& rule, const UpdateRates& rates, float* value, const float* grad,
+                 float* const* slots, int64_t n, int cls) {
+  MIXTRAIN_CHECK(n >= 0, "update_span: " << n << " elements");
+  if (n == 0) return;
+  cpu::update_span(rule, rates, value, grad, slots, n, cls);
+}
+
+UpdateConstants adam_constants(double beta1, double beta2, float epsilon) {
+  const shared::AdamCoefficients c = shared::adam_coefficients(0.0f, beta1, beta2, epsilon, 0);
+  UpdateConstants k;
+  k.kind = UpdateKind::kAdam;
+  k.one_minus_beta1 = c.one_minus_beta1;
+  k.one_minus_beta2 = c.one_minus_beta2;
+  k.epsilon = c.epsilon;
+  return k;
+}
+
+float adam_alpha(float learning_rate, double beta1, double beta2, int64_t iterations) {
+  return shared::adam_coefficients(learning_rate, beta1, beta2, 0.0f, iterations).alpha;
+}
+
+bool clip_factor(float norm, float clip_norm, float* factor) { return shared::clip_factor(norm, clip_norm, factor); }
 
 }  // namespace mixtrain::ops

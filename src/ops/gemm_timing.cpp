@@ -1,4 +1,4 @@
-// The timed square GEMM of `bench gemm --device` and doctor's GPU lines (ops/gemm_timing.h).
+// The timed square GEMMs of `bench gemm` and the doctor (ops/gemm_timing.h).
 #include "mixtrain/ops/gemm_timing.h"
 
 #include <algorithm>
@@ -28,6 +28,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // overlaps the products before it, short enough that a fraction of a second holds several batches.
 constexpr double kBatchSeconds = 0.01;
 constexpr int kMaxPerBatch = 1000;
+// The CPU's runs of one product: enough for a best-of over a second of small products.
+constexpr int kMaxCpuRuns = 1000;
 
 // (n, n) uniform in [-1, 1), drawn in float32 on the host and rounded once into dtype there, then copied.
 Tensor random_operand(int64_t n, DType dtype, uint64_t seed, const Device& device) {
@@ -102,6 +104,40 @@ GemmTiming time_matmul(const Device& device, DType dtype, int64_t n, double seco
   }
   t.best_seconds = best;
   t.gflops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best / 1e9;
+  return t;
+}
+
+double time_cpu_matmul_once(const Tensor& a, const Tensor& b, Tensor& c) {
+  const int64_t n = a.defined() && a.rank() == 2 ? a.dim(0) : 0;
+  for (const Tensor* t : {&a, &b, static_cast<const Tensor*>(&c)}) {
+    MIXTRAIN_CHECK(t->defined() && t->device().is_cpu() && t->rank() == 2 && t->dim(0) == n && t->dim(1) == n &&
+                       t->is_contiguous() && t->dtype() == a.dtype() && is_float(t->dtype()) && n >= 1,
+                   "time_cpu_matmul_once: the operands must be (n, n), contiguous, of one floating dtype, in host "
+                   "memory; got " << (t->defined() ? t->describe() : std::string("an undefined tensor")));
+  }
+  const DType dtype = a.dtype();
+  const auto t0 = Clock::now();
+  kernels::gemm(false, false, n, n, n, dtype, a.raw(), n, b.raw(), n, dtype, c.raw(), n, false, nullptr);
+  return seconds_since(t0);
+}
+
+GemmTiming time_cpu_matmul(const Tensor& a, const Tensor& b, Tensor& c, double seconds) {
+  MIXTRAIN_CHECK(seconds > 0 && seconds <= 3600, "time_cpu_matmul: seconds must be in (0, 3600], got " << seconds);
+  GemmTiming t;
+  t.device = Device::cpu();
+  t.dtype = a.defined() ? a.dtype() : DType::kFloat32;
+  t.n = a.defined() && a.rank() == 2 ? a.dim(0) : 0;
+  t.method = gemm_method(t.device, t.dtype);
+  t.per_batch = 1;
+  double best = std::numeric_limits<double>::infinity();
+  const auto start = Clock::now();
+  while (t.batches < 2 || (seconds_since(start) < seconds && t.batches < kMaxCpuRuns)) {
+    best = std::min(best, time_cpu_matmul_once(a, b, c));
+    ++t.batches;
+  }
+  const double n = static_cast<double>(t.n);
+  t.best_seconds = best;
+  t.gflops = 2.0 * n * n * n / best / 1e9;
   return t;
 }
 

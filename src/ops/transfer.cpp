@@ -1,5 +1,7 @@
 #include "mixtrain/ops/transfer.h"
 
+#include <string>
+
 #include "mixtrain/ops/backend.h"
 
 namespace mixtrain::ops {
@@ -35,6 +37,29 @@ Tensor to_device(const Tensor& x, const Device& device) {
   const Device owner = src.device().is_cpu() ? device : src.device();
   backend_for("to_device", owner).copy(src, dst);
   return dst;
+}
+
+void copy_into(const Tensor& src, Tensor& dst) {
+  MIXTRAIN_CHECK(src.defined() && dst.defined() && src.dtype() == dst.dtype() && src.numel() == dst.numel() &&
+                     dst.is_contiguous(),
+                 "copy_into: " << (src.defined() ? src.describe() : std::string("an undefined tensor")) << " into "
+                               << (dst.defined() ? dst.describe() : std::string("an undefined tensor"))
+                               << " (the same dtype and element count, the destination contiguous)");
+  if (src.device().is_cpu() && dst.device().is_cpu()) {
+    dst.copy_from(src);
+    return;
+  }
+  backend_for("to_device", dst.device().is_cpu() ? src.device() : dst.device()).copy(src.contiguous(), dst);
+}
+
+void cast_into(const Tensor& src, Tensor& dst) {
+  MIXTRAIN_CHECK(src.defined() && dst.defined() && src.numel() == dst.numel() && src.is_contiguous() &&
+                     dst.is_contiguous() && src.device() == dst.device(),
+                 "cast_into: " << (src.defined() ? src.describe() : std::string("an undefined tensor")) << " into "
+                               << (dst.defined() ? dst.describe() : std::string("an undefined tensor"))
+                               << " (contiguous, the same element count, one device)");
+  if (src.numel() == 0) return;
+  kernel_for<Op::cast>(src.device())(src, dst);
 }
 
 }  // namespace mixtrain::ops

@@ -1,14 +1,15 @@
-// The update pass of Optimizer::apply_flat_gradients, behind a kernel table keyed by the arena's device
-// (ops/dispatch.h): once apply_flat_gradients has checked everything and bound the flat slots, the pass of the
-// arena's device runs. The CPU pass is the optimizer's own blocked, vectorised pass over the flat buffers (every
-// update rule); the device pass builds one fused update op (ops/fused_update.h) for SGD, RMSprop, Adam and AdamW,
-// which the device's backend runs. Private to the optim layer and its tests.
+// The update pass of Optimizer::apply_flat_gradients: once apply_flat_gradients has checked everything and bound
+// the flat slots, the host side of the pass for the arena's device runs and calls the fused update op
+// (ops/fused_update.h), whose kernel for that device updates the flat buffers. The CPU pass reads the skip flag and
+// keeps the iteration count on the host and runs every rule (an optimizer's own through its update_span()); the
+// device pass leaves the flag and the count on the device, for SGD, RMSprop, Adam and AdamW. Private to the optim
+// layer and its tests.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "mixtrain/ops/dispatch.h"
+#include "mixtrain/ops/fused_update.h"
 #include "mixtrain/optim/optimizer.h"
 
 namespace mixtrain::optim_detail {
@@ -32,8 +33,9 @@ struct FlatRun {
 };
 
 struct FlatPasses {
-  // The CPU backend's pass (src/optim/optimizer_arena.cpp): reads the skip flag in host memory, then runs
-  // update_span() on blocks of the runs across threads and converts each block into the compute copies.
+  // The CPU's pass (src/optim/optimizer_arena.cpp): reads the skip flag in host memory (a skipped step changes
+  // nothing), then runs the fused update op on the CPU with the exact count: the rule's fused_rule(), or else the
+  // optimizer's update_span() as the op's span rule.
   static void cpu(Optimizer& opt, FlatPass& pass);
   // The device pass: the fused update op on the arena's device, with the flag and the iteration count read there
   // (Optimizer::apply_flat_gradients documents what the host keeps). Refuses an optimizer without a fused_rule().
@@ -49,16 +51,18 @@ struct FlatPasses {
   static std::vector<FlatRun> runs(const Optimizer& opt, const FlatPass& pass);
   // The gradients of the written variables, in the arena's order: what global clipping takes the norm of.
   static std::vector<Tensor> written_grads(const FlatPass& pass);
-  // Global clipping on the CPU: the factor apply() scales the gradients by (*scaled false: none).
-  static float clip_scale(const Optimizer& opt, const FlatPass& pass, bool* scaled);
+  // The fused op's groups: the arena's buffers, the pass's gradients, the flat slots, the compute copies and the
+  // runs (their tensor on the arena's device made again only when the runs change).
+  static std::vector<ops::FusedUpdateGroup> fused_groups(Optimizer& opt, const FlatPass& pass);
+  // Global clipping's norm of the written gradients, on the arena's device (undefined without clipping).
+  static Tensor clip_norm_tensor(const Optimizer& opt, const FlatPass& pass);
   // Bumps the version of every written variable and marks its compute copies current.
   static void mark_updated(const FlatPass& pass);
 };
 
-using FlatPassFn = void(Optimizer& opt, FlatPass& pass);
-// kCpu: FlatPasses::cpu; kCuda: FlatPasses::device (the fused op's table then needs the CUDA backend loaded). A
-// test may install FlatPasses::device as the CPU entry: the device pass then runs on the CPU through the fused
-// op's CPU kernel, the reference of the device kernels.
-ops::KernelTable<FlatPassFn>& flat_pass_table();
+// Tests: while on, an arena on the CPU takes the device pass (the flag and the count read by the op's kernel), so
+// that the device path runs on any machine; with the op's reference kernel installed (ops::kernel::
+// fused_update_reference) it runs the device kernels' arithmetic. Off by default.
+void set_device_pass_on_cpu_for_testing(bool on);
 
 }  // namespace mixtrain::optim_detail

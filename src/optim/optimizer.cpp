@@ -9,9 +9,6 @@
 #include <utility>
 
 #include "mixtrain/ops/transfer.h"
-#include "mixtrain/optim/adam.h"
-#include "mixtrain/optim/rmsprop.h"
-#include "mixtrain/optim/sgd.h"
 
 namespace mixtrain {
 
@@ -128,12 +125,7 @@ void Optimizer::check_has_variables(const std::vector<Var>& vars) const {
   }
 }
 
-void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
-  check_has_variables(vars);
-  MIXTRAIN_CHECK(grads.size() == vars.size(),
-                 name() << ".apply: " << grads.size() << " gradients for " << vars.size() << " variables");
-  const StepRatePin rate(*this);  // one scheduled rate for the whole update, checked before anything changes
-  // Validate everything first so a bad call leaves variables and state untouched.
+std::vector<std::string> Optimizer::checked_keys(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const {
   std::vector<std::string> keys(vars.size());
   std::set<std::string> seen;
   for (size_t i = 0; i < vars.size(); ++i) {
@@ -179,6 +171,16 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
       }
     }
   }
+  return keys;
+}
+
+void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
+  check_has_variables(vars);
+  MIXTRAIN_CHECK(grads.size() == vars.size(),
+                 name() << ".apply: " << grads.size() << " gradients for " << vars.size() << " variables");
+  const StepRatePin rate(*this);  // one scheduled rate for the whole update, checked before anything changes
+  // Validate everything first so a bad call leaves variables and state untouched.
+  const std::vector<std::string> keys = checked_keys(grads, vars);
   // Slots have the variable's shape, so checkpoints read naturally; restored ones are reshaped on first use.
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
@@ -289,15 +291,6 @@ void Optimizer::load_state(const NamedTensors& state) {
   drop_device_counter();
   slots_ = std::move(slots);
   ++slots_generation_;
-}
-
-std::unique_ptr<Optimizer> make_optimizer(std::string_view name, float learning_rate) {
-  if (name == "sgd") return std::make_unique<Sgd>(learning_rate);
-  if (name == "adam") return std::make_unique<Adam>(learning_rate);
-  if (name == "adamw") return std::make_unique<AdamW>(learning_rate);
-  if (name == "rmsprop") return std::make_unique<RMSprop>(learning_rate);
-  MIXTRAIN_FAIL(kInvalidInput, "unknown optimizer '" << name << "'; valid names: sgd, adam, adamw, rmsprop",
-                "use one of: sgd, adam, adamw, rmsprop");
 }
 
 }  // namespace mixtrain

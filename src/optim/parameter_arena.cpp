@@ -5,7 +5,6 @@
 #include <cstring>
 #include <set>
 
-#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -17,34 +16,37 @@ std::atomic<uint64_t> g_next_layout{1};
 
 int64_t align_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-// Converts src to dst in blocks across threads (the arena's buffers reach hundreds of MB).
-void convert_parallel(const Tensor& src, Tensor& dst) {
-  constexpr int64_t kBlock = int64_t{1} << 16;
-  const int64_t n = src.numel();
-  const char* s = static_cast<const char*>(src.raw());
-  char* d = static_cast<char*>(dst.raw());
-  const size_t ss = dtype_size(src.dtype()), ds = dtype_size(dst.dtype());
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for if (blocks > 1) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
-    convert_elements(s + begin * ss, src.dtype(), d + begin * ds, dst.dtype(), count);
+// Refuses, before anything changes, variables that one arena cannot hold: on two devices, a gradient of another
+// dtype on a device (not converted there), a variable that is not floating, or one listed twice.
+void check_bindable(const std::vector<Var>& vars, const Device& device) {
+  std::set<const void*> seen;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Var& v = vars[i];
+    MIXTRAIN_CHECK(v.defined(), "ParameterArena.bind: variable " << i << " is undefined");
+    if (v.value().device() != device) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "ParameterArena.bind: variable '" << v.name() << "' is " << v.value().describe() << " and '"
+                                                      << vars[0].name() << "' " << vars[0].value().describe(),
+                    "move every variable to one device before binding them");
+    }
+    if (!device.is_cpu() && v.has_grad() && v.grad().dtype() != v.dtype()) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "ParameterArena.bind: the gradient " << v.grad().describe() << " of variable '" << v.name()
+                                                         << "' " << v.value().describe()
+                                                         << " is not in its dtype, and is not converted on a device",
+                    "bind the variables before the backward pass (after zero_grad())");
+    }
+    if (!is_float(v.dtype())) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "ParameterArena.bind: variable '" << v.name() << "' is " << v.value().describe()
+                                                      << "; flat buffers hold floating variables",
+                    "bind only the trainable weights");
+    }
+    if (!seen.insert(v.id()).second) {
+      MIXTRAIN_FAIL(kInvalidInput, "ParameterArena.bind: variable '" << v.name() << "' is listed twice",
+                    "pass each variable once");
+    }
   }
-}
-
-// convert_parallel on any device: a device's values are converted there, by its backend's copy (Tensor::copy_from
-// rounds as convert_elements does), with nothing read back.
-void convert_on_device(const Tensor& src, Tensor& dst) {
-  if (src.device().is_cpu()) {
-    convert_parallel(src, dst);
-    return;
-  }
-  dst.copy_from(src);
-}
-
-// dst = src, same dtype and shape, dst contiguous on a device (src there or in host memory).
-void copy_to_device(const Tensor& src, Tensor& dst) {
-  ops::backend_for("to_device", dst.device()).copy(src.contiguous(), dst);
 }
 
 }  // namespace
@@ -142,36 +144,8 @@ bool ParameterArena::bound_to(const std::vector<Var>& vars) const {
 
 void ParameterArena::bind(const std::vector<Var>& vars) {
   if (!vars_.empty() && bound_to(vars)) return;
-  // Validate before changing anything.
-  std::set<const void*> seen;
   const Device device = !vars.empty() && vars[0].defined() ? vars[0].value().device() : Device::cpu();
-  for (size_t i = 0; i < vars.size(); ++i) {
-    const Var& v = vars[i];
-    MIXTRAIN_CHECK(v.defined(), "ParameterArena.bind: variable " << i << " is undefined");
-    if (v.value().device() != device) {
-      MIXTRAIN_FAIL(kInvalidInput,
-                    "ParameterArena.bind: variable '" << v.name() << "' is " << v.value().describe() << " and '"
-                                                      << vars[0].name() << "' " << vars[0].value().describe(),
-                    "move every variable to one device before binding them");
-    }
-    if (!device.is_cpu() && v.has_grad() && v.grad().dtype() != v.dtype()) {
-      MIXTRAIN_FAIL(kInvalidInput,
-                    "ParameterArena.bind: the gradient " << v.grad().describe() << " of variable '" << v.name()
-                                                         << "' " << v.value().describe()
-                                                         << " is not in its dtype, and is not converted on a device",
-                    "bind the variables before the backward pass (after zero_grad())");
-    }
-    if (!is_float(v.dtype())) {
-      MIXTRAIN_FAIL(kInvalidInput,
-                    "ParameterArena.bind: variable '" << v.name() << "' is " << v.value().describe()
-                                                      << "; flat buffers hold floating variables",
-                    "bind only the trainable weights");
-    }
-    if (!seen.insert(v.id()).second) {
-      MIXTRAIN_FAIL(kInvalidInput, "ParameterArena.bind: variable '" << v.name() << "' is listed twice",
-                    "pass each variable once");
-    }
-  }
+  check_bindable(vars, device);  // before changing anything
 
   // Layout: per dtype in order of first appearance, each variable at an aligned offset.
   std::vector<Group> groups;
@@ -220,11 +194,11 @@ void ParameterArena::bind(const std::vector<Var>& vars) {
       continue;
     }
     // On a device: the same, with the copies made here (Var copies in host memory only).
-    copy_to_device(v.value(), value);
+    ops::copy_into(v.value(), value);
     v.rebind_value(value);
     v.clear_compute_copies();
     if (v.has_grad()) {
-      copy_to_device(v.grad(), grad);
+      ops::copy_into(v.grad(), grad);
       v.zero_grad();
       v.set_grad_buffer(grad);
       v.set_grad(grad);  // the buffer itself: adopted without a copy
@@ -245,7 +219,7 @@ void ParameterArena::zero_grad() {
 
 void ParameterArena::attach_copy(Group& g, size_t c) {
   g.copies[c] = Tensor::empty({g.capacity}, copy_dtypes_[c], device_);
-  convert_on_device(g.values, g.copies[c]);
+  ops::cast_into(g.values, g.copies[c]);
   for (size_t i = 0; i < vars_.size(); ++i) {
     if (entries_[i].dtype != DType::kFloat32) continue;
     vars_[i].set_compute_copy(view(g.copies[c], i));
@@ -269,7 +243,7 @@ void ParameterArena::refresh_compute_copies() {
   Group* g = find_group(DType::kFloat32);
   if (!g) return;
   for (size_t c = 0; c < copy_dtypes_.size(); ++c) {
-    convert_on_device(g->values, g->copies[c]);
+    ops::cast_into(g->values, g->copies[c]);
     for (size_t i = 0; i < vars_.size(); ++i)
       if (entries_[i].dtype == DType::kFloat32) vars_[i].mark_compute_copy_current(copy_dtypes_[c]);
   }

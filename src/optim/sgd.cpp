@@ -4,11 +4,6 @@
 
 namespace mixtrain {
 
-namespace {
-// Below this many elements a thread team costs more than it saves.
-constexpr int64_t kParallelMin = int64_t{1} << 16;
-}  // namespace
-
 Sgd::Sgd(float learning_rate, float momentum, bool nesterov)
     : Optimizer(learning_rate), momentum_(momentum), nesterov_(nesterov) {
   MIXTRAIN_CHECK(std::isfinite(momentum) && momentum >= 0.0f && momentum < 1.0f,
@@ -29,28 +24,8 @@ std::optional<ops::UpdateConstants> Sgd::fused_rule() const {
   return k;
 }
 
-void Sgd::update_span(float* w, const float* g, float* const* slots, int64_t n, int /*cls*/) {
-  const float lr = learning_rate();
-  if (momentum_ == 0.0f) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
-    for (int64_t i = 0; i < n; ++i) w[i] -= g[i] * lr;
-    return;
-  }
-  float* v = slots[0];  // "momentum"
-  const float mu = momentum_;
-  if (nesterov_) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      v[i] = v[i] * mu - g[i] * lr;
-      w[i] += v[i] * mu - g[i] * lr;
-    }
-  } else {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      v[i] = v[i] * mu - g[i] * lr;
-      w[i] += v[i];
-    }
-  }
+void Sgd::update_span(float* w, const float* g, float* const* slots, int64_t n, int cls) {
+  ops::update_span(*fused_rule(), fused_rates(learning_rate(), iterations()), w, g, slots, n, cls);
 }
 
 }  // namespace mixtrain

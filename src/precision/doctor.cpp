@@ -37,15 +37,15 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // A, B and C of one n x n GEMM in one dtype, filled with values in [-1, 1) (no subnormals, no overflow).
 struct Operands {
-  std::vector<unsigned char> a, b, c;  // (n, n) each, row-major
+  Tensor a, b, c;  // (n, n) each, row-major, in host memory
 
-  Operands(int64_t n, DType dtype, uint64_t seed) {
-    const size_t count = static_cast<size_t>(n * n), bytes = count * dtype_size(dtype);
-    a.resize(bytes);
-    b.resize(bytes);
-    c.resize(bytes);  // zeroed, so its pages are mapped before timing starts
-    fill(a.data(), count, dtype, seed);
-    fill(b.data(), count, dtype, seed + 1);
+  Operands(int64_t n, DType dtype, uint64_t seed)
+      : a(Tensor::empty({n, n}, dtype)),
+        b(Tensor::empty({n, n}, dtype)),
+        c(Tensor::zeros({n, n}, dtype)) {  // zeroed, so its pages are mapped before timing starts
+    const size_t count = static_cast<size_t>(n * n);
+    fill(static_cast<unsigned char*>(a.raw()), count, dtype, seed);
+    fill(static_cast<unsigned char*>(b.raw()), count, dtype, seed + 1);
   }
 
   static void fill(unsigned char* out, size_t count, DType dtype, uint64_t state) {
@@ -74,11 +74,10 @@ struct TimeUse {
   double wall = 0, cpu = 0;
 };
 
-double time_gemm(int64_t n, DType dtype, Operands& ops, TimeUse* use) {
+// One product through the GEMM timer of ops (the CPU GEMM on the operands' buffers), with the process's CPU time.
+double time_gemm(Operands& operands, TimeUse* use) {
   const double cpu0 = process_cpu_seconds();
-  const auto t0 = Clock::now();
-  kernels::gemm(false, false, n, n, n, dtype, ops.a.data(), n, ops.b.data(), n, dtype, ops.c.data(), n, false, nullptr);
-  const double wall = seconds_since(t0);
+  const double wall = ops::time_cpu_matmul_once(operands.a, operands.b, operands.c);
   use->wall += wall;
   use->cpu += process_cpu_seconds() - cpu0;
   return wall;
@@ -107,7 +106,7 @@ std::vector<GemmMeasurement> measure_gemm(double seconds, double* spent, TimeUse
     for (;;) {
       double round = 0;
       for (int d = 0; d < kNumMeasuredDTypes; ++d) {
-        const double t = time_gemm(n, kDTypes[d], ops[d], use);
+        const double t = time_gemm(ops[d], use);
         best[d] = std::min(best[d], t);
         round += t;
       }

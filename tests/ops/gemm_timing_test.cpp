@@ -1,6 +1,7 @@
 // ops::time_matmul, the timed GEMM of `mixtrain bench gemm --device` and doctor's GPU lines, on the CPU (which
 // every machine has): the product it returns is ops::matmul's, the timing fields agree with each other, and bad
-// arguments or an unusable device are refused by name. The GPU run against the CPU is in
+// arguments or an unusable device are refused by name. ops::time_cpu_matmul_once and time_cpu_matmul, the CPU
+// timers of `bench gemm` and the doctor, write the product into the caller's C. The GPU run against the CPU is in
 // cuda_gemm_timing_test.cpp.
 #include "mixtrain/ops/gemm_timing.h"
 
@@ -19,6 +20,38 @@
 
 namespace mixtrain::ops {
 namespace {
+
+TEST(GemmTiming, TheCpuTimerWritesTheProductIntoTheCallersBuffer) {
+  for (DType dt : testing::kFloatDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    const GemmTiming ref = time_matmul(Device::cpu(), dt, 17, 0.01, 3);  // seeded operands and their product
+    Tensor c = Tensor::zeros({17, 17}, dt);
+    const void* where = c.raw();
+    const double once = time_cpu_matmul_once(ref.a, ref.b, c);
+    EXPECT_TRUE(std::isfinite(once) && once >= 0) << once;
+    EXPECT_EQ(c.raw(), where);  // in place
+    const std::vector<float> want = ref.c.to_floats(), got = c.to_floats();
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(want[i], got[i]) << i;
+
+    const GemmTiming t = time_cpu_matmul(ref.a, ref.b, c, 0.01);
+    EXPECT_EQ(t.device, Device::cpu());
+    EXPECT_EQ(t.dtype, dt);
+    EXPECT_EQ(t.n, 17);
+    EXPECT_GE(t.batches, 2);
+    EXPECT_LE(t.batches, 1000);
+    EXPECT_EQ(t.per_batch, 1);
+    EXPECT_TRUE(std::isfinite(t.best_seconds) && t.best_seconds > 0) << t.best_seconds;
+    EXPECT_NEAR(t.gflops, 2.0 * 17 * 17 * 17 / t.best_seconds / 1e9, 1e-9 * t.gflops);
+    EXPECT_EQ(t.method, gemm_method(Device::cpu(), dt));
+    EXPECT_FALSE(t.a.defined());
+  }
+  Tensor a = Tensor::zeros({4, 4}, DType::kFloat32), b = Tensor::zeros({4, 5}, DType::kFloat32);
+  Tensor c = Tensor::zeros({4, 4}, DType::kFloat32);
+  EXPECT_THROW(time_cpu_matmul_once(a, b, c), Error);
+  Tensor c16 = Tensor::zeros({4, 4}, DType::kFloat16);
+  EXPECT_THROW(time_cpu_matmul_once(a, a, c16), Error);
+  EXPECT_THROW(time_cpu_matmul(a, a, c, 0.0), Error);
+}
 
 TEST(GemmTiming, OnTheCpuReturnsMatmulsProductAndConsistentFigures) {
   for (DType dt : testing::kFloatDTypes) {

@@ -1,6 +1,6 @@
-// The device pass of Optimizer::apply_flat_gradients (optim/flat_pass.h), run on the CPU: installed as the CPU
-// entry of the pass table, it builds the fused update op (ops/fused_update.h) whose CPU kernel is the device
-// kernels' reference. Every rule with a fused form (SGD with and without momentum, Nesterov; RMSprop plain, with
+// The device pass of Optimizer::apply_flat_gradients (optim/flat_pass.h), run on the CPU: switched on for an arena
+// on the CPU, it builds the fused update op (ops/fused_update.h), whose CPU entry is then the device kernels'
+// reference (ops::kernel::fused_update_reference); the CPU pass runs the op's own CPU kernel. Every rule with a fused form (SGD with and without momentum, Nesterov; RMSprop plain, with
 // momentum, centered; Adam; AdamW) and everything the device path adds on the host (the window of rates, the
 // iteration counter it cannot see, the runs, the clipping norm, the compute copies, 16-bit groups) is checked here
 // against the CPU pass, bit for bit, on every machine; tests/ops/cuda_fused_update_test.cpp checks the GPU kernel
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/fused_update.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/parameter_arena.h"
@@ -27,13 +28,18 @@
 namespace mixtrain {
 namespace {
 
-using optim_detail::FlatPasses;
-using optim_detail::flat_pass_table;
+// Runs the device pass in place of the CPU pass while it lives, through the device kernels' reference.
+class DevicePassOnCpu {
+ public:
+  DevicePassOnCpu() : reference_(ops::cpu_backend(), &ops::kernel::fused_update_reference) {
+    optim_detail::set_device_pass_on_cpu_for_testing(true);
+  }
+  ~DevicePassOnCpu() { optim_detail::set_device_pass_on_cpu_for_testing(false); }
+  DevicePassOnCpu(const DevicePassOnCpu&) = delete;
+  DevicePassOnCpu& operator=(const DevicePassOnCpu&) = delete;
 
-// Runs the device pass in place of the CPU pass while it lives.
-struct DevicePassOnCpu {
-  DevicePassOnCpu() { flat_pass_table().set(DeviceType::kCpu, &FlatPasses::device); }
-  ~DevicePassOnCpu() { flat_pass_table().set(DeviceType::kCpu, &FlatPasses::cpu); }
+ private:
+  ops::KernelOverride<ops::Op::fused_update> reference_;
 };
 
 Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed, float scale = 1.0f) {

@@ -24,7 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Best GFLOP/s of n x n x n GEMMs in dtype over about `seconds`.
+// Best GFLOP/s of n x n x n GEMMs in dtype over about `seconds`, on the CPU (ops::time_cpu_matmul).
 double gemm_gflops(DType dtype, int64_t n, double seconds) {
   Rng r(1);
   Tensor a = Tensor::empty({n, n}, DType::kFloat32), b = Tensor::empty({n, n}, DType::kFloat32);
@@ -34,16 +34,7 @@ double gemm_gflops(DType dtype, int64_t n, double seconds) {
   }
   Tensor a16 = a.to(dtype), b16 = b.to(dtype);
   Tensor c = Tensor::empty({n, n}, dtype);
-  double best = 1e30;
-  const auto start = Clock::now();
-  int runs = 0;
-  while (runs < 2 || (since(start) < seconds && runs < 1000)) {
-    const auto t = Clock::now();
-    kernels::gemm(false, false, n, n, n, dtype, a16.raw(), n, b16.raw(), n, dtype, c.raw(), n, false, nullptr);
-    best = std::min(best, since(t));
-    ++runs;
-  }
-  return 2.0 * n * n * n / best / 1e9;
+  return ops::time_cpu_matmul(a16, b16, c, seconds).gflops;
 }
 
 // bench gemm on a GPU: the same table, each product through ops::matmul (the CUDA backend's cuBLASLt kernel),

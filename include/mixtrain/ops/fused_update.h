@@ -1,6 +1,6 @@
 // The fused optimizer update of a flat parameter arena (optim/parameter_arena.h), one op per training step: what
-// Optimizer::apply_flat_gradients runs when the arena lives on a device, for Adam, AdamW, SGD (with or without
-// momentum, Nesterov) and RMSprop (momentum, centered). Per dtype group, one pass over the runs of variables to
+// Optimizer::apply_flat_gradients runs on every device, the CPU included, for Adam, AdamW, SGD (with or without
+// momentum, Nesterov) and RMSprop (momentum, centered), and on the CPU for a rule of an optimizer's own too. Per dtype group, one pass over the runs of variables to
 // update: the gradient widened to float32 and, under global clipping, scaled by the factor of the global norm
 // (ops/global_norm.h), read on the device; AdamW's decoupled weight decay on runs of class 1; the rule's element
 // update; the value rounded once into its dtype and into each compute copy. The arithmetic is
@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
@@ -52,9 +53,18 @@ struct UpdateRates {
   float learning_rate = 0;  // lr: SGD's and RMSprop's step, AdamW's decay (w - w * weight_decay * lr)
 };
 
+// A rule with no constants here (an optimizer's own update_span()), which the CPU kernel alone runs: update is
+// called on blocks of n consecutive float32 elements of one run class (on several threads at once), slots[k] at the
+// same elements of the group's slot k. Element-wise, so any split of a run gives the same bits.
+struct SpanRule {
+  std::function<void(float* value, const float* grad, float* const* slots, int64_t n, int cls)> update;
+  int slots = 0;  // how many slots each group holds
+};
+
 // Everything of one step but the tensors.
 struct FusedUpdateStep {
   UpdateConstants rule;
+  const SpanRule* span_rule = nullptr;  // when set, runs in place of `rule` (on the CPU only)
   float clip_norm = 0;  // global clipnorm (> 0; 0: none): gradients scaled by clip_factor(norm, clip_norm)
   bool skipped_steps_advance_iterations = false;
   int64_t first_iterations = 0;  // rates[k] is for the counter holding first_iterations + k
@@ -74,15 +84,36 @@ struct FusedUpdateGroup {
 
 // Validates the tensors (dtypes, sizes, one device) and calls the device's kernel. iterations: int64 (1,), the
 // completed updates; found_inf may be null (never skip); global_norm, float32 (1,), is given exactly when
-// step.clip_norm > 0.
+// step.clip_norm > 0. A step with a span_rule runs on the CPU only.
 void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step, const Tensor* found_inf,
                   Tensor& iterations, const Tensor* global_norm = nullptr);
 
+// The rule's update of n consecutive float32 elements in host memory, of class cls (AdamW decays class 1), at
+// `rates`: what the CPU kernel runs on each block of a run, in the widest instruction-set variant the level allows
+// (core/isa_level.h; every variant gives the same bits), across threads from 65,536 elements. slots[k] points at
+// the same elements of slot k (slot_count(rule) of them). For the optimizers' update variable by variable.
+void update_span(const UpdateConstants& rule, const UpdateRates& rates, float* value, const float* grad,
+                 float* const* slots, int64_t n, int cls);
+
+// Adam's constants: 1 - beta1 and 1 - beta2 computed in double and rounded once, epsilon as given.
+UpdateConstants adam_constants(double beta1, double beta2, float epsilon);
+// Adam's step size after `iterations` completed updates: lr * sqrt(1 - beta2^t) / (1 - beta1^t), t = iterations + 1,
+// in double, rounded once (the CPU's and the device's, from the same function).
+float adam_alpha(float learning_rate, double beta1, double beta2, int64_t iterations);
+
+// Global clipping's decision, the one every update makes: false when norm is finite and <= clip_norm; otherwise
+// true, with *factor the float32 rounding of clip_norm / norm in double, or NaN for a norm that is not finite.
+bool clip_factor(float norm, float clip_norm, float* factor);
+
 namespace kernel {
-// The CPU kernel is the device kernels' reference (one element at a time through the shared functions); the CPU
-// optimizer runs its own vectorised pass (src/optim/optimizer_arena.cpp), which gives the same bits.
+// The CPU kernel is a blocked, vectorised pass over the runs across threads (src/ops/cpu/fused_update.cpp).
 using FusedUpdateFn = void(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step,
                            const Tensor* found_inf, Tensor& iterations, const Tensor* global_norm);
+// The device kernels' reference on the CPU: one element at a time through the arithmetic they share
+// (src/ops/shared/fused_update_element.h), which gives the CPU kernel's bits. Not the CPU backend's kernel: tests
+// install it in its place (KernelOverride) to check the device path on any machine. Refuses a span_rule.
+void fused_update_reference(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step,
+                            const Tensor* found_inf, Tensor& iterations, const Tensor* global_norm);
 }  // namespace kernel
 
 }  // namespace mixtrain::ops

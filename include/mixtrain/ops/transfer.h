@@ -36,6 +36,16 @@ DeviceMemory device_memory(const Device& device);
 // dtype with it, so that a float32 gradient reaches a 16-bit op on a GPU too (Tensor::to reads host memory only).
 Tensor cast(const Tensor& x, DType dtype);
 
+// dst = src, the same dtype and element count, on any two devices (dst contiguous; a strided src is made contiguous
+// where it lives first): host to host a plain copy, otherwise the copy of the device that is not the CPU. What
+// code above ops calls to fill a buffer it keeps (a parameter arena's, an optimizer's flat slots).
+void copy_into(const Tensor& src, Tensor& dst);
+
+// dst = src converted to dst's dtype, rounding as core's conversions do: both contiguous with the same element count
+// on one device. On the CPU in blocks across threads (a parameter arena's buffers reach hundreds of MB); on a device
+// by its backend's cast kernel, with nothing read back.
+void cast_into(const Tensor& src, Tensor& dst);
+
 namespace kernel {
 // dst = src converted to dst's dtype: both contiguous, same element count, same device.
 using CastFn = void(const Tensor& src, Tensor& dst);

@@ -216,6 +216,10 @@ class Optimizer {
     Optimizer& opt_;
   };
 
+  // apply()'s checks of every variable and its gradient (device, dtype, trainable, shape, unique name, restored slot
+  // sizes), before anything changes: the variables' keys (var_key()).
+  std::vector<std::string> checked_keys(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const;
+
   // The schedule's value at iterations_ (without reading a device counter back), checked to be finite and >= 0.
   float scheduled_rate() const { return scheduled_rate_at(iterations_); }
   float scheduled_rate_at(int64_t iterations) const;

@@ -1,16 +1,132 @@
-// CPU kernel of the fused update op: the device kernels' reference, one element at a time through the shared
-// functions (ops/shared/fused_update_element.h). The CPU optimizer does not call it: it runs its own vectorised
-// pass (src/optim/optimizer_arena.cpp), which gives the same bits; tests run the optimizer's device path on the
-// CPU through this kernel.
-#include "../shared/clip_factor.h"
-#include "../shared/update_group_pointers.h"
+// CPU kernel of the fused update op (ops/fused_update.h): the optimizer's update of a flat parameter arena in one
+// blocked pass over each dtype group's buffers.
+//
+// The runs of each group are cut into blocks of kBlock elements, split across threads. A block holds consecutive
+// variables of one update class that receive this update (with the zero padding between them, which every rule
+// keeps at zero). Per block: the gradient widened and scaled by the clipping factor when needed, the rule's span
+// (update_spans.cpp, or the optimizer's own span rule), and the new values rounded into the group's dtype and into
+// each compute copy while the block is still in cache. 16-bit values are widened to float32 per block, updated
+// and rounded once, as the optimizer's update variable by variable does. Every step is element-wise, so the bits
+// equal that update's whatever the blocking, and the device kernels' (fused_update_reference.cpp).
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "mixtrain/ops/fused_update.h"
 #include "cpu_backend.h"
 
 namespace mixtrain::ops::cpu {
 
+void update_span(const UpdateConstants& rule, const UpdateRates& rates, float* w, const float* g,
+                 float* const* slots, int64_t n, int cls);
+
 namespace {
-constexpr int64_t kParallelMin = int64_t{1} << 16;  // below this a thread team costs more than it saves
+
+// Small enough that a block's value, gradient and slots stay in L2 while it is converted; a multiple of 16 so
+// blocks start 64-byte aligned in every buffer.
+constexpr int64_t kBlock = int64_t{1} << 14;
+// Below this many elements a thread team costs more than it saves.
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+
+struct WorkItem {
+  size_t group;   // index into the groups
+  int64_t begin;  // element offset in the group's buffers
+  int64_t count;
+  int cls;
+};
+
+// Where one group's buffers are, for the threads.
+struct GroupPointers {
+  DType dtype;
+  char* values;
+  DType grad_dtype;
+  const char* grads;
+  std::vector<float*> slots;
+  std::vector<std::pair<DType, char*>> copies;
+};
+
+// The rule a block runs: the optimizer's span rule, or the constants' span at this step's rates.
+struct BlockRule {
+  const UpdateConstants& rule;
+  UpdateRates rates;
+  const SpanRule* span;
+  void operator()(float* w, const float* g, float* const* slots, int64_t n, int cls) const {
+    if (span != nullptr) {
+      span->update(w, g, slots, n, cls);
+    } else {
+      ops::cpu::update_span(rule, rates, w, g, slots, n, cls);
+    }
+  }
+};
+
+// The runs of every group, cut into blocks; *total: the elements they hold.
+std::vector<WorkItem> blocks_of(const std::vector<FusedUpdateGroup>& groups, int64_t* total) {
+  std::vector<WorkItem> items;
+  *total = 0;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const int64_t* runs = groups[gi].runs.data<int64_t>();  // (run_count, 3): begin, count, class
+    for (int64_t r = 0; r < groups[gi].run_count; ++r) {
+      const int64_t begin = runs[3 * r], end = begin + runs[3 * r + 1];
+      const int cls = static_cast<int>(runs[3 * r + 2]);
+      for (int64_t b = begin; b < end; b += kBlock) items.push_back({gi, b, std::min(kBlock, end - b), cls});
+      *total += end - begin;
+    }
+  }
+  return items;
+}
+
+GroupPointers pointers_of(FusedUpdateGroup& g) {
+  GroupPointers p{g.values.dtype(), static_cast<char*>(g.values.raw()), g.grads.dtype(),
+                  static_cast<const char*>(g.grads.raw()), {}, {}};
+  for (Tensor& t : g.slots) p.slots.push_back(t.data<float>());
+  for (Tensor& c : g.copies) p.copies.emplace_back(c.dtype(), static_cast<char*>(c.raw()));
+  return p;
+}
+
+// Per-thread scratch of the 16-bit and scaled blocks.
+struct Scratch {
+  std::vector<float> wide_w, wide_g;
+  std::vector<float*> slot_ptrs;
+};
+
+void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, bool scaled, float scale,
+                  Scratch& s) {
+  const size_t es = dtype_size(gp.dtype);
+  s.slot_ptrs.clear();
+  for (float* slot : gp.slots) s.slot_ptrs.push_back(slot + it.begin);
+  const float* g = nullptr;
+  float* w = nullptr;
+  if (gp.dtype == DType::kFloat32) {
+    w = reinterpret_cast<float*>(gp.values) + it.begin;
+  } else {
+    // A float16 / bfloat16 variable: updated in float32 with float32 state, rounded once.
+    s.wide_w.resize(static_cast<size_t>(it.count));
+    convert_elements(gp.values + it.begin * es, gp.dtype, s.wide_w.data(), DType::kFloat32, it.count);
+    w = s.wide_w.data();
+  }
+  if (gp.grad_dtype == DType::kFloat32) {
+    g = reinterpret_cast<const float*>(gp.grads) + it.begin;
+    if (scaled) {
+      s.wide_g.resize(static_cast<size_t>(it.count));
+      for (int64_t j = 0; j < it.count; ++j) s.wide_g[static_cast<size_t>(j)] = g[j] * scale;
+      g = s.wide_g.data();
+    }
+  } else {
+    s.wide_g.resize(static_cast<size_t>(it.count));
+    convert_elements(gp.grads + it.begin * es, gp.grad_dtype, s.wide_g.data(), DType::kFloat32, it.count);
+    if (scaled)
+      for (float& x : s.wide_g) x *= scale;
+    g = s.wide_g.data();
+  }
+  rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
+  if (gp.dtype != DType::kFloat32) {
+    convert_elements(s.wide_w.data(), DType::kFloat32, gp.values + it.begin * es, gp.dtype, it.count);
+  }
+  for (const auto& [cdt, cbuf] : gp.copies) {
+    convert_elements(w, DType::kFloat32, cbuf + it.begin * dtype_size(cdt), cdt, it.count);
+  }
+}
+
 }  // namespace
 
 void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step, const Tensor* found_inf,
@@ -24,21 +140,22 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
   MIXTRAIN_CHECK(k >= 0 && k < step.window, "fused_update: the counter holds " << counter << " iterations, outside the "
                                                                                << step.window << " rates from "
                                                                                << step.first_iterations);
-  const UpdateRates rates = step.rates[k];
-  const UpdateConstants& rule = step.rule;
-  const shared::AdamCoefficients c{rates.alpha, rule.one_minus_beta1, rule.one_minus_beta2, rule.epsilon};
-  float factor = 1.0f;
-  const bool scaled =
-      global_norm != nullptr && shared::clip_factor(global_norm->data<float>()[0], step.clip_norm, &factor);
-  for (FusedUpdateGroup& g : groups) {
-    const shared::UpdateGroupPointers p = shared::update_group_pointers(g);
-    const int64_t* runs = g.runs.data<int64_t>();  // (run_count, 3): begin, count, class
-    for (int64_t r = 0; r < g.run_count; ++r) {
-      const int64_t begin = runs[3 * r], count = runs[3 * r + 1];
-      const bool decay = runs[3 * r + 2] == 1;
-#pragma omp parallel for if (count >= kParallelMin) schedule(static)
-      for (int64_t i = begin; i < begin + count; ++i)
-        shared::fused_update_element(p, i, rule, c, rates.learning_rate, scaled, factor, decay);
+  const BlockRule rule{step.rule, step.rates[k], step.span_rule};
+  float scale = 1.0f;
+  const bool scaled = global_norm != nullptr && clip_factor(global_norm->data<float>()[0], step.clip_norm, &scale);
+
+  int64_t total = 0;
+  const std::vector<WorkItem> items = blocks_of(groups, &total);
+  std::vector<GroupPointers> pointers;
+  for (FusedUpdateGroup& g : groups) pointers.push_back(pointers_of(g));
+  const int64_t n_items = static_cast<int64_t>(items.size());
+#pragma omp parallel if (total >= kParallelMin)
+  {
+    Scratch scratch;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n_items; ++i) {
+      const WorkItem& it = items[static_cast<size_t>(i)];
+      update_block(it, pointers[it.group], rule, scaled, scale, scratch);
     }
   }
   ++counter;

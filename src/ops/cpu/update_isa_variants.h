@@ -1,11 +1,11 @@
-// How the optimizers' element-wise update passes run at the shared instruction-set level (core/isa_level.h):
-// each pass is written once as an always-inline span function, compiled three times by thin wrappers with
-// target attributes (x86-64 baseline, AVX2, AVX-512 F), and the wrapper isa_level() names is called on static
-// spans of the array, one per OpenMP thread. Unlike load-time function multiversioning, MIXTRAIN_ISA and the
-// tests' override choose the variant, and the vectorised loop is compiled inside the wrapper (an OpenMP
-// parallel region in a multiversioned function is outlined without the clone's target). The optim layer is
-// compiled with -ffp-contract=off (GCC would otherwise fuse a*b+c into an FMA where the AVX-512 target allows
-// it), so every variant gives the same bits; tests/optim/isa_variants_test.cpp checks that.
+// How the optimizer updates' element-wise spans (update_spans.cpp) run at the shared instruction-set level
+// (core/isa_level.h): each span is written once as an always-inline function, compiled three times by thin
+// wrappers with target attributes (x86-64 baseline, AVX2, AVX-512 F), and the wrapper isa_level() names is called
+// on static spans of the array, one per OpenMP thread. Unlike load-time function multiversioning, MIXTRAIN_ISA and
+// the tests' override choose the variant, and the vectorised loop is compiled inside the wrapper (an OpenMP
+// parallel region in a multiversioned function is outlined without the clone's target). The ops layer is compiled
+// with -ffp-contract=off (GCC would otherwise fuse a*b+c into an FMA where the AVX-512 target allows it), so every
+// variant gives the same bits; tests/ops/update_isa_variants_test.cpp checks that.
 #pragma once
 
 #include <omp.h>
@@ -15,7 +15,7 @@
 
 #include "mixtrain/core/isa_level.h"
 
-namespace mixtrain::optim_detail {
+namespace mixtrain::ops::cpu {
 
 template <class Fn>
 Fn variant_for_isa(Fn scalar, Fn avx2, Fn avx512) {
@@ -44,4 +44,4 @@ void for_each_span(int64_t n, int64_t min_parallel, const Span& span) {
   }
 }
 
-}  // namespace mixtrain::optim_detail
+}  // namespace mixtrain::ops::cpu

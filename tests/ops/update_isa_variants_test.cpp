@@ -1,0 +1,105 @@
+// The optimizer updates' spans (src/ops/cpu/update_spans.cpp, ops::update_span) at every instruction-set level the
+// CPU can run (core/isa_level.h): the same bits as the portable baseline, on arrays above and below the size where
+// the pass goes multithreaded, and with a length that no vector width divides; through an optimizer's update
+// variable by variable and through the fused update's CPU kernel (an arena's update).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "mixtrain/core/isa_level.h"
+#include "mixtrain/optim/adam.h"
+#include "mixtrain/optim/parameter_arena.h"
+#include "mixtrain/optim/rmsprop.h"
+#include "mixtrain/optim/sgd.h"
+
+namespace mixtrain {
+namespace {
+
+struct ResetIsa {
+  ~ResetIsa() { set_isa_level_for_testing(std::nullopt); }
+};
+
+Tensor random_tensor(int64_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  v[0] = 0.0f;        // a zero gradient: v stays 0, the division meets epsilon alone
+  v[1] = 1e-30f;      // squares to a subnormal
+  return Tensor::from_floats({n}, v);
+}
+
+// Three steps of a fresh optimizer on one variable of n elements, by apply() or through an arena (the fused
+// update's CPU kernel); the final weights and slots, as bytes.
+std::vector<uint8_t> train(const std::function<std::unique_ptr<Optimizer>()>& make, int64_t n, bool arena) {
+  auto opt = make();
+  Var w(random_tensor(n, 1, 1.0f), true, "w");
+  ParameterArena flat;
+  if (arena) flat.bind({w});
+  for (uint32_t step = 0; step < 3; ++step) {
+    if (!arena) {
+      opt->apply({random_tensor(n, 10 + step, 0.1f)}, {w});
+      continue;
+    }
+    flat.zero_grad();
+    w.accumulate_grad(random_tensor(n, 10 + step, 0.1f));
+    opt->apply_arena(flat);
+  }
+  std::vector<uint8_t> bytes(static_cast<const uint8_t*>(w.value().raw()),
+                             static_cast<const uint8_t*>(w.value().raw()) + w.value().nbytes());
+  for (const auto& [name, t] : opt->state()) {
+    const Tensor c = t.contiguous();
+    bytes.insert(bytes.end(), static_cast<const uint8_t*>(c.raw()), static_cast<const uint8_t*>(c.raw()) + c.nbytes());
+  }
+  return bytes;
+}
+
+void expect_same_bits_at_every_level(const char* what, const std::function<std::unique_ptr<Optimizer>()>& make) {
+  ResetIsa reset;
+  for (int64_t n : {int64_t{37}, int64_t{70001}})  // below and above the multithreading threshold (65,536)
+    for (bool arena : {false, true}) {
+      set_isa_level_for_testing(IsaLevel::kScalar);
+      const std::vector<uint8_t> scalar = train(make, n, arena);
+      for (IsaLevel l : {IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+        if (set_isa_level_for_testing(l) != l) {
+          std::printf("[ note ] %s: %s not supported here, not compared\n", what, isa_level_name(l));
+          continue;
+        }
+        const std::vector<uint8_t> got = train(make, n, arena);
+        ASSERT_EQ(got.size(), scalar.size());
+        size_t first = 0;
+        while (first < got.size() && got[first] == scalar[first]) ++first;
+        EXPECT_EQ(first, got.size()) << what << " at " << isa_level_name(l) << ", n = " << n
+                                     << (arena ? " (arena)" : "") << ": the bytes differ first at float " << first / 4
+                                     << " of " << got.size() / 4;
+      }
+    }
+}
+
+TEST(OptimizerIsaVariants, AdamGivesTheSameBitsAtEveryLevel) {
+  expect_same_bits_at_every_level("adam", [] { return std::make_unique<Adam>(0.01f); });
+}
+
+TEST(OptimizerIsaVariants, RmspropGivesTheSameBitsAtEveryLevelInEveryCase) {
+  for (double momentum : {0.0, 0.9})
+    for (bool centered : {false, true}) {
+      const std::string what = "rmsprop momentum " + std::to_string(momentum) + (centered ? " centered" : "");
+      expect_same_bits_at_every_level(what.c_str(), [=] {
+        return std::make_unique<RMSprop>(0.01f, RMSpropOptions{.momentum = momentum, .centered = centered});
+      });
+    }
+}
+
+TEST(OptimizerIsaVariants, SgdAndAdamwGiveTheSameBitsAtEveryLevel) {
+  expect_same_bits_at_every_level("sgd", [] { return std::make_unique<Sgd>(0.1f); });
+  expect_same_bits_at_every_level("sgd nesterov", [] { return std::make_unique<Sgd>(0.1f, 0.9f, true); });
+  expect_same_bits_at_every_level("adamw", [] { return std::make_unique<AdamW>(0.01f, 0.05f); });
+}
+
+}  // namespace
+}  // namespace mixtrain
