@@ -55,17 +55,6 @@ void validate_run_config(const RunConfig& cfg) {
   }
 }
 
-int RunConfig::fit_epochs() const {
-  if (steps <= 0) return epochs;
-  const int64_t per = steps_per_epoch();
-  return static_cast<int>((steps + per - 1) / per);
-}
-
-int64_t RunConfig::steps_per_epoch() const {
-  if (steps <= 0) return 0;
-  return eval_interval > 0 ? std::min(eval_interval, steps) : std::max<int64_t>(1, steps / 10);
-}
-
 namespace {
 
 // Bytes every weight holds at least while it trains: its float32 value and gradient, the optimizer's float32 slots
