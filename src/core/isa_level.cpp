@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 
 namespace mixtrain {
@@ -16,11 +17,11 @@ std::atomic<int> g_forced_level{-1};
 // -1 when MIXTRAIN_ISA is unset or empty.
 int environment_level() {
   static const int level = [] {
-    const char* env = std::getenv("MIXTRAIN_ISA");
-    if (env == nullptr || *env == '\0') return -1;
-    const std::optional<IsaLevel> parsed = parse_isa_level(env);
+    const std::optional<std::string> text = env::mixtrain_isa();
+    if (!text || text->empty()) return -1;
+    const std::optional<IsaLevel> parsed = parse_isa_level(*text);
     if (!parsed)
-      MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_ISA='" << env << "' names no instruction-set level",
+      MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_ISA='" << *text << "' names no instruction-set level",
                     "set MIXTRAIN_ISA to scalar, avx2 or avx512, or unset it");
     return static_cast<int>(*parsed);
   }();

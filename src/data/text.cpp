@@ -7,6 +7,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/file_checks.h"
 
@@ -197,10 +198,10 @@ TextDataset load_text_dataset(const std::string& path, const TextDatasetOptions&
 }
 
 std::string moby_dick_path() {
-  if (const char* dir = std::getenv("MIXTRAIN_DATA_DIR"); dir && *dir) return std::string(dir) + "/moby-dick.txt";
-  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) return std::string(xdg) + "/mixtrain/moby-dick.txt";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : ".") + "/.local/share/mixtrain/moby-dick.txt";
+  if (const auto dir = env::mixtrain_data_dir(); dir && !dir->empty()) return *dir + "/moby-dick.txt";
+  if (const auto xdg = env::xdg_data_home(); xdg && !xdg->empty()) return *xdg + "/mixtrain/moby-dick.txt";
+  const auto home = env::home();
+  return (home && !home->empty() ? *home : std::string(".")) + "/.local/share/mixtrain/moby-dick.txt";
 }
 
 }  // namespace mixtrain

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 #include "mpi_world.h"
 
@@ -17,9 +18,9 @@ class DoneRequest : public Communicator::Request {
 };
 
 int64_t launcher_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-    if (const char* v = std::getenv(var)) return std::atoll(v);
-  return std::getenv("PMIX_RANK") ? -1 : 0;  // -1: launched, size unknown
+  for (const auto& v : {env::ompi_comm_world_size(), env::pmi_size()})
+    if (v) return std::atoll(v->c_str());
+  return env::pmix_rank() ? -1 : 0;  // -1: launched, size unknown
 }
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mixtrain/core/dynamic_library.h"
+#include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/dist/device_communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
@@ -20,8 +21,7 @@ namespace {
 
 std::vector<std::string> candidates() {
   std::vector<std::string> names;
-  if (const char* path = std::getenv("MIXTRAIN_NCCL_LIBRARY"); path != nullptr && *path != '\0')
-    names.emplace_back(path);
+  if (const auto path = env::mixtrain_nccl_library(); path && !path->empty()) names.push_back(*path);
   names.emplace_back("libnccl.so.2");
 #ifdef MIXTRAIN_CUDA_LIBRARY_DIR
   names.push_back(std::string(MIXTRAIN_CUDA_LIBRARY_DIR) + "/libnccl.so.2");

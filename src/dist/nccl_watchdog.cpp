@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "nccl_api.h"
@@ -26,8 +27,9 @@ std::string check_progress(const Api& api, Comm comm, double waited_seconds, dou
 }
 
 double timeout_seconds() {
-  const char* v = std::getenv("MIXTRAIN_NCCL_TIMEOUT");
-  if (v == nullptr || *v == '\0') return 600.0;
+  const std::optional<std::string> text = env::mixtrain_nccl_timeout();
+  if (!text || text->empty()) return 600.0;
+  const char* v = text->c_str();
   char* end = nullptr;
   const double s = std::strtod(v, &end);
   MIXTRAIN_CHECK(end != v && *end == '\0' && s >= 0 && std::isfinite(s),

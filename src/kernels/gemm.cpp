@@ -28,6 +28,7 @@
 
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/gemm_internal.h"
+#include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/isa_level.h"
 #include "mixtrain/kernels/cpu_features.h"
@@ -508,8 +509,9 @@ int parse_bf16_method(const char* name) {
 // -1 when MIXTRAIN_BF16_GEMM is unset.
 int env_bf16_method() {
   static const int method = [] {
-    const char* env = std::getenv("MIXTRAIN_BF16_GEMM");
-    if (env == nullptr || *env == '\0') return -1;
+    const std::optional<std::string> text = env::mixtrain_bf16_gemm();
+    if (!text || text->empty()) return -1;
+    const char* env = text->c_str();
     const int parsed = parse_bf16_method(env);
     if (parsed < 0)
       MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_BF16_GEMM='" << env << "' names no bfloat16 GEMM method",
@@ -596,8 +598,9 @@ int parse_f16_method(const char* name) {
 
 int env_f16_method() {
   static const int method = [] {
-    const char* env = std::getenv("MIXTRAIN_F16_GEMM");
-    if (env == nullptr || *env == '\0') return -1;
+    const std::optional<std::string> text = env::mixtrain_f16_gemm();
+    if (!text || text->empty()) return -1;
+    const char* env = text->c_str();
     const int parsed = parse_f16_method(env);
     if (parsed < 0)
       MIXTRAIN_FAIL(kInvalidInput, "MIXTRAIN_F16_GEMM='" << env << "' names no float16 GEMM method",
@@ -611,8 +614,9 @@ bool valid_f16_interval(int64_t k) { return k >= 2 && k <= 1024 && k % 2 == 0; }
 
 int env_f16_interval() {
   static const int interval = [] {
-    const char* env = std::getenv("MIXTRAIN_F16_GEMM_INTERVAL");
-    if (env == nullptr || *env == '\0') return kDefaultF16Interval;
+    const std::optional<std::string> text = env::mixtrain_f16_gemm_interval();
+    if (!text || text->empty()) return kDefaultF16Interval;
+    const char* env = text->c_str();
     char* end = nullptr;
     const long parsed = std::strtol(env, &end, 10);
     if (end == env || *end != '\0' || !valid_f16_interval(parsed))

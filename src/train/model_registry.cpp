@@ -4,7 +4,7 @@
 #include <map>
 #include <mutex>
 
-#include "mixtrain/train/run.h"
+#include "mixtrain/train/run_config.h"
 
 namespace mixtrain {
 

@@ -55,17 +55,6 @@ void validate_run_config(const RunConfig& cfg) {
   }
 }
 
-int RunConfig::fit_epochs() const {
-  if (steps <= 0) return epochs;
-  const int64_t per = steps_per_epoch();
-  return static_cast<int>((steps + per - 1) / per);
-}
-
-int64_t RunConfig::steps_per_epoch() const {
-  if (steps <= 0) return 0;
-  return eval_interval > 0 ? std::min(eval_interval, steps) : std::max<int64_t>(1, steps / 10);
-}
-
 namespace {
 
 // Bytes every weight holds at least while it trains: its float32 value and gradient, the optimizer's float32 slots
@@ -105,11 +94,11 @@ void check_model_fits_memory(const RunConfig& cfg, const ModelInputSpec& input, 
   MIXTRAIN_FAIL(kInvalidInput, what.str(), hint.str());
 }
 
-std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
-                                   const std::vector<int64_t>& sample_shape) {
-  validate_run_config(cfg);
-  // Before any weight is allocated or initialized (a huge model would take minutes to fail otherwise).
-  check_model_fits_memory(cfg, ModelInputSpec{num_features, sample_shape, num_classes}, 0);
+namespace {
+
+// build_model once cfg is validated and the model known to fit.
+std::unique_ptr<Model> build_checked_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
+                                           const std::vector<int64_t>& sample_shape) {
   // The policy applies to layers created while it is global, as in Keras; the previous one is restored.
   const DTypePolicy previous = global_policy();
   set_global_policy(cfg.policy);
@@ -126,6 +115,16 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
       if (auto* bn = dynamic_cast<BatchNormalization*>(layer.get())) bn->set_synchronized(true);
   model->build_for(Shape{num_features});
   return model;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
+                                   const std::vector<int64_t>& sample_shape) {
+  validate_run_config(cfg);
+  // Before any weight is allocated or initialized (a huge model would take minutes to fail otherwise).
+  check_model_fits_memory(cfg, ModelInputSpec{num_features, sample_shape, num_classes}, 0);
+  return build_checked_model(cfg, num_features, num_classes, sample_shape);
 }
 
 int64_t resolved_warmup_steps(const RunConfig& cfg, int64_t total_steps) {
@@ -150,18 +149,26 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t tota
   return opt;
 }
 
-RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
-  check_model_fits_memory(cfg,
-                          ModelInputSpec{data.train.num_features(), data.train.sample_shape,
-                                         std::max(data.train.num_classes, data.test.num_classes)},
-                          // Each rank holds its shard of the global batch.
+namespace {
+
+// Whether the data set holds token windows (a language model): the second split is then the validation text.
+bool is_sequence_data(const DataSplits& data) {
+  return data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;
+}
+
+// The run's model, built under cfg.policy on cfg.device and compiled with the run's optimizer and loss scaling.
+std::unique_ptr<Model> compiled_run_model(const RunConfig& cfg, const DataSplits& data) {
+  const int64_t num_classes = std::max(data.train.num_classes, data.test.num_classes);
+  // The model's size is estimated once, at the batch each rank holds (its shard of the global batch); that bound
+  // covers the weights-only one build_model would check.
+  check_model_fits_memory(cfg, ModelInputSpec{data.train.num_features(), data.train.sample_shape, num_classes},
                           cfg.communicator != nullptr ? cfg.batch_size / cfg.communicator->size() : cfg.batch_size);
-  auto model = build_model(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
-                           data.train.sample_shape);
+  validate_run_config(cfg);
+  auto model = build_checked_model(cfg, data.train.num_features(), num_classes, data.train.sample_shape);
   model->to(cfg.device);
   // Updates of the whole run, for the learning-rate schedule.
-  const bool sequences = data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;
-  const int64_t train_rows = sequences ? data.train.size() : training_rows(data.train.size(), cfg.validation_split);
+  const int64_t train_rows =
+      is_sequence_data(data) ? data.train.size() : training_rows(data.train.size(), cfg.validation_split);
   const int64_t total_steps = cfg.steps > 0 ? static_cast<int64_t>(cfg.fit_epochs()) * cfg.steps_per_epoch()
                                             : cfg.epochs * ((train_rows + cfg.batch_size - 1) / cfg.batch_size);
   std::unique_ptr<Optimizer> opt = make_run_optimizer(cfg, total_steps);
@@ -176,11 +183,62 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   }
   model->compile(std::move(opt), Loss("sparse_categorical_crossentropy", /*from_logits=*/true), {"accuracy"},
                  auto_scale);
-  std::optional<LossScaleReport> scaler = model->optimizer().loss_scale_report();
+  return model;
+}
 
+// Loads cfg.resume_path into model and sets fo to continue from it (r.initial_epoch: where it continues).
+void resume_run(const RunConfig& cfg, Model& model, FitOptions& fo, RunResult& r, std::ostream* progress) {
+  CheckpointInfo info = load_checkpoint(cfg.resume_path, model);
+  fo.initial_epoch = std::min(info.epoch, fo.epochs);
+  r.initial_epoch = fo.initial_epoch;
+  if (progress) {
+    *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch;
+    if (info.fit_state && info.fit_state->step > 0)
+      *progress << " and step " << info.fit_state->step << " of epoch " << info.epoch + 1;
+    *progress << " of " << fo.epochs << "\n";
+  }
+  // A file saved during training continues at its next batch with the run's History; older files at the epoch.
+  if (info.fit_state) fo.resume = std::move(info.fit_state);
+}
+
+// After fit: the test figures, speed, recovery actions, layers' compute dtypes and the loss-scale summary.
+void finish_result(const RunConfig& cfg, const DataSplits& data, Model& model, const FitOptions& fo,
+                   const RecoveryGuard& guard, RunResult& r) {
+  const bool sequences = is_sequence_data(data);
+  // A language model's test split is its validation text, just evaluated at the end of the last interval.
+  const auto& val_loss = r.history.history["val_loss"];
+  const auto& val_acc = r.history.history["val_accuracy"];
+  if (sequences && !val_loss.empty() && !val_acc.empty() && r.history.epoch.back() == fo.epochs - 1)
+    r.test = {val_loss.back(), val_acc.back()};
+  else
+    r.test = model.evaluate(data.test.x, data.test.y, 256, cfg.communicator);
+  const double secs = r.history.train_seconds;
+  r.steps_per_second = secs > 0 ? static_cast<double>(r.history.steps) / secs : 0;
+  r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;
+  if (sequences) r.tokens_per_second = r.samples_per_second * static_cast<double>(data.train.x.dim(1));
+  r.recovery = guard.events();
+  for (auto& l : model.layers()) r.layer_compute_dtypes.emplace_back(l->name(), dtype_name(l->compute_dtype()));
+  // Recovery may have switched loss scaling on during training.
+  const std::optional<LossScaleReport> scaler = model.optimizer().loss_scale_report();
+  if (scaler && !r.loss_scaled) {
+    r.loss_scaled = true;
+    r.initial_scale = LossScaleOptions{}.initial_scale;
+  }
+  if (scaler) {
+    r.final_scale = scaler->scale;
+    r.min_scale_seen = scaler->min_scale_seen;
+    r.skipped_steps = scaler->skipped_steps;
+  }
+}
+
+}  // namespace
+
+RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
+  std::unique_ptr<Model> model = compiled_run_model(cfg, data);
+  const bool sequences = is_sequence_data(data);
   RunResult r;
   r.compute_dtype = dtype_name(DTypePolicy::from_name(cfg.policy).compute_dtype());
-  if (scaler) {
+  if (const std::optional<LossScaleReport> scaler = model->optimizer().loss_scale_report()) {
     r.loss_scaled = true;
     r.initial_scale = scaler->scale;
   }
@@ -204,20 +262,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   ValidationSplit split = sequences ? ValidationSplit{data.train.x, data.train.y, data.test.x, data.test.y}
                                     : split_validation(data.train.x, data.train.y, cfg.validation_split);
   if (split.val_x.defined()) fo.validation_data = std::make_pair(split.val_x, split.val_y);
-
-  if (!cfg.resume_path.empty()) {
-    CheckpointInfo info = load_checkpoint(cfg.resume_path, *model);
-    fo.initial_epoch = std::min(info.epoch, fo.epochs);
-    r.initial_epoch = fo.initial_epoch;
-    if (progress) {
-      *progress << "resumed from " << cfg.resume_path << " after epoch " << info.epoch;
-      if (info.fit_state && info.fit_state->step > 0)
-        *progress << " and step " << info.fit_state->step << " of epoch " << info.epoch + 1;
-      *progress << " of " << fo.epochs << "\n";
-    }
-    // A file saved during training continues at its next batch with the run's History; older files at the epoch.
-    if (info.fit_state) fo.resume = std::move(info.fit_state);
-  }
+  if (!cfg.resume_path.empty()) resume_run(cfg, *model, fo, r, progress);
   std::unique_ptr<CheckpointCallback> saver;
   if (!cfg.save_path.empty() && writes_checkpoints) {
     saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg), cfg.save_every);
@@ -234,30 +279,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   reset_peak_memory(cfg.device);
   r.history = model->fit(split.x, split.y, fo);
   r.peak_memory_bytes = memory_stats(cfg.device).peak_bytes - live_before;
-  // A language model's test split is its validation text, just evaluated at the end of the last interval.
-  const auto& val_loss = r.history.history["val_loss"];
-  const auto& val_acc = r.history.history["val_accuracy"];
-  if (sequences && !val_loss.empty() && !val_acc.empty() && r.history.epoch.back() == fo.epochs - 1)
-    r.test = {val_loss.back(), val_acc.back()};
-  else
-    r.test = model->evaluate(data.test.x, data.test.y, 256, cfg.communicator);
-  const double secs = r.history.train_seconds;
-  r.steps_per_second = secs > 0 ? static_cast<double>(r.history.steps) / secs : 0;
-  r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;
-  if (sequences) r.tokens_per_second = r.samples_per_second * static_cast<double>(data.train.x.dim(1));
-  r.recovery = guard.events();
-  for (auto& l : model->layers()) r.layer_compute_dtypes.emplace_back(l->name(), dtype_name(l->compute_dtype()));
-  // Recovery may have switched loss scaling on during training.
-  scaler = model->optimizer().loss_scale_report();
-  if (scaler && !r.loss_scaled) {
-    r.loss_scaled = true;
-    r.initial_scale = LossScaleOptions{}.initial_scale;
-  }
-  if (scaler) {
-    r.final_scale = scaler->scale;
-    r.min_scale_seen = scaler->min_scale_seen;
-    r.skipped_steps = scaler->skipped_steps;
-  }
+  finish_result(cfg, data, *model, fo, guard, r);
   return r;
 }
 

@@ -176,14 +176,25 @@ StepBatch token_batch(const RunConfig& cfg, int64_t vocabulary) {
   return b;
 }
 
-int bench_step(const std::vector<std::string>& argv) {
+// bench step's flags, parsed once: the run it times, with the peer comparison's shapes where the flags give none.
+struct StepOptions {
+  RunConfig run;
+  bool transformer = false;
+  int64_t steps = 10;       // --steps: the timed steps
+  int64_t vocabulary = 0;   // --vocabulary: the transformer's (0 for the other models)
+  std::string json_path;    // --json
+};
+constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
+
+StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device"});
-  RunConfig cfg;
+  StepOptions o;
+  RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
   cfg.model = a.str("model", "mlp");
-  const bool transformer = cfg.model == "transformer";
-  if (transformer) {
+  o.transformer = cfg.model == "transformer";
+  if (o.transformer) {
     MIXTRAIN_CHECK(!a.has("hidden"), "--hidden does not apply to --model transformer (its MLP is 4 x --width)");
   } else {
     for (const char* f : {"context", "width", "layers", "heads", "vocabulary"})
@@ -193,12 +204,10 @@ int bench_step(const std::vector<std::string>& argv) {
   cfg.hidden = a.int_list("hidden", cfg.model == "mlp" ? std::vector<int64_t>{4096, 4096} : std::vector<int64_t>{128});
   cfg.policy = a.str("policy", "float32");
   cfg.seed = static_cast<uint64_t>(a.integer("seed", 1));
-  const int64_t steps = a.integer("steps", 10);
-  MIXTRAIN_CHECK(steps > 0, "--steps must be a positive integer, got " << steps);
-  constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
-  int64_t vocabulary = 0;
-  if (transformer) {
-    // `mixtrain train --model transformer`'s recipe (tools/cli/train_command.cpp): AdamW at 2e-3 with weight
+  o.steps = a.integer("steps", 10);
+  MIXTRAIN_CHECK(o.steps > 0, "--steps must be a positive integer, got " << o.steps);
+  if (o.transformer) {
+    // `mixtrain train --model transformer`'s recipe (tools/cli/run_options.cpp): AdamW at 2e-3 with weight
     // decay 0.01, clipping at global norm 1, a cosine schedule after a warm-up of a tenth of the steps (at
     // most 100), batches of 32 windows; the shapes of its defaults on Moby Dick (83 characters).
     cfg.optimizer = a.str("optimizer", "adamw");
@@ -207,31 +216,42 @@ int bench_step(const std::vector<std::string>& argv) {
     cfg.weight_decay = 0.01f;
     cfg.clipnorm = 1.0f;
     cfg.lr_schedule = "cosine";
-    cfg.warmup_steps = std::min<int64_t>(100, (steps + kWarmupSteps) / 10);
+    cfg.warmup_steps = std::min<int64_t>(100, (o.steps + kWarmupSteps) / 10);
     // Written out rather than taken from RunConfig's defaults, so the benchmark's shapes stay put.
     cfg.context_length = a.integer("context", 64);
     cfg.width = a.integer("width", 128);
     cfg.num_layers = a.integer("layers", 2);
     cfg.num_heads = a.integer("heads", 4);
-    vocabulary = a.integer("vocabulary", 83, 2, 1 << 24);
+    o.vocabulary = a.integer("vocabulary", 83, 2, 1 << 24);
   } else {
     cfg.optimizer = a.str("optimizer", "adam");
     cfg.batch_size = a.integer("batch-size", 256);
   }
   validate_run_config(cfg);
-  constexpr int64_t kInputs = 784, kClasses = 10;  // the Fashion-MNIST shapes
-  set_precision_warning_sink([](const std::string&) {});
-  auto model = transformer ? build_model(cfg, cfg.context_length, vocabulary, {cfg.context_length})
-                           : build_model(cfg, kInputs, kClasses);
-  set_precision_warning_sink(nullptr);
-  // The optimizer training builds (weight decay, clipping, schedule over every step this command runs).
-  model->compile(make_run_optimizer(cfg, steps + kWarmupSteps), Loss("sparse_categorical_crossentropy", true));
-  int64_t weights = 0;
-  for (const Var& w : model->trainable_weights()) weights += w.value().numel();
+  o.json_path = a.str("json", "");
+  return o;
+}
 
-  StepBatch batch = transformer ? token_batch(cfg, vocabulary) : image_batch(cfg, *model, kInputs, kClasses);
-  if (transformer) {
-    batch.description = "transformer (V " + std::to_string(vocabulary) + ", T " + std::to_string(cfg.context_length) +
+constexpr int64_t kInputs = 784, kClasses = 10;  // the Fashion-MNIST shapes
+
+// The model bench step times, compiled with the optimizer training builds (weight decay, clipping, schedule over
+// every step this command runs).
+std::unique_ptr<Model> build_step_model(const StepOptions& o) {
+  const RunConfig& cfg = o.run;
+  set_precision_warning_sink([](const std::string&) {});
+  auto model = o.transformer ? build_model(cfg, cfg.context_length, o.vocabulary, {cfg.context_length})
+                             : build_model(cfg, kInputs, kClasses);
+  set_precision_warning_sink(nullptr);
+  model->compile(make_run_optimizer(cfg, o.steps + kWarmupSteps), Loss("sparse_categorical_crossentropy", true));
+  return model;
+}
+
+// The batch, and the model's name in the report (e.g. "mlp 784-4096-4096-10").
+StepBatch step_batch(const StepOptions& o, const Model& model, int64_t weights) {
+  const RunConfig& cfg = o.run;
+  StepBatch batch = o.transformer ? token_batch(cfg, o.vocabulary) : image_batch(cfg, model, kInputs, kClasses);
+  if (o.transformer) {
+    batch.description = "transformer (V " + std::to_string(o.vocabulary) + ", T " + std::to_string(cfg.context_length) +
                         ", D " + std::to_string(cfg.width) + ", L " + std::to_string(cfg.num_layers) + ", heads " +
                         std::to_string(cfg.num_heads) + ", " + std::to_string(weights) + " weights)";
   } else if (cfg.model == "mlp") {
@@ -241,20 +261,31 @@ int bench_step(const std::vector<std::string>& argv) {
   } else {
     batch.description = cfg.model + " (28x28x1 images, " + std::to_string(weights) + " weights)";
   }
+  return batch;
+}
 
-  // Data-parallel (mpirun -np N): --batch-size is the global batch, each rank steps on its shard of it and
-  // all-reduces the gradients; every rank starts from rank 0's weights.
-  Communicator* job = data_parallel_job_on(cfg.device);
-  check_global_batch(cfg, job);
-  if (job) broadcast_variables(model->weights(), *job);
+// What the timed steps measured.
+struct StepTiming {
+  double median = 0;             // seconds per step
+  int64_t step_peak_bytes = 0;   // beyond what the model, its optimizer state and the batch hold between steps
+  int64_t declined_plans = 0;    // GPU: cuBLASLt plans declined (warm-up and timed steps)
+  int64_t fallback_products = 0; // GPU: products on the fallback kernel
+  double comm_share = 0;         // data-parallel: time inside collectives over the timed steps' time
+  int64_t comm_bytes = 0;        // data-parallel: bytes all-reduced per step per rank
+};
+
+// Data-parallel (job not null): --batch-size is the global batch, each rank steps on its shard of it and
+// all-reduces the gradients.
+StepTiming time_steps(const StepOptions& o, Model& model, const StepBatch& batch, Communicator* job) {
+  const RunConfig& cfg = o.run;
   const ShardRange shard = job ? shard_range(cfg.batch_size, job->rank(), job->size()) : ShardRange{0, cfg.batch_size};
   // On a GPU the batch is copied there once, as a data loader that prefetches would have it: the steps time the
   // GPU's work. Each step reads its logs back, so its time covers that work.
-  model->to(cfg.device);
+  model.to(cfg.device);
   const Tensor xs = ops::to_device(batch.x.slice_rows(shard.begin, shard.end), cfg.device),
                ys = ops::to_device(batch.y.slice_rows(shard.begin, shard.end), cfg.device);
   const ops::CudaGemmCounts gemm_before = ops::cuda_gemm_counts();  // the warm-up makes the GEMM plans
-  for (int64_t i = 0; i < kWarmupSteps; ++i) model->train_step(xs, ys, job, cfg.batch_size);
+  for (int64_t i = 0; i < kWarmupSteps; ++i) model.train_step(xs, ys, job, cfg.batch_size);
   const int64_t live_before = memory_stats(cfg.device).live_bytes;
   reset_peak_memory(cfg.device);
   if (job) {
@@ -262,86 +293,111 @@ int bench_step(const std::vector<std::string>& argv) {
     job->reset_stats();  // count the timed steps' communication only
   }
   std::vector<double> times;
-  for (int64_t s = 0; s < steps; ++s) {
+  for (int64_t s = 0; s < o.steps; ++s) {
     const auto t = Clock::now();
-    model->train_step(xs, ys, job, cfg.batch_size);
+    model.train_step(xs, ys, job, cfg.batch_size);
     times.push_back(since(t));
   }
-  // Beyond what the model, its optimizer state and the batch hold between steps: a step's activations and gradients.
-  const int64_t step_peak_bytes = memory_stats(cfg.device).peak_bytes - live_before;
+  StepTiming r;
+  r.step_peak_bytes = memory_stats(cfg.device).peak_bytes - live_before;
   const ops::CudaGemmCounts gemm_after = ops::cuda_gemm_counts();
-  const int64_t declined_plans = gemm_after.declined_plans - gemm_before.declined_plans;
-  const int64_t fallback_products = gemm_after.fallback_products - gemm_before.fallback_products;
+  r.declined_plans = gemm_after.declined_plans - gemm_before.declined_plans;
+  r.fallback_products = gemm_after.fallback_products - gemm_before.fallback_products;
   double total = 0;
   for (double t : times) total += t;
-  // Time inside collectives (the transfer, and waiting for the slowest rank) over the timed steps' time.
-  const double comm_share = job && total > 0 ? job->stats().seconds / total : 0.0;
-  const int64_t comm_bytes = job ? job->stats().bytes / steps : 0;
+  // The transfer, and waiting for the slowest rank.
+  r.comm_share = job && total > 0 ? job->stats().seconds / total : 0.0;
+  r.comm_bytes = job ? job->stats().bytes / o.steps : 0;
   std::sort(times.begin(), times.end());
-  const double median = times[times.size() / 2];
-  const double samples_per_second = static_cast<double>(cfg.batch_size) / median;
-  // MLP: forward 2 flops per weight per row, backward 4 (input and weight gradients). A convolution reuses
-  // its weights across positions and attention has products without weights, so no such count is printed for
-  // the other models.
-  const bool mlp = cfg.model == "mlp";
-  const double gflops =
-      mlp ? 6.0 * static_cast<double>(cfg.batch_size) * static_cast<double>(weights) / median / 1e9 : 0.0;
-  const double tokens_per_second = static_cast<double>(batch.tokens) / median;
+  r.median = times[times.size() / 2];
+  return r;
+}
+
+// MLP: forward 2 flops per weight per row, backward 4 (input and weight gradients). A convolution reuses its
+// weights across positions and attention has products without weights, so no such count is given for the other
+// models (0).
+double step_gflops(const RunConfig& cfg, int64_t weights, double median) {
+  if (cfg.model != "mlp") return 0.0;
+  return 6.0 * static_cast<double>(cfg.batch_size) * static_cast<double>(weights) / median / 1e9;
+}
+
+void print_step(const StepOptions& o, const StepBatch& batch, int64_t weights, const StepTiming& t,
+                const Communicator* job) {
+  const RunConfig& cfg = o.run;
   const std::string where = cfg.device.is_cpu() ? std::string("isa ") + kernels::gemm_isa() : cfg.device.str();
   std::printf("bench step: %s, batch %lld, %s, %s, %s: %.2f ms/step (median of %lld), %.1f steps/s",
               batch.description.c_str(), static_cast<long long>(cfg.batch_size), cfg.policy.c_str(),
-              cfg.optimizer.c_str(), where.c_str(), median * 1e3, static_cast<long long>(steps), 1.0 / median);
-  if (mlp) std::printf(", %.1f GFLOP/s", gflops);
-  if (transformer) std::printf(", %.0f tokens/s", tokens_per_second);
-  std::printf(", %.0f samples/s\n", samples_per_second);
+              cfg.optimizer.c_str(), where.c_str(), t.median * 1e3, static_cast<long long>(o.steps), 1.0 / t.median);
+  if (cfg.model == "mlp") std::printf(", %.1f GFLOP/s", step_gflops(cfg, weights, t.median));
+  if (o.transformer) std::printf(", %.0f tokens/s", static_cast<double>(batch.tokens) / t.median);
+  std::printf(", %.0f samples/s\n", static_cast<double>(cfg.batch_size) / t.median);
   // Whether cuBLASLt served every product in place: a declined plan costs a scratch pass (or ReLU as a kernel of its
   // own after the product), a fallback product much more (the backend's own kernel instead of the tensor cores).
   if (cfg.device.type == DeviceType::kCuda)
     std::printf("GPU GEMM: %lld plans declined by cuBLASLt, %lld products on the fallback kernel (warm-up and timed "
                 "steps)\n",
-                static_cast<long long>(declined_plans), static_cast<long long>(fallback_products));
+                static_cast<long long>(t.declined_plans), static_cast<long long>(t.fallback_products));
   // A device communicator's collectives are queued on the GPU: the host's share is their queueing only, and their
   // time on the GPU is inside the step's.
   const bool queued_on_device = job && job->moves_memory_of(cfg.device);
   if (job)
     std::printf("data-parallel: %d ranks (%s), %.1f%% of step time %s (rank 0), %.2f MiB all-reduced per step per "
                 "rank\n",
-                job->size(), job->backend().c_str(), 100.0 * comm_share,
+                job->size(), job->backend().c_str(), 100.0 * t.comm_share,
                 queued_on_device ? "queueing collectives on the GPU" : "in communication",
-                static_cast<double>(comm_bytes) / (1 << 20));
-  const std::string json_path = a.str("json", "");
-  if (!json_path.empty()) {
-    Json j = Json::object({{"ms_per_step", median * 1e3},
-                           {"steps_per_second", 1.0 / median},
-                           {"gflops", gflops},
-                           {"policy", cfg.policy},
-                           {"model", cfg.model},
-                           {"optimizer", cfg.optimizer},
-                           {"batch_size", cfg.batch_size},
-                           {"steps", steps},
-                           {"weights", weights},
-                           {"isa", kernels::gemm_isa()},
-                           {"device", cfg.device.str()},
-                           {"step_peak_memory_bytes", static_cast<double>(step_peak_bytes)},
-                           {"samples_per_second", samples_per_second},
-                           {"ranks", job ? job->size() : 1},
-                           {"communicator", job ? job->backend() : std::string("none")},
-                           {"communication_share", comm_share},
-                           {"communication_bytes_per_step_per_rank", static_cast<double>(comm_bytes)}});
-    if (cfg.device.type == DeviceType::kCuda) {
-      j["gemm_declined_plans"] = declined_plans;
-      j["gemm_fallback_products"] = fallback_products;
-    }
-    if (transformer) {
-      j["tokens_per_second"] = tokens_per_second;
-      j["vocabulary"] = vocabulary;
-      j["context"] = cfg.context_length;
-      j["width"] = cfg.width;
-      j["layers"] = cfg.num_layers;
-      j["heads"] = cfg.num_heads;
-    }
-    if (writes_outputs()) write_file_atomically(json_path, j.dump(2) + "\n");
-    std::printf("wrote %s\n", json_path.c_str());
+                static_cast<double>(t.comm_bytes) / (1 << 20));
+}
+
+Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, const StepTiming& t,
+               const Communicator* job) {
+  const RunConfig& cfg = o.run;
+  Json j = Json::object({{"ms_per_step", t.median * 1e3},
+                         {"steps_per_second", 1.0 / t.median},
+                         {"gflops", step_gflops(cfg, weights, t.median)},
+                         {"policy", cfg.policy},
+                         {"model", cfg.model},
+                         {"optimizer", cfg.optimizer},
+                         {"batch_size", cfg.batch_size},
+                         {"steps", o.steps},
+                         {"weights", weights},
+                         {"isa", kernels::gemm_isa()},
+                         {"device", cfg.device.str()},
+                         {"step_peak_memory_bytes", static_cast<double>(t.step_peak_bytes)},
+                         {"samples_per_second", static_cast<double>(cfg.batch_size) / t.median},
+                         {"ranks", job ? job->size() : 1},
+                         {"communicator", job ? job->backend() : std::string("none")},
+                         {"communication_share", t.comm_share},
+                         {"communication_bytes_per_step_per_rank", static_cast<double>(t.comm_bytes)}});
+  if (cfg.device.type == DeviceType::kCuda) {
+    j["gemm_declined_plans"] = t.declined_plans;
+    j["gemm_fallback_products"] = t.fallback_products;
+  }
+  if (o.transformer) {
+    j["tokens_per_second"] = static_cast<double>(batch.tokens) / t.median;
+    j["vocabulary"] = o.vocabulary;
+    j["context"] = cfg.context_length;
+    j["width"] = cfg.width;
+    j["layers"] = cfg.num_layers;
+    j["heads"] = cfg.num_heads;
+  }
+  return j;
+}
+
+int bench_step(const std::vector<std::string>& argv) {
+  const StepOptions o = step_options_from(argv);
+  std::unique_ptr<Model> model = build_step_model(o);
+  int64_t weights = 0;
+  for (const Var& w : model->trainable_weights()) weights += w.value().numel();
+  const StepBatch batch = step_batch(o, *model, weights);
+  // Data-parallel (mpirun -np N): every rank starts from rank 0's weights.
+  Communicator* job = data_parallel_job_on(o.run.device);
+  check_global_batch(o.run, job);
+  if (job) broadcast_variables(model->weights(), *job);
+  const StepTiming t = time_steps(o, *model, batch, job);
+  print_step(o, batch, weights, t, job);
+  if (!o.json_path.empty()) {
+    if (writes_outputs()) write_file_atomically(o.json_path, step_json(o, batch, weights, t, job).dump(2) + "\n");
+    std::printf("wrote %s\n", o.json_path.c_str());
   }
   return 0;
 }

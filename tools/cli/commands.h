@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "args.h"
+#include "run_options.h"
 
 #include "mixtrain/core/json.h"
 #include "mixtrain/data/csv.h"
@@ -26,24 +27,16 @@ int bench_command(const std::vector<std::string>& args);
 // Samples text from a transformer checkpoint.
 int generate_command(const std::vector<std::string>& args);
 
-// The flags every training command shares (model, data, epochs, policy, ...), and the RunConfig they give,
-// validated (names, ranges) before any data is read.
-const std::set<std::string>& run_flags();
-RunConfig run_config_from(const Args& args);
-// --batch-size auto [--memory-budget SIZE]: picks the largest batch whose step fits, for cfg's policy.
-void resolve_batch_size(RunConfig& cfg, const Args& args, const DataSplits& data);
+// With --batch-size auto (options.batch_size_auto): sets cfg.batch_size to the largest batch whose step fits
+// options.memory_budget (default: a share of the device's free memory), for cfg's policy; else nothing.
+void resolve_batch_size(RunConfig& cfg, const RunOptions& options, const DataSplits& data);
 Json recovery_to_json(const std::vector<RecoveryEvent>& events);
 void print_run_summary(const RunResult& r);
 
-// --data fashion-mnist | PATH (IDX images or CSV), normalised (--normalize) with statistics of the training split;
-// or text for the transformer: moby-dick | text:PATH, windows of cfg.context_length characters (cfg.vocabulary is
-// set). A CSV (FILE.csv, or FILE.csv.gz gzip-compressed) is read as --csv-header and --label-column say.
-DataSplits load_data(const std::string& spec, const Args& args, RunConfig& cfg);
-// Whether --data names a CSV file (.csv or .csv.gz).
-bool is_csv_data(const std::string& spec);
-// --csv-header auto|yes|no and --label-column NAME|INDEX, checked (Error naming the flag and the accepted
-// values; either flag with data that is not a CSV is an Error too).
-CsvOptions csv_options_from(const Args& args);
+// options.data: fashion-mnist | PATH (IDX images or CSV), normalised (options.normalize) with statistics of the
+// training split; or text for the transformer: moby-dick | text:PATH, windows of cfg.context_length characters
+// (cfg.vocabulary is set). A CSV (FILE.csv, or FILE.csv.gz gzip-compressed) is read as options.csv says.
+DataSplits load_data(const RunOptions& options, RunConfig& cfg);
 // Exit status of a run whose loss ended non-finite (2 is bad input, 1 an internal error).
 inline constexpr int kExitDiverged = 3;
 // Error (kIo, exit 2) unless path can be created: its directory exists and is writable, and it is no directory.

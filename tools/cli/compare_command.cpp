@@ -50,128 +50,130 @@ std::vector<double> recovery_reference(const std::vector<const RunResult*>& seed
   for (const RunResult* r : seeds) smoothed.push_back(drift_smoothed(r->history.step_loss));
   return drift_reference_for_ceiling(deviation_ceiling(series_band(smoothed)), RecoveryOptions{}.drift_tolerance);
 }
-}  // namespace
 
-int compare_command(const std::vector<std::string>& argv) {
+// compare's flags: the shared ones (run_options.h) but --policy, and its own.
+struct CompareOptions {
+  RunOptions run;
+  std::vector<std::string> policies;  // --policies, in the order they are reported
+  int seeds = kDefaultBaselineSeeds;  // --baseline-seeds: the baseline's runs, for its seed-to-seed band
+  std::string out_dir;                // --out
+};
+
+CompareOptions compare_options_from(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.erase("policy");
   flags.insert({"policies", "out", "baseline-seeds", "device"});
   Args a(argv, flags, {"recover", "sync-batch-norm"});
-  const std::vector<std::string> policies =
-      a.str_list("policies", {"float32", "mixed_float16", "mixed_bfloat16"});
-  const int seeds = static_cast<int>(a.integer("baseline-seeds", kDefaultBaselineSeeds, 1, 64));
-  RunConfig base = run_config_from(a);
-  base.device = usable_device_flag(a, "compare");
-  for (const std::string& p : policies) {
-    RunConfig c = base;
+  CompareOptions o;
+  o.policies = a.str_list("policies", {"float32", "mixed_float16", "mixed_bfloat16"});
+  o.seeds = static_cast<int>(a.integer("baseline-seeds", kDefaultBaselineSeeds, 1, 64));
+  o.run = run_options_from(a, "compare");
+  for (const std::string& p : o.policies) {
+    RunConfig c = o.run.run;
     c.policy = p;
     validate_run_config(c);
   }
-  const std::string out_dir = a.str("out", "out/compare");
-  const std::string data_spec = a.str("data", "fashion-mnist");
-  // Data-parallel (mpirun): every rank trains every run; rank 0 alone writes the report.
-  Communicator* job = data_parallel_job_on(base.device);
-  const bool writer = writes_outputs();
-  if (a.str("batch-size", "") != "auto") check_global_batch(base, job);
-  base.communicator = job;
-  std::error_code ec;
-  if (writer) std::filesystem::create_directories(out_dir, ec);
-  if (writer && (ec || !std::filesystem::is_directory(out_dir)))
-    MIXTRAIN_FAIL(kIo, "cannot create the output directory '" << out_dir << "'", "pass a writable --out DIR");
+  o.out_dir = a.str("out", "out/compare");
+  return o;
+}
 
-  // The data (and a CSV's hold-out split, drawn from --seed) is loaded once: the float32 seeds differ only in
-  // what the model's seed draws.
-  DataSplits data = load_data(data_spec, a, base);
-  print_data_line(data_spec, data);
-  std::cout << "policies: ";
-  for (const auto& p : policies) std::cout << p << " ";
-  std::cout << "\n";
+// The runs of a comparison: one per policy (in --policies' order), and the baseline's other seeds.
+struct CompareRuns {
+  size_t baseline = 0;  // float32 when it is among the policies, else the first policy
+  std::vector<RunResult> results;
+  std::vector<RunConfig> configs;
+  std::vector<RunResult> seed_results;
+  std::vector<RunConfig> seed_configs;
+};
 
-  ComparisonReport report;
-  report.title = "mixtrain compare: " + base.model + " on " + data_spec;
-  report.model = base.model;
-  report.data = data_spec;
-  report.seed = base.seed;
-  report.epochs = base.steps > 0 ? base.fit_epochs() : base.epochs;
-  report.batch_size_auto = a.str("batch-size", "") == "auto";
-  // The precision warnings go to the report's notes as well as the terminal.
-  set_precision_warning_sink([&](const std::string& w) {
-    std::cerr << w << "\n";
-    report.notes.push_back(w);
-  });
-  // The baseline is float32 when it is among the policies, else the first policy. It runs first, with its
-  // other seeds, so that with --recover the others can be checked for leaving its band.
-  size_t baseline = 0;
+// The baseline's other seeds: same data, batch size and everything else as its run c.
+void run_baseline_seeds(const RunConfig& c, const CompareOptions& o, const DataSplits& data, CompareRuns& runs) {
+  for (int k = 1; k < o.seeds; ++k) {
+    RunConfig s = c;
+    s.seed = o.run.run.seed + static_cast<uint64_t>(k);
+    std::cout << "\n=== " << s.policy << " (seed " << s.seed << ", for the band) ===\n";
+    runs.seed_configs[static_cast<size_t>(k - 1)] = s;
+    runs.seed_results[static_cast<size_t>(k - 1)] = run_training(s, data, &std::cout, stdout_is_terminal());
+    print_run_summary(runs.seed_results[static_cast<size_t>(k - 1)]);
+  }
+}
+
+// Trains every policy from base. The baseline runs first, with its other seeds, so that with --recover the others
+// can be checked for leaving its band.
+CompareRuns run_policies(const CompareOptions& o, const RunConfig& base, const DataSplits& data) {
+  const std::vector<std::string>& policies = o.policies;
+  CompareRuns runs;
   for (size_t i = 0; i < policies.size(); ++i)
-    if (policies[i] == "float32") baseline = i;
+    if (policies[i] == "float32") runs.baseline = i;
+  const size_t baseline = runs.baseline;
   std::vector<size_t> run_order{baseline};
   for (size_t i = 0; i < policies.size(); ++i)
     if (i != baseline) run_order.push_back(i);
-  std::vector<RunResult> results(policies.size());
-  std::vector<RunConfig> configs(policies.size());
-  std::vector<RunResult> seed_results(static_cast<size_t>(seeds - 1));
-  std::vector<RunConfig> seed_configs(static_cast<size_t>(seeds - 1));
+  runs.results.resize(policies.size());
+  runs.configs.resize(policies.size());
+  runs.seed_results.resize(static_cast<size_t>(o.seeds - 1));
+  runs.seed_configs.resize(static_cast<size_t>(o.seeds - 1));
   std::vector<double> reference;
   for (size_t i : run_order) {
     RunConfig c = base;
     c.policy = policies[i];
-    std::cout << "\n=== " << c.policy << (i == baseline && seeds > 1 ? " (seed " + std::to_string(c.seed) + ")" : "")
+    std::cout << "\n=== " << c.policy << (i == baseline && o.seeds > 1 ? " (seed " + std::to_string(c.seed) + ")" : "")
               << " ===\n";
-    resolve_batch_size(c, a, data);  // per policy: 16-bit activations leave room for a larger batch
-    if (c.recover && i != baseline && policies[baseline] == "float32" && configs[baseline].batch_size == c.batch_size)
+    resolve_batch_size(c, o.run, data);  // per policy: 16-bit activations leave room for a larger batch
+    if (c.recover && i != baseline && policies[baseline] == "float32" &&
+        runs.configs[baseline].batch_size == c.batch_size)
       c.reference_step_loss = reference;
-    configs[i] = c;
-    results[i] = run_training(c, data, &std::cout, stdout_is_terminal());
-    print_run_summary(results[i]);
+    runs.configs[i] = c;
+    runs.results[i] = run_training(c, data, &std::cout, stdout_is_terminal());
+    print_run_summary(runs.results[i]);
     if (i != baseline) continue;
-    // float32's other seeds: same data, batch size and everything else.
-    for (int k = 1; k < seeds; ++k) {
-      RunConfig s = c;
-      s.seed = base.seed + static_cast<uint64_t>(k);
-      std::cout << "\n=== " << s.policy << " (seed " << s.seed << ", for the band) ===\n";
-      seed_configs[static_cast<size_t>(k - 1)] = s;
-      seed_results[static_cast<size_t>(k - 1)] = run_training(s, data, &std::cout, stdout_is_terminal());
-      print_run_summary(seed_results[static_cast<size_t>(k - 1)]);
-    }
-    std::vector<const RunResult*> band_runs{&results[baseline]};
-    for (const RunResult& r : seed_results) band_runs.push_back(&r);
+    run_baseline_seeds(c, o, data, runs);
+    std::vector<const RunResult*> band_runs{&runs.results[baseline]};
+    for (const RunResult& r : runs.seed_results) band_runs.push_back(&r);
     reference = recovery_reference(band_runs);
   }
-  for (size_t i = 0; i < policies.size(); ++i) report.runs.push_back(to_policy_run(policies[i], configs[i], results[i]));
-  for (size_t k = 0; k < seed_results.size(); ++k)
-    report.extra_seeds.push_back(to_policy_run(policies[baseline], seed_configs[k], seed_results[k]));
-  set_precision_warning_sink(nullptr);
+  return runs;
+}
 
+// The runs, the baseline's band, each policy judged against it, and the notes.
+void fill_report(ComparisonReport& report, const CompareOptions& o, const CompareRuns& runs) {
+  const std::vector<std::string>& policies = o.policies;
+  const size_t baseline = runs.baseline;
+  for (size_t i = 0; i < policies.size(); ++i)
+    report.runs.push_back(to_policy_run(policies[i], runs.configs[i], runs.results[i]));
+  for (size_t k = 0; k < runs.seed_results.size(); ++k)
+    report.extra_seeds.push_back(to_policy_run(policies[baseline], runs.seed_configs[k], runs.seed_results[k]));
   std::vector<PolicyRun> band_runs{report.runs[baseline]};
   band_runs.insert(band_runs.end(), report.extra_seeds.begin(), report.extra_seeds.end());
   report.band = make_float32_band(band_runs);
   const PolicyRun base_run = report.runs[baseline];
   for (PolicyRun& r : report.runs) fill_comparison(r, base_run, report.band);
   if (policies[baseline] != "float32") report.notes.push_back("no float32 run: " + policies[baseline] + " is the baseline");
-  if (seeds > 1) {
+  if (o.seeds > 1) {
     std::string list;
     for (uint64_t s : report.band.seeds) list += (list.empty() ? "" : ", ") + std::to_string(s);
-    report.notes.push_back(policies[baseline] + " band: " + std::to_string(seeds) + " runs with seeds " + list +
+    report.notes.push_back(policies[baseline] + " band: " + std::to_string(o.seeds) + " runs with seeds " + list +
                            ", identical but for the initial weights, data order and dropout masks the seed draws");
   }
-  for (size_t i = 0; i < results.size(); ++i)
-    for (const RecoveryEvent& e : results[i].recovery)
+  for (size_t i = 0; i < runs.results.size(); ++i)
+    for (const RecoveryEvent& e : runs.results[i].recovery)
       report.notes.push_back(policies[i] + ": recovery at step " + std::to_string(e.step) + ": " + e.action + " — " +
                              e.reason);
+}
 
-  std::cout << "\n" << format_comparison_table(report) << "\n";
-  for (const PolicyRun& r : report.runs) std::cout << r.policy << ": " << r.verdict << " — " << r.verdict_reason << "\n";
-
+// report.json: every run as `train --json` gives it, with its verdict against the baseline.
+Json comparison_json(const CompareOptions& o, const CompareRuns& runs, const ComparisonReport& report) {
+  const std::string& data_spec = o.run.data;
   Json j = Json::object();
-  j["model"] = base.model;
+  j["model"] = o.run.run.model;
   j["data"] = data_spec;
-  j["seed"] = static_cast<double>(base.seed);
+  j["seed"] = static_cast<double>(o.run.run.seed);
   j["epochs"] = report.epochs;
-  j["baseline"] = policies[baseline];
-  j["baseline_seeds"] = seeds;
-  Json runs = Json::object();
-  for (size_t i = 0; i < results.size(); ++i) {
-    Json r = run_to_json(configs[i], data_spec, results[i]);
+  j["baseline"] = o.policies[runs.baseline];
+  j["baseline_seeds"] = o.seeds;
+  Json policy_runs = Json::object();
+  for (size_t i = 0; i < runs.results.size(); ++i) {
+    Json r = run_to_json(runs.configs[i], data_spec, runs.results[i]);
     const PolicyRun& p = report.runs[i];
     r["verdict"] = p.verdict;
     r["verdict_reason"] = p.verdict_reason;
@@ -181,13 +183,60 @@ int compare_command(const std::vector<std::string>& argv) {
     r["memory_ratio"] = number_or_null(p.memory_ratio);
     r["max_loss_deviation"] = number_or_null(p.max_loss_deviation);
     r["accuracy_delta"] = number_or_null(p.accuracy_delta);
-    runs[policies[i]] = r;
+    policy_runs[o.policies[i]] = r;
   }
-  j["policies"] = runs;
+  j["policies"] = policy_runs;
   Json seed_runs = Json::array();
-  for (size_t k = 0; k < seed_results.size(); ++k) seed_runs.push_back(run_to_json(seed_configs[k], data_spec, seed_results[k]));
+  for (size_t k = 0; k < runs.seed_results.size(); ++k)
+    seed_runs.push_back(run_to_json(runs.seed_configs[k], data_spec, runs.seed_results[k]));
   j["baseline_seed_runs"] = seed_runs;
   j["comparison"] = comparison_to_json(report);
+  return j;
+}
+}  // namespace
+
+int compare_command(const std::vector<std::string>& argv) {
+  CompareOptions o = compare_options_from(argv);
+  RunConfig& base = o.run.run;
+  const std::string& out_dir = o.out_dir;
+  const std::string& data_spec = o.run.data;
+  // Data-parallel (mpirun): every rank trains every run; rank 0 alone writes the report.
+  Communicator* job = data_parallel_job_on(base.device);
+  const bool writer = writes_outputs();
+  if (!o.run.batch_size_auto) check_global_batch(base, job);
+  base.communicator = job;
+  std::error_code ec;
+  if (writer) std::filesystem::create_directories(out_dir, ec);
+  if (writer && (ec || !std::filesystem::is_directory(out_dir)))
+    MIXTRAIN_FAIL(kIo, "cannot create the output directory '" << out_dir << "'", "pass a writable --out DIR");
+
+  // The data (and a CSV's hold-out split, drawn from --seed) is loaded once: the float32 seeds differ only in
+  // what the model's seed draws.
+  DataSplits data = load_data(o.run, base);
+  print_data_line(data_spec, data);
+  std::cout << "policies: ";
+  for (const auto& p : o.policies) std::cout << p << " ";
+  std::cout << "\n";
+
+  ComparisonReport report;
+  report.title = "mixtrain compare: " + base.model + " on " + data_spec;
+  report.model = base.model;
+  report.data = data_spec;
+  report.seed = base.seed;
+  report.epochs = base.steps > 0 ? base.fit_epochs() : base.epochs;
+  report.batch_size_auto = o.run.batch_size_auto;
+  // The precision warnings go to the report's notes as well as the terminal.
+  set_precision_warning_sink([&](const std::string& w) {
+    std::cerr << w << "\n";
+    report.notes.push_back(w);
+  });
+  const CompareRuns runs = run_policies(o, base, data);
+  set_precision_warning_sink(nullptr);
+  fill_report(report, o, runs);
+
+  std::cout << "\n" << format_comparison_table(report) << "\n";
+  for (const PolicyRun& r : report.runs) std::cout << r.policy << ": " << r.verdict << " — " << r.verdict_reason << "\n";
+  const Json j = comparison_json(o, runs, report);
   if (!writer) return 0;
   const std::string json_path = out_dir + "/report.json", csv_path = out_dir + "/steps.csv",
                     html_path = out_dir + "/report.html";

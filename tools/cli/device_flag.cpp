@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/dist/communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
@@ -25,8 +26,8 @@ namespace {
 // This process's rank among the job's processes on this machine (the launcher says it: Open MPI, MPICH, Slurm), or its
 // rank in the job when no launcher says.
 int local_rank(const Communicator& job) {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::atoi(v);
+  for (const auto& v : {env::ompi_comm_world_local_rank(), env::mpi_localrankid(), env::slurm_localid()})
+    if (v && !v->empty()) return std::atoi(v->c_str());
   return job.rank();
 }
 }  // namespace

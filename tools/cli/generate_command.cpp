@@ -35,23 +35,42 @@ int32_t sample_next(const float* logits, int64_t vocab, double temperature, int6
   return order[k - 1];
 }
 
+// generate's flags, parsed and checked once. The model itself is the checkpoint's (its run configuration).
+struct GenerateOptions {
+  Device device = Device::cpu();  // --device
+  std::string path;          // --checkpoint
+  int64_t tokens = 200;      // --tokens: characters to sample
+  double temperature = 0.8;  // --temperature (0: greedy)
+  int64_t top_k = 0;         // --top-k (0: every character)
+  uint64_t seed = 1;         // --seed
+  std::string prompt;        // --prompt
+};
+
+GenerateOptions generate_options_from(const std::vector<std::string>& argv) {
+  Args a(argv, {"checkpoint", "prompt", "tokens", "temperature", "top-k", "seed", "device"});
+  GenerateOptions o;
+  o.device = usable_device_flag(a, "generate");
+  o.path = a.str("checkpoint", "");
+  MIXTRAIN_CHECK(!o.path.empty(), "generate needs --checkpoint FILE (saved by train --model transformer --save FILE)");
+  o.tokens = a.integer("tokens", o.tokens);
+  MIXTRAIN_CHECK(o.tokens > 0 && o.tokens <= 1000000, "--tokens must be in [1, 1000000], got " << o.tokens);
+  o.temperature = a.number("temperature", o.temperature);
+  MIXTRAIN_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
+                 "--temperature must be >= 0 (0: always the most likely character), got " << o.temperature);
+  o.top_k = a.integer("top-k", o.top_k);
+  MIXTRAIN_CHECK(o.top_k >= 0, "--top-k must be >= 0 (0: every character), got " << o.top_k);
+  const int64_t seed = a.integer("seed", 1);
+  MIXTRAIN_CHECK(seed >= 0, "--seed must be a non-negative integer, got " << seed);
+  o.seed = static_cast<uint64_t>(seed);
+  o.prompt = a.str("prompt", "\n");
+  return o;
+}
+
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
-  Args a(argv, {"checkpoint", "prompt", "tokens", "temperature", "top-k", "seed", "device"});
-  const Device device = usable_device_flag(a, "generate");
-  const std::string path = a.str("checkpoint", "");
-  MIXTRAIN_CHECK(!path.empty(), "generate needs --checkpoint FILE (saved by train --model transformer --save FILE)");
-  const int64_t tokens = a.integer("tokens", 200);
-  MIXTRAIN_CHECK(tokens > 0 && tokens <= 1000000, "--tokens must be in [1, 1000000], got " << tokens);
-  const double temperature = a.number("temperature", 0.8);
-  MIXTRAIN_CHECK(temperature >= 0 && std::isfinite(temperature),
-                 "--temperature must be >= 0 (0: always the most likely character), got " << temperature);
-  const int64_t top_k = a.integer("top-k", 0);
-  MIXTRAIN_CHECK(top_k >= 0, "--top-k must be >= 0 (0: every character), got " << top_k);
-  const int64_t seed = a.integer("seed", 1);
-  MIXTRAIN_CHECK(seed >= 0, "--seed must be a non-negative integer, got " << seed);
-
+  const GenerateOptions o = generate_options_from(argv);
+  const std::string& path = o.path;
   const SafetensorsFile file = load_safetensors(path);
   auto cfg_it = file.metadata.find("config");
   MIXTRAIN_CHECK(cfg_it != file.metadata.end(), "'" << path << "' has no run configuration (not saved by train --save)");
@@ -60,17 +79,17 @@ int generate_command(const std::vector<std::string>& argv) {
                  "'" << path << "' holds a " << cfg.model << " model; generate needs a transformer language model");
   const Vocabulary vocab =
       Vocabulary::from_code_points(std::vector<char32_t>(cfg.vocabulary.begin(), cfg.vocabulary.end()));
-  const std::string prompt = a.str("prompt", "\n");
+  const std::string& prompt = o.prompt;
   MIXTRAIN_CHECK(!prompt.empty(), "--prompt must not be empty");
   std::vector<int32_t> ids = vocab.encode(utf8_to_code_points(prompt, "--prompt"), "--prompt");
 
   const int64_t T = cfg.context_length;
   auto model = build_model(cfg, T, vocab.size(), {T});
   load_checkpoint(path, *model);
-  model->to(device);  // predict() copies each window there and its logits back
-  Rng rng(static_cast<uint64_t>(seed));
+  model->to(o.device);  // predict() copies each window there and its logits back
+  Rng rng(o.seed);
   std::cout << prompt << std::flush;
-  for (int64_t n = 0; n < tokens; ++n) {
+  for (int64_t n = 0; n < o.tokens; ++n) {
     // The model sees at most its context length: the last T characters, from position 0 as in training.
     // A shorter text is padded on the right to the model's input length: attention is causal, so the
     // padding cannot change the logits at the text's last position, which are the ones read.
@@ -79,8 +98,8 @@ int generate_command(const std::vector<std::string>& argv) {
     window.resize(static_cast<size_t>(T), 0);
     Tensor x = Tensor::from_ints({1, T}, window);
     const Tensor logits = model->predict(x, 1);  // (1, T, V) float32
-    const int32_t next = sample_next(logits.data<float>() + (len - 1) * vocab.size(), vocab.size(), temperature,
-                                     top_k, rng);
+    const int32_t next = sample_next(logits.data<float>() + (len - 1) * vocab.size(), vocab.size(), o.temperature,
+                                     o.top_k, rng);
     ids.push_back(next);
     std::cout << vocab.decode({next}) << std::flush;
   }

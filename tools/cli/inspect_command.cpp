@@ -10,13 +10,14 @@ int inspect_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.insert({"steps", "json", "device"});
   Args a(argv, flags);
-  RunConfig cfg = run_config_from(a);
-  cfg.device = usable_device_flag(a, "inspect");
-  const int64_t steps = a.integer("steps", 10);
+  const RunOptions o = run_options_from(a, "inspect");
+  RunConfig cfg = o.run;
+  // --steps (a shared flag, read once there): the batches inspected here.
+  const int64_t steps = o.steps_given ? cfg.steps : 10;
   MIXTRAIN_CHECK(steps > 0, "--steps must be a positive integer, got " << steps);
-  const std::string data_spec = a.str("data", "fashion-mnist");
-  const bool train_first = a.has("epochs");
-  DataSplits data = load_data(data_spec, a, cfg);
+  const std::string& data_spec = o.data;
+  const bool train_first = o.epochs_given;
+  DataSplits data = load_data(o, cfg);
 
   auto model = build_model(cfg, data.train.num_features(), data.train.num_classes, data.train.sample_shape);
   model->to(cfg.device);

@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "run_options.h"
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/image_dataset.h"
@@ -23,67 +24,25 @@
 namespace mixtrain::cli {
 
 namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 constexpr double kHoldoutFraction = 1.0 / 7;  // as Fashion-MNIST's 60,000 / 10,000 train/test ratio
 
 Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 }  // namespace
 
-bool is_text_data(const std::string& spec) { return spec == "moby-dick" || spec.rfind("text:", 0) == 0; }
-
-// Whether text is a whole integer: an optional sign, then digits only.
-bool is_integer_text(const std::string& text) {
-  const size_t first = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
-  return text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
-}
-
-bool is_csv_data(const std::string& spec) { return ends_with(spec, ".csv") || ends_with(spec, ".csv.gz"); }
-
-CsvOptions csv_options_from(const Args& a) {
-  CsvOptions o;
-  const std::string spec = a.str("data", "fashion-mnist");
-  for (const char* flag : {"csv-header", "label-column"})
-    if (a.has(flag) && !is_csv_data(spec))
-      MIXTRAIN_FAIL(kInvalidInput, "--" << flag << " applies to CSV data, not to --data " << spec,
-                    "give a CSV file: --data FILE.csv or FILE.csv.gz");
-  if (a.has("csv-header")) {
-    const std::string v = a.str("csv-header", "");
-    if (v != "auto" && v != "yes" && v != "no")
-      MIXTRAIN_FAIL(kInvalidInput, "--csv-header must be auto, yes or no, got '" << v << "'",
-                    "auto (the default) reads the first line as a header when one of its cells is not a number");
-    o.header = parse_csv_header(v);
-  }
-  if (a.has("label-column")) {
-    const std::string v = a.str("label-column", "");
-    if (v.empty())
-      MIXTRAIN_FAIL(kInvalidInput, "--label-column needs a column NAME from the header row or a 0-based INDEX, got ''",
-                    "a negative INDEX counts from the end: -1 (the default) is the last column");
-    // A whole integer is an index (a column literally named "3" is chosen by its position); anything else a name.
-    if (is_integer_text(v))
-      o.label_index = a.integer("label-column", -1);
-    else
-      o.label_column = v;
-  }
-  return o;
-}
-
-DataSplits load_data(const std::string& spec, const Args& a, RunConfig& cfg) {
-  const std::string normalize = a.str("normalize", "");
-  const CsvOptions csv = csv_options_from(a);
+DataSplits load_data(const RunOptions& o, RunConfig& cfg) {
+  const std::string& spec = o.data;
   const bool text = is_text_data(spec);
   MIXTRAIN_CHECK(text == (cfg.model == "transformer"),
                  (text ? "--data " + spec + " is text: train it with --model transformer"
                        : "--model transformer is a character language model: give it text with --data moby-dick or "
                          "--data text:PATH"));
   if (text) {
-    MIXTRAIN_CHECK(normalize.empty(), "--normalize applies to features, not to text (--data " << spec << ")");
+    MIXTRAIN_CHECK(!o.normalize, "--normalize applies to features, not to text (--data " << spec << ")");
     const std::string path = spec == "moby-dick" ? moby_dick_path() : spec.substr(5);
     MIXTRAIN_CHECK(!path.empty(), "--data text:PATH needs a path after 'text:'");
-    TextDatasetOptions o;
-    o.context_length = cfg.context_length;
-    TextDataset t = load_text_dataset(path, o);
+    TextDatasetOptions windows;
+    windows.context_length = cfg.context_length;
+    TextDataset t = load_text_dataset(path, windows);
     cfg.vocabulary.assign(t.vocabulary.code_points().begin(), t.vocabulary.code_points().end());
     return std::move(t.splits);
   }
@@ -93,11 +52,11 @@ DataSplits load_data(const std::string& spec, const Args& a, RunConfig& cfg) {
   if (spec == "fashion-mnist")
     d = load_fashion_mnist();
   else if (is_csv)
-    d = load_csv_splits(spec, kHoldoutFraction, seed, csv);
+    d = load_csv_splits(spec, kHoldoutFraction, seed, o.csv);
   else
     d = load_idx_dataset(spec, kHoldoutFraction, seed);
   // Images arrive scaled to [0, 1]; CSV features are standardised unless told otherwise.
-  const Normalization mode = parse_normalization(normalize.empty() ? (is_csv ? "standard" : "none") : normalize);
+  const Normalization mode = o.normalize.value_or(is_csv ? Normalization::kStandard : Normalization::kNone);
   const Normalizer norm = Normalizer::fit(d.train.x, mode);
   norm.apply(d.train.x);
   norm.apply(d.test.x);
@@ -229,23 +188,10 @@ void check_global_batch(const RunConfig& cfg, Communicator* job) {
               cfg.synchronized_batch_norm ? ", BatchNormalization synchronized over the ranks" : "");
 }
 
-const std::set<std::string>& run_flags() {
-  static const std::set<std::string> flags = {
-      "model",         "data",       "epochs",        "batch-size", "lr",         "optimizer",   "seed",
-      "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
-      "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
-      "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column"};
-  return flags;
-}
-
-bool auto_batch_size(const Args& a) { return a.str("batch-size", "") == "auto"; }
-
-void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
-  if (!auto_batch_size(a)) return;
+void resolve_batch_size(RunConfig& cfg, const RunOptions& o, const DataSplits& data) {
+  if (!o.batch_size_auto) return;
   // The default budget is a share of the device's free memory (the host's, or the GPU's as its driver reports it).
-  int64_t budget = a.has("memory-budget") ? parse_memory_size(a.str("memory-budget", ""), "--memory-budget")
-                                          : default_memory_budget(cfg.device);
+  int64_t budget = o.memory_budget ? *o.memory_budget : default_memory_budget(cfg.device);
   // Data-parallel: every rank must train the same batch, but each one's free memory (and what its device can hold)
   // may differ: the ranks search within the smallest budget and take the smallest batch any of them found.
   Communicator* job = data_parallel_job();
@@ -266,87 +212,6 @@ void resolve_batch_size(RunConfig& cfg, const Args& a, const DataSplits& data) {
               cfg.batch_size < s.batch_size ? "; another rank fits fewer, so every rank takes its batch" : "");
   // Data-parallel: the budget is each rank's; the global batch is the ranks' batches together.
   if (job != nullptr) cfg.batch_size *= job->size();
-}
-
-namespace {
-// The flags of runs by steps and of the transformer, with the transformer's own defaults where the user gives
-// none: AdamW, a cosine schedule with warm-up, clipping at norm 1 and batches of 32 windows, trained for
-// kTransformerSteps steps (the usual recipe for small character models; Adam at a constant rate and no
-// clipping trains them less well).
-constexpr int64_t kTransformerSteps = 1000;
-// The CNN's recipe where the user gives none: Adam at 3e-3 with a warm-up and cosine decay over the run.
-// On Fashion-MNIST (5 epochs, batch 256, seed 1, float32) it lifts test accuracy from 0.9005 (Adam 1e-3,
-// constant) to 0.9142; cosine at 1e-3 or 2e-3 without the warm-up reached 0.9086 and 0.9078.
-void apply_cnn_recipe(RunConfig& cfg, const Args& a) {
-  if (cfg.model != "cnn") return;
-  if (!a.has("lr")) cfg.learning_rate = 3e-3f;
-  if (!a.has("lr-schedule")) cfg.lr_schedule = "cosine";
-}
-void apply_sequence_flags(RunConfig& cfg, const Args& a) {
-  const bool transformer = cfg.model == "transformer";
-  apply_cnn_recipe(cfg, a);
-  if (transformer) {
-    if (!a.has("optimizer")) cfg.optimizer = "adamw";
-    if (!a.has("batch-size")) cfg.batch_size = 32;
-    if (!a.has("lr")) cfg.learning_rate = 2e-3f;
-    cfg.lr_schedule = "cosine";
-    cfg.clipnorm = 1.0f;
-    cfg.weight_decay = 0.01f;
-    if (!a.has("epochs")) cfg.steps = kTransformerSteps;
-  }
-  cfg.steps = a.integer("steps", cfg.steps);
-  MIXTRAIN_CHECK(!(a.has("steps") && a.has("epochs")), "give --steps or --epochs, not both");
-  cfg.eval_interval = a.integer("eval-every", cfg.eval_interval);
-  cfg.lr_schedule = a.str("lr-schedule", cfg.lr_schedule);
-  const bool auto_warmup = cfg.steps > 0 || cfg.model == "cnn";
-  cfg.warmup_steps = a.integer("warmup-steps", auto_warmup ? RunConfig::kAutoWarmup : 0);
-  MIXTRAIN_CHECK(!a.has("warmup-steps") || cfg.warmup_steps >= 0,
-                 "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
-  cfg.weight_decay = static_cast<float>(a.number("weight-decay", cfg.weight_decay));
-  cfg.clipnorm = static_cast<float>(a.number("clipnorm", cfg.clipnorm));
-  cfg.context_length = a.integer("context", cfg.context_length);
-  cfg.width = a.integer("width", cfg.width);
-  cfg.num_layers = a.integer("layers", cfg.num_layers);
-  cfg.num_heads = a.integer("heads", cfg.num_heads);
-  cfg.dropout = static_cast<float>(a.number("dropout", cfg.dropout));
-  cfg.attention_logit_multiplier =
-      static_cast<float>(a.number("attention-logit-multiplier", cfg.attention_logit_multiplier));
-  if (!transformer)
-    for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier"})
-      MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
-}
-}  // namespace
-
-RunConfig run_config_from(const Args& a) {
-  RunConfig cfg;
-  cfg.model = a.str("model", cfg.model);
-  cfg.epochs = static_cast<int>(a.integer("epochs", cfg.epochs));
-  // "auto" is resolved once the data set is known (resolve_batch_size).
-  cfg.batch_size = auto_batch_size(a) ? cfg.batch_size : a.integer("batch-size", cfg.batch_size);
-  if (a.has("memory-budget")) {
-    MIXTRAIN_CHECK(auto_batch_size(a), "--memory-budget needs --batch-size auto");
-    parse_memory_size(a.str("memory-budget", ""), "--memory-budget");
-  }
-  // The run's tensors may hold at most 80% of the memory available now: a model or batch that cannot fit is
-  // refused when it asks for the memory, with a message, instead of being killed by the system.
-  set_memory_limit(default_memory_budget());
-  cfg.learning_rate = static_cast<float>(a.number("lr", cfg.learning_rate));
-  cfg.optimizer = a.str("optimizer", cfg.optimizer);
-  const int64_t seed = a.integer("seed", static_cast<int64_t>(cfg.seed));
-  MIXTRAIN_CHECK(seed >= 0, "--seed must be a non-negative integer, got " << seed);
-  cfg.seed = static_cast<uint64_t>(seed);
-  cfg.policy = a.str("policy", cfg.policy);
-  cfg.hidden = a.int_list("hidden", cfg.hidden);
-  cfg.validation_split = a.number("validation-split", cfg.validation_split);
-  cfg.loss_scale = a.str("loss-scale", cfg.loss_scale);
-  cfg.recover = a.has("recover");
-  cfg.synchronized_batch_norm = a.has("sync-batch-norm");
-  apply_sequence_flags(cfg, a);
-  validate_run_config(cfg);  // before the (slow) data load, so a typo fails at once
-  // The data flags too (load_data reads them again where it uses them).
-  if (a.has("normalize")) parse_normalization(a.str("normalize", ""));
-  csv_options_from(a);
-  return cfg;
 }
 
 Json recovery_to_json(const std::vector<RecoveryEvent>& events) {
@@ -406,29 +271,29 @@ int train_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.insert({"json", "save", "save-every", "resume", "device"});
   Args a(argv, flags, {"recover", "sync-batch-norm"});
-  RunConfig cfg = run_config_from(a);
-  cfg.device = usable_device_flag(a, "train");
+  const RunOptions o = run_options_from(a, "train");
+  RunConfig cfg = o.run;
   cfg.save_path = a.str("save", "");
   cfg.save_every = a.integer("save-every", 0);  // 1 to 2^63-1 (integer_range)
   if (a.has("save-every") && cfg.save_path.empty())
     MIXTRAIN_FAIL(kInvalidInput, "--save-every " << cfg.save_every << " needs --save PATH (the checkpoint it rewrites)",
                   "add --save CKPT; resume a killed run with the same flags plus --resume CKPT");
   cfg.resume_path = a.str("resume", "");
-  const std::string data_spec = a.str("data", "fashion-mnist");
+  const std::string& data_spec = o.data;
   const std::string json_path = a.str("json", "");
 
   // Data-parallel (mpirun): every rank trains; rank 0 alone writes the JSON and the checkpoints.
   Communicator* job = data_parallel_job_on(cfg.device);
   const bool writer = writes_outputs();
-  if (!auto_batch_size(a)) check_global_batch(cfg, job);
+  if (!o.batch_size_auto) check_global_batch(cfg, job);
   cfg.communicator = job;
   // Output paths are checked before the (long) training, not found unwritable after it.
   if (!json_path.empty() && writer) require_writable_output(json_path, "--json");
   if (!cfg.save_path.empty() && writer) require_writable_output(cfg.save_path, "--save");
-  DataSplits data = load_data(data_spec, a, cfg);
+  DataSplits data = load_data(o, cfg);
   print_data_line(data_spec, data);
-  resolve_batch_size(cfg, a, data);
-  if (auto_batch_size(a)) check_global_batch(cfg, job);
+  resolve_batch_size(cfg, o, data);
+  if (o.batch_size_auto) check_global_batch(cfg, job);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
   print_run_summary(r);
   if (!json_path.empty() && writer) {

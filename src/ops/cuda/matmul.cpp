@@ -31,6 +31,7 @@
 #include "cublaslt_api.h"
 #include "gemm_fallback.h"
 #include "gemm_plan_cache.h"
+#include "mixtrain/core/environment.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -76,8 +77,8 @@ DeviceState& device_state(int device) {
 
 bool tf32_opted_in() {
   static const bool on = [] {
-    const char* v = std::getenv("MIXTRAIN_CUDA_TF32");
-    return v != nullptr && std::string(v) == "1";
+    const std::optional<std::string> v = env::mixtrain_cuda_tf32();
+    return v && *v == "1";
   }();
   return on;
 }

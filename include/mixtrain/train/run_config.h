@@ -1,0 +1,79 @@
+// The configuration of one training run as the CLI performs it (train/run.h): the model by name, its shapes, the
+// policy, the optimizer and its schedule, the data's order and split, checkpoints and recovery. Kept apart from
+// run.h so that the model registry, whose builders read it, needs nothing of the run itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/device.h"
+
+namespace mixtrain {
+
+class Communicator;
+
+struct RunConfig {
+  std::string model = "mlp";             // a registered model (train/model_registry.h): mlp, cnn, resnet
+  std::vector<int64_t> hidden = {256, 128};
+  std::string policy = "float32";        // a DTypePolicy name
+  int epochs = 5;
+  // 128 rather than Keras' 32: at 5 epochs the final test accuracy of batch-32 Adam swings by about
+  // half a point with the last few updates, which hides the float32 / mixed comparison in noise.
+  int64_t batch_size = 128;
+  float learning_rate = 1e-3f;
+  std::string optimizer = "adam";        // "adam", "adamw", "sgd", "rmsprop"
+  uint64_t seed = 1;
+  double validation_split = 0.1;         // last fraction of the training rows, as Keras
+  std::string loss_scale = "dynamic";    // float16 compute only: "dynamic", "none", or a fixed value
+  bool recover = false;                  // run the recovery ladder (train/recovery.h)
+  std::string save_path;                 // checkpoint written after every epoch (empty: none)
+  // > 0: save_path is also written after every save_every steps of the data stream (CheckpointCallback's
+  // every_steps), so a killed run resumes bit-identically from at most that many batches back.
+  int64_t save_every = 0;
+  std::string resume_path;               // checkpoint to resume from (empty: start fresh)
+  // With recover: a float32 run's per-step loss on the same data order, for the recovery drift check.
+  std::vector<double> reference_step_loss;
+
+  // ---- Training by steps (language models) ----
+  // > 0: train this many steps on batches drawn at random from the training windows, instead of epochs,
+  // evaluating the validation loss every eval_interval steps (0: steps / 10, at least 1).
+  int64_t steps = 0;
+  int64_t eval_interval = 0;
+  // Learning-rate schedule over the whole run, after a linear warm-up over warmup_steps: "constant", "cosine"
+  // (decay to 0.1 x the rate) or "linear" (decay to 0); see make_schedule() in optim/schedules.h.
+  std::string lr_schedule = "constant";
+  // kAutoWarmup: min(100, a tenth of the run's updates), resolved once the run's length is known.
+  static constexpr int64_t kAutoWarmup = -1;
+  int64_t warmup_steps = 0;
+  float weight_decay = 0.004f;  // AdamW only; the Keras default
+  float clipnorm = 0;           // > 0: clip gradients to this global norm after unscaling
+  // ---- The transformer (--model transformer) ----
+  int64_t context_length = 64;   // characters per window
+  int64_t width = 128;           // model width (embedding size)
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  float dropout = 0.0f;
+  // Multiplies the attention logits: > 1 makes float16 logits overflow on purpose (to exercise recovery).
+  float attention_logit_multiplier = 1.0f;
+  // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
+  std::vector<uint32_t> vocabulary;
+  // Data-parallel training (not owned; null or one rank: one process). Every rank runs run_training with the same
+  // configuration and data; batch_size is the global batch. Rank 0 alone writes the checkpoints; a checkpoint
+  // resumes with any number of ranks. Not stored in checkpoints.
+  Communicator* communicator = nullptr;
+  // Data-parallel: every BatchNormalization layer normalizes with the global batch's statistics over the ranks
+  // (BatchNormalization::set_synchronized, as PyTorch's SyncBatchNorm), so N ranks train as one process on the
+  // global batch. Without it each rank uses its shard's statistics (PyTorch DDP's default). One process: no effect.
+  bool synchronized_batch_norm = false;
+  // Where the model trains (--device): its weights, batches, activations and optimizer state live there, and the
+  // peak memory reported is that device's. Not stored in checkpoints: a checkpoint resumes on any device.
+  Device device = Device::cpu();
+
+  // Number of epochs fit() runs: epochs, or for a run by steps the number of evaluation intervals.
+  int fit_epochs() const;
+  // Steps per fit() epoch in a run by steps (0 otherwise).
+  int64_t steps_per_epoch() const;
+};
+
+}  // namespace mixtrain
