@@ -401,8 +401,8 @@ void float_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
 namespace {
 // The conversion paths follow the shared instruction-set level (core/isa_level.h), so MIXTRAIN_ISA and the
 // tests' override reach them as they reach the GEMM: F16C comes with the avx2 level, AVX-512 F with avx512.
-bool have_f16c() { return isa_level() >= IsaLevel::kAvx2; }
-bool have_avx512f() { return isa_level() >= IsaLevel::kAvx512; }
+bool have_f16c() { return for_isa_level(false, true, true); }
+bool have_avx512f() { return for_isa_level(false, false, true); }
 }  // namespace
 
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {

@@ -43,6 +43,7 @@ using cpu::PackSource;
 // ---- path selection ----
 
 enum Level : int { kLevelScalar = 0, kLevelAvx2 = 1, kLevelAvx512 = 2 };
+
 const GemmBackend* const kBackends[] = {&cpu::kScalarBackend, &cpu::kAvx2Backend, &cpu::kAvx512Backend};
 
 int best_level() {
@@ -56,8 +57,12 @@ int best_level() {
 }
 
 // The level every run-time-dispatched routine shares (core/isa_level.h: MIXTRAIN_ISA, the test override),
-// capped by what the GEMM kernels need on top (best_level() also asks for FMA and F16C with AVX-512).
-const GemmBackend& active_backend() { return *kBackends[std::min(static_cast<int>(isa_level()), best_level())]; }
+// capped by what the GEMM kernels need on top (best_level() also asks for FMA and F16C with AVX-512), and picked
+// as every instruction-set choice is (pick_for_isa).
+const GemmBackend& active_backend() {
+  const auto level = static_cast<IsaLevel>(std::min(static_cast<int>(isa_level()), best_level()));
+  return *pick_for_isa(level, kBackends[kLevelScalar], kBackends[kLevelAvx2], kBackends[kLevelAvx512]);
+}
 
 // ---- buffers ----
 

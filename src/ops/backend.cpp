@@ -4,14 +4,15 @@
 
 #include <array>
 #include <atomic>
+#include <string>
+#include <vector>
 
-#include "cpu/cpu_backend.h"
 
 namespace mixtrain::ops {
 
 namespace {
 constexpr std::array<const char*, kNumOps> kOpNames = {
-#define MIXTRAIN_OP_NAME(member, Fn, name) name,
+#define MIXTRAIN_OP_NAME(member, name) name,
     MIXTRAIN_KERNEL_LIST(MIXTRAIN_OP_NAME)
 #undef MIXTRAIN_OP_NAME
 };
@@ -30,16 +31,6 @@ std::vector<Op> all_ops() {
   std::vector<Op> ops;
   for (int i = 0; i < kNumOps; ++i) ops.push_back(static_cast<Op>(i));
   return ops;
-}
-
-bool Kernels::has(Op op) const {
-  switch (op) {
-#define MIXTRAIN_KERNEL_HAS(member, Fn, name) \
-  case Op::member: return this->member != nullptr;
-    MIXTRAIN_KERNEL_LIST(MIXTRAIN_KERNEL_HAS)
-#undef MIXTRAIN_KERNEL_HAS
-  }
-  return false;
 }
 
 std::vector<std::string> Backend::op_names() const {

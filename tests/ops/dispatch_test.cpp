@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/conv2d.h"
 #include "mixtrain/ops/cuda_backend.h"
@@ -14,6 +15,7 @@
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/softmax.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
 namespace {
@@ -24,7 +26,7 @@ void stand_in_fill(Tensor&, float) { ++g_stand_in_calls; }
 
 class StandInBackend final : public Backend {
  public:
-  StandInBackend() : Backend(DeviceType::kCuda) { kernels().fill = &stand_in_fill; }
+  StandInBackend() : Backend(DeviceType::kCuda) { kernels().set<Op::fill>(&stand_in_fill); }
 };
 
 TEST(Backend, MissingDeviceKernelIsAClearError) {
@@ -80,14 +82,14 @@ void counting_scale(const Tensor& x, float s, Tensor& y) {
 }
 
 TEST(Backend, OpEntriesCallTheInstalledKernel) {
-  kernel::ScaleFn* original = cpu_backend().kernels().scale;
+  kernel::ScaleFn* original = cpu_backend().kernels().get<Op::scale>();
   Tensor y;
   {
     KernelOverride<Op::scale> counting(cpu_backend(), &counting_scale);
     EXPECT_EQ(counting.original(), original);
     y = scale(Tensor::from_floats({2}, {1.0f, 2.0f}), 2.0f);
   }
-  EXPECT_EQ(cpu_backend().kernels().scale, original);
+  EXPECT_EQ(cpu_backend().kernels().get<Op::scale>(), original);
   EXPECT_EQ(g_scale_calls, 1);
   EXPECT_EQ(y.to_floats(), (std::vector<float>{1002.0f, 1004.0f}));
   EXPECT_EQ(scale(Tensor::from_floats({1}, {1.0f}), 2.0f).item(), 2.0f);

@@ -177,7 +177,7 @@ TEST(LossScaleArena, TheFlagTensorAloneDecidesTheStep) {
   auto opt = make_lso(false);
   ParameterArena arena(vars);
   ops::Backend& cpu = ops::cpu_backend();
-  g_real_unscale_check = cpu.kernels().unscale_and_check;
+  g_real_unscale_check = cpu.kernels().get<ops::Op::unscale_and_check>();
   ops::KernelOverride<ops::Op::unscale_and_count_nonfinite> count(cpu, &unscale_count_forbidden);
 
   const std::vector<Tensor> g = scaled_grads(vars, 0, opt->loss_scale(), 0);  // all finite

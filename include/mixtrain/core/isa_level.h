@@ -25,6 +25,25 @@ IsaLevel supported_isa_level();
 // on every call rather than caching, so a forced level takes effect at once.
 IsaLevel isa_level();
 
+// The one way CPU code picks its instruction set at run time: of one variant per level (a level with nothing of its
+// own passes the one below again), the variant `level` names. for_isa_level picks at isa_level(). The GEMM's paths
+// (kernels/gemm.cpp), the conversions (core/tensor.cpp), the elementwise kernels' blocks (ops/cpu/float_lanes.h)
+// and the optimizer's update spans (ops/cpu/update_isa_variants.h) all choose through it: MIXTRAIN_ISA and the
+// tests' override reach every one the same way, and adding a level is one more argument here.
+template <class T>
+T pick_for_isa(IsaLevel level, T scalar, T avx2, T avx512) {
+  switch (level) {
+    case IsaLevel::kAvx512: return avx512;
+    case IsaLevel::kAvx2: return avx2;
+    case IsaLevel::kScalar: break;
+  }
+  return scalar;
+}
+template <class T>
+T for_isa_level(T scalar, T avx2, T avx512) {
+  return pick_for_isa(isa_level(), scalar, avx2, avx512);
+}
+
 // Forces the level for tests (capped by the CPU, as MIXTRAIN_ISA is); nullopt returns to the default. Returns
 // isa_level() afterwards.
 IsaLevel set_isa_level_for_testing(std::optional<IsaLevel> level);

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -91,5 +92,7 @@ using AttentionBackwardFn = void(const Tensor& dout, const Tensor& q, const Tens
                                  const Tensor& probs, const AttentionOptions& options, Tensor& dq, Tensor& dk,
                                  Tensor& dv);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(attention, AttentionFn)
+MIXTRAIN_KERNEL_SIGNATURE(attention_backward, AttentionBackwardFn)
 
 }  // namespace mixtrain::ops

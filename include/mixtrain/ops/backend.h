@@ -8,6 +8,7 @@
 // what it does not support.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -18,41 +19,40 @@
 
 namespace mixtrain::ops {
 
-// One value per kernel of the list, named as the Kernels member that holds it (one list makes both).
-enum class Op : int {
-#define MIXTRAIN_OP_ENUM(member, Fn, name) member,
-  MIXTRAIN_KERNEL_LIST(MIXTRAIN_OP_ENUM)
-#undef MIXTRAIN_OP_ENUM
-};
-#define MIXTRAIN_OP_COUNT(member, Fn, name) +1
-inline constexpr int kNumOps = 0 MIXTRAIN_KERNEL_LIST(MIXTRAIN_OP_COUNT);
-#undef MIXTRAIN_OP_COUNT
-
 // The op's name in errors and status lists ("scaled_dot_product_attention").
 const char* op_name(Op op);
 // Every op, in list order.
 std::vector<Op> all_ops();
 
-// One kernel per op, null where a backend has none.
-struct Kernels {
-#define MIXTRAIN_KERNEL_MEMBER(member, Fn, name) kernel::Fn* member = nullptr;
-  MIXTRAIN_KERNEL_LIST(MIXTRAIN_KERNEL_MEMBER)
-#undef MIXTRAIN_KERNEL_MEMBER
+// The kernel type of an op (the signature its header declares).
+template <Op op>
+using KernelFn = typename KernelOf<op>::Fn;
 
-  bool has(Op op) const;
+// One kernel per op, null where a backend has none. Stored untyped, one slot per Op; set and get are typed by the
+// op's signature, so a kernel registered with other arguments does not compile.
+class Kernels {
+ public:
+  template <Op op>
+  void set(KernelFn<op>* fn) {
+    slots_[static_cast<size_t>(op)] = reinterpret_cast<Untyped>(fn);
+  }
+  template <Op op>
+  KernelFn<op>* get() const {
+    return reinterpret_cast<KernelFn<op>*>(slots_[static_cast<size_t>(op)]);
+  }
+  bool has(Op op) const { return slots_[static_cast<size_t>(op)] != nullptr; }
+
+ private:
+  using Untyped = void (*)();
+  std::array<Untyped, kNumOps> slots_{};
 };
 
-// The signature and Kernels member of an op, for the typed lookup.
-template <Op op>
-struct KernelOf;
-#define MIXTRAIN_KERNEL_OF(member_name, FnAlias, name)         \
-  template <>                                                  \
-  struct KernelOf<Op::member_name> {                           \
-    using Fn = kernel::FnAlias;                                \
-    static constexpr Fn* Kernels::*member = &Kernels::member_name; \
-  };
-MIXTRAIN_KERNEL_LIST(MIXTRAIN_KERNEL_OF)
-#undef MIXTRAIN_KERNEL_OF
+// A device's memory as its system reports it (ops::device_memory): on a GPU the driver's free and total bytes (other
+// processes' use included), on the CPU MemAvailable and MemTotal.
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
 
 class Backend {
  public:
@@ -95,6 +95,11 @@ Backend* find_backend(DeviceType type);
 Backend& backend_for(const char* op, const Device& device);
 // The CPU backend, loaded on first call.
 Backend& cpu_backend();
+namespace cpu {
+// The CPU backend with every CPU kernel registered (src/ops/cpu/backend.cpp; cpu_backend() calls it once).
+Backend* make_cpu_backend();
+}  // namespace cpu
+
 // Installs a backend for its device type (registering its allocator and strided copy with core), replacing any
 // before it; the caller keeps it alive until uninstall_backend. A GPU loader or a test's stand-in device calls it.
 void install_backend(Backend* backend);
@@ -104,20 +109,18 @@ void uninstall_backend(DeviceType type);
 // Whether kernel<op>(device) finds a kernel for a device of that type (an emulated type's CPU kernel counts).
 template <Op op>
 bool supports(DeviceType type) {
-  constexpr auto member = KernelOf<op>::member;
-  if (const Backend* b = find_backend(type); b != nullptr && b->kernels().*member != nullptr) return true;
-  return emulated_with_cpu_kernels(type) && cpu_backend().kernels().*member != nullptr;
+  if (const Backend* b = find_backend(type); b != nullptr && b->kernels().has(op)) return true;
+  return emulated_with_cpu_kernels(type) && cpu_backend().kernels().has(op);
 }
 
 // The kernel of op for device; Error naming the op and the device when its backend has none.
 template <Op op>
-typename KernelOf<op>::Fn* kernel_for(const Device& device) {
-  using Fn = typename KernelOf<op>::Fn;
-  constexpr auto member = KernelOf<op>::member;
+KernelFn<op>* kernel_for(const Device& device) {
+  using Fn = KernelFn<op>;
   const Backend* b = find_backend(device.type);
-  Fn* fn = b != nullptr ? b->kernels().*member : nullptr;
+  Fn* fn = b != nullptr ? b->kernels().template get<op>() : nullptr;
   if (fn == nullptr && emulated_with_cpu_kernels(device.type)) {
-    if (Fn* cpu = cpu_backend().kernels().*member; cpu != nullptr) {
+    if (Fn* cpu = cpu_backend().kernels().template get<op>(); cpu != nullptr) {
       detail::EmulatedThunk<Fn>::target = cpu;
       return &detail::EmulatedThunk<Fn>::call;
     }
@@ -131,18 +134,18 @@ typename KernelOf<op>::Fn* kernel_for(const Device& device) {
 template <Op op>
 class KernelOverride {
  public:
-  using Fn = typename KernelOf<op>::Fn;
-  KernelOverride(Backend& backend, Fn* fn) : slot_(backend.kernels().*KernelOf<op>::member), saved_(slot_) {
-    slot_ = fn;
+  using Fn = KernelFn<op>;
+  KernelOverride(Backend& backend, Fn* fn) : kernels_(backend.kernels()), saved_(kernels_.get<op>()) {
+    kernels_.set<op>(fn);
   }
-  ~KernelOverride() { slot_ = saved_; }
+  ~KernelOverride() { kernels_.set<op>(saved_); }
   KernelOverride(const KernelOverride&) = delete;
   KernelOverride& operator=(const KernelOverride&) = delete;
   // The kernel it replaced.
   Fn* original() const { return saved_; }
 
  private:
-  Fn*& slot_;
+  Kernels& kernels_;
   Fn* saved_;
 };
 

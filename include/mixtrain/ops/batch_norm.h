@@ -6,6 +6,7 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -74,5 +75,11 @@ using MovingStatisticsFn = void(const Tensor& moving_mean, const Tensor& moving_
                                 const Tensor& variance, float momentum, Tensor& next_mean, Tensor& next_variance,
                                 Tensor& skipped);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(batch_moments, BatchMomentsFn)
+MIXTRAIN_KERNEL_SIGNATURE(batch_norm, BatchNormFn)
+MIXTRAIN_KERNEL_SIGNATURE(batch_norm_backward, BatchNormBackwardFn)
+MIXTRAIN_KERNEL_SIGNATURE(batch_channel_sums, BatchChannelSumsFn)
+MIXTRAIN_KERNEL_SIGNATURE(batch_norm_input_grad, BatchNormInputGradFn)
+MIXTRAIN_KERNEL_SIGNATURE(moving_statistics, MovingStatisticsFn)
 
 }  // namespace mixtrain::ops

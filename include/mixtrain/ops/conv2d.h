@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -74,5 +75,7 @@ using Conv2dFn = void(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 using Conv2dBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
                               Tensor& dkernel, Tensor& dbias);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(conv2d, Conv2dFn)
+MIXTRAIN_KERNEL_SIGNATURE(conv2d_backward, Conv2dBackwardFn)
 
 }  // namespace mixtrain::ops

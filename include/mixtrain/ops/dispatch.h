@@ -14,12 +14,12 @@ namespace mixtrain::ops {
 
 // An emulated device: a device type whose memory the host addresses, standing in for a GPU in tests, so that the
 // code above ops runs device tensors end to end on any machine (the test installs the type's allocator and
-// copies). While on, a table without a kernel for that type hands out its CPU kernel; a real backend's kernels
+// copies). While on, kernel_for hands out the CPU kernel where the type's backend has none; a real backend's kernels
 // always take precedence. Off by default.
 void emulate_with_cpu_kernels(DeviceType type, bool on);
 bool emulated_with_cpu_kernels(DeviceType type);
 
-// Whether an emulated device's kernel is running (the CPU kernel a table handed out for it, with the OpenMP threads
+// Whether an emulated device's kernel is running (the CPU kernel kernel_for handed out for it, with the OpenMP threads
 // it forks), the one place host code may address that device's memory; a test's copies enter the scope themselves.
 bool in_emulated_kernel();
 class EmulatedKernelScope {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -80,5 +81,15 @@ using CountNonfiniteFn = int64_t(const Tensor& x);
 // Sets every element of y to value (rounded once into y's dtype).
 using FillFn = void(Tensor& y, float value);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(activation, ActivationFn)
+MIXTRAIN_KERNEL_SIGNATURE(activation_backward, ActivationBackwardFn)
+MIXTRAIN_KERNEL_SIGNATURE(add, AddFn)
+MIXTRAIN_KERNEL_SIGNATURE(scale, ScaleFn)
+MIXTRAIN_KERNEL_SIGNATURE(bias_add, BiasAddFn)
+MIXTRAIN_KERNEL_SIGNATURE(sum_rows, SumRowsFn)
+MIXTRAIN_KERNEL_SIGNATURE(dropout, DropoutFn)
+MIXTRAIN_KERNEL_SIGNATURE(dropout_mask, DropoutMaskFn)
+MIXTRAIN_KERNEL_SIGNATURE(count_nonfinite, CountNonfiniteFn)
+MIXTRAIN_KERNEL_SIGNATURE(fill, FillFn)
 
 }  // namespace mixtrain::ops

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -32,5 +33,7 @@ using EmbeddingBackwardFn = void(const Tensor& dy, const Tensor& ids, Tensor& dt
 [[noreturn]] void fail_id_out_of_range(const char* op, int64_t id, int64_t position, int64_t input_dim,
                                        const std::string& found_where = "");
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(embedding, EmbeddingFn)
+MIXTRAIN_KERNEL_SIGNATURE(embedding_backward, EmbeddingBackwardFn)
 
 }  // namespace mixtrain::ops

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -115,5 +116,6 @@ using FusedUpdateFn = void(std::vector<FusedUpdateGroup>& groups, const FusedUpd
 void fused_update_reference(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step,
                             const Tensor* found_inf, Tensor& iterations, const Tensor* global_norm);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(fused_update, FusedUpdateFn)
 
 }  // namespace mixtrain::ops

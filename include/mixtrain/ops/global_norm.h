@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -21,5 +22,6 @@ namespace kernel {
 // thread count; a GPU adds the same double terms in its own fixed order (one float32 unit at most apart).
 using GlobalNormFn = void(const std::vector<Tensor>& xs, Tensor& out);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(global_norm, GlobalNormFn)
 
 }  // namespace mixtrain::ops

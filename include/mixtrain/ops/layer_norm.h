@@ -6,6 +6,7 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -39,5 +40,7 @@ using LayerNormFn = void(const Tensor& x, const Tensor& gamma, const Tensor& bet
 using LayerNormBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                  const Tensor& gamma, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(layer_norm, LayerNormFn)
+MIXTRAIN_KERNEL_SIGNATURE(layer_norm_backward, LayerNormBackwardFn)
 
 }  // namespace mixtrain::ops

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -74,5 +75,9 @@ using UnscaleCheckFn = void(const Tensor& scaled, const Tensor& scale_state, Ten
 using UpdateLossScaleFn = void(Tensor& scale_state, Tensor& counters, const Tensor& found_inf,
                                const LossScaleRule& rule);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(apply_loss_scale, ApplyLossScaleFn)
+MIXTRAIN_KERNEL_SIGNATURE(unscale_and_count_nonfinite, UnscaleFn)
+MIXTRAIN_KERNEL_SIGNATURE(unscale_and_check, UnscaleCheckFn)
+MIXTRAIN_KERNEL_SIGNATURE(update_loss_scale, UpdateLossScaleFn)
 
 }  // namespace mixtrain::ops

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -72,5 +73,14 @@ using AccuracyFn = int64_t(const Tensor& scores, const Tensor& labels);
 // The same count written into count, a float32 (1,) tensor on the kernel's device.
 using CountCorrectFn = void(const Tensor& scores, const Tensor& labels, Tensor& count);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(crossentropy, CrossentropyFn)
+MIXTRAIN_KERNEL_SIGNATURE(crossentropy_backward, CrossentropyBackwardFn)
+MIXTRAIN_KERNEL_SIGNATURE(mse, MseFn)
+MIXTRAIN_KERNEL_SIGNATURE(mse_backward, MseBackwardFn)
+MIXTRAIN_KERNEL_SIGNATURE(sum_all, SumAllFn)
+MIXTRAIN_KERNEL_SIGNATURE(penalty, PenaltyFn)
+MIXTRAIN_KERNEL_SIGNATURE(penalty_backward, PenaltyBackwardFn)
+MIXTRAIN_KERNEL_SIGNATURE(accuracy, AccuracyFn)
+MIXTRAIN_KERNEL_SIGNATURE(count_correct, CountCorrectFn)
 
 }  // namespace mixtrain::ops

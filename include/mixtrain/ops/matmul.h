@@ -7,6 +7,7 @@
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -92,5 +93,7 @@ using BmmFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const B
 using LinearActivationFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const BmmLayout& layout,
                                 Activation act, Tensor& y, Tensor& pre);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(bmm, BmmFn)
+MIXTRAIN_KERNEL_SIGNATURE(linear_activation, LinearActivationFn)
 
 }  // namespace mixtrain::ops

@@ -5,6 +5,7 @@
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/conv2d.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -48,5 +49,9 @@ using Pool2dBackwardFn = void(const Tensor& dy, const Tensor& x, PoolKind kind, 
 using GlobalAveragePool2dFn = void(const Tensor& x, Tensor& y);
 using GlobalAveragePool2dBackwardFn = void(const Tensor& dy, Tensor& dx);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(pool2d, Pool2dFn)
+MIXTRAIN_KERNEL_SIGNATURE(pool2d_backward, Pool2dBackwardFn)
+MIXTRAIN_KERNEL_SIGNATURE(global_average_pool2d, GlobalAveragePool2dFn)
+MIXTRAIN_KERNEL_SIGNATURE(global_average_pool2d_backward, GlobalAveragePool2dBackwardFn)
 
 }  // namespace mixtrain::ops

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -21,5 +22,7 @@ using ReduceSumFn = void(const Tensor& x, int64_t outer, int64_t n, int64_t inne
 // dx (outer, n, inner)[:, j, :] = dy (outer, inner) for every j.
 using ReduceSumBackwardFn = void(const Tensor& dy, int64_t outer, int64_t n, int64_t inner, Tensor& dx);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(reduce_sum, ReduceSumFn)
+MIXTRAIN_KERNEL_SIGNATURE(reduce_sum_backward, ReduceSumBackwardFn)
 
 }  // namespace mixtrain::ops

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -21,5 +22,7 @@ using SoftmaxFn = void(const Tensor& x, bool log, Tensor& y);
 // dx from the saved output y (of softmax, or of log_softmax when log) and dy; dx has y's shape and dtype.
 using SoftmaxBackwardFn = void(const Tensor& dy, const Tensor& y, bool log, Tensor& dx);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(softmax, SoftmaxFn)
+MIXTRAIN_KERNEL_SIGNATURE(softmax_backward, SoftmaxBackwardFn)
 
 }  // namespace mixtrain::ops

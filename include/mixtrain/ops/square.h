@@ -4,6 +4,7 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -18,5 +19,7 @@ using SquareFn = void(const Tensor& x, Tensor& y);
 // dx = dy * (2 x); all contiguous with x's shape, dy of any floating dtype, dx of x's dtype.
 using SquareBackwardFn = void(const Tensor& dy, const Tensor& x, Tensor& dx);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(square, SquareFn)
+MIXTRAIN_KERNEL_SIGNATURE(square_backward, SquareBackwardFn)
 
 }  // namespace mixtrain::ops

@@ -2,6 +2,8 @@
 #pragma once
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/backend.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -25,10 +27,6 @@ void make_current(const Device& device);
 
 // A device's memory as its system reports it: on a GPU the driver's free and total bytes (other processes' use
 // included), on the CPU MemAvailable and MemTotal (0 and 0 where /proc/meminfo cannot be read).
-struct DeviceMemory {
-  int64_t free_bytes = 0;
-  int64_t total_bytes = 0;
-};
 DeviceMemory device_memory(const Device& device);
 
 // x converted to dtype on its own device, rounding as core's conversions do (x itself when it has that dtype;
@@ -50,5 +48,6 @@ namespace kernel {
 // dst = src converted to dst's dtype: both contiguous, same element count, same device.
 using CastFn = void(const Tensor& src, Tensor& dst);
 }  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(cast, CastFn)
 
 }  // namespace mixtrain::ops

@@ -286,12 +286,12 @@ void moving_statistics(const Tensor& moving_mean, const Tensor& moving_variance,
 }
 
 void register_batch_norm_kernels(Kernels& k) {
-  k.batch_moments = &batch_moments;
-  k.moving_statistics = &moving_statistics;
-  k.batch_norm = &batch_norm;
-  k.batch_norm_backward = &batch_norm_backward;
-  k.batch_channel_sums = &batch_channel_sums;
-  k.batch_norm_input_grad = &batch_norm_input_grad;
+  k.set<Op::batch_moments>(&batch_moments);
+  k.set<Op::moving_statistics>(&moving_statistics);
+  k.set<Op::batch_norm>(&batch_norm);
+  k.set<Op::batch_norm_backward>(&batch_norm_backward);
+  k.set<Op::batch_channel_sums>(&batch_channel_sums);
+  k.set<Op::batch_norm_input_grad>(&batch_norm_input_grad);
 }
 
 }  // namespace mixtrain::ops::cpu

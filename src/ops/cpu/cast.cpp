@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "cpu_backend.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -21,6 +22,6 @@ void cast(const Tensor& src, Tensor& dst) {
 }
 }  // namespace
 
-void register_cast_kernels(Kernels& k) { k.cast = &cast; }
+void register_cast_kernels(Kernels& k) { k.set<Op::cast>(&cast); }
 
 }  // namespace mixtrain::ops::cpu

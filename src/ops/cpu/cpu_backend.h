@@ -31,7 +31,4 @@ namespace mixtrain::ops::cpu {
 MIXTRAIN_CPU_KERNEL_FILES(MIXTRAIN_DECLARE_CPU_REGISTRATION)
 #undef MIXTRAIN_DECLARE_CPU_REGISTRATION
 
-// The CPU backend with every CPU kernel registered (ops::cpu_backend() calls it once).
-Backend* make_cpu_backend();
-
 }  // namespace mixtrain::ops::cpu

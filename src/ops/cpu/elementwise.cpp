@@ -148,16 +148,16 @@ void fill(Tensor& y, float value) {
 }
 
 void register_elementwise_kernels(Kernels& k) {
-  k.activation = &activation;
-  k.activation_backward = &activation_backward;
-  k.add = &add;
-  k.scale = &scale;
-  k.bias_add = &bias_add;
-  k.sum_rows = &sum_rows;
-  k.dropout = &dropout;
-  k.dropout_mask = &dropout_mask;
-  k.count_nonfinite = &count_nonfinite;
-  k.fill = &fill;
+  k.set<Op::activation>(&activation);
+  k.set<Op::activation_backward>(&activation_backward);
+  k.set<Op::add>(&add);
+  k.set<Op::scale>(&scale);
+  k.set<Op::bias_add>(&bias_add);
+  k.set<Op::sum_rows>(&sum_rows);
+  k.set<Op::dropout>(&dropout);
+  k.set<Op::dropout_mask>(&dropout_mask);
+  k.set<Op::count_nonfinite>(&count_nonfinite);
+  k.set<Op::fill>(&fill);
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -83,8 +83,8 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
 }
 
 void register_embedding_kernels(Kernels& k) {
-  k.embedding = &embedding;
-  k.embedding_backward = &embedding_backward;
+  k.set<Op::embedding>(&embedding);
+  k.set<Op::embedding_backward>(&embedding_backward);
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -14,7 +14,7 @@
 #include "mixtrain/core/tensor.h"
 
 // A kernel's block function compiled twice, for the x86-64 baseline and for AVX2 (its float32 loops 8 lanes
-// wide), and called through the one the shared instruction-set level allows (core/isa_level.h), so
+// wide), and called through the one core's for_isa_level picks at the shared instruction-set level, so
 // MIXTRAIN_ISA and the tests' override choose it as they choose the GEMM, the conversions and the optimizer
 // passes. Write the function as `name_body` (always inline, so each wrapper compiles it for its own target),
 // then MIXTRAIN_CPU_VARIANTS(name) defines `name` with the same arguments. No AVX-512 variant: GCC contracts
@@ -32,10 +32,8 @@
   }                                                                              \
   template <class... Args>                                                       \
   void name(Args&&... args) {                                                    \
-    if (::mixtrain::isa_level() >= ::mixtrain::IsaLevel::kAvx2)                  \
-      name##_avx2(std::forward<Args>(args)...);                                  \
-    else                                                                         \
-      name##_baseline(std::forward<Args>(args)...);                              \
+    ::mixtrain::for_isa_level(&name##_baseline<Args...>, &name##_avx2<Args...>,  \
+                              &name##_avx2<Args...>)(std::forward<Args>(args)...); \
   }
 
 namespace mixtrain::ops::cpu::lanes {

@@ -162,7 +162,7 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
 }
 
 void register_fused_update_kernels(Kernels& k) {
-  k.fused_update = &fused_update;
+  k.set<Op::fused_update>(&fused_update);
 }
 
 }  // namespace mixtrain::ops::cpu

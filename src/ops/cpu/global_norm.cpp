@@ -46,7 +46,7 @@ void global_norm(const std::vector<Tensor>& xs, Tensor& out) {
 }
 
 void register_global_norm_kernels(Kernels& k) {
-  k.global_norm = &global_norm;
+  k.set<Op::global_norm>(&global_norm);
 }
 
 }  // namespace mixtrain::ops::cpu

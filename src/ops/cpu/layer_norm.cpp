@@ -120,8 +120,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
 }
 
 void register_layer_norm_kernels(Kernels& k) {
-  k.layer_norm = &layer_norm;
-  k.layer_norm_backward = &layer_norm_backward;
+  k.set<Op::layer_norm>(&layer_norm);
+  k.set<Op::layer_norm_backward>(&layer_norm_backward);
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -43,7 +43,7 @@ void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, con
 }
 
 void register_linear_activation_kernels(Kernels& k) {
-  k.linear_activation = &linear_activation;
+  k.set<Op::linear_activation>(&linear_activation);
 }
 
 }  // namespace mixtrain::ops::cpu

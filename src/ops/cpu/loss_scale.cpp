@@ -68,10 +68,10 @@ void update_loss_scale(Tensor& scale_state, Tensor& counters, const Tensor& foun
 }
 
 void register_loss_scale_kernels(Kernels& k) {
-  k.unscale_and_count_nonfinite = &unscale_and_count_nonfinite;
-  k.unscale_and_check = &unscale_and_check;
-  k.update_loss_scale = &update_loss_scale;
-  k.apply_loss_scale = &apply_loss_scale;
+  k.set<Op::unscale_and_count_nonfinite>(&unscale_and_count_nonfinite);
+  k.set<Op::unscale_and_check>(&unscale_and_check);
+  k.set<Op::update_loss_scale>(&update_loss_scale);
+  k.set<Op::apply_loss_scale>(&apply_loss_scale);
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -164,15 +164,15 @@ void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
 }  // namespace
 
 void register_losses_kernels(Kernels& k) {
-  k.crossentropy = &crossentropy;
-  k.crossentropy_backward = &crossentropy_backward;
-  k.mse = &mse;
-  k.mse_backward = &mse_backward;
-  k.sum_all = &sum_all;
-  k.accuracy = &accuracy;
-  k.penalty = &penalty;
-  k.penalty_backward = &penalty_backward;
-  k.count_correct = &count_correct;
+  k.set<Op::crossentropy>(&crossentropy);
+  k.set<Op::crossentropy_backward>(&crossentropy_backward);
+  k.set<Op::mse>(&mse);
+  k.set<Op::mse_backward>(&mse_backward);
+  k.set<Op::sum_all>(&sum_all);
+  k.set<Op::accuracy>(&accuracy);
+  k.set<Op::penalty>(&penalty);
+  k.set<Op::penalty_backward>(&penalty_backward);
+  k.set<Op::count_correct>(&count_correct);
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -60,7 +60,7 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
 }
 
 void register_matmul_kernels(Kernels& k) {
-  k.bmm = &bmm;
+  k.set<Op::bmm>(&bmm);
 }
 
 }  // namespace mixtrain::ops::cpu

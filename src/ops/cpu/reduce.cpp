@@ -56,8 +56,8 @@ void reduce_sum_backward(const Tensor& dy, int64_t outer, int64_t n, int64_t inn
 }
 
 void register_reduce_kernels(Kernels& k) {
-  k.reduce_sum = &reduce_sum;
-  k.reduce_sum_backward = &reduce_sum_backward;
+  k.set<Op::reduce_sum>(&reduce_sum);
+  k.set<Op::reduce_sum_backward>(&reduce_sum_backward);
 }
 
 }  // namespace mixtrain::ops::cpu

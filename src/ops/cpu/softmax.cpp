@@ -66,8 +66,8 @@ void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx) {
 }
 
 void register_softmax_kernels(Kernels& k) {
-  k.softmax = &softmax;
-  k.softmax_backward = &softmax_backward;
+  k.set<Op::softmax>(&softmax);
+  k.set<Op::softmax_backward>(&softmax_backward);
 }
 
 }  // namespace mixtrain::ops::cpu

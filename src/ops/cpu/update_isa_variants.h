@@ -1,6 +1,6 @@
 // How the optimizer updates' element-wise spans (update_spans.cpp) run at the shared instruction-set level
 // (core/isa_level.h): each span is written once as an always-inline function, compiled three times by thin
-// wrappers with target attributes (x86-64 baseline, AVX2, AVX-512 F), and the wrapper isa_level() names is called
+// wrappers with target attributes (x86-64 baseline, AVX2, AVX-512 F), and the wrapper core's for_isa_level picks is called
 // on static spans of the array, one per OpenMP thread. Unlike load-time function multiversioning, MIXTRAIN_ISA and
 // the tests' override choose the variant, and the vectorised loop is compiled inside the wrapper (an OpenMP
 // parallel region in a multiversioned function is outlined without the clone's target). The ops layer is compiled
@@ -16,16 +16,6 @@
 #include "mixtrain/core/isa_level.h"
 
 namespace mixtrain::ops::cpu {
-
-template <class Fn>
-Fn variant_for_isa(Fn scalar, Fn avx2, Fn avx512) {
-  switch (isa_level()) {
-    case IsaLevel::kAvx512: return avx512;
-    case IsaLevel::kAvx2: return avx2;
-    case IsaLevel::kScalar: break;
-  }
-  return scalar;
-}
 
 // Calls span(begin, end) on [0, n): once below min_parallel elements, else on one static span per thread (each a
 // multiple of 16 floats, so no two threads share a cache line).

@@ -55,7 +55,7 @@ void adam_span_scalar(float* w, const float* g, float* m, float* v, int64_t n, f
 
 void adam_kernel(float* w, const float* g, float* m, float* v, int64_t n, float alpha, float one_minus_b1,
                  float one_minus_b2, float eps) {
-  const AdamSpan span = variant_for_isa<AdamSpan>(adam_span_scalar, adam_span_avx2, adam_span_avx512);
+  const AdamSpan span = for_isa_level<AdamSpan>(adam_span_scalar, adam_span_avx2, adam_span_avx512);
   for_each_span(n, kParallelMin, [&](int64_t begin, int64_t end) {
     span(w + begin, g + begin, m + begin, v + begin, end - begin, alpha, one_minus_b1, one_minus_b2, eps);
   });
@@ -112,7 +112,7 @@ void rmsprop_span_scalar(float* w, const float* g, float* v, float* m, float* a,
 
 void rmsprop_kernel(float* w, const float* g, float* v, float* m, float* a, int64_t n, float lr, float rho,
                     float one_minus_rho, float mu, float eps) {
-  const RmspropSpan span = variant_for_isa<RmspropSpan>(rmsprop_span_scalar, rmsprop_span_avx2, rmsprop_span_avx512);
+  const RmspropSpan span = for_isa_level<RmspropSpan>(rmsprop_span_scalar, rmsprop_span_avx2, rmsprop_span_avx512);
   for_each_span(n, kParallelMin, [&](int64_t begin, int64_t end) {
     span(w + begin, g + begin, v + begin, m ? m + begin : nullptr, a ? a + begin : nullptr, end - begin, lr, rho,
          one_minus_rho, mu, eps);

@@ -319,8 +319,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 }
 
 void register_attention_kernels(Kernels& k) {
-  k.attention = &attention;
-  k.attention_backward = &attention_backward;
+  k.set<Op::attention>(&attention);
+  k.set<Op::attention_backward>(&attention_backward);
 }
 
 }  // namespace mixtrain::ops::cuda

@@ -8,6 +8,8 @@
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/matmul.h"
 
 namespace mixtrain::ops::cuda {
 

@@ -27,6 +27,7 @@
 #include "../shared/float16_convert.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/conv2d.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -185,8 +186,8 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
 }
 
 void register_conv2d_kernels(Kernels& k) {
-  k.conv2d = &conv2d;
-  k.conv2d_backward = &conv2d_backward;
+  k.set<Op::conv2d>(&conv2d);
+  k.set<Op::conv2d_backward>(&conv2d_backward);
 }
 
 }  // namespace mixtrain::ops::cuda

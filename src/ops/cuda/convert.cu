@@ -6,6 +6,7 @@
 #include "../shared/float16_convert.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -143,7 +144,7 @@ void round_rows_into(const float* src, const float* bias, int64_t rows, int64_t 
 }
 
 void register_convert_kernels(Kernels& k) {
-  k.cast = &cast;
+  k.set<Op::cast>(&cast);
 }
 
 }  // namespace mixtrain::ops::cuda

@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/embedding.h"
+#include "mixtrain/ops/losses.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -277,8 +278,8 @@ void crossentropy_backward(const Tensor& x, const Tensor& target, bool sparse, b
 }
 
 void register_crossentropy_kernels(Kernels& k) {
-  k.crossentropy = &crossentropy;
-  k.crossentropy_backward = &crossentropy_backward;
+  k.set<Op::crossentropy>(&crossentropy);
+  k.set<Op::crossentropy_backward>(&crossentropy_backward);
 }
 
 }  // namespace mixtrain::ops::cuda

@@ -12,6 +12,7 @@
 #include "../shared/float16_convert.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/elementwise.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -148,13 +149,13 @@ void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {
 }
 
 void register_elementwise_kernels(Kernels& k) {
-  k.activation = &activation;
-  k.activation_backward = &activation_backward;
-  k.add = &add;
-  k.scale = &scale;
-  k.bias_add = &bias_add;
-  k.dropout = &dropout;
-  k.dropout_mask = &dropout_mask;
+  k.set<Op::activation>(&activation);
+  k.set<Op::activation_backward>(&activation_backward);
+  k.set<Op::add>(&add);
+  k.set<Op::scale>(&scale);
+  k.set<Op::bias_add>(&bias_add);
+  k.set<Op::dropout>(&dropout);
+  k.set<Op::dropout_mask>(&dropout_mask);
 }
 
 }  // namespace mixtrain::ops::cuda

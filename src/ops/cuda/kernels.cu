@@ -17,6 +17,8 @@
 #include "../device_wait.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/loss_scale.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -221,11 +223,11 @@ void synchronize(int device_index) {
 }
 
 void register_kernels_kernels(Kernels& k) {
-  k.fill = &fill;
-  k.unscale_and_check = &unscale_and_check;
-  k.unscale_and_count_nonfinite = &unscale_and_count_nonfinite;
-  k.update_loss_scale = &update_loss_scale;
-  k.apply_loss_scale = &apply_loss_scale;
+  k.set<Op::fill>(&fill);
+  k.set<Op::unscale_and_check>(&unscale_and_check);
+  k.set<Op::unscale_and_count_nonfinite>(&unscale_and_count_nonfinite);
+  k.set<Op::update_loss_scale>(&update_loss_scale);
+  k.set<Op::apply_loss_scale>(&apply_loss_scale);
 }
 
 }  // namespace mixtrain::ops::cuda

@@ -15,6 +15,7 @@
 #include "../shared/ordered_sum.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/layer_norm.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -135,8 +136,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, 
 }
 
 void register_layer_norm_kernels(Kernels& k) {
-  k.layer_norm = &layer_norm;
-  k.layer_norm_backward = &layer_norm_backward;
+  k.set<Op::layer_norm>(&layer_norm);
+  k.set<Op::layer_norm_backward>(&layer_norm_backward);
 }
 
 }  // namespace mixtrain::ops::cuda

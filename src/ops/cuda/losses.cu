@@ -23,6 +23,8 @@
 #include "../device_wait.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/global_norm.h"
+#include "mixtrain/ops/losses.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -306,14 +308,14 @@ int64_t accuracy(const Tensor& scores, const Tensor& labels) {
 }
 
 void register_losses_kernels(Kernels& k) {
-  k.mse = &mse;
-  k.mse_backward = &mse_backward;
-  k.sum_all = &sum_all;
-  k.accuracy = &accuracy;
-  k.count_correct = &count_correct;
-  k.penalty = &penalty;
-  k.penalty_backward = &penalty_backward;
-  k.global_norm = &global_norm;
+  k.set<Op::mse>(&mse);
+  k.set<Op::mse_backward>(&mse_backward);
+  k.set<Op::sum_all>(&sum_all);
+  k.set<Op::accuracy>(&accuracy);
+  k.set<Op::count_correct>(&count_correct);
+  k.set<Op::penalty>(&penalty);
+  k.set<Op::penalty_backward>(&penalty_backward);
+  k.set<Op::global_norm>(&global_norm);
 }
 
 }  // namespace mixtrain::ops::cuda

@@ -32,6 +32,7 @@
 #include "gemm_fallback.h"
 #include "gemm_plan_cache.h"
 #include "mixtrain/core/environment.h"
+#include "mixtrain/ops/matmul.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -425,8 +426,8 @@ void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, con
 }
 
 void register_matmul_kernels(Kernels& k) {
-  k.bmm = &bmm;
-  k.linear_activation = &linear_activation;
+  k.set<Op::bmm>(&bmm);
+  k.set<Op::linear_activation>(&linear_activation);
 }
 
 }  // namespace mixtrain::ops::cuda

@@ -14,6 +14,7 @@
 #include "../shared/pool_window.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/pooling.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -117,10 +118,10 @@ void global_average_pool2d_backward(const Tensor& dy, Tensor& dx) {
 }
 
 void register_pooling_kernels(Kernels& k) {
-  k.pool2d = &pool2d;
-  k.pool2d_backward = &pool2d_backward;
-  k.global_average_pool2d = &global_average_pool2d;
-  k.global_average_pool2d_backward = &global_average_pool2d_backward;
+  k.set<Op::pool2d>(&pool2d);
+  k.set<Op::pool2d_backward>(&pool2d_backward);
+  k.set<Op::global_average_pool2d>(&global_average_pool2d);
+  k.set<Op::global_average_pool2d_backward>(&global_average_pool2d_backward);
 }
 
 }  // namespace mixtrain::ops::cuda

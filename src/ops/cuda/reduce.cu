@@ -15,6 +15,8 @@
 #include "../shared/ordered_sum.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/reduce.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -121,10 +123,10 @@ int64_t count_nonfinite(const Tensor& x) {
 }
 
 void register_reduce_kernels(Kernels& k) {
-  k.sum_rows = &sum_rows;
-  k.count_nonfinite = &count_nonfinite;
-  k.reduce_sum = &reduce_sum;
-  k.reduce_sum_backward = &reduce_sum_backward;
+  k.set<Op::sum_rows>(&sum_rows);
+  k.set<Op::count_nonfinite>(&count_nonfinite);
+  k.set<Op::reduce_sum>(&reduce_sum);
+  k.set<Op::reduce_sum_backward>(&reduce_sum_backward);
 }
 
 }  // namespace mixtrain::ops::cuda

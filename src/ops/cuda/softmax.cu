@@ -8,6 +8,7 @@
 #include "../shared/softmax_row.h"
 #include "backend.h"
 #include "device_util.cuh"
+#include "mixtrain/ops/softmax.h"
 
 namespace mixtrain::ops::cuda {
 
@@ -85,8 +86,8 @@ void softmax_backward(const Tensor& dy, const Tensor& y, bool log, Tensor& dx) {
 }
 
 void register_softmax_kernels(Kernels& k) {
-  k.softmax = &softmax;
-  k.softmax_backward = &softmax_backward;
+  k.set<Op::softmax>(&softmax);
+  k.set<Op::softmax_backward>(&softmax_backward);
 }
 
 }  // namespace mixtrain::ops::cuda

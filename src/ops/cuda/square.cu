@@ -51,8 +51,8 @@ void square_backward(const Tensor& dy, const Tensor& x, Tensor& dx) {
 }  // namespace
 
 void register_square_kernels(Kernels& k) {
-  k.square = &square;
-  k.square_backward = &square_backward;
+  k.set<Op::square>(&square);
+  k.set<Op::square_backward>(&square_backward);
 }
 
 }  // namespace mixtrain::ops::cuda
