@@ -5,34 +5,11 @@
 #include <vector>
 
 #include "gradient_sink.h"
+#include "recorded_steps.h"
 #include "mixtrain/autograd/tape.h"
-#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
-
-namespace detail {
-
-namespace {
-thread_local GradientSink* t_sink = nullptr;
-}  // namespace
-
-GradientSink* active_gradient_sink() { return t_sink; }
-void set_active_gradient_sink(GradientSink* sink) { t_sink = sink; }
-
-void GradientSink::add(const Var& v, const Tensor& g, bool owned) {
-  auto it = grads.find(v.id());
-  if (it == grads.end()) {
-    Tensor converted = g.to(v.dtype());
-    // A gradient shared with another input (add() gives one tensor to both) is copied before it is summed into.
-    if (!owned && converted.shares_storage(g)) converted = g.clone();
-    grads.emplace(v.id(), std::move(converted));
-    return;
-  }
-  ops::add_into(it->second, g);  // float32 sums, rounded once into the variable's dtype (as Var::accumulate_grad)
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -50,7 +27,7 @@ std::vector<Tensor> replay(std::vector<detail::RecordedStep> steps, const Var& t
   // Sources that are recorded values: their gradient is read just before the replay releases it.
   std::unordered_map<const void*, Tensor> intermediate_grads;
   for (const Var& s : sources)
-    if (!sink.takes(s)) intermediate_grads[s.id()] = Tensor();
+    if (!sink.takes(s.id())) intermediate_grads[s.id()] = Tensor();
 
   const Tensor seed =
       ops::to_device(Tensor::full(target.shape(), target.dtype(), output_gradient), target.value().device());
@@ -61,8 +38,8 @@ std::vector<Tensor> replay(std::vector<detail::RecordedStep> steps, const Var& t
     } scope(&sink);
     NoGradGuard no_grad;  // backward steps compute with ops; nothing they do is recorded
     Var root = target;
-    if (sink.takes(root))
-      sink.add(root, seed, /*owned=*/true);  // the target is itself a variable: d(target)/d(target) = seed
+    if (sink.takes(root.id()))  // the target is itself a variable: d(target)/d(target) = seed
+      sink.add(root.id(), root.dtype(), seed, /*owned=*/true);
     else
       root.set_grad(seed);
     try {

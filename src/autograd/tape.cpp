@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "gradient_sink.h"
+#include "recorded_steps.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {

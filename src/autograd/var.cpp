@@ -77,7 +77,7 @@ Tensor Var::fresh_gradient_destination(DType dtype) const {
   if (impl_->grad.defined() || !buffer.defined() || buffer.dtype() != dtype || buffer.dtype() != this->dtype() ||
       buffer.shape() != shape() || !buffer.is_contiguous())
     return Tensor();
-  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(*this)) return Tensor();
+  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(id())) return Tensor();
   return buffer;
 }
 
@@ -94,10 +94,10 @@ void Var::set_grad(Tensor g) {
 }
 
 void Var::accumulate_grad_owned(Tensor g) {
-  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(*this)) {
+  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(id())) {
     MIXTRAIN_CHECK(g.shape() == shape(), "gradient " << g.describe() << " does not match variable '" << impl_->name
                                                      << "' " << impl_->value.describe());
-    sink->add(*this, g, /*owned=*/true);
+    sink->add(id(), dtype(), g, /*owned=*/true);
     return;
   }
   if (!impl_->grad.defined() && !impl_->grad_buffer.defined() && g.dtype() == dtype() && g.shape() == shape()) {
@@ -110,8 +110,8 @@ void Var::accumulate_grad_owned(Tensor g) {
 void Var::accumulate_grad(const Tensor& g) {
   MIXTRAIN_CHECK(g.shape() == shape(), "gradient " << g.describe() << " does not match variable '" << impl_->name
                                                    << "' " << impl_->value.describe());
-  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(*this)) {
-    sink->add(*this, g, /*owned=*/false);
+  if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(id())) {
+    sink->add(id(), dtype(), g, /*owned=*/false);
     return;
   }
   Tensor& buffer = impl_->grad_buffer;

@@ -102,10 +102,9 @@ size_t read_some(gzFile f, void* dst, size_t bytes, const std::string& path) {
 
 namespace {
 
-// Reads and checks the header of the open file f: magic, element type, rank, dimensions and what they declare
-// against the file's size. Leaves f at the first data byte.
-std::vector<int64_t> read_header(gzFile f, const std::string& path, int expected_rank) {
-
+// Reads and checks the 4 magic bytes: two zeros, the element type (uint8 only) and the rank, against
+// expected_rank (0: any). Returns the rank.
+int read_magic(gzFile f, const std::string& path, int expected_rank) {
   unsigned char magic[4];
   const size_t got_magic = read_some(f, magic, 4, path);
   if (got_magic < 4)
@@ -138,7 +137,12 @@ std::vector<int64_t> read_header(gzFile f, const std::string& path, int expected
                                << expected_magic(expected_rank),
                   expected_rank == 3 ? "pass the images file (...-images-idx3-ubyte), not the labels file"
                                      : "the labels file (...-labels-idx1-ubyte) holds one uint8 per sample");
+  return rank;
+}
 
+// Reads the rank big-endian 32-bit dimensions and checks that the product of the non-zero ones stays within
+// kIdxMaxElements. Sets *count to the number of elements they declare.
+std::vector<int64_t> read_dims(gzFile f, const std::string& path, int rank, int64_t* count) {
   std::vector<unsigned char> dim_bytes(static_cast<size_t>(rank) * 4);
   const size_t got_dims = read_some(f, dim_bytes.data(), dim_bytes.size(), path);
   if (got_dims < dim_bytes.size())
@@ -167,12 +171,15 @@ std::vector<int64_t> read_header(gzFile f, const std::string& path, int expected
                                  << kIdxMaxElements << " elements",
                     "the header is corrupt; download the file again");
   }
-  const int64_t count = empty ? 0 : nonzero_product;
+  *count = empty ? 0 : nonzero_product;
+  return dims;
+}
 
-  // What the header declares must fit in the file before the tensor is allocated: a plain file holds exactly the
-  // header and the data; a gzip stream cannot inflate to more than kIdxMaxGzipRatio times its compressed size.
+// What the header declares must fit in the file before the tensor is allocated: a plain file holds exactly the
+// header and the data; a gzip stream cannot inflate to more than kIdxMaxGzipRatio times its compressed size.
+void check_declared_size(gzFile f, const std::string& path, const std::vector<int64_t>& dims, int64_t count) {
   const size_t want = static_cast<size_t>(count);
-  const uint64_t header_bytes = 4 + static_cast<uint64_t>(dim_bytes.size());
+  const uint64_t header_bytes = 4 + static_cast<uint64_t>(dims.size()) * 4;
   const uint64_t on_disk = file_size(path);
   if (gzdirect(f)) {
     if (header_bytes + want > on_disk)
@@ -192,6 +199,15 @@ std::vector<int64_t> read_header(gzFile f, const std::string& path, int expected
                                     << kIdxMaxGzipRatio << " times)",
                   "the header is corrupt or the file is truncated; download the file again");
   }
+}
+
+// Reads and checks the header of the open file f: magic, element type, rank, dimensions and what they declare
+// against the file's size. Leaves f at the first data byte.
+std::vector<int64_t> read_header(gzFile f, const std::string& path, int expected_rank) {
+  const int rank = read_magic(f, path, expected_rank);
+  int64_t count = 0;
+  std::vector<int64_t> dims = read_dims(f, path, rank, &count);
+  check_declared_size(f, path, dims, count);
   return dims;
 }
 

@@ -336,6 +336,118 @@ std::map<std::string, uint32_t> take_checksums(const std::string& path, const st
   return sums;
 }
 
+// The size of the open file fd, which must be a regular file.
+uint64_t regular_file_size(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) MIXTRAIN_FAIL(kIo, "cannot stat '" << path << "': " << errno_text(), "");
+  if (!S_ISREG(st.st_mode)) MIXTRAIN_FAIL(kIo, "'" << path << "' is not a regular file", "pass a .safetensors file");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// The JSON header of the open file fd (file_size bytes): its 8-byte little-endian length, checked against the limit
+// and the file's size before the header is read, then the header itself, which must be a JSON object. Sets
+// *header_size to the header's length.
+Json read_header(int fd, const std::string& path, uint64_t file_size, uint64_t* header_size) {
+  if (file_size < 8) {
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "' is too short (" << file_size
+                                     << " bytes) to hold the 8-byte safetensors header length",
+                  kCorruptHint);
+  }
+  unsigned char length[8];
+  read_all(fd, length, sizeof length, 0, path);
+  uint64_t size = 0;
+  for (int i = 7; i >= 0; --i) size = (size << 8) | length[i];
+  if (size > kMaxSafetensorsHeaderBytes) {
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': header length " << size << " exceeds the limit of "
+                                     << kMaxSafetensorsHeaderBytes << " bytes",
+                  kCorruptHint);
+  }
+  if (size > file_size - 8) {
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': header length " << size << " runs past the end of the file ("
+                                     << file_size << " bytes)",
+                  kCorruptHint);
+  }
+  std::string text(size, '\0');
+  read_all(fd, text.data(), text.size(), 8, path);
+  Json header = Json::parse(text, "'" + path + "' (safetensors header)");
+  if (!header.is_object()) {
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': safetensors header is " << header.type_name() << ", expected an object",
+                  kCorruptHint);
+  }
+  *header_size = size;
+  return header;
+}
+
+// The header's tensor entries, in the header's order; its metadata (every value a string) goes to metadata.
+std::vector<Entry> parse_header(const std::string& path, const Json& header,
+                                std::map<std::string, std::string>& metadata) {
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.as_object()) {
+    if (key != kMetadataKey) {
+      entries.push_back(parse_entry(path, key, value));
+      continue;
+    }
+    if (!value.is_object())
+      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << kMetadataKey << " is " << value.type_name() << ", expected an object", kCorruptHint);
+    for (const auto& [mk, mv] : value.as_object()) {
+      if (!mv.is_string()) {
+        MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << kMetadataKey << " entry '" << mk << "' is " << mv.type_name()
+                                         << ", expected a string",
+                      kCorruptHint);
+      }
+      metadata[mk] = mv.as_string();
+    }
+  }
+  return entries;
+}
+
+// The data block (data_size bytes) must be tiled exactly, as the reference implementation requires: no byte
+// belongs to two tensors, none to no tensor.
+void check_tiling(const std::string& path, const std::vector<Entry>& entries, uint64_t data_size) {
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : entries) {
+    if (e.end > data_size) {
+      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': tensor '" << e.name << "': data_offsets [" << e.begin << ", " << e.end
+                                       << "] run past the end of the data (" << data_size << " bytes)",
+                    kCorruptHint);
+    }
+    by_offset.push_back(&e);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const Entry* a, const Entry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
+  uint64_t cursor = 0;
+  const Entry* previous = nullptr;
+  for (const Entry* e : by_offset) {
+    if (e->begin < cursor) {
+      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': tensors '" << previous->name << "' and '" << e->name
+                                       << "' overlap (bytes [" << e->begin << ", " << std::min(cursor, e->end) << "))",
+                    kCorruptHint);
+    }
+    if (e->begin > cursor) {
+      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': bytes [" << cursor << ", " << e->begin
+                                       << ") of the data belong to no tensor",
+                    kCorruptHint);
+    }
+    cursor = e->end;
+    previous = e;
+  }
+  if (cursor != data_size) {
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << (data_size - cursor) << " bytes after the last tensor belong to no tensor",
+                  kCorruptHint);
+  }
+}
+
+// Tensor name's bytes, read into t, against the checksum the header records for them.
+void check_tensor_checksum(const std::string& path, const std::string& name, const Tensor& t, uint32_t stored) {
+  const uint32_t actual = crc32_of(t.raw(), t.nbytes());
+  if (actual != stored) {
+    MIXTRAIN_FAIL(kInvalidInput,
+                  "'" << path << "': tensor '" << name << "' fails its checksum: the header records "
+                      << checksum_text(stored) << ", its " << t.nbytes() << " bytes give " << checksum_text(actual),
+                  kChangedHint);
+  }
+}
+
 }  // namespace
 
 const Tensor& SafetensorsFile::get(const std::string& name) const {
@@ -395,93 +507,14 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 SafetensorsFile load_safetensors(const std::string& path) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) MIXTRAIN_FAIL(kIo, "cannot open safetensors file '" << path << "': " << errno_text(), "check the path");
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) MIXTRAIN_FAIL(kIo, "cannot stat '" << path << "': " << errno_text(), "");
-  if (!S_ISREG(st.st_mode)) MIXTRAIN_FAIL(kIo, "'" << path << "' is not a regular file", "pass a .safetensors file");
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-
-  if (file_size < 8) {
-    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "' is too short (" << file_size
-                                     << " bytes) to hold the 8-byte safetensors header length",
-                  kCorruptHint);
-  }
-  unsigned char length[8];
-  read_all(fd.get(), length, sizeof length, 0, path);
+  const uint64_t file_size = regular_file_size(fd.get(), path);
   uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length[i];
-  if (header_size > kMaxSafetensorsHeaderBytes) {
-    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': header length " << header_size << " exceeds the limit of "
-                                     << kMaxSafetensorsHeaderBytes << " bytes",
-                  kCorruptHint);
-  }
-  if (header_size > file_size - 8) {
-    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': header length " << header_size << " runs past the end of the file ("
-                                     << file_size << " bytes)",
-                  kCorruptHint);
-  }
-  std::string text(header_size, '\0');
-  read_all(fd.get(), text.data(), text.size(), 8, path);
-  const Json header = Json::parse(text, "'" + path + "' (safetensors header)");
-  if (!header.is_object()) {
-    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': safetensors header is " << header.type_name() << ", expected an object",
-                  kCorruptHint);
-  }
+  const Json header = read_header(fd.get(), path, file_size, &header_size);
 
   SafetensorsFile file;
   file.path = path;
-  std::vector<Entry> entries;
-  for (const auto& [key, value] : header.as_object()) {
-    if (key != kMetadataKey) {
-      entries.push_back(parse_entry(path, key, value));
-      continue;
-    }
-    if (!value.is_object())
-      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << kMetadataKey << " is " << value.type_name() << ", expected an object", kCorruptHint);
-    for (const auto& [mk, mv] : value.as_object()) {
-      if (!mv.is_string()) {
-        MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << kMetadataKey << " entry '" << mk << "' is " << mv.type_name()
-                                         << ", expected a string",
-                      kCorruptHint);
-      }
-      file.metadata[mk] = mv.as_string();
-    }
-  }
-
-  // The data block must be tiled exactly, as the reference implementation requires: no byte belongs to
-  // two tensors, none to no tensor.
-  const uint64_t data_size = file_size - 8 - header_size;
-  std::vector<const Entry*> by_offset;
-  for (const Entry& e : entries) {
-    if (e.end > data_size) {
-      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': tensor '" << e.name << "': data_offsets [" << e.begin << ", " << e.end
-                                       << "] run past the end of the data (" << data_size << " bytes)",
-                    kCorruptHint);
-    }
-    by_offset.push_back(&e);
-  }
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const Entry* a, const Entry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
-  uint64_t cursor = 0;
-  const Entry* previous = nullptr;
-  for (const Entry* e : by_offset) {
-    if (e->begin < cursor) {
-      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': tensors '" << previous->name << "' and '" << e->name
-                                       << "' overlap (bytes [" << e->begin << ", " << std::min(cursor, e->end) << "))",
-                    kCorruptHint);
-    }
-    if (e->begin > cursor) {
-      MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': bytes [" << cursor << ", " << e->begin
-                                       << ") of the data belong to no tensor",
-                    kCorruptHint);
-    }
-    cursor = e->end;
-    previous = e;
-  }
-  if (cursor != data_size) {
-    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': " << (data_size - cursor) << " bytes after the last tensor belong to no tensor",
-                  kCorruptHint);
-  }
-
+  const std::vector<Entry> entries = parse_header(path, header, file.metadata);
+  check_tiling(path, entries, file_size - 8 - header_size);
   const std::map<std::string, uint32_t> checksums = take_checksums(path, entries, file.metadata);
   file.checksums_verified = !checksums.empty();
 
@@ -489,16 +522,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     read_all(fd.get(), t.raw(), t.nbytes(), 8 + header_size + e.begin, path);
-    if (file.checksums_verified) {
-      const uint32_t stored = checksums.at(e.name);
-      const uint32_t actual = crc32_of(t.raw(), t.nbytes());
-      if (actual != stored) {
-        MIXTRAIN_FAIL(kInvalidInput,
-                      "'" << path << "': tensor '" << e.name << "' fails its checksum: the header records "
-                          << checksum_text(stored) << ", its " << t.nbytes() << " bytes give " << checksum_text(actual),
-                      kChangedHint);
-      }
-    }
+    if (file.checksums_verified) check_tensor_checksum(path, e.name, t, checksums.at(e.name));
     file.tensors.emplace_back(e.name, std::move(t));
   }
   return file;

@@ -223,6 +223,62 @@ struct SharedB {
   int64_t step = 0;  // blocks packed so far, the same count on every thread of the team
 };
 
+// Where the tiles of one k block of one column block of a slab add their products: what their epilogues need.
+struct BlockTarget {
+  int64_t i0, jc, nc;  // the slab's first row, the column block's first column, the partial sums' row stride
+  float* partial;      // a 16-bit C's float32 partial sums (rows of the slab, ld nc); null: C itself holds the sum
+  bool first, last;    // the first k block adds the old C (when accumulating), the last the bias, and writes C
+  bool stream_c;       // the last k block writes C with non-temporal stores (streams_c)
+};
+
+// The epilogue of the tile at (i, j): the sum so far comes from the old C (first k block) or the partial sums, and
+// the new one goes to the partial sums or, on the last k block, to C. Inlined: it runs for every tile.
+[[gnu::always_inline]] inline void set_tile_epilogue(Epilogue& ep, const Problem& p, const BlockTarget& t, int64_t i,
+                                                     int64_t j) {
+  ep = Epilogue{};
+  ep.bias = (t.last && p.bias) ? p.bias + j : nullptr;
+  ep.stream_out = t.last && t.stream_c;
+  void* c_tile = c_at(p, i, j);
+  const void* old_c = (t.first && p.accumulate) ? c_tile : nullptr;
+  if (t.partial == nullptr) {  // C is float32, or a single k block: C itself holds the sum
+    ep.out = c_tile;
+    ep.out_dtype = p.c_dtype;
+    ep.ld_out = p.ldc;
+    ep.add = t.first ? old_c : c_tile;
+    ep.add_dtype = p.c_dtype;
+    ep.ld_add = p.ldc;
+  } else {
+    float* part = t.partial + (i - t.i0) * t.nc + (j - t.jc);
+    ep.out = t.last ? c_tile : part;
+    ep.out_dtype = t.last ? p.c_dtype : DType::kFloat32;
+    ep.ld_out = t.last ? p.ldc : t.nc;
+    ep.add = t.first ? old_c : part;
+    ep.add_dtype = t.first ? p.c_dtype : DType::kFloat32;
+    ep.ld_add = t.first ? p.ldc : t.nc;
+  }
+}
+
+// Packs op(B)[pc.., jc..] (kc_cur deep, nc_cur wide) into (kc, nr) panels and returns them: in b_panels, or, with
+// a team sharing B (SharedB), in the team's next buffer, of which this thread packs its share of the column panels
+// where the whole block's packing puts them, then waits at the barrier until the others have packed theirs.
+[[gnu::always_inline]] inline const float* pack_b_block(const GemmBackend& be, const PackSource& src_b, int64_t jc,
+                                                        int64_t nc_cur, int64_t pc, int64_t kc_cur, float* b_panels,
+                                                        SharedB* shared) {
+  const int64_t nr = be.nr;
+  if (shared == nullptr) {
+    be.pack(src_b, jc, nc_cur, pc, kc_cur, static_cast<int>(nr), b_panels);
+    return b_panels;
+  }
+  float* b_block = shared->buffers[shared->step++ & 1];
+  const int64_t col_panels = ceil_div(nc_cur, nr), slots = packed_slots(be, kc_cur);
+  const int64_t q0 = col_panels * shared->part / shared->parts, q1 = col_panels * (shared->part + 1) / shared->parts;
+  if (q1 > q0)
+    be.pack(src_b, jc + q0 * nr, std::min(nc_cur, q1 * nr) - q0 * nr, pc, kc_cur, static_cast<int>(nr),
+            b_block + q0 * slots * nr);
+#pragma omp barrier
+  return b_block;
+}
+
 // Single-threaded Goto loop nest over one slab. The epilogue of each tile adds the sum so far (the old C
 // on the first k block when accumulating, the partial sum on later ones) and, on the last k block, the
 // bias; a 16-bit C keeps its partial sums in float32 `partial` (rows of the slab, ld nc) so C is rounded
@@ -254,18 +310,8 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
       const int64_t kc_cur = std::min(kc, p.k - pc);
       const int64_t slots = packed_slots(be, kc_cur);  // depth of a packed panel
       const bool first = pc == 0, last = pc + kc_cur == p.k;
-      float* b_block = b_panels;
-      if (shared == nullptr) {
-        be.pack(src_b, jc, nc_cur, pc, kc_cur, static_cast<int>(nr), b_block);
-      } else {
-        b_block = shared->buffers[shared->step++ & 1];
-        // This thread's share of the block's column panels, packed where the whole block's packing puts them.
-        const int64_t q0 = col_panels * shared->part / shared->parts, q1 = col_panels * (shared->part + 1) / shared->parts;
-        if (q1 > q0)
-          be.pack(src_b, jc + q0 * nr, std::min(nc_cur, q1 * nr) - q0 * nr, pc, kc_cur, static_cast<int>(nr),
-                  b_block + q0 * slots * nr);
-#pragma omp barrier
-      }
+      const float* b_block = pack_b_block(be, src_b, jc, nc_cur, pc, kc_cur, b_panels, shared);
+      const BlockTarget target{s.i0, jc, nc, partial, first, last, stream_c};
 
       for (int64_t ch = 0; ch < chunks; ++ch) {
         const int64_t q0 = row_panels * ch / chunks, q1 = row_panels * (ch + 1) / chunks;
@@ -282,28 +328,7 @@ void run_slab(const GemmBackend& be, const Problem& p, const Slab& s, int64_t nc
           for (int64_t rq = q0; rq < q1; ++rq) {
             const int64_t i = s.i0 + rq * mr;
             mr_used[rq - q0] = static_cast<int>(std::min(mr, s.i1 - i));
-            Epilogue& ep = eps[rq - q0];
-            ep = Epilogue{};
-            ep.bias = (last && p.bias) ? p.bias + j : nullptr;
-          ep.stream_out = last && stream_c;
-            void* c_tile = c_at(p, i, j);
-            const void* old_c = (first && p.accumulate) ? c_tile : nullptr;
-            if (partial == nullptr) {  // C is float32, or a single k block: C itself holds the sum
-              ep.out = c_tile;
-              ep.out_dtype = p.c_dtype;
-              ep.ld_out = p.ldc;
-              ep.add = first ? old_c : c_tile;
-              ep.add_dtype = p.c_dtype;
-              ep.ld_add = p.ldc;
-            } else {
-              float* part = partial + (i - s.i0) * nc + (j - jc);
-              ep.out = last ? c_tile : part;
-              ep.out_dtype = last ? p.c_dtype : DType::kFloat32;
-              ep.ld_out = last ? p.ldc : nc;
-              ep.add = first ? old_c : part;
-              ep.add_dtype = first ? p.c_dtype : DType::kFloat32;
-              ep.ld_add = first ? p.ldc : nc;
-            }
+            set_tile_epilogue(eps[rq - q0], p, target, i, j);
           }
           const float* b_panel = b_block + cq * slots * nr;
           if (by_column) {

@@ -48,6 +48,56 @@ std::string error_text(const Driver& d, CUresult code) {
 
 std::string plural_gpus(size_t n) { return std::to_string(n) + (n == 1 ? " GPU" : " GPUs"); }
 
+// Loads the driver's functions into d: nullptr when it has every one probe_gpus needs (the optional ones are loaded
+// when present), else the name of the first one it lacks.
+const char* load_driver(void* lib, Driver& d) {
+  if (!load(lib, "cuInit", &d.init)) return "cuInit";
+  if (!load(lib, "cuDeviceGetCount", &d.device_get_count)) return "cuDeviceGetCount";
+  if (!load(lib, "cuDeviceGet", &d.device_get)) return "cuDeviceGet";
+  if (!load(lib, "cuDeviceGetName", &d.device_get_name)) return "cuDeviceGetName";
+  if (!load(lib, "cuDeviceTotalMem_v2", &d.device_total_mem)) return "cuDeviceTotalMem_v2";
+  if (!load(lib, "cuDeviceGetAttribute", &d.device_get_attribute)) return "cuDeviceGetAttribute";
+  load(lib, "cuDriverGetVersion", &d.driver_get_version);
+  load(lib, "cuGetErrorName", &d.get_error_name);
+  load(lib, "cuGetErrorString", &d.get_error_string);
+  return nullptr;
+}
+
+// "CUDA driver 12.4", or "CUDA driver" when it does not say its version.
+std::string driver_version(const Driver& d) {
+  int v = 0;
+  if (d.driver_get_version != nullptr && d.driver_get_version(&v) == kCudaSuccess && v > 0)
+    return "CUDA driver " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  return "CUDA driver";
+}
+
+// Asks the driver for device i's name, memory and compute capability, into g. On an error returns it and sets
+// *step to the call that failed.
+CUresult query_gpu(const Driver& d, int i, GpuInfo& g, const char** step) {
+  CUdevice dev = 0;
+  char name[256] = {};
+  size_t bytes = 0;
+  *step = "cuDeviceGet";
+  CUresult r = d.device_get(&dev, i);
+  if (r == kCudaSuccess) {
+    *step = "cuDeviceGetName";
+    r = d.device_get_name(name, static_cast<int>(sizeof(name) - 1), dev);
+  }
+  if (r == kCudaSuccess) {
+    *step = "cuDeviceTotalMem_v2";
+    r = d.device_total_mem(&bytes, dev);
+  }
+  if (r == kCudaSuccess) {
+    *step = "cuDeviceGetAttribute";
+    r = d.device_get_attribute(&g.cc_major, kAttrComputeCapabilityMajor, dev);
+  }
+  if (r == kCudaSuccess) r = d.device_get_attribute(&g.cc_minor, kAttrComputeCapabilityMinor, dev);
+  if (r != kCudaSuccess) return r;
+  g.name = name;
+  g.memory_bytes = static_cast<int64_t>(bytes);
+  return kCudaSuccess;
+}
+
 }  // namespace
 
 GpuProbe probe_gpus(const char* driver_library) {
@@ -58,28 +108,12 @@ GpuProbe probe_gpus(const char* driver_library) {
     return out;
   }
   Driver d;
-  const char* missing = nullptr;
-  if (!load(lib, "cuInit", &d.init))
-    missing = "cuInit";
-  else if (!load(lib, "cuDeviceGetCount", &d.device_get_count))
-    missing = "cuDeviceGetCount";
-  else if (!load(lib, "cuDeviceGet", &d.device_get))
-    missing = "cuDeviceGet";
-  else if (!load(lib, "cuDeviceGetName", &d.device_get_name))
-    missing = "cuDeviceGetName";
-  else if (!load(lib, "cuDeviceTotalMem_v2", &d.device_total_mem))
-    missing = "cuDeviceTotalMem_v2";
-  else if (!load(lib, "cuDeviceGetAttribute", &d.device_get_attribute))
-    missing = "cuDeviceGetAttribute";
-  if (missing != nullptr) {
+  if (const char* missing = load_driver(lib, d); missing != nullptr) {
     dlclose(lib);
     out.status = std::string("no GPU (the CUDA driver ") + driver_library + " lacks " + missing +
                  "; it is too old or not NVIDIA's)";
     return out;
   }
-  load(lib, "cuDriverGetVersion", &d.driver_get_version);
-  load(lib, "cuGetErrorName", &d.get_error_name);
-  load(lib, "cuGetErrorString", &d.get_error_string);
   out.driver_found = true;
 
   // Left loaded from here on: unloading a driver that has started its threads is not safe.
@@ -87,13 +121,7 @@ GpuProbe probe_gpus(const char* driver_library) {
     out.status = "no GPU (cuInit failed: " + error_text(d, r) + ")";
     return out;
   }
-  std::string version;
-  int v = 0;
-  if (d.driver_get_version != nullptr && d.driver_get_version(&v) == kCudaSuccess && v > 0)
-    version = "CUDA driver " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-  else
-    version = "CUDA driver";
-
+  const std::string version = driver_version(d);
   int count = 0;
   if (const CUresult r = d.device_get_count(&count); r != kCudaSuccess) {
     out.status = "no GPU (cuDeviceGetCount failed: " + error_text(d, r) + ")";
@@ -104,32 +132,13 @@ GpuProbe probe_gpus(const char* driver_library) {
     return out;
   }
   for (int i = 0; i < count; ++i) {
-    CUdevice dev = 0;
     GpuInfo g;
-    char name[256] = {};
-    size_t bytes = 0;
-    const char* step = "cuDeviceGet";
-    CUresult r = d.device_get(&dev, i);
-    if (r == kCudaSuccess) {
-      step = "cuDeviceGetName";
-      r = d.device_get_name(name, static_cast<int>(sizeof(name) - 1), dev);
-    }
-    if (r == kCudaSuccess) {
-      step = "cuDeviceTotalMem_v2";
-      r = d.device_total_mem(&bytes, dev);
-    }
-    if (r == kCudaSuccess) {
-      step = "cuDeviceGetAttribute";
-      r = d.device_get_attribute(&g.cc_major, kAttrComputeCapabilityMajor, dev);
-    }
-    if (r == kCudaSuccess) r = d.device_get_attribute(&g.cc_minor, kAttrComputeCapabilityMinor, dev);
-    if (r != kCudaSuccess) {
+    const char* step = nullptr;
+    if (const CUresult r = query_gpu(d, i, g, &step); r != kCudaSuccess) {
       out.status = plural_gpus(out.gpus.size()) + " usable of " + std::to_string(count) + " (" + step +
                    " failed for device " + std::to_string(i) + ": " + error_text(d, r) + ")";
       return out;
     }
-    g.name = name;
-    g.memory_bytes = static_cast<int64_t>(bytes);
     out.gpus.push_back(std::move(g));
   }
   out.status = plural_gpus(out.gpus.size()) + " (" + version + ")";

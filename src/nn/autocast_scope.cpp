@@ -1,5 +1,4 @@
-#include "mixtrain/nn/autocast_scope.h"
-
+// LayerAutocastScope (nn/layer.h): how a layer's call() reads the layer's own variables.
 #include "mixtrain/nn/layer.h"
 
 namespace mixtrain {

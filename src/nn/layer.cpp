@@ -3,7 +3,6 @@
 #include <cmath>
 #include <mutex>
 
-#include "mixtrain/nn/autocast_scope.h"
 #include "mixtrain/ops/losses.h"
 
 namespace mixtrain {

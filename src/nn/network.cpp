@@ -1,11 +1,8 @@
 #include "mixtrain/nn/network.h"
 
 #include <algorithm>
-#include <iomanip>
 #include <map>
-#include <ostream>
 #include <set>
-#include <sstream>
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -20,25 +17,6 @@ SymbolicTensor Input(const Shape& shape, DType dtype, std::string name) {
   node->name = std::move(name);
   return SymbolicTensor(node);
 }
-
-namespace {
-std::string with_commas(int64_t n) {
-  // Built by appending (GCC 12 warns wrongly, -Wrestrict, on inserting into a short string).
-  const std::string digits = std::to_string(n);
-  const size_t sign = n < 0 ? 1 : 0;
-  std::string s = digits.substr(0, sign);
-  for (size_t i = sign; i < digits.size(); ++i) {
-    if (i > sign && (digits.size() - i) % 3 == 0) s += ',';
-    s += digits[i];
-  }
-  return s;
-}
-std::string batch_shape(const Shape& s) {
-  std::string out = "(None";
-  for (int64_t d : s.dims()) out += ", " + std::to_string(d);
-  return out + ")";
-}
-}  // namespace
 
 Network::Network(std::string name) : name_(std::move(name)) {}
 
@@ -285,89 +263,6 @@ int64_t Network::count_params() const {
   int64_t n = 0;
   for (auto& l : layers_) n += l->count_params();
   return n;
-}
-
-void Network::summary(std::ostream& out) const {
-  require_built("summary()");
-  struct Row {
-    std::string layer, shape, params, compute, variable, connected;
-  };
-  std::vector<Row> rows;
-  int64_t trainable = 0, total = 0;
-  auto add_row = [&](const Layer& l, const std::string& shape, std::string connected) {
-    rows.push_back({l.name() + " (" + l.class_name() + ")", shape,
-                    with_commas(l.count_params()),
-                    dtype_name(l.compute_dtype()), dtype_name(l.variable_dtype()), std::move(connected)});
-  };
-  std::set<const Layer*> counted;
-  auto count = [&](const Layer& l) {
-    if (!counted.insert(&l).second) return;
-    total += l.count_params();
-    for (const Var& w : l.trainable_weights()) trainable += w.value().numel();
-  };
-  if (is_functional()) {
-    for (const SymbolicTensor& in : graph_inputs_)
-      rows.push_back({in.name() + " (InputLayer)", batch_shape(in.shape()), "0", dtype_name(in.dtype()), "-", ""});
-    for (const Step& s : steps_) {
-      std::string connected;
-      for (const SymbolicTensor& in : s.inputs) {
-        // An output of a layer with several is named by its index, as Keras writes "layer[0][1]".
-        std::string from = in.is_input() ? in.name() : in.layer()->name();
-        if (!in.is_input() && in.layer()->num_outputs() > 1) {
-          from += '[';
-          from += std::to_string(in.output_index());
-          from += ']';
-        }
-        connected += (connected.empty() ? "" : ", ") + from;
-      }
-      // Several outputs: their shapes as a list, as Keras prints them.
-      std::string shape;
-      if (s.node->shapes.size() == 1) {
-        shape = batch_shape(s.node->shapes.front());
-      } else {
-        for (const Shape& o : s.node->shapes) shape += (shape.empty() ? "[" : ", ") + batch_shape(o);
-        shape += "]";
-      }
-      add_row(*s.node->layer, shape, connected);
-      count(*s.node->layer);
-    }
-  } else {
-    Shape s = input_shape_;
-    for (auto& l : layers_) {
-      s = l->compute_output_shape(s);
-      add_row(*l, batch_shape(s), "");
-      count(*l);
-    }
-  }
-  size_t w_layer = 12, w_shape = 12, w_params = 7, w_compute = 7, w_connected = 12;
-  for (const Row& r : rows) {
-    w_layer = std::max(w_layer, r.layer.size());
-    w_shape = std::max(w_shape, r.shape.size());
-    w_params = std::max(w_params, r.params.size());
-    w_compute = std::max(w_compute, r.compute.size());
-    w_connected = std::max(w_connected, r.connected.size());
-  }
-  const bool graph = is_functional();
-  const size_t width = w_layer + 2 + w_shape + 2 + w_params + 2 + w_compute + 3 + 8 + (graph ? 2 + w_connected : 0);
-  const std::string rule(width, '_');
-  auto line = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d,
-                  const std::string& e, const std::string& f) {
-    out << std::left << std::setw(static_cast<int>(w_layer + 2)) << a << std::setw(static_cast<int>(w_shape + 2)) << b
-        << std::right << std::setw(static_cast<int>(w_params)) << c << "  " << std::left
-        << std::setw(static_cast<int>(w_compute + 3)) << d;
-    if (graph)
-      out << std::setw(10) << e << f;
-    else
-      out << e;
-    out << "\n";
-  };
-  out << "Model: \"" << name_ << "\"\n" << rule << "\n";
-  line("Layer (type)", "Output Shape", "Param #", "Compute", "Variable", graph ? "Connected to" : "");
-  out << std::string(width, '=') << "\n";
-  for (const Row& r : rows) line(r.layer, r.shape, r.params, r.compute, r.variable, r.connected);
-  out << std::string(width, '=') << "\n";
-  out << "Total params: " << with_commas(total) << "\nTrainable params: " << with_commas(trainable)
-      << "\nNon-trainable params: " << with_commas(total - trainable) << "\n" << rule << "\n";
 }
 
 }  // namespace mixtrain

@@ -1,71 +1,13 @@
 #include "mixtrain/report/comparison.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 
 #include "mixtrain/report/csv_writer.h"
-#include "mixtrain/report/progress_bar.h"
-#include "comparison_cells.h"
 
 namespace mixtrain {
-
-namespace report_detail {
-
-std::string run_color(size_t index) {
-  static constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                             "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-  return kPalette[index % (sizeof kPalette / sizeof kPalette[0])];
-}
-
-std::string printf_string(const char* format, double value) {
-  char buf[64];
-  const int n = std::snprintf(buf, sizeof buf, format, value);
-  return std::string(buf, static_cast<size_t>(n > 0 ? n : 0));
-}
-
-namespace {
-std::string cell_or_dash(double v, const char* format) { return std::isnan(v) ? "-" : printf_string(format, v); }
-
-std::string percent_cell(double fraction) {
-  if (std::isnan(fraction)) return "-";
-  if (std::isinf(fraction)) return fraction > 0 ? "inf" : "-inf";
-  return printf_string("%.2f%%", fraction * 100.0);
-}
-}  // namespace
-
-std::vector<std::string> table_cells(const PolicyRun& run) {
-  return {
-      run.policy,
-      format_metric_value(final_loss(run)),
-      std::isnan(run.test_accuracy) ? "-" : printf_string("%.2f%%", run.test_accuracy * 100.0),
-      cell_or_dash(run.accuracy_delta, "%+.2f"),
-      percent_cell(run.max_loss_deviation),
-      cell_or_dash(run.steps_per_second, "%.1f"),
-      cell_or_dash(run.speedup, "%.2fx"),
-      cell_or_dash(run.peak_memory_bytes / (1024.0 * 1024.0), "%.1f"),
-      cell_or_dash(run.memory_ratio, "%.2fx"),
-      std::to_string(run.skipped_steps),
-      run.verdict,
-  };
-}
-
-bool is_baseline(const PolicyRun& run) {
-  return run.verdict == "baseline" || (run.verdict.empty() && run.policy == "float32");
-}
-
-std::string verdict_class(const std::string& verdict) {
-  std::string name = "verdict-";
-  for (char c : verdict) name += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
-  return name;
-}
-
-}  // namespace report_detail
-
-using namespace report_detail;
 
 namespace {
 
@@ -74,13 +16,6 @@ std::string shortest(double v) {
   char buf[64];
   const auto result = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, result.ptr);
-}
-
-// Display width of UTF-8 text, counted in code points.
-size_t text_width(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
 }
 
 Json number_array(const std::vector<double>& values) {
@@ -161,32 +96,6 @@ double max_relative_deviation(const std::vector<double>& values, const std::vect
     if (std::isnan(worst) || d > worst) worst = d;
   }
   return worst;
-}
-
-std::string format_comparison_table(const ComparisonReport& report) {
-  using report_detail::kColumnCount;
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header;
-  for (const TableColumn& c : kColumns) header.push_back(c.header);
-  rows.push_back(header);
-  for (const PolicyRun& run : report.runs) rows.push_back(table_cells(run));
-
-  size_t widths[kColumnCount] = {};
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < kColumnCount; ++c) widths[c] = std::max(widths[c], text_width(row[c]));
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < kColumnCount; ++c) {
-      const std::string padding(widths[c] - text_width(row[c]), ' ');
-      if (c) line += "  ";
-      line += kColumns[c].left_aligned ? row[c] + padding : padding + row[c];
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
-  }
-  return out;
 }
 
 Json comparison_to_json(const ComparisonReport& report) {

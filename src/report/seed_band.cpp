@@ -154,6 +154,146 @@ std::string recovery_clause(const PolicyRun& run) {
   return "its recovery " + actions + (back_to >= 0 ? ", rolling back to step " + std::to_string(back_to) : "");
 }
 
+// The first float32 run's own verdict: with the other seeds' runs it spans the band.
+Verdict baseline_verdict(const Float32Band& band, const PolicyRun& baseline) {
+  const size_t seeds = band.seeds.size();
+  Verdict v;
+  v.verdict = v.numerics = "baseline";
+  v.reason = "The float32 run with seed " + std::to_string(baseline.seed) + ", which every other policy shares";
+  if (seeds > 1) {
+    v.reason += seeds > 2 ? "; with the float32 runs of seeds" : "; with the float32 run of seed";
+    for (size_t i = 1; i < seeds; ++i) v.reason += (i > 1 ? ", " : " ") + std::to_string(band.seeds[i]);
+    v.reason += " it spans the band the other policies are judged against";
+  }
+  v.reason += ".";
+  return v;
+}
+
+// Which part of a run is judged: after a rollback to a later step the run lags the band by the steps it lost, so
+// it is judged from the step it resumed at (divergence) and by where it ended (deviation).
+struct JudgedSpan {
+  int64_t from_step = 0;   // the first judged step, 0-based (0: all)
+  size_t from_epoch = 0;   // the epoch that step falls in
+  bool recovered = false;  // from_step > 0
+};
+
+JudgedSpan judged_span(const PolicyRun& run) {
+  JudgedSpan span;
+  span.from_step = resume_step(run);
+  span.recovered = span.from_step > 0;
+  const size_t epochs = run.epoch_loss.size();
+  const size_t steps_per_epoch = epochs ? (run.step_loss.size() + epochs - 1) / epochs : 0;
+  span.from_epoch = steps_per_epoch ? static_cast<size_t>(span.from_step) / steps_per_epoch : 0;
+  return span;
+}
+
+// A criterion whose inputs are missing gives no check, and is left out.
+void add_applied(std::vector<BandCheck>& checks, const std::optional<BandCheck>& c) {
+  if (c) checks.push_back(*c);
+}
+
+// Diverged: non-finite losses, a final loss or a smoothed curve far above the band.
+void add_divergence_checks(std::vector<BandCheck>& checks, const PolicyRun& run, const Float32Band& band,
+                           const PolicyRun& baseline, const JudgedSpan& span) {
+  const size_t from_step = static_cast<size_t>(span.from_step);
+  std::optional<BandCheck> non_finite = first_non_finite(run.step_loss, from_step, "training loss (per step)");
+  if (!non_finite) non_finite = first_non_finite(run.epoch_loss, span.from_epoch, "training loss");
+  if (!non_finite) non_finite = first_non_finite(run.epoch_val_loss, span.from_epoch, "validation loss");
+  add_applied(checks, non_finite);
+  const ValueBand& fb = band.final_loss;
+  add_applied(checks, check("final training loss", "diverged", 0, final_loss(run), fb.lo, fb.hi,
+                            band_tolerance(fb.lo, fb.hi, kDivergedBandMargin,
+                                           (kDivergedFinalLossRatio - 1) * std::fabs(fb.ref)),
+                            Side::kAbove));
+  // Step by step only when both ran the same steps (the same batch size).
+  const bool same_steps = run.batch_size == 0 || baseline.batch_size == 0 || run.batch_size == baseline.batch_size;
+  if (!same_steps) return;
+  std::optional<BandCheck> curve_check;
+  const std::vector<double> smoothed = smooth_loss(run.step_loss);
+  const SeriesBand& b = band.step_loss;
+  for (size_t t = from_step; t < smoothed.size() && t < b.hi.size(); ++t)
+    keep_worst(curve_check,
+               check("smoothed training loss", "diverged", static_cast<int64_t>(t + 1), smoothed[t], b.lo[t], b.hi[t],
+                     band_tolerance(b.lo[t], b.hi[t], kDivergedBandMargin,
+                                    kDivergedCurveDeviation * std::fabs(b.ref[t])),
+                     Side::kAbove));
+  add_applied(checks, curve_check);
+}
+
+// The worst epoch of a per-epoch curve against the band; a recovered run only at its last epoch. majority: the
+// curve counts as outside only at the last epoch or at more than half of the epochs judged.
+std::optional<BandCheck> epoch_check(const std::vector<double>& values, const SeriesBand& b,
+                                     const std::string& quantity, bool majority, bool recovered) {
+  std::optional<BandCheck> worst, last;
+  size_t judged = 0, outside = 0;
+  const size_t first = recovered && !values.empty() ? values.size() - 1 : 0;
+  for (size_t e = first; e < values.size() && e < b.hi.size(); ++e) {
+    const std::optional<BandCheck> c =
+        check(quantity, "deviates", static_cast<int64_t>(e + 1), values[e], b.lo[e], b.hi[e],
+              band_tolerance(b.lo[e], b.hi[e], kBandMargin, kDeviatesLossDeviation * std::fabs(b.ref[e])), Side::kBoth);
+    if (!c) continue;
+    ++judged;
+    outside += c->crossed;
+    keep_worst(worst, c);
+    if (e + 1 == values.size()) last = c;
+  }
+  if (majority && worst) {
+    worst->points_outside = static_cast<int64_t>(outside);
+    worst->points_judged = static_cast<int64_t>(judged);
+    // Crossed only at a minority of epochs, not at the last: a spike, not a deviation.
+    if (worst->crossed && 2 * outside <= judged && !(last && last->crossed)) worst->crossed = false;
+  }
+  return worst;
+}
+
+// Deviates: an epoch's training or validation loss, the test accuracy or the test loss outside the band.
+// The training loss is a mean over the epoch's steps: any epoch counts. The validation loss is measured at one
+// point in time and spikes in noisy training: it counts at the last epoch, or when outside at most epochs.
+void add_deviation_checks(std::vector<BandCheck>& checks, const PolicyRun& run, const Float32Band& band,
+                          bool recovered) {
+  add_applied(checks, epoch_check(run.epoch_loss, band.epoch_loss, "training loss", false, recovered));
+  add_applied(checks, epoch_check(run.epoch_val_loss, band.epoch_val_loss, "validation loss", true, recovered));
+  const ValueBand& acc = band.test_accuracy;
+  add_applied(checks, check("test accuracy", "deviates", 0, run.test_accuracy, acc.lo, acc.hi,
+                            band_tolerance(acc.lo, acc.hi, kBandMargin, kDeviatesAccuracyDrop / 100), Side::kBelow));
+  const ValueBand& tl = band.test_loss;
+  add_applied(checks, check("test loss", "deviates", 0, run.test_loss, tl.lo, tl.hi,
+                            band_tolerance(tl.lo, tl.hi, kBandMargin, kDeviatesLossDeviation * std::fabs(tl.ref)),
+                            Side::kAbove));
+}
+
+// The worst crossed check of one kind.
+std::optional<BandCheck> worst_crossed(const std::vector<BandCheck>& checks, const char* kind) {
+  std::optional<BandCheck> w;
+  for (const BandCheck& c : checks)
+    if (c.crossed && c.kind == kind) keep_worst(w, c);
+  return w;
+}
+
+// Sets v's verdict and numerics verdict from its checks and the run's speed, and returns the sentence saying why:
+// the deciding check, the worst crossed one of the most severe kind; for a tracking run the closest call.
+std::string decide(Verdict& v, const PolicyRun& run, const PolicyRun& baseline, size_t seeds) {
+  std::optional<BandCheck> decisive = worst_crossed(v.checks, "diverged");
+  v.verdict = decisive ? "diverged" : "";
+  if (!decisive && (decisive = worst_crossed(v.checks, "deviates"))) v.verdict = "deviates";
+  v.numerics = v.verdict;
+  if (decisive) return describe(*decisive, seeds);
+  std::optional<BandCheck> closest;
+  for (const BandCheck& c : v.checks) keep_worst(closest, c);
+  std::string sentence = seeds > 1 ? "every judged value lies within float32's seed band, give or take its tolerance"
+                                   : "every judged value lies within the fixed thresholds of the float32 run";
+  if (closest) sentence += "; the closest call: " + describe(*closest, seeds);
+  v.numerics = "tracks";
+  const double speedup = ratio(run.steps_per_second, baseline.steps_per_second);
+  if (speedup < kMinSpeedup - kThresholdSlack) {
+    v.verdict = "no speedup";
+    return "it tracks float32 (" + sentence + "), but runs at " + format("%.2fx", speedup) +
+           " float32's steps per second";
+  }
+  v.verdict = "tracks";
+  return sentence;
+}
+
 }  // namespace
 
 SeriesBand series_band(const std::vector<std::vector<double>>& curves) {
@@ -223,126 +363,18 @@ Float32Band make_float32_band(const std::vector<PolicyRun>& runs) {
 
 Verdict judge_run(const PolicyRun& run, const Float32Band& band_in, const PolicyRun& baseline) {
   const Float32Band band = band_in.seeds.empty() ? make_float32_band({baseline}) : band_in;
-  const size_t seeds = band.seeds.size();
+  if (run.policy == baseline.policy) return baseline_verdict(band, baseline);
+  const JudgedSpan span = judged_span(run);
   Verdict v;
-  if (run.policy == baseline.policy) {
-    v.verdict = v.numerics = "baseline";
-    v.reason = "The float32 run with seed " + std::to_string(baseline.seed) + ", which every other policy shares";
-    if (seeds > 1) {
-      v.reason += seeds > 2 ? "; with the float32 runs of seeds" : "; with the float32 run of seed";
-      for (size_t i = 1; i < seeds; ++i) v.reason += (i > 1 ? ", " : " ") + std::to_string(band.seeds[i]);
-      v.reason += " it spans the band the other policies are judged against";
-    }
-    v.reason += ".";
-    return v;
-  }
-
-  const int64_t from_step = resume_step(run);
-  // After a rollback to a later step the run lags the band by the steps it lost: judged by where it ended.
-  const bool recovered = from_step > 0;
-  v.judged_from_step = from_step;
-  const size_t epochs = run.epoch_loss.size();
-  const size_t steps_per_epoch = epochs ? (run.step_loss.size() + epochs - 1) / epochs : 0;
-  const size_t from_epoch = steps_per_epoch ? static_cast<size_t>(from_step) / steps_per_epoch : 0;
-
-  // Diverged: non-finite losses, a final loss or a smoothed curve far above the band.
-  std::optional<BandCheck> non_finite = first_non_finite(run.step_loss, static_cast<size_t>(from_step), "training loss (per step)");
-  if (!non_finite) non_finite = first_non_finite(run.epoch_loss, from_epoch, "training loss");
-  if (!non_finite) non_finite = first_non_finite(run.epoch_val_loss, from_epoch, "validation loss");
-  std::optional<BandCheck> final_check =
-      check("final training loss", "diverged", 0, final_loss(run), band.final_loss.lo, band.final_loss.hi,
-            band_tolerance(band.final_loss.lo, band.final_loss.hi, kDivergedBandMargin,
-                           (kDivergedFinalLossRatio - 1) * std::fabs(band.final_loss.ref)),
-            Side::kAbove);
-  std::optional<BandCheck> curve_check;
-  const bool same_steps = run.batch_size == 0 || baseline.batch_size == 0 || run.batch_size == baseline.batch_size;
-  if (same_steps) {
-    const std::vector<double> smoothed = smooth_loss(run.step_loss);
-    const SeriesBand& b = band.step_loss;
-    for (size_t t = static_cast<size_t>(from_step); t < smoothed.size() && t < b.hi.size(); ++t)
-      keep_worst(curve_check,
-                 check("smoothed training loss", "diverged", static_cast<int64_t>(t + 1), smoothed[t], b.lo[t], b.hi[t],
-                       band_tolerance(b.lo[t], b.hi[t], kDivergedBandMargin,
-                                      kDivergedCurveDeviation * std::fabs(b.ref[t])),
-                       Side::kAbove));
-  }
-
-  // Deviates: an epoch's training or validation loss, the test accuracy or the test loss outside the band.
-  // A recovered run is judged where it ended: its last epoch.
-  // The training loss is a mean over the epoch's steps: any epoch counts. The validation loss is measured at one
-  // point in time and spikes in noisy training: it counts at the last epoch, or when outside at most epochs.
-  auto epoch_check = [&](const std::vector<double>& values, const SeriesBand& b, const std::string& quantity,
-                         bool majority) {
-    std::optional<BandCheck> worst, last;
-    size_t judged = 0, outside = 0;
-    const size_t first = recovered && !values.empty() ? values.size() - 1 : 0;
-    for (size_t e = first; e < values.size() && e < b.hi.size(); ++e) {
-      const std::optional<BandCheck> c =
-          check(quantity, "deviates", static_cast<int64_t>(e + 1), values[e], b.lo[e], b.hi[e],
-                band_tolerance(b.lo[e], b.hi[e], kBandMargin, kDeviatesLossDeviation * std::fabs(b.ref[e])), Side::kBoth);
-      if (!c) continue;
-      ++judged;
-      outside += c->crossed;
-      keep_worst(worst, c);
-      if (e + 1 == values.size()) last = c;
-    }
-    if (majority && worst) {
-      worst->points_outside = static_cast<int64_t>(outside);
-      worst->points_judged = static_cast<int64_t>(judged);
-      // Crossed only at a minority of epochs, not at the last: a spike, not a deviation.
-      if (worst->crossed && 2 * outside <= judged && !(last && last->crossed)) worst->crossed = false;
-    }
-    return worst;
-  };
-  const std::optional<BandCheck> loss_check = epoch_check(run.epoch_loss, band.epoch_loss, "training loss", false);
-  const std::optional<BandCheck> val_check =
-      epoch_check(run.epoch_val_loss, band.epoch_val_loss, "validation loss", true);
-  const ValueBand& acc = band.test_accuracy;
-  const std::optional<BandCheck> accuracy_check =
-      check("test accuracy", "deviates", 0, run.test_accuracy, acc.lo, acc.hi,
-            band_tolerance(acc.lo, acc.hi, kBandMargin, kDeviatesAccuracyDrop / 100), Side::kBelow);
-  const ValueBand& tl = band.test_loss;
-  const std::optional<BandCheck> test_loss_check =
-      check("test loss", "deviates", 0, run.test_loss, tl.lo, tl.hi,
-            band_tolerance(tl.lo, tl.hi, kBandMargin, kDeviatesLossDeviation * std::fabs(tl.ref)), Side::kAbove);
-
-  for (const auto& c : {non_finite, final_check, curve_check, loss_check, val_check, accuracy_check, test_loss_check})
-    if (c) v.checks.push_back(*c);
-
-  // The deciding check: the worst crossed one of the most severe kind; for a tracking run the closest call.
-  auto worst_of = [&](const char* kind) {
-    std::optional<BandCheck> w;
-    for (const BandCheck& c : v.checks)
-      if (c.crossed && (!kind || c.kind == kind)) keep_worst(w, c);
-    return w;
-  };
-  std::optional<BandCheck> decisive = worst_of("diverged");
-  v.verdict = decisive ? "diverged" : "";
-  if (!decisive && (decisive = worst_of("deviates"))) v.verdict = "deviates";
-  v.numerics = v.verdict;
-  std::string sentence;
-  if (decisive) {
-    sentence = describe(*decisive, seeds);
-  } else {
-    std::optional<BandCheck> closest;
-    for (const BandCheck& c : v.checks) keep_worst(closest, c);
-    sentence = seeds > 1 ? "every judged value lies within float32's seed band, give or take its tolerance"
-                         : "every judged value lies within the fixed thresholds of the float32 run";
-    if (closest) sentence += "; the closest call: " + describe(*closest, seeds);
-    v.numerics = "tracks";
-    const double speedup = ratio(run.steps_per_second, baseline.steps_per_second);
-    if (speedup < kMinSpeedup - kThresholdSlack) {
-      v.verdict = "no speedup";
-      sentence = "it tracks float32 (" + sentence + "), but runs at " + format("%.2fx", speedup) +
-                 " float32's steps per second";
-    } else {
-      v.verdict = "tracks";
-    }
-  }
+  v.judged_from_step = span.from_step;
+  add_divergence_checks(v.checks, run, band, baseline, span);
+  add_deviation_checks(v.checks, run, band, span.recovered);
+  std::string sentence = decide(v, run, baseline, band.seeds.size());
   v.detail = capitalised(sentence) + ".";
   const std::string recovery = recovery_clause(run);
   if (!recovery.empty())
-    sentence = "after " + recovery + (recovered ? " (judged from there on, and by where it ended)" : "") + ": " + sentence;
+    sentence = "after " + recovery + (span.recovered ? " (judged from there on, and by where it ended)" : "") + ": " +
+               sentence;
   v.reason = capitalised(sentence) + ".";
   return v;
 }

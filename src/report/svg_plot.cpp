@@ -354,37 +354,25 @@ std::string frame_svg(const ChartOptions& options, const std::vector<double>& x_
   return svg;
 }
 
-}  // namespace
+// Maps chart values to pixels: x from the first to the last x tick across the plot, y from the last y tick at its
+// top to the first at its bottom.
+struct PlotScale {
+  PlotArea area;
+  double x0, x1, y0, y1;
 
-PlotArea plot_area(const std::vector<Series>& series, const ChartOptions& options) {
-  return make_layout(series, {}, options).area;
-}
+  explicit PlotScale(const Layout& layout)
+      : area(layout.area),
+        x0(layout.x_ticks.front()),
+        x1(layout.x_ticks.back()),
+        y0(layout.y_ticks.front()),
+        y1(layout.y_ticks.back()) {}
+  double px(double x) const { return area.left + (x - x0) / (x1 - x0) * area.width; }
+  double py(double v) const { return area.top + (y1 - v) / (y1 - y0) * area.height; }
+};
 
-std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options) {
-  return line_chart_svg(series, options, {}, {});
-}
-
-std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options,
-                           const std::vector<AreaBand>& bands, const std::vector<Marker>& markers) {
-  MIXTRAIN_CHECK(options.width > 0 && options.height > 0,
-                 "line_chart_svg: width and height must be positive, got " << options.width << "x" << options.height);
-  const Layout layout = make_layout(series, bands, options);
-  const PlotArea& area = layout.area;
-  const double x0 = layout.x_ticks.front(), x1 = layout.x_ticks.back();
-  const double y0 = layout.y_ticks.front(), y1 = layout.y_ticks.back();
-  auto px = [&](double x) { return area.left + (x - x0) / (x1 - x0) * area.width; };
-  auto py = [&](double v) { return area.top + (y1 - v) / (y1 - y0) * area.height; };
-  const double bottom = area.top + area.height, right = area.left + area.width;
-  const double center_x = area.left + area.width / 2, center_y = area.top + area.height / 2;
-
-  std::vector<std::string> y_labels;
-  for (double t : layout.y_ticks) y_labels.push_back(y_tick_label(t, options));
-  std::string svg = frame_svg(options, layout.x_ticks, layout.y_ticks, area, y_labels);
-  if (!layout.has_data) {
-    svg += text_element("no-data", center_x, center_y, "middle", "no finite values", " fill=\"#888888\"");
-  }
-
-  svg += "<g class=\"legend\">\n";
+// The legend: a line swatch for each series, then a shaded one for each band.
+std::string legend_svg(const std::vector<Series>& series, const std::vector<AreaBand>& bands, const Layout& layout) {
+  std::string svg = "<g class=\"legend\">\n";
   for (size_t i = 0; i < series.size(); ++i) {
     const LegendSlot& slot = layout.legend[i];
     const double swatch_width = std::max(3.0, series[i].stroke_width);
@@ -401,35 +389,43 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
     svg += text_element("legend-label", slot.x + kLegendSwatch + 6, slot.y, "start", bands[i].name);
   }
   svg += "</g>\n";
+  return svg;
+}
 
-  // Bands, behind the lines: one polygon per unbroken run of finite bounds (upper edge forward, lower back).
-  if (!bands.empty()) {
-    svg += "<g class=\"bands\" stroke=\"none\">\n";
-    for (size_t i = 0; i < bands.size(); ++i) {
-      std::vector<BandPoint> run;
-      auto flush = [&] {
-        if (run.size() >= 2) {
-          svg += "<polygon class=\"band\" data-band=\"" + html_escape(bands[i].name) + "\" fill=\"" +
-                 html_escape(bands[i].color) + "\" fill-opacity=\"" + format_coord(bands[i].opacity) + "\" points=\"";
-          for (size_t k = 0; k < run.size(); ++k)
-            svg += (k ? " " : "") + format_coord(px(options.x_first + run[k].index)) + "," + format_coord(py(run[k].hi));
-          for (size_t k = run.size(); k-- > 0;)
-            svg += " " + format_coord(px(options.x_first + run[k].index)) + "," + format_coord(py(run[k].lo));
-          svg += "\"/>\n";
-        }
-        run.clear();
-      };
-      for (const BandPoint& p : layout.bands[i]) {
-        if (std::isnan(p.lo)) flush();
-        else run.push_back(p);
+// Bands, drawn behind the lines: one polygon per unbroken run of finite bounds (upper edge forward, lower back).
+std::string bands_svg(const std::vector<AreaBand>& bands, const Layout& layout, const PlotScale& scale,
+                      const ChartOptions& options) {
+  if (bands.empty()) return "";
+  std::string svg = "<g class=\"bands\" stroke=\"none\">\n";
+  for (size_t i = 0; i < bands.size(); ++i) {
+    std::vector<BandPoint> run;
+    auto flush = [&] {
+      if (run.size() >= 2) {
+        svg += "<polygon class=\"band\" data-band=\"" + html_escape(bands[i].name) + "\" fill=\"" +
+               html_escape(bands[i].color) + "\" fill-opacity=\"" + format_coord(bands[i].opacity) + "\" points=\"";
+        for (size_t k = 0; k < run.size(); ++k)
+          svg += (k ? " " : "") + format_coord(scale.px(options.x_first + run[k].index)) + "," +
+                 format_coord(scale.py(run[k].hi));
+        for (size_t k = run.size(); k-- > 0;)
+          svg += " " + format_coord(scale.px(options.x_first + run[k].index)) + "," + format_coord(scale.py(run[k].lo));
+        svg += "\"/>\n";
       }
-      flush();
+      run.clear();
+    };
+    for (const BandPoint& p : layout.bands[i]) {
+      if (std::isnan(p.lo)) flush();
+      else run.push_back(p);
     }
-    svg += "</g>\n";
+    flush();
   }
+  svg += "</g>\n";
+  return svg;
+}
 
-  // The lines: one polyline per unbroken run of finite points, a dot for a run of one.
-  svg += "<g class=\"lines\" fill=\"none\" stroke-linejoin=\"round\" stroke-linecap=\"round\">\n";
+// The lines: one polyline per unbroken run of finite points, a dot for a run of one.
+std::string lines_svg(const std::vector<Series>& series, const Layout& layout, const PlotScale& scale,
+                      const ChartOptions& options) {
+  std::string svg = "<g class=\"lines\" fill=\"none\" stroke-linejoin=\"round\" stroke-linecap=\"round\">\n";
   for (size_t i = 0; i < series.size(); ++i) {
     const std::string name = html_escape(series[i].name), color = html_escape(series[i].color);
     std::vector<std::pair<double, double>> run;  // pixel coordinates
@@ -453,33 +449,68 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
       if (std::isnan(p.value)) {
         flush();
       } else {
-        run.emplace_back(px(options.x_first + p.index), py(p.value));
+        run.emplace_back(scale.px(options.x_first + p.index), scale.py(p.value));
       }
     }
     flush();
   }
   svg += "</g>\n";
+  return svg;
+}
 
-  // Markers over everything: a dashed line across the plot, the label near its top; labels of markers in x
-  // order take three rows in turn so that close ones do not overwrite each other.
-  if (!markers.empty()) {
-    std::vector<Marker> sorted = markers;
-    std::stable_sort(sorted.begin(), sorted.end(), [](const Marker& a, const Marker& b) { return a.x < b.x; });
-    svg += "<g class=\"markers\" font-size=\"11\">\n";
-    for (size_t i = 0; i < sorted.size(); ++i) {
-      const Marker& m = sorted[i];
-      const double x = std::clamp(px(m.x), area.left, right);
-      const std::string color = html_escape(m.color);
-      const bool flip = x > area.left + area.width * 0.7;  // labels near the right edge read leftwards
-      svg += "<g class=\"marker\" data-x=\"" + format_tick(m.x) + "\">\n";
-      svg += line_element(x, area.top, x, bottom,
-                          " stroke=\"" + color + "\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"");
-      svg += text_element("marker-label", flip ? x - 4 : x + 4, area.top + 12 + static_cast<double>(i % 3) * 13,
-                          flip ? "end" : "start", m.label, " fill=\"" + color + "\"");
-      svg += "</g>\n";
-    }
+// Markers, over everything: a dashed line across the plot, the label near its top; labels of markers in x order
+// take three rows in turn so that close ones do not overwrite each other.
+std::string markers_svg(const std::vector<Marker>& markers, const PlotScale& scale) {
+  if (markers.empty()) return "";
+  const PlotArea& area = scale.area;
+  const double bottom = area.top + area.height, right = area.left + area.width;
+  std::vector<Marker> sorted = markers;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Marker& a, const Marker& b) { return a.x < b.x; });
+  std::string svg = "<g class=\"markers\" font-size=\"11\">\n";
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const Marker& m = sorted[i];
+    const double x = std::clamp(scale.px(m.x), area.left, right);
+    const std::string color = html_escape(m.color);
+    const bool flip = x > area.left + area.width * 0.7;  // labels near the right edge read leftwards
+    svg += "<g class=\"marker\" data-x=\"" + format_tick(m.x) + "\">\n";
+    svg += line_element(x, area.top, x, bottom,
+                        " stroke=\"" + color + "\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"");
+    svg += text_element("marker-label", flip ? x - 4 : x + 4, area.top + 12 + static_cast<double>(i % 3) * 13,
+                        flip ? "end" : "start", m.label, " fill=\"" + color + "\"");
     svg += "</g>\n";
   }
+  svg += "</g>\n";
+  return svg;
+}
+
+}  // namespace
+
+PlotArea plot_area(const std::vector<Series>& series, const ChartOptions& options) {
+  return make_layout(series, {}, options).area;
+}
+
+std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options) {
+  return line_chart_svg(series, options, {}, {});
+}
+
+std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options,
+                           const std::vector<AreaBand>& bands, const std::vector<Marker>& markers) {
+  MIXTRAIN_CHECK(options.width > 0 && options.height > 0,
+                 "line_chart_svg: width and height must be positive, got " << options.width << "x" << options.height);
+  const Layout layout = make_layout(series, bands, options);
+  const PlotScale scale(layout);
+  std::vector<std::string> y_labels;
+  for (double t : layout.y_ticks) y_labels.push_back(y_tick_label(t, options));
+  std::string svg = frame_svg(options, layout.x_ticks, layout.y_ticks, layout.area, y_labels);
+  if (!layout.has_data) {
+    const PlotArea& area = layout.area;
+    svg += text_element("no-data", area.left + area.width / 2, area.top + area.height / 2, "middle",
+                        "no finite values", " fill=\"#888888\"");
+  }
+  svg += legend_svg(series, bands, layout);
+  svg += bands_svg(bands, layout, scale, options);
+  svg += lines_svg(series, layout, scale, options);
+  svg += markers_svg(markers, scale);
   svg += "</svg>\n";
   return svg;
 }

@@ -1,7 +1,8 @@
 // Autocast of variables in a custom layer: inside call(), float32 variables read in the compute dtype through
 // the layer's cached cast, with their gradients reaching the float32 variables, written explicitly
-// (autocast(w)) or not at all (the automatic read, nn/autocast_scope.h), with the same bits; the layers that
-// opt out, nested layers, variables outside any call; and the error that names autocast where nothing casts.
+// (autocast(w)) or not at all (the automatic read, LayerAutocastScope in nn/layer.h), with the same bits; the
+// layers that opt out, nested layers, variables outside any call; and the error that names autocast where nothing
+// casts.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -2,12 +2,12 @@
 // read that layer's floating variables in its compute dtype, so a custom layer under a mixed policy writes
 // matmul(x, kernel_) with its float32 kernel and computes in float16 or bfloat16.
 //
-// The layer puts an AutocastScope in force on its thread for the length of the call (nn/autocast_scope.h);
-// each differentiable function passes its Var operands through autocast_operand(), which asks the scope in
-// force, if any, what to compute with. Functions whose operands are already dtype-aware take their variables
-// as they are: cast() and cast_cached() (an explicit read), and the fused layer functions that get a variable
-// next to its compute-dtype copy or read parameters in float32 on purpose (linear, linear_activation, conv2d,
-// fused_projection, embedding, add_position_embedding, layer_norm, batch_norm).
+// The layer puts an AutocastScope in force on its thread for the length of the call (LayerAutocastScope,
+// nn/layer.h); each differentiable function passes its Var operands through autocast_operand(), which asks the
+// scope in force, if any, what to compute with. Functions whose operands are already dtype-aware take their
+// variables as they are: cast() and cast_cached() (an explicit read), and the fused layer functions that get a
+// variable next to its compute-dtype copy or read parameters in float32 on purpose (linear, linear_activation,
+// conv2d, fused_projection, embedding, add_position_embedding, layer_norm, batch_norm).
 #pragma once
 
 #include "mixtrain/autograd/var.h"

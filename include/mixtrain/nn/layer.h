@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mixtrain/autograd/autocast.h"
 #include "mixtrain/autograd/functions.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/nn/symbolic.h"
@@ -137,7 +138,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Layers that read integer ids (Embedding) keep integer inputs; every other layer casts them.
   virtual bool keeps_integer_inputs() const { return false; }
   // Whether call() (call_multi(), call_outputs()) reads this layer's floating variables in the compute dtype
-  // automatically (nn/autocast_scope.h), Keras' autocast argument: true but for the normalization layers, whose
+  // automatically (LayerAutocastScope, below), Keras' autocast argument: true but for the normalization layers, whose
   // float32 parameters keep their statistics exact.
   virtual bool autocasts_variables() const { return true; }
 
@@ -220,6 +221,24 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<Var> weights_;
   std::vector<std::string> weight_names_;  // short names ("kernel"), parallel to weights_
   std::map<const void*, CachedCast> cast_cache_;
+};
+
+// The autocast scope a layer puts in force while its call() runs (autograd/autocast.h): the differentiable
+// functions then read the layer's floating variables in its compute dtype, through the same cached,
+// differentiable cast as Layer::autocast(w), as Keras reads a layer's variables inside call().
+//
+// Active only when the layer autocasts (Layer::autocasts_variables(); normalization layers keep float32) and
+// its compute dtype differs from its variable dtype; otherwise it suspends any outer scope for the call, so a
+// sublayer never reads its caller's variables in another dtype. Only this layer's own variables are read
+// cast; a sublayer's variables are cast by the sublayer's own scope when it is called. Defined in
+// nn/autocast_scope.cpp.
+class LayerAutocastScope final : public AutocastScope {
+ public:
+  explicit LayerAutocastScope(Layer& layer);
+  Var read(const Var& v) override;
+
+ private:
+  Layer& layer_;
 };
 
 // Creates a layer owned by a shared_ptr, ready for functional calls:
