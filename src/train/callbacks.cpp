@@ -1,7 +1,6 @@
 #include "mixtrain/train/callbacks.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -11,48 +10,10 @@
 
 #include "mixtrain/core/json.h"
 #include "mixtrain/report/csv_writer.h"
-#include "mixtrain/report/progress_bar.h"
 #include "mixtrain/train/exact_json.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
-
-struct ProgressBarLogger::State {
-  std::ostream* out;
-  bool interactive;
-  int epochs = 0;
-  int64_t steps = 0;
-  std::unique_ptr<ProgressBar> bar;
-  std::chrono::steady_clock::time_point start;
-};
-
-ProgressBarLogger::ProgressBarLogger(std::ostream& out, bool interactive) : state_(std::make_unique<State>()) {
-  state_->out = &out;
-  state_->interactive = interactive;
-}
-ProgressBarLogger::~ProgressBarLogger() = default;
-
-void ProgressBarLogger::on_train_begin(int epochs, int64_t steps_per_epoch) {
-  state_->epochs = epochs;
-  state_->steps = steps_per_epoch;
-}
-
-void ProgressBarLogger::on_epoch_begin(int epoch) {
-  *state_->out << "Epoch " << epoch + 1 << "/" << state_->epochs << "\n";
-  state_->bar = std::make_unique<ProgressBar>(state_->steps, *state_->out, state_->interactive);
-  state_->start = std::chrono::steady_clock::now();
-}
-
-void ProgressBarLogger::on_train_batch_end(int64_t step, const Logs& logs) {
-  if (state_->bar) state_->bar->update(step, logs);
-}
-
-void ProgressBarLogger::on_epoch_end(int, const Logs& logs) {
-  if (!state_->bar) return;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - state_->start).count();
-  state_->bar->finish(logs, secs);
-  state_->bar.reset();
-}
 
 CSVLogger::CSVLogger(std::string path) : path_(std::move(path)) {}
 CSVLogger::~CSVLogger() = default;

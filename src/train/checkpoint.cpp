@@ -17,6 +17,7 @@
 #include "mixtrain/train/exact_json.h"
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/recovery.h"
+#include "fit_state_json.h"
 
 namespace mixtrain {
 
@@ -128,166 +129,6 @@ Shape saved_input_shape(const std::string& path, const std::string& text, const 
   return Shape(std::move(dims));
 }
 
-// ---- The fit state as JSON (doubles through exact_number, so they read back bit for bit) ----
-std::string hex_word(uint64_t w) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(w));
-  return buf;
-}
-
-std::string fit_state_json(const FitState& s) {
-  Json j = Json::object();
-  j["epoch"] = s.epoch;
-  j["step"] = s.step;
-  j["steps_per_epoch"] = s.steps_per_epoch;
-  j["batch_size"] = s.batch_size;
-  j["rows"] = s.rows;
-  j["shuffle"] = s.shuffle;
-  j["sampled"] = s.sampled;
-  Json words = Json::array();
-  for (uint64_t w : s.epoch_shuffle_state) words.push_back(hex_word(w));  // 64 bits do not fit a double
-  j["epoch_shuffle_state"] = words;
-  Json sums = Json::array();
-  for (const auto& [k, v] : s.sums) sums.push_back(Json::array({Json(k), exact_number(v)}));
-  j["sums"] = sums;
-  j["seen"] = s.seen;
-  const History& h = s.history;
-  Json hist = Json::object();
-  Json epochs = Json::array();
-  for (int e : h.epoch) epochs.push_back(e);
-  hist["epoch"] = epochs;
-  Json metrics = Json::object();
-  for (const auto& [k, v] : h.history) metrics[k] = exact_numbers(v);
-  hist["history"] = metrics;
-  hist["step_loss"] = exact_numbers(h.step_loss);
-  hist["epoch_seconds"] = exact_numbers(h.epoch_seconds);
-  hist["step_loss_scale"] = exact_numbers(h.step_loss_scale);
-  hist["steps"] = h.steps;
-  hist["samples"] = h.samples;
-  hist["train_seconds"] = exact_number(h.train_seconds);
-  j["history"] = hist;
-  // Nested as JSON rather than as strings, so the header stays readable; their tensors are saved apart.
-  if (!s.recovery.empty()) j["recovery"] = Json::parse(s.recovery, "recovery state");
-  Json callbacks = Json::object();
-  for (const auto& [key, state] : s.callbacks) callbacks[key] = Json::parse(state.json, key + " state");
-  j["callbacks"] = callbacks;
-  return j.dump();
-}
-
-// The FitState of a "fit_state" metadata entry; fail(why) (which throws) on anything malformed.
-FitState parse_fit_state(const std::string& text, const std::function<void(const std::string&)>& fail) {
-  Json j;
-  try {
-    j = Json::parse(text, "fit_state");
-  } catch (const Error& e) {
-    fail("is not JSON: " + e.message());
-  }
-  const auto member = [&](const Json& obj, const char* key) -> const Json& {
-    const Json* v = obj.is_object() ? obj.find(key) : nullptr;
-    if (!v) fail(std::string("has no '") + key + "'");
-    return *v;
-  };
-  const auto integer = [&](const Json& obj, const char* key, int64_t min) {
-    const Json& v = member(obj, key);
-    if (!v.is_number() || v.as_number() != std::floor(v.as_number()) || std::fabs(v.as_number()) > 9007199254740992.0 ||
-        v.as_int64() < min)
-      fail(std::string("'") + key + "' is " + v.dump() + ", expected an integer >= " + std::to_string(min));
-    return v.as_int64();
-  };
-  const auto boolean = [&](const Json& obj, const char* key) {
-    const Json& v = member(obj, key);
-    if (!v.is_bool()) fail(std::string("'") + key + "' is " + v.dump() + ", expected true or false");
-    return v.as_bool();
-  };
-  const auto number = [&](const Json& v, const std::string& where) -> double {
-    const std::optional<double> d = read_exact_number(v);
-    if (!d) fail(where + " holds " + v.dump() + ", expected a number");
-    return *d;
-  };
-  const auto numbers = [&](const Json& obj, const char* key) {
-    const Json& v = member(obj, key);
-    if (!v.is_array()) fail(std::string("'") + key + "' is not an array");
-    std::vector<double> out;
-    for (const Json& e : v.as_array()) out.push_back(number(e, std::string("'") + key + "'"));
-    return out;
-  };
-  FitState s;
-  const int64_t epoch = integer(j, "epoch", 0);
-  if (epoch > std::numeric_limits<int>::max()) fail("'epoch' " + std::to_string(epoch) + " is out of range");
-  s.epoch = static_cast<int>(epoch);
-  s.step = integer(j, "step", 0);
-  s.steps_per_epoch = integer(j, "steps_per_epoch", 1);
-  if (s.step > s.steps_per_epoch)
-    fail("'step' " + std::to_string(s.step) + " is past the epoch's " + std::to_string(s.steps_per_epoch) + " steps");
-  s.batch_size = integer(j, "batch_size", 1);
-  s.rows = integer(j, "rows", 1);
-  s.shuffle = boolean(j, "shuffle");
-  s.sampled = boolean(j, "sampled");
-  const Json& words = member(j, "epoch_shuffle_state");
-  if (!words.is_array() || (words.size() != 0 && words.size() != 4))
-    fail("'epoch_shuffle_state' is not an array of 0 or 4 words");
-  for (const Json& w : words.as_array()) {
-    uint64_t v = 0;
-    if (!w.is_string() || w.as_string().size() != 16) fail("'epoch_shuffle_state' holds " + w.dump());
-    const std::string& t = w.as_string();
-    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v, 16);
-    if (ec != std::errc() || ptr != t.data() + t.size()) fail("'epoch_shuffle_state' holds " + w.dump());
-    s.epoch_shuffle_state.push_back(v);
-  }
-  if (s.step > 0 && s.epoch_shuffle_state.size() != 4)
-    fail("'epoch_shuffle_state' is missing for an epoch in progress (step " + std::to_string(s.step) + ")");
-  const auto is_zero = [](uint64_t w) { return w == 0; };
-  if (s.step > 0 && std::all_of(s.epoch_shuffle_state.begin(), s.epoch_shuffle_state.end(), is_zero))
-    fail("'epoch_shuffle_state' is the all-zero state, which no generator reaches");
-  const Json& sums = member(j, "sums");
-  if (!sums.is_array()) fail("'sums' is not an array");
-  for (const Json& e : sums.as_array()) {
-    if (!e.is_array() || e.size() != 2 || !e.at(size_t{0}).is_string()) fail("'sums' holds " + e.dump());
-    s.sums.emplace_back(e.at(size_t{0}).as_string(), number(e.at(size_t{1}), "'sums'"));
-  }
-  s.seen = integer(j, "seen", 0);
-  const Json& h = member(j, "history");
-  History& hist = s.history;
-  const Json& epochs = member(h, "epoch");
-  if (!epochs.is_array()) fail("'history.epoch' is not an array");
-  for (const Json& e : epochs.as_array()) {
-    if (!e.is_number() || e.as_number() != std::floor(e.as_number()) || e.as_number() < 0 ||
-        e.as_number() > std::numeric_limits<int>::max())
-      fail("'history.epoch' holds " + e.dump());
-    hist.epoch.push_back(static_cast<int>(e.as_number()));
-  }
-  const Json& metrics = member(h, "history");
-  if (!metrics.is_object()) fail("'history.history' is not an object");
-  for (const auto& [key, v] : metrics.as_object()) hist.history[key] = numbers(metrics, key.c_str());
-  hist.step_loss = numbers(h, "step_loss");
-  hist.epoch_seconds = numbers(h, "epoch_seconds");
-  hist.step_loss_scale = numbers(h, "step_loss_scale");
-  hist.steps = integer(h, "steps", 0);
-  hist.samples = integer(h, "samples", 0);
-  hist.train_seconds = number(member(h, "train_seconds"), "'train_seconds'");
-  // Both absent from files saved before callbacks and the recovery ladder kept state: they resume with none.
-  if (const Json* r = j.find("recovery")) {
-    if (!r->is_object()) fail("'recovery' is " + r->dump() + ", expected an object");
-    s.recovery = r->dump();
-  }
-  if (const Json* cbs = j.find("callbacks")) {
-    if (!cbs->is_object()) fail("'callbacks' is not an object");
-    for (const auto& [key, state] : cbs->as_object()) {
-      if (key.empty() || key.find('/') != std::string::npos || !state.is_object())
-        fail("'callbacks' holds '" + key + "': " + state.dump());
-      s.callbacks.emplace_back(key, CallbackState{state.dump(), {}});
-    }
-  }
-  if (hist.epoch_seconds.size() != hist.epoch.size())
-    fail("'history' records " + std::to_string(hist.epoch.size()) + " epochs but " +
-         std::to_string(hist.epoch_seconds.size()) + " epoch times");
-  for (const auto& [key, v] : hist.history)
-    if (v.size() != hist.epoch.size())
-      fail("'history." + key + "' holds " + std::to_string(v.size()) + " values for " +
-           std::to_string(hist.epoch.size()) + " epochs");
-  return s;
-}
-
 }  // namespace
 
 bool is_checkpoint_format(const std::string& format) {
@@ -333,7 +174,7 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
   meta["epoch"] = std::to_string(fit ? fit->epoch : info.epoch);
   if (fit) {
     meta["step"] = std::to_string(fit->step);
-    meta["fit_state"] = fit_state_json(*fit);
+    meta["fit_state"] = detail::fit_state_json(*fit);
     for (const auto& [key, state] : fit->callbacks)
       for (const auto& [name, t] : state.tensors) tensors.emplace_back(std::string(kCallbackPrefix) + key + "/" + name, t);
   }
@@ -358,175 +199,223 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
   save_safetensors(path, tensors, meta);
 }
 
-CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
-  const SafetensorsFile file = load_safetensors(path);
-  auto meta = [&](const std::string& key) -> const std::string* {
-    auto it = file.metadata.find(key);
-    return it == file.metadata.end() ? nullptr : &it->second;
-  };
-#define CKPT_FAIL(stream_expr, hint) MIXTRAIN_FAIL(kInvalidInput, "checkpoint '" << path << "': " << stream_expr, hint)
+namespace {
 
-  // 1. Everything known before the model is built: format, layers, policies, optimizer, counters, Rng entries.
-  const std::string* format = meta("format");
-  if (!format) CKPT_FAIL("not a mixtrain checkpoint (no 'format' metadata)", "pass a file written by save_checkpoint");
-  if (!is_checkpoint_format(*format)) {
-    CKPT_FAIL("format '" << *format << "' is not supported (expected '" << kCheckpointFormat << "' or '"
-                         << kCheckpointFormatMidEpoch << "')",
-              "the file was written by another version of mixtrain");
+#define CKPT_FAIL(stream_expr, hint) MIXTRAIN_FAIL(kInvalidInput, "checkpoint '" << path_ << "': " << stream_expr, hint)
+constexpr const char* kDamagedHint = "the file is damaged; use another copy or an earlier checkpoint";
+
+// load_checkpoint's steps, in order: everything in the file is checked against the model before anything in the
+// model changes (apply()).
+class CheckpointLoad {
+ public:
+  CheckpointLoad(const std::string& path, Model& model) : path_(path), model_(model), file_(load_safetensors(path)) {}
+
+  CheckpointInfo run() {
+    // 1. Everything known before the model is built: format, layers, policies, optimizer, counters, Rng entries.
+    check_format_and_layers();
+    read_counters();
+    read_fit_state();
+    read_recovery_changes();
+    check_policies();
+    check_position_and_values();
+    check_optimizer();
+    read_rngs();
+    // 2. Weights: an unbuilt model is built for the saved input shape first (validation needs its variables).
+    read_weights();
+    // 3. Optimizer slots must belong to the model's trainable variables, with their shapes.
+    if (restore_optimizer_) check_optimizer_slots();
+    // 4. Apply.
+    apply();
+    if (!info_.checksums_verified) {
+      // Loaded rather than refused: files saved before checksums were added are otherwise valid and are often the
+      // only copy of a long run; every structural and finiteness check above still applied.
+      std::cerr << "warning: checkpoint '" << path_ << "' has no checksums (saved by an older mixtrain), so a damaged "
+                << "byte in it cannot be detected; save it again to add them\n";
+    }
+    return info_;
   }
-  const std::string* layers = meta("layers");
-  if (!layers || *layers != layer_list(model)) {
-    CKPT_FAIL("saved layers [" << (layers ? *layers : "") << "] differ from the model's [" << layer_list(model) << "]",
-              kRebuildHint);
+
+ private:
+  const std::string* meta(const std::string& key) const {
+    auto it = file_.metadata.find(key);
+    return it == file_.metadata.end() ? nullptr : &it->second;
   }
-  CheckpointInfo info;
-  const std::string* epoch = meta("epoch");
-  const std::string* seed = meta("seed");
-  if (!epoch || !parse_int(*epoch, &info.epoch) || info.epoch < 0)
-    CKPT_FAIL("'epoch' metadata '" << (epoch ? *epoch : "") << "' is not a non-negative integer", "");
-  if (!seed || !parse_int(*seed, &info.seed))
-    CKPT_FAIL("'seed' metadata '" << (seed ? *seed : "") << "' is not an unsigned integer", "");
-  if (const std::string* config = meta("config")) info.config = *config;
-  if (const std::string* opt = meta("optimizer")) info.optimizer = *opt;
-  const std::string* wrapped = meta("loss_scale_optimizer");
-  if (wrapped && *wrapped != "true" && *wrapped != "false")
-    CKPT_FAIL("'loss_scale_optimizer' metadata must be true or false, got '" << *wrapped << "'", "");
-  info.loss_scale_optimizer = wrapped && *wrapped == "true";
+
+  void check_format_and_layers() {
+    format_ = meta("format");
+    if (!format_)
+      CKPT_FAIL("not a mixtrain checkpoint (no 'format' metadata)", "pass a file written by save_checkpoint");
+    if (!is_checkpoint_format(*format_)) {
+      CKPT_FAIL("format '" << *format_ << "' is not supported (expected '" << kCheckpointFormat << "' or '"
+                           << kCheckpointFormatMidEpoch << "')",
+                "the file was written by another version of mixtrain");
+    }
+    const std::string* layers = meta("layers");
+    if (!layers || *layers != layer_list(model_)) {
+      CKPT_FAIL("saved layers [" << (layers ? *layers : "") << "] differ from the model's [" << layer_list(model_)
+                                 << "]",
+                kRebuildHint);
+    }
+  }
+
+  // The epoch, seed, run configuration and the optimizer's identity.
+  void read_counters() {
+    const std::string* epoch = meta("epoch");
+    const std::string* seed = meta("seed");
+    if (!epoch || !parse_int(*epoch, &info_.epoch) || info_.epoch < 0)
+      CKPT_FAIL("'epoch' metadata '" << (epoch ? *epoch : "") << "' is not a non-negative integer", "");
+    if (!seed || !parse_int(*seed, &info_.seed))
+      CKPT_FAIL("'seed' metadata '" << (seed ? *seed : "") << "' is not an unsigned integer", "");
+    if (const std::string* config = meta("config")) info_.config = *config;
+    if (const std::string* opt = meta("optimizer")) info_.optimizer = *opt;
+    const std::string* wrapped = meta("loss_scale_optimizer");
+    if (wrapped && *wrapped != "true" && *wrapped != "false")
+      CKPT_FAIL("'loss_scale_optimizer' metadata must be true or false, got '" << *wrapped << "'", "");
+    info_.loss_scale_optimizer = wrapped && *wrapped == "true";
+  }
+
   // The fit's position: "step" and "fit_state" together, agreeing with "epoch" and the format.
-  const std::string* step = meta("step");
-  const std::string* fit_state = meta("fit_state");
-  if (!step != !fit_state)
-    CKPT_FAIL("has '" << (step ? "step" : "fit_state") << "' metadata without '" << (step ? "fit_state" : "step")
-                      << "'",
-              "the file is damaged; use another copy or an earlier checkpoint");
-  if (fit_state) {
-    const auto fail = [&](const std::string& why) {
-      CKPT_FAIL("'fit_state' metadata " << why, "the file is damaged; use another copy or an earlier checkpoint");
-    };
-    FitState s = parse_fit_state(*fit_state, fail);
+  void read_fit_state() {
+    const std::string* step = meta("step");
+    const std::string* fit_state = meta("fit_state");
+    if (!step != !fit_state)
+      CKPT_FAIL("has '" << (step ? "step" : "fit_state") << "' metadata without '" << (step ? "fit_state" : "step")
+                        << "'",
+                kDamagedHint);
+    if (!fit_state) return;
+    const auto fail = [&](const std::string& why) { CKPT_FAIL("'fit_state' metadata " << why, kDamagedHint); };
+    FitState s = detail::parse_fit_state(*fit_state, fail);
     int64_t step_value = -1;
     if (!parse_int(*step, &step_value) || step_value != s.step)
       CKPT_FAIL("'step' metadata '" << *step << "' differs from the fit state's step " << s.step, "");
-    if (s.epoch != info.epoch)
-      CKPT_FAIL("'epoch' metadata " << info.epoch << " differs from the fit state's epoch " << s.epoch, "");
-    info.fit_state = std::move(s);
-  }
-  // What the recovery ladder changed in the model: its layers in float32 and its loss scaling are the saved
-  // model's, so they are applied (step 4) instead of refused as a different model.
-  RecoveryModelChanges recovered;
-  if (info.fit_state && !info.fit_state->recovery.empty()) {
-    try {
-      RecoveryGuard().restore_state(info.fit_state->recovery);  // the whole state checked here, not at fit()
-      recovered = recovery_model_changes(info.fit_state->recovery);
-    } catch (const Error& e) {
-      CKPT_FAIL("'fit_state' metadata: " << e.message(), "the file is damaged; use another copy or an earlier checkpoint");
-    }
-  }
-  std::vector<Layer*> to_float32;
-  for (const auto& l : model.layers()) {
-    const std::string* policy = meta("layer/" + l->name() + "/policy");
-    if (policy && *policy != l->dtype_policy().name() && *policy == "float32" &&
-        std::find(recovered.float32_layers.begin(), recovered.float32_layers.end(), l->name()) !=
-            recovered.float32_layers.end()) {
-      to_float32.push_back(l.get());
-      continue;
-    }
-    if (!policy || *policy != l->dtype_policy().name()) {
-      CKPT_FAIL("layer '" << l->name() << "' was saved under policy '" << (policy ? *policy : "?")
-                          << "' but the model's is '" << l->dtype_policy().name() << "'",
-                kRebuildHint);
-    }
-  }
-  const bool mid_epoch = info.fit_state && info.fit_state->step > 0;
-  if (mid_epoch != (*format == kCheckpointFormatMidEpoch))
-    CKPT_FAIL("format '" << *format << "' does not match its position ("
-                         << (mid_epoch ? "inside an epoch" : "an epoch boundary") << ")",
-              "the file is damaged; use another copy or an earlier checkpoint");
-  info.metadata = file.metadata;
-  info.checksums_verified = file.checksums_verified;
-  // save_checkpoint never writes NaN or Inf, so one in the file is damage a checksum could not catch (a file of
-  // an older version, or edited with its checksum recomputed): refuse it rather than resume from it.
-  for (const auto& [key, t] : file.tensors) {
-    if (!tensor_is_finite(t))
-      CKPT_FAIL("'" << key << "' holds NaN or Inf, which save_checkpoint never writes", "use an earlier checkpoint");
+    if (s.epoch != info_.epoch)
+      CKPT_FAIL("'epoch' metadata " << info_.epoch << " differs from the fit state's epoch " << s.epoch, "");
+    info_.fit_state = std::move(s);
   }
 
-  NamedTensors opt_state;
-  for (const auto& [key, t] : file.tensors)
-    if (starts_with(key, kOptimizerPrefix)) opt_state.emplace_back(key.substr(kOptimizerPrefix.size()), t);
-  const bool restore_optimizer = model.compiled() && !info.optimizer.empty();
-  bool enable_loss_scaling = false;  // the recovery ladder switched it on in the run that saved the file
-  if (restore_optimizer) {
-    const auto [name, is_wrapped] = optimizer_identity(model.optimizer());
-    enable_loss_scaling = !is_wrapped && info.loss_scale_optimizer && recovered.enabled_loss_scaling;
-    if (name != info.optimizer || (is_wrapped || enable_loss_scaling) != info.loss_scale_optimizer) {
+  // What the recovery ladder changed in the model: its layers in float32 and its loss scaling are the saved
+  // model's, so they are applied (apply()) instead of refused as a different model.
+  void read_recovery_changes() {
+    if (!info_.fit_state || info_.fit_state->recovery.empty()) return;
+    try {
+      RecoveryGuard().restore_state(info_.fit_state->recovery);  // the whole state checked here, not at fit()
+      recovered_ = recovery_model_changes(info_.fit_state->recovery);
+    } catch (const Error& e) {
+      CKPT_FAIL("'fit_state' metadata: " << e.message(), kDamagedHint);
+    }
+  }
+
+  void check_policies() {
+    const std::vector<std::string>& float32_layers = recovered_.float32_layers;
+    for (const auto& l : model_.layers()) {
+      const std::string* policy = meta("layer/" + l->name() + "/policy");
+      if (policy && *policy != l->dtype_policy().name() && *policy == "float32" &&
+          std::find(float32_layers.begin(), float32_layers.end(), l->name()) != float32_layers.end()) {
+        to_float32_.push_back(l.get());
+        continue;
+      }
+      if (!policy || *policy != l->dtype_policy().name()) {
+        CKPT_FAIL("layer '" << l->name() << "' was saved under policy '" << (policy ? *policy : "?")
+                            << "' but the model's is '" << l->dtype_policy().name() << "'",
+                  kRebuildHint);
+      }
+    }
+  }
+
+  // The format names the position, and every tensor is finite.
+  void check_position_and_values() {
+    const bool mid_epoch = info_.fit_state && info_.fit_state->step > 0;
+    if (mid_epoch != (*format_ == kCheckpointFormatMidEpoch))
+      CKPT_FAIL("format '" << *format_ << "' does not match its position ("
+                           << (mid_epoch ? "inside an epoch" : "an epoch boundary") << ")",
+                kDamagedHint);
+    info_.metadata = file_.metadata;
+    info_.checksums_verified = file_.checksums_verified;
+    // save_checkpoint never writes NaN or Inf, so one in the file is damage a checksum could not catch (a file of
+    // an older version, or edited with its checksum recomputed): refuse it rather than resume from it.
+    for (const auto& [key, t] : file_.tensors) {
+      if (!tensor_is_finite(t))
+        CKPT_FAIL("'" << key << "' holds NaN or Inf, which save_checkpoint never writes", "use an earlier checkpoint");
+    }
+  }
+
+  void check_optimizer() {
+    for (const auto& [key, t] : file_.tensors)
+      if (starts_with(key, kOptimizerPrefix)) opt_state_.emplace_back(key.substr(kOptimizerPrefix.size()), t);
+    restore_optimizer_ = model_.compiled() && !info_.optimizer.empty();
+    if (!restore_optimizer_) return;
+    const auto [name, is_wrapped] = optimizer_identity(model_.optimizer());
+    // The recovery ladder switched loss scaling on in the run that saved the file.
+    enable_loss_scaling_ = !is_wrapped && info_.loss_scale_optimizer && recovered_.enabled_loss_scaling;
+    if (name != info_.optimizer || (is_wrapped || enable_loss_scaling_) != info_.loss_scale_optimizer) {
       auto describe = [](const std::string& n, bool w) { return w ? "loss_scale_optimizer(" + n + ")" : n; };
-      CKPT_FAIL("saved optimizer " << describe(info.optimizer, info.loss_scale_optimizer)
+      CKPT_FAIL("saved optimizer " << describe(info_.optimizer, info_.loss_scale_optimizer)
                                    << " differs from the model's " << describe(name, is_wrapped),
                 kRebuildHint);
     }
-    if (opt_state.empty()) CKPT_FAIL("metadata names optimizer '" << info.optimizer << "' but no optimizer/ entries", "");
+    if (opt_state_.empty())
+      CKPT_FAIL("metadata names optimizer '" << info_.optimizer << "' but no optimizer/ entries", "");
   }
 
-  std::vector<std::vector<uint64_t>> rng_states;
-  for (const RngSlot& r : kRngSlots) {
-    if (!file.contains(r.key)) CKPT_FAIL("no '" << r.key << "' entry", "pass a file written by save_checkpoint");
-    const Tensor& t = file.get(r.key);
-    if (t.dtype() != DType::kUInt8 || t.shape() != Shape{4, 8})
-      CKPT_FAIL("'" << r.key << "' is " << t.describe() << ", expected uint8 (4, 8)", "");
-    rng_states.push_back(decode_rng(t));
-    bool all_zero = true;
-    for (uint64_t w : rng_states.back()) all_zero = all_zero && w == 0;
-    // xoshiro256** never leaves the all-zero state: such an entry is corrupt.
-    if (all_zero) CKPT_FAIL("'" << r.key << "' is the all-zero state, which no generator reaches", "");
-  }
-
-  // 2. Weights: an unbuilt model is built for the saved input shape first (validation needs its variables).
-  if (!model.built()) {
-    const std::string* input_shape = meta("input_shape");
-    if (!input_shape) CKPT_FAIL("the model is not built and no 'input_shape' metadata says how to build it", "");
-    model.build_for(saved_input_shape(path, *input_shape, file));
-  }
-  const std::vector<Var> weights = model.weights();
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [key, t] : file.tensors) by_name[key] = &t;
-  std::vector<Tensor> values;
-  std::set<std::string> used;
-  for (const Var& w : weights) {
-    auto it = by_name.find(w.name());
-    if (it == by_name.end()) CKPT_FAIL("no weight '" << w.name() << "' (the model has it)", kRebuildHint);
-    const Tensor& t = *it->second;
-    if (t.dtype() != w.dtype() || t.shape() != w.shape()) {
-      CKPT_FAIL("weight '" << w.name() << "' is " << t.describe() << " but the model's is " << w.value().describe(),
-                kRebuildHint);
+  void read_rngs() {
+    for (const RngSlot& r : kRngSlots) {
+      if (!file_.contains(r.key)) CKPT_FAIL("no '" << r.key << "' entry", "pass a file written by save_checkpoint");
+      const Tensor& t = file_.get(r.key);
+      if (t.dtype() != DType::kUInt8 || t.shape() != Shape{4, 8})
+        CKPT_FAIL("'" << r.key << "' is " << t.describe() << ", expected uint8 (4, 8)", "");
+      rng_states_.push_back(decode_rng(t));
+      bool all_zero = true;
+      for (uint64_t w : rng_states_.back()) all_zero = all_zero && w == 0;
+      // xoshiro256** never leaves the all-zero state: such an entry is corrupt.
+      if (all_zero) CKPT_FAIL("'" << r.key << "' is the all-zero state, which no generator reaches", "");
     }
-    values.push_back(t.clone());
-    used.insert(w.name());
-  }
-  for (const auto& [key, t] : file.tensors) {
-    if (starts_with(key, kOptimizerPrefix) || starts_with(key, kRngPrefix) || used.count(key)) continue;
-    if (starts_with(key, kCallbackPrefix)) {
-      // callback/<state key>/<name>, for a callback state the fit state holds.
-      const std::string rest = key.substr(kCallbackPrefix.size());
-      const size_t slash = rest.find('/');
-      CallbackState* state = nullptr;
-      if (info.fit_state && slash != std::string::npos && slash + 1 < rest.size())
-        for (auto& [state_key, st] : info.fit_state->callbacks)
-          if (state_key == rest.substr(0, slash)) state = &st;
-      if (!state)
-        CKPT_FAIL("'" << key << "' belongs to no callback state of the fit state",
-                  "the file is damaged; use another copy or an earlier checkpoint");
-      state->tensors.emplace_back(rest.substr(slash + 1), t);
-      continue;
-    }
-    CKPT_FAIL("weight '" << key << "' " << t.describe() << " has no variable in the model", kRebuildHint);
   }
 
-  // 3. Optimizer slots must belong to the model's trainable variables, with their shapes.
-  if (restore_optimizer) {
+  void read_weights() {
+    if (!model_.built()) {
+      const std::string* input_shape = meta("input_shape");
+      if (!input_shape) CKPT_FAIL("the model is not built and no 'input_shape' metadata says how to build it", "");
+      model_.build_for(saved_input_shape(path_, *input_shape, file_));
+    }
+    weights_ = model_.weights();
+    std::map<std::string, const Tensor*> by_name;
+    for (const auto& [key, t] : file_.tensors) by_name[key] = &t;
+    std::set<std::string> used;
+    for (const Var& w : weights_) {
+      auto it = by_name.find(w.name());
+      if (it == by_name.end()) CKPT_FAIL("no weight '" << w.name() << "' (the model has it)", kRebuildHint);
+      const Tensor& t = *it->second;
+      if (t.dtype() != w.dtype() || t.shape() != w.shape()) {
+        CKPT_FAIL("weight '" << w.name() << "' is " << t.describe() << " but the model's is " << w.value().describe(),
+                  kRebuildHint);
+      }
+      values_.push_back(t.clone());
+      used.insert(w.name());
+    }
+    for (const auto& [key, t] : file_.tensors) {
+      if (starts_with(key, kOptimizerPrefix) || starts_with(key, kRngPrefix) || used.count(key)) continue;
+      if (!starts_with(key, kCallbackPrefix))
+        CKPT_FAIL("weight '" << key << "' " << t.describe() << " has no variable in the model", kRebuildHint);
+      add_callback_tensor(key, t);
+    }
+  }
+
+  // callback/<state key>/<name>, for a callback state the fit state holds.
+  void add_callback_tensor(const std::string& key, const Tensor& t) {
+    const std::string rest = key.substr(kCallbackPrefix.size());
+    const size_t slash = rest.find('/');
+    CallbackState* state = nullptr;
+    if (info_.fit_state && slash != std::string::npos && slash + 1 < rest.size())
+      for (auto& [state_key, st] : info_.fit_state->callbacks)
+        if (state_key == rest.substr(0, slash)) state = &st;
+    if (!state) CKPT_FAIL("'" << key << "' belongs to no callback state of the fit state", kDamagedHint);
+    state->tensors.emplace_back(rest.substr(slash + 1), t);
+  }
+
+  void check_optimizer_slots() {
     std::map<std::string, Shape> trainable;
-    for (const Var& w : model.trainable_weights()) trainable[w.name()] = w.shape();
-    for (const auto& [key, t] : opt_state) {
+    for (const Var& w : model_.trainable_weights()) trainable[w.name()] = w.shape();
+    for (const auto& [key, t] : opt_state_) {
       if (key == "iterations" || key == "learning_rate" || starts_with(key, "loss_scale/")) continue;
       const auto slash = key.rfind('/');
       const std::string var = slash == std::string::npos ? key : key.substr(0, slash);
@@ -541,30 +430,44 @@ CheckpointInfo load_checkpoint(const std::string& path, Model& model) {
     }
   }
 
-  // 4. Apply. load_state is the only step that can still throw, and it leaves the optimizer unchanged when it does.
-  for (Layer* l : to_float32) l->set_dtype_policy(DTypePolicy::from_name("float32"));
-  if (enable_loss_scaling) model.enable_dynamic_loss_scaling();
-  if (restore_optimizer) {
-    try {
-      model.optimizer().load_state(opt_state);
-    } catch (const Error& e) {
-      CKPT_FAIL(e.message(), e.hint());
+  // load_state is the only step that can still throw, and it leaves the optimizer unchanged when it does.
+  void apply() {
+    for (Layer* l : to_float32_) l->set_dtype_policy(DTypePolicy::from_name("float32"));
+    if (enable_loss_scaling_) model_.enable_dynamic_loss_scaling();
+    if (restore_optimizer_) {
+      try {
+        model_.optimizer().load_state(opt_state_);
+      } catch (const Error& e) {
+        CKPT_FAIL(e.message(), e.hint());
+      }
     }
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      Var w = weights_[i];
+      w.set_value(values_[i]);  // bumps the version, so cached compute-dtype casts refresh
+    }
+    for (size_t i = 0; i < std::size(kRngSlots); ++i) kRngSlots[i].get(model_).set_state(rng_states_[i]);
   }
-  for (size_t i = 0; i < weights.size(); ++i) {
-    Var w = weights[i];
-    w.set_value(values[i]);  // bumps the version, so cached compute-dtype casts refresh
-  }
-  for (size_t i = 0; i < std::size(kRngSlots); ++i) kRngSlots[i].get(model).set_state(rng_states[i]);
+
+  const std::string& path_;
+  Model& model_;
+  const SafetensorsFile file_;
+  const std::string* format_ = nullptr;
+  CheckpointInfo info_;
+  RecoveryModelChanges recovered_;
+  std::vector<Layer*> to_float32_;
+  NamedTensors opt_state_;
+  bool restore_optimizer_ = false;
+  bool enable_loss_scaling_ = false;
+  std::vector<std::vector<uint64_t>> rng_states_;
+  std::vector<Var> weights_;
+  std::vector<Tensor> values_;
+};
+
 #undef CKPT_FAIL
-  if (!info.checksums_verified) {
-    // Loaded rather than refused: files saved before checksums were added are otherwise valid and are often the
-    // only copy of a long run; every structural and finiteness check above still applied.
-    std::cerr << "warning: checkpoint '" << path << "' has no checksums (saved by an older mixtrain), so a damaged "
-              << "byte in it cannot be detected; save it again to add them\n";
-  }
-  return info;
-}
+
+}  // namespace
+
+CheckpointInfo load_checkpoint(const std::string& path, Model& model) { return CheckpointLoad(path, model).run(); }
 
 CheckpointCallback::CheckpointCallback(std::string path, int period, std::string config, int64_t every_steps)
     : path_(std::move(path)), period_(period), config_(std::move(config)), every_steps_(every_steps) {

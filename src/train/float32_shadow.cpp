@@ -2,7 +2,7 @@
 
 namespace mixtrain {
 
-Float32Shadow::Float32Shadow(Model& model, LayerObserver* observer)
+Float32Shadow::Float32Shadow(Network& model, LayerObserver* observer)
     : model_(model), previous_observer_(model.observer()) {
   for (auto& l : model_.layers()) {
     policies_.emplace(l.get(), l->dtype_policy());

@@ -11,12 +11,11 @@
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/train/float32_shadow.h"
-#include "mixtrain/train/model.h"
 
 namespace mixtrain {
 
 namespace {
-bool all_finite(const Model& m) {
+bool all_finite(Network& m) {
   for (const Var& w : m.weights())
     if (ops::count_nonfinite(w.value()) != 0) return false;
   return true;
@@ -129,27 +128,27 @@ std::vector<double> drift_reference_for_ceiling(const std::vector<double>& ceili
   return ref;
 }
 
-std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x) {
+std::vector<LayerNumerics> measure_layer_numerics(RecoveryTarget& model, const Tensor& x) {
   MIXTRAIN_CHECK(model.compiled(), "measure_layer_numerics: compile the model first");
   MIXTRAIN_CHECK(x.defined() && x.rank() >= 1 && x.dim(0) > 0,
                  "measure_layer_numerics: x " << x.describe() << " needs at least one row");
   std::map<const Layer*, LayerNumerics> stats;
-  for (auto& l : model.layers()) {
+  for (auto& l : model.network().layers()) {
     LayerNumerics n;
     n.layer = l->name();
     n.compute_dtype = l->compute_dtype();
     stats.emplace(l.get(), n);
   }
   NumericsObserver observer(stats);
-  Float32Shadow shadow(model, &observer);
+  Float32Shadow shadow(model.network(), &observer);
   {
     // Inference mode: no dropout draws and no moving-statistics updates, so training replays unchanged.
     NoGradGuard no_grad;
     // Integer inputs (token ids) stay integers: the layers that read them keep them, the others cast.
-    model.call(Var(ops::to_device(x, model.device())), CallContext{});
+    model.network().call(Var(ops::to_device(x, model.network().device())), CallContext{});
   }
   std::vector<LayerNumerics> out;
-  for (auto& l : model.layers()) out.push_back(stats.at(l.get()));
+  for (auto& l : model.network().layers()) out.push_back(stats.at(l.get()));
   return out;
 }
 
@@ -177,12 +176,12 @@ std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vect
 
 RecoveryGuard::RecoveryGuard(RecoveryOptions options) : options_(options) {}
 
-void RecoveryGuard::snapshot(Model& model, const FitPosition& position) {
+void RecoveryGuard::snapshot(RecoveryTarget& model, const FitPosition& position) {
   // Only a good state is worth returning to.
-  if (!all_finite(model)) return;
+  if (!all_finite(model.network())) return;
   last_.position = position;
   last_.weights.clear();
-  for (const Var& w : model.weights()) last_.weights.push_back(w.value().clone());
+  for (const Var& w : model.network().weights()) last_.weights.push_back(w.value().clone());
   last_.optimizer_state = model.optimizer().state();
   last_.optimizer_was_scaled = model.optimizer().scales_loss();
   last_.shuffle_state = model.shuffle_rng().state();
@@ -197,10 +196,10 @@ void RecoveryGuard::snapshot(Model& model, const FitPosition& position) {
 
 const RecoveryGuard::Snapshot& RecoveryGuard::rollback_target() const { return restore_first_ ? first_ : last_; }
 
-const FitPosition& RecoveryGuard::restore(Model& model) {
+const FitPosition& RecoveryGuard::restore(RecoveryTarget& model) {
   MIXTRAIN_CHECK(has_snapshot_, "RecoveryGuard: no snapshot to roll back to");
   const Snapshot& snap = rollback_target();
-  std::vector<Var> ws = model.weights();
+  std::vector<Var> ws = model.network().weights();
   // Copies: the snapshot must survive the training that follows, for the next rollback.
   for (size_t i = 0; i < ws.size(); ++i) ws[i].set_value(snap.weights[i].clone());
   Optimizer& opt = model.optimizer();
@@ -243,7 +242,7 @@ void RecoveryGuard::record_rollback(int64_t global_step) {
   record(std::move(e));
 }
 
-bool RecoveryGuard::after_step(Model& model, const Logs& step_logs,
+bool RecoveryGuard::after_step(RecoveryTarget& model, const Logs& step_logs,
                                const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step) {
   if (gave_up_) return false;
   const std::optional<LossScaleReport> scaler = model.optimizer().loss_scale_report();
@@ -297,7 +296,7 @@ bool RecoveryGuard::drifts(double loss, int64_t global_step) {
   return drifting;
 }
 
-bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step,
+bool RecoveryGuard::climb(RecoveryTarget& model, const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step,
                           const std::string& why, bool drift) {
   // Rung 2: switch the layers to blame on the failing batches: this step's, and for a drift also the last one
   // whose loss or gradients were non-finite (an occasional overflow that collapsed the loss scale).
@@ -314,13 +313,13 @@ bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Te
     for (const auto& [name, cause] : blamed) {
       culprits.push_back(name);
       details += (details.empty() ? "" : "; ") + name + ": " + cause;
-      model.layer(name)->set_dtype_policy(DTypePolicy::from_name("float32"));
+      model.network().layer(name)->set_dtype_policy(DTypePolicy::from_name("float32"));
     }
     record({global_step, "layers_to_float32", why + "; these layers do not fit 16 bits (" + details + ")", culprits});
     rung_ = std::max(rung_, 2);
   } else if (rung_ < 3) {
     std::vector<std::string> switched;
-    for (auto& l : model.layers())
+    for (auto& l : model.network().layers())
       if (l->compute_dtype() != DType::kFloat32) {
         switched.push_back(l->name());
         l->set_dtype_policy(DTypePolicy::from_name("float32"));
@@ -328,7 +327,7 @@ bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Te
     if (switched.empty()) {
       gave_up_ = true;
       record({global_step, "give_up", why + " with every layer already in float32: stopping", {}});
-      model.stop_training = true;
+      model.request_stop();
       return false;
     }
     record({global_step, "model_to_float32", why + "; no single layer to blame", switched});
@@ -336,7 +335,7 @@ bool RecoveryGuard::climb(Model& model, const std::function<std::pair<Tensor, Te
   } else {
     gave_up_ = true;
     record({global_step, "give_up", why + " after reverting the model to float32: stopping", {}});
-    model.stop_training = true;
+    model.request_stop();
     return false;
   }
   restart_scale_on_restore_ = true;

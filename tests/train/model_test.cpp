@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/train/callbacks.h"
 #include "mixtrain/train/model.h"
 
 #include "blobs.h"

@@ -1,5 +1,6 @@
-// FitState: where a fit() stands between two steps, as much as a checkpoint needs to continue it at the next
-// batch bit-identically (with the weights, optimizer, loss-scale and Rng states the checkpoint also holds).
+// FitPosition: where fit()'s loop stands while it runs (the recovery ladder snapshots it). FitState: where a fit()
+// stands between two steps, as much as a checkpoint needs to continue it at the next batch bit-identically (with
+// the weights, optimizer, loss-scale and Rng states the checkpoint also holds).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,19 @@ namespace mixtrain {
 struct CallbackState {
   std::string json;
   NamedTensors tensors;
+};
+
+// Where fit() is (or was when a snapshot was taken): enough to replay the same batches in the same order.
+struct FitPosition {
+  int epoch = 0;
+  int64_t step = 0;                 // step within the epoch
+  std::vector<int64_t> order;       // the epoch's row order
+  std::vector<uint64_t> shuffle_state;  // the shuffle Rng before `order` was drawn (a checkpoint redraws it)
+  Logs sums;                        // the epoch's running sums
+  int64_t seen = 0;
+  size_t history_steps = 0;         // History::step_loss size
+  size_t history_scales = 0;        // History::step_loss_scale size
+  int64_t history_samples = 0;
 };
 
 struct FitState {

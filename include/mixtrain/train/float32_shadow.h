@@ -1,4 +1,4 @@
-// The float32 shadow of a model, as inspection and the recovery guard measure it: while a Float32Shadow lives,
+// The float32 shadow of a network, as inspection and the recovery guard measure it: while a Float32Shadow lives,
 // every layer computes in float32 (same weights) and `observer` sees each call, so the statistics tell what a
 // 16-bit copy of each value would lose rather than values already broken. The destructor puts every layer's
 // policy and the previous observer back, however the measurement ends.
@@ -6,13 +6,13 @@
 
 #include <map>
 
-#include "mixtrain/train/model.h"
+#include "mixtrain/nn/network.h"
 
 namespace mixtrain {
 
 class Float32Shadow {
  public:
-  Float32Shadow(Model& model, LayerObserver* observer);
+  Float32Shadow(Network& model, LayerObserver* observer);
   ~Float32Shadow();
   Float32Shadow(const Float32Shadow&) = delete;
   Float32Shadow& operator=(const Float32Shadow&) = delete;
@@ -21,7 +21,7 @@ class Float32Shadow {
   DType real_compute_dtype(const Layer& layer) const { return policies_.at(&layer).compute_dtype(); }
 
  private:
-  Model& model_;
+  Network& model_;
   LayerObserver* previous_observer_;
   std::map<const Layer*, DTypePolicy> policies_;
 };

@@ -10,13 +10,16 @@
 #include "mixtrain/dist/data_parallel.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
-#include "mixtrain/train/callbacks.h"
+#include "mixtrain/train/callback.h"
 #include "mixtrain/train/fit_state.h"
 #include "mixtrain/train/history.h"
 #include "mixtrain/train/losses.h"
 #include "mixtrain/train/recovery.h"
 
 namespace mixtrain {
+
+class BatchNormalization;   // nn/normalization.h
+class LayerBucketObserver;  // src/train/layer_bucket_observer.h
 
 struct FitOptions {
   // fit() runs epochs initial_epoch .. epochs-1 (Keras semantics): to resume a run saved after k completed
@@ -84,7 +87,8 @@ struct EvaluateResult {
   double accuracy = 0;  // only for sparse_categorical_crossentropy
 };
 
-class Model : public Network {
+// A Model is also what its recovery ladder acts on (RecoveryTarget, train/recovery.h).
+class Model : public Network, public RecoveryTarget {
  public:
   // A stack. seed fixes initialisation, shuffling and dropout: two runs with one seed give identical weights.
   explicit Model(std::string name = "sequential", uint64_t seed = 0);
@@ -96,11 +100,11 @@ class Model : public Network {
   // LossScaleOptimizer (never twice) when auto_scale_loss is set, as Keras does; metrics: "accuracy".
   void compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics = {},
                bool auto_scale_loss = true);
-  bool compiled() const { return optimizer_ != nullptr; }
-  Optimizer& optimizer() { return *optimizer_; }
+  bool compiled() const override { return optimizer_ != nullptr; }
+  Optimizer& optimizer() override { return *optimizer_; }
   // Wraps the optimizer in a dynamic LossScaleOptimizer unless it already is one (the recovery ladder's
   // first rung); the inner optimizer keeps its state.
-  void enable_dynamic_loss_scaling();
+  void enable_dynamic_loss_scaling() override;
   const Optimizer& optimizer() const { return *optimizer_; }
   const Loss& loss() const { return *loss_; }
 
@@ -131,6 +135,9 @@ class Model : public Network {
 
   // Set by callbacks to end fit() after the current epoch (or step, for TerminateOnNaN).
   bool stop_training = false;
+  // For the recovery ladder (RecoveryTarget): its way to set stop_training, and the network it measures.
+  void request_stop() override { stop_training = true; }
+  Network& network() override { return *this; }
   // While fit() runs (in callbacks): where it stands after the last completed step or epoch, for a checkpoint
   // to resume from (save_checkpoint writes it). Empty outside fit().
   std::optional<FitState> fit_state() const;
@@ -141,8 +148,8 @@ class Model : public Network {
   // The three random streams (initialisation, shuffling, dropout). A checkpoint saves and restores their
   // states with the weights and optimizer state, so a resumed fit draws the same batches and masks.
   Rng& init_rng() { return init_rng_; }
-  Rng& shuffle_rng() { return shuffle_rng_; }
-  Rng& dropout_rng() { return dropout_rng_; }
+  Rng& shuffle_rng() override { return shuffle_rng_; }
+  Rng& dropout_rng() override { return dropout_rng_; }
   const Rng& init_rng() const { return init_rng_; }
   const Rng& shuffle_rng() const { return shuffle_rng_; }
   const Rng& dropout_rng() const { return dropout_rng_; }
@@ -169,15 +176,39 @@ class Model : public Network {
   // The logs of a queued step from its record, read back to the host.
   Logs step_logs(const float* record, const QueuedStep& q) const;
 
+  // queue_step's pieces (src/train/train_step.cpp). A step's share of a data-parallel global batch:
+  struct StepShard {
+    Communicator* comm = nullptr;  // null outside data parallelism
+    int64_t rows = 0, global_rows = 0;
+    float weight = 1.0f;  // rows / global_rows, by which this rank's gradients count in the sum over the ranks
+  };
+  // Synchronized BatchNormalization layers, each with whether the backward pass reaches it.
+  using SynchronizedNorms = std::vector<std::pair<BatchNormalization*, bool>>;
+  StepShard step_shard(const Tensor& x, Communicator* comm, int64_t global_rows) const;
+  // Binds the trainable variables to the flat buffers when the optimizer takes them; false when it does not.
+  bool bind_arena(const std::vector<Var>& vars);
+  SynchronizedNorms connect_batch_norms(const StepShard& shard);
+  // Starts the overlapped all-reduce of a stack's gradient buckets during backward, when it applies.
+  bool start_overlapped_reduce(const StepShard& shard, bool flat, bool empty_shards);
+  void forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record);
+  // On a rank without samples: zero logs, and the synchronized layers' exchanges the other ranks make.
+  static void exchange_without_rows(const SynchronizedNorms& norms, Tensor& record);
+  // One small all-reduce of which variables got a gradient and of the logs; returns the per-variable flags.
+  std::vector<double> reduce_flags_and_logs(const StepShard& shard, const std::vector<Var>& vars, Tensor& record,
+                                            QueuedStep& queued);
+  void reduce_gradients(const StepShard& shard, const std::vector<Var>& vars, const std::vector<double>& got_grad,
+                        bool flat, bool overlapped, std::vector<Tensor>& grads);
+  void apply_update(const std::vector<Var>& vars, std::vector<Tensor>& grads, bool flat, Tensor& record,
+                    QueuedStep& queued);
+
   // fit() on several ranks: checks the options, copies rank 0's weights and streams, derives per-rank dropout.
   void start_data_parallel(const FitOptions& options, Communicator& comm);
-  class OverlappedReduce;
-  std::shared_ptr<OverlappedReduce> overlap_;  // data-parallel buckets started during backward
+  std::shared_ptr<LayerBucketObserver> overlap_;  // data-parallel buckets started during backward
   int64_t bucket_bytes_ = kDefaultBucketBytes;
 
-  // fit()'s loop position and History while it runs (null otherwise), for fit_state().
-  struct LiveFit;
-  const LiveFit* live_fit_ = nullptr;
+  // fit()'s loop (src/train/fit_loop.h), while it runs (null otherwise), for fit_state().
+  class FitLoop;
+  const FitLoop* live_fit_ = nullptr;
 
   uint64_t seed_;
   Rng init_rng_, shuffle_rng_, dropout_rng_;

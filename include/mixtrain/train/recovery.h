@@ -19,13 +19,33 @@
 #include <vector>
 
 #include "mixtrain/core/random.h"
+#include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/precision/range_stats.h"
+#include "mixtrain/train/fit_state.h"
 #include "mixtrain/train/history.h"
 
 namespace mixtrain {
 
-class Model;
+// What the recovery ladder reads and changes in the model it guards. Model implements it (train/model.h), and fit()
+// hands itself to the ladder through it.
+class RecoveryTarget {
+ public:
+  // The layers and weights: the ones a snapshot keeps, a rung switches to float32 and a float32 shadow measures.
+  virtual Network& network() = 0;
+  virtual bool compiled() const = 0;
+  virtual Optimizer& optimizer() = 0;
+  // The shuffle and dropout streams, which a snapshot keeps so that a rollback replays the same batches and masks.
+  virtual Rng& shuffle_rng() = 0;
+  virtual Rng& dropout_rng() = 0;
+  // Rung 1: wraps the optimizer in a dynamic LossScaleOptimizer unless it is one.
+  virtual void enable_dynamic_loss_scaling() = 0;
+  // The last rung failed: training ends after this step.
+  virtual void request_stop() = 0;
+
+ protected:
+  ~RecoveryTarget() = default;
+};
 
 struct RecoveryEvent {
   int64_t step = 0;                 // global training step (1-based) at which the action was taken
@@ -60,19 +80,6 @@ struct RecoveryOptions {
   int64_t drift_warmup_steps = 100;
 };
 
-// Where fit() was when a snapshot was taken: enough to replay the same batches in the same order.
-struct FitPosition {
-  int epoch = 0;
-  int64_t step = 0;                 // step within the epoch
-  std::vector<int64_t> order;       // the epoch's row order
-  std::vector<uint64_t> shuffle_state;  // the shuffle Rng before `order` was drawn (a checkpoint redraws it)
-  Logs sums;                        // the epoch's running sums
-  int64_t seen = 0;
-  size_t history_steps = 0;         // History::step_loss size
-  size_t history_scales = 0;        // History::step_loss_scale size
-  int64_t history_samples = 0;
-};
-
 // What the float32 shadow of a model (every layer computing in float32, same weights, inference mode) shows
 // about one layer's values against the layer's real compute dtype, on one batch.
 struct LayerNumerics {
@@ -93,7 +100,7 @@ inline constexpr double kSignalLossColumns = 0.1;     // a layer loses precision
 
 // Runs x (rows of a batch, float32) forward through a float32 shadow of model and measures each layer; the
 // model's policies, weights, state and observer are unchanged afterwards.
-std::vector<LayerNumerics> measure_layer_numerics(Model& model, const Tensor& x);
+std::vector<LayerNumerics> measure_layer_numerics(RecoveryTarget& model, const Tensor& x);
 
 // The layers to switch to float32, in model order: those computing in 16 bits whose finite inputs
 // overflow their compute dtype, whose finite outputs or internal values overflow it (a layer whose input
@@ -117,7 +124,7 @@ class RecoveryGuard {
   explicit RecoveryGuard(RecoveryOptions options = {});
 
   // Called by fit(): keeps an in-memory snapshot of the model's training state at `position`.
-  void snapshot(Model& model, const FitPosition& position);
+  void snapshot(RecoveryTarget& model, const FitPosition& position);
   bool has_snapshot() const { return has_snapshot_; }
   int64_t snapshot_every() const { return options_.snapshot_every; }
   // True while no bad step happened since the last snapshot (a snapshot is only taken of a good state).
@@ -126,10 +133,10 @@ class RecoveryGuard {
   // back (call restore()). global_step is the 1-based position of the step in the training run (it
   // indexes the reference loss; after a rollback it repeats the replayed positions).
   // batch() gives the step's rows in float32 (only called when a rung needs to inspect them).
-  bool after_step(Model& model, const Logs& step_logs, const std::function<std::pair<Tensor, Tensor>()>& batch,
+  bool after_step(RecoveryTarget& model, const Logs& step_logs, const std::function<std::pair<Tensor, Tensor>()>& batch,
                   int64_t global_step);
   // Restores the snapshot into the model and returns where fit() resumes.
-  const FitPosition& restore(Model& model);
+  const FitPosition& restore(RecoveryTarget& model);
   // True after the last rung failed: fit() stops.
   bool gave_up() const { return gave_up_; }
 
@@ -163,7 +170,7 @@ class RecoveryGuard {
   bool drifts(double loss, int64_t global_step);
   // Rungs 2 and 3 (switch the layers to blame, else the whole model, to float32; or give up).
   // drift: the climb is for a finite loss that left the reference, so layers losing precision are blamed too.
-  bool climb(Model& model, const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step,
+  bool climb(RecoveryTarget& model, const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step,
              const std::string& why, bool drift);
 
   RecoveryOptions options_;

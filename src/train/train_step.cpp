@@ -1,0 +1,250 @@
+// Model's training step: train_step() and queue_step(), its form that leaves the logs where the step ran.
+#include <utility>
+
+#include "layer_bucket_observer.h"
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/nn/normalization.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/losses.h"
+#include "mixtrain/ops/transfer.h"
+#include "mixtrain/train/model.h"
+#include "model_detail.h"
+
+namespace mixtrain {
+
+using detail::as_input;
+using detail::check_xy;
+using detail::on_device;
+using detail::sample_shape_of;
+
+Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows) {
+  Tensor record = ops::full({kRecordSize}, DType::kFloat32, 0.0f, device());
+  const QueuedStep q = queue_step(x, y, comm, global_rows, record);
+  const Tensor host_record = ops::to_device(record, Device::cpu());
+  resolve_update(host_record.data<float>(), q);
+  return step_logs(host_record.data<float>(), q);
+}
+
+void Model::resolve_update(const float* record, const QueuedStep& q) {
+  if (q.uncertain_update) optimizer_->inner_optimizer().resolve_uncertain_update(*q.uncertain_update, record[3] == 0.0f);
+}
+
+Logs Model::step_logs(const float* record, const QueuedStep& q) const {
+  const double loss = q.global_loss ? *q.global_loss : static_cast<double>(record[0]);
+  const double accuracy = q.global_accuracy ? *q.global_accuracy
+                          : q.rows ? static_cast<double>(record[1]) / static_cast<double>(q.rows)
+                                   : 0.0;
+  Logs logs{{"loss", loss}};
+  if (track_accuracy_) logs.emplace_back("accuracy", accuracy);
+  if (q.scales_loss) logs.emplace_back("loss_scale", static_cast<double>(record[2]));
+  return logs;
+}
+
+Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Communicator* comm, int64_t global_rows,
+                                    Tensor& record) {
+  MIXTRAIN_CHECK(compiled(), "train_step: call compile() before training");
+  check_xy(x_in, y_in, "train_step");
+  const StepShard shard = step_shard(x_in, comm, global_rows);
+  const Tensor x = on_device(x_in, device()), y = on_device(y_in, device());
+  build_for(sample_shape_of(x));
+  clear_tape();
+  const std::vector<Var> vars = trainable_weights();
+  const bool flat = bind_arena(vars);
+  const bool scales_loss = optimizer_->scales_loss();
+  const SynchronizedNorms synchronized_bn = connect_batch_norms(shard);
+  // Fewer samples than ranks (a small last batch; shards are as even as possible) leave some rank without any. With
+  // synchronized layers that rank takes part in their exchanges without running the model (below), which keeps the
+  // others' order only when the gradients' buckets start after the backward pass; decided alike on every rank.
+  const bool empty_shards = shard.comm && shard.global_rows < shard.comm->size() && !synchronized_bn.empty();
+  MIXTRAIN_CHECK(!empty_shards || !is_functional(),
+                 "train_step: a global batch of " << shard.global_rows << " samples over " << shard.comm->size()
+                                                  << " ranks leaves a rank without samples, which synchronized "
+                                                     "BatchNormalization in a functional model cannot serve; use a "
+                                                     "dataset or batch size whose last batch has a sample per rank");
+  const bool overlapped = start_overlapped_reduce(shard, flat, empty_shards);
+  // Data-parallel dropout: the model's stream stays the same on every rank (checkpoints save it) and each step's
+  // masks come from a stream derived from it and the rank (dist/data_parallel.h).
+  Rng* mask_rng = &dropout_rng_;
+  Rng rank_rng;
+  if (shard.comm != nullptr && shard.comm->size() > 1) {
+    rank_rng = rank_step_rng(dropout_rng_, shard.comm->rank(), detail::kDropoutStream);
+    mask_rng = &rank_rng;
+  }
+  QueuedStep queued{shard.rows, scales_loss, std::nullopt, std::nullopt, std::nullopt};
+  if (shard.rows > 0)  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
+    forward_backward(x, y, mask_rng, record);
+  else
+    exchange_without_rows(synchronized_bn, record);
+  // The scale this step used, before the optimizer moves it.
+  if (scales_loss) record.slice(0, 2, 3).copy_from(optimizer_->loss_scale_on(device()));
+  if (overlapped) {
+    set_observer(nullptr);
+    overlap_->reduce().start_rest();
+  }
+  {
+    NoGradGuard no_grad;
+    std::vector<Tensor> grads;
+    if (!flat) {
+      grads.reserve(vars.size());
+      for (const Var& v : vars) grads.push_back(v.has_grad() ? v.grad().to(DType::kFloat32) : Tensor());
+    }
+    if (shard.comm) {
+      const std::vector<double> got_grad = reduce_flags_and_logs(shard, vars, record, queued);
+      reduce_gradients(shard, vars, got_grad, flat, overlapped, grads);
+    }
+    apply_update(vars, grads, flat, record, queued);
+  }
+  for (Var v : vars) v.zero_grad();
+  queued.rows = shard.comm ? shard.global_rows : shard.rows;
+  return queued;
+}
+
+Model::StepShard Model::step_shard(const Tensor& x, Communicator* comm, int64_t global_rows) const {
+  if (comm && comm->size() == 1 && (global_rows == 0 || global_rows == x.dim(0))) comm = nullptr;
+  const int64_t rows = x.dim(0);
+  if (comm && global_rows == 0) global_rows = rows * comm->size();
+  MIXTRAIN_CHECK(!comm || (global_rows > 0 && rows <= global_rows),
+                 "train_step: a shard of " << rows << " rows of a global batch of " << global_rows << " rows");
+  MIXTRAIN_CHECK(comm || rows > 0, "train_step: the batch is empty");
+  const float weight =
+      comm ? static_cast<float>(static_cast<double>(rows) / static_cast<double>(global_rows)) : 1.0f;
+  return {comm, rows, global_rows, weight};
+}
+
+bool Model::bind_arena(const std::vector<Var>& vars) {
+  // Parameters and gradients in flat buffers: (re)bound on the first step and after a dtype policy change
+  // replaced values; the optimizer refreshes the 16-bit copies the layers read.
+  if (!optimizer_->supports_arena()) return false;
+  if (!arena_.bound_to(vars)) arena_.bind(vars);
+  for (const auto& l : layers_) {
+    const DType c = l->compute_dtype();
+    if (c == DType::kFloat16 || c == DType::kBFloat16) arena_.enable_compute_copy(c);
+  }
+  arena_.zero_grad();
+  return true;
+}
+
+Model::SynchronizedNorms Model::connect_batch_norms(const StepShard& shard) {
+  // Synchronized BatchNormalization reduces its statistics over this step's ranks (none outside data parallelism),
+  // knowing the global batch's samples. Each one the backward pass reaches (a weight at or before it needs a
+  // gradient) also reduces its gradient sums there.
+  SynchronizedNorms synchronized_bn;
+  bool gradient_reaches = false;
+  for (const auto& l : layers_) {
+    gradient_reaches = gradient_reaches || (shard.comm != nullptr && !l->trainable_weights().empty());
+    auto* bn = dynamic_cast<BatchNormalization*>(l.get());
+    if (!bn) continue;
+    bn->set_communicator(shard.comm, shard.comm ? shard.global_rows : 0);
+    if (shard.comm && bn->synchronized()) synchronized_bn.emplace_back(bn, gradient_reaches);
+  }
+  return synchronized_bn;
+}
+
+bool Model::start_overlapped_reduce(const StepShard& shard, bool flat, bool empty_shards) {
+  // Data-parallel with flat buffers: buckets of a stack's gradients start during backward (unless an observer
+  // is already in force, e.g. inspection's).
+  if (!overlap_) overlap_ = std::make_shared<LayerBucketObserver>();
+  // (On a device the gradients are all-reduced once backward is done: see all_reduce_gradients.)
+  const bool overlapped = shard.comm && flat && device().is_cpu() && !empty_shards && observer() == nullptr &&
+                          overlap_->prepare(*this, arena_, bucket_bytes_);
+  if (overlapped) {
+    overlap_->reduce().begin(*shard.comm, arena_.gradient_buffer(DType::kFloat32).data<float>(), shard.weight);
+    set_observer(overlap_.get());
+  }
+  return overlapped;
+}
+
+void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record) {
+  Var out = call(Var(as_input(x)), CallContext{true, mask_rng});
+  Var loss = (*loss_)(out, y);
+  // Kernel regularizers' penalties join the training loss (Keras adds model.losses); without any, the sum is
+  // a constant 0 that records nothing and is left out.
+  const Var penalty = regularization_loss(*this);
+  if (penalty.requires_grad()) loss = mixtrain::add(loss, penalty);
+  // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
+  backward(loss, optimizer_->scale_loss(ops::full(loss.shape(), DType::kFloat32, 1.0f, loss.value().device())));
+  // The logs stay where the step ran: on a GPU nothing here waits for the host.
+  record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
+  if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
+}
+
+void Model::exchange_without_rows(const SynchronizedNorms& norms, Tensor& record) {
+  // No samples here: nothing to log, and the slot (reused every logging window) may hold an earlier step's summed
+  // loss and correct count, which the device all-reduce below would add to this step's.
+  record.slice(0, 0, 2).copy_from(ops::full({2}, DType::kFloat32, 0.0f, record.device()));
+  // The synchronized layers' exchanges, in the order the model's forward and backward passes make them on the
+  // other ranks, with zero sums.
+  for (const auto& [bn, reached] : norms) bn->exchange_statistics_without_rows();
+  for (auto it = norms.rbegin(); it != norms.rend(); ++it)
+    if (it->second) it->first->exchange_gradient_sums_without_rows();
+}
+
+std::vector<double> Model::reduce_flags_and_logs(const StepShard& shard, const std::vector<Var>& vars,
+                                                 Tensor& record, QueuedStep& queued) {
+  Communicator& comm = *shard.comm;
+  // One small all-reduce: which variables got a gradient on any rank (so every rank updates the same ones)
+  // and the global batch's row-weighted loss and accuracy.
+  std::vector<double> small(vars.size() + 2, 0.0);
+  for (size_t i = 0; i < vars.size(); ++i) small[i] = vars[i].has_grad() ? 1.0 : 0.0;
+  if (comm.moves_memory_of(record.device())) {
+    // The logs stay on the device (a GPU with NCCL), nothing waits: the record's loss, weighted by this rank's
+    // share of the rows, and its correct count are summed over the ranks there (float32: the loss's last bits
+    // may differ from the host's float64 sum), and the host sums the flags alone.
+    Tensor loss_slot = record.slice(0, 0, 1);
+    loss_slot.copy_from(ops::scale(loss_slot, shard.weight));
+    Tensor logs = record.slice(0, 0, 2);
+    comm.all_reduce_on_device(logs, ReduceOp::kSum);
+    comm.all_reduce(small.data(), static_cast<int64_t>(vars.size()), ReduceOp::kSum);
+  } else {
+    // The record is read here (on a device, a wait for the step so far): the logs join the all-reduce.
+    const Tensor host_record = ops::to_device(record, Device::cpu());
+    const float* r = host_record.data<float>();
+    const int64_t rows = shard.rows;
+    small[vars.size()] = rows > 0 ? static_cast<double>(r[0]) * static_cast<double>(rows) : 0.0;
+    small[vars.size() + 1] = rows > 0 ? static_cast<double>(r[1]) : 0.0;
+    comm.all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
+    queued.global_loss = small[vars.size()] / static_cast<double>(shard.global_rows);
+    queued.global_accuracy = small[vars.size() + 1] / static_cast<double>(shard.global_rows);
+  }
+  small.resize(vars.size());
+  return small;
+}
+
+void Model::reduce_gradients(const StepShard& shard, const std::vector<Var>& vars, const std::vector<double>& got_grad,
+                             bool flat, bool overlapped, std::vector<Tensor>& grads) {
+  if (overlapped) {
+    overlap_->reduce().wait();
+    // Written on some rank, not here: the reduced values are in the buffer; mark them as this variable's.
+    for (size_t i = 0; i < vars.size(); ++i) {
+      Var v = vars[i];
+      if (got_grad[i] > 0 && !v.has_grad()) v.set_grad(arena_.gradient_view(i).clone());
+    }
+  } else if (flat) {
+    for (size_t i = 0; i < vars.size(); ++i) {
+      Var v = vars[i];
+      // The arena's buffer holds zeros for it: mark it written, as on the ranks that computed one.
+      if (got_grad[i] > 0 && !v.has_grad()) v.set_grad(ops::full(v.shape(), v.dtype(), 0.0f, device()));
+    }
+    all_reduce_gradients(arena_, *shard.comm, shard.weight, bucket_bytes_);
+  } else {
+    for (size_t i = 0; i < vars.size(); ++i)
+      if (!grads[i].defined()) grads[i] = ops::full(vars[i].shape(), DType::kFloat32, 0.0f, device());
+    all_reduce_gradients(grads, *shard.comm, shard.weight);
+    for (size_t i = 0; i < vars.size(); ++i)
+      if (got_grad[i] == 0) grads[i] = Tensor();
+  }
+}
+
+void Model::apply_update(const std::vector<Var>& vars, std::vector<Tensor>& grads, bool flat, Tensor& record,
+                         QueuedStep& queued) {
+  if (flat)
+    optimizer_->apply_arena(arena_);  // a LossScaleOptimizer unscales, checks and applies or skips here
+  else
+    optimizer_->apply(grads, vars);
+  // Whether the update was skipped stays where it ran, with the logs, until they are read.
+  queued.uncertain_update = optimizer_->inner_optimizer().last_uncertain_update();
+  if (queued.uncertain_update) record.slice(0, 3, 4).copy_from(optimizer_->last_skip_flag());
+}
+
+}  // namespace mixtrain
