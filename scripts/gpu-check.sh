@@ -194,7 +194,7 @@ timeout "$(( $(left) < 120 ? $(left) : 120 ))" cmake -S . -B build-gpu -G Ninja 
 timeout "$(left)" ninja -C build-gpu -j "$(nproc)" mixtrain_gpu_bench mixtrain_cli >> "$log" 2>&1 ||
   { say "build failed (see $log)"; tail -30 "$log"; torch_figures; snapshot; exit 1; }
 rm -f build-gpu/tests/ops/ops_test build-gpu/tests/precision/precision_test build-gpu/tests/train/gpu_training_test \
-  build-gpu/tests/dist/nccl_api_test
+  build-gpu/tests/distributed/nccl_api_test
 test_build=$(( $(left) - 240 < 300 ? $(left) - 240 : 300 ))
 if [ "$tests" = ON ] && [ "$test_build" -lt 20 ]; then
   say "no time left to build the tests before the figures: they are skipped"
@@ -288,7 +288,7 @@ if [ "$tests" = ON ]; then
     if [ -n "$nccl" ] && [ -e "$nccl" ]; then export MIXTRAIN_NCCL_LIBRARY="$nccl"; fi
   fi
   say "NCCL's device collectives on one rank (MIXTRAIN_REQUIRE_GPU=1; NCCL ${MIXTRAIN_NCCL_LIBRARY:-from the loader or toolkit})"
-  if ! MIXTRAIN_REQUIRE_GPU=1 capped 60 build-gpu/tests/dist/nccl_api_test \
+  if ! MIXTRAIN_REQUIRE_GPU=1 capped 60 build-gpu/tests/distributed/nccl_api_test \
          --gtest_output="json:$work/nccl-tests.json" >> "$log" 2>&1; then
     say "NCCL tests FAILED"
     status=1

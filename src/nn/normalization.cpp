@@ -3,7 +3,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
@@ -71,7 +71,7 @@ int64_t BatchNormalization::skipped_moving_updates() const {
 namespace {
 
 // The global batch's per-channel sums times 1 / total, from this rank's sums: reduced where they live, as gradients
-// are (dist/data_parallel.h): on the GPU by a communicator that moves its memory (NCCL), else through host copies of
+// are (distributed/data_parallel.h): on the GPU by a communicator that moves its memory (NCCL), else through host copies of
 // their C values.
 Tensor global_mean(Tensor local_sums, Communicator& comm, float inv_total) {
   std::vector<Tensor> sums{std::move(local_sums)};

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <utility>
 
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/report/progress_bar.h"
 #include "model_detail.h"

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "fit_loop.h"
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {

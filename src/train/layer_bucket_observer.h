@@ -1,4 +1,4 @@
-// A stack model's side of the overlapped gradient all-reduce (dist/overlapped_reduce.h): its layers are the
+// A stack model's side of the overlapped gradient all-reduce (distributed/overlapped_reduce.h): its layers are the
 // buffer's segments. The arena lays variables out in layer order, so a bucket is a range of offsets covering whole
 // layers; the backward pass reaches layer L's output gradient (the network observer's on_gradient) only after
 // every operation recorded after L's output has run, which in a stack includes every use of the later layers'
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <unordered_map>
 
-#include "mixtrain/dist/overlapped_reduce.h"
+#include "mixtrain/distributed/overlapped_reduce.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/parameter_arena.h"
 

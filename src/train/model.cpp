@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "mixtrain/autograd/tape.h"
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/transfer.h"

@@ -9,7 +9,7 @@
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/json.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/optim/adam.h"

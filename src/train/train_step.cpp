@@ -3,7 +3,7 @@
 
 #include "layer_bucket_observer.h"
 #include "mixtrain/autograd/tape.h"
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/losses.h"
@@ -64,7 +64,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
                                                      "dataset or batch size whose last batch has a sample per rank");
   const bool overlapped = start_overlapped_reduce(shard, flat, empty_shards);
   // Data-parallel dropout: the model's stream stays the same on every rank (checkpoints save it) and each step's
-  // masks come from a stream derived from it and the rank (dist/data_parallel.h).
+  // masks come from a stream derived from it and the rank (distributed/data_parallel.h).
   Rng* mask_rng = &dropout_rng_;
   Rng rank_rng;
   if (shard.comm != nullptr && shard.comm->size() > 1) {

@@ -64,8 +64,8 @@ cat > "$tmp/bin/ninja" <<'SH'
 set -eu
 if [ -n "${GPU_CHECK_FLOW_BUILD_FAILS:-}" ]; then echo "stand-in compile error" >&2; exit 1; fi
 b=build-gpu
-mkdir -p "$b/tests/ops" "$b/tests/train" "$b/tests/dist" "$b/tests/precision" "$b/tools/cli" "$b/tools/gpu_bench"
-for t in tests/ops/ops_test tests/train/device_training_test tests/train/gpu_training_test tests/dist/nccl_api_test \
+mkdir -p "$b/tests/ops" "$b/tests/train" "$b/tests/distributed" "$b/tests/precision" "$b/tools/cli" "$b/tools/gpu_bench"
+for t in tests/ops/ops_test tests/train/device_training_test tests/train/gpu_training_test tests/distributed/nccl_api_test \
          tests/precision/precision_test; do
   cat > "$b/$t" <<'T'
 #!/usr/bin/env bash

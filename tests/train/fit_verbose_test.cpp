@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/train/callbacks.h"
 #include "mixtrain/train/model.h"

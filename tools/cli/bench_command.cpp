@@ -10,7 +10,7 @@
 #include <iostream>
 
 #include "commands.h"
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/gemm_timing.h"

@@ -12,7 +12,7 @@
 #include "mixtrain/core/json.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/dataset.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/train/run.h"
 
 namespace mixtrain::cli {

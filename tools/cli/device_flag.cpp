@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/gemm_timing.h"
 

@@ -4,7 +4,7 @@
 #include "args.h"
 #include "commands.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/dist/device_communicator.h"
+#include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/precision/doctor.h"
 
 namespace mixtrain::cli {

@@ -10,7 +10,7 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 
 namespace {
 const char* kUsage =

@@ -17,7 +17,7 @@
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
 #include "mixtrain/data/text.h"
-#include "mixtrain/dist/device_communicator.h"
+#include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/report/progress_bar.h"
 #include "mixtrain/train/batch_size.h"
 

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "mixtrain/autograd/conv_functions.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/nn/layer.h"
 
 namespace mixtrain {

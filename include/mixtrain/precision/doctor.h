@@ -99,7 +99,7 @@ struct DoctorReport {
   CpuReport cpu;
   kernels::GpuProbe gpu;
   ops::CudaBackendStatus cuda_backend;  // whether this build's CUDA backend is there and loaded on this machine
-  // NCCL for data-parallel training on GPUs ("multi-GPU" in the text), as the caller found it (dist's nccl_status(), a layer above this one):
+  // NCCL for data-parallel training on GPUs ("multi-GPU" in the text), as the caller found it (distributed's nccl_status(), a layer above this one):
   // "NCCL 2.28.9 (libnccl.so.2)" or why not; empty: not looked for (neither printed nor in the JSON).
   std::string nccl;
   std::vector<GemmMeasurement> measurements;  // by size, then float32, float16, bfloat16

@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/train/callback.h"
@@ -119,7 +119,7 @@ class Model : public Network, public RecoveryTarget {
   // One optimisation step on a batch; returns {"loss", "accuracy"?, "loss_scale"?}.
   // Data-parallel (comm with more than one rank): x and y are this rank's shard (possibly empty) of a global batch
   // of global_rows rows (0: x's rows times the rank count). After backward the gradients, each weighted by the
-  // shard's share of the global batch, are summed over the ranks (dist/data_parallel.h), so the optimizer sees
+  // shard's share of the global batch, are summed over the ranks (distributed/data_parallel.h), so the optimizer sees
   // the global batch's mean gradient on every rank, and one non-finite element on one rank makes every rank's
   // loss-scale check skip the step. The logs are the global batch's (all ranks return the same). Every rank must
   // start from the same weights (fit() broadcasts them; a custom loop calls broadcast_variables).

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "mixtrain/data/dataset.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/run_config.h"
 

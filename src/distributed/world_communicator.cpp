@@ -4,7 +4,7 @@
 
 #include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mpi_world.h"
 
 namespace mixtrain {

@@ -1,4 +1,4 @@
-// NCCL's collectives behind DeviceCollectives (dist/device_communicator.h), and NCCL's loading (nccl_api.h).
+// NCCL's collectives behind DeviceCollectives (distributed/device_communicator.h), and NCCL's loading (nccl_api.h).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include "mixtrain/core/dynamic_library.h"
 #include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
-#include "mixtrain/dist/device_communicator.h"
+#include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/transfer.h"
 #include "nccl_api.h"

@@ -1,4 +1,4 @@
-// The device communicator (dist/device_communicator.h) on two ranks that each hold an emulated GPU: its device
+// The device communicator (distributed/device_communicator.h) on two ranks that each hold an emulated GPU: its device
 // collectives are the emulation's (the ranks' host all-reduce and broadcast, run as a kernel on the emulated
 // device's memory), so everything above them runs as it does over NCCL on GPUs: gradients, the start from rank 0's
 // weights, the averaged moving statistics and the step's logs reduced where they live, with no read of the
@@ -14,16 +14,16 @@
 #include "../train/blobs.h"
 #include "../train/emulated_device.h"
 #include "device_cnn.h"
-#include "mixtrain/dist/device_communicator.h"
+#include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/ops/transfer.h"
 #include "two_ranks.h"
 
 namespace mixtrain {
 namespace {
 
-using dist_test::device_cnn;
-using dist_test::host_values;
-using dist_test::same_bits_on_all_ranks;
+using distributed_test::device_cnn;
+using distributed_test::host_values;
+using distributed_test::same_bits_on_all_ranks;
 using testing_device::EmulatedDevice;
 using testing_device::kEmulated;
 using train_test::blobs;

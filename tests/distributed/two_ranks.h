@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "mixtrain/autograd/var.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 
-namespace mixtrain::dist_test {
+namespace mixtrain::distributed_test {
 
 // Skips when the build has no MPI (a failure instead under MIXTRAIN_REQUIRE_MPI=1, which .ci/run sets: CI installs
 // MPI, so a skip there means the build lost it); fails unless this is one of exactly two ranks.
@@ -56,4 +56,4 @@ inline double max_relative_difference(const std::vector<float>& a, const std::ve
   return a.size() == b.size() ? worst : 1e30;
 }
 
-}  // namespace mixtrain::dist_test
+}  // namespace mixtrain::distributed_test

@@ -14,7 +14,7 @@
 
 #include "mixtrain/autograd/var.h"
 #include "mixtrain/core/random.h"
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/optim/parameter_arena.h"
 
 namespace mixtrain {

@@ -1,4 +1,4 @@
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 
 #include <algorithm>
 

@@ -17,9 +17,9 @@
 namespace mixtrain {
 namespace {
 
-using dist_test::flat_values;
-using dist_test::max_relative_difference;
-using dist_test::same_bits_on_all_ranks;
+using distributed_test::flat_values;
+using distributed_test::max_relative_difference;
+using distributed_test::same_bits_on_all_ranks;
 using train_test::blobs;
 
 // Rows of 8 features as 2 x 4 single-channel images: convolution, batch normalization, ReLU, dense read-out.

@@ -1,7 +1,7 @@
-// The MPI world communicator (src/dist/mpi_communicator.cpp, compiled only when the build found MPI).
+// The MPI world communicator (src/distributed/mpi_communicator.cpp, compiled only when the build found MPI).
 #pragma once
 
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 
 namespace mixtrain::detail {
 #ifdef MIXTRAIN_HAVE_MPI

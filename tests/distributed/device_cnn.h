@@ -13,7 +13,7 @@
 #include "mixtrain/precision/policy.h"
 #include "mixtrain/train/model.h"
 
-namespace mixtrain::dist_test {
+namespace mixtrain::distributed_test {
 
 // Rows of 8 features as 2 x 4 images: convolution, batch normalization (over the ranks' global batch when
 // synchronized, else per rank with its moving statistics averaged each epoch), ReLU, dropout, a float32 read-out,
@@ -43,4 +43,4 @@ inline std::vector<float> host_values(const Model& m) {
   return all;
 }
 
-}  // namespace mixtrain::dist_test
+}  // namespace mixtrain::distributed_test

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 
 namespace mixtrain {
 

@@ -1,4 +1,4 @@
-#include "mixtrain/dist/device_communicator.h"
+#include "mixtrain/distributed/device_communicator.h"
 
 #include <chrono>
 #include <cstdlib>

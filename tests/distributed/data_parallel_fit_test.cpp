@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "../train/blobs.h"
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
@@ -18,9 +18,9 @@
 namespace mixtrain {
 namespace {
 
-using dist_test::flat_values;
-using dist_test::max_relative_difference;
-using dist_test::same_bits_on_all_ranks;
+using distributed_test::flat_values;
+using distributed_test::max_relative_difference;
+using distributed_test::same_bits_on_all_ranks;
 using train_test::blobs;
 
 std::unique_ptr<Model> mlp(uint64_t seed, float dropout = 0.0f) {

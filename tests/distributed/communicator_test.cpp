@@ -7,14 +7,14 @@
 #include <cstring>
 #include <limits>
 
-#include "mixtrain/dist/communicator.h"
-#include "mixtrain/dist/data_parallel.h"
+#include "mixtrain/distributed/communicator.h"
+#include "mixtrain/distributed/data_parallel.h"
 #include "two_ranks.h"
 
 namespace mixtrain {
 namespace {
 
-using dist_test::same_bits_on_all_ranks;
+using distributed_test::same_bits_on_all_ranks;
 
 TEST(ShardRange, TilesTheBatchInRankOrderAsEvenlyAsPossible) {
   for (int64_t rows : {0, 1, 2, 7, 64, 129})

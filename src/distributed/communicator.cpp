@@ -1,4 +1,4 @@
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 
 #include <cstdlib>
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/dist/overlapped_reduce.h"
+#include "mixtrain/distributed/overlapped_reduce.h"
 
 namespace mixtrain {
 namespace {

@@ -1,7 +1,7 @@
 // Communicator: the collective operations data-parallel training needs (all-reduce, broadcast), as a plain C++
 // interface. MPI implements it across processes and machines (compiled only when the build found MPI); a
 // single-process implementation keeps every caller's code path the same without MPI; a DeviceCommunicator
-// (dist/device_communicator.h) adds NCCL's collectives on a GPU's memory. No MPI or NCCL header reaches a public
+// (distributed/device_communicator.h) adds NCCL's collectives on a GPU's memory. No MPI or NCCL header reaches a public
 // header.
 //
 // Every rank must call the same collectives in the same order with the same element counts (the MPI rule).
@@ -65,7 +65,7 @@ class Communicator {
   [[noreturn]] virtual void abort(int code) = 0;
 
   // Device memory. A communicator that moves a device's memory itself (a DeviceCommunicator) says so for that
-  // device; the callers (dist/data_parallel.h, Model's training step) then reduce tensors there in place, queued in
+  // device; the callers (distributed/data_parallel.h, Model's training step) then reduce tensors there in place, queued in
   // the device's order with no wait for it, instead of staging them through host copies. The host communicators
   // serve no device.
   virtual bool moves_memory_of(const Device& device) const;

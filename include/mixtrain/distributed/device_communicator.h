@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "mixtrain/dist/communicator.h"
+#include "mixtrain/distributed/communicator.h"
 
 namespace mixtrain {
 

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "dist/nccl_api.h"
+#include "distributed/nccl_api.h"
 #include "mixtrain/core/error.h"
 #include "ops/device_wait.h"
-#include "mixtrain/dist/data_parallel.h"
-#include "mixtrain/dist/device_communicator.h"
+#include "mixtrain/distributed/data_parallel.h"
+#include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/transfer.h"
 

@@ -1,4 +1,4 @@
-#include "mixtrain/dist/overlapped_reduce.h"
+#include "mixtrain/distributed/overlapped_reduce.h"
 
 namespace mixtrain {
 

@@ -17,9 +17,9 @@
 namespace mixtrain {
 namespace {
 
-using dist_test::device_cnn;
-using dist_test::host_values;
-using dist_test::same_bits_on_all_ranks;
+using distributed_test::device_cnn;
+using distributed_test::host_values;
+using distributed_test::same_bits_on_all_ranks;
 using testing_device::EmulatedDevice;
 using testing_device::kEmulated;
 using train_test::blobs;
