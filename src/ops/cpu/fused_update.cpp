@@ -14,6 +14,7 @@
 
 #include "mixtrain/ops/fused_update.h"
 #include "cpu_backend.h"
+#include "fused_update_step.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -131,16 +132,9 @@ void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& 
 
 void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step, const Tensor* found_inf,
                   Tensor& iterations, const Tensor* global_norm) {
-  int64_t& counter = iterations.data<int64_t>()[0];
-  if (found_inf != nullptr && found_inf->data<float>()[0] != 0.0f) {
-    if (step.skipped_steps_advance_iterations) ++counter;
-    return;
-  }
-  const int64_t k = counter - step.first_iterations;
-  MIXTRAIN_CHECK(k >= 0 && k < step.window, "fused_update: the counter holds " << counter << " iterations, outside the "
-                                                                               << step.window << " rates from "
-                                                                               << step.first_iterations);
-  const BlockRule rule{step.rule, step.rates[k], step.span_rule};
+  const UpdateRates* rates = step_rates(step, found_inf, iterations);
+  if (rates == nullptr) return;
+  const BlockRule rule{step.rule, *rates, step.span_rule};
   float scale = 1.0f;
   const bool scaled = global_norm != nullptr && clip_factor(global_norm->data<float>()[0], step.clip_norm, &scale);
 
@@ -158,7 +152,7 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
       update_block(it, pointers[it.group], rule, scaled, scale, scratch);
     }
   }
-  ++counter;
+  ++iterations.data<int64_t>()[0];  // one more completed update
 }
 
 void register_fused_update_kernels(Kernels& k) {

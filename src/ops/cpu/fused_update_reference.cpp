@@ -4,6 +4,7 @@
 // this one as the CPU entry to run the optimizer's device path on the CPU through the device's arithmetic.
 #include "../shared/clip_factor.h"
 #include "../shared/update_group_pointers.h"
+#include "fused_update_step.h"
 #include "mixtrain/ops/fused_update.h"
 
 namespace mixtrain::ops::kernel {
@@ -15,16 +16,9 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;  // below this a thread team 
 void fused_update_reference(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& step,
                             const Tensor* found_inf, Tensor& iterations, const Tensor* global_norm) {
   MIXTRAIN_CHECK(step.span_rule == nullptr, "fused_update_reference: a span rule has no element form");
-  int64_t& counter = iterations.data<int64_t>()[0];
-  if (found_inf != nullptr && found_inf->data<float>()[0] != 0.0f) {
-    if (step.skipped_steps_advance_iterations) ++counter;
-    return;
-  }
-  const int64_t k = counter - step.first_iterations;
-  MIXTRAIN_CHECK(k >= 0 && k < step.window, "fused_update: the counter holds " << counter << " iterations, outside the "
-                                                                               << step.window << " rates from "
-                                                                               << step.first_iterations);
-  const UpdateRates rates = step.rates[k];
+  const UpdateRates* rates_now = cpu::step_rates(step, found_inf, iterations);
+  if (rates_now == nullptr) return;
+  const UpdateRates rates = *rates_now;
   const UpdateConstants& rule = step.rule;
   const shared::AdamCoefficients c{rates.alpha, rule.one_minus_beta1, rule.one_minus_beta2, rule.epsilon};
   float factor = 1.0f;
@@ -41,7 +35,7 @@ void fused_update_reference(std::vector<FusedUpdateGroup>& groups, const FusedUp
         shared::fused_update_element(p, i, rule, c, rates.learning_rate, scaled, factor, decay);
     }
   }
-  ++counter;
+  ++iterations.data<int64_t>()[0];  // one more completed update
 }
 
 }  // namespace mixtrain::ops::kernel
