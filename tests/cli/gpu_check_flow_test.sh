@@ -56,7 +56,19 @@ PY
 # cmake and ninja: the build's outputs, as stand-ins.
 cat > "$tmp/bin/cmake" <<'SH'
 #!/usr/bin/env bash
+echo "cmake $*" >> "$GPU_CHECK_FLOW_CALLS"
 echo "cmake (stand-in) $*"
+SH
+# The driver and the toolkit: nvidia-smi's table names the CUDA version the driver supports (GPU_CHECK_FLOW_DRIVER,
+# default 13.0), nvcc its release (13.0).
+cat > "$tmp/bin/nvidia-smi" <<'SH'
+#!/usr/bin/env bash
+[ $# -eq 0 ] && echo "| NVIDIA-SMI 580.00   Driver Version: 580.00   CUDA Version: ${GPU_CHECK_FLOW_DRIVER:-13.0}     |"
+exit 0
+SH
+cat > "$tmp/bin/nvcc" <<'SH'
+#!/usr/bin/env bash
+echo "Cuda compilation tools, release 13.0, V13.0.48"
 SH
 cat > "$tmp/bin/ninja" <<'SH'
 #!/usr/bin/env bash
@@ -112,11 +124,11 @@ echo '{"what": "mixtrain_unscale_step", "dtype": "float16", "n": 1048576, "us_pe
 T
 chmod +x "$b"/tests/*/* "$b/tools/cli/mixtrain" "$b/tools/gpu_bench/mixtrain_gpu_bench"
 SH
-chmod +x "$tmp/bin/cmake" "$tmp/bin/ninja"
-# GoogleTest's header, as the script looks for it (a carried prefix), so the tests' steps run.
-# GoogleTest's, zlib's and nlohmann JSON's headers, as the script looks for them (a carried prefix), so every step runs.
-mkdir -p "$tmp/repo/.gpu/prefix/include/gtest" "$tmp/repo/.gpu/prefix/include/nlohmann"
-touch "$tmp/repo/.gpu/prefix/include/gtest/gtest.h" "$tmp/repo/.gpu/prefix/include/zlib.h" \
+chmod +x "$tmp/bin/cmake" "$tmp/bin/ninja" "$tmp/bin/nvidia-smi" "$tmp/bin/nvcc"
+# GoogleTest's source, zlib's and nlohmann JSON's headers, as the script looks for them (carried by gpu-carry.sh), so
+# every step runs.
+mkdir -p "$tmp/repo/.gpu/googletest" "$tmp/repo/.gpu/prefix/include/nlohmann"
+touch "$tmp/repo/.gpu/googletest/CMakeLists.txt" "$tmp/repo/.gpu/prefix/include/zlib.h" \
   "$tmp/repo/.gpu/prefix/include/nlohmann/json.hpp"
 
 export PATH="$tmp/bin:$PATH" GPU_CHECK_FLOW_CALLS="$tmp/calls.log"
@@ -135,9 +147,14 @@ python3 - "$tmp/calls.log" "$tmp/out" <<'PY'
 import json, os, sys, tarfile
 calls = open(sys.argv[1]).read().splitlines()
 first = lambda word: next(i for i, c in enumerate(calls) if word in c)
-order = ["ops_test", "bench gemm", "bench step", "peer_torch matmul", "--context 512", "gpu_training_test", "nccl_api_test", "precision_test", "mixtrain doctor",
+order = ["cmake -S .gpu/googletest", "cmake --build build-gpu/googletest", "cmake --install build-gpu/googletest",
+         "cmake -S . -B build-gpu", "ops_test", "bench gemm", "bench step", "peer_torch matmul", "--context 512", "gpu_training_test", "nccl_api_test", "precision_test", "mixtrain doctor",
          "train --device cpu", "train --device cuda", "mixtrain_gpu_bench"]
 at = [first(w) for w in order]
+# GoogleTest is built from its carried source with this machine's compiler, and the build finds it first.
+configure = calls[first("cmake -S . -B build-gpu")]
+assert "-DMIXTRAIN_TESTS=ON" in configure, configure
+assert configure.split("-DCMAKE_PREFIX_PATH=")[1].split(";")[0].endswith("build-gpu/googletest-prefix"), configure
 assert at == sorted(at), f"steps out of order: {list(zip(order, at))}"
 # Every model under every policy at bench step's shapes, then the MLP and transformer at those sized for a GPU.
 assert sum("bench step" in c for c in calls) == 15, "every model under every policy, and the larger shapes"
@@ -223,4 +240,22 @@ grep -q "peer_torch transformer autocast_bfloat16 vocabulary 83 context 512" "$t
   { cat "$log4"; echo "FAIL: PyTorch's step did not run after a failed build"; exit 1; }
 [ -s "$tmp/out/gpu-check.json" ] || { cat "$log4"; echo "FAIL: a failed build left no summary"; exit 1; }
 echo "gpu-check with a failed build: PyTorch's step still ran"
+# A driver older than the toolkit (CUDA 12.4 against nvcc's 13.0): one line before anything is built, exit 2, and
+# the log in OUT. One of the same major version (13.0 here is the toolkit's) goes on.
+rm -rf "$tmp/out" "$tmp/calls.log"
+set +e
+(cd "$tmp/repo" && GPU_CHECK_FLOW_DRIVER=12.4 bash scripts/gpu-check.sh --out "$tmp/out") > "$tmp/run5.log" 2>&1
+status=$?
+set -e
+log5="$tmp/out/gpu-check.log"
+fail5() { cat "$tmp/run5.log"; echo "FAIL: $*"; exit 1; }
+[ "$status" -eq 2 ] || fail5 "an older driver exited $status, expected 2"
+[ "$(grep -c "pre-flight FAILED" "$log5")" -eq 1 ] || fail5 "the old driver was not said in one line"
+grep -q "pre-flight FAILED: the driver supports CUDA 12.4, older than the toolkit's CUDA 13.0" "$log5" ||
+  fail5 "the line does not name both versions"
+# (cmake --version is the machine's record, taken before.)
+if grep -v -x "cmake --version" "$tmp/calls.log"; then fail5 "something ran after the pre-flight stopped"; fi
+grep -q "pre-flight: the driver supports CUDA 13.0, the toolkit is CUDA 13.0" "$tmp/run.log" ||
+  { cat "$tmp/run.log"; echo "FAIL: a matching driver was not reported"; exit 1; }
+echo "gpu-check with an older driver: stopped at the pre-flight with one line"
 echo "gpu-check flow ok"
