@@ -11,7 +11,8 @@
 # `mixtrain train --device cuda` against `--device cpu` on a small CSV, and the loss-scaling step of mixtrain and of
 # PyTorch AMP (torch._amp_foreach_non_finite_check_and_unscale_ and torch._amp_update_scale_, what GradScaler runs;
 # PyTorch has no bfloat16 kernel for it) on the same sizes. scripts/gpu_check_summary.py reads it all back into
-# gpu-check.json, after every step too, so a run cut short still returns the figures taken. Well under 8 minutes;
+# gpu-check.json, after every step too, so a run cut short still returns the figures taken. A GEMM product that ran on
+# the backend's fallback kernel at the benchmark shapes fails the check (the summary's gemm_fallback names it). Well under 8 minutes;
 # GPU_CHECK_BUDGET (seconds, default 560: a device call's limit is 590) caps the whole run, the configure and build
 # included: each step's cap is cut to what is left, and the steps that no longer fit are skipped and reported.
 # (PyTorch unscales 16-bit gradients in place, in 16 bits; mixtrain unscales them into float32, where small ones
@@ -400,6 +401,18 @@ step_case transformer_large --model transformer --context "$large_context" --wid
   --layers "$large_layers" --heads "$large_heads" --batch-size "$large_batch"
 
 snapshot
+# A product the backend's fallback kernel ran at these shapes (bench gemm's and bench step's counts, summed in the
+# summary) fails the check: the figures would time that kernel, not cuBLASLt's.
+if [ "$dry_run" = 1 ]; then
+  say "check: no GEMM product on the fallback kernel at the benchmark shapes (gpu-check.json's gemm_fallback)"
+else
+  fallback=$(python3 -c 'import json, sys
+print(json.load(open(sys.argv[1])).get("gemm_fallback", {}).get("products", 0))' "$work/gpu-check.json" 2>/dev/null || echo 0)
+  if [ "${fallback:-0}" != 0 ]; then
+    say "GEMM FALLBACK: $fallback products at the benchmark shapes ran on the fallback kernel, not cuBLASLt (gpu-check.json's gemm_fallback names them)"
+    status=1
+  fi
+fi
 
 if [ "$tests" = ON ]; then
   say "training on the GPU against the CPU: every registered model under each policy (MIXTRAIN_REQUIRE_GPU=1)"

@@ -16,6 +16,8 @@ Inputs (each optional: a step that failed leaves its file out, and its rows say 
   train-cpu.json, train-cuda.json   `mixtrain train --json` on each device
   *-tests.json                      GoogleTest's --gtest_output=json of the GPU test steps
   machine.txt                       the machine: "key: value" lines (date, gpu, nvcc, c++, cmake, os, cpus)
+gemm_fallback: the products that ran on the backend's fallback kernel at the benchmark shapes (bench gemm's and bench
+step's gemm_fallback_products, summed and named) and the plans cuBLASLt declined; gpu-check.sh fails on any product.
 Ratios: GEMM vs torch = mixtrain GFLOP/s / PyTorch's (target at 8192, 16-bit: >= 0.80); a step's vs torch =
 PyTorch's ms / mixtrain's (target >= 1.0), vs float32 = mixtrain's float32 ms / its mixed ms (target >= 3), step
 peak vs float32 = the step's peak memory beyond what stays resident over the float32 step's (target for the mixed
@@ -129,6 +131,19 @@ for case in ("mlp", "cnn", "transformer", "mlp_large", "transformer_large"):
         if row["gemm_fallback_products"]:
             print(f"{'':>17} {'':>14}  {row['gemm_fallback_products']} GEMM products ran on the fallback kernel "
                   "(cuBLASLt had no algorithm for them)")
+# Products that ran on the backend's fallback kernel at the benchmark shapes (bench gemm's rows, bench step's steps):
+# any fails the check (scripts/gpu-check.sh), each named here.
+fallback_cases = [f"bench gemm n={r['n']} {r['dtype']}" for r in (gpu_gemm or []) if r.get("gemm_fallback_products")]
+fallback_cases += [f"bench step {r['model']} {r['policy']}" for r in train_steps if r["gemm_fallback_products"]]
+gemm_fallback = {"products": sum(r.get("gemm_fallback_products") or 0 for r in (gpu_gemm or []))
+                 + sum(r["gemm_fallback_products"] or 0 for r in train_steps),
+                 "declined_plans": sum(r.get("gemm_declined_plans") or 0 for r in (gpu_gemm or []))
+                 + sum(r["gemm_declined_plans"] or 0 for r in train_steps),
+                 "cases": fallback_cases}
+if gpu_gemm or train_steps:
+    print(f"GEMM fallback at the benchmark shapes: {gemm_fallback['products']} products"
+          + (" (" + ", ".join(fallback_cases) + ")" if fallback_cases else "")
+          + f", {gemm_fallback['declined_plans']} plans declined by cuBLASLt")
 train_cli = {}
 for device in ("cpu", "cuda"):
     r = load(f"train-{device}.json")
@@ -164,6 +179,6 @@ if os.path.exists(os.path.join(out, "machine.txt")):
         if sep:
             machine[key.strip()] = value.strip()
 summary = {"machine": machine, "checks": checks, "steps": rows, "gemm": gpu_gemm, "doctor": gpu_doctor, "train_steps": train_steps,
-           "train_cli": train_cli, "tests": tests}
+           "gemm_fallback": gemm_fallback, "train_cli": train_cli, "tests": tests}
 json.dump(summary, open(os.path.join(out, "gpu-check.json"), "w"), indent=1)
 print("bit-identical to the CPU:", all(c["bit_identical"] for c in checks) if checks else "not run")

@@ -17,6 +17,7 @@ std::optional<std::string> mixtrain_bf16_gemm() { return read("MIXTRAIN_BF16_GEM
 std::optional<std::string> mixtrain_f16_gemm() { return read("MIXTRAIN_F16_GEMM"); }
 std::optional<std::string> mixtrain_f16_gemm_interval() { return read("MIXTRAIN_F16_GEMM_INTERVAL"); }
 std::optional<std::string> mixtrain_cuda_tf32() { return read("MIXTRAIN_CUDA_TF32"); }
+std::optional<std::string> mixtrain_require_gpu() { return read("MIXTRAIN_REQUIRE_GPU"); }
 std::optional<std::string> mixtrain_nccl_timeout() { return read("MIXTRAIN_NCCL_TIMEOUT"); }
 std::optional<std::string> mixtrain_nccl_library() { return read("MIXTRAIN_NCCL_LIBRARY"); }
 std::optional<std::string> mixtrain_data_dir() { return read("MIXTRAIN_DATA_DIR"); }

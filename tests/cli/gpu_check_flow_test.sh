@@ -108,7 +108,8 @@ case "$model" in
 esac
 case "$model/$policy" in cnn/mixed_float16) echo "stand-in failure" >&2; exit 1;; esac
 case "$json" in
-  *bench-gemm-gpu.json) echo '{"gemm": [{"n": 8192, "dtype": "bfloat16", "gflops": 700000.0}]}' > "$json";;
+  *bench-gemm-gpu.json) echo "{\"gemm\": [{\"n\": 8192, \"dtype\": \"bfloat16\", \"gflops\": 700000.0,
+                                 \"gemm_fallback_products\": ${GPU_CHECK_FLOW_FALLBACK:-0}}]}" > "$json";;
   *step-*) ms=$([ "$policy" = float32 ] && echo 6.0 || echo 2.0)
            echo "{\"ms_per_step\": $ms, \"step_peak_memory_bytes\": 1000$shape}" > "$json";;
   *doctor.json) echo '{"gpus": {"devices": [{"name": "stand-in", "gemm": {}}]}, "verdicts": []}' > "$json";;
@@ -133,7 +134,7 @@ touch "$tmp/repo/.gpu/googletest/CMakeLists.txt" "$tmp/repo/.gpu/prefix/include/
 
 export PATH="$tmp/bin:$PATH" GPU_CHECK_FLOW_CALLS="$tmp/calls.log"
 set +e
-(cd "$tmp/repo" && bash scripts/gpu-check.sh --out "$tmp/out") > "$tmp/run.log" 2>&1
+(cd "$tmp/repo" && GPU_CHECK_FLOW_FALLBACK=4 bash scripts/gpu-check.sh --out "$tmp/out") > "$tmp/run.log" 2>&1
 status=$?
 set -e
 fail() { echo "FAIL: $*"; cat "$tmp/run.log"; exit 1; }
@@ -142,6 +143,9 @@ for f in gpu-check.log gpu-check.json gpu-check-files.tar.gz; do [ -s "$tmp/out/
 grep -q "bench step --device cuda --model cnn --policy mixed_float16 FAILED" "$tmp/out/gpu-check.log" ||
   fail "the failing bench step was not reported"
 grep -q "PyTorch GEMMs and training steps FAILED" "$tmp/out/gpu-check.log" || fail "the PyTorch failure was not reported"
+# bench gemm's stand-in ran 4 products on the fallback kernel: said, after the figures, as a failure.
+grep -q "GEMM FALLBACK: 4 products at the benchmark shapes ran on the fallback kernel" "$tmp/out/gpu-check.log" ||
+  fail "the fallback products were not reported"
 # Every step ran, in the order the script gives, after the failures.
 python3 - "$tmp/calls.log" "$tmp/out" <<'PY'
 import json, os, sys, tarfile

@@ -50,7 +50,8 @@ with tempfile.TemporaryDirectory() as d:
         {"what": "torch_unscale_step", "dtype": "float16", "n": 1024, "us_per_step": 30.0}])
     write(d, "bench-gemm-gpu.json", {"device": "cuda:0", "gpu": "NVIDIA H200", "gemm": [
         {"n": 8192, "dtype": "float32", "gflops": 50000.0, "ratio_vs_float32": 1.0, "method": "cublaslt"},
-        {"n": 8192, "dtype": "bfloat16", "gflops": 720000.0, "ratio_vs_float32": 14.4, "method": "cublaslt"},
+        {"n": 8192, "dtype": "bfloat16", "gflops": 720000.0, "ratio_vs_float32": 14.4, "method": "cublaslt",
+         "gemm_declined_plans": 1, "gemm_fallback_products": 5},
         {"n": 8192, "dtype": "float16", "gflops": None, "ratio_vs_float32": None, "method": "unavailable: x"}]})
     write(d, "torch-gemm.jsonl", [
         {"what": "peer_torch_info", "version": "2.11.0", "device": "cuda:0"},
@@ -106,6 +107,13 @@ with tempfile.TemporaryDirectory() as d:
         check("torch without the fields", steps[("mlp", "float32")]["torch_optimizer"], None)
         check("fallback line", float("12 GEMM products ran on the fallback kernel" in printed), 1.0)
         check("no fallback line without products", float(printed.count("on the fallback kernel")), 1.0)
+        # Every fallback product at the benchmark shapes, summed and named: bench gemm's row and bench step's step.
+        check("fallback products in all", float(summary["gemm_fallback"]["products"]), 17.0)
+        check("declined plans in all", float(summary["gemm_fallback"]["declined_plans"]), 7.0)
+        check("fallback cases named", float(summary["gemm_fallback"]["cases"] == [
+            "bench gemm n=8192 bfloat16", "bench step transformer float32"]), 1.0)
+        check("fallback summary line", float("GEMM fallback at the benchmark shapes: 17 products (bench gemm n=8192 "
+                                             "bfloat16, bench step transformer float32)" in printed), 1.0)
         unscale = {(r["dtype"], r["n"]): r for r in summary["steps"]}
         check("unscale float16 vs torch", unscale[("float16", 1024)]["speedup_vs_torch"], 1.5)
         check("unscale bfloat16 vs torch (no torch record)", unscale[("bfloat16", 1024)]["speedup_vs_torch"], None)
@@ -118,6 +126,7 @@ with tempfile.TemporaryDirectory() as d:  # every step failed but the CPU traini
     summary, printed = run(d)
     if summary:
         check("no GEMM file", summary["gemm"], None)
+        check("no fallback without figures", float(summary["gemm_fallback"]["products"]), 0.0)
         check("no steps", float(len(summary["train_steps"])), 0.0)
         check("one device trained", float("accuracy_gap" in summary["train_cli"]), 0.0)
         check("not run line", float("bit-identical to the CPU: not run" in printed), 1.0)

@@ -739,6 +739,13 @@ TEST(CudaBackend, BatchedMatmulBroadcastsAndReadsTransposedViewsInPlace) {
   }
 }
 
+// Beside a 16-bit output cuBLASLt's epilogue reads the bias in the output's dtype (its documented rule,
+// gemm_bias_dtype in src/ops/cuda/gemm_plan_cache.h), so the GPU adds the bias rounded to it: up to unit(dt) |bias|
+// more than the CPU, which adds the float32 bias. Beside a float32 output the bias is float32 on both.
+double bias_rounding(DType dt, const std::vector<float>& bias, size_t i) {
+  return dt == DType::kFloat32 ? 0.0 : unit(dt) * std::fabs(bias[i % bias.size()]);
+}
+
 TEST(CudaBackend, LinearAddsItsFloat32BiasBeforeTheOneRounding) {
   REQUIRE_CUDA_GEMM();
   const Device gpu = Device::cuda(0);
@@ -746,10 +753,13 @@ TEST(CudaBackend, LinearAddsItsFloat32BiasBeforeTheOneRounding) {
     for (int64_t in : {1, 17, 129}) {
       const Tensor x = random_tensor({2, 7, in}, 43, dt), w = random_tensor({in, 31}, 47, dt);
       const Tensor bias = random_tensor({31}, 53, DType::kFloat32, -4.0f, 4.0f);
+      const std::vector<float> bv = bias.to_floats();
       const double acc = 2.0 * static_cast<double>(in) * 0x1p-24 * static_cast<double>(in);
       expect_close(
           linear(to_device(x, gpu), to_device(w, gpu), to_device(bias, gpu)), linear(x, w, bias),
-          [&](size_t, double c) { return 2 * unit(dt) * std::fabs(c) + acc + 2 * subnormal_step(dt); },
+          [&](size_t i, double c) {
+            return 2 * unit(dt) * std::fabs(c) + acc + 2 * subnormal_step(dt) + bias_rounding(dt, bv, i);
+          },
           std::string("linear ") + dtype_name(dt) + " in=" + std::to_string(in));
       // Without a bias.
       expect_close(
@@ -774,8 +784,12 @@ TEST(CudaBackend, DenseActivationsRunWithTheProductAsLinearThenActivationWould) 
     for (int64_t in : {17, 129}) {
       const Tensor x = random_tensor({2, 7, in}, 61, dt), w = random_tensor({in, 32}, 67, dt);
       const Tensor bias = random_tensor({32}, 71, DType::kFloat32, -1.0f, 1.0f);
+      const std::vector<float> bv = bias.to_floats();
       const double acc = 2.0 * static_cast<double>(in) * 0x1p-24 * static_cast<double>(in);
-      const auto tol = [&](size_t, double c) { return 2.5 * (2 * unit(dt) * std::fabs(c) + acc + 2 * subnormal_step(dt)); };
+      // (Without a bias the bias term only widens the bound by at most unit(dt) per element.)
+      const auto tol = [&](size_t i, double c) {
+        return 2.5 * (2 * unit(dt) * std::fabs(c) + acc + 2 * subnormal_step(dt) + bias_rounding(dt, bv, i));
+      };
       for (Activation act : {Activation::kRelu, Activation::kGelu}) {
         for (bool keep : {false, true}) {
           for (bool with_bias : {false, true}) {
@@ -811,11 +825,15 @@ TEST(CudaBackend, ANonFiniteInputToTheFusedReluStillGivesANonFiniteWeightGradien
     xv[5] = std::numeric_limits<float>::quiet_NaN();  // row 0's products are NaN: relu() passes them, the epilogue may not
     const Tensor x = Tensor::from_floats({4, 16}, xv, dt), w = random_tensor({16, 8}, 79, dt);
     const Tensor bias = random_tensor({8}, 83, DType::kFloat32);
+    const std::vector<float> bv = bias.to_floats();
     const LinearActivation r = linear_activation(gpu(x), gpu(w), gpu(bias), Activation::kRelu, false);
-    // Rows 1 to 3 are the CPU's within the product's order.
+    // Rows 1 to 3 are the CPU's within the product's order (and the bias's rounding to dt).
     const LinearActivation c = linear_activation(x, w, bias, Activation::kRelu, false);
     expect_close(r.y.slice(0, 1, 4).contiguous(), c.y.slice(0, 1, 4).contiguous(),
-                 [&](size_t, double v) { return 2 * unit(dt) * std::fabs(v) + 32 * 0x1p-24 * 16 + 2 * subnormal_step(dt); },
+                 [&](size_t i, double v) {
+                   return 2 * unit(dt) * std::fabs(v) + 32 * 0x1p-24 * 16 + 2 * subnormal_step(dt) +
+                          bias_rounding(dt, bv, i);
+                 },
                  std::string("finite rows ") + dtype_name(dt));
     const Tensor dy = Tensor::full({4, 8}, dt, 1.0f);
     const LinearGrads g = linear_activation_backward(gpu(dy), gpu(x), gpu(w), r.y, Tensor(), Activation::kRelu,

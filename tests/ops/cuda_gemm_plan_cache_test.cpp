@@ -11,9 +11,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -23,6 +25,7 @@
 #include "mixtrain/ops/matmul.h"
 #include "op_test_util.h"
 #include "ops/cuda/gemm_plan_cache.h"
+#include "ops/cuda/gemm_refusal.h"
 
 namespace mixtrain::ops::cuda {
 namespace {
@@ -109,6 +112,7 @@ TEST(GemmPlanCache, EveryKeyFieldSeparatesTwoPlans) {
       {"epilogue", [](GemmPlanKey& k) { k.epilogue = GemmEpilogue::kBias; }},
       {"relu epilogue", [](GemmPlanKey& k) { k.epilogue = GemmEpilogue::kRelu; }},
       {"relu and bias epilogue", [](GemmPlanKey& k) { k.epilogue = GemmEpilogue::kReluBias; }},
+      {"bias dtype", [](GemmPlanKey& k) { k.bias_dtype = DType::kFloat16; }},
       {"align_a", [](GemmPlanKey& k) { k.align_a = 2; }},
       {"align_b", [](GemmPlanKey& k) { k.align_b = 2; }},
       {"align_d", [](GemmPlanKey& k) { k.align_d = 2; }},
@@ -187,6 +191,10 @@ TEST(GemmPlanCache, TheKeyOfAProblemFollowsEveryArgumentThatDecidesThePlan) {
   EXPECT_EQ(with_bias.align_bias, 256u);
   g.p.bias = bias + 4;  // 16 bytes further
   EXPECT_EQ(gemm_plan_key(0, g.p, false).align_bias, 16u);
+  // The epilogue reads the bias it is given (a rounded copy beside a 16-bit D): its alignment is that copy's.
+  g.p.epilogue_bias = g.memory + 3584 + 8;
+  EXPECT_EQ(gemm_plan_key(0, g.p, false).align_bias, 8u);
+  g.p.epilogue_bias = nullptr;
   // ReLU after the bias, and without one: each its own epilogue, so its own plan.
   g.p.relu = true;
   EXPECT_EQ(gemm_plan_key(0, g.p, false).epilogue, GemmEpilogue::kReluBias);
@@ -217,6 +225,94 @@ TEST(GemmPlanCache, WhatDoesNotChangeThePlanDoesNotChangeTheKey) {
   EXPECT_TRUE(gemm_plan_key(0, g.p, true) == gemm_plan_key(0, g.p, false));
   // Equal keys hash alike.
   EXPECT_EQ(GemmPlanKeyHash()(gemm_plan_key(0, g.p, true)), GemmPlanKeyHash()(gemm_plan_key(0, g.p, false)));
+}
+
+// cuBLASLt's rule for the bias epilogue's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): the output's dtype. Both cases
+// through the key a product gets, which is what the plan's descriptor is set from.
+TEST(GemmPlanCache, TheBiasEpilogueReadsABiasOfTheOutputsDtype) {
+  EXPECT_EQ(gemm_bias_dtype(DType::kFloat32), DType::kFloat32);
+  EXPECT_EQ(gemm_bias_dtype(DType::kFloat16), DType::kFloat16);
+  EXPECT_EQ(gemm_bias_dtype(DType::kBFloat16), DType::kBFloat16);
+  ProblemFixture f;
+  const float* bias = reinterpret_cast<const float*>(f.memory + 3072);
+  f.p.bias = bias;
+  // A float32 output: the float32 bias itself.
+  EXPECT_EQ(gemm_plan_key(0, f.p, false).bias_dtype, DType::kFloat32);
+  EXPECT_EQ(epilogue_bias_of(f.p), static_cast<const void*>(bias));
+  // A 16-bit output, from 16-bit inputs or (through the float32 scratch's rounding, where no epilogue runs) not:
+  // a bias of its dtype, read from the rounded copy.
+  for (DType d : {DType::kFloat16, DType::kBFloat16}) {
+    f.p.ab_dtype = d;
+    f.p.d_dtype = d;
+    f.p.epilogue_bias = f.memory + 3584;
+    const GemmPlanKey k = gemm_plan_key(0, f.p, false);
+    EXPECT_EQ(k.bias_dtype, d) << dtype_name(d);
+    EXPECT_EQ(epilogue_bias_of(f.p), static_cast<const void*>(f.memory + 3584)) << dtype_name(d);
+    EXPECT_NE(describe_gemm(k).find(std::string("bias ") + dtype_name(d)), std::string::npos) << describe_gemm(k);
+  }
+  // Without a bias the field is not part of what decides the plan beyond its default.
+  f.p.bias = nullptr;
+  f.p.epilogue_bias = nullptr;
+  EXPECT_EQ(gemm_plan_key(0, f.p, false).bias_dtype, DType::kFloat32);
+}
+
+// Sets MIXTRAIN_REQUIRE_GPU for a scope, restoring what was there.
+struct RequireGpu {
+  std::optional<std::string> before;
+  explicit RequireGpu(const char* value) {
+    if (const char* v = std::getenv("MIXTRAIN_REQUIRE_GPU")) before = v;
+    if (value)
+      setenv("MIXTRAIN_REQUIRE_GPU", value, 1);
+    else
+      unsetenv("MIXTRAIN_REQUIRE_GPU");
+  }
+  ~RequireGpu() {
+    if (before)
+      setenv("MIXTRAIN_REQUIRE_GPU", before->c_str(), 1);
+    else
+      unsetenv("MIXTRAIN_REQUIRE_GPU");
+  }
+};
+
+// A stand-in for cuBLASLt's heuristic query: the answer it gives, as matmul.cpp's make_plan receives it.
+int stand_in_heuristic(int answer) { return answer; }
+
+// An INVALID_VALUE answer: a counted decline (the scratch or the fallback kernel keep the product), or under
+// MIXTRAIN_REQUIRE_GPU=1 an error naming the product's shape, layouts and leading dimensions. NOT_SUPPORTED (no
+// algorithm for the combination) declines either way; SUCCESS runs.
+TEST(GemmPlanCache, AnInvalidValueAnswerIsAnErrorNamingTheProductWhenAGpuIsRequired) {
+  kernel::BmmLayout l;
+  l.m = 11, l.n = 24, l.k = 203, l.lda = 203, l.ldb = 24, l.trans_b = false;
+  alignas(256) static unsigned char memory[4096];
+  GemmProblem p{&l, DType::kFloat16, memory + 2, memory + 1024, 0, 0, 1, memory + 2048, DType::kFloat16,
+                reinterpret_cast<const float*>(memory + 3072)};
+  p.epilogue_bias = memory + 3584;
+  const GemmPlanKey key = gemm_plan_key(0, p, false);
+  {
+    RequireGpu off(nullptr);
+    EXPECT_FALSE(gemm_declined(stand_in_heuristic(kLtSuccess), key, "cublasLtMatmulAlgoGetHeuristic", "ok"));
+    EXPECT_TRUE(gemm_declined(stand_in_heuristic(kLtInvalidValue), key, "cublasLtMatmulAlgoGetHeuristic", "invalid"));
+    EXPECT_TRUE(gemm_declined(stand_in_heuristic(kLtNotSupported), key, "cublasLtMatmulAlgoGetHeuristic", "ns"));
+  }
+  {
+    RequireGpu off("0");
+    EXPECT_TRUE(gemm_declined(stand_in_heuristic(kLtInvalidValue), key, "cublasLtMatmul", "invalid"));
+  }
+  RequireGpu on("1");
+  EXPECT_FALSE(gemm_declined(stand_in_heuristic(kLtSuccess), key, "cublasLtMatmulAlgoGetHeuristic", "ok"));
+  EXPECT_TRUE(gemm_declined(stand_in_heuristic(kLtNotSupported), key, "cublasLtMatmulAlgoGetHeuristic", "ns"));
+  try {
+    (void)gemm_declined(stand_in_heuristic(kLtInvalidValue), key, "cublasLtMatmulAlgoGetHeuristic",
+                        "CUBLAS_STATUS_INVALID_VALUE");
+    ADD_FAILURE() << "an INVALID_VALUE answer under MIXTRAIN_REQUIRE_GPU=1 did not throw";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    for (const char* part : {"cublasLtMatmulAlgoGetHeuristic", "CUBLAS_STATUS_INVALID_VALUE", "C (11, 24) float16",
+                             "k 203", "lda 203", "ldb 24", "ldd 24", "column-major layouts", "A (24, 203) ld 24",
+                             "B (203, 11) ld 203", "D (24, 11) ld 24", "epilogue BIAS (bias float16",
+                             "alignments a 2 b 256 d 256", "MIXTRAIN_REQUIRE_GPU=1"})
+      EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' missing from: " << m;
+  }
 }
 
 TEST(GemmPlanCache, EvictsTheLeastRecentlyUsedAndDestroysIt) {
@@ -296,13 +392,14 @@ TEST(GemmPlanCache, ThreadsSharingTheCacheMakeEachPlanOnce) {
 
 // On a GPU: the cached plans through ops::matmul and ops::linear.
 // |gpu - cpu| within both sides' float32 summation of k products of values in [-1, 1], then one rounding each.
-void expect_near_cpu(const Tensor& gpu, const Tensor& cpu, int64_t k, const std::string& what) {
+// (extra: what else may separate them, e.g. a bias the GPU rounded to the output's dtype.)
+void expect_near_cpu(const Tensor& gpu, const Tensor& cpu, int64_t k, const std::string& what, double extra = 0) {
   const std::vector<float> g = to_device(gpu, Device::cpu()).to_floats(), c = cpu.to_floats();
   ASSERT_EQ(g.size(), c.size()) << what;
   const double acc = 2.0 * static_cast<double>(k) * 0x1p-24 * static_cast<double>(k);
   int reported = 0;
   for (size_t i = 0; i < c.size() && reported < 5; ++i) {
-    const double tol = 2 * unit(cpu.dtype()) * std::fabs(c[i]) + acc + 0x1p-20;
+    const double tol = 2 * unit(cpu.dtype()) * std::fabs(c[i]) + acc + 0x1p-20 + extra;
     if (std::fabs(static_cast<double>(g[i]) - c[i]) > tol) {
       ADD_FAILURE() << what << ": element " << i << " gpu " << g[i] << " cpu " << c[i];
       ++reported;
@@ -350,8 +447,10 @@ TEST(CudaBackend, ACachedBiasProductReadsEachCallsBias) {
     const Tensor b2 = random_tensor({20}, 83, DType::kFloat32, -4.0f, 4.0f);
     const Tensor xg = to_device(x, gpu), wg = to_device(w, gpu), b1g = to_device(b1, gpu), b2g = to_device(b2, gpu);
     const Tensor y1 = linear(xg, wg, b1g), y2 = linear(xg, wg, b2g);
-    expect_near_cpu(y1, linear(x, w, b1), 33, std::string("bias 1 ") + dtype_name(dt));
-    expect_near_cpu(y2, linear(x, w, b2), 33, std::string("bias 2 ") + dtype_name(dt));
+    // Beside a 16-bit output the epilogue adds the bias rounded to its dtype (gemm_bias_dtype): up to 4 unit(dt).
+    const double bias_rounding = dt == DType::kFloat32 ? 0.0 : 4 * unit(dt);
+    expect_near_cpu(y1, linear(x, w, b1), 33, std::string("bias 1 ") + dtype_name(dt), bias_rounding);
+    expect_near_cpu(y2, linear(x, w, b2), 33, std::string("bias 2 ") + dtype_name(dt), bias_rounding);
     EXPECT_FALSE(bit_equal(y1, y2)) << dtype_name(dt);
     EXPECT_TRUE(bit_equal(linear(xg, wg, b1g), y1)) << dtype_name(dt);
     EXPECT_TRUE(bit_equal(linear(xg, wg, b2g), y2)) << dtype_name(dt);
@@ -376,14 +475,15 @@ TEST(CudaBackend, ARepeatedProductHitsTheGemmPlanCache) {
 }
 
 // Whether the bias and ReLU epilogues ran inside cuBLASLt's product: the values are the same either way (the other
-// tests), so the decline counters say it. A float32 bias beside a float32 D is the combination cuBLASLt documents,
-// so its plans must not be declined; for a 16-bit D (a float32 bias there is not in its documentation) the answer
-// is recorded in the test's JSON (scripts/gpu-check.sh keeps it) and printed.
+// tests), so the decline counters say it. The bias is given in the type cuBLASLt documents for each output (float32
+// beside float32, the output's dtype beside a 16-bit one: gemm_bias_dtype), and every operand's leading dimension is
+// a multiple of 16 bytes in every dtype (k = 208, n = 24), as cuBLASLt's tensor-core kernels read them, so no plan
+// may be declined; the answers are also recorded in the test's JSON (scripts/gpu-check.sh keeps it) and printed.
 TEST(CudaBackend, TheBiasAndReluEpiloguesRunInsideTheProductOrCountTheirDecline) {
   REQUIRE_CUDA_GEMM();
   for (DType dt : testing::kFloatDTypes) {
     // Shapes no other test uses, so each call makes its plan here.
-    const Tensor x = gpu(random_tensor({11, 203}, 101, dt)), w = gpu(random_tensor({203, 24}, 103, dt));
+    const Tensor x = gpu(random_tensor({11, 208}, 101, dt)), w = gpu(random_tensor({208, 24}, 103, dt));
     const Tensor bias = gpu(random_tensor({24}, 107, DType::kFloat32));
     const int64_t bias_before = gemm_plans_declined(GemmEpilogue::kBias);
     const int64_t relu_before = gemm_plans_declined(GemmEpilogue::kReluBias);
@@ -394,12 +494,10 @@ TEST(CudaBackend, TheBiasAndReluEpiloguesRunInsideTheProductOrCountTheirDecline)
     const std::string name = dtype_name(dt);
     RecordProperty("epilogue_bias_" + name, bias_fused ? "fused" : "declined");
     RecordProperty("epilogue_relu_bias_" + name, relu_fused ? "fused" : "declined");
-    std::printf("cuBLASLt %s product with a float32 bias: BIAS %s, RELU_BIAS %s\n", name.c_str(),
-                bias_fused ? "fused" : "declined", relu_fused ? "fused" : "declined");
-    if (dt == DType::kFloat32) {
-      EXPECT_TRUE(bias_fused) << "cuBLASLt declined its documented float32 BIAS epilogue";
-      EXPECT_TRUE(relu_fused) << "cuBLASLt declined its documented float32 RELU_BIAS epilogue";
-    }
+    std::printf("cuBLASLt %s product with a %s bias: BIAS %s, RELU_BIAS %s\n", name.c_str(),
+                dtype_name(gemm_bias_dtype(dt)), bias_fused ? "fused" : "declined", relu_fused ? "fused" : "declined");
+    EXPECT_TRUE(bias_fused) << "cuBLASLt declined its documented " << name << " BIAS epilogue";
+    EXPECT_TRUE(relu_fused) << "cuBLASLt declined its documented " << name << " RELU_BIAS epilogue";
   }
 }
 #endif

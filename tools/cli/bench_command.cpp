@@ -59,10 +59,14 @@ int bench_gemm_gpu(const Args& a, const Device& device) {
                                                                           : "in float32, TF32 off");
   std::printf("%6s  %-9s %10s %11s  %s\n", "n", "dtype", "GFLOP/s", "vs float32", "method");
   Json rows = Json::array();
+  // Whether cuBLASLt served every product: a declined plan costs a float32 scratch pass, a fallback product the
+  // backend's own slow kernel instead of the tensor cores (scripts/gpu-check.sh fails on any at these shapes).
+  const ops::CudaGemmCounts all_before = ops::cuda_gemm_counts();
   for (int64_t n : sizes) {
     double f32 = 0;
     for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       ops::GemmTiming t;
+      const ops::CudaGemmCounts before = ops::cuda_gemm_counts();
       try {
         t = ops::time_matmul(device, d, n, seconds);
       } catch (const Error& e) {
@@ -75,22 +79,33 @@ int bench_gemm_gpu(const Args& a, const Device& device) {
         continue;
       }
       if (d == DType::kFloat32) f32 = t.gflops;
-      std::printf("%6lld  %-9s %10.1f %10.2fx  %s\n", static_cast<long long>(n), dtype_name(d), t.gflops,
-                  t.gflops / f32, t.method.c_str());
+      const ops::CudaGemmCounts after = ops::cuda_gemm_counts();
+      const int64_t fallback = after.fallback_products - before.fallback_products;
+      std::printf("%6lld  %-9s %10.1f %10.2fx  %s%s\n", static_cast<long long>(n), dtype_name(d), t.gflops,
+                  t.gflops / f32, t.method.c_str(), fallback > 0 ? " (FALLBACK KERNEL)" : "");
       rows.push_back(Json::object({{"n", n},
                                    {"dtype", dtype_name(d)},
                                    {"gflops", t.gflops},
                                    {"ratio_vs_float32", t.gflops / f32},
                                    {"method", t.method},
                                    {"batches", t.batches},
-                                   {"per_batch", t.per_batch}}));
+                                   {"per_batch", t.per_batch},
+                                   {"gemm_declined_plans", after.declined_plans - before.declined_plans},
+                                   {"gemm_fallback_products", fallback}}));
     }
   }
+  const ops::CudaGemmCounts all_after = ops::cuda_gemm_counts();
+  const int64_t declined = all_after.declined_plans - all_before.declined_plans;
+  const int64_t fallback = all_after.fallback_products - all_before.fallback_products;
+  std::printf("GPU GEMM: %lld plans declined by cuBLASLt, %lld products on the fallback kernel\n",
+              static_cast<long long>(declined), static_cast<long long>(fallback));
   const std::string json_path = a.str("json", "");
   if (!json_path.empty()) {
     write_file_atomically(json_path, Json::object({{"device", device.str()},
                                                    {"gpu", gpu},
                                                    {"cuda_backend", status.detail},
+                                                   {"gemm_declined_plans", declined},
+                                                   {"gemm_fallback_products", fallback},
                                                    {"gemm", rows}})
                                          .dump(2) +
                                          "\n");

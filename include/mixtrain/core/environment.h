@@ -23,6 +23,9 @@ std::optional<std::string> mixtrain_f16_gemm_interval();
 // ---- GPUs ----
 // MIXTRAIN_CUDA_TF32: "1" lets cuBLASLt multiply float32 inputs on TF32 tensor cores.
 std::optional<std::string> mixtrain_cuda_tf32();
+// MIXTRAIN_REQUIRE_GPU: "1" makes what would quietly take a slower way on a GPU an error instead (an INVALID_VALUE
+// answer of cuBLASLt for a product), and the GPU tests' skip a failure.
+std::optional<std::string> mixtrain_require_gpu();
 // MIXTRAIN_NCCL_TIMEOUT: seconds a GPU's queued NCCL collectives may take before the job is aborted (0: no limit).
 std::optional<std::string> mixtrain_nccl_timeout();
 // MIXTRAIN_NCCL_LIBRARY: the NCCL library to load, tried before libnccl.so.2.

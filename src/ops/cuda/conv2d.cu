@@ -1,6 +1,7 @@
 // conv2d on the GPU (ops/conv2d.h), forward and backward: the CPU kernel's plan (cpu/conv2d.cpp) with an im2col and a
 // col2im kernel around the backend's cuBLASLt GEMM (matmul.cpp), so the dtype contract is the CPU's: 16-bit inputs
-// multiply with float32 accumulation, the float32 bias is added to the float32 sum and the output is rounded once;
+// multiply with float32 accumulation, the bias is added to the float32 sum and the output is rounded once (beside a
+// 16-bit output, the bias rounded to its dtype: cuBLASLt's documented bias type, gemm_plan_cache.h's gemm_bias_dtype);
 // dkernel is float32; dx gathers its float32 patch gradients and is rounded once.
 //
 // Forward:  col (rows, K) = patches of a chunk of images (a bit copy of x's elements, zeros in the padding);

@@ -20,6 +20,16 @@
 
 namespace mixtrain::ops::cuda {
 
+// The bias dtype cuBLASLt's BIAS and RELU_BIAS epilogues read beside an output D of d_dtype. NVIDIA's rule
+// (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; the cuBLAS documentation of cublasLtMatmulDescAttributes_t says
+// the same): "Bias vector elements are the same type as the elements of output matrix (Dtype)", the exceptions being
+// integer (IMMA) and fp8 kernels, which mixtrain does not use. So a float32 bias beside a float32 D, and beside a
+// float16 or bfloat16 D a bias of that dtype: matmul.cpp rounds the float32 bias into it first (n values, once per
+// call), so the epilogue adds the rounded bias to the float32 sum before the one rounding of the result, as PyTorch's
+// and Keras' 16-bit Dense layers add a bias of the compute dtype. (A float32 bias beside a 16-bit D is outside the
+// documentation: cuBLASLt may answer INVALID_VALUE, which used to send every biased 16-bit product to the scratch.)
+inline DType gemm_bias_dtype(DType d_dtype) { return d_dtype; }
+
 // One cuBLASLt call: `count` products D[p] (m, n) row-major = op(A[p]) op(B[p]) [+ bias], A[p] = a + p * a_stride
 // elements (likewise B), D[p] = d + p * m * n elements of d_dtype.
 struct GemmProblem {
@@ -30,9 +40,15 @@ struct GemmProblem {
   int64_t a_stride, b_stride, count;
   void* d;
   DType d_dtype;
-  const float* bias;  // null: no bias epilogue
+  const float* bias;  // float32 (the scratch way and the fallback kernel add it); null: no bias epilogue
   bool relu = false;  // max(., 0) after the bias, before the rounding (linear_activation's epilogue)
+  // The bias as the epilogue reads it, in gemm_bias_dtype(d_dtype): set when that is not float32 (a rounded copy of
+  // bias); null: bias itself.
+  const void* epilogue_bias = nullptr;
 };
+
+// The pointer cuBLASLt's bias epilogue reads for p (null without a bias).
+inline const void* epilogue_bias_of(const GemmProblem& p) { return p.epilogue_bias ? p.epilogue_bias : p.bias; }
 
 // kBias: a float32 bias along the rows, then the rounding; kRelu and kReluBias: max(., 0) after it (if any), before
 // the rounding.
@@ -54,6 +70,7 @@ struct GemmPlanKey {
   DType ab_dtype = DType::kFloat32, d_dtype = DType::kFloat32;  // compute is always float32 ...
   bool tf32 = false;  // ... on TF32 tensor cores for float32 inputs when MIXTRAIN_CUDA_TF32=1 opts in
   GemmEpilogue epilogue = GemmEpilogue::kNone;
+  DType bias_dtype = DType::kFloat32;  // with a bias epilogue: gemm_bias_dtype(d_dtype)
   uint32_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0;  // bytes, powers of two up to 256
 
   bool operator==(const GemmPlanKey&) const = default;
@@ -92,7 +109,8 @@ inline GemmPlanKey gemm_plan_key(int device, const GemmProblem& p, bool tf32) {
   key.align_a = gemm_alignment(p.a, key.a_stride * eab);
   key.align_b = gemm_alignment(p.b, key.b_stride * eab);
   key.align_d = gemm_alignment(p.d, key.d_stride * ed);
-  key.align_bias = p.bias ? gemm_alignment(p.bias, 0) : 0;
+  key.bias_dtype = p.bias ? gemm_bias_dtype(p.d_dtype) : DType::kFloat32;
+  key.align_bias = p.bias ? gemm_alignment(epilogue_bias_of(p), 0) : 0;
   return key;
 }
 
@@ -105,7 +123,7 @@ struct GemmPlanKeyHash {
       mix(static_cast<uint64_t>(v));
     mix(static_cast<uint64_t>(k.trans_a) | static_cast<uint64_t>(k.trans_b) << 1 | static_cast<uint64_t>(k.tf32) << 2 |
         static_cast<uint64_t>(k.epilogue) << 3 | static_cast<uint64_t>(k.ab_dtype) << 8 |
-        static_cast<uint64_t>(k.d_dtype) << 16);
+        static_cast<uint64_t>(k.d_dtype) << 16 | static_cast<uint64_t>(k.bias_dtype) << 24);
     mix(static_cast<uint64_t>(k.align_a) | static_cast<uint64_t>(k.align_b) << 16 |
         static_cast<uint64_t>(k.align_d) << 32 | static_cast<uint64_t>(k.align_bias) << 48);
     return static_cast<size_t>(h);

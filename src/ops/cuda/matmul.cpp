@@ -2,7 +2,8 @@
 // time (cublaslt_api.h). Numerics as the CPU's kernels::gemm promises them: float16 and bfloat16 inputs multiply
 // with float32 accumulation (CUBLAS_COMPUTE_32F); float32 inputs in plain float32 (TF32 tensor cores, which
 // round the inputs to 10 significand bits, only when MIXTRAIN_CUDA_TF32=1 opts in); the result is rounded
-// once into C's dtype, after the float32 bias is added.
+// once into C's dtype, after the bias is added to the float32 sum (beside a 16-bit C, cuBLASLt's epilogue adds the
+// bias rounded into C's dtype: see below).
 //
 // cuBLAS is column-major and a row-major (r, c) matrix with row stride ld is the column-major (c, r) matrix with
 // the same ld, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: cuBLASLt's first operand is b's memory,
@@ -11,7 +12,10 @@
 //
 // Where cuBLASLt cannot write C's dtype (float32 inputs into a 16-bit C) or declines the bias epilogue, the
 // product goes to a float32 scratch and one kernel adds the bias and rounds (convert.cu): one rounding either way.
-// A product cuBLASLt has no algorithm for at all runs on the backend's own tiled kernel (gemm_fallback.h).
+// A product cuBLASLt has no algorithm for at all runs on the backend's own tiled kernel (gemm_fallback.h). Both are
+// counted (gemm_plans_declined, gemm_fallback_products), and an INVALID_VALUE answer is an error under
+// MIXTRAIN_REQUIRE_GPU=1 (gemm_refusal.h). The bias epilogue reads a bias of D's dtype, as cuBLASLt documents
+// (gemm_bias_dtype in gemm_plan_cache.h): beside a 16-bit D the float32 bias is rounded into it first.
 //
 // Each call's descriptors and algorithm come from a plan cache (gemm_plan_cache.h) keyed by all that decides them,
 // so a repeated product builds nothing and asks the heuristic nothing: it runs the algorithm the first call chose.
@@ -31,12 +35,16 @@
 #include "cublaslt_api.h"
 #include "gemm_fallback.h"
 #include "gemm_plan_cache.h"
+#include "gemm_refusal.h"
 #include "mixtrain/core/environment.h"
 #include "mixtrain/ops/matmul.h"
 
 namespace mixtrain::ops::cuda {
 
 namespace {
+
+static_assert(kLtSuccess == CUBLAS_STATUS_SUCCESS && kLtInvalidValue == CUBLAS_STATUS_INVALID_VALUE &&
+              kLtNotSupported == CUBLAS_STATUS_NOT_SUPPORTED, "gemm_refusal.h's statuses are cuBLAS's");
 
 // cuBLASLt's split-k and stream-k algorithms need scratch; 32 MiB is what its documentation suggests for Hopper.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -181,14 +189,16 @@ std::shared_ptr<GemmPlan> make_plan(const GemmProblem& p, const GemmPlanKey& key
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(e));
   }
   if (has_bias) {
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);  // this call's; each later call sets its own
-    // A float32 bias whatever D's dtype: added to the float32 sum before the one rounding. cuBLASLt documents a
-    // bias of D's dtype for 16-bit D; a refusal, here or later, declines the plan (the scratch way adds it).
-    const int32_t bias_type = CUDA_R_32F;
-    if (cublaslt().desc_set(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type) !=
-        CUBLAS_STATUS_SUCCESS) {
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue_bias_of(p));  // this call's; each later call sets its own
+    // The bias in D's dtype, as cuBLASLt documents it (gemm_bias_dtype): float32 beside a float32 D, the rounded
+    // copy beside a 16-bit one. A refusal declines the plan (the scratch way adds the float32 bias).
+    const int32_t bias_type = cuda_type(key.bias_dtype);
+    const cublasStatus_t bs =
+        cublaslt().desc_set(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    if (gemm_declined(bs, key, "cublasLtMatmulDescSetAttribute (bias data type)", cublaslt().status_string(bs))) {
       count_decline(key.epilogue);
-      return plan;  // status NOT_SUPPORTED
+      plan->status = bs;
+      return plan;
     }
   }
   const cudaDataType_t tab = cuda_type(p.ab_dtype), td = cuda_type(p.d_dtype);
@@ -214,11 +224,11 @@ std::shared_ptr<GemmPlan> make_plan(const GemmProblem& p, const GemmPlanKey& key
   int found = 0;
   const cublasStatus_t hs = cublaslt().heuristic(s.handle, desc.d, plan->first.d, plan->second.d, plan->out.d,
                                                  plan->out.d, pref.d, 1, &result, &found);
-  // Any refusal (NOT_SUPPORTED, or INVALID_VALUE for a combination of types the descriptors allow but this
-  // cuBLASLt does not serve) is a decline: the caller's other ways keep the product, the last of them the
-  // backend's own kernel (gemm_fallback.h).
+  // A refusal is a decline (the caller's other ways keep the product, the last of them the backend's own kernel,
+  // gemm_fallback.h), except INVALID_VALUE under MIXTRAIN_REQUIRE_GPU=1: an error naming the product.
   const cublasStatus_t status =
       hs != CUBLAS_STATUS_SUCCESS ? hs : found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
+  (void)gemm_declined(status, key, "cublasLtMatmulAlgoGetHeuristic", cublaslt().status_string(status));
   if (status == CUBLAS_STATUS_SUCCESS) {
     plan->algo = result.algo;
     plan->workspace_bytes = result.workspaceSize;
@@ -244,20 +254,24 @@ GemmPlanCache<GemmPlan>& plan_cache() {
 // when cuBLASLt offers no algorithm for it (an unsupported combination of dtypes and epilogue; the caller then takes
 // the float32 scratch path). The answer is cached too, so a declined product is not asked about again.
 cublasStatus_t run(const GemmProblem& p, DeviceState& s) {
+  if (p.bias && gemm_bias_dtype(p.d_dtype) != DType::kFloat32 && p.epilogue_bias == nullptr)
+    MIXTRAIN_FAIL(kInternal, "GPU GEMM: a " << dtype_name(p.d_dtype) << " product's bias was not rounded for the epilogue",
+                  "report this: matmul.cpp's callers round it (epilogue_bias_copy)");
   const GemmPlanKey key = gemm_plan_key(s.device, p, tf32_opted_in());
   const std::shared_ptr<GemmPlan> plan = plan_cache().get(key, [&] { return make_plan(p, key, s); });
   if (plan->status != CUBLAS_STATUS_SUCCESS) return plan->status;
   std::lock_guard<std::mutex> lock(plan->mu);
   if (plan->status != CUBLAS_STATUS_SUCCESS) return plan->status;  // declined by a call this one waited for
-  if (p.bias) plan->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  if (p.bias) plan->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue_bias_of(p));
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st =
       cublaslt().matmul(s.handle, plan->desc.d, &alpha, p.b, plan->first.d, p.a, plan->second.d, &beta, p.d,
                         plan->out.d, p.d, plan->out.d, &plan->algo, s.workspace, kWorkspaceBytes, /*stream=*/nullptr);
-  // cuBLASLt checks a call before it launches anything: a refusal of what its heuristic offered (e.g. a float32
-  // bias beside a 16-bit D, which its documentation does not promise) declines this plan for good, as the
-  // heuristic would have, and nothing was written. Failures of the GPU itself stay errors.
+  // cuBLASLt checks a call before it launches anything: a refusal of what its heuristic offered declines this plan
+  // for good, as the heuristic would have, and nothing was written (INVALID_VALUE under MIXTRAIN_REQUIRE_GPU=1: an
+  // error). Failures of the GPU itself stay errors.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    (void)gemm_declined(st, key, "cublasLtMatmul", cublaslt().status_string(st));
     plan->status = st;
     count_decline(key.epilogue);
     return st;
@@ -279,6 +293,7 @@ cublasStatus_t run_block(const GemmProblem& p, DeviceState& state, bool bias_epi
   f.d = scratch.raw();
   f.d_dtype = DType::kFloat32;
   f.bias = nullptr;
+  f.epilogue_bias = nullptr;
   const cublasStatus_t st = run(f, state);
   if (st == CUBLAS_STATUS_SUCCESS) round_rows_into(scratch.data<float>(), p.bias, p.count * l.m, l.n, p.d, p.d_dtype);
   return st;
@@ -319,8 +334,17 @@ BatchSplit split_batch(const kernel::BmmLayout& l) {
 
 // cuBLASLt's bias epilogues read a 16-byte-aligned bias; a bias view at an odd offset goes the scratch way
 // (bmm) or the unfused way (linear_activation). No bias needs no alignment.
-bool bias_readable_in_place(const float* bias) {
+bool bias_readable_in_place(const void* bias) {
   return bias == nullptr || reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+}
+
+// The bias as the epilogue reads it beside a D of d_dtype (gemm_bias_dtype): null where that is the float32 bias
+// itself (or there is none), else a copy of it rounded into d_dtype (n values), kept alive by holder for the call.
+const void* epilogue_bias_copy(const Tensor& bias, DType d_dtype, Tensor& holder) {
+  if (!bias.defined() || gemm_bias_dtype(d_dtype) == DType::kFloat32) return nullptr;
+  holder = Tensor::empty(bias.shape(), gemm_bias_dtype(d_dtype), bias.device());
+  cast(bias, holder);
+  return holder.raw();
 }
 
 }  // namespace
@@ -350,7 +374,11 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
   const BatchSplit split = split_batch(l);
   const size_t eab = dtype_size(a.dtype());
   const DType ab = a.dtype();
-  const bool bias_epilogue_ok = bias_readable_in_place(biasp);
+  Tensor rounded_bias;  // the bias in C's dtype, for the epilogue beside a 16-bit C
+  const void* lt_bias = writes_directly(ab, c.dtype()) && !gemm_fallback_only()
+                            ? epilogue_bias_copy(bias, c.dtype(), rounded_bias)
+                            : nullptr;
+  const bool bias_epilogue_ok = bias_readable_in_place(lt_bias ? lt_bias : biasp);
   Tensor scratch;  // float32, for the products cuBLASLt cannot write in C's dtype
 
   int64_t outer = 1;
@@ -368,8 +396,9 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
     const char* a_block = static_cast<const char*>(a.raw()) + oa * static_cast<int64_t>(eab);
     const char* b_block = static_cast<const char*>(b.raw()) + ob * static_cast<int64_t>(eab);
     char* c_block = static_cast<char*>(c.raw()) + o * split.inner_count * l.m * l.n * static_cast<int64_t>(ec);
-    const GemmProblem p{&l,      ab,        a_block, b_block, split.a_stride, split.b_stride, split.inner_count,
-                        c_block, c.dtype(), biasp};
+    GemmProblem p{&l,      ab,        a_block, b_block, split.a_stride, split.b_stride, split.inner_count,
+                  c_block, c.dtype(), biasp};
+    p.epilogue_bias = lt_bias;
     if (gemm_fallback_only()) {
       gemm_fallback(p);
       continue;
@@ -410,10 +439,13 @@ void linear_activation(const Tensor& a, const Tensor& b, const Tensor& bias, con
   if (act == Activation::kRelu && !pre.defined() && l.batch.empty() && l.m > 0 && l.n > 0 && l.k > 0 &&
       writes_directly(a.dtype(), y.dtype()) && !gemm_fallback_only()) {
     const float* biasp = bias.defined() ? bias.data<float>() : nullptr;
-    if (bias_readable_in_place(biasp)) {
-      check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
+    check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
+    Tensor rounded_bias;  // the bias in y's dtype, for the epilogue beside a 16-bit y
+    const void* lt_bias = epilogue_bias_copy(bias, y.dtype(), rounded_bias);
+    if (bias_readable_in_place(lt_bias ? lt_bias : biasp)) {
       GemmProblem p{&l, a.dtype(), a.raw(), b.raw(), 0, 0, 1, y.raw(), y.dtype(), biasp};
       p.relu = true;
+      p.epilogue_bias = lt_bias;
       if (run(p, device_state(y.device().index)) == CUBLAS_STATUS_SUCCESS) {
         check_cuda(cudaGetLastError(), "linear_activation");
         return;
