@@ -18,8 +18,8 @@ struct MemoryStats {
   int64_t allocations = 0;
   int64_t cached_bytes = 0;  // held for reuse, not by tensors: freed blocks (and on a GPU, segments' unused rest)
   // Held from the system, tensors and cache together: on the CPU live + cached bytes (the one as asked for, the
-  // other rounded); on a GPU its cudaMalloc'd segments, which also hold each block's rounding (what nvidia-smi shows
-  // of this process, less the CUDA context and cuBLASLt's workspace).
+  // other rounded); on a GPU its cudaMalloc'd segments, which also hold each block's rounding and cuBLASLt's
+  // workspace (what nvidia-smi shows of this process, less the CUDA context).
   int64_t reserved_bytes = 0;
 };
 

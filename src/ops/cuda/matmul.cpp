@@ -30,12 +30,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "backend.h"
 #include "cublaslt_api.h"
 #include "gemm_fallback.h"
 #include "gemm_plan_cache.h"
 #include "gemm_refusal.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/core/environment.h"
 #include "mixtrain/ops/matmul.h"
 
@@ -52,13 +54,24 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 struct DeviceState {
   int device = 0;
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
+  Tensor workspace;  // kWorkspaceBytes of the device's block pool, held for the process
 };
 
 void check_lt(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   MIXTRAIN_FAIL(kInternal, "cuBLASLt: " << what << " failed: " << cublaslt().status_string(status),
                 "check the GPU with nvidia-smi; MIXTRAIN_CUDA=OFF or cpu tensors avoid the GPU GEMM");
+}
+
+// cuBLASLt's workspace on a GPU, from the backend's block pool like any tensor: a GPU without the memory for it
+// raises the MemoryLimitExceeded of every allocation (which --batch-size auto reads as "this batch does not fit"),
+// not an internal error, and its bytes are counted with the device's and reused by the pool's cache.
+Tensor make_workspace(int device) {
+  try {
+    return Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::kUInt8, Device::cuda(device));
+  } catch (const MemoryLimitExceeded& e) {
+    throw MemoryLimitExceeded(e.requested_bytes(), e.live_bytes(), "cuBLASLt's workspace: " + e.message(), e.hint());
+  }
 }
 
 // One handle and workspace per GPU, made on first use and kept for the process (kernels on the legacy default
@@ -70,15 +83,13 @@ DeviceState& device_state(int device) {
   DeviceState& s = (*states)[device];
   if (s.handle == nullptr) {
     // Both or neither: a state with a handle and no workspace (an out-of-memory between the two) would hand
-    // cuBLASLt a null workspace of kWorkspaceBytes on every later call.
-    void* workspace = nullptr;
-    check_cuda(cudaMalloc(&workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+    // cuBLASLt a null workspace of kWorkspaceBytes on every later call. The workspace first: a call that finds no
+    // memory for it leaves no handle, and a later call (a smaller batch) makes both.
+    Tensor workspace = make_workspace(device);
     cublasLtHandle_t handle = nullptr;
-    const cublasStatus_t created = cublaslt().create(&handle);
-    if (created != CUBLAS_STATUS_SUCCESS) (void)cudaFree(workspace);
-    check_lt(created, "cublasLtCreate");
+    check_lt(cublaslt().create(&handle), "cublasLtCreate");  // the workspace returns to the pool on a throw
     s.device = device;
-    s.workspace = workspace;
+    s.workspace = std::move(workspace);
     s.handle = handle;
   }
   return s;
@@ -266,7 +277,7 @@ cublasStatus_t run(const GemmProblem& p, DeviceState& s) {
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st =
       cublaslt().matmul(s.handle, plan->desc.d, &alpha, p.b, plan->first.d, p.a, plan->second.d, &beta, p.d,
-                        plan->out.d, p.d, plan->out.d, &plan->algo, s.workspace, kWorkspaceBytes, /*stream=*/nullptr);
+                        plan->out.d, p.d, plan->out.d, &plan->algo, s.workspace.raw(), kWorkspaceBytes, /*stream=*/nullptr);
   // cuBLASLt checks a call before it launches anything: a refusal of what its heuristic offered declines this plan
   // for good, as the heuristic would have, and nothing was written (INVALID_VALUE under MIXTRAIN_REQUIRE_GPU=1: an
   // error). Failures of the GPU itself stay errors.
