@@ -1,22 +1,24 @@
 // Conversions between the floating dtypes on the GPU: tensor casts, and the final rounding of a float32 product
 // (plus its bias) into the output dtype for the GEMM paths cuBLASLt cannot write directly. The rounding rule is
-// core's, through ops/shared/float16_convert.h, so a cast gives the CPU's bits, NaN payloads included.
+// core's, through ops/shared/float16_convert.h, so a cast gives the CPU's bits, NaN payloads included. A cast is a
+// kernel templated on both dtypes with 16-byte loads (vector_map.cuh); the strided copies and the rounding run one
+// thread per element. Every grid is as large as the tensor asks for.
 #include <cuda_runtime.h>
 
 #include "../shared/float16_convert.h"
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/transfer.h"
+#include "vector_map.cuh"
 
 namespace mixtrain::ops::cuda {
 
 namespace {
 
-__global__ void cast_kernel(const void* src, int src_code, void* dst, int dst_code, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    shared::store_from_float(dst, dst_code, i, shared::load_as_float(src, src_code, i));
-}
+// A cast's element step: the value itself, rounded by the store into the destination's dtype.
+struct Identity {
+  MIXTRAIN_HOST_DEVICE float operator()(float v) const { return v; }
+};
 
 __global__ void round_rows_kernel(const float* src, const float* bias, int64_t rows, int64_t n, void* dst,
                                   int dst_code) {
@@ -98,7 +100,7 @@ void strided_copy(const Tensor& src, Tensor& dst) {
     layout.src_strides[r] = src.strides()[r];
     layout.dst_strides[r] = dst.strides()[r];
   }
-  const unsigned blocks = device::blocks_for(n);
+  const unsigned blocks = device::blocks_uncapped(n);
   if (!same) {
     strided_cast_kernel<<<blocks, device::kThreads>>>(layout, src.raw(), shared::float_code(src.dtype()), dst.raw(),
                                                       shared::float_code(dst.dtype()), n);
@@ -130,15 +132,18 @@ void cast(const Tensor& src, Tensor& dst) {
     check_cuda(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
     return;
   }
-  cast_kernel<<<device::blocks_for(n), device::kThreads>>>(src.raw(), shared::float_code(src.dtype()), dst.raw(),
-                                                           shared::float_code(dst.dtype()), n);
+  device::with_float_code(shared::float_code(src.dtype()), [&](auto from) {
+    device::with_float_code(shared::float_code(dst.dtype()), [&](auto to) {
+      device::launch_map<decltype(from)::value, decltype(to)::value>(src.raw(), dst.raw(), n, Identity{});
+    });
+  });
   device::launched("cast");
 }
 
 void round_rows_into(const float* src, const float* bias, int64_t rows, int64_t n, void* dst, DType dst_dtype) {
   const int64_t total = rows * n;
   if (total == 0) return;
-  round_rows_kernel<<<device::blocks_for(total), device::kThreads>>>(src, bias, rows, n, dst,
+  round_rows_kernel<<<device::blocks_uncapped(total), device::kThreads>>>(src, bias, rows, n, dst,
                                                                      shared::float_code(dst_dtype));
   device::launched("round_rows_into");
 }

@@ -1,8 +1,11 @@
 // The elementwise ops on the GPU (ops/elementwise.h's kernels): activations and their gradients, add, scale,
-// bias_add and dropout. One thread per element (a grid-stride loop): each element is read as float32 from any
-// floating dtype, goes through the CPU kernel's element step (ops/shared/elementwise_math.h, no fused
-// multiply-add) and is rounded once into the output's dtype, so every op gives the CPU's bits except sigmoid
-// and tanh, whose exp and tanh are CUDA's (within a few float32 units of glibc's).
+// bias_add and dropout. Each element is read as float32 from any floating dtype, goes through the CPU kernel's
+// element step (ops/shared/elementwise_math.h, no fused multiply-add) and is rounded once into the output's dtype,
+// so every op gives the CPU's bits except sigmoid and tanh, whose exp and tanh are CUDA's (within a few float32
+// units of glibc's). Where the operands share one dtype (what a training step runs), activations, their gradients,
+// add and scale are kernels templated on it that read 16 bytes at a time, one thread per vector
+// (vector_map.cuh); other combinations, bias_add and dropout run one thread per element with the dtype read at
+// run time. Both on a grid as large as the tensor asks for.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/elementwise.h"
+#include "vector_map.cuh"
 
 namespace mixtrain::ops::cuda {
 
@@ -69,14 +73,54 @@ __global__ void dropout_kernel(Floats x, const uint8_t* mask, float keep_scale, 
   });
 }
 
+// The element steps as functors, for the templated kernels (vector_map.cuh).
+template <Activation A>
+struct ActivationFn {
+  MIXTRAIN_HOST_DEVICE float operator()(float v) const { return shared::activation_value(A, v); }
+};
+template <Activation A>
+struct ActivationGradFn {
+  MIXTRAIN_HOST_DEVICE float operator()(float d, float s) const { return shared::activation_grad(A, d, s); }
+};
+struct AddFn {
+  MIXTRAIN_HOST_DEVICE float operator()(float a, float b) const { return shared::add_rn(a, b); }
+};
+struct ScaleFn {
+  float s;
+  MIXTRAIN_HOST_DEVICE float operator()(float v) const { return shared::mul_rn(v, s); }
+};
+
+// y = f(x) through the kernel templated on their one dtype; false when their dtypes differ.
+template <typename Fn>
+bool map_same_dtype(const Tensor& x, Tensor& y, int64_t n, const Fn& f) {
+  if (x.dtype() != y.dtype()) return false;
+  device::with_float_code(in(x).code, [&](auto code) {
+    constexpr int C = decltype(code)::value;
+    device::launch_map<C, C>(x.raw(), y.raw(), n, f);
+  });
+  return true;
+}
+// y = f(x1, x2) likewise, all three of one dtype.
+template <typename Fn>
+bool map2_same_dtype(const Tensor& x1, const Tensor& x2, Tensor& y, int64_t n, const Fn& f) {
+  if (x1.dtype() != y.dtype() || x2.dtype() != y.dtype()) return false;
+  device::with_float_code(in(y).code, [&](auto code) {
+    constexpr int C = decltype(code)::value;
+    device::launch_map2<C, C>(x1.raw(), x2.raw(), y.raw(), n, f);
+  });
+  return true;
+}
+
 template <Activation A>
 void launch_activation(const Tensor& x, Tensor& y, int64_t n) {
-  activation_kernel<A><<<device::blocks_for(n), device::kThreads>>>(in(x), out(y), n);
+  if (map_same_dtype(x, y, n, ActivationFn<A>{})) return;
+  activation_kernel<A><<<device::blocks_uncapped(n), device::kThreads>>>(in(x), out(y), n);
 }
 
 template <Activation A>
 void launch_activation_backward(const Tensor& dy, const Tensor& saved, Tensor& dx, int64_t n) {
-  activation_backward_kernel<A><<<device::blocks_for(n), device::kThreads>>>(in(dy), in(saved), out(dx), n);
+  if (map2_same_dtype(dy, saved, dx, n, ActivationGradFn<A>{})) return;
+  activation_backward_kernel<A><<<device::blocks_uncapped(n), device::kThreads>>>(in(dy), in(saved), out(dx), n);
 }
 
 }  // namespace
@@ -110,21 +154,23 @@ void activation_backward(const Tensor& dy, const Tensor& saved, Activation a, Te
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   const int64_t n = a.numel();
   if (!begin(a, n)) return;
-  add_kernel<<<device::blocks_for(n), device::kThreads>>>(in(a), in(b), out(y), n);
+  if (!map2_same_dtype(a, b, y, n, AddFn{}))
+    add_kernel<<<device::blocks_uncapped(n), device::kThreads>>>(in(a), in(b), out(y), n);
   device::launched("add");
 }
 
 void scale(const Tensor& x, float s, Tensor& y) {
   const int64_t n = x.numel();
   if (!begin(x, n)) return;
-  scale_kernel<<<device::blocks_for(n), device::kThreads>>>(in(x), s, out(y), n);
+  if (!map_same_dtype(x, y, n, ScaleFn{s}))
+    scale_kernel<<<device::blocks_uncapped(n), device::kThreads>>>(in(x), s, out(y), n);
   device::launched("scale");
 }
 
 void bias_add(const Tensor& x, const Tensor& bias, Tensor& y) {
   const int64_t n = x.numel(), cols = bias.numel();
   if (cols == 0 || !begin(x, n)) return;
-  bias_add_kernel<<<device::blocks_for(n), device::kThreads>>>(in(x), in(bias), out(y), n, cols);
+  bias_add_kernel<<<device::blocks_uncapped(n), device::kThreads>>>(in(x), in(bias), out(y), n, cols);
   device::launched("bias_add");
 }
 
@@ -137,14 +183,14 @@ __global__ void dropout_mask_kernel(float rate, uint64_t seed, uint8_t* mask, in
 void dropout_mask(float rate, uint64_t seed, Tensor& mask) {
   const int64_t n = mask.numel();
   check_cuda(cudaSetDevice(mask.device().index), "cudaSetDevice");
-  dropout_mask_kernel<<<device::blocks_for(n), device::kThreads>>>(rate, seed, mask.data<uint8_t>(), n);
+  dropout_mask_kernel<<<device::blocks_uncapped(n), device::kThreads>>>(rate, seed, mask.data<uint8_t>(), n);
   device::launched("dropout_mask");
 }
 
 void dropout(const Tensor& x, const Tensor& mask, float keep_scale, Tensor& y) {
   const int64_t n = x.numel();
   if (!begin(x, n)) return;
-  dropout_kernel<<<device::blocks_for(n), device::kThreads>>>(in(x), mask.data<uint8_t>(), keep_scale, out(y), n);
+  dropout_kernel<<<device::blocks_uncapped(n), device::kThreads>>>(in(x), mask.data<uint8_t>(), keep_scale, out(y), n);
   device::launched("dropout");
 }
 
