@@ -399,7 +399,8 @@ TEST(CudaSharedMath, SumRowsAndReduceSumAddInTheCpuKernelsOrder) {
           Tensor want = Tensor::empty(got.shape(), out_dt);
           for (int64_t idx = 0; idx < outer * inner; ++idx) {
             const int64_t base = idx / inner * len * inner + idx % inner;
-            const float sum = shared::ordered_sum(len, [&](int64_t k) { return element(dy, base + k * inner); });
+            // lane_sum.h's order, which a GPU warp follows (cuda/reduce.cu).
+            const float sum = shared::lane_sum(len, [&](int64_t k) { return element(dy, base + k * inner); });
             shared::store_from_float(want.raw(), shared::float_code(out_dt), idx, sum);
           }
           EXPECT_TRUE(same_bits(got, want)) << dtype_name(dt) << " -> " << dtype_name(out_dt) << " axis " << axis;

@@ -1,8 +1,10 @@
-// CPU kernels of reduce_sum: each output element sums its inputs in index order in float32, so the
-// result does not depend on how the outer rows are split among threads.
+// CPU kernels of reduce_sum: each output element sums its inputs in float32 in lane_sum.h's order (term j to lane
+// j % 32, each lane in index order, the lanes combined pairwise), the order a GPU warp sums it in (cuda/reduce.cu),
+// so both devices give the same bits and the result does not depend on how the outer rows are split among threads.
 #include <algorithm>
 #include <vector>
 
+#include "../shared/lane_sum.h"
 #include "mixtrain/ops/reduce.h"
 #include "cpu_backend.h"
 
@@ -18,20 +20,26 @@ void reduce_sum(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor
   char* yp = static_cast<char*>(y.raw());
 #pragma omp parallel if (x.numel() > kParallelMin)
   {
+    // lanes (32, inner): each column's 32 lane sums, term j added to row j % 32.
     std::vector<float> acc(static_cast<size_t>(inner)), buf(static_cast<size_t>(std::max(n, inner)));
+    std::vector<float> lanes(static_cast<size_t>(shared::kSumLanes * inner));
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < outer; ++o) {
       const char* src = xp + o * n * inner * ex;
       if (inner == 1) {  // summing along the last axis: one contiguous run of n
         convert_elements(src, x.dtype(), buf.data(), DType::kFloat32, n);
-        float s = 0;
-        for (int64_t j = 0; j < n; ++j) s += buf[j];
-        acc[0] = s;
+        acc[0] = shared::lane_sum(n, [&](int64_t j) { return buf[static_cast<size_t>(j)]; });
       } else {
-        std::fill(acc.begin(), acc.end(), 0.0f);
+        std::fill(lanes.begin(), lanes.end(), 0.0f);
         for (int64_t j = 0; j < n; ++j) {
           convert_elements(src + j * inner * ex, x.dtype(), buf.data(), DType::kFloat32, inner);
-          for (int64_t i = 0; i < inner; ++i) acc[i] += buf[i];
+          float* lane = lanes.data() + (j % shared::kSumLanes) * inner;
+          for (int64_t i = 0; i < inner; ++i) lane[i] += buf[i];
+        }
+        float column[shared::kSumLanes];
+        for (int64_t i = 0; i < inner; ++i) {
+          for (int l = 0; l < shared::kSumLanes; ++l) column[l] = lanes[static_cast<size_t>(l * inner + i)];
+          acc[static_cast<size_t>(i)] = shared::combine_lanes(column);
         }
       }
       convert_elements(acc.data(), DType::kFloat32, yp + o * inner * ey, y.dtype(), inner);

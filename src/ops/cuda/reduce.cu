@@ -3,8 +3,9 @@
 // index order, each partial sum rounded), so results are the CPU's bits and never depend on the launch. sum_rows
 // sums blocks of 64 rows in parallel (one thread per block and column), then the blocks in order, the CPU's order
 // too: a transformer's bias gradient (thousands of rows, 64 to 512 columns) would otherwise be a few hundred
-// threads each reading every row in turn. reduce_sum trades speed for the bits where there are few outputs and
-// long sums (a whole tensor reduced to a few values).
+// threads each reading every row in turn. reduce_sum gives each output a warp, which adds its terms in lane_sum.h's
+// order (term j to lane j % 32, each lane in index order, then the warp's butterfly), the order the CPU kernel
+// follows too: a whole tensor reduced to a few values is summed by 32 lanes per value, not one thread.
 // count_nonfinite adds integers, exact in any order.
 #include <cuda_runtime.h>
 
@@ -12,6 +13,7 @@
 
 #include "../shared/elementwise_math.h"
 #include "../shared/float16_convert.h"
+#include "../shared/lane_sum.h"
 #include "../shared/ordered_sum.h"
 #include "backend.h"
 #include "device_util.cuh"
@@ -43,14 +45,16 @@ __global__ void sum_blocks_kernel(const float* partial, int64_t blocks, int64_t 
   });
 }
 
-// y (outer, inner) = sum over k of x (outer, n, inner)[:, k, :].
+// y (outer, inner) = sum over k of x (outer, n, inner)[:, k, :]: one warp per output, in lane_sum.h's order.
 __global__ void reduce_sum_kernel(const void* x, int x_code, void* y, int y_code, int64_t outer, int64_t n,
                                   int64_t inner) {
-  device::for_each_index(outer * inner, [&](int64_t idx) {
-    const int64_t base = (idx / inner) * n * inner + idx % inner;
-    store_from_float(y, y_code, idx,
-                     shared::ordered_sum(n, [&](int64_t k) { return load_as_float(x, x_code, base + k * inner); }));
-  });
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
+  const int lane = static_cast<int>(threadIdx.x % device::kWarp);
+  if (idx >= outer * inner) return;  // the whole warp: its lanes share idx
+  const int64_t base = (idx / inner) * n * inner + idx % inner;
+  const float sum = device::warp_sum(
+      shared::lane_partial(n, lane, [&](int64_t k) { return load_as_float(x, x_code, base + k * inner); }));
+  if (lane == 0) store_from_float(y, y_code, idx, sum);
 }
 
 // dx (outer, n, inner)[:, k, :] = dy (outer, inner) for every k.
@@ -98,7 +102,7 @@ void reduce_sum(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor
   const int64_t outputs = outer * inner;
   if (outputs == 0) return;
   check_cuda(cudaSetDevice(y.device().index), "cudaSetDevice");
-  reduce_sum_kernel<<<device::blocks_for(outputs), device::kThreads>>>(
+  reduce_sum_kernel<<<device::row_blocks(outputs), device::kThreads>>>(
       x.raw(), shared::float_code(x.dtype()), y.raw(), shared::float_code(y.dtype()), outer, n, inner);
   device::launched("reduce_sum");
 }

@@ -1,4 +1,4 @@
-// The summation order of the CPU's reductions (sum_rows in cpu/column_sums.cpp, reduce_sum in cpu/reduce.cpp),
+// The summation order of the CPU's column reductions (sum_rows in cpu/column_sums.cpp; reduce_sum follows lane_sum.h),
 // for host and device: float32, from +0, one term after another in index order, each partial sum rounded. A GPU
 // kernel that gives each output element one thread running this loop gives the CPU's bits and does not depend
 // on the launch geometry. sum_rows (the bias gradient: few columns, and in a transformer thousands of rows) adds
