@@ -351,9 +351,15 @@ void Tensor::check_access(DType requested) const {
 }
 
 namespace {
+// The 16- and 8-bit floating storage types, which widen and round through half.h / float8.h.
+template <typename T>
+constexpr bool kNarrowFloat = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16> ||
+                              std::is_same_v<T, float8_e4m3fn> || std::is_same_v<T, float8_e5m2> ||
+                              std::is_same_v<T, float8_e8m0fnu>;
+
 template <typename S>
 float load_as_float(const S& s) {
-  if constexpr (std::is_same_v<S, float16> || std::is_same_v<S, bfloat16>)
+  if constexpr (kNarrowFloat<S>)
     return to_float(s);
   else
     return static_cast<float>(s);
@@ -361,7 +367,7 @@ float load_as_float(const S& s) {
 
 template <typename D>
 D store_from_float(float f) {
-  if constexpr (std::is_same_v<D, float16> || std::is_same_v<D, bfloat16> || std::is_same_v<D, float>)
+  if constexpr (kNarrowFloat<D> || std::is_same_v<D, float>)
     return from_float<D>(f);
   else
     return static_cast<D>(std::isfinite(f) ? f : 0.0f);
@@ -387,6 +393,9 @@ void dispatch_any(DType dtype, Fn&& fn) {
     case DType::kInt32: return fn(int32_t{});
     case DType::kUInt8: return fn(uint8_t{});
     case DType::kInt64: return fn(int64_t{});
+    case DType::kFloat8E4M3FN: return fn(float8_e4m3fn{});
+    case DType::kFloat8E5M2: return fn(float8_e5m2{});
+    case DType::kFloat8E8M0FNU: return fn(float8_e8m0fnu{});
   }
 }
 }  // namespace
@@ -403,6 +412,33 @@ namespace {
 // tests' override reach them as they reach the GEMM: F16C comes with the avx2 level, AVX-512 F with avx512.
 bool have_f16c() { return for_isa_level(false, true, true); }
 bool have_avx512f() { return for_isa_level(false, false, true); }
+}  // namespace
+
+namespace {
+// E4M3 / E5M2 to and from float32 and bfloat16 through float8.h's array paths (each format's default overflow, as
+// from_float); false for any other pair, which the element loop below converts.
+bool convert_float8_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
+  const auto e4m3_or_e5m2 = [](DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; };
+  const auto wide = [](DType d) { return d == DType::kFloat32 || d == DType::kBFloat16; };
+  if (e4m3_or_e5m2(dst_dtype) && wide(src_dtype)) {
+    const bool e5m2 = dst_dtype == DType::kFloat8E5M2;
+    const Float8Overflow overflow = e5m2 ? Float8Overflow::kNonSaturating : Float8Overflow::kSaturate;
+    if (src_dtype == DType::kFloat32)
+      float8_from_float(static_cast<const float*>(src), static_cast<uint8_t*>(dst), count, e5m2, overflow);
+    else
+      float8_from_bfloat16(static_cast<const bfloat16*>(src), static_cast<uint8_t*>(dst), count, e5m2, overflow);
+    return true;
+  }
+  if (e4m3_or_e5m2(src_dtype) && wide(dst_dtype)) {
+    const bool e5m2 = src_dtype == DType::kFloat8E5M2;
+    if (dst_dtype == DType::kFloat32)
+      float8_to_float(static_cast<const uint8_t*>(src), static_cast<float*>(dst), count, e5m2);
+    else
+      float8_to_bfloat16(static_cast<const uint8_t*>(src), static_cast<bfloat16*>(dst), count, e5m2);
+    return true;
+  }
+  return false;
+}
 }  // namespace
 
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
@@ -427,6 +463,7 @@ void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dty
     std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(src_dtype));
     return;
   }
+  if (convert_float8_elements(src, src_dtype, dst, dst_dtype, count)) return;
   dispatch_any(src_dtype, [&](auto s) {
     using S = decltype(s);
     dispatch_any(dst_dtype, [&](auto d) {

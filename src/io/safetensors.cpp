@@ -228,7 +228,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   }
   if (!known) {
     MIXTRAIN_FAIL(kInvalidInput, "'" << path << "': tensor '" << name << "' has unsupported dtype '" << dtype.as_string() << "'",
-                  "mixtrain reads F32, F16, BF16, I32, I64 and U8 tensors");
+                  "mixtrain reads F32, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2 and F8_E8M0 tensors");
   }
 
   const Json& shape = info.at("shape");

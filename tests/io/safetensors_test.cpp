@@ -468,5 +468,25 @@ TEST_F(Safetensors, SaveRemovesTempFilesOfProcessesThatNoLongerExist) {
   EXPECT_TRUE(load_safetensors(p).checksums_verified);
 }
 
+// The float8 dtypes travel under the safetensors spec's tags, every code (NaNs included) bit for bit.
+TEST_F(Safetensors, Float8TensorsRoundTripUnderTheirTags) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  const std::pair<DType, const char*> formats[] = {
+      {DType::kFloat8E4M3FN, "F8_E4M3"}, {DType::kFloat8E5M2, "F8_E5M2"}, {DType::kFloat8E8M0FNU, "F8_E8M0"}};
+  for (const auto& [dtype, tag] : formats) {
+    Tensor t = Tensor::empty({16, 16}, dtype);
+    for (int i = 0; i < 256; ++i) static_cast<uint8_t*>(t.raw())[i] = static_cast<uint8_t>(i);
+    tensors.emplace_back(tag, t);
+  }
+  const std::string p = path("fp8.safetensors");
+  save_safetensors(p, tensors);
+  const std::string bytes = read_bytes(p);
+  for (const auto& [dtype, tag] : formats)
+    EXPECT_NE(bytes.find(std::string("\"") + tag + "\""), std::string::npos) << tag;
+  const SafetensorsFile file = load_safetensors(p);
+  ASSERT_EQ(file.tensors.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(same_bytes(file.tensors[i].second, tensors[i].second));
+}
+
 }  // namespace
 }  // namespace mixtrain

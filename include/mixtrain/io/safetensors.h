@@ -54,7 +54,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 // overlaps, gaps), all before any tensor is allocated, then the checksums when the file has them. Throws
 // mixtrain::Error naming the file (and the tensor, where one is at fault) and the problem: kIo when the file
 // cannot be read, kInvalidInput when its contents are corrupt, fail a checksum, or are unsupported (dtypes other
-// than F32, F16, BF16, I32, I64, U8).
+// than F32, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2, F8_E8M0).
 SafetensorsFile load_safetensors(const std::string& path);
 
 }  // namespace mixtrain

@@ -185,6 +185,8 @@ void register_kernels(Kernels& k, bool with_gemm) {
 
 std::vector<Op> unsupported_ops() { return {}; }
 
+bool cast_converts(DType dtype) { return is_float(dtype); }
+
 CudaBackendStatus install_backend() {
   CudaBackendStatus s;
   s.compiled = true;

@@ -47,6 +47,10 @@ void register_kernels(Kernels& k, bool with_gemm);
 // The ops this backend does not implement, by design (none today): on a GPU tensor their entries name the op and the
 // device. tests/ops/backend_coverage_test.cpp holds the backend to every op outside this list.
 std::vector<Op> unsupported_ops();
+// Whether the CUDA cast (convert.cu) converts to and from dtype: float32, float16 and bfloat16. The float8 formats
+// (core/float8.h) convert on the CPU only so far (docs/FP8.md): a GPU cast of one is refused, naming both tensors.
+// tests/ops/backend_coverage_test.cpp holds this list against the CPU's.
+bool cast_converts(DType dtype);
 
 // The device services (kernels.cu), which the backend object calls; inputs on one CUDA device.
 void device_copy(const Tensor& src, Tensor& dst);

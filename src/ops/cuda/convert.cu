@@ -121,10 +121,11 @@ void strided_copy(const Tensor& src, Tensor& dst) {
 }
 
 void cast(const Tensor& src, Tensor& dst) {
-  MIXTRAIN_CHECK(is_float(src.dtype()) && is_float(dst.dtype()) && src.numel() == dst.numel() && src.is_contiguous() &&
-                     dst.is_contiguous() && src.device() == dst.device(),
+  MIXTRAIN_CHECK(cast_converts(src.dtype()) && cast_converts(dst.dtype()) && src.numel() == dst.numel() &&
+                     src.is_contiguous() && dst.is_contiguous() && src.device() == dst.device(),
                  "cast: cannot convert " << src.describe() << " into " << dst.describe()
-                                         << " (floating, contiguous, same element count and device)");
+                                         << " (float32, float16 or bfloat16, contiguous, same element count and device;"
+                                            " float8 casts run on the CPU only so far)");
   const int64_t n = src.numel();
   if (n == 0) return;
   check_cuda(cudaSetDevice(src.device().index), "cudaSetDevice");

@@ -1,0 +1,69 @@
+// The per-tensor scale arithmetic of FP8 training, shared by the recipes: a tensor is multiplied by its scale, so that
+// its largest magnitude (amax) lands near the format's largest finite value, then cast (core/float8.h); it is read
+// back as the codes' values divided by the scale.
+//   delayed scaling   scale = (format_max / amax) / 2^margin, amax reduced from a history of the amaxes seen in the
+//                     last steps (NVIDIA Transformer Engine's DelayedScaling), so the scale used in a step was known
+//                     before it; the history rolls once per optimizer update.
+//   current scaling   the same formula with the tensor's own amax.
+// An amax of zero or one that is not finite (and a scale that would not be finite) keeps the previous scale.
+// Pure host arithmetic on float32; block scaling (MXFP8) is in precision/mx_block_scaling.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mixtrain/core/dtype.h"
+
+namespace mixtrain {
+
+// The largest finite value of a float8 format (float8_e4m3fn: 448, float8_e5m2: 57344); throws for other dtypes.
+float float8_format_max(DType format);
+
+// The largest magnitude of x[0..n); NaN when any element is NaN (an infinity gives infinity); 0 for n == 0.
+float amax_of(const float* x, int64_t n);
+
+// (format_max / amax) / 2^margin in float32, or `previous` when amax is zero or not finite or the result would not be
+// finite.
+float scale_from_amax(float amax, float format_max, int margin, float previous);
+
+// The scale of current scaling: scale_from_amax with x's own amax (previous 1 when x gives no usable amax).
+float current_scale(const float* x, int64_t n, DType format, int margin = 0);
+
+// out[i] = the code of x[i] * scale (the product rounded to float32, then to the format with its default overflow,
+// as Tensor::to casts), and the way back: out[i] = value(code[i]) / scale.
+void quantize_scaled(const float* x, int64_t n, float scale, DType format, uint8_t* out);
+void dequantize_scaled(const uint8_t* codes, int64_t n, float scale, DType format, float* out);
+
+enum class AmaxReduction { kMax, kMostRecent };
+
+struct DelayedScalingOptions {
+  int history_length = 1024;  // amaxes kept, the current step's included
+  AmaxReduction reduction = AmaxReduction::kMax;
+  int margin = 0;  // the scale is divided by 2^margin: headroom for growth between updates
+};
+
+// One tensor's delayed scale. record() every time the tensor is cast in a step (the step's amax is the largest seen);
+// update() once per optimizer update: the next scale from the history, then the history rolls (the oldest amax drops
+// out and the new current slot starts at zero).
+class DelayedScaling {
+ public:
+  explicit DelayedScaling(DType format, DelayedScalingOptions options = {});
+
+  void record(float amax);
+  void update();
+
+  float scale() const { return scale_; }            // starts at 1
+  float scale_inverse() const { return 1.0f / scale_; }
+  // The history, oldest first, the current step's slot last.
+  std::vector<float> history() const;
+  const DelayedScalingOptions& options() const { return options_; }
+
+ private:
+  float format_max_;
+  DelayedScalingOptions options_;
+  std::vector<float> ring_;  // ring_[current_] is this step's slot
+  int64_t current_ = 0;
+  float scale_ = 1.0f;
+};
+
+}  // namespace mixtrain

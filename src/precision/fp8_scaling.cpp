@@ -1,0 +1,85 @@
+#include "mixtrain/precision/fp8_scaling.h"
+
+#include <cmath>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/float8.h"
+
+namespace mixtrain {
+
+namespace {
+bool is_e5m2(DType format) {
+  MIXTRAIN_CHECK(format == DType::kFloat8E4M3FN || format == DType::kFloat8E5M2,
+                 "FP8 scaling: the format must be float8_e4m3fn or float8_e5m2, got " << dtype_name(format));
+  return format == DType::kFloat8E5M2;
+}
+
+Float8Overflow default_overflow(bool e5m2) { return e5m2 ? Float8Overflow::kNonSaturating : Float8Overflow::kSaturate; }
+
+// The larger magnitude, NaN winning (std::max would keep whichever came first).
+float max_magnitude(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return NAN;
+  return std::fmax(std::fabs(a), std::fabs(b));
+}
+}  // namespace
+
+float float8_format_max(DType format) { return is_e5m2(format) ? kFloat8E5M2Max : kFloat8E4M3Max; }
+
+float amax_of(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = max_magnitude(m, x[i]);
+  return m;
+}
+
+float scale_from_amax(float amax, float format_max, int margin, float previous) {
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return previous;
+  const float s = std::ldexp(format_max / amax, -margin);
+  return std::isfinite(s) && s > 0.0f ? s : previous;
+}
+
+float current_scale(const float* x, int64_t n, DType format, int margin) {
+  return scale_from_amax(amax_of(x, n), float8_format_max(format), margin, 1.0f);
+}
+
+void quantize_scaled(const float* x, int64_t n, float scale, DType format, uint8_t* out) {
+  const bool e5m2 = is_e5m2(format);
+  std::vector<float> scaled(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) scaled[static_cast<size_t>(i)] = x[i] * scale;
+  float8_from_float(scaled.data(), out, n, e5m2, default_overflow(e5m2));
+}
+
+void dequantize_scaled(const uint8_t* codes, int64_t n, float scale, DType format, float* out) {
+  float8_to_float(codes, out, n, is_e5m2(format));
+  for (int64_t i = 0; i < n; ++i) out[i] = out[i] / scale;
+}
+
+DelayedScaling::DelayedScaling(DType format, DelayedScalingOptions options)
+    : format_max_(float8_format_max(format)), options_(options) {
+  MIXTRAIN_CHECK(options.history_length >= 1,
+                 "DelayedScaling: the amax history length must be at least 1, got " << options.history_length);
+  MIXTRAIN_CHECK(options.margin >= 0, "DelayedScaling: the margin must be at least 0, got " << options.margin);
+  ring_.assign(static_cast<size_t>(options.history_length), 0.0f);
+}
+
+void DelayedScaling::record(float amax) {
+  float& slot = ring_[static_cast<size_t>(current_)];
+  slot = max_magnitude(slot, amax);
+}
+
+void DelayedScaling::update() {
+  const float amax = options_.reduction == AmaxReduction::kMostRecent
+                         ? ring_[static_cast<size_t>(current_)]
+                         : amax_of(ring_.data(), static_cast<int64_t>(ring_.size()));
+  scale_ = scale_from_amax(amax, format_max_, options_.margin, scale_);
+  current_ = (current_ + 1) % static_cast<int64_t>(ring_.size());
+  ring_[static_cast<size_t>(current_)] = 0.0f;
+}
+
+std::vector<float> DelayedScaling::history() const {
+  std::vector<float> h;
+  const int64_t n = static_cast<int64_t>(ring_.size());
+  for (int64_t i = 1; i <= n; ++i) h.push_back(ring_[static_cast<size_t>((current_ + i) % n)]);
+  return h;
+}
+
+}  // namespace mixtrain
