@@ -3,6 +3,7 @@
 #include "mixtrain/autograd/autocast.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/matmul.h"
+#include "mixtrain/ops/multiply.h"
 #include "mixtrain/ops/softmax.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -104,6 +105,19 @@ Var add(const Var& a_arg, const Var& b_arg) {
     record_backward(out, [a, b, out]() {
       give(a, out.grad());
       give(b, out.grad());
+    });
+  }
+  return out;
+}
+
+Var multiply(const Var& a_arg, const Var& b_arg) {
+  const Var a = autocast_operand(a_arg), b = autocast_operand(b_arg);
+  const bool rec = should_record({&a, &b});
+  Var out = output(ops::multiply(a.value(), b.value()), rec);
+  if (rec) {
+    record_backward(out, [a, b, out]() {
+      if (a.requires_grad()) give_fresh(a, ops::multiply_backward(out.grad(), b.value()));
+      if (b.requires_grad()) give_fresh(b, ops::multiply_backward(out.grad(), a.value()));
     });
   }
   return out;

@@ -45,7 +45,7 @@ Conv2D::Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides, std:
       filters_(filters),
       kernel_size_(kernel_size),
       options_{strides, ops::parse_padding(padding)},
-      activation_(ops::parse_activation(activation)),
+      activation_(parse_layer_activation(activation)),
       use_bias_(use_bias) {
   MIXTRAIN_CHECK(filters > 0, "Conv2D: filters must be positive, got " << filters);
   MIXTRAIN_CHECK(kernel_size.h > 0 && kernel_size.w > 0,
@@ -93,7 +93,8 @@ Var Conv2D::call(const Var& x, const CallContext&) {
   // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
-  return activation(conv2d(x, kernel_, read_weight(kernel_), bias, options_), activation_);
+  return after_product(activation(conv2d(x, kernel_, read_weight(kernel_), bias, options_), activation_.elementwise),
+                       activation_);
 }
 
 // ---- Pooling ----

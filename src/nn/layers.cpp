@@ -5,7 +5,7 @@
 namespace mixtrain {
 
 Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool use_bias, const std::string& name)
-    : Layer("dense", std::move(dtype), name), units_(units), activation_(ops::parse_activation(activation)), use_bias_(use_bias) {
+    : Layer("dense", std::move(dtype), name), units_(units), activation_(parse_layer_activation(activation)), use_bias_(use_bias) {
   MIXTRAIN_CHECK(units > 0, "Dense: units must be positive, got " << units);
 }
 
@@ -49,13 +49,15 @@ Var Dense::call(const Var& x, const CallContext&) {
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
   // relu and gelu run inside the product's GEMM; the values and gradients are activation(linear(...))'s.
-  return linear_activation(x, kernel_, read_weight(kernel_), bias, activation_);
+  return after_product(linear_activation(x, kernel_, read_weight(kernel_), bias, activation_.elementwise), activation_);
 }
 
 Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)
-    : Layer("activation", std::move(dtype), name), activation_(ops::parse_activation(activation)) {}
+    : Layer("activation", std::move(dtype), name), activation_(parse_layer_activation(activation)) {}
 
-Var Activation::call(const Var& x, const CallContext&) { return activation(x, activation_); }
+Var Activation::call(const Var& x, const CallContext&) {
+  return after_product(activation(x, activation_.elementwise), activation_);
+}
 
 Dropout::Dropout(float rate, DTypeArg dtype, const std::string& name)
     : Layer("dropout", std::move(dtype), name), rate_(rate) {
@@ -64,7 +66,10 @@ Dropout::Dropout(float rate, DTypeArg dtype, const std::string& name)
 
 Var Dropout::call(const Var& x, const CallContext& ctx) {
   if (!ctx.training || rate_ == 0.0f) return x;
-  MIXTRAIN_CHECK(ctx.rng, "Dropout '" << name() << "': training call without a random generator");
+  MIXTRAIN_CHECK(ctx.rng, "Dropout '" << name()
+                              << "': a training call needs a random generator for its masks: pass one as "
+                                 "CallContext{.training = true, .rng = &rng}, or call the layer through its network, "
+                                 "which supplies its own");
   return dropout(x, rate_, *ctx.rng);
 }
 

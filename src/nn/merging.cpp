@@ -20,6 +20,22 @@ Var Add::call_multi(const std::vector<Var>& xs, const CallContext&) {
   return sum;
 }
 
+Multiply::Multiply(DTypeArg dtype, const std::string& name) : Layer("multiply", std::move(dtype), name) {}
+
+Shape Multiply::compute_output_shape_multi(const std::vector<Shape>& input_shapes) const {
+  MIXTRAIN_CHECK(input_shapes.size() >= 2, "Multiply '" << name() << "' takes two or more inputs");
+  for (const Shape& s : input_shapes)
+    MIXTRAIN_CHECK(s == input_shapes[0], "Multiply '" << name() << "': input shapes differ: " << input_shapes[0]
+                                                      << " and " << s);
+  return input_shapes[0];
+}
+
+Var Multiply::call_multi(const std::vector<Var>& xs, const CallContext&) {
+  Var product = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) product = multiply(product, xs[i]);
+  return product;
+}
+
 Concatenate::Concatenate(int axis, DTypeArg dtype, const std::string& name)
     : Layer("concatenate", std::move(dtype), name), axis_(axis) {
   MIXTRAIN_CHECK(axis != 0, "Concatenate: axis 0 is the batch; concatenate along a feature axis (e.g. -1)");

@@ -151,6 +151,7 @@ std::vector<Var> Network::run_layer(Layer& layer, const std::vector<Var>& inputs
   // The network's observer is the one in force for its layers; without one, the caller's (if any) stays.
   CallContext layer_ctx = ctx;
   if (observer_) layer_ctx.observer = observer_;
+  if (layer_ctx.training && layer_ctx.rng == nullptr) layer_ctx.rng = &training_call_rng();
   std::vector<Var> ys = layer.outputs(inputs, layer_ctx);  // one call, however many outputs
   if (observer_) {
     LayerObserver* obs = observer_;

@@ -18,6 +18,18 @@ using detail::check_xy;
 using detail::on_device;
 using detail::sample_shape_of;
 
+namespace {
+
+// Class-id labels (B,) score one prediction per row, (B, T) a sequence's T; counted from the shape, so a rank's
+// empty shard of a small last batch counts alike.
+int64_t labels_per_row(const Tensor& y) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < y.rank(); ++d) n *= y.dim(d);
+  return n;
+}
+
+}  // namespace
+
 Logs Model::train_step(const Tensor& x, const Tensor& y, Communicator* comm, int64_t global_rows) {
   Tensor record = ops::full({kRecordSize}, DType::kFloat32, 0.0f, device());
   const QueuedStep q = queue_step(x, y, comm, global_rows, record);
@@ -32,9 +44,10 @@ void Model::resolve_update(const float* record, const QueuedStep& q) {
 
 Logs Model::step_logs(const float* record, const QueuedStep& q) const {
   const double loss = q.global_loss ? *q.global_loss : static_cast<double>(record[0]);
+  const double scored = static_cast<double>(q.rows) * static_cast<double>(q.labels_per_row);
   const double accuracy = q.global_accuracy ? *q.global_accuracy
-                          : q.rows ? static_cast<double>(record[1]) / static_cast<double>(q.rows)
-                                   : 0.0;
+                          : scored > 0      ? static_cast<double>(record[1]) / scored
+                                            : 0.0;
   Logs logs{{"loss", loss}};
   if (track_accuracy_) logs.emplace_back("accuracy", accuracy);
   if (q.scales_loss) logs.emplace_back("loss_scale", static_cast<double>(record[2]));
@@ -71,7 +84,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     rank_rng = rank_step_rng(dropout_rng_, shard.comm->rank(), detail::kDropoutStream);
     mask_rng = &rank_rng;
   }
-  QueuedStep queued{shard.rows, scales_loss, std::nullopt, std::nullopt, std::nullopt};
+  QueuedStep queued{shard.rows, labels_per_row(y_in), scales_loss, std::nullopt, std::nullopt, std::nullopt};
   if (shard.rows > 0)  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
     forward_backward(x, y, mask_rng, record);
   else
@@ -205,7 +218,8 @@ std::vector<double> Model::reduce_flags_and_logs(const StepShard& shard, const s
     small[vars.size() + 1] = rows > 0 ? static_cast<double>(r[1]) : 0.0;
     comm.all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
     queued.global_loss = small[vars.size()] / static_cast<double>(shard.global_rows);
-    queued.global_accuracy = small[vars.size() + 1] / static_cast<double>(shard.global_rows);
+    queued.global_accuracy =
+        small[vars.size() + 1] / (static_cast<double>(shard.global_rows) * static_cast<double>(queued.labels_per_row));
   }
   small.resize(vars.size());
   return small;

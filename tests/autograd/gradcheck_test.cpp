@@ -57,6 +57,14 @@ TEST(GradCheck, AddScaleBiasReshape) {
                          {random_tensor({3, 4}, 10)}, "reshape");
 }
 
+TEST(GradCheck, MultiplyBothOperands) {
+  expect_gradients_match([](const std::vector<Var>& v) { return head(multiply(v[0], v[1])); },
+                         {random_tensor({3, 5}, 12, -2.0f, 2.0f), random_tensor({3, 5}, 13, -2.0f, 2.0f)}, "multiply");
+  // The same Var on both sides (x * x): both gradients reach it.
+  expect_gradients_match([](const std::vector<Var>& v) { return head(multiply(v[0], v[0])); },
+                         {random_tensor({4, 3}, 14, -2.0f, 2.0f)}, "multiply(x, x)");
+}
+
 TEST(GradCheck, Activations) {
   for (auto a : {ops::Activation::kRelu, ops::Activation::kGelu, ops::Activation::kSigmoid, ops::Activation::kTanh}) {
     // Keep relu inputs away from the kink at 0, where the derivative does not exist.

@@ -87,6 +87,33 @@ TEST_F(FunctionalTest, MergeLayersGradientsMatchFiniteDifferences) {
   EXPECT_LT(r.max_rel_error, 1e-3) << r.worst;
 }
 
+// A gated linear unit, as a newcomer writes one from the functional API: value * sigmoid(gate).
+TEST_F(FunctionalTest, AGatedLayerFromMultiplyTrainsAndMatchesItsGradient) {
+  SymbolicTensor x = Input({4}, DType::kFloat32, "x");
+  auto value = make_layer<Dense>(5), gate = make_layer<Dense>(5, "sigmoid");
+  SymbolicTensor gated = (*make_layer<Multiply>())({(*value)(x), (*gate)(x)});
+  EXPECT_EQ(gated.shape(), Shape{5});
+  Network net({x}, {gated}, "glu");
+  Rng rng(2);
+  net.build({4}, rng);
+  EXPECT_EQ(net.layers()[2]->class_name(), "Multiply");
+  const Tensor in = ramp({3, 4});
+  {
+    NoGradGuard no_grad;
+    // By hand: value(x) * sigmoid(gate(x)), one float32 product per element.
+    const std::vector<float> v = (*value)(Var(in)).value().to_floats(), g = (*gate)(Var(in)).value().to_floats();
+    const std::vector<float> y = net.call(Var(in)).value().to_floats();
+    ASSERT_EQ(y.size(), v.size());
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], v[i] * g[i]) << i;
+  }
+  Multiply three;
+  const auto f = [&](const std::vector<Var>& v) { return sum(three(std::vector<Var>{v[0], v[1], v[0]})); };
+  GradCheckResult r = check_gradients(f, {ramp({2, 3}), ramp({2, 3}, 0.3f)});
+  EXPECT_LT(r.max_rel_error, 1e-3) << r.worst;
+  EXPECT_THROW((*make_layer<Multiply>())({x, Input({3})}), Error);  // shapes differ
+  EXPECT_THROW((*make_layer<Multiply>())(x), Error);                 // needs two inputs
+}
+
 TEST_F(FunctionalTest, ConcatenateAlongAMiddleAxisAndMixedDtypes) {
   set_global_policy("mixed_bfloat16");
   Concatenate concat(1);  // per-sample axis 0 of (batch, rows, cols)

@@ -68,6 +68,24 @@ TEST_P(CustomLoop, GradientTapeTrainsTheBlobs) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, CustomLoop, ::testing::Values("float32", "mixed_float16", "mixed_bfloat16"));
 
+// `model.call(x, {.training = true})`, as KERAS.md's loop writes it, draws Dropout's masks from the model's dropout
+// stream: the one fit() draws from and a checkpoint saves, so a custom loop resumes as fit() does.
+TEST(CustomLoop, ATrainingCallWithoutAGeneratorDrawsFromTheDropoutStream) {
+  Model model("dropout_mlp", 4);
+  model.emplace<Dense>(16, "relu");
+  model.emplace<Dropout>(0.5f);
+  model.emplace<Dense>(3);
+  model.build_for({8});
+  auto [x, y] = train_test::blobs(8, 1);
+  Rng expected = model.dropout_rng();
+  const Tensor implicit = model.call(Var(x), {.training = true}).value();
+  EXPECT_NE(model.dropout_rng().state(), expected.state()) << "the masks came from elsewhere";
+  // The same call given a copy of the stream as it was gives the same bits.
+  const Tensor explicit_rng = model.call(Var(x), {.training = true, .rng = &expected}).value();
+  EXPECT_EQ(implicit.to_floats(), explicit_rng.to_floats());
+  EXPECT_EQ(model.dropout_rng().state(), expected.state());
+}
+
 TEST(CustomLoopErrors, AnOptimizerGivenNoVariablesSaysWhy) {
   // What a custom loop held when trainable_weights() answered an unbuilt model with an empty list (it now
   // throws; tests/train/unbuilt_model_test.cpp).

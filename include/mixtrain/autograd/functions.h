@@ -26,6 +26,9 @@ Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const 
 Var linear_activation(const Var& x, const Var& kernel, const Tensor& kernel_compute, const Var& bias,
                       ops::Activation a);
 Var add(const Var& a, const Var& b);
+// The element-wise product of two Vars of one shape (a gate, as in GLU and SwiGLU), in their common autocast dtype;
+// each operand's gradient is dy times the other (ops/multiply.h).
+Var multiply(const Var& a, const Var& b);
 Var scale(const Var& x, float s);
 Var bias_add(const Var& x, const Var& bias);
 Var activation(const Var& x, ops::Activation a);

@@ -6,7 +6,7 @@
 
 #include "mixtrain/autograd/conv_functions.h"
 #include "mixtrain/nn/layer.h"
-#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/nn/layer_activation.h"
 
 namespace mixtrain {
 
@@ -47,7 +47,7 @@ class Conv2D : public Layer {
   int64_t filters_;
   ops::Size2 kernel_size_;
   ops::Conv2dOptions options_;
-  ops::Activation activation_;
+  LayerActivation activation_;
   bool use_bias_;
   Var kernel_;
   Var bias_;

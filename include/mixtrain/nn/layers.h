@@ -2,7 +2,7 @@
 #pragma once
 
 #include "mixtrain/nn/layer.h"
-#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/nn/layer_activation.h"
 
 namespace mixtrain {
 
@@ -36,7 +36,7 @@ class Dense : public Layer {
  private:
   KernelOptions kernel_options_;
   int64_t units_;
-  ops::Activation activation_;
+  LayerActivation activation_;
   bool use_bias_;
   Var kernel_;
   Var bias_;
@@ -51,7 +51,7 @@ class Activation : public Layer {
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
-  ops::Activation activation_;
+  LayerActivation activation_;
 };
 
 // Inverted dropout in training; identity in inference.

@@ -1,4 +1,4 @@
-// Layers that merge several inputs, for residual and multi-branch models: Add and Concatenate.
+// Layers that merge several inputs, for residual, gated and multi-branch models: Add, Multiply and Concatenate.
 // Inputs are cast to the layer's compute dtype first, so a float32 skip path and a float16 branch meet
 // in one dtype.
 #pragma once
@@ -12,6 +12,19 @@ class Add : public Layer {
  public:
   explicit Add(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Add"; }
+  int num_inputs() const override { return kAnyInputs; }
+  Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
+
+ protected:
+  Var call_multi(const std::vector<Var>& xs, const CallContext& ctx) override;
+};
+
+// Elementwise product of two or more inputs of one shape (keras.layers.Multiply), the gate of GLU-style layers:
+// each product is computed in float32 and rounded once, left to right.
+class Multiply : public Layer {
+ public:
+  explicit Multiply(DTypeArg dtype = std::nullopt, const std::string& name = {});
+  std::string class_name() const override { return "Multiply"; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
 

@@ -128,6 +128,10 @@ class Network {
   void assign_layer_names();
   // Throws the "not built yet" Error naming `what` (e.g. "weights()") unless the network is built.
   void require_built(const char* what) const;
+  // Where a training call that brings no random generator (`call(x, {.training = true})`, as Keras'
+  // `model(x, training=True)`) draws its dropout masks: the network's own stream, seeded alike every run;
+  // Model's is its dropout stream, the one fit() draws from and checkpoints save.
+  virtual Rng& training_call_rng() { return training_call_rng_; }
 
   std::string name_;
   std::vector<std::shared_ptr<Layer>> layers_;
@@ -147,6 +151,7 @@ class Network {
 
   std::vector<SymbolicTensor> graph_inputs_, graph_outputs_;
   std::vector<Step> steps_;
+  Rng training_call_rng_;
 };
 
 }  // namespace mixtrain

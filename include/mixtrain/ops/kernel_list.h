@@ -20,6 +20,7 @@
   X(count_nonfinite, "count_nonfinite") \
   X(square, "square") \
   X(square_backward, "square_backward") \
+  X(multiply, "multiply") \
   X(cast, "cast") \
   X(unscale_and_check, "unscale_and_check") \
   X(unscale_and_count_nonfinite, "unscale_and_count_nonfinite") \

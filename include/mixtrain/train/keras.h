@@ -1,10 +1,13 @@
 // Everything a Keras program reaches for, in one include: layers, models, losses, optimizers and their
 // schedules, loss scaling and dtype policies, callbacks, checkpoints and weight files, GradientTape,
-// clear_session() and the CSV loader. docs/KERAS.md maps Keras' names to these.
+// clear_session(), generate(), and the data loaders (CSV, Fashion-MNIST and other IDX image sets, text windows).
+// docs/KERAS.md maps Keras' names to these.
 #pragma once
 
 #include "mixtrain/autograd/gradient_tape.h"
 #include "mixtrain/data/csv.h"
+#include "mixtrain/data/image_dataset.h"
+#include "mixtrain/data/text.h"
 #include "mixtrain/nn/conv_layers.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
@@ -20,5 +23,6 @@
 #include "mixtrain/precision/policy.h"
 #include "mixtrain/train/callbacks.h"
 #include "mixtrain/train/checkpoint.h"
+#include "mixtrain/train/generate.h"
 #include "mixtrain/train/model.h"
 #include "mixtrain/train/weights_file.h"

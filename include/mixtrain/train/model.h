@@ -154,6 +154,10 @@ class Model : public Network, public RecoveryTarget {
   const Rng& shuffle_rng() const { return shuffle_rng_; }
   const Rng& dropout_rng() const { return dropout_rng_; }
 
+ protected:
+  // A custom loop's `call(x, {.training = true})` draws its masks where fit() does (and a checkpoint saves).
+  Rng& training_call_rng() override { return dropout_rng_; }
+
  private:
   // A step's logs as it leaves them where it ran, in a float32 (kRecordSize,) tensor: the loss, the rows whose
   // arg-max matched the label (when accuracy is tracked), the loss scale the step used (when the loss is scaled)
@@ -161,6 +165,9 @@ class Model : public Network, public RecoveryTarget {
   static constexpr int64_t kRecordSize = 4;
   struct QueuedStep {
     int64_t rows = 0;  // the rows the logs average over (the global batch's, data-parallel)
+    // The predictions each row scores: 1 for a label per sample, T for a sequence's (B, T) labels, so that the
+    // accuracy is a share of predictions (Keras' sparse_categorical_accuracy), as evaluate() reports it.
+    int64_t labels_per_row = 1;
     bool scales_loss = false;
     // Data-parallel: the global batch's loss and accuracy, already combined over the ranks on the host.
     std::optional<double> global_loss, global_accuracy;

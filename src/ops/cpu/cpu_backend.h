@@ -23,7 +23,8 @@
   X(pooling)                         \
   X(reduce)                          \
   X(softmax)                         \
-  X(square)
+  X(square)                          \
+  X(multiply)
 
 namespace mixtrain::ops::cpu {
 

@@ -32,7 +32,8 @@ CudaBackendStatus install_backend();
   X(pooling)                          \
   X(batch_norm)                       \
   X(convert)                          \
-  X(square)
+  X(square)                           \
+  X(multiply)
 #define MIXTRAIN_CUDA_GEMM_KERNEL_FILES(X) \
   X(matmul)                               \
   X(conv2d)                               \
