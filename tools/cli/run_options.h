@@ -17,7 +17,7 @@ namespace mixtrain::cli {
 
 struct RunOptions {
   // The run: --model, --epochs, --batch-size, --lr, --optimizer, --seed, --policy, --hidden, --validation-split,
-  // --loss-scale, --recover, --sync-batch-norm, the flags of runs by steps and of the transformer, and --device;
+  // --loss-scale, --recover, --sync-batch-norm, --accumulate, the flags of runs by steps and of the transformer, and --device;
   // each model's recipe where the flags give none (the CNN's schedule, the transformer's AdamW, ...). Validated.
   RunConfig run;
   std::string data = "fashion-mnist";      // --data: fashion-mnist | PATH | moby-dick | text:PATH

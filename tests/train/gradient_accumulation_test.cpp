@@ -1,0 +1,177 @@
+// Gradient accumulation (Optimizer::gradient_accumulation_steps): a batch trained as N micro-batches against the
+// same batch in one pass (the independent definition), and the loss-scaling pitfalls of accumulation elsewhere:
+// unscaling twice, counting a skipped update once per micro-batch, schedules stepping per micro-batch or on a
+// skipped update, and a logged loss left scaled or summed over the micro-batches.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "blobs.h"
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/train/model.h"
+#include "quiet_policy_test.h"
+
+namespace mixtrain {
+namespace {
+
+using train_test::blobs;
+using GradientAccumulation = QuietPolicyTest;
+
+// An MLP on the 8-feature blobs: `policy` for the hidden layer, float32 logits; `opt` already wrapped as wanted.
+std::unique_ptr<Model> mlp(const char* policy, std::unique_ptr<Optimizer> opt, int64_t accumulate) {
+  auto m = std::make_unique<Model>("mlp", 9);
+  m->emplace<Dense>(32, "relu", dtype_arg(policy));
+  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+  m->compile(std::move(opt), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  m->optimizer().set_gradient_accumulation_steps(accumulate);
+  m->build_for(Shape{8});
+  return m;
+}
+
+std::vector<float> flat_weights(const Model& m) {
+  std::vector<float> all;
+  for (const Var& v : m.weights()) {
+    const std::vector<float> f = v.value().to_floats();
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  return all;
+}
+
+// Largest |a - b| / (1 + |b|) over the elements: the data-parallel tests' measure (tests/distributed/two_ranks.h),
+// relative for weights above 1 and absolute below, where a weight passing near 0 has no relative size to keep.
+double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / (1.0 + std::abs(double{b[i]})));
+  return worst;
+}
+
+FitOptions fit_options(int64_t batch_size) {
+  FitOptions o;
+  o.epochs = 1;
+  o.batch_size = batch_size;
+  o.verbose = 0;
+  return o;
+}
+
+// float32: the micro-batches' gradients are the batch's mean gradient summed in another order (a few ulps per
+// update). SGD moves each weight by exactly that gradient times the rate, so an update that counted micro-batches
+// wrongly (no 1/N, a missing micro-batch) would differ by far more than 1e-6 (measured: 5e-8). Adam, which
+// normalises the gradient's size away, is checked beside it for the iteration count and its moments; it turns the
+// ulps of a gradient element near 0 into a step of up to the rate, so its difference grows with the rate (measured:
+// 2e-7 at 0.01, 1.0e-6 at 0.05).
+TEST_F(GradientAccumulation, FourMicroBatchesEqualOneBatchOfFourTimesTheRowsAfterTwentyUpdates) {
+  auto [x, y] = blobs(20 * 64, 21);  // 20 updates of 64 rows, micro-batches of 16
+  for (const char* rule : {"sgd", "adam"}) {
+    const float rate = std::string(rule) == "sgd" ? 0.05f : 0.01f;
+    auto whole = mlp("float32", make_optimizer(rule, rate), 1);
+    auto micro = mlp("float32", make_optimizer(rule, rate), 4);
+    const History hw = whole->fit(x, y, fit_options(64));
+    const History hm = micro->fit(x, y, fit_options(64));
+    const double difference = max_relative_difference(flat_weights(*micro), flat_weights(*whole));
+    std::cout << rule << ": largest relative weight difference after 20 updates " << difference << "\n";
+    EXPECT_LE(difference, 1e-6) << rule;
+    EXPECT_NE(flat_weights(*micro), flat_weights(*mlp("float32", make_optimizer(rule, rate), 1))) << "nothing trained";
+    EXPECT_EQ(micro->optimizer().iterations(), 20) << rule << ": iterations count updates, not micro-batches";
+    ASSERT_EQ(hm.step_loss.size(), 20u) << rule << ": the History has one entry per update";
+    // The logged loss is the batch's mean (the micro-batches' row-weighted sum), not their sum.
+    for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(hm.step_loss[i], hw.step_loss[i], 1e-5) << rule << " update " << i;
+    EXPECT_EQ(hm.samples, hw.samples);
+  }
+}
+
+TEST_F(GradientAccumulation, UnevenMicroBatchesAndASmallLastBatchWeighEachRowOnce) {
+  // 10 rows in 4 micro-batches (3, 3, 2, 2); 96 rows in batches of 10 end with a batch of 6 (2, 2, 1, 1).
+  auto [x, y] = blobs(96, 22);
+  auto whole = mlp("float32", make_optimizer("sgd", 0.05f), 1);
+  auto micro = mlp("float32", make_optimizer("sgd", 0.05f), 4);
+  whole->fit(x, y, fit_options(10));
+  micro->fit(x, y, fit_options(10));
+  EXPECT_LE(max_relative_difference(flat_weights(*micro), flat_weights(*whole)), 1e-6);
+  // More micro-batches than rows: one row each.
+  auto many = mlp("float32", make_optimizer("sgd", 0.05f), 64);
+  many->fit(x, y, fit_options(10));
+  EXPECT_LE(max_relative_difference(flat_weights(*many), flat_weights(*whole)), 1e-6);
+}
+
+// mixed_float16 under dynamic scaling: one row of micro-batch 3 of 4 is inf. Its gradients are NaN, the sum in
+// the arena is NaN, and the one finite check of the update skips it: no weight moves, the scale halves once (not
+// once per micro-batch), one skipped step is counted, iterations() stays, exactly as the same batch in one pass.
+TEST_F(GradientAccumulation, ANonFiniteMicroBatchSkipsTheWholeUpdateAndLowersTheScaleOnceAsTheWholeBatch) {
+  auto [x, y] = blobs(32, 23);
+  std::vector<float> xs = x.to_floats();
+  xs[20 * 8 + 3] = std::numeric_limits<float>::infinity();  // row 20: micro-batch 3 (rows 16..23)
+  const Tensor bad = Tensor::from_floats({32, 8}, xs);
+  LossScaleOptions lso;
+  lso.initial_scale = 1024.0f;
+  auto whole = mlp("mixed_float16", std::make_unique<LossScaleOptimizer>(make_optimizer("adam", 0.01f), lso), 1);
+  auto micro = mlp("mixed_float16", std::make_unique<LossScaleOptimizer>(make_optimizer("adam", 0.01f), lso), 4);
+  const std::vector<float> before = flat_weights(*micro);
+  ASSERT_EQ(before, flat_weights(*whole));
+  for (Model* m : {whole.get(), micro.get()}) {
+    m->train_step(bad, y);
+    const auto& opt = dynamic_cast<const LossScaleOptimizer&>(m->optimizer());
+    EXPECT_TRUE(opt.last_step_skipped());
+    EXPECT_EQ(opt.skipped_steps(), 1) << "one skipped update, counted once";
+    EXPECT_EQ(opt.loss_scale(), 512.0f) << "halved once";
+    EXPECT_EQ(opt.iterations(), 0);
+    EXPECT_EQ(flat_weights(*m), before) << "a skipped update moves no weight";
+  }
+  // The next, finite batch: both apply it, from the same weights and the same scale.
+  for (Model* m : {whole.get(), micro.get()}) m->train_step(x, y);
+  EXPECT_EQ(micro->optimizer().iterations(), 1);
+  EXPECT_FALSE(dynamic_cast<const LossScaleOptimizer&>(micro->optimizer()).last_step_skipped());
+  // mixed_float16 activations: the micro-batches' float16 passes round as the whole batch's do, row by row; the
+  // sums differ in order only, and Adam's first update is lr * sign-like, so the weights agree to float16 ulps.
+  EXPECT_LE(max_relative_difference(flat_weights(*micro), flat_weights(*whole)), 1e-3);
+  EXPECT_NE(flat_weights(*micro), before);
+}
+
+// Unscaling twice (once per micro-batch and again at the update, or twice at the update) would shrink the
+// update by the scale. With a power-of-two fixed scale every scaled and unscaled value is exact in float32, so
+// the loss-scaled accumulated update must be bit-identical to the unscaled one.
+TEST_F(GradientAccumulation, GradientsAreUnscaledExactlyOnce) {
+  auto [x, y] = blobs(64, 24);
+  LossScaleOptions fixed;
+  fixed.dynamic = false;
+  fixed.initial_scale = 1024.0f;
+  auto scaled = mlp("float32", std::make_unique<LossScaleOptimizer>(make_optimizer("sgd", 0.1f), fixed), 4);
+  auto plain = mlp("float32", make_optimizer("sgd", 0.1f), 4);
+  const History hs = scaled->fit(x, y, fit_options(16));
+  const History hp = plain->fit(x, y, fit_options(16));
+  EXPECT_EQ(flat_weights(*scaled), flat_weights(*plain));
+  // The logged loss is the unscaled one (not 1024 times it).
+  ASSERT_EQ(hs.step_loss.size(), hp.step_loss.size());
+  for (size_t i = 0; i < hs.step_loss.size(); ++i) EXPECT_EQ(hs.step_loss[i], hp.step_loss[i]);
+}
+
+// A learning-rate schedule reads iterations(): it must advance once per applied update, neither per micro-batch
+// nor on an update the loss scale skipped (Keras 3: a skipped step does not count).
+TEST_F(GradientAccumulation, SchedulesCountAppliedUpdatesNotMicroBatchesNorSkippedUpdates) {
+  auto [x, y] = blobs(32, 25);
+  std::vector<float> xs = x.to_floats();
+  xs[5] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor bad = Tensor::from_floats({32, 8}, xs);
+  auto m = mlp("mixed_float16", std::make_unique<LossScaleOptimizer>(make_optimizer("sgd", 0.1f)), 4);
+  m->optimizer().set_learning_rate_schedule(std::make_shared<PiecewiseConstantDecay>(
+      std::vector<int64_t>{1, 2}, std::vector<double>{0.1, 0.01, 0.001}));
+  m->train_step(x, y);
+  m->train_step(bad, y);  // skipped
+  m->train_step(x, y);
+  EXPECT_EQ(m->optimizer().iterations(), 2) << "two applied updates of four micro-batches each, one skipped";
+  EXPECT_FLOAT_EQ(m->optimizer().learning_rate(), 0.01f);
+}
+
+TEST_F(GradientAccumulation, RefusesZeroSteps) {
+  auto m = mlp("float32", make_optimizer("sgd", 0.1f), 1);
+  EXPECT_THROW(m->optimizer().set_gradient_accumulation_steps(0), Error);
+  EXPECT_EQ(m->optimizer().gradient_accumulation_steps(), 1);
+}
+
+}  // namespace
+}  // namespace mixtrain
