@@ -4,14 +4,19 @@
 // skipped update, and a logged loss left scaled or summed over the micro-batches.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 
 #include "blobs.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model.h"
 #include "quiet_policy_test.h"
 
@@ -165,6 +170,105 @@ TEST_F(GradientAccumulation, SchedulesCountAppliedUpdatesNotMicroBatchesNorSkipp
   m->train_step(x, y);
   EXPECT_EQ(m->optimizer().iterations(), 2) << "two applied updates of four micro-batches each, one skipped";
   EXPECT_FLOAT_EQ(m->optimizer().learning_rate(), 0.01f);
+}
+
+// Passes its input through, and ends the process's fit (as a SIGKILL would) at its kill_at-th training call: with
+// 4 micro-batches per update, call 4k + 2 is inside update k + 1's accumulation, after its first micro-batch's
+// gradients are in the arena.
+struct Killed {};
+class KillInsidePass : public Layer {
+ public:
+  explicit KillInsidePass(int64_t kill_at) : Layer("kill_inside_pass"), kill_at_(kill_at) {}
+
+ protected:
+  Var call(const Var& x, const CallContext& ctx) override {
+    if (ctx.training && ++calls_ == kill_at_) throw Killed{};
+    return x;
+  }
+
+ private:
+  int64_t kill_at_, calls_ = 0;
+};
+
+// The state a resumed fit must reproduce bit for bit: weights, optimizer (slots, iterations, loss scale and its
+// counters), the random streams, and the History's losses.
+std::vector<std::vector<uint8_t>> everything(const Model& m, const History& h) {
+  std::vector<std::vector<uint8_t>> out;
+  const auto bytes = [&](const Tensor& t) {
+    const Tensor c = t.contiguous();
+    const auto* p = static_cast<const uint8_t*>(c.raw());
+    out.emplace_back(p, p + c.nbytes());
+  };
+  for (const Var& w : m.weights()) bytes(w.value());
+  for (const auto& [k, t] : m.optimizer().state()) bytes(t);
+  for (const Rng* rng : {&m.shuffle_rng(), &m.dropout_rng()}) {
+    const std::vector<uint64_t> words = rng->state();
+    out.emplace_back(reinterpret_cast<const uint8_t*>(words.data()),
+                     reinterpret_cast<const uint8_t*>(words.data() + words.size()));
+  }
+  for (const std::vector<double>* v : {&h.step_loss, &h.step_loss_scale})
+    out.emplace_back(reinterpret_cast<const uint8_t*>(v->data()), reinterpret_cast<const uint8_t*>(v->data() + v->size()));
+  return out;
+}
+
+// A checkpoint is taken between updates (FitState): a fit killed inside an accumulation resumes from the last
+// update's checkpoint, redoes the interrupted update's micro-batches from its first, and ends bit-identical to a
+// fit never interrupted. mixed_float16 with a scale that rises into overflows, and Dropout (its stream advances
+// per micro-batch).
+TEST_F(GradientAccumulation, AKillInsideAnAccumulationResumesBitIdentically) {
+  auto [x, y] = blobs(80, 26);  // 5 updates of 16 rows per epoch, 4 micro-batches of 4
+  const auto make = [](int64_t kill_at) {
+    auto m = std::make_unique<Model>("net", 13);
+    m->emplace<Dense>(32, "relu", dtype_arg("mixed_float16"));
+    m->emplace<Dropout>(0.2f, dtype_arg("mixed_float16"));
+    m->emplace<KillInsidePass>(kill_at);
+    m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+    LossScaleOptions lso;
+    lso.initial_scale = 65536.0f * 256.0f;  // overflows and skips at first
+    lso.dynamic_growth_steps = 2;
+    m->compile(std::make_unique<LossScaleOptimizer>(make_optimizer("adam", 0.01f), lso),
+               Loss("sparse_categorical_crossentropy", true));
+    m->optimizer().set_gradient_accumulation_steps(4);
+    return m;
+  };
+  FitOptions o = fit_options(16);
+  o.epochs = 3;
+  auto full = make(0);
+  const History hf = full->fit(x, y, o);
+  const std::string ckpt = (std::filesystem::temp_directory_path() /
+                            ("mixtrain_accumulation_kill_" + std::to_string(::getpid()) + ".safetensors")).string();
+  for (const int64_t kill_at : {int64_t{4 * 6 + 2}, int64_t{4 * 5 + 4}, int64_t{4 * 12 + 3}}) {
+    std::filesystem::remove(ckpt);
+    {
+      auto killed = make(kill_at);
+      CheckpointCallback saver(ckpt, 1, "", 1);
+      FitOptions ok = o;
+      ok.callbacks = {&saver};
+      EXPECT_THROW(killed->fit(x, y, ok), Killed);
+    }
+    auto resumed = make(0);
+    CheckpointInfo info = load_checkpoint(ckpt, *resumed);
+    ASSERT_TRUE(info.fit_state.has_value());
+    EXPECT_EQ(info.fit_state->gradient_accumulation_steps, 4);
+    FitOptions ro = o;
+    ro.resume = info.fit_state;
+    const History hr = resumed->fit(x, y, ro);
+    EXPECT_TRUE(everything(*resumed, hr) == everything(*full, hf)) << "killed at training pass " << kill_at;
+  }
+  // Resuming inside an epoch with another number of micro-batches is refused, naming it.
+  auto other = make(0);
+  CheckpointInfo info = load_checkpoint(ckpt, *other);
+  other->optimizer().set_gradient_accumulation_steps(2);
+  FitOptions ro = o;
+  ro.resume = info.fit_state;
+  ASSERT_GT(info.fit_state->step, 0);
+  try {
+    other->fit(x, y, ro);
+    ADD_FAILURE() << "resumed with 2 micro-batches a state saved with 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient_accumulation_steps 4"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(ckpt);
 }
 
 TEST_F(GradientAccumulation, RefusesZeroSteps) {
