@@ -79,7 +79,9 @@ TEST(DataParallelAccumulation, OneAllReducePerUpdate) {
       per_update[k] = comm.stats();
       weights[k] = flat_values(m->weights());
     }
-    if (bucket_bytes > 1024) EXPECT_EQ(per_update[0].calls, 2) << "flags and logs, then one gradient all-reduce";
+    if (bucket_bytes > 1024) {
+      EXPECT_EQ(per_update[0].calls, 2) << "flags and logs, then one gradient all-reduce";
+    }
     EXPECT_EQ(per_update[1].calls, per_update[0].calls) << "bucket bytes " << bucket_bytes;
     EXPECT_EQ(per_update[1].bytes, per_update[0].bytes) << "bucket bytes " << bucket_bytes;
     EXPECT_LT(max_relative_difference(weights[1], weights[0]), kWeightTolerance);
