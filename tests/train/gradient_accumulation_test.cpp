@@ -1,7 +1,8 @@
 // Gradient accumulation (Optimizer::gradient_accumulation_steps): a batch trained as N micro-batches against the
 // same batch in one pass (the independent definition), and the loss-scaling pitfalls of accumulation elsewhere:
-// unscaling twice, counting a skipped update once per micro-batch, schedules stepping per micro-batch or on a
-// skipped update, and a logged loss left scaled or summed over the micro-batches.
+// micro-batch gradients summed instead of averaged, unscaling twice, a skipped update counted (or the scale
+// lowered) once per micro-batch, schedules and the scale's growth stepping per micro-batch or on a skipped update,
+// and a logged loss left scaled or summed over the micro-batches.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -170,6 +171,22 @@ TEST_F(GradientAccumulation, SchedulesCountAppliedUpdatesNotMicroBatchesNorSkipp
   m->train_step(x, y);
   EXPECT_EQ(m->optimizer().iterations(), 2) << "two applied updates of four micro-batches each, one skipped";
   EXPECT_FLOAT_EQ(m->optimizer().learning_rate(), 0.01f);
+}
+
+// The dynamic scale's growth counts finite updates: 2 updates of 4 micro-batches double a scale that doubles
+// after every 2 finite steps once, not four times.
+TEST_F(GradientAccumulation, TheScaleGrowsPerUpdateNotPerMicroBatch) {
+  auto [x, y] = blobs(32, 27);
+  LossScaleOptions lso;
+  lso.initial_scale = 256.0f;
+  lso.dynamic_growth_steps = 2;
+  auto m = mlp("mixed_float16", std::make_unique<LossScaleOptimizer>(make_optimizer("sgd", 0.1f), lso), 4);
+  m->train_step(x, y);
+  m->train_step(x, y);
+  const auto& opt = dynamic_cast<const LossScaleOptimizer&>(m->optimizer());
+  EXPECT_EQ(opt.loss_scale(), 512.0f);
+  EXPECT_EQ(opt.good_steps_in_a_row(), 2);
+  EXPECT_EQ(opt.iterations(), 2);
 }
 
 // Passes its input through, and ends the process's fit (as a SIGKILL would) at its kill_at-th training call: with
