@@ -116,7 +116,8 @@ void read_position(const FitStateReader& r, const Json& j, FitState& s) {
   if (s.step > s.steps_per_epoch)
     r.fail("'step' " + std::to_string(s.step) + " is past the epoch's " + std::to_string(s.steps_per_epoch) + " steps");
   s.batch_size = r.integer(j, "batch_size", 1);
-  if (j.find("gradient_accumulation_steps")) s.gradient_accumulation_steps = r.integer(j, "gradient_accumulation_steps", 1);
+  if (j.find("gradient_accumulation_steps"))
+    s.gradient_accumulation_steps = r.integer(j, "gradient_accumulation_steps", 1);
   s.rows = r.integer(j, "rows", 1);
   s.shuffle = r.boolean(j, "shuffle");
   s.sampled = r.boolean(j, "sampled");

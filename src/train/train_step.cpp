@@ -71,7 +71,8 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     mask_rng = &rank_rng;
   }
   QueuedStep queued{shard.rows, scales_loss, std::nullopt, std::nullopt, std::nullopt};
-  const std::vector<int64_t> micro_rows = detail::micro_batch_rows(shard.rows, optimizer_->gradient_accumulation_steps());
+  const std::vector<int64_t> micro_rows =
+      detail::micro_batch_rows(shard.rows, optimizer_->gradient_accumulation_steps());
   MIXTRAIN_CHECK(micro_rows.size() <= 1 || synchronized_bn.empty(),
                  "train_step: gradient_accumulation_steps " << optimizer_->gradient_accumulation_steps()
                      << " with synchronized BatchNormalization over " << shard.comm->size()

@@ -3,7 +3,8 @@
 checkpoint and the JSON report of an uninterrupted run, bit for bit.
 
 Usage: save_every_kill_test.py MIXTRAIN [KILLS] [--FLAG VALUE ...]: the flags replace the run's own (or join
-them), e.g. --accumulate 4 --epochs 2 for kills that land inside accumulations. A mixed_float16 MLP (so the dynamic loss scale's state is part of
+them), e.g. --accumulate 4 --epochs 2 for kills that land inside accumulations.
+A mixed_float16 MLP (so the dynamic loss scale's state is part of
 what must survive) on a small synthetic CSV, one thread. Each run is killed after a random delay; the next one
 resumes from whatever checkpoint the killed one left (or starts afresh when it left none). A series ends when a run
 finishes on its own; its checkpoint and report are then compared with the uninterrupted run's, and another series

@@ -224,7 +224,8 @@ std::vector<std::vector<uint8_t>> everything(const Model& m, const History& h) {
                      reinterpret_cast<const uint8_t*>(words.data() + words.size()));
   }
   for (const std::vector<double>* v : {&h.step_loss, &h.step_loss_scale})
-    out.emplace_back(reinterpret_cast<const uint8_t*>(v->data()), reinterpret_cast<const uint8_t*>(v->data() + v->size()));
+    out.emplace_back(reinterpret_cast<const uint8_t*>(v->data()),
+                     reinterpret_cast<const uint8_t*>(v->data() + v->size()));
   return out;
 }
 
