@@ -113,6 +113,11 @@ void Optimizer::set_global_clipnorm(std::optional<float> clip_norm) {
   global_clipnorm_ = clip_norm;
 }
 
+void Optimizer::set_gradient_accumulation_steps(int64_t steps) {
+  MIXTRAIN_CHECK(steps >= 1, "gradient_accumulation_steps must be >= 1 (1: no accumulation), got " << steps);
+  accumulation_steps_ = steps;
+}
+
 std::string Optimizer::var_key(const Var& var, size_t index) {
   return var.name().empty() ? "var_" + std::to_string(index) : var.name();
 }

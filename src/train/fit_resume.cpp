@@ -21,6 +21,7 @@ FitState Model::FitLoop::state() const {
   FitState s;
   s.steps_per_epoch = steps_;
   s.batch_size = options_.batch_size;
+  s.gradient_accumulation_steps = model_.optimizer().gradient_accumulation_steps();
   s.rows = rows_;
   s.shuffle = options_.shuffle;
   s.sampled = sampled_;
@@ -57,14 +58,18 @@ void Model::FitLoop::check_resumable(const FitState& s) const {
   const auto refuse = [](const std::string& what, const std::string& saved, const std::string& now) {
     MIXTRAIN_FAIL(kInvalidInput, "fit: the state to resume was saved with " << what << " " << saved
                                      << ", this fit has " << now,
-                  "resume with the data, validation split, batch_size, steps_per_epoch and shuffle setting of the "
-                  "run that saved it");
+                  "resume with the data, validation split, batch_size, gradient_accumulation_steps, steps_per_epoch "
+                  "and shuffle setting of the run that saved it");
   };
   const int64_t batch_size = options_.batch_size;
   const bool shuffle = options_.shuffle;
   if (mid_epoch && s.rows != rows_) refuse("training rows", std::to_string(s.rows), std::to_string(rows_));
   if (mid_epoch && s.batch_size != batch_size)
     refuse("batch_size", std::to_string(s.batch_size), std::to_string(batch_size));
+  // The same batches in other micro-batches would round otherwise: the rest of the epoch would not be bit-identical.
+  const int64_t accumulate = model_.optimizer().gradient_accumulation_steps();
+  if (mid_epoch && s.gradient_accumulation_steps != accumulate)
+    refuse("gradient_accumulation_steps", std::to_string(s.gradient_accumulation_steps), std::to_string(accumulate));
   if (mid_epoch && s.steps_per_epoch != steps_)
     refuse("steps per epoch", std::to_string(s.steps_per_epoch), std::to_string(steps_));
   if (mid_epoch && s.sampled != sampled_)

@@ -29,6 +29,8 @@ std::string fit_state_json(const FitState& s) {
   j["step"] = s.step;
   j["steps_per_epoch"] = s.steps_per_epoch;
   j["batch_size"] = s.batch_size;
+  // Only when accumulating: other states read as before.
+  if (s.gradient_accumulation_steps != 1) j["gradient_accumulation_steps"] = s.gradient_accumulation_steps;
   j["rows"] = s.rows;
   j["shuffle"] = s.shuffle;
   j["sampled"] = s.sampled;
@@ -114,6 +116,8 @@ void read_position(const FitStateReader& r, const Json& j, FitState& s) {
   if (s.step > s.steps_per_epoch)
     r.fail("'step' " + std::to_string(s.step) + " is past the epoch's " + std::to_string(s.steps_per_epoch) + " steps");
   s.batch_size = r.integer(j, "batch_size", 1);
+  if (j.find("gradient_accumulation_steps"))
+    s.gradient_accumulation_steps = r.integer(j, "gradient_accumulation_steps", 1);
   s.rows = r.integer(j, "rows", 1);
   s.shuffle = r.boolean(j, "shuffle");
   s.sampled = r.boolean(j, "sampled");

@@ -31,4 +31,9 @@ inline Tensor on_device(const Tensor& t, const Device& device) {
   return t.device() == device ? t : ops::to_device(t, device);
 }
 
+// Gradient accumulation: the rows of each micro-batch of a batch (or a rank's shard) of `rows` rows split into
+// `steps` (micro_batches.cpp): min(steps, rows) parts as even as possible, the larger first; {rows} when steps is 1,
+// none for an empty batch.
+std::vector<int64_t> micro_batch_rows(int64_t rows, int64_t steps);
+
 }  // namespace mixtrain::detail

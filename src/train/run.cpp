@@ -36,6 +36,9 @@ void validate_run_config(const RunConfig& cfg) {
                  "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
   MIXTRAIN_CHECK(cfg.weight_decay >= 0, "--weight-decay must be >= 0, got " << cfg.weight_decay);
   MIXTRAIN_CHECK(cfg.clipnorm >= 0, "--clipnorm must be >= 0 (0: no clipping), got " << cfg.clipnorm);
+  MIXTRAIN_CHECK(cfg.gradient_accumulation_steps >= 1 && cfg.gradient_accumulation_steps <= cfg.batch_size,
+                 "--accumulate must be in [1, --batch-size " << cfg.batch_size << "] (micro-batches per batch), got "
+                                                             << cfg.gradient_accumulation_steps);
   MIXTRAIN_CHECK(cfg.context_length > 0 && cfg.context_length <= 65536,
                  "--context must be in [1, 65536], got " << cfg.context_length);
   MIXTRAIN_CHECK(cfg.width > 0 && cfg.width <= 65536, "--width must be in [1, 65536], got " << cfg.width);
@@ -143,6 +146,7 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t tota
     opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
   }
   if (cfg.clipnorm > 0) opt->set_global_clipnorm(cfg.clipnorm);
+  opt->set_gradient_accumulation_steps(cfg.gradient_accumulation_steps);
   const int64_t warmup = resolved_warmup_steps(cfg, total_steps);
   if (cfg.lr_schedule != "constant" || warmup > 0)
     opt->set_learning_rate_schedule(make_schedule(cfg.lr_schedule, cfg.learning_rate, total_steps, warmup));
@@ -304,6 +308,8 @@ std::string run_config_json(const RunConfig& cfg) {
   j["warmup_steps"] = cfg.warmup_steps;
   j["weight_decay"] = cfg.weight_decay;
   j["clipnorm"] = cfg.clipnorm;
+  // Written only when accumulating, so that the configuration of other runs reads as before.
+  if (cfg.gradient_accumulation_steps != 1) j["gradient_accumulation_steps"] = cfg.gradient_accumulation_steps;
   j["context_length"] = cfg.context_length;
   j["width"] = cfg.width;
   j["num_layers"] = cfg.num_layers;
@@ -361,6 +367,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   num("warmup_steps", cfg.warmup_steps);
   num("weight_decay", cfg.weight_decay);
   num("clipnorm", cfg.clipnorm);
+  num("gradient_accumulation_steps", cfg.gradient_accumulation_steps);
   num("context_length", cfg.context_length);
   num("width", cfg.width);
   num("num_layers", cfg.num_layers);

@@ -75,7 +75,6 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
                                                   << " ranks leaves a rank without samples, which synchronized "
                                                      "BatchNormalization in a functional model cannot serve; use a "
                                                      "dataset or batch size whose last batch has a sample per rank");
-  const bool overlapped = start_overlapped_reduce(shard, flat, empty_shards);
   // Data-parallel dropout: the model's stream stays the same on every rank (checkpoints save it) and each step's
   // masks come from a stream derived from it and the rank (distributed/data_parallel.h).
   Rng* mask_rng = &dropout_rng_;
@@ -85,10 +84,21 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     mask_rng = &rank_rng;
   }
   QueuedStep queued{shard.rows, labels_per_row(y_in), scales_loss, std::nullopt, std::nullopt, std::nullopt};
-  if (shard.rows > 0)  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
-    forward_backward(x, y, mask_rng, record);
-  else
+  const std::vector<int64_t> micro_rows =
+      detail::micro_batch_rows(shard.rows, optimizer_->gradient_accumulation_steps());
+  MIXTRAIN_CHECK(micro_rows.size() <= 1 || synchronized_bn.empty(),
+                 "train_step: gradient_accumulation_steps " << optimizer_->gradient_accumulation_steps()
+                     << " with synchronized BatchNormalization over " << shard.comm->size()
+                     << " ranks: each micro-batch would exchange statistics of part of the global batch; train "
+                        "without synchronized BatchNormalization or without accumulation");
+  bool overlapped = false;
+  if (shard.rows > 0) {  // a rank's shard of a small last batch may be empty: it still takes part in the all-reduce
+    overlapped = run_micro_batches(x, y, micro_rows, mask_rng, record,
+                                   [&] { return start_overlapped_reduce(shard, flat, empty_shards); });
+  } else {
+    overlapped = start_overlapped_reduce(shard, flat, empty_shards);
     exchange_without_rows(synchronized_bn, record);
+  }
   // The scale this step used, before the optimizer moves it.
   if (scales_loss) record.slice(0, 2, 3).copy_from(optimizer_->loss_scale_on(device()));
   if (overlapped) {
@@ -168,7 +178,7 @@ bool Model::start_overlapped_reduce(const StepShard& shard, bool flat, bool empt
   return overlapped;
 }
 
-void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record) {
+void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record, const MicroBatch& mb) {
   Var out = call(Var(as_input(x)), CallContext{true, mask_rng});
   Var loss = (*loss_)(out, y);
   // Kernel regularizers' penalties join the training loss (Keras adds model.losses); without any, the sum is
@@ -176,10 +186,22 @@ void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Te
   const Var penalty = regularization_loss(*this);
   if (penalty.requires_grad()) loss = mixtrain::add(loss, penalty);
   // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
-  backward(loss, optimizer_->scale_loss(ops::full(loss.shape(), DType::kFloat32, 1.0f, loss.value().device())));
+  // A micro-batch's seed is its share of the batch's rows (times the scale): the gradients the micro-batches sum
+  // into the arena are the batch's mean gradient, scaled once.
+  backward(loss, optimizer_->scale_loss(ops::full(loss.shape(), DType::kFloat32, mb.weight, loss.value().device())));
   // The logs stay where the step ran: on a GPU nothing here waits for the host.
-  record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
-  if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
+  if (mb.first && mb.last) {
+    record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
+    if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
+    return;
+  }
+  // Accumulating: the batch's loss is the micro-batches' row-weighted sum, its correct rows their sum.
+  const auto add_to_slot = [&](int64_t slot, const Tensor& value) {
+    Tensor r = record.slice(0, slot, slot + 1);
+    r.copy_from(mb.first ? value : ops::add(r, value));
+  };
+  add_to_slot(0, ops::scale(loss.value().reshape({1}).to(DType::kFloat32), mb.weight));
+  if (track_accuracy_) add_to_slot(1, ops::count_correct(out.value(), y));
 }
 
 void Model::exchange_without_rows(const SynchronizedNorms& norms, Tensor& record) {

@@ -70,6 +70,9 @@ expect_error "--batch-size must be a positive integer" train --batch-size -3
 # --save-every counts steps: the whole int64 range, checked before any data is read; it needs --save.
 expect_error "--save-every must be a positive integer no larger than 9223372036854775807, got 0" train --save-every 0 --save "$tmp/ck-every.safetensors"
 expect_error "--save-every must be a positive integer no larger than 9223372036854775807, got 9223372036854775808" train --save-every 9223372036854775808 --save "$tmp/ck-every.safetensors"
+# --accumulate: micro-batches per batch, 1 to --batch-size.
+expect_error "--accumulate must be a positive integer no larger than 2147483647, got 0" train --accumulate 0
+expect_error "--accumulate must be in [1, --batch-size 16] (micro-batches per batch), got 17" train --batch-size 16 --accumulate 17
 expect_error "--save-every must be a positive integer no larger than 9223372036854775807, got -2" train --save-every -2 --save "$tmp/ck-every.safetensors"
 expect_error "--save-every expects an integer, got '1.5'" train --save-every 1.5 --save "$tmp/ck-every.safetensors"
 expect_error "--save-every 5 needs --save PATH" train --save-every 5

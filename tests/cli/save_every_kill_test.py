@@ -2,7 +2,9 @@
 """`mixtrain train --save-every 1` SIGKILLed at random moments and resumed with --resume each time ends with the
 checkpoint and the JSON report of an uninterrupted run, bit for bit.
 
-Usage: save_every_kill_test.py MIXTRAIN [KILLS]. A mixed_float16 MLP (so the dynamic loss scale's state is part of
+Usage: save_every_kill_test.py MIXTRAIN [KILLS] [--FLAG VALUE ...]: the flags replace the run's own (or join
+them), e.g. --accumulate 4 --epochs 2 for kills that land inside accumulations.
+A mixed_float16 MLP (so the dynamic loss scale's state is part of
 what must survive) on a small synthetic CSV, one thread. Each run is killed after a random delay; the next one
 resumes from whatever checkpoint the killed one left (or starts afresh when it left none). A series ends when a run
 finishes on its own; its checkpoint and report are then compared with the uninterrupted run's, and another series
@@ -39,6 +41,13 @@ with open(data, "w") as f:
 
 flags = ["train", "--data", data, "--policy", "mixed_float16", "--hidden", "32", "--batch-size", "16",
          "--epochs", "6", "--seed", "3", "--save-every", "1"]
+extra = sys.argv[3:]
+for name, value in zip(extra[::2], extra[1::2]):
+    if name in flags:
+        flags[flags.index(name) + 1] = value
+    else:
+        flags[-2:-2] = [name, value]  # before --save-every 1, which the runs below strip from the end
+print("flags:", " ".join(flags[1:]))
 
 
 def safetensors(path):

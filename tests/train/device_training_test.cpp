@@ -422,6 +422,27 @@ TEST_P(DeviceTrainingPolicies, AnEpochReadsItsLogsOncePerWindow) {
   EXPECT_EQ(histories[0].step_loss.size(), 6u);
 }
 
+// Gradient accumulation on the device: the micro-batches' records add up where the step runs, so an epoch still
+// reads its logs once per window, and every bit is the CPU's accumulated run's.
+TEST_P(DeviceTrainingPolicies, AccumulatedUpdatesGiveTheCpuBitsWithOneReadPerWindow) {
+  const auto [x, y] = train_test::blobs(96, 11);  // 6 updates of 16, each 4 micro-batches of 4
+  auto on_cpu = mlp(GetParam(), 5);
+  auto on_gpu = mlp(GetParam(), 5);
+  for (Model* m : {on_cpu.get(), on_gpu.get()}) m->optimizer().set_gradient_accumulation_steps(4);
+  on_gpu->to(kEmulated);
+  on_gpu->build_for({8});
+  const History h_cpu = on_cpu->fit(x, y, quiet_fit(1));
+  g_counts = {};
+  const History h_gpu = on_gpu->fit(x, y, quiet_fit(1));
+  EXPECT_EQ(g_counts.downloads, 1) << "one read of the epoch's window of 6 updates";
+  EXPECT_EQ(g_counts.synchronizes, 0);
+  EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
+  EXPECT_EQ(h_gpu.step_loss_scale, h_cpu.step_loss_scale);
+  EXPECT_EQ(h_gpu.step_loss.size(), 6u);
+  EXPECT_EQ(weight_values(*on_gpu), weight_values(*on_cpu));
+  EXPECT_EQ(on_gpu->optimizer().iterations(), on_cpu->optimizer().iterations());
+}
+
 // Under loss scaling the host cannot see which updates on the device were skipped, so the device's iteration
 // counter (Adam's bias correction, the schedule) is known to lie in a range that grows by one per step. Each step's
 // record carries its skip flag, and reading the window's logs narrows the range back to one value: however many

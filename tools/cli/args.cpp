@@ -57,7 +57,8 @@ std::string valid_list(const std::set<std::string>& flags, const std::set<std::s
 
 IntRange integer_range(const std::string& name) {
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  if (name == "epochs" || name == "batch-size" || name == "steps" || name == "hidden" || name == "sizes")
+  if (name == "epochs" || name == "batch-size" || name == "steps" || name == "hidden" || name == "sizes" ||
+      name == "accumulate")
     return {1, kIntMax};
   if (name == "seed") return {0, std::numeric_limits<int64_t>::max()};
   // A count of steps, which a long run by steps can take past 2^31.

@@ -1,6 +1,7 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
 //   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE] [--device D]
+//              [--accumulate N]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
 //   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
 //              --policy P [--steps N] [--json FILE]
@@ -203,7 +204,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
-                "layers", "heads", "vocabulary", "device"});
+                "layers", "heads", "vocabulary", "device", "accumulate"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -242,6 +243,8 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
     cfg.optimizer = a.str("optimizer", "adam");
     cfg.batch_size = a.integer("batch-size", 256);
   }
+  // --accumulate N: each timed step is one update of the batch as N micro-batches.
+  cfg.gradient_accumulation_steps = a.integer("accumulate", 1);
   validate_run_config(cfg);
   o.json_path = a.str("json", "");
   return o;
@@ -340,8 +343,11 @@ void print_step(const StepOptions& o, const StepBatch& batch, int64_t weights, c
                 const Communicator* job) {
   const RunConfig& cfg = o.run;
   const std::string where = cfg.device.is_cpu() ? std::string("isa ") + kernels::gemm_isa() : cfg.device.str();
-  std::printf("bench step: %s, batch %lld, %s, %s, %s: %.2f ms/step (median of %lld), %.1f steps/s",
-              batch.description.c_str(), static_cast<long long>(cfg.batch_size), cfg.policy.c_str(),
+  const std::string micro = cfg.gradient_accumulation_steps > 1
+                                ? " in " + std::to_string(cfg.gradient_accumulation_steps) + " micro-batches"
+                                : std::string();
+  std::printf("bench step: %s, batch %lld%s, %s, %s, %s: %.2f ms/step (median of %lld), %.1f steps/s",
+              batch.description.c_str(), static_cast<long long>(cfg.batch_size), micro.c_str(), cfg.policy.c_str(),
               cfg.optimizer.c_str(), where.c_str(), t.median * 1e3, static_cast<long long>(o.steps), 1.0 / t.median);
   if (cfg.model == "mlp") std::printf(", %.1f GFLOP/s", step_gflops(cfg, weights, t.median));
   if (o.transformer) std::printf(", %.0f tokens/s", static_cast<double>(batch.tokens) / t.median);
@@ -373,6 +379,7 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
                          {"model", cfg.model},
                          {"optimizer", cfg.optimizer},
                          {"batch_size", cfg.batch_size},
+                         {"gradient_accumulation_steps", cfg.gradient_accumulation_steps},
                          {"steps", o.steps},
                          {"weights", weights},
                          {"isa", kernels::gemm_isa()},

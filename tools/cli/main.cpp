@@ -24,6 +24,7 @@ const char* kUsage =
     "           --epochs N | --steps N [--eval-every N] --batch-size B|auto --memory-budget SIZE\n"
     "           --lr X --lr-schedule constant|cosine|linear --warmup-steps N --optimizer adam|adamw|sgd|rmsprop\n"
     "           --weight-decay X --clipnorm X --seed S --hidden 256,128\n"
+    "           --accumulate N: each batch as N micro-batches whose gradients make one update\n"
     "           --policy float32|float16|bfloat16|mixed_float16|mixed_bfloat16\n"
     "           --loss-scale dynamic|none|VALUE --normalize standard|minmax|none\n"
     "           CSV data (FILE.csv, or FILE.csv.gz gzip-compressed): --csv-header auto|yes|no (auto: a header\n"
@@ -43,7 +44,7 @@ const char* kUsage =
     "  bench    gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]:\n"
     "           GFLOP/s per dtype, on the CPU (the default) or a GPU through the CUDA backend\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
-    "           [--json FILE] [--device cpu|cuda|cuda:N]: milliseconds per training step\n"
+    "           [--accumulate N] [--json FILE] [--device cpu|cuda|cuda:N]: milliseconds per training step\n"
     "data-parallel: mpirun -np N mixtrain train|compare|bench step ... trains on N processes; --batch-size is\n"
     "           the global batch (divisible by N); rank 0 prints and writes files (docs/SCALING.md);\n"
     "           train|compare --sync-batch-norm: BatchNormalization with the global batch's statistics\n";

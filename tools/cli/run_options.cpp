@@ -93,6 +93,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
                  "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
   cfg.weight_decay = static_cast<float>(a.number("weight-decay", cfg.weight_decay));
   cfg.clipnorm = static_cast<float>(a.number("clipnorm", cfg.clipnorm));
+  cfg.gradient_accumulation_steps = a.integer("accumulate", cfg.gradient_accumulation_steps);
   cfg.context_length = a.integer("context", cfg.context_length);
   cfg.width = a.integer("width", cfg.width);
   cfg.num_layers = a.integer("layers", cfg.num_layers);
@@ -116,7 +117,7 @@ const std::set<std::string>& run_flags() {
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column"};
+      "label-column", "accumulate"};
   return flags;
 }
 

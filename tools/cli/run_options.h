@@ -17,8 +17,9 @@ namespace mixtrain::cli {
 
 struct RunOptions {
   // The run: --model, --epochs, --batch-size, --lr, --optimizer, --seed, --policy, --hidden, --validation-split,
-  // --loss-scale, --recover, --sync-batch-norm, the flags of runs by steps and of the transformer, and --device;
-  // each model's recipe where the flags give none (the CNN's schedule, the transformer's AdamW, ...). Validated.
+  // --loss-scale, --recover, --sync-batch-norm, --accumulate, the flags of runs by steps and of the transformer,
+  // and --device; each model's recipe where the flags give none (the CNN's schedule, the transformer's AdamW, ...).
+  // Validated.
   RunConfig run;
   std::string data = "fashion-mnist";      // --data: fashion-mnist | PATH | moby-dick | text:PATH
   // --batch-size auto: run.batch_size is resolved once the data set is known (resolve_batch_size), per policy.

@@ -150,6 +150,15 @@ class Optimizer {
   virtual std::optional<float> global_clipnorm() const { return global_clipnorm_; }
   virtual void set_global_clipnorm(std::optional<float> clip_norm);
 
+  // Keras 3's gradient_accumulation_steps: Model's training step splits each batch into this many micro-batches
+  // (as even as possible, never an empty one), sums their scaled gradients in float32 in the gradient arena and
+  // makes one update of the batch's mean gradient: one unscale and finite check, one iterations() advance, one
+  // all-reduce data-parallel. 1 (the default): one backward pass per batch. The optimizer's apply() and
+  // apply_arena() stay one update each; configuration, not state() (set it again before resuming).
+  virtual int64_t gradient_accumulation_steps() const { return accumulation_steps_; }
+  // Throws Error unless steps >= 1.
+  virtual void set_gradient_accumulation_steps(int64_t steps);
+
   // "sgd", "adam", "adamw", "rmsprop".
   virtual std::string name() const = 0;
 
@@ -252,6 +261,7 @@ class Optimizer {
     device_iterations_ = DeviceIterations{Tensor(), 0, device_iterations_.generation + 1, std::nullopt};
   }
   std::optional<float> global_clipnorm_;
+  int64_t accumulation_steps_ = 1;
   // Moves the slots of the arena's variables into flat buffers with its layout (see apply_arena()).
   void bind_flat_slots(const ParameterArena& arena, const std::vector<std::string>& keys);
 

@@ -171,6 +171,8 @@ class LossScaleOptimizer : public Optimizer {
   void set_iterations(int64_t iterations) override { inner_->set_iterations(iterations); }
   std::optional<float> global_clipnorm() const override { return inner_->global_clipnorm(); }
   void set_global_clipnorm(std::optional<float> clip_norm) override { inner_->set_global_clipnorm(clip_norm); }
+  int64_t gradient_accumulation_steps() const override { return inner_->gradient_accumulation_steps(); }
+  void set_gradient_accumulation_steps(int64_t steps) override { inner_->set_gradient_accumulation_steps(steps); }
 
   std::string name() const override { return "loss_scale_optimizer"; }
 

@@ -40,6 +40,9 @@ struct FitState {
   // continue with other batches than the ones the interrupted run would have drawn.
   int64_t steps_per_epoch = 0;
   int64_t batch_size = 0;
+  // Micro-batches per batch (Optimizer::gradient_accumulation_steps). A state is taken between two updates, never
+  // inside an accumulation: nothing of a partial sum is saved, and a fit stopped inside one redoes it on resume.
+  int64_t gradient_accumulation_steps = 1;
   int64_t rows = 0;  // training rows (after any validation split)
   bool shuffle = true;
   bool sampled = false;  // FitOptions::steps_per_epoch > 0: batches drawn with replacement

@@ -2,6 +2,7 @@
 // stack (Model m; m.emplace<Dense>(...)) or as a functional graph (Model(inputs, outputs)).
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -197,7 +198,17 @@ class Model : public Network, public RecoveryTarget {
   SynchronizedNorms connect_batch_norms(const StepShard& shard);
   // Starts the overlapped all-reduce of a stack's gradient buckets during backward, when it applies.
   bool start_overlapped_reduce(const StepShard& shard, bool flat, bool empty_shards);
-  void forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record);
+  // One forward and backward pass of a batch or of one of its micro-batches (gradient accumulation), whose
+  // gradients add to those already in the arena.
+  struct MicroBatch {
+    float weight = 1.0f;  // its rows' share of the batch's
+    bool first = true, last = true;
+  };
+  void forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record, const MicroBatch& mb);
+  // The passes of one update over x split into micro_rows (src/train/micro_batches.cpp); start_reduce() runs just
+  // before the last pass (the gradients are final during it) and its result is returned.
+  bool run_micro_batches(const Tensor& x, const Tensor& y, const std::vector<int64_t>& micro_rows, Rng* mask_rng,
+                         Tensor& record, const std::function<bool()>& start_reduce);
   // On a rank without samples: zero logs, and the synchronized layers' exchanges the other ranks make.
   static void exchange_without_rows(const SynchronizedNorms& norms, Tensor& record);
   // One small all-reduce of which variables got a gradient and of the logs; returns the per-variable flags.

@@ -48,6 +48,9 @@ struct RunConfig {
   int64_t warmup_steps = 0;
   float weight_decay = 0.004f;  // AdamW only; the Keras default
   float clipnorm = 0;           // > 0: clip gradients to this global norm after unscaling
+  // --accumulate N: each batch of batch_size rows is N micro-batches whose gradients make one update
+  // (Optimizer::gradient_accumulation_steps); at most batch_size.
+  int64_t gradient_accumulation_steps = 1;
   // ---- The transformer (--model transformer) ----
   int64_t context_length = 64;   // characters per window
   int64_t width = 128;           // model width (embedding size)
