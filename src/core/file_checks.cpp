@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "mixtrain/core/error.h"
 
@@ -37,6 +38,39 @@ void require_regular_file(const std::string& path, const char* what) {
     MIXTRAIN_FAIL(kIo, what << " '" << path << "' is " << file_type_name(st.st_mode) << ", not a regular file",
                   "data is read only from regular files; copy the data into a file and pass that");
   }
+}
+
+std::string output_file_target(const std::string& path, const char* what) {
+  namespace fs = std::filesystem;
+  fs::path p = path;
+  // 40 is the kernel's own limit on links followed while resolving one path (ELOOP).
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    // Absent (or not examinable): nothing is there to destroy; the writer reports a directory it cannot write.
+    if (::lstat(p.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return p.string();
+    if (!S_ISLNK(st.st_mode)) {
+      const std::string via = p.string() == path ? "" : "links to '" + p.string() + "', which ";
+      MIXTRAIN_FAIL(kIo, what << " '" << path << "' " << via << "is " << file_type_name(st.st_mode)
+                              << ", not a regular file; writing would replace it",
+                    "give the path of a regular file, or of a file to create");
+    }
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) return p.string();
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  MIXTRAIN_FAIL(kIo, what << " '" << path << "' is a chain of more than 40 symbolic links", "give a file path");
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  struct stat sa, sb;
+  const bool has_a = ::stat(a.c_str(), &sa) == 0, has_b = ::stat(b.c_str(), &sb) == 0;
+  if (has_a && has_b) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (has_a != has_b) return false;
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a), ea), cb = fs::weakly_canonical(fs::absolute(b), eb);
+  return !ea && !eb && ca == cb;
 }
 
 }  // namespace mixtrain

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/file_checks.h"
 #include "mixtrain/core/json.h"
 
 namespace mixtrain {
@@ -340,7 +341,8 @@ std::map<std::string, uint32_t> take_checksums(const std::string& path, const st
 uint64_t regular_file_size(int fd, const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) MIXTRAIN_FAIL(kIo, "cannot stat '" << path << "': " << errno_text(), "");
-  if (!S_ISREG(st.st_mode)) MIXTRAIN_FAIL(kIo, "'" << path << "' is not a regular file", "pass a .safetensors file");
+  if (!S_ISREG(st.st_mode))
+    MIXTRAIN_FAIL(kIo, "'" << path << "' is not a regular file (" << (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "a device or other special file") << ")", "pass a .safetensors file");
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -476,9 +478,12 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
 
-  const std::string directory = parent_directory(path);
-  remove_stale_temp_files(path, directory);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // The temporary file goes beside the file a symbolic link points to, so the rename replaces that file and the
+  // link stays; a FIFO, device or directory at path is refused rather than replaced.
+  const std::string target = output_file_target(path, "safetensors file");
+  const std::string directory = parent_directory(target);
+  remove_stale_temp_files(target, directory);
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
   if (fd.get() < 0) {
     MIXTRAIN_FAIL(kIo, "cannot create '" << tmp << "' to save '" << path << "': " << errno_text(),
@@ -490,7 +495,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     for (const Tensor& t : dense) write_all(fd.get(), t.raw(), t.nbytes(), tmp);
     if (::fsync(fd.get()) != 0) MIXTRAIN_FAIL(kIo, "cannot flush '" << tmp << "' to disk: " << errno_text(), "");
     if (fd.close_now() != 0) MIXTRAIN_FAIL(kIo, "cannot close '" << tmp << "': " << errno_text(), "");
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
+    if (::rename(tmp.c_str(), target.c_str()) != 0)
       MIXTRAIN_FAIL(kIo, "cannot rename '" << tmp << "' to '" << path << "': " << errno_text(), "");
   } catch (...) {
     ::unlink(tmp.c_str());
@@ -505,7 +510,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO returns at once (without it, it waits for a writer forever), so the check of the
+  // file's type below refuses it; reads of a regular file never block either way.
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) MIXTRAIN_FAIL(kIo, "cannot open safetensors file '" << path << "': " << errno_text(), "check the path");
   const uint64_t file_size = regular_file_size(fd.get(), path);
   uint64_t header_size = 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/file_checks.h"
 
 namespace mixtrain {
 
@@ -19,6 +20,9 @@ std::string csv_escape(const std::string& cell) {
 
 CsvWriter::CsvWriter(const std::string& path, const std::vector<std::string>& header)
     : path_(path), columns_(header.size()) {
+  // Opening a FIFO for writing would wait for a reader forever, and truncating a device would destroy nothing
+  // useful to write; only a regular file (or a link to one, which is followed) is written.
+  output_file_target(path, "CSV file");
   out_.open(path, std::ios::binary | std::ios::trunc);
   if (!out_) {
     MIXTRAIN_FAIL(kIo, "cannot open CSV file '" << path << "' for writing: " << std::strerror(errno),

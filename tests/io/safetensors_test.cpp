@@ -1,6 +1,8 @@
 #include "mixtrain/io/safetensors.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,11 +10,14 @@
 
 #include <csignal>
 #include <cstdio>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <thread>
 
 #include "mixtrain/core/error.h"
 
@@ -466,6 +471,47 @@ TEST_F(Safetensors, SaveRemovesTempFilesOfProcessesThatNoLongerExist) {
   EXPECT_TRUE(fs::exists(other));
   EXPECT_TRUE(fs::exists(not_pid));
   EXPECT_TRUE(load_safetensors(p).checksums_verified);
+}
+
+// A save through a symbolic link writes the file it points to and keeps the link (rename over the link would
+// replace the link with a regular file); a FIFO or directory at the path is refused and left as it was.
+TEST_F(Safetensors, SaveFollowsLinksAndRefusesWhatIsNotARegularFile) {
+  const std::string real = path("real.safetensors"), link = path("link.safetensors");
+  fs::create_symlink("real.safetensors", link);  // relative, as `ln -s` makes them
+  save_safetensors(link, {{"w", Tensor::from_floats({2}, {1, 2})}});
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(real)));
+  EXPECT_EQ(load_safetensors(real).get("w").to_floats(), (std::vector<float>{1, 2}));
+  const std::string fifo = path("fifo.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& p : {fifo, path("")}) {
+    try {
+      save_safetensors(p, {{"w", Tensor::from_floats({2}, {1, 2})}});
+      ADD_FAILURE() << "saved over " << p;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo);
+      EXPECT_NE(e.message().find("not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_TRUE(fs::is_directory(dir_));
+}
+
+// Loading a FIFO is refused at once instead of waiting for a writer. Should the load block, a thread opens the
+// FIFO's write end after 3 s so the test ends (as a failure on the elapsed time) rather than hanging.
+TEST_F(Safetensors, LoadingAFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string fifo = path("fifo.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread unblock([&] {
+    for (int i = 0; i < 30 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!done) ::close(::open(fifo.c_str(), O_WRONLY));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(load_safetensors(fifo), Error);
+  done = true;
+  unblock.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
 }
 
 // The float8 dtypes travel under the safetensors spec's tags, every code (NaNs included) bit for bit.

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "mixtrain/core/file_checks.h"
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/report/comparison.h"
 #include "mixtrain/report/progress_bar.h"
@@ -209,6 +210,9 @@ int compare_command(const std::vector<std::string>& argv) {
   if (writer) std::filesystem::create_directories(out_dir, ec);
   if (writer && (ec || !std::filesystem::is_directory(out_dir)))
     MIXTRAIN_FAIL(kIo, "cannot create the output directory '" << out_dir << "'", "pass a writable --out DIR");
+  // The report's files are checked before the runs, so a FIFO or directory in their place is not found at the end.
+  for (const char* name : {"/report.json", "/steps.csv", "/report.html"})
+    if (writer) output_file_target(out_dir + name, "--out file");
 
   // The data (and a CSV's hold-out split, drawn from --seed) is loaded once: the float32 seeds differ only in
   // what the model's seed draws.

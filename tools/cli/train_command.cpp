@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "run_options.h"
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/core/file_checks.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
@@ -126,7 +127,9 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // A link's target is replaced, not the link; a FIFO, device or directory at path is refused, not replaced.
+  const std::string target = output_file_target(path, "output file");
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) MIXTRAIN_FAIL(kIo, "cannot write '" << path << "'", "check that the directory exists and is writable");
@@ -138,7 +141,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     }
   }
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
+  std::filesystem::rename(tmp, target, ec);
   if (ec) {
     std::remove(tmp.c_str());
     MIXTRAIN_FAIL(kIo, "cannot replace '" << path << "': " << ec.message(), "");
@@ -227,13 +230,33 @@ Json recovery_to_json(const std::vector<RecoveryEvent>& events) {
 
 void require_writable_output(const std::string& path, const char* flag) {
   namespace fs = std::filesystem;
-  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  const fs::path target = output_file_target(path, flag);  // a FIFO, device or directory is refused here
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::error_code ec;
   if (!fs::is_directory(parent, ec) || ::access(parent.c_str(), W_OK) != 0)
     MIXTRAIN_FAIL(kIo, flag << " " << path << ": the directory '" << parent.string() << "' does not exist or is not writable",
                   "give a path in a writable directory");
-  if (fs::is_directory(path, ec)) MIXTRAIN_FAIL(kIo, flag << " " << path << " is a directory", "give a file path");
 }
+
+namespace {
+
+// Refuses an output path (out) that names the same file as other, an input or another output of the run.
+void require_distinct_paths(const std::string& out, const char* out_flag, const std::string& other,
+                            const char* other_flag) {
+  if (out.empty() || other.empty() || !same_file(output_file_target(out, out_flag), other)) return;
+  MIXTRAIN_FAIL(kInvalidInput, out_flag << " " << out << " is the same file as " << other_flag << " " << other
+                                        << "; writing it would destroy it",
+                std::string("give ") + out_flag + " a path of its own");
+}
+
+// The file a --data spec reads ("" for the built-in Fashion-MNIST; an IDX spec's labels file is not counted).
+std::string data_file_of(const std::string& spec) {
+  if (spec == "fashion-mnist") return "";
+  if (spec == "moby-dick") return moby_dick_path();
+  return is_text_data(spec) ? spec.substr(5) : spec;
+}
+
+}  // namespace
 
 void print_data_line(const std::string& spec, const DataSplits& data) {
   if (data.train.x.dtype() == DType::kInt32) {
@@ -290,6 +313,11 @@ int train_command(const std::vector<std::string>& argv) {
   // Output paths are checked before the (long) training, not found unwritable after it.
   if (!json_path.empty() && writer) require_writable_output(json_path, "--json");
   if (!cfg.save_path.empty() && writer) require_writable_output(cfg.save_path, "--save");
+  // An output never overwrites an input or the other output; --save may be --resume (resume and save back).
+  require_distinct_paths(json_path, "--json", cfg.save_path, "--save");
+  require_distinct_paths(json_path, "--json", cfg.resume_path, "--resume");
+  require_distinct_paths(json_path, "--json", data_file_of(data_spec), "--data");
+  require_distinct_paths(cfg.save_path, "--save", data_file_of(data_spec), "--data");
   DataSplits data = load_data(o, cfg);
   print_data_line(data_spec, data);
   resolve_batch_size(cfg, o, data);
