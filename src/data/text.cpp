@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
@@ -191,9 +192,17 @@ TextDataset load_text_dataset(const std::string& path, const TextDatasetOptions&
                  "'" << path << "' has " << bytes << " bytes; text data sets are limited to " << kMaxTextBytes);
   std::ifstream f(path, std::ios::binary);
   MIXTRAIN_CHECK(f.good(), "cannot open '" << path << "'");
-  std::string raw(static_cast<size_t>(bytes), '\0');
-  f.read(raw.data(), bytes);
-  MIXTRAIN_CHECK(f.gcount() == bytes, "reading '" << path << "' failed after " << f.gcount() << " bytes");
+  // Read to the end, not for the size stat reports: a file under /proc reports 0 bytes yet holds text (it read
+  // as "has 0 characters"). The limit is checked as the text arrives, so a file that grows is not read forever.
+  std::string raw;
+  raw.reserve(static_cast<size_t>(bytes));
+  std::vector<char> chunk(1 << 16);
+  while (f.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || f.gcount() > 0) {
+    raw.append(chunk.data(), static_cast<size_t>(f.gcount()));
+    MIXTRAIN_CHECK(static_cast<int64_t>(raw.size()) <= kMaxTextBytes,
+                   "'" << path << "' holds more than " << kMaxTextBytes << " bytes, the limit for text data sets");
+  }
+  MIXTRAIN_CHECK(!f.bad(), "reading '" << path << "' failed after " << raw.size() << " bytes");
   return make_text_dataset(utf8_to_code_points(raw, path), path, options);
 }
 

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "test_files.h"
 
@@ -108,6 +111,21 @@ TEST(Text, LoadsAFileAndRefusesWhatIsNotARegularTextFile) {
   EXPECT_TRUE(contains(error_of([&] { load_text_dataset(dir.path(), o); }).what(), "not a regular file"));
   write_text(path, "abc\xFF" + body);
   EXPECT_TRUE(contains(error_of([&] { load_text_dataset(path, o); }).what(), "is not UTF-8"));
+}
+
+// A file under /proc is regular but reports a size of 0; it is read to its end (it once read as "has 0
+// characters"). The count is checked against the file read independently, through a stream iterator.
+TEST(Text, AFileThatReportsSizeZeroIsReadToItsEnd) {
+  const std::string path = "/proc/version";  // stable while the machine runs, unlike /proc/cpuinfo's MHz lines
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  ASSERT_EQ(std::filesystem::file_size(path), 0u);
+  std::ifstream f(path, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  ASSERT_GT(text.size(), 20u);
+  TextDatasetOptions o;
+  o.context_length = 4;
+  const TextDataset d = load_text_dataset(path, o);
+  EXPECT_EQ(d.train_characters + d.validation_characters, static_cast<int64_t>(utf8_to_code_points(text, path).size()));
 }
 
 TEST(Text, MobyDickPathFollowsTheEnvironment) {
