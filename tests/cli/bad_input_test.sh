@@ -77,6 +77,13 @@ expect_error "--save-every must be a positive integer no larger than 92233720368
 expect_error "--save-every expects an integer, got '1.5'" train --save-every 1.5 --save "$tmp/ck-every.safetensors"
 expect_error "--save-every 5 needs --save PATH" train --save-every 5
 expect_error "unknown flag '--epoch'" train --epoch 3
+# An empty path was taken as no path (a run with an unset variable trained and saved nothing); a repeated flag
+# silently took its last value.
+expect_error "--save needs a path, got an empty value" train --save '' --epochs 1
+expect_error "--resume needs a path, got an empty value" train --resume= --epochs 1
+expect_error "--json needs a path, got an empty value" train --json '' --epochs 1
+expect_error "flag '--epochs' is given twice ('3' and '5')" train --epochs 3 --epochs 5
+expect_error "flag '--save' is given twice" train --save "$tmp/a.st" --save="$tmp/b.st"
 expect_error "--loss-scale" train --loss-scale lots
 expect_error "unknown normalization" train --data "$tmp/ragged.csv" --normalize zscore
 expect_error "unknown command" fly

@@ -90,8 +90,20 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& fl
       if (i + 1 >= argv.size()) MIXTRAIN_FAIL(kInvalidInput, "flag '--" << name << "' needs a value", "");
       value = argv[++i];
     }
+    // The last of two values used to win silently (`--epochs 3 ... --epochs 5` trained 5 epochs).
+    if (values_.count(name))
+      MIXTRAIN_FAIL(kInvalidInput, "flag '--" << name << "' is given twice ('" << values_[name] << "' and '" << value
+                                              << "')", "give each flag once");
     values_[name] = value;
   }
+}
+
+std::string Args::path(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return "";
+  if (it->second.empty())
+    MIXTRAIN_FAIL(kInvalidInput, "--" << name << " needs a path, got an empty value", "give a path, or leave the flag out");
+  return it->second;
 }
 
 std::string Args::str(const std::string& name, const std::string& fallback) const {

@@ -36,6 +36,9 @@ class Args {
        const std::set<std::string>& switches = {});
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string str(const std::string& name, const std::string& fallback) const;
+  // A path flag's value; "" when the flag is absent. An empty value is refused naming the flag (`--save ''` once
+  // meant "no --save", so a run whose path variable was unset trained without saving).
+  std::string path(const std::string& name) const;
   // The flag's value parsed as a 64-bit integer, then checked against [min, max]: a value outside (even one past
   // int64) is refused with an error naming the flag and the range, never truncated. The fallback is not checked.
   int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;

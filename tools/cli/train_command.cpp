@@ -296,14 +296,14 @@ int train_command(const std::vector<std::string>& argv) {
   Args a(argv, flags, {"recover", "sync-batch-norm"});
   const RunOptions o = run_options_from(a, "train");
   RunConfig cfg = o.run;
-  cfg.save_path = a.str("save", "");
+  cfg.save_path = a.path("save");
   cfg.save_every = a.integer("save-every", 0);  // 1 to 2^63-1 (integer_range)
   if (a.has("save-every") && cfg.save_path.empty())
     MIXTRAIN_FAIL(kInvalidInput, "--save-every " << cfg.save_every << " needs --save PATH (the checkpoint it rewrites)",
                   "add --save CKPT; resume a killed run with the same flags plus --resume CKPT");
-  cfg.resume_path = a.str("resume", "");
+  cfg.resume_path = a.path("resume");
   const std::string& data_spec = o.data;
-  const std::string json_path = a.str("json", "");
+  const std::string json_path = a.path("json");
 
   // Data-parallel (mpirun): every rank trains; rank 0 alone writes the JSON and the checkpoints.
   Communicator* job = data_parallel_job_on(cfg.device);
