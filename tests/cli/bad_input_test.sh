@@ -82,6 +82,10 @@ expect_error "unknown flag '--epoch'" train --epoch 3
 expect_error "--save needs a path, got an empty value" train --save '' --epochs 1
 expect_error "--resume needs a path, got an empty value" train --resume= --epochs 1
 expect_error "--json needs a path, got an empty value" train --json '' --epochs 1
+expect_error "--json needs a path, got an empty value" inspect --json ''
+expect_error "--json needs a path, got an empty value" doctor --json=
+expect_error "--out needs a path, got an empty value" compare --out '' --epochs 1
+expect_error "--checkpoint needs a path, got an empty value" generate --checkpoint ''
 expect_error "flag '--epochs' is given twice ('3' and '5')" train --epochs 3 --epochs 5
 expect_error "flag '--save' is given twice" train --save "$tmp/a.st" --save="$tmp/b.st"
 expect_error "--loss-scale" train --loss-scale lots

@@ -100,7 +100,7 @@ int bench_gemm_gpu(const Args& a, const Device& device) {
   const int64_t fallback = all_after.fallback_products - all_before.fallback_products;
   std::printf("GPU GEMM: %lld plans declined by cuBLASLt, %lld products on the fallback kernel\n",
               static_cast<long long>(declined), static_cast<long long>(fallback));
-  const std::string json_path = a.str("json", "");
+  const std::string json_path = a.path("json");
   if (!json_path.empty()) {
     write_file_atomically(json_path, Json::object({{"device", device.str()},
                                                    {"gpu", gpu},
@@ -142,7 +142,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
           {{"n", n}, {"dtype", dtype_name(d)}, {"gflops", g}, {"ratio_vs_float32", g / f32}, {"method", method}}));
     }
   }
-  const std::string json_path = a.str("json", "");
+  const std::string json_path = a.path("json");
   if (!json_path.empty()) {
     write_file_atomically(json_path, Json::object({{"isa", kernels::gemm_isa()},
                                                    {"bf16_method", kernels::gemm_bf16_method()},
@@ -246,7 +246,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   // --accumulate N: each timed step is one update of the batch as N micro-batches.
   cfg.gradient_accumulation_steps = a.integer("accumulate", 1);
   validate_run_config(cfg);
-  o.json_path = a.str("json", "");
+  o.json_path = a.path("json");
   return o;
 }
 

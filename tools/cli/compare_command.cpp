@@ -74,7 +74,7 @@ CompareOptions compare_options_from(const std::vector<std::string>& argv) {
     c.policy = p;
     validate_run_config(c);
   }
-  o.out_dir = a.str("out", "out/compare");
+  o.out_dir = a.has("out") ? a.path("out") : "out/compare";
   return o;
 }
 

@@ -15,7 +15,7 @@ int doctor_command(const std::vector<std::string>& argv) {
   if (!(seconds > 0 && seconds <= 3600))
     MIXTRAIN_FAIL(kInvalidInput, "--seconds must be in (0, 3600], got " << seconds,
                   "about 1 second gives a stable measurement");
-  const std::string json_path = a.str("json", "");
+  const std::string json_path = a.path("json");
   if (a.has("json") && json_path.empty()) MIXTRAIN_FAIL(kInvalidInput, "--json needs a file name", "");
 
   DoctorReport report = run_doctor(seconds);

@@ -30,7 +30,7 @@ GenerateOptions generate_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"checkpoint", "prompt", "tokens", "temperature", "top-k", "top-p", "seed", "device"});
   GenerateOptions o;
   o.device = usable_device_flag(a, "generate");
-  o.path = a.str("checkpoint", "");
+  o.path = a.path("checkpoint");
   MIXTRAIN_CHECK(!o.path.empty(), "generate needs --checkpoint FILE (saved by train --model transformer --save FILE)");
   o.tokens = a.integer("tokens", o.tokens);
   MIXTRAIN_CHECK(o.tokens > 0 && o.tokens <= 1000000, "--tokens must be in [1, 1000000], got " << o.tokens);

@@ -44,7 +44,7 @@ int inspect_command(const std::vector<std::string>& argv) {
     for (const auto& b : broken) std::cout << " " << b;
     std::cout << " (train with --recover, or create them with dtype float32)\n";
   }
-  const std::string json_path = a.str("json", "");
+  const std::string json_path = a.path("json");
   if (!json_path.empty()) {
     auto stats_json = [](const RangeStats& s) {
       return Json::object({{"max_abs", s.max_abs},
