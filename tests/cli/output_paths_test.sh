@@ -70,7 +70,8 @@ expect_error "--out file '$tmp/cmp/steps.csv' is a FIFO" compare --data "$tmp/d.
 [ -p cmp/steps.csv ] || fail "compare replaced the FIFO"
 
 # Inputs that cannot be sized: refused at once, never waited on.
-expect_error "'fifo' is not a regular file (a FIFO)" "${quick[@]}" --resume fifo
+expect_error "--resume checkpoint 'fifo' is a FIFO (named pipe), not a regular file" "${quick[@]}" --resume fifo
+expect_error "--resume checkpoint '/dev/zero' is a character device, not a regular file" "${quick[@]}" --resume /dev/zero
 expect_error "'fifo' is not a regular file (a FIFO)" generate --checkpoint fifo
 
 exit "$fails"

@@ -313,6 +313,11 @@ int train_command(const std::vector<std::string>& argv) {
   // Output paths are checked before the (long) training, not found unwritable after it.
   if (!json_path.empty() && writer) require_writable_output(json_path, "--json");
   if (!cfg.save_path.empty() && writer) require_writable_output(cfg.save_path, "--save");
+  // A checkpoint to resume that is a FIFO or device is refused before the data is read (a missing one is the
+  // loader's to report, with its own message).
+  std::error_code ec;
+  if (!cfg.resume_path.empty() && std::filesystem::exists(cfg.resume_path, ec))
+    require_regular_file(cfg.resume_path, "--resume checkpoint");
   // An output never overwrites an input or the other output; --save may be --resume (resume and save back).
   require_distinct_paths(json_path, "--json", cfg.save_path, "--save");
   require_distinct_paths(json_path, "--json", cfg.resume_path, "--resume");
