@@ -69,7 +69,7 @@ PY
 
 # A global batch of 15 does not split over 2 ranks: refused before any training, exit status 2.
 set +e
-"${two[@]}" "${flags[@]}" --epochs 1 --batch-size 15 >"$tmp/bad.log" 2>&1
+"${two[@]}" train --data "$tmp/data.csv" --seed 3 --lr 0.003 --epochs 1 --batch-size 15 >"$tmp/bad.log" 2>&1
 status=$?
 set -e
 test "$status" -eq 2 || { cat "$tmp/bad.log"; echo "FAIL: exit status $status, expected 2"; exit 1; }
