@@ -72,6 +72,21 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float epsilon) {
   return out;
 }
 
+Var rms_norm(const Var& x, const Var& scale, float epsilon) {
+  ops::RmsNormOutput r = ops::rms_norm(x.value(), scale.value(), epsilon);
+  const bool rec = should_record({&x, &scale});
+  Var out = output(r.y, rec);
+  if (rec) {
+    const Tensor rstd = r.rstd;
+    record_backward(out, [x, scale, rstd, out]() {
+      auto g = ops::rms_norm_backward(out.grad(), x.value(), rstd, scale.value(), x.requires_grad());
+      give_fresh(x, g.dx);
+      give_fresh(scale, g.dscale);
+    });
+  }
+  return out;
+}
+
 Var fused_projection(const Var& x, const std::vector<Var>& kernels, const std::vector<Tensor>& kernel_computes,
                      const std::vector<Var>& biases) {
   MIXTRAIN_CHECK(x.defined() && x.value().rank() >= 1, "fused_projection: input is undefined or a scalar");

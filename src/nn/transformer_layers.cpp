@@ -114,6 +114,26 @@ Var LayerNormalization::call(const Var& x, const CallContext&) {
   return layer_norm(x, as_float32(gamma_), as_float32(beta_), epsilon_);
 }
 
+// ---- RMSNormalization ----
+
+RMSNormalization::RMSNormalization(float epsilon, DTypeArg dtype, const std::string& name)
+    : Layer("rms_normalization", std::move(dtype), name), epsilon_(epsilon) {
+  MIXTRAIN_CHECK(epsilon > 0.0f, "RMSNormalization: epsilon must be positive, got " << epsilon);
+}
+
+void RMSNormalization::build_impl(const Shape& input_shape, Rng& rng) {
+  MIXTRAIN_CHECK(input_shape.rank() >= 1 && input_shape[-1] > 0,
+                 "RMSNormalization '" << name() << "' needs a feature axis last, got per-sample shape " << input_shape);
+  scale_ = add_weight("scale", {input_shape[-1]}, Initializer::kOnes, rng);
+}
+
+Var RMSNormalization::call(const Var& x, const CallContext&) {
+  MIXTRAIN_CHECK(x.value().rank() >= 2 && x.shape()[-1] == scale_.shape()[0],
+                 "RMSNormalization '" << name() << "' was built for " << scale_.shape()[0] << " features, got "
+                                      << x.value().describe());
+  return rms_norm(x, as_float32(scale_), epsilon_);
+}
+
 // ---- MultiHeadAttention ----
 
 MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)

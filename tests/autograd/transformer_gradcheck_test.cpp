@@ -64,6 +64,13 @@ TEST(TransformerGradCheck, LayerNormInputGammaAndBeta) {
         "layer_norm " + s.to_string());
 }
 
+TEST(TransformerGradCheck, RmsNormInputAndScale) {
+  for (const Shape& s : {Shape{3, 7}, Shape{2, 3, 5}, Shape{4, 1}})
+    expect_gradients_match([](const std::vector<Var>& v) { return head(rms_norm(v[0], v[1], 1e-6f)); },
+                           {random_tensor(s, 7, -2.0f, 2.0f), random_tensor({s[-1]}, 8, 0.5f, 1.5f)},
+                           "rms_norm " + s.to_string());
+}
+
 TEST(TransformerGradCheck, AttentionQueriesKeysAndValues) {
   struct Case {
     int64_t b, t, s, h, dk, dv;

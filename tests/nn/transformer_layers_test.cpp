@@ -243,6 +243,58 @@ TEST_F(TransformerLayersTest, LayerNormStatisticsAreFloat32) {
   for (size_t i = 0; i < yv.size(); ++i) EXPECT_NEAR(yv[i], i % 2 ? want : -want, 1e-3) << i;
 }
 
+// RMSNormalization under every policy against its definition in float64 from the rounded input: scale a float32
+// variable of ones, output in the compute dtype within one rounding of it (2^-8 relative for bfloat16, 2^-11 for
+// float16, float32's sum of 12 squares well inside 1e-6), the scale's gradient float32 and equal to the float64 sum
+// of dy * x * rstd over rows within the same rounding.
+TEST_F(TransformerLayersTest, RMSNormalizationMatchesItsDefinitionUnderEveryPolicy) {
+  for (const char* policy : kPolicies) {
+    set_global_policy(policy);
+    const DType compute = global_policy().compute_dtype();
+    const double tol = compute == DType::kBFloat16 ? 0x1p-7 : compute == DType::kFloat16 ? 0x1p-10 : 1e-6;
+    RMSNormalization rn;
+    EXPECT_EQ(rn.epsilon(), 1e-6f);
+    Var x(random_tensor({2, 3, 12}, 41, -4.0f, 3.0f).to(compute), true);
+    Var y = rn(x);
+    EXPECT_EQ(weight_shapes(rn), (std::map<std::string, Shape>{{"rms_normalization/scale", {12}}})) << policy;
+    EXPECT_EQ(rn.scale().dtype(), DType::kFloat32) << policy;
+    EXPECT_EQ(rn.scale().value().to_floats(), std::vector<float>(12, 1.0f)) << policy;
+    EXPECT_EQ(y.dtype(), compute) << policy;
+    EXPECT_EQ(y.shape(), (Shape{2, 3, 12})) << policy;
+    backward(sum(y));
+    ASSERT_TRUE(rn.scale().has_grad()) << policy;
+    EXPECT_EQ(rn.scale().grad().dtype(), DType::kFloat32) << policy;
+    EXPECT_EQ(x.grad().dtype(), compute) << policy;
+    const std::vector<float> xv = x.value().to_floats(), yv = y.value().to_floats();
+    const std::vector<float> ds = rn.scale().grad().to_floats();
+    std::vector<double> want_ds(12, 0.0);
+    for (int64_t r = 0; r < 6; ++r) {
+      double ss = 0;
+      for (int64_t j = 0; j < 12; ++j) {
+        const double v = xv[static_cast<size_t>(r * 12 + j)];
+        ss += v * v;
+      }
+      const double rstd = 1.0 / std::sqrt(ss / 12 + 1e-6);
+      for (int64_t j = 0; j < 12; ++j) {
+        const size_t i = static_cast<size_t>(r * 12 + j);
+        EXPECT_NEAR(yv[i], xv[i] * rstd, tol * std::fabs(xv[i] * rstd) + 1e-6) << policy << " y[" << i << "]";
+        want_ds[static_cast<size_t>(j)] += xv[i] * rstd;  // dy = 1 (the sum)
+      }
+    }
+    for (size_t j = 0; j < 12; ++j) EXPECT_NEAR(ds[j], want_ds[j], 1e-5 * (1 + std::fabs(want_ds[j]))) << policy;
+  }
+  EXPECT_THROW(RMSNormalization(0.0f), Error);
+}
+
+// A float16 input of 300s: each square (90000) overflows float16, the float32 statistic normalizes the rows to 1.
+TEST_F(TransformerLayersTest, RMSNormalizationStatisticIsFloat32) {
+  set_global_policy("mixed_float16");
+  RMSNormalization rn;
+  Var y = rn(Var(Tensor::full({1, 2, 64}, DType::kFloat16, 300.0f)));
+  EXPECT_EQ(y.dtype(), DType::kFloat16);
+  for (float v : y.value().to_floats()) EXPECT_EQ(v, 1.0f);
+}
+
 // The layer against its definition computed in float64 from its own weights: projections with the Keras
 // kernel layouts, softmax(q k^T / sqrt(dk)) per head, the output projection. Causal: position i ignores
 // every later position.

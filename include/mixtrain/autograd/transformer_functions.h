@@ -10,6 +10,7 @@
 #include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/embedding.h"
 #include "mixtrain/ops/layer_norm.h"
+#include "mixtrain/ops/rms_norm.h"
 
 namespace mixtrain {
 
@@ -26,6 +27,10 @@ Var add_position_embedding(const Var& x, const Var& table);
 // Normalizes x over its last axis with gamma and beta (float32 Vars (D,)): ops::layer_norm, statistics
 // and backward in float32, output in x's dtype.
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float epsilon);
+
+// x / sqrt(mean(x^2) + epsilon) * scale over x's last axis, scale a float32 Var (D,): ops::rms_norm, statistic and
+// backward in float32, output in x's dtype.
+Var rms_norm(const Var& x, const Var& scale, float epsilon);
 
 // Several projections of x (batch, ..., D) as one product: kernel i is read as the (D, width_i) matrix it is
 // in memory, its leading dimensions multiplying to D (a (D, heads, key_dim) kernel, or a (heads, key_dim,

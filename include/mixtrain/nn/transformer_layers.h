@@ -90,6 +90,27 @@ class LayerNormalization : public Layer {
   Var gamma_, beta_;
 };
 
+// keras.layers.RMSNormalization (LLaMA's RMSNorm) over the last axis: y = x / sqrt(mean(x^2) + epsilon) * scale per
+// row, scale ("scale", ones) of the last axis' length; no mean is subtracted and no offset added. As
+// LayerNormalization: the statistic and the normalization run in float32 whatever the compute dtype, the output is
+// rounded once into the compute dtype, the backward is float32, the parameter stays float32 inside call.
+class RMSNormalization : public Layer {
+ public:
+  explicit RMSNormalization(float epsilon = 1e-6f, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  std::string class_name() const override { return "RMSNormalization"; }
+  bool autocasts_variables() const override { return false; }
+  float epsilon() const { return epsilon_; }
+  const Var& scale() const { return scale_; }
+
+ protected:
+  void build_impl(const Shape& input_shape, Rng& rng) override;
+  Var call(const Var& x, const CallContext& ctx) override;
+
+ private:
+  float epsilon_;
+  Var scale_;
+};
+
 struct MultiHeadAttentionOptions {
   int64_t num_heads = 0;
   int64_t key_dim = 0;  // per head; the value dimension is the same

@@ -55,6 +55,8 @@
   X(batch_norm_input_grad, "batch_norm_input_grad") \
   X(layer_norm, "layer_norm") \
   X(layer_norm_backward, "layer_norm_backward") \
+  X(rms_norm, "rms_norm") \
+  X(rms_norm_backward, "rms_norm_backward") \
   X(embedding, "embedding") \
   X(embedding_backward, "embedding_backward") \
   X(attention, "scaled_dot_product_attention") \

@@ -14,6 +14,7 @@
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/nn/reshaping.h"
 #include "mixtrain/nn/session.h"
+#include "mixtrain/nn/swiglu.h"
 #include "mixtrain/nn/transformer_layers.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/rmsprop.h"

@@ -22,6 +22,7 @@
   X(matmul)                          \
   X(pooling)                         \
   X(reduce)                          \
+  X(rms_norm)                        \
   X(softmax)                         \
   X(square)                          \
   X(multiply)

@@ -27,6 +27,7 @@ CudaBackendStatus install_backend();
   X(losses)                           \
   X(crossentropy)                     \
   X(layer_norm)                       \
+  X(rms_norm)                         \
   X(embedding)                        \
   X(fused_update)                     \
   X(pooling)                          \
