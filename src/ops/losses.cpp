@@ -214,4 +214,18 @@ Tensor count_correct(const Tensor& scores, const Tensor& labels) {
   return count;
 }
 
+Tensor count_in_top_k(const Tensor& scores, const Tensor& labels, int64_t k) {
+  check_labels(scores, labels, "sparse_top_k_categorical_accuracy");
+  MIXTRAIN_CHECK(k >= 1, "sparse_top_k_categorical_accuracy: k must be at least 1, got " << k);
+  const Device device = common_device("sparse_top_k_categorical_accuracy", {&scores, &labels});
+  Tensor count = Tensor::empty({1}, DType::kFloat32, device);
+  const Tensor s = as_rows(scores);
+  if (s.dim(0) == 0) {
+    kernel_for<Op::fill>(device)(count, 0.0f);
+    return count;
+  }
+  kernel_for<Op::count_in_top_k>(device)(s.contiguous(), as_row_labels(labels).contiguous(), k, count);
+  return count;
+}
+
 }  // namespace mixtrain::ops

@@ -485,9 +485,35 @@ std::string CheckpointCallback::path_for(int completed_epochs) const {
   return out;
 }
 
+void CheckpointCallback::set_monitor(CheckpointMonitor monitor) {
+  MIXTRAIN_CHECK(monitor.mode == "auto" || monitor.mode == "min" || monitor.mode == "max",
+                 "CheckpointCallback: unknown mode '" << monitor.mode << "'; valid modes: auto, min, max");
+  MIXTRAIN_CHECK(!monitor.monitor.empty(), "CheckpointCallback: monitor is empty");
+  // Keras' "auto": accuracy-like quantities improve upward, everything else downward.
+  maximize_ = monitor.mode == "max" || (monitor.mode == "auto" && monitor.monitor.find("acc") != std::string::npos);
+  monitor_ = std::move(monitor);
+  best_ = maximize_ ? -INFINITY : INFINITY;
+}
+
 void CheckpointCallback::on_train_begin(int epochs, int64_t steps_per_epoch) {
   (void)epochs;
   steps_per_epoch_ = steps_per_epoch;
+  best_ = maximize_ ? -INFINITY : INFINITY;
+}
+
+bool CheckpointCallback::improves(const Logs& logs) {
+  if (!has_log(logs, monitor_.monitor)) {
+    std::string available;
+    for (const auto& [k, v] : logs) available += (available.empty() ? "" : ", ") + k;
+    MIXTRAIN_FAIL(kInvalidInput,
+                  "CheckpointCallback: the monitored metric '" << monitor_.monitor
+                                                               << "' is not logged; available metrics: " << available,
+                  "monitor one of those (val_* needs validation data)");
+  }
+  const double current = log_value(logs, monitor_.monitor);
+  if (!(maximize_ ? current > best_ : current < best_)) return false;  // NaN compares false: never the best
+  best_ = current;
+  return true;
 }
 
 void CheckpointCallback::on_epoch_begin(int epoch) { epoch_ = epoch; }
@@ -502,9 +528,9 @@ void CheckpointCallback::on_train_batch_end(int64_t step, const Logs& logs) {
 }
 
 void CheckpointCallback::on_epoch_end(int epoch, const Logs& logs) {
-  (void)logs;
   const int completed = epoch + 1;
   if (completed % period_ != 0) return;
+  if (monitor_.save_best_only && !improves(logs)) return;
   save(path_for(completed), completed, "epoch " + std::to_string(completed));
 }
 

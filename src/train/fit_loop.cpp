@@ -14,7 +14,10 @@ namespace mixtrain {
 namespace {
 
 void check_fit_options(const Model& model, const Tensor& x, const Tensor& y, const FitOptions& options) {
-  MIXTRAIN_CHECK(model.compiled(), "fit: call compile() before fit()");
+  MIXTRAIN_CHECK(model.compiled(), (model.compiled_for_evaluation()
+                                        ? "fit: the model was compiled without an optimizer (for evaluation only); "
+                                          "compile it with an optimizer to train"
+                                        : "fit: call compile() before fit()"));
   detail::check_xy(x, y, "fit");
   MIXTRAIN_CHECK(options.epochs > 0, "fit: epochs must be positive, got " << options.epochs);
   MIXTRAIN_CHECK(options.initial_epoch >= 0, "fit: initial_epoch must be >= 0, got " << options.initial_epoch);
@@ -190,7 +193,7 @@ void Model::FitLoop::end_epoch() {
   if (val_x_.defined()) {
     EvaluateResult v = model_.evaluate(val_x_, val_y_, std::max<int64_t>(options_.batch_size, 256), comm_);
     epoch_logs_.emplace_back("val_loss", v.loss);
-    if (model_.track_accuracy_) epoch_logs_.emplace_back("val_accuracy", v.accuracy);
+    for (const auto& [name, value] : v.metrics) epoch_logs_.emplace_back("val_" + name, value);
   }
   // Callbacks add their entries (the learning-rate callbacks: "learning_rate") before History records them.
   for (Callback* cb : callbacks_) cb->on_epoch_logs(pos_.epoch, epoch_logs_);

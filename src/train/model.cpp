@@ -10,6 +10,7 @@
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
+#include "mixtrain/report/progress_bar.h"
 #include "model_detail.h"
 
 namespace mixtrain {
@@ -55,10 +56,10 @@ Model::Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> out
 
 void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics,
                     bool auto_scale_loss) {
-  MIXTRAIN_CHECK(optimizer != nullptr, "compile: optimizer is null");
+  // A null optimizer compiles for evaluation only (Keras' compile(loss=, metrics=)): fit() names what is missing.
   bool float16_compute = false;
   for (auto& l : layers_) float16_compute = float16_compute || l->compute_dtype() == DType::kFloat16;
-  if (auto_scale_loss && float16_compute && !optimizer->scales_loss())
+  if (optimizer && auto_scale_loss && float16_compute && !optimizer->scales_loss())
     optimizer = std::make_unique<LossScaleOptimizer>(std::move(optimizer));
   // A float16 output feeds float16 logits to the loss: Keras advises a float32 output layer.
   for (const Layer* out : output_layers())
@@ -68,11 +69,21 @@ void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector
                    "(e.g. Dense(10, \"linear\", dtype_arg(\"float32\"))) so the loss sees float32 values\n";
   optimizer_ = std::move(optimizer);
   loss_ = std::move(loss);
-  track_accuracy_ = false;
+  track_accuracy_ = track_top_k_ = false;
+  metric_slots_.clear();
   for (const std::string& m : metrics) {
-    MIXTRAIN_CHECK(m == "accuracy" || m == "acc", "unknown metric '" << m << "'; valid metrics: accuracy");
-    MIXTRAIN_CHECK(loss_->sparse(), "the accuracy metric needs sparse_categorical_crossentropy (class-id labels)");
-    track_accuracy_ = true;
+    const bool accuracy = m == "accuracy" || m == "acc" || m == "sparse_categorical_accuracy";
+    const bool top_k = m == "sparse_top_k_categorical_accuracy";
+    MIXTRAIN_CHECK(accuracy || top_k, "compile: unknown metric '" << m << "'; valid metrics: accuracy (acc), "
+                                      "sparse_categorical_accuracy, sparse_top_k_categorical_accuracy");
+    MIXTRAIN_CHECK(loss_->sparse(), "compile: the metric '" << m << "' needs sparse_categorical_crossentropy (class-id "
+                                                               "labels)");
+    MIXTRAIN_CHECK(!(accuracy ? track_accuracy_ : track_top_k_),
+                   "compile: the metric '" << m << "' is given twice (accuracy, acc and sparse_categorical_accuracy "
+                                              "are one count)");
+    (accuracy ? track_accuracy_ : track_top_k_) = true;
+    // Logged under the name given, as Keras, except "acc", which has always logged as "accuracy".
+    metric_slots_.emplace_back(m == "acc" ? "accuracy" : m, accuracy ? 1 : kTopKSlot);
   }
 }
 
@@ -86,47 +97,66 @@ void Model::build_for(const Shape& sample_shape) {
 }
 
 EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size, Communicator* comm) {
-  MIXTRAIN_CHECK(compiled(), "evaluate: call compile() first");
+  return evaluate_batches(x, y, batch_size, comm);
+}
+
+EvaluateResult Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options) {
+  MIXTRAIN_CHECK(options.verbose == 0 || options.verbose == 1,
+                 "evaluate: verbose must be 0 (silent) or 1 (a summary line), got " << options.verbose);
+  EvaluateResult r = evaluate_batches(x, y, options.batch_size, options.communicator);
+  const Communicator* comm = options.communicator;
+  if (options.verbose == 1 && (!comm || comm->rank() == 0)) {
+    // Keras' closing line of evaluate: the loss then each metric, " - " between them.
+    std::ostream& out = options.verbose_out ? *options.verbose_out : std::cout;
+    out << "loss: " << format_metric_value(r.loss);
+    for (const auto& [name, value] : r.metrics) out << " - " << name << ": " << format_metric_value(value);
+    out << "\n" << std::flush;
+  }
+  return r;
+}
+
+EvaluateResult Model::evaluate_batches(const Tensor& x, const Tensor& y, int64_t batch_size, Communicator* comm) {
+  MIXTRAIN_CHECK(compiled_for_evaluation(), "evaluate: call compile() first");
   check_xy(x, y, "evaluate");
   MIXTRAIN_CHECK(batch_size > 0, "evaluate: batch_size must be positive");
   build_for(sample_shape_of(x));
   NoGradGuard no_grad;
-  double loss_sum = 0, acc_sum = 0;
   const int64_t n = x.dim(0);
   if (comm && comm->size() == 1) comm = nullptr;
   const ShardRange mine = comm ? shard_range(n, comm->rank(), comm->size()) : ShardRange{0, n};
-  // Each batch's mean loss and correct count stay where they were computed, a row per batch, until every batch is
+  // Each batch's mean loss and metric counts stay where they were computed, a row per batch, until every batch is
   // queued: on a GPU the batches run back to back and the host reads once, not twice a batch. The sums are then the
   // ones a read per batch gives (float32 loss, accuracy as correct / scored rows, weighted by the batch's rows).
+  // Row: (loss, arg-max correct, in the top k).
   const int64_t batches = (mine.end - mine.begin + batch_size - 1) / batch_size;
-  Tensor logs = ops::full({std::max<int64_t>(batches, 1), 2}, DType::kFloat32, 0.0f, device());
+  Tensor logs = ops::full({std::max<int64_t>(batches, 1), 3}, DType::kFloat32, 0.0f, device());
   std::vector<std::pair<double, double>> rows_of;  // (the batch's samples, its scored rows)
   for (int64_t begin = mine.begin, i = 0; begin < mine.end; begin += batch_size, ++i) {
     const int64_t end = std::min(mine.end, begin + batch_size);
     Tensor xb = on_device(x.slice_rows(begin, end), device()), yb = on_device(y.slice_rows(begin, end), device());
     Var out = call(Var(as_input(xb)), CallContext{false, nullptr});
-    Tensor row = logs.slice(0, i, i + 1).reshape({2});
+    Tensor row = logs.slice(0, i, i + 1).reshape({3});
     row.slice(0, 0, 1).copy_from((*loss_)(out, yb).value().reshape({1}));
     const Tensor& scores = out.value();
     const int64_t classes = scores.rank() > 0 ? scores.dim(scores.rank() - 1) : 0;
     if (track_accuracy_) row.slice(0, 1, 2).copy_from(ops::count_correct(scores, yb));
+    if (track_top_k_) row.slice(0, 2, 3).copy_from(ops::count_in_top_k(scores, yb, kDefaultTopK));
     rows_of.emplace_back(static_cast<double>(end - begin),
                          classes > 0 ? static_cast<double>(scores.numel() / classes) : 0.0);
   }
   const Tensor host_logs = ops::to_device(logs, Device::cpu());
   const float* l = host_logs.data<float>();
+  double sums[3] = {0, 0, 0};  // loss, accuracy, top-k accuracy, each weighted by the batch's rows
   for (size_t i = 0; i < rows_of.size(); ++i) {
     const auto [rows, scored] = rows_of[i];
-    loss_sum += static_cast<double>(l[2 * i]) * rows;
-    if (track_accuracy_) acc_sum += (scored > 0 ? static_cast<double>(l[2 * i + 1]) / scored : 0.0) * rows;
+    sums[0] += static_cast<double>(l[3 * i]) * rows;
+    for (int j = 1; j < 3; ++j) sums[j] += (scored > 0 ? static_cast<double>(l[3 * i + j]) / scored : 0.0) * rows;
   }
-  if (comm) {
-    double sums[2] = {loss_sum, acc_sum};
-    comm->all_reduce(sums, 2, ReduceOp::kSum);
-    loss_sum = sums[0];
-    acc_sum = sums[1];
-  }
-  return {n ? loss_sum / static_cast<double>(n) : 0.0, n ? acc_sum / static_cast<double>(n) : 0.0};
+  if (comm) comm->all_reduce(sums, 3, ReduceOp::kSum);
+  for (double& v : sums) v = n ? v / static_cast<double>(n) : 0.0;
+  EvaluateResult r{sums[0], track_accuracy_ ? sums[1] : 0.0, {}};
+  for (const auto& [name, slot] : metric_slots_) r.metrics.emplace_back(name, slot == 1 ? sums[1] : sums[2]);
+  return r;
 }
 
 Tensor Model::predict(const Tensor& x, int64_t batch_size) {

@@ -45,18 +45,23 @@ void Model::resolve_update(const float* record, const QueuedStep& q) {
 Logs Model::step_logs(const float* record, const QueuedStep& q) const {
   const double loss = q.global_loss ? *q.global_loss : static_cast<double>(record[0]);
   const double scored = static_cast<double>(q.rows) * static_cast<double>(q.labels_per_row);
-  const double accuracy = q.global_accuracy ? *q.global_accuracy
-                          : scored > 0      ? static_cast<double>(record[1]) / scored
-                                            : 0.0;
+  // A count slot's share of the scored predictions (data-parallel: the global batch's, combined on the host).
+  const auto share = [&](int64_t slot, const std::optional<double>& global) {
+    return global ? *global : scored > 0 ? static_cast<double>(record[slot]) / scored : 0.0;
+  };
   Logs logs{{"loss", loss}};
-  if (track_accuracy_) logs.emplace_back("accuracy", accuracy);
+  for (const auto& [name, slot] : metric_slots_)
+    logs.emplace_back(name, share(slot, slot == 1 ? q.global_accuracy : q.global_top_k));
   if (q.scales_loss) logs.emplace_back("loss_scale", static_cast<double>(record[2]));
   return logs;
 }
 
 Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Communicator* comm, int64_t global_rows,
                                     Tensor& record) {
-  MIXTRAIN_CHECK(compiled(), "train_step: call compile() before training");
+  MIXTRAIN_CHECK(compiled(), (compiled_for_evaluation()
+                                  ? "train_step: the model was compiled without an optimizer (for evaluation only); "
+                                    "compile it with an optimizer to train"
+                                  : "train_step: call compile() before training"));
   check_xy(x_in, y_in, "train_step");
   const StepShard shard = step_shard(x_in, comm, global_rows);
   const Tensor x = on_device(x_in, device()), y = on_device(y_in, device());
@@ -83,7 +88,8 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     rank_rng = rank_step_rng(dropout_rng_, shard.comm->rank(), detail::kDropoutStream);
     mask_rng = &rank_rng;
   }
-  QueuedStep queued{shard.rows, labels_per_row(y_in), scales_loss, std::nullopt, std::nullopt, std::nullopt};
+  QueuedStep queued{shard.rows, labels_per_row(y_in), scales_loss, std::nullopt, std::nullopt, std::nullopt,
+                    std::nullopt};
   const std::vector<int64_t> micro_rows =
       detail::micro_batch_rows(shard.rows, optimizer_->gradient_accumulation_steps());
   MIXTRAIN_CHECK(micro_rows.size() <= 1 || synchronized_bn.empty(),
@@ -193,6 +199,8 @@ void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Te
   if (mb.first && mb.last) {
     record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
     if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
+    if (track_top_k_)
+      record.slice(0, kTopKSlot, kTopKSlot + 1).copy_from(ops::count_in_top_k(out.value(), y, kDefaultTopK));
     return;
   }
   // Accumulating: the batch's loss is the micro-batches' row-weighted sum, its correct rows their sum.
@@ -202,12 +210,14 @@ void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Te
   };
   add_to_slot(0, ops::scale(loss.value().reshape({1}).to(DType::kFloat32), mb.weight));
   if (track_accuracy_) add_to_slot(1, ops::count_correct(out.value(), y));
+  if (track_top_k_) add_to_slot(kTopKSlot, ops::count_in_top_k(out.value(), y, kDefaultTopK));
 }
 
 void Model::exchange_without_rows(const SynchronizedNorms& norms, Tensor& record) {
   // No samples here: nothing to log, and the slot (reused every logging window) may hold an earlier step's summed
   // loss and correct count, which the device all-reduce below would add to this step's.
   record.slice(0, 0, 2).copy_from(ops::full({2}, DType::kFloat32, 0.0f, record.device()));
+  record.slice(0, kTopKSlot, kTopKSlot + 1).copy_from(ops::full({1}, DType::kFloat32, 0.0f, record.device()));
   // The synchronized layers' exchanges, in the order the model's forward and backward passes make them on the
   // other ranks, with zero sums.
   for (const auto& [bn, reached] : norms) bn->exchange_statistics_without_rows();
@@ -220,7 +230,7 @@ std::vector<double> Model::reduce_flags_and_logs(const StepShard& shard, const s
   Communicator& comm = *shard.comm;
   // One small all-reduce: which variables got a gradient on any rank (so every rank updates the same ones)
   // and the global batch's row-weighted loss and accuracy.
-  std::vector<double> small(vars.size() + 2, 0.0);
+  std::vector<double> small(vars.size() + 3, 0.0);
   for (size_t i = 0; i < vars.size(); ++i) small[i] = vars[i].has_grad() ? 1.0 : 0.0;
   if (comm.moves_memory_of(record.device())) {
     // The logs stay on the device (a GPU with NCCL), nothing waits: the record's loss, weighted by this rank's
@@ -230,6 +240,10 @@ std::vector<double> Model::reduce_flags_and_logs(const StepShard& shard, const s
     loss_slot.copy_from(ops::scale(loss_slot, shard.weight));
     Tensor logs = record.slice(0, 0, 2);
     comm.all_reduce_on_device(logs, ReduceOp::kSum);
+    if (track_top_k_) {
+      Tensor top_k = record.slice(0, kTopKSlot, kTopKSlot + 1);
+      comm.all_reduce_on_device(top_k, ReduceOp::kSum);
+    }
     comm.all_reduce(small.data(), static_cast<int64_t>(vars.size()), ReduceOp::kSum);
   } else {
     // The record is read here (on a device, a wait for the step so far): the logs join the all-reduce.
@@ -238,10 +252,12 @@ std::vector<double> Model::reduce_flags_and_logs(const StepShard& shard, const s
     const int64_t rows = shard.rows;
     small[vars.size()] = rows > 0 ? static_cast<double>(r[0]) * static_cast<double>(rows) : 0.0;
     small[vars.size() + 1] = rows > 0 ? static_cast<double>(r[1]) : 0.0;
+    small[vars.size() + 2] = rows > 0 ? static_cast<double>(r[kTopKSlot]) : 0.0;
     comm.all_reduce(small.data(), static_cast<int64_t>(small.size()), ReduceOp::kSum);
     queued.global_loss = small[vars.size()] / static_cast<double>(shard.global_rows);
-    queued.global_accuracy =
-        small[vars.size() + 1] / (static_cast<double>(shard.global_rows) * static_cast<double>(queued.labels_per_row));
+    const double scored = static_cast<double>(shard.global_rows) * static_cast<double>(queued.labels_per_row);
+    queued.global_accuracy = small[vars.size() + 1] / scored;
+    queued.global_top_k = small[vars.size() + 2] / scored;
   }
   small.resize(vars.size());
   return small;

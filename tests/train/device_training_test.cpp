@@ -380,6 +380,36 @@ TEST_P(DeviceTrainingPolicies, InspectionSeesTheCpuRanges) {
   EXPECT_NE(want.find("dense"), std::string::npos);
 }
 
+// The top-k count rides in the step's record through the logging window and evaluate's rows: the device's History
+// and results are the CPU's, key for key (8 classes, so top-5 is not every row).
+TEST_P(DeviceTrainingPolicies, TopKAccuracyOnTheDeviceIsTheCpus) {
+  const auto [x, y3] = train_test::blobs(96, 12);
+  std::vector<int32_t> labels(96);
+  for (int32_t i = 0; i < 96; ++i) labels[static_cast<size_t>(i)] = (i * 5 + i / 3) % 8;
+  const Tensor y = Tensor::from_ints({96}, labels);
+  std::unique_ptr<Model> models[2];
+  for (auto& m : models) {
+    set_global_policy(GetParam());
+    m = std::make_unique<Model>("wide", 4);
+    m->emplace<Dense>(16, "relu");
+    m->emplace<Dense>(8, "linear", dtype_arg("float32"));
+    set_global_policy("float32");
+    m->compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true),
+               {"sparse_top_k_categorical_accuracy", "sparse_categorical_accuracy"});
+  }
+  models[1]->to(kEmulated);
+  FitOptions o = quiet_fit(2);
+  o.validation_split = 0.25;
+  const History h_cpu = models[0]->fit(x, y, o), h_gpu = models[1]->fit(x, y, o);
+  ASSERT_EQ(h_cpu.history.count("val_sparse_top_k_categorical_accuracy"), 1u);
+  EXPECT_EQ(h_gpu.history, h_cpu.history);
+  const double top5 = h_cpu.history.at("sparse_top_k_categorical_accuracy").back();
+  EXPECT_GT(top5, h_cpu.history.at("sparse_categorical_accuracy").back());  // k = 5 is not k = 1
+  EXPECT_LT(top5, 1.0);
+  const EvaluateResult e_cpu = models[0]->evaluate(x, y), e_gpu = models[1]->evaluate(x, y);
+  EXPECT_EQ(e_gpu.metrics, e_cpu.metrics);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, DeviceTrainingPolicies,
                          ::testing::Values("float32", "mixed_float16", "mixed_bfloat16"),
                          [](const auto& info) { return std::string(info.param); });

@@ -37,6 +37,7 @@
   X(sum_all, "sum") \
   X(accuracy, "sparse_categorical_accuracy") \
   X(count_correct, "count_correct") \
+  X(count_in_top_k, "count_in_top_k") \
   X(penalty, "regularization_penalty") \
   X(penalty_backward, "regularization_penalty_backward") \
   X(bmm, "bmm") \

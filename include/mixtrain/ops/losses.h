@@ -52,6 +52,11 @@ double sparse_categorical_accuracy(const Tensor& scores, const Tensor& labels);
 // The number of those rows as a float32 (1,) tensor on the inputs' device (exact up to 2^24 rows): what a training
 // step on a GPU logs without waiting to read it.
 Tensor count_correct(const Tensor& scores, const Tensor& labels);
+// The number of rows whose label is among the k largest scores (Keras' sparse_top_k_categorical_accuracy), as a
+// float32 (1,) tensor on the inputs' device. Ties count for the label, as TensorFlow's in_top_k: a row counts when
+// fewer than k scores are strictly greater than the label's (so with k >= C every row with a non-NaN label score
+// counts); a NaN label score never counts. k >= 1. Compared in float32, an exact integer count.
+Tensor count_in_top_k(const Tensor& scores, const Tensor& labels, int64_t k);
 
 namespace kernel {
 // x (B, C) floating. target: labels (B,) int32/int64 in [0, C) when sparse, else (B, C) floating.
@@ -72,6 +77,9 @@ using PenaltyBackwardFn = void(const Tensor& w, float l1, float l2, const Tensor
 using AccuracyFn = int64_t(const Tensor& scores, const Tensor& labels);
 // The same count written into count, a float32 (1,) tensor on the kernel's device.
 using CountCorrectFn = void(const Tensor& scores, const Tensor& labels, Tensor& count);
+// Rows of scores (B, C) (B >= 1) in the top k, written into count, a float32 (1,) tensor on the kernel's device. A
+// label outside [0, C) is not counted (the loss and the accuracy name it).
+using CountInTopKFn = void(const Tensor& scores, const Tensor& labels, int64_t k, Tensor& count);
 }  // namespace kernel
 MIXTRAIN_KERNEL_SIGNATURE(crossentropy, CrossentropyFn)
 MIXTRAIN_KERNEL_SIGNATURE(crossentropy_backward, CrossentropyBackwardFn)
@@ -82,5 +90,6 @@ MIXTRAIN_KERNEL_SIGNATURE(penalty, PenaltyFn)
 MIXTRAIN_KERNEL_SIGNATURE(penalty_backward, PenaltyBackwardFn)
 MIXTRAIN_KERNEL_SIGNATURE(accuracy, AccuracyFn)
 MIXTRAIN_KERNEL_SIGNATURE(count_correct, CountCorrectFn)
+MIXTRAIN_KERNEL_SIGNATURE(count_in_top_k, CountInTopKFn)
 
 }  // namespace mixtrain::ops

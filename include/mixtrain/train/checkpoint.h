@@ -96,9 +96,22 @@ bool checkpoint_state_is_finite(const Model& model);
 // loss scale skipped counts, as its batch was drawn), so a run killed at any moment resumes at most every_steps
 // batches back, bit-identically. Such a save inside epoch e (0-based) names the file with {epoch} = e + 1 (as
 // Keras), the name the end of that epoch then replaces.
+// keras.callbacks.ModelCheckpoint's monitor, save_best_only and mode.
+struct CheckpointMonitor {
+  std::string monitor = "val_loss";
+  // Epoch-end saves happen only when the monitored value beats the best so far (strictly; NaN never does), so the
+  // file holds the best epoch's state. Step saves (every_steps) are for resuming and are not affected.
+  bool save_best_only = false;
+  std::string mode = "auto";  // "min", "max", or "auto": "max" when the monitor's name contains "acc", as Keras
+};
+
 class CheckpointCallback : public Callback {
  public:
   explicit CheckpointCallback(std::string path, int period = 1, std::string config = "", int64_t every_steps = 0);
+  // Keras' ModelCheckpoint(monitor=, save_best_only=, mode=); an unknown mode is an error. A monitor missing from
+  // an epoch's logs is an error when save_best_only is set. The best value starts afresh at every fit().
+  void set_monitor(CheckpointMonitor monitor);
+  double best() const { return best_; }
   void on_train_begin(int epochs, int64_t steps_per_epoch) override;
   void on_epoch_begin(int epoch) override;
   void on_train_batch_end(int64_t step, const Logs& logs) override;
@@ -124,6 +137,11 @@ class CheckpointCallback : public Callback {
   int saves_ = 0;
   int skipped_saves_ = 0;
   std::string last_saved_path_;
+  CheckpointMonitor monitor_;
+  bool maximize_ = false;
+  double best_ = 0;
+  // Whether an epoch's logs beat the best (and then record it as the best).
+  bool improves(const Logs& logs);
 };
 
 }  // namespace mixtrain

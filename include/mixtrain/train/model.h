@@ -85,7 +85,20 @@ ValidationSplit split_validation(const Tensor& x, const Tensor& y, double fracti
 
 struct EvaluateResult {
   double loss = 0;
-  double accuracy = 0;  // only for sparse_categorical_crossentropy
+  double accuracy = 0;  // the accuracy metric's value, whatever name compile() gave it (0 without one)
+  // Every compiled metric by its log name, in compile()'s order ("accuracy", "sparse_top_k_categorical_accuracy").
+  Logs metrics;
+};
+
+// evaluate()'s options, Keras' evaluate(batch_size=, verbose=).
+struct EvaluateOptions {
+  int64_t batch_size = 256;
+  // With several ranks, each evaluates its shard and every rank returns the combined result (not owned).
+  Communicator* communicator = nullptr;
+  // Keras' verbose: 1 (the default here, as Keras) prints one summary line "loss: L - accuracy: A" when done;
+  // 0 prints nothing. Only rank 0 prints. The overload without options is silent (fit's validation uses it).
+  int verbose = 1;
+  std::ostream* verbose_out = nullptr;  // not owned; null: std::cout
 };
 
 // A Model is also what its recovery ladder acts on (RecoveryTarget, train/recovery.h).
@@ -98,10 +111,23 @@ class Model : public Network, public RecoveryTarget {
         uint64_t seed = 0);
 
   // Configures training. Under a float16 compute policy the optimizer is wrapped in a
-  // LossScaleOptimizer (never twice) when auto_scale_loss is set, as Keras does; metrics: "accuracy".
+  // LossScaleOptimizer (never twice) when auto_scale_loss is set, as Keras does. metrics (each at most once, all
+  // need sparse_categorical_crossentropy's class-id labels): "accuracy" or "acc" (logged as "accuracy"),
+  // "sparse_categorical_accuracy" (the same count, logged under that name), "sparse_top_k_categorical_accuracy"
+  // (k = 5, as Keras: the rows whose label is among the 5 largest scores, ties counting for the label; see
+  // ops::count_in_top_k). A null optimizer compiles for evaluation only: evaluate() and predict() work, fit() and
+  // train_step() refuse.
   void compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics = {},
                bool auto_scale_loss = true);
+  // Keras' compile(loss=, metrics=) without an optimizer: for evaluation only.
+  void compile(Loss loss, std::vector<std::string> metrics = {}) {
+    compile(nullptr, std::move(loss), std::move(metrics));
+  }
   bool compiled() const override { return optimizer_ != nullptr; }
+  // compile() was called, with or without an optimizer: evaluate() can run.
+  bool compiled_for_evaluation() const { return loss_.has_value(); }
+  // Top-k's k for "sparse_top_k_categorical_accuracy" (Keras' k).
+  static constexpr int64_t kDefaultTopK = 5;
   Optimizer& optimizer() override { return *optimizer_; }
   // Wraps the optimizer in a dynamic LossScaleOptimizer unless it already is one (the recovery ladder's
   // first rung); the inner optimizer keeps its state.
@@ -114,6 +140,8 @@ class Model : public Network, public RecoveryTarget {
   // With a communicator of several ranks, each rank evaluates its shard of the rows and the results are combined
   // (every rank returns the same numbers).
   EvaluateResult evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 256, Communicator* comm = nullptr);
+  // The same with Keras' verbose summary line (EvaluateOptions).
+  EvaluateResult evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options);
   // Model outputs for x in float32, computed batch by batch without recording gradients.
   Tensor predict(const Tensor& x, int64_t batch_size = 256);
 
@@ -161,9 +189,11 @@ class Model : public Network, public RecoveryTarget {
 
  private:
   // A step's logs as it leaves them where it ran, in a float32 (kRecordSize,) tensor: the loss, the rows whose
-  // arg-max matched the label (when accuracy is tracked), the loss scale the step used (when the loss is scaled)
-  // and the update's skip flag (when the update left the optimizer's count uncertain, see uncertain_update).
-  static constexpr int64_t kRecordSize = 4;
+  // arg-max matched the label (when accuracy is tracked), the loss scale the step used (when the loss is scaled),
+  // the update's skip flag (when the update left the optimizer's count uncertain, see uncertain_update) and the
+  // rows whose label is in the top k (when top-k accuracy is tracked).
+  static constexpr int64_t kRecordSize = 5;
+  static constexpr int64_t kTopKSlot = 4;
   struct QueuedStep {
     int64_t rows = 0;  // the rows the logs average over (the global batch's, data-parallel)
     // The predictions each row scores: 1 for a label per sample, T for a sequence's (B, T) labels, so that the
@@ -171,7 +201,7 @@ class Model : public Network, public RecoveryTarget {
     int64_t labels_per_row = 1;
     bool scales_loss = false;
     // Data-parallel: the global batch's loss and accuracy, already combined over the ranks on the host.
-    std::optional<double> global_loss, global_accuracy;
+    std::optional<double> global_loss, global_accuracy, global_top_k;
     // The update's ticket when the host could not see whether it was skipped (an arena on a device under loss
     // scaling): the record's skip flag resolves it (Optimizer::resolve_uncertain_update) when the logs are read.
     std::optional<uint64_t> uncertain_update;
@@ -235,6 +265,11 @@ class Model : public Network, public RecoveryTarget {
   ParameterArena arena_;
   std::optional<Loss> loss_;
   bool track_accuracy_ = false;
+  bool track_top_k_ = false;
+  // The compiled metrics' log names in compile()'s order, and the count behind each: a record's slot.
+  std::vector<std::pair<std::string, int64_t>> metric_slots_;
+  // Forward pass and loss of evaluate(); the results before they are printed.
+  EvaluateResult evaluate_batches(const Tensor& x, const Tensor& y, int64_t batch_size, Communicator* comm);
 };
 
 }  // namespace mixtrain

@@ -161,6 +161,23 @@ namespace {
 void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
   count.data<float>()[0] = static_cast<float>(accuracy(scores, labels));
 }
+
+// A row counts when fewer than k of its scores are strictly greater than its label's (ties count for the label).
+void count_in_top_k(const Tensor& scores, const Tensor& labels, int64_t k, Tensor& count) {
+  const int64_t rows = scores.dim(0), cols = scores.dim(1);
+  const std::vector<float> s = read_floats(scores);
+  const std::vector<int64_t> l = read_labels(labels);
+  int64_t in_top = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* r = s.data() + i * cols;
+    const int64_t label = l[static_cast<size_t>(i)];
+    if (label < 0 || label >= cols || std::isnan(r[label])) continue;
+    int64_t greater = 0;
+    for (int64_t j = 0; j < cols; ++j) greater += r[j] > r[label];
+    in_top += greater < k;
+  }
+  count.data<float>()[0] = static_cast<float>(in_top);
+}
 }  // namespace
 
 void register_losses_kernels(Kernels& k) {
@@ -173,6 +190,7 @@ void register_losses_kernels(Kernels& k) {
   k.set<Op::penalty>(&penalty);
   k.set<Op::penalty_backward>(&penalty_backward);
   k.set<Op::count_correct>(&count_correct);
+  k.set<Op::count_in_top_k>(&count_in_top_k);
 }
 
 }  // namespace mixtrain::ops::cpu

@@ -281,7 +281,38 @@ namespace {
 __global__ void count_to_float_kernel(const unsigned long long* count, float* out) {
   *out = static_cast<float>(*count);
 }
+
+// *in_top += the rows of scores (rows, n) with fewer than k scores strictly greater than their label's (the CPU's
+// rule: ties count for the label, a NaN label score or a label outside [0, n) does not). A thread per row; the count
+// is an integer, so the order of the atomics does not matter.
+__global__ void in_top_k_kernel(const void* scores, int code, const void* labels, bool labels64, int64_t rows,
+                                int64_t n, int64_t k, unsigned long long* in_top) {
+  device::for_each_index(rows, [&](int64_t row) {
+    const int64_t label =
+        labels64 ? static_cast<const int64_t*>(labels)[row] : static_cast<const int32_t*>(labels)[row];
+    if (label < 0 || label >= n) return;
+    const int64_t base = row * n;
+    const float mine = load_as_float(scores, code, base + label);
+    if (mine != mine) return;  // NaN
+    int64_t greater = 0;
+    for (int64_t j = 0; j < n; ++j) greater += load_as_float(scores, code, base + j) > mine;
+    if (greater < k) atomicAdd(in_top, 1ull);
+  });
+}
 }  // namespace
+
+void count_in_top_k(const Tensor& scores, const Tensor& labels, int64_t k, Tensor& count) {
+  const Device device = scores.device();
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  AccuracyScratch w(device);
+  const int64_t rows = scores.dim(0);
+  in_top_k_kernel<<<device::blocks_for(rows), device::kThreads>>>(scores.raw(), shared::float_code(scores.dtype()),
+                                                                  labels.raw(), labels.dtype() == DType::kInt64,
+                                                                  rows, scores.dim(1), k, w.correct);
+  device::launched("count_in_top_k");
+  count_to_float_kernel<<<1, 1>>>(w.correct, count.data<float>());
+  device::launched("count_in_top_k (to float)");
+}
 
 void count_correct(const Tensor& scores, const Tensor& labels, Tensor& count) {
   const Device device = scores.device();
@@ -313,6 +344,7 @@ void register_losses_kernels(Kernels& k) {
   k.set<Op::sum_all>(&sum_all);
   k.set<Op::accuracy>(&accuracy);
   k.set<Op::count_correct>(&count_correct);
+  k.set<Op::count_in_top_k>(&count_in_top_k);
   k.set<Op::penalty>(&penalty);
   k.set<Op::penalty_backward>(&penalty_backward);
   k.set<Op::global_norm>(&global_norm);
