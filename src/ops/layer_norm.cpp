@@ -1,24 +1,13 @@
 // Layer normalization entries: validation, output allocation, dispatch (kernels in cpu/layer_norm.cpp).
 #include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/backend.h"
+#include "row_norm_checks.h"
 
 namespace mixtrain::ops {
 
-namespace {
-std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
-
-void check_input(const Tensor& x, const char* op) {
-  MIXTRAIN_CHECK(x.defined() && is_float(x.dtype()) && x.rank() >= 1 && x.dim(-1) > 0,
-                 op << ": input must be a floating tensor with a non-empty last axis, got " << text(x));
-}
-
-// A float32 vector of n elements (gamma, beta: (D,); mean, rstd: (rows,)).
-void check_vector(const Tensor& v, int64_t n, const char* what, const Tensor& x, const char* op) {
-  MIXTRAIN_CHECK(v.defined() && v.dtype() == DType::kFloat32 && v.rank() == 1 && v.dim(0) == n,
-                 op << ": " << what << " must be float32 (" << n << ",) for input " << x.describe() << ", got "
-                    << text(v));
-}
-}  // namespace
+using row_norm_checks::check_input;
+using row_norm_checks::check_vector;
+using row_norm_checks::text;
 
 LayerNormOutput layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
   constexpr const char* op = "layer_norm";

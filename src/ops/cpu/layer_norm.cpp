@@ -10,6 +10,7 @@
 #include "../shared/layer_norm_row.h"
 #include "mixtrain/ops/layer_norm.h"
 #include "cpu_backend.h"
+#include "float_rows.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -18,24 +19,9 @@ namespace {
 constexpr int64_t kRowsPerBlock = shared::kLayerNormRowsPerBlock;
 constexpr int64_t kParallelMin = int64_t{1} << 15;  // elements; below this a thread team costs more than it saves
 
-// Row r of a (rows, d) tensor as float32: in place for float32, else widened into buf.
-const float* read_row(const Tensor& t, int64_t r, int64_t d, float* buf) {
-  const char* p = static_cast<const char*>(t.raw()) + static_cast<size_t>(r * d) * dtype_size(t.dtype());
-  if (t.dtype() == DType::kFloat32) return reinterpret_cast<const float*>(p);
-  convert_elements(p, t.dtype(), buf, DType::kFloat32, d);
-  return buf;
-}
-
-// Where to compute row r of out: in place for float32, else buf (then store_row rounds it once).
-float* row_out(Tensor& t, int64_t r, int64_t d, float* buf) {
-  if (t.dtype() != DType::kFloat32) return buf;
-  return static_cast<float*>(t.raw()) + r * d;
-}
-void store_row(Tensor& t, int64_t r, int64_t d, const float* v) {
-  if (t.dtype() == DType::kFloat32) return;
-  convert_elements(v, DType::kFloat32, static_cast<char*>(t.raw()) + static_cast<size_t>(r * d) * dtype_size(t.dtype()),
-                   t.dtype(), d);
-}
+using float_rows::read_row;
+using float_rows::row_out;
+using float_rows::store_row;
 
 }  // namespace
 
