@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what mixtrain needs on Debian 12 (idempotent: only missing packages are installed),
-# then configures and builds it in Release into ./build.
+# then configures and builds it in Release into ./build: everything, or only the CMake targets named as arguments
+# (scripts/run-main.sh builds just the command-line tool it runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,4 +46,4 @@ fi
 # MIXTRAIN_CUDA=AUTO|ON|OFF, when set, goes to CMake (its default is AUTO: the NVIDIA GPU backend is built when nvcc
 # is found); .ci/run sets ON so that a machine where the backend silently stopped building fails instead.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${MIXTRAIN_CUDA:+-DMIXTRAIN_CUDA="$MIXTRAIN_CUDA"} >/dev/null
-cmake --build build -j "$(nproc)"
+cmake --build build -j "$(nproc)" ${1:+--target "$@"}

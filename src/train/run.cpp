@@ -213,7 +213,7 @@ void finish_result(const RunConfig& cfg, const DataSplits& data, Model& model, c
   const auto& val_loss = r.history.history["val_loss"];
   const auto& val_acc = r.history.history["val_accuracy"];
   if (sequences && !val_loss.empty() && !val_acc.empty() && r.history.epoch.back() == fo.epochs - 1)
-    r.test = {val_loss.back(), val_acc.back()};
+    r.test = {val_loss.back(), val_acc.back(), {{"accuracy", val_acc.back()}}};
   else
     r.test = model.evaluate(data.test.x, data.test.y, 256, cfg.communicator);
   const double secs = r.history.train_seconds;
