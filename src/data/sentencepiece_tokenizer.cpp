@@ -57,8 +57,9 @@ class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(std::string model, const std::string& source) : model_(std::move(model)) {
     const auto status = processor_.LoadFromSerializedProto(model_);
+    // SentencePiece's own message names only its source line, so it is left out.
     if (!status.ok())
-      MIXTRAIN_FAIL(kInvalidInput, source << " is not a SentencePiece model (" << status.message() << ")",
+      MIXTRAIN_FAIL(kInvalidInput, source << " is not a SentencePiece model",
                     "give a .model file written by SentencePiece's trainer (spm_train)");
   }
   std::string kind() const override { return "sentencepiece"; }

@@ -11,6 +11,7 @@
 #include "args.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/normalize.h"
+#include "mixtrain/data/tokenizer.h"
 #include "mixtrain/train/run.h"
 
 namespace mixtrain::cli {
@@ -22,6 +23,7 @@ struct RunOptions {
   // Validated.
   RunConfig run;
   std::string data = "fashion-mnist";      // --data: fashion-mnist | PATH | moby-dick | text:PATH
+  TokenizerSpec tokenizer;                 // --tokenizer char|bpe:N|unigram:N|FILE.model (text data only)
   // --batch-size auto: run.batch_size is resolved once the data set is known (resolve_batch_size), per policy.
   bool batch_size_auto = false;
   std::optional<int64_t> memory_budget;    // --memory-budget in bytes (only with batch_size_auto)
