@@ -78,6 +78,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   Json j = Json::object();
   j["model"] = cfg.model;
   j["data"] = data_spec;
+  if (!cfg.tokenizer_model.empty()) j["tokenizer"] = cfg.tokenizer;  // only when not characters, as before
   j["policy"] = cfg.policy;
   j["seed"] = static_cast<double>(cfg.seed);
   j["batch_size"] = cfg.batch_size;
