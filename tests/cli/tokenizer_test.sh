@@ -35,9 +35,11 @@ for t in bpe:400 unigram:400; do
     --json "$tmp/$name.json" > "$tmp/$name.out" || fail "train --tokenizer $t exited $?"
   grep -F "tokenizer: $t, 400 subword pieces" "$tmp/$name.out" || fail "no tokenizer line for $t"
   grep -F "vocabulary of 400 tokens" "$tmp/$name.out" || fail "the data line does not count 400 tokens for $t"
-  python3 - "$tmp/$name.json" <<'PY' || fail "$t: the validation loss did not fall"
+  python3 - "$tmp/$name.json" "$t" <<'PY' || fail "$t: the validation loss did not fall"
 import json, math, sys
-losses = [e["val_loss"] for e in json.load(open(sys.argv[1]))["epochs"]]
+run = json.load(open(sys.argv[1]))
+assert run["tokenizer"] == sys.argv[2], run.get("tokenizer")
+losses = [e["val_loss"] for e in run["epochs"]]
 assert losses[-1] < losses[0] < math.log(400) + 0.5, losses  # from about ln(400) at the start
 PY
 done
