@@ -71,5 +71,15 @@ TEST(CharTokenizer, TokenDatasetIsTheCharacterDataset) {
   }
 }
 
+// A build without SentencePiece (MIXTRAIN_SENTENCEPIECE=OFF, or AUTO where it is missing) says why in one line.
+TEST(SubwordTokenizers, AreRefusedWithAReasonWhereNotBuilt) {
+  if (subword_tokenizers_available()) GTEST_SKIP() << "built with SentencePiece (subword_tokenizer_test.cpp)";
+  const Error e = error_of([] { train_tokenizer(parse_tokenizer_spec("bpe:300"), "text", "t"); });
+  EXPECT_TRUE(contains(e.message(), "--tokenizer bpe:300 needs SentencePiece, and this mixtrain was built without it"))
+      << e.message();
+  EXPECT_THROW(load_tokenizer_model("x.model"), Error);
+  EXPECT_THROW(tokenizer_from_model("bytes", "'c.safetensors'"), Error);
+}
+
 }  // namespace
 }  // namespace mixtrain
