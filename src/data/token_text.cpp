@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/data/text_sources.h"
 
 namespace mixtrain {
 
@@ -62,7 +63,7 @@ TextDataset make_token_text_dataset(std::string_view utf8, const std::string& so
 
 TextDataset load_token_text_dataset(const std::string& path, const TextDatasetOptions& options,
                                     const TokenizerSpec& spec) {
-  return make_token_text_dataset(read_text_file(path), path, options, spec);
+  return make_token_text_dataset(read_text_sources(path), path, options, spec);
 }
 
 }  // namespace mixtrain

@@ -152,6 +152,11 @@ expect_error "--tokenizer unigram:1: the number of pieces must be in [2, 1000000
 expect_error "--tokenizer applies to text (--data moby-dick or text:PATH), not to --data fashion-mnist" train \
   --tokenizer bpe:300 --epochs 1
 expect_error "--tokenizer applies to text" inspect --data "$tmp/missing.csv" --tokenizer char
+# --data text: a directory without files, and an empty name in a list of files.
+mkdir "$tmp/no-text"
+expect_error "the directory '$tmp/no-text' holds no text files" train --model transformer --data "text:$tmp/no-text" \
+  --steps 1
+expect_error "has an empty path" train --model transformer --data "text:$tmp/tiny.txt," --steps 1
 
 [ $fails -eq 0 ] && echo "all bad-input cases passed"
 exit $fails

@@ -2,7 +2,8 @@
 # Subword tokenizers end to end (built with SentencePiece): a small transformer trained a few steps with
 # --tokenizer bpe:N and unigram:N on the first 100,000 characters of Moby Dick, then `generate` from the checkpoint
 # alone (the text gone) writing valid UTF-8, also for a prompt whose characters the text never used; the same
-# tokenizer from two trainings and from the .model file it came from; one-line errors with exit status 2.
+# tokenizer from two trainings and from the .model file it came from; text from a directory and from a list of
+# files; one-line errors with exit status 2.
 set -u
 bin="$1"
 . "$(dirname "$0")/lib.sh"
@@ -80,6 +81,23 @@ grep -F "vocabulary of 400 tokens" "$tmp/file.out" || fail "the .model file's to
   fail "the checkpoint does not store the .model file's tokenizer"
 "$bin" train "${small[@]}" --steps 2 --save "$tmp/char.safetensors" > /dev/null
 [ -z "$(header_field "$tmp/char.safetensors" tokenizer_model)" ] || fail "a character model stored a subword model"
+
+echo "== --data text:DIR and text:A,B: the files joined in order"
+mkdir "$tmp/parts"
+python3 - "$tmp/moby.txt" "$tmp/parts" <<'PY'
+import sys
+text = open(sys.argv[1], encoding="utf-8").read()
+for i in range(3):  # part0 .. part2, each ending inside a line: the joins add a newline
+    open(f"{sys.argv[2]}/part{i}.txt", "w", encoding="utf-8").write(text[i * 33000:(i + 1) * 33000].rstrip("\n"))
+PY
+for spec in "$tmp/parts" "$tmp/parts/part0.txt,$tmp/parts/part1.txt,$tmp/parts/part2.txt"; do
+  small[3]="text:$spec"
+  "$bin" train "${small[@]}" --tokenizer bpe:400 --steps 2 --save "$tmp/parts.safetensors" > "$tmp/parts.out" ||
+    fail "train --data text:$spec exited $?"
+  grep -F "vocabulary of 400 tokens" "$tmp/parts.out" || fail "--data text:$spec: no 400-token vocabulary"
+  "$bin" generate --checkpoint "$tmp/parts.safetensors" --tokens 10 > /dev/null || fail "generate after text:$spec"
+done
+small[3]="text:$tmp/moby.txt"
 
 echo "== bad values: one line, exit status 2"
 echo "not a model" > "$tmp/junk.model"

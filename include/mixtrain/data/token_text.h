@@ -16,7 +16,7 @@ namespace mixtrain {
 // the tokenizer's size. Error when a part gives fewer than context_length + 1 tokens.
 TextDataset make_token_text_dataset(std::string_view utf8, const std::string& source, const TextDatasetOptions& options,
                                     const TokenizerSpec& spec);
-// The same for a text file (read_text_file).
+// The same for the text of one file, a directory or several (read_text_sources in data/text_sources.h).
 TextDataset load_token_text_dataset(const std::string& path, const TextDatasetOptions& options,
                                     const TokenizerSpec& spec);
 
