@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# openmpi: data-parallel training (mpirun); clang + libclang-rt: the fuzz targets and the sanitizer build.
+# openmpi: data-parallel training (mpirun); clang + libclang-rt: the fuzz targets and the sanitizer build;
+# libsentencepiece-dev: the subword tokenizers (--tokenizer bpe:N|unigram:N|FILE.model).
 packages=(g++ cmake ninja-build libgtest-dev libbenchmark-dev zlib1g-dev nlohmann-json3-dev dataset-fashion-mnist
-          python3 chromium openmpi-bin libopenmpi-dev clang libclang-rt-14-dev)
+          python3 chromium openmpi-bin libopenmpi-dev clang libclang-rt-14-dev libsentencepiece-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,6 +45,8 @@ if ! { [ -s "$moby" ] && echo "$moby_sha256  $moby" | sha256sum -c --quiet - 2>/
 fi
 
 # MIXTRAIN_CUDA=AUTO|ON|OFF, when set, goes to CMake (its default is AUTO: the NVIDIA GPU backend is built when nvcc
-# is found); .ci/run sets ON so that a machine where the backend silently stopped building fails instead.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${MIXTRAIN_CUDA:+-DMIXTRAIN_CUDA="$MIXTRAIN_CUDA"} >/dev/null
+# is found); .ci/run sets ON so that a machine where the backend silently stopped building fails instead. The same
+# for MIXTRAIN_SENTENCEPIECE (the subword tokenizers).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${MIXTRAIN_CUDA:+-DMIXTRAIN_CUDA="$MIXTRAIN_CUDA"} \
+  ${MIXTRAIN_SENTENCEPIECE:+-DMIXTRAIN_SENTENCEPIECE="$MIXTRAIN_SENTENCEPIECE"} >/dev/null
 cmake --build build -j "$(nproc)" ${1:+--target "$@"}

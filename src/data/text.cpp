@@ -25,7 +25,8 @@ std::string describe_char(char32_t c) {
 
 bool valid_code_point(char32_t c) { return c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF); }
 
-// Row r of the windows is text[start_r .. start_r + T) for x and one character later for y.
+}  // namespace
+
 void fill_windows(const std::vector<int32_t>& ids, int64_t begin, int64_t end, int64_t T, int64_t stride,
                   Dataset& out) {
   const int64_t usable = end - begin - 1;  // the last window needs one more character for its targets
@@ -41,8 +42,6 @@ void fill_windows(const std::vector<int32_t>& ids, int64_t begin, int64_t end, i
   }
   out.sample_shape = {T};
 }
-
-}  // namespace
 
 std::u32string utf8_to_code_points(std::string_view bytes, const std::string& source) {
   std::u32string out;
@@ -183,6 +182,10 @@ TextDataset make_text_dataset(std::u32string_view text, const std::string& sourc
 }
 
 TextDataset load_text_dataset(const std::string& path, const TextDatasetOptions& options) {
+  return make_text_dataset(utf8_to_code_points(read_text_file(path), path), path, options);
+}
+
+std::string read_text_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec) && path == moby_dick_path())
     MIXTRAIN_FAIL(kIo, "Moby Dick is not installed at '" << path << "'", "run scripts/setup.sh, which downloads it");
@@ -203,7 +206,7 @@ TextDataset load_text_dataset(const std::string& path, const TextDatasetOptions&
                    "'" << path << "' holds more than " << kMaxTextBytes << " bytes, the limit for text data sets");
   }
   MIXTRAIN_CHECK(!f.bad(), "reading '" << path << "' failed after " << raw.size() << " bytes");
-  return make_text_dataset(utf8_to_code_points(raw, path), path, options);
+  return raw;
 }
 
 std::string moby_dick_path() {

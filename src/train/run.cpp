@@ -8,6 +8,7 @@
 #include <ostream>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/core/base64.h"
 #include "mixtrain/core/json.h"
 #include "mixtrain/distributed/communicator.h"
 #include "mixtrain/nn/layers.h"
@@ -321,6 +322,11 @@ std::string run_config_json(const RunConfig& cfg) {
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
     j["vocabulary"] = vocab;
   }
+  // Only under a subword tokenizer, so that a character model's configuration reads as before.
+  if (!cfg.tokenizer_model.empty()) {
+    j["tokenizer"] = cfg.tokenizer;
+    j["tokenizer_model"] = base64_encode(cfg.tokenizer_model);
+  }
   return j.dump();
 }
 
@@ -382,6 +388,10 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
       cfg.vocabulary.push_back(static_cast<uint32_t>(cp));
     }
   }
+  str("tokenizer", cfg.tokenizer);
+  std::string tokenizer_model;
+  str("tokenizer_model", tokenizer_model);
+  cfg.tokenizer_model = base64_decode(tokenizer_model, source + " 'tokenizer_model'");
   validate_run_config(cfg);
   return cfg;
 }

@@ -141,6 +141,22 @@ done
 expect_error "unknown flag '--bogus'" train --bogus 1 --help
 expect_error "unknown command 'bogus'" bogus --help
 expect_error "generate needs --checkpoint FILE" generate --prompt --help
+# --tokenizer: refused before any data is read (the cases that train or load a model are in tokenizer_test.sh).
+printf 'a tiny text\n' >"$tmp/tiny.txt"
+text_model=(--model transformer --data "text:$tmp/tiny.txt" --steps 1)
+expect_error "--tokenizer must be char, bpe:N, unigram:N or a FILE.model, got 'words'" train "${text_model[@]}" \
+  --tokenizer words
+expect_error "--tokenizer bpe:lots: 'lots' is not a whole number of pieces" train "${text_model[@]}" --tokenizer bpe:lots
+expect_error "--tokenizer unigram:1: the number of pieces must be in [2, 1000000], got 1" compare "${text_model[@]}" \
+  --tokenizer unigram:1
+expect_error "--tokenizer applies to text (--data moby-dick or text:PATH), not to --data fashion-mnist" train \
+  --tokenizer bpe:300 --epochs 1
+expect_error "--tokenizer applies to text" inspect --data "$tmp/missing.csv" --tokenizer char
+# --data text: a directory without files, and an empty name in a list of files.
+mkdir "$tmp/no-text"
+expect_error "the directory '$tmp/no-text' holds no text files" train --model transformer --data "text:$tmp/no-text" \
+  --steps 1
+expect_error "has an empty path" train --model transformer --data "text:$tmp/tiny.txt," --steps 1
 
 [ $fails -eq 0 ] && echo "all bad-input cases passed"
 exit $fails

@@ -34,15 +34,16 @@ Json recovery_to_json(const std::vector<RecoveryEvent>& events);
 void print_run_summary(const RunResult& r);
 
 // options.data: fashion-mnist | PATH (IDX images or CSV), normalised (options.normalize) with statistics of the
-// training split; or text for the transformer: moby-dick | text:PATH, windows of cfg.context_length characters
-// (cfg.vocabulary is set). A CSV (FILE.csv, or FILE.csv.gz gzip-compressed) is read as options.csv says.
+// training split; or text for the transformer: moby-dick | text:PATH, windows of cfg.context_length tokens under
+// options.tokenizer (cfg.vocabulary is set for characters, cfg.tokenizer_model for a subword tokenizer). A CSV (FILE.csv, or FILE.csv.gz gzip-compressed) is read as options.csv says.
 DataSplits load_data(const RunOptions& options, RunConfig& cfg);
 // Exit status of a run whose loss ended non-finite (2 is bad input, 1 an internal error).
 inline constexpr int kExitDiverged = 3;
 // Error (kIo, exit 2) unless path can be created: its directory exists and is writable, and it is no directory.
 void require_writable_output(const std::string& path, const char* flag);
-// One line saying what was loaded.
-void print_data_line(const std::string& spec, const DataSplits& data);
+// One line saying what was loaded; unit names a text's tokens ("characters", or "tokens" under a subword tokenizer).
+void print_data_line(const std::string& spec, const DataSplits& data, const std::string& unit = "characters");
+inline const char* token_unit(const RunConfig& cfg) { return cfg.tokenizer_model.empty() ? "characters" : "tokens"; }
 // The `train --json` object for one run.
 Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunResult& r);
 // Writes text to path through a temporary file and a rename, so a failure never leaves a partial file.

@@ -217,7 +217,7 @@ int compare_command(const std::vector<std::string>& argv) {
   // The data (and a CSV's hold-out split, drawn from --seed) is loaded once: the float32 seeds differ only in
   // what the model's seed draws.
   DataSplits data = load_data(o.run, base);
-  print_data_line(data_spec, data);
+  print_data_line(data_spec, data, token_unit(base));
   std::cout << "policies: ";
   for (const auto& p : o.policies) std::cout << p << " ";
   std::cout << "\n";

@@ -1,11 +1,14 @@
-// mixtrain generate: samples text from a character language model saved by `train --model transformer --save`.
-// The checkpoint carries the run configuration (model shape, policy) and the vocabulary, so nothing else is needed.
+// mixtrain generate: samples text from a language model saved by `train --model transformer --save`. The checkpoint
+// carries the run configuration (model shape, policy) and the tokenizer (its characters, or its subword model), so
+// nothing else is needed.
 #include <cmath>
 #include <iostream>
 #include <utility>
 
 #include "commands.h"
 #include "mixtrain/data/text.h"
+#include "mixtrain/data/tokenizer.h"
+#include "mixtrain/data/utf8_stream.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/generate.h"
@@ -48,6 +51,13 @@ GenerateOptions generate_options_from(const std::vector<std::string>& argv) {
   return o;
 }
 
+// The checkpoint's tokenizer: its subword model, or its characters (every checkpoint before subword tokenizers).
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const RunConfig& cfg, const std::string& path) {
+  if (!cfg.tokenizer_model.empty()) return tokenizer_from_model(cfg.tokenizer_model, "'" + path + "' (tokenizer)");
+  return make_char_tokenizer(
+      Vocabulary::from_code_points(std::vector<char32_t>(cfg.vocabulary.begin(), cfg.vocabulary.end())));
+}
+
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
@@ -57,16 +67,16 @@ int generate_command(const std::vector<std::string>& argv) {
   auto cfg_it = file.metadata.find("config");
   MIXTRAIN_CHECK(cfg_it != file.metadata.end(), "'" << path << "' has no run configuration (not saved by train --save)");
   const RunConfig cfg = run_config_from_json(cfg_it->second, "'" + path + "' (config)");
-  MIXTRAIN_CHECK(cfg.model == "transformer" && !cfg.vocabulary.empty(),
+  MIXTRAIN_CHECK(cfg.model == "transformer" && (!cfg.vocabulary.empty() || !cfg.tokenizer_model.empty()),
                  "'" << path << "' holds a " << cfg.model << " model; generate needs a transformer language model");
-  const Vocabulary vocab =
-      Vocabulary::from_code_points(std::vector<char32_t>(cfg.vocabulary.begin(), cfg.vocabulary.end()));
+  const std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(cfg, path);
   const std::string& prompt = o.prompt;
   MIXTRAIN_CHECK(!prompt.empty(), "--prompt must not be empty");
-  std::vector<int32_t> ids = vocab.encode(utf8_to_code_points(prompt, "--prompt"), "--prompt");
+  std::vector<int32_t> ids = tokenizer->encode(prompt, "--prompt");
+  MIXTRAIN_CHECK(!ids.empty(), "--prompt '" << prompt << "' gives no tokens");
 
   const int64_t T = cfg.context_length;
-  auto model = build_model(cfg, T, vocab.size(), {T});
+  auto model = build_model(cfg, T, tokenizer->size(), {T});
   load_checkpoint(path, *model);
   model->to(o.device);  // predict() copies each window there and its logits back
   std::cout << prompt << std::flush;
@@ -76,9 +86,11 @@ int generate_command(const std::vector<std::string>& argv) {
   g.top_k = o.top_k;
   g.top_p = o.top_p;
   g.seed = o.seed;
-  g.on_token = [&vocab](int32_t next) { std::cout << vocab.decode({next}) << std::flush; };
+  // A character beyond the byte pieces may arrive over several tokens: it is written once complete.
+  Utf8Stream text;
+  g.on_token = [&](int32_t next) { std::cout << text.push(tokenizer->piece_bytes(next)) << std::flush; };
   generate(*model, std::move(ids), g);
-  std::cout << "\n";
+  std::cout << text.finish() << "\n";
   return 0;
 }
 

@@ -34,6 +34,8 @@ const char* kUsage =
     "           --save-every N: also write CKPT after every N steps, so a killed run resumed with\n"
     "           --resume CKPT continues at the next batch and ends bit-identical to an uninterrupted run\n"
     "           transformer: --context T --width D --layers L --heads H --dropout X\n"
+    "           --tokenizer char|bpe:N|unigram:N|FILE.model: the text's tokens (default char; text:PATH may be a\n"
+    "           directory or PATH,PATH,...)\n"
     "           --device cpu|cuda|cuda:N: where the model trains (default cpu)\n"
     "  compare  train under several policies on identical data and weights and judge each against\n"
     "           float32: the train flags plus --policies float32,mixed_float16,mixed_bfloat16 --out DIR\n"

@@ -117,7 +117,7 @@ const std::set<std::string>& run_flags() {
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column", "accumulate"};
+      "label-column", "accumulate", "tokenizer"};
   return flags;
 }
 
@@ -147,6 +147,11 @@ RunOptions run_options_from(const Args& a, const char* command) {
   if (a.has("normalize")) o.normalize = parse_normalization(a.str("normalize", ""));
   o.data = a.str("data", o.data);
   o.csv = csv_options_from(a, o.data);
+  if (a.has("tokenizer")) {
+    MIXTRAIN_CHECK(is_text_data(o.data), "--tokenizer applies to text (--data moby-dick or text:PATH), not to --data "
+                                             << o.data);
+    o.tokenizer = parse_tokenizer_spec(a.str("tokenizer", ""));
+  }
   cfg.device = usable_device_flag(a, command);
   return o;
 }

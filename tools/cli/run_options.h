@@ -11,6 +11,7 @@
 #include "args.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/normalize.h"
+#include "mixtrain/data/tokenizer.h"
 #include "mixtrain/train/run.h"
 
 namespace mixtrain::cli {
@@ -21,7 +22,9 @@ struct RunOptions {
   // and --device; each model's recipe where the flags give none (the CNN's schedule, the transformer's AdamW, ...).
   // Validated.
   RunConfig run;
-  std::string data = "fashion-mnist";      // --data: fashion-mnist | PATH | moby-dick | text:PATH
+  // --data: fashion-mnist | PATH | moby-dick | text:PATH (PATH a file, a directory or several, data/text_sources.h)
+  std::string data = "fashion-mnist";
+  TokenizerSpec tokenizer;                 // --tokenizer char|bpe:N|unigram:N|FILE.model (text data only)
   // --batch-size auto: run.batch_size is resolved once the data set is known (resolve_batch_size), per policy.
   bool batch_size_auto = false;
   std::optional<int64_t> memory_budget;    // --memory-budget in bytes (only with batch_size_auto)

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
 #include "mixtrain/data/text.h"
+#include "mixtrain/data/token_text.h"
 #include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/report/progress_bar.h"
 #include "mixtrain/train/batch_size.h"
@@ -43,8 +45,16 @@ DataSplits load_data(const RunOptions& o, RunConfig& cfg) {
     MIXTRAIN_CHECK(!path.empty(), "--data text:PATH needs a path after 'text:'");
     TextDatasetOptions windows;
     windows.context_length = cfg.context_length;
-    TextDataset t = load_text_dataset(path, windows);
+    const auto start = std::chrono::steady_clock::now();
+    TextDataset t = load_token_text_dataset(path, windows, o.tokenizer);
     cfg.vocabulary.assign(t.vocabulary.code_points().begin(), t.vocabulary.code_points().end());
+    cfg.tokenizer = o.tokenizer.text.empty() ? "char" : o.tokenizer.text;
+    cfg.tokenizer_model = t.tokenizer->serialized_model();
+    if (!cfg.tokenizer_model.empty() && writes_outputs())
+      std::printf("tokenizer: %s, %lld subword pieces (%s in %.1f s)\n", cfg.tokenizer.c_str(),
+                  static_cast<long long>(t.tokenizer->size()),
+                  o.tokenizer.kind == TokenizerSpec::Kind::kModelFile ? "loaded and applied" : "trained and applied",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return std::move(t.splits);
   }
   const uint64_t seed = cfg.seed;
@@ -68,6 +78,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   Json j = Json::object();
   j["model"] = cfg.model;
   j["data"] = data_spec;
+  if (!cfg.tokenizer_model.empty()) j["tokenizer"] = cfg.tokenizer;  // only when not characters, as before
   j["policy"] = cfg.policy;
   j["seed"] = static_cast<double>(cfg.seed);
   j["batch_size"] = cfg.batch_size;
@@ -258,11 +269,11 @@ std::string data_file_of(const std::string& spec) {
 
 }  // namespace
 
-void print_data_line(const std::string& spec, const DataSplits& data) {
+void print_data_line(const std::string& spec, const DataSplits& data, const std::string& unit) {
   if (data.train.x.dtype() == DType::kInt32) {
     std::cout << "data: " << spec << " (" << data.train.source << ") — " << data.train.size() << " training and "
-              << data.test.size() << " validation windows of " << data.train.x.dim(1) << " characters, vocabulary of "
-              << data.train.num_classes << " characters\n";
+              << data.test.size() << " validation windows of " << data.train.x.dim(1) << " " << unit
+              << ", vocabulary of " << data.train.num_classes << " " << unit << "\n";
     return;
   }
   std::cout << "data: " << spec << " — " << data.train.size() << " training and " << data.test.size()
@@ -324,7 +335,7 @@ int train_command(const std::vector<std::string>& argv) {
   require_distinct_paths(json_path, "--json", data_file_of(data_spec), "--data");
   require_distinct_paths(cfg.save_path, "--save", data_file_of(data_spec), "--data");
   DataSplits data = load_data(o, cfg);
-  print_data_line(data_spec, data);
+  print_data_line(data_spec, data, token_unit(cfg));
   resolve_batch_size(cfg, o, data);
   if (o.batch_size_auto) check_global_batch(cfg, job);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "mixtrain/data/dataset.h"
 
 namespace mixtrain {
+
+class Tokenizer;  // data/tokenizer.h
 
 // UTF-8 bytes to code points; Error naming `source` and the byte offset of the first invalid sequence.
 std::u32string utf8_to_code_points(std::string_view bytes, const std::string& source);
@@ -46,7 +49,10 @@ struct TextDatasetOptions {
 };
 
 struct TextDataset {
-  Vocabulary vocabulary;  // of the whole text
+  Vocabulary vocabulary;  // of the whole text (characters; empty under a subword tokenizer)
+  // What made the ids (data/tokenizer.h), set by make_token_text_dataset (data/token_text.h): the characters of
+  // `vocabulary`, or subword pieces. make_text_dataset leaves it null.
+  std::shared_ptr<const Tokenizer> tokenizer;
   // train: windows of the first (1 - validation_fraction) of the text; test: of the rest. x (N, T) int32 ids,
   // y (N, T) int32 the next character's id at each position; num_classes = vocabulary size; sample_shape {T}.
   DataSplits splits;
@@ -60,6 +66,12 @@ TextDataset make_text_dataset(std::u32string_view text, const std::string& sourc
 // Reads a UTF-8 text file (a regular file of at most kMaxTextBytes) and makes its windows.
 TextDataset load_text_dataset(const std::string& path, const TextDatasetOptions& options);
 inline constexpr int64_t kMaxTextBytes = int64_t{1} << 30;
+// The bytes of a text file (a regular file of at most kMaxTextBytes), not yet checked to be UTF-8.
+std::string read_text_file(const std::string& path);
+// The windows of ids[begin, end) into out: row r of x is ids[begin + r * stride, + T), of y the same one id later
+// (rows: as many as fit with their targets); sample_shape {T}.
+void fill_windows(const std::vector<int32_t>& ids, int64_t begin, int64_t end, int64_t T, int64_t stride,
+                  Dataset& out);
 
 // Where the setup script installs Moby Dick: $MIXTRAIN_DATA_DIR/moby-dick.txt, else
 // $XDG_DATA_HOME/mixtrain/moby-dick.txt, else ~/.local/share/mixtrain/moby-dick.txt.

@@ -61,6 +61,11 @@ struct RunConfig {
   float attention_logit_multiplier = 1.0f;
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
+  // A subword tokenizer (data/tokenizer.h, --tokenizer bpe:N|unigram:N|FILE.model) instead: SentencePiece's
+  // serialized model, stored in checkpoints (base64) for `generate`; empty for characters. `tokenizer` is the
+  // --tokenizer value it came from, for reports.
+  std::string tokenizer_model;
+  std::string tokenizer = "char";
   // Data-parallel training (not owned; null or one rank: one process). Every rank runs run_training with the same
   // configuration and data; batch_size is the global batch. Rank 0 alone writes the checkpoints; a checkpoint
   // resumes with any number of ranks. Not stored in checkpoints.

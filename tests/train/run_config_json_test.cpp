@@ -1,0 +1,45 @@
+// The run configuration a checkpoint stores, read back: the tokenizer's fields.
+#include <gtest/gtest.h>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/train/run.h"
+
+namespace mixtrain {
+namespace {
+
+// A subword model's bytes (any bytes, NUL and 0xFF included) come back exactly; a character run's configuration
+// has no tokenizer fields at all, so it reads as checkpoints written before them.
+TEST(RunConfigJson, KeepsTheTokenizerModelBytes) {
+  RunConfig cfg;
+  cfg.model = "transformer";
+  std::string model;
+  for (int i = 0; i < 1000; ++i) model.push_back(static_cast<char>((i * 37) & 0xFF));
+  cfg.tokenizer_model = model;
+  cfg.tokenizer = "bpe:512";
+  const RunConfig back = run_config_from_json(run_config_json(cfg), "test");
+  EXPECT_EQ(back.tokenizer_model, model);
+  EXPECT_EQ(back.tokenizer, "bpe:512");
+
+  RunConfig chars;
+  chars.model = "transformer";
+  chars.vocabulary = {U'a', U'b'};
+  const std::string text = run_config_json(chars);
+  EXPECT_EQ(text.find("tokenizer"), std::string::npos) << text;
+  const RunConfig chars_back = run_config_from_json(text, "test");
+  EXPECT_TRUE(chars_back.tokenizer_model.empty());
+  EXPECT_EQ(chars_back.tokenizer, "char");
+  EXPECT_EQ(chars_back.vocabulary, chars.vocabulary);
+}
+
+TEST(RunConfigJson, RefusesATokenizerModelThatIsNotBase64) {
+  try {
+    run_config_from_json(R"({"model":"transformer","tokenizer_model":"ab!d"})", "'x.safetensors' (config)");
+    ADD_FAILURE() << "read";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("'x.safetensors' (config) 'tokenizer_model' is not base64"), std::string::npos)
+        << e.message();
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain
