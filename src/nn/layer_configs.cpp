@@ -2,6 +2,7 @@
 // after construction that change what it computes: initializers, regularizer, synchronized statistics) beside the
 // name and dtype Layer::get_config() writes, and its factory in the registry reads them back.
 #include "builtin_layers.h"
+#include "mixtrain/nn/layer_registry.h"
 #include "mixtrain/nn/conv_layers.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
