@@ -2,9 +2,14 @@
 // alone predicts the same bits, keeps every layer's dtype policy, and goes on training as the saved model would.
 #include "mixtrain/train/model_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +28,8 @@
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model.h"
 #include "blobs.h"
+
+extern char** environ;
 
 namespace mixtrain {
 namespace {
@@ -294,6 +301,71 @@ TEST(ModelFile, DamagedFilesAndCheckpointsAreRefused) {
   // A checkpoint has no architecture to build from.
   save_checkpoint(dir.file("ckpt.safetensors"), m, CheckpointInfo{});
   expect_load_refused(dir.file("ckpt.safetensors"), "no model architecture");
+}
+
+// ---- Loaded in another process --------------------------------------------------------------------------------
+// The child is this binary started again with ModelFileChild.Load selected: it builds nothing itself, loads the
+// model, predicts and trains one more epoch, and leaves both results in the directory for the parent to compare.
+
+constexpr const char* kChildDirEnv = "MIXTRAIN_MODEL_FILE_TEST_DIR";
+const FitOptions kChildFit{.epochs = 1, .batch_size = 16, .verbose = 0};
+
+TEST(ModelFileChild, Load) {
+  const char* dir = std::getenv(kChildDirEnv);
+  if (!dir) GTEST_SKIP() << "helper process of ModelFile.LoadsInAnotherProcess; runs only when it starts it";
+  const SafetensorsFile data = load_safetensors(std::string(dir) + "/data.safetensors");
+  std::unique_ptr<Model> m = load_model(std::string(dir) + "/model.safetensors");
+  NamedTensors out{{"prediction", m->predict(data.get("x"))}};
+  m->fit(data.get("x"), data.get("y"), kChildFit);
+  for (const Var& w : m->weights()) out.emplace_back(w.name(), w.value());
+  save_safetensors(std::string(dir) + "/child.safetensors", out);
+}
+
+int run_child(const TempDir& dir, std::string* log) {
+  const std::string exe = fs::read_symlink("/proc/self/exe").string();
+  const std::string log_path = dir.file("child.log");
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).substr(0, 6) != "GTEST_") env_strings.emplace_back(*e);  // not the parent's filter
+  env_strings.push_back(std::string(kChildDirEnv) + "=" + dir.path.string());
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string filter = "--gtest_filter=ModelFileChild.Load";
+  std::vector<char*> argv{const_cast<char*>(exe.c_str()), filter.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  *log = read_bytes(log_path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(ModelFile, LoadsInAnotherProcess) {
+  TempDir dir;
+  auto [x, y] = blobs(48, 2);
+  auto in = Input({8});
+  auto h = (*make_layer<Dense>(12, "relu", dtype_arg("mixed_bfloat16")))(in);
+  auto s = (*make_layer<Scale>(0.5f))(h);
+  auto out = (*make_layer<Dense>(3, "linear", dtype_arg("float32")))((*make_layer<Concatenate>())({h, s}));
+  Model m({in}, {out}, "two_process", 6);
+  m.compile(make_optimizer("rmsprop", 0.01f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  m.fit(x, y, kChildFit);
+  m.save(dir.file("model.safetensors"));
+  save_safetensors(dir.file("data.safetensors"), {{"x", x}, {"y", y}});
+  std::string log;
+  ASSERT_EQ(run_child(dir, &log), 0) << log;
+  const SafetensorsFile child = load_safetensors(dir.file("child.safetensors"));  // absent if the child skipped
+  EXPECT_TRUE(same_bytes(m.predict(x), child.get("prediction")));
+  m.fit(x, y, kChildFit);
+  for (const Var& w : m.weights()) EXPECT_TRUE(same_bytes(w.value(), child.get(w.name()))) << w.name();
 }
 
 }  // namespace
