@@ -128,6 +128,8 @@ Layer::Layer(std::string base_name, DTypeArg dtype, const std::string& name)
   if (!name.empty()) set_name(name);
 }
 
+Json Layer::get_config() const { return Json::object({{"name", name_}, {"dtype", policy_.name()}}); }
+
 void Layer::set_name(const std::string& name) {
   MIXTRAIN_CHECK(!name.empty() && name.front() != '/' && name.back() != '/' && name.find("//") == std::string::npos,
                  "layer name '" << name << "' must be non-empty, with '/' only between scopes (e.g. block_1/conv)");

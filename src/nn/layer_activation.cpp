@@ -13,6 +13,10 @@ LayerActivation parse_layer_activation(std::string_view name) {
                 "valid activations: linear, relu, gelu, sigmoid, tanh, softmax");
 }
 
+const char* layer_activation_name(const LayerActivation& a) {
+  return a.softmax ? "softmax" : ops::activation_name(a.elementwise);
+}
+
 Var after_product(const Var& y, const LayerActivation& a) { return a.softmax ? softmax(y) : y; }
 
 }  // namespace mixtrain

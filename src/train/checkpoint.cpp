@@ -192,6 +192,12 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
     meta["optimizer"] = "";
     meta["loss_scale_optimizer"] = "false";
   }
+  for (const auto& [key, value] : info.extra_metadata) {
+    MIXTRAIN_CHECK(!meta.count(key) && !starts_with(key, "layer/") && !starts_with(key, "checksum/"),
+                   "save_checkpoint('" << path << "'): extra metadata key '" << key
+                                       << "' is one the checkpoint writes itself");
+    meta[key] = value;
+  }
   for (const RngSlot& r : kRngSlots) tensors.emplace_back(r.key, encode_rng(r.get(model)));
   // A model on a device: its tensors come back to the host to be written.
   for (auto& entry : tensors)

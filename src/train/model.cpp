@@ -87,6 +87,12 @@ void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector
   }
 }
 
+std::vector<std::string> Model::compiled_metrics() const {
+  std::vector<std::string> names;
+  for (const auto& [name, slot] : metric_slots_) names.push_back(name);
+  return names;
+}
+
 void Model::enable_dynamic_loss_scaling() {
   MIXTRAIN_CHECK(compiled(), "enable_dynamic_loss_scaling: compile the model first");
   if (!optimizer_->scales_loss()) optimizer_ = std::make_unique<LossScaleOptimizer>(std::move(optimizer_));

@@ -23,6 +23,7 @@ class Conv2D : public Layer {
   Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides, std::string_view padding,
          std::string_view activation, const char* name) = delete;
   std::string class_name() const override { return "Conv2D"; }
+  Json get_config() const override;
   // (H, W, cin) -> (OH, OW, filters).
   Shape compute_output_shape(const Shape& input_shape) const override;
   int64_t filters() const { return filters_; }
@@ -60,6 +61,7 @@ class MaxPooling2D : public Layer {
                         std::string_view padding = "valid", DTypeArg dtype = std::nullopt,
                         const std::string& name = {});
   std::string class_name() const override { return "MaxPooling2D"; }
+  Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;
   const ops::Pool2dOptions& options() const { return options_; }
 
@@ -77,6 +79,7 @@ class AveragePooling2D : public Layer {
                             std::string_view padding = "valid", DTypeArg dtype = std::nullopt,
                         const std::string& name = {});
   std::string class_name() const override { return "AveragePooling2D"; }
+  Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;
   const ops::Pool2dOptions& options() const { return options_; }
 
@@ -92,6 +95,7 @@ class GlobalAveragePooling2D : public Layer {
  public:
   explicit GlobalAveragePooling2D(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "GlobalAveragePooling2D"; }
+  Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;
 
  protected:

@@ -22,6 +22,7 @@
 
 #include "mixtrain/autograd/autocast.h"
 #include "mixtrain/autograd/functions.h"
+#include "mixtrain/core/json.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/nn/symbolic.h"
 #include "mixtrain/precision/policy.h"
@@ -146,6 +147,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // its base name.
   virtual std::string class_name() const { return base_name_; }
   const std::string& name() const { return name_; }
+  // Keras' get_config(): what rebuilds the layer in another process (load_model, train/model_file.h), as a JSON
+  // object: "name" and "dtype" (the policy's name) here; each built-in layer adds its constructor's arguments. A
+  // custom layer with arguments adds its own to this object and registers a factory (nn/layer_registry.h).
+  virtual Json get_config() const;
   // The kind of layer ("dense"): the name before a model makes it unique.
   const std::string& base_name() const { return base_name_; }
   // Names the layer (and its variables); "/" separates scopes, e.g. "block_1/conv". Error on an empty name.

@@ -17,6 +17,8 @@ struct LayerActivation {
 
 // "linear" (also "" and "none"), "relu", "gelu", "sigmoid", "tanh", "softmax"; Error listing them otherwise.
 LayerActivation parse_layer_activation(std::string_view name);
+// The name parse_layer_activation() reads back to `a` ("softmax", "relu", ...).
+const char* layer_activation_name(const LayerActivation& a);
 
 // The part of the activation that follows the layer's product: softmax over the last axis when asked, else y.
 // Softmax, a numerically sensitive op, sums its rows in float32 under every policy (ops/softmax.h).

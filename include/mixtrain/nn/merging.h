@@ -12,6 +12,7 @@ class Add : public Layer {
  public:
   explicit Add(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Add"; }
+  Json get_config() const override;
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
 
@@ -25,6 +26,7 @@ class Multiply : public Layer {
  public:
   explicit Multiply(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Multiply"; }
+  Json get_config() const override;
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
 
@@ -38,6 +40,7 @@ class Concatenate : public Layer {
  public:
   explicit Concatenate(int axis = -1, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Concatenate"; }
+  Json get_config() const override;
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
   int axis() const { return axis_; }

@@ -62,6 +62,9 @@ class Network {
   Network& operator=(const Network&) = delete;
 
   bool is_functional() const { return !graph_inputs_.empty(); }
+  // A graph's inputs and outputs as the constructor took them (empty for a stack): what save_model writes.
+  const std::vector<SymbolicTensor>& graph_inputs() const { return graph_inputs_; }
+  const std::vector<SymbolicTensor>& graph_outputs() const { return graph_outputs_; }
 
   // Appends a layer to a stack; returns it so the caller can keep a typed pointer. Error on a graph.
   template <typename L>

@@ -52,6 +52,7 @@ class BatchNormalization : public Layer {
   void exchange_statistics_without_rows();
   void exchange_gradient_sums_without_rows();
   std::string class_name() const override { return "BatchNormalization"; }
+  Json get_config() const override;
   // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
   bool autocasts_variables() const override { return false; }
   float momentum() const { return momentum_; }

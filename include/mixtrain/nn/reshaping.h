@@ -13,6 +13,7 @@ class Reshape : public Layer {
  public:
   explicit Reshape(std::vector<int64_t> target_shape, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Reshape"; }
+  Json get_config() const override;
   // The target shape with -1 resolved; Error when the element counts cannot match.
   Shape compute_output_shape(const Shape& input_shape) const override;
   const std::vector<int64_t>& target_shape() const { return target_; }

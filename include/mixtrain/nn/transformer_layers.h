@@ -28,6 +28,7 @@ class Embedding : public Layer {
  public:
   Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Embedding"; }
+  Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;
   bool keeps_integer_inputs() const override { return true; }
   int64_t input_dim() const { return input_dim_; }
@@ -53,6 +54,7 @@ class PositionEmbedding : public Layer {
   explicit PositionEmbedding(int64_t sequence_length, DTypeArg dtype = std::nullopt,
                              const std::string& name = {});
   std::string class_name() const override { return "PositionEmbedding"; }
+  Json get_config() const override;
   // (T, D) -> (T, D); Error when T > sequence_length or the rank is not 2.
   Shape compute_output_shape(const Shape& input_shape) const override;
   int64_t sequence_length() const { return sequence_length_; }
@@ -75,6 +77,7 @@ class LayerNormalization : public Layer {
  public:
   explicit LayerNormalization(float epsilon = 1e-3f, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "LayerNormalization"; }
+  Json get_config() const override;
   // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
   bool autocasts_variables() const override { return false; }
   float epsilon() const { return epsilon_; }
@@ -98,6 +101,7 @@ class RMSNormalization : public Layer {
  public:
   explicit RMSNormalization(float epsilon = 1e-6f, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "RMSNormalization"; }
+  Json get_config() const override;
   bool autocasts_variables() const override { return false; }
   float epsilon() const { return epsilon_; }
   const Var& scale() const { return scale_; }
@@ -144,6 +148,7 @@ class MultiHeadAttention : public Layer {
  public:
   explicit MultiHeadAttention(MultiHeadAttentionOptions options);
   std::string class_name() const override { return "MultiHeadAttention"; }
+  Json get_config() const override;
   // (T, D) -> (T, D).
   Shape compute_output_shape(const Shape& input_shape) const override;
   const MultiHeadAttentionOptions& options() const { return options_; }

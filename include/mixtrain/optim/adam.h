@@ -50,6 +50,7 @@ class AdamW : public Adam {
 
   std::string name() const override { return "adamw"; }
   float weight_decay() const { return weight_decay_; }
+  const std::vector<std::string>& exclude_from_weight_decay() const { return exclude_; }
 
  protected:
   // Class 1: decayed, class 0: excluded (or weight_decay 0).

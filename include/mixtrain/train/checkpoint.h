@@ -51,6 +51,9 @@ struct CheckpointInfo {
   int epoch = 0;
   // Free-form text stored with the checkpoint (e.g. the RunConfig as JSON).
   std::string config;
+  // More __metadata__ entries for save_checkpoint to write (save_model's architecture); a key the checkpoint writes
+  // itself is refused. load_checkpoint returns them in `metadata`.
+  std::map<std::string, std::string> extra_metadata;
   // Filled by load_checkpoint; save_checkpoint takes these from the model and ignores the fields here.
   uint64_t seed = 0;
   std::string optimizer;              // "adam", ...: the inner optimizer's name; empty when none was saved

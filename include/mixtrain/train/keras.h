@@ -1,6 +1,7 @@
 // Everything a Keras program reaches for, in one include: layers, models, losses, optimizers and their
-// schedules, loss scaling and dtype policies, callbacks, checkpoints and weight files, GradientTape,
-// clear_session(), generate(), and the data loaders (CSV, Fashion-MNIST and other IDX image sets, text windows).
+// schedules, loss scaling and dtype policies, callbacks, checkpoints, weight files and whole-model files
+// (save_model, load_model, the layer registry), GradientTape, clear_session(), generate(), and the data loaders
+// (CSV, Fashion-MNIST and other IDX image sets, text windows).
 // docs/KERAS.md maps Keras' names to these.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/text.h"
 #include "mixtrain/nn/conv_layers.h"
+#include "mixtrain/nn/layer_registry.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
 #include "mixtrain/nn/normalization.h"
@@ -26,4 +28,5 @@
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/generate.h"
 #include "mixtrain/train/model.h"
+#include "mixtrain/train/model_file.h"
 #include "mixtrain/train/weights_file.h"

@@ -134,6 +134,11 @@ class Model : public Network, public RecoveryTarget {
   void enable_dynamic_loss_scaling() override;
   const Optimizer& optimizer() const { return *optimizer_; }
   const Loss& loss() const { return *loss_; }
+  // The compiled metrics by their log names, in compile()'s order ("accuracy" where "acc" was given).
+  std::vector<std::string> compiled_metrics() const;
+  // Keras' model.save(path): architecture, compile configuration and state in one file; save_model
+  // (train/model_file.h) describes it, load_model reads it.
+  void save(const std::string& path);
 
   // Trains on x (N, features...) float32 and y (N,) int32 or (N, k) float.
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
