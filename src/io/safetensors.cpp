@@ -18,6 +18,7 @@
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/pending_temp_file.h"
 #include "mixtrain/core/json.h"
 
 namespace mixtrain {
@@ -484,6 +485,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   const std::string directory = parent_directory(target);
   remove_stale_temp_files(target, directory);
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  // Recorded before it exists, so a signal that ends the process during the save can remove it.
+  const PendingTempFile pending(tmp);
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
   if (fd.get() < 0) {
     MIXTRAIN_FAIL(kIo, "cannot create '" << tmp << "' to save '" << path << "': " << errno_text(),

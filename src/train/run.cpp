@@ -254,6 +254,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   fo.steps_per_epoch = cfg.steps_per_epoch();
   fo.batch_size = cfg.batch_size;
   fo.communicator = cfg.communicator;
+  fo.stop_request = cfg.stop_request;
   fo.verbose = 0;  // progress goes to `progress` alone, through the bar above; without it the run is silent
   const bool writes_checkpoints = cfg.communicator == nullptr || cfg.communicator->rank() == 0;
   // Token windows (a language model): the data set's second part is the validation text, evaluated at the end
@@ -283,6 +284,12 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   reset_peak_memory(cfg.device);
   r.history = model->fit(split.x, split.y, fo);
   r.peak_memory_bytes = memory_stats(cfg.device).peak_bytes - live_before;
+  if (r.history.interrupted) {
+    // Stopped to be resumed: what is left (the test evaluation) would only delay the exit.
+    r.interrupted = true;
+    if (saver) r.checkpoint = saver->last_saved_path();
+    return r;
+  }
   finish_result(cfg, data, *model, fo, guard, r);
   return r;
 }

@@ -12,8 +12,10 @@
 #include "args.h"
 #include "commands.h"
 #include "run_options.h"
+#include "stop_signals.h"
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/pending_temp_file.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
@@ -130,6 +132,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   // A link's target is replaced, not the link; a FIFO, device or directory at path is refused, not replaced.
   const std::string target = output_file_target(path, "output file");
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  const PendingTempFile pending(tmp);  // removed by a second stop signal (stop_signals.h)
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) MIXTRAIN_FAIL(kIo, "cannot write '" << path << "'", "check that the directory exists and is writable");
@@ -256,6 +259,19 @@ std::string data_file_of(const std::string& spec) {
   return is_text_data(spec) ? spec.substr(5) : spec;
 }
 
+// The one line of a run stopped by a signal (RunResult::interrupted), and its exit status.
+int report_interrupted(const RunConfig& cfg, const RunResult& r, int sig) {
+  std::cerr << "mixtrain train: stopped by " << signal_name(sig) << " after step " << r.history.step_loss.size();
+  if (!r.checkpoint.empty())
+    std::cerr << "; checkpoint saved to " << r.checkpoint << " (continue with the same flags and --resume "
+              << r.checkpoint << ")\n";
+  else if (!cfg.save_path.empty())
+    std::cerr << "; no checkpoint was written (the state held NaN or Inf, see the warning above)\n";
+  else
+    std::cerr << "; no checkpoint was asked for (give --save PATH to keep a stopped run's progress)\n";
+  return exit_status_for_signal(sig);
+}
+
 }  // namespace
 
 void print_data_line(const std::string& spec, const DataSplits& data) {
@@ -308,6 +324,13 @@ int train_command(const std::vector<std::string>& argv) {
   // Data-parallel (mpirun): every rank trains; rank 0 alone writes the JSON and the checkpoints.
   Communicator* job = data_parallel_job_on(cfg.device);
   const bool writer = writes_outputs();
+  // SIGTERM, SIGINT, SIGHUP: stop after the step, save, exit 128 + the signal. Not data-parallel: the ranks
+  // would stop at different steps (mpirun's signals kill the job; --save-every bounds what is lost).
+  static StopRequest stop;
+  if (!job) {
+    install_stop_signals(stop);
+    cfg.stop_request = &stop;
+  }
   if (!o.batch_size_auto) check_global_batch(cfg, job);
   cfg.communicator = job;
   // Output paths are checked before the (long) training, not found unwritable after it.
@@ -328,6 +351,7 @@ int train_command(const std::vector<std::string>& argv) {
   resolve_batch_size(cfg, o, data);
   if (o.batch_size_auto) check_global_batch(cfg, job);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
+  if (r.interrupted) return report_interrupted(cfg, r, stop.reason());
   print_run_summary(r);
   if (!json_path.empty() && writer) {
     write_file_atomically(json_path, run_to_json(cfg, data_spec, r).dump(2) + "\n");
