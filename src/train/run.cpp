@@ -284,12 +284,10 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   reset_peak_memory(cfg.device);
   r.history = model->fit(split.x, split.y, fo);
   r.peak_memory_bytes = memory_stats(cfg.device).peak_bytes - live_before;
-  if (r.history.interrupted) {
-    // Stopped to be resumed: what is left (the test evaluation) would only delay the exit.
-    r.interrupted = true;
-    if (saver) r.checkpoint = saver->last_saved_path();
-    return r;
-  }
+  if (saver) r.checkpoint = saver->last_saved_path();
+  // Stopped to be resumed: what is left (the test evaluation) would only delay the exit.
+  r.interrupted = r.history.interrupted;
+  if (r.interrupted) return r;
   finish_result(cfg, data, *model, fo, guard, r);
   return r;
 }

@@ -261,12 +261,14 @@ std::string data_file_of(const std::string& spec) {
 
 // The one line of a run stopped by a signal (RunResult::interrupted), and its exit status.
 int report_interrupted(const RunConfig& cfg, const RunResult& r, int sig) {
-  std::cerr << "mixtrain train: stopped by " << signal_name(sig) << " after step " << r.history.step_loss.size();
+  std::cerr << "mixtrain train: stopped by " << signal_name(sig) << " after step " << r.history.step_loss.size()
+            << (r.interrupted ? "" : ", the last (the run is complete)");
   if (!r.checkpoint.empty())
     std::cerr << "; checkpoint saved to " << r.checkpoint << " (continue with the same flags and --resume "
               << r.checkpoint << ")\n";
-  else if (!cfg.save_path.empty())
-    std::cerr << "; no checkpoint was written (the state held NaN or Inf, see the warning above)\n";
+  else if (!cfg.save_path.empty())  // nothing left to train, or the state held NaN or Inf (warned above)
+    std::cerr << "; this run wrote no checkpoint"
+              << (cfg.resume_path.empty() ? "" : " (continue from " + cfg.resume_path + ")") << "\n";
   else
     std::cerr << "; no checkpoint was asked for (give --save PATH to keep a stopped run's progress)\n";
   return exit_status_for_signal(sig);
@@ -367,6 +369,8 @@ int train_command(const std::vector<std::string>& argv) {
               << (cfg.recover ? "; the recovery ladder gave up" : "; try --recover, or --policy float32") << "\n";
     return kExitDiverged;
   }
+  // A stop signal after the last step: the run finished its report, and still says it was asked to stop.
+  if (stop.requested()) return report_interrupted(cfg, r, stop.reason());
   return 0;
 }
 

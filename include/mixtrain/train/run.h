@@ -30,9 +30,9 @@ struct RunResult {
   std::vector<RecoveryEvent> recovery;   // actions of the recovery ladder, in order
   std::vector<std::pair<std::string, std::string>> layer_compute_dtypes;  // after training (recovery may change them)
   int initial_epoch = 0;                 // > 0 when resumed from a checkpoint
-  // Stopped by cfg.stop_request before the last step: no test evaluation or speed was measured, and
-  // `checkpoint` names the file that holds the position to resume from (empty when none was written).
+  // Stopped by cfg.stop_request before the last step: no test evaluation or speed was measured.
   bool interrupted = false;
+  // The last checkpoint written (the position an interrupted run resumes from); empty when none was.
   std::string checkpoint;
 };
 
