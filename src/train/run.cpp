@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/json.h"
 #include "mixtrain/distributed/communicator.h"
+#include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/optim/adam.h"
@@ -237,7 +239,28 @@ void finish_result(const RunConfig& cfg, const DataSplits& data, Model& model, c
 
 }  // namespace
 
-RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
+void adopt_resumed_eval_interval(RunConfig& cfg, std::ostream* progress) {
+  if (cfg.resume_path.empty() || cfg.steps <= 0) return;
+  const std::map<std::string, std::string> meta = load_safetensors_metadata(cfg.resume_path);
+  const auto config = meta.find("config");
+  if (config == meta.end()) return;
+  const RunConfig saved = run_config_from_json(config->second, cfg.resume_path);
+  // The checkpoint's epoch counts intervals of the saved length: read with another, 10 intervals of 2 steps
+  // would be taken for 10 of 4, and a run raised from 20 to 40 steps would have nothing left to train.
+  const int64_t interval = saved.steps_per_epoch();
+  if (saved.steps <= 0 || interval == cfg.steps_per_epoch()) return;
+  MIXTRAIN_CHECK(cfg.eval_interval == 0,
+                 "--eval-every " << cfg.eval_interval << " differs from the evaluation interval of the run that saved "
+                                 << cfg.resume_path << " (" << interval << " steps), which a resumed run keeps; "
+                                 << "leave --eval-every out or give --eval-every " << interval);
+  cfg.eval_interval = interval;
+  if (progress)
+    *progress << "evaluating every " << interval << " steps, as the run that saved " << cfg.resume_path << " did\n";
+}
+
+RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostream* progress, bool interactive) {
+  RunConfig cfg = given;
+  adopt_resumed_eval_interval(cfg, progress);
   std::unique_ptr<Model> model = compiled_run_model(cfg, data);
   const bool sequences = is_sequence_data(data);
   RunResult r;

@@ -348,6 +348,8 @@ int train_command(const std::vector<std::string>& argv) {
   require_distinct_paths(json_path, "--json", cfg.resume_path, "--resume");
   require_distinct_paths(json_path, "--json", data_file_of(data_spec), "--data");
   require_distinct_paths(cfg.save_path, "--save", data_file_of(data_spec), "--data");
+  // Before the JSON report labels its evaluations with the run's interval.
+  adopt_resumed_eval_interval(cfg, writer ? &std::cout : nullptr);
   DataSplits data = load_data(o, cfg);
   print_data_line(data_spec, data);
   resolve_batch_size(cfg, o, data);
