@@ -1,4 +1,5 @@
-// PendingTempFile: what a signal handler removes is exactly the temporary files being written at that moment.
+// PendingTempFile: what a signal handler removes is exactly the temporary files being written at that moment;
+// OutputLock: one writer per output.
 #include "mixtrain/core/pending_temp_file.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,9 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "mixtrain/core/error.h"
+#include "mixtrain/core/output_lock.h"
 
 namespace mixtrain {
 namespace {
@@ -48,6 +52,39 @@ TEST(PendingTempFile, RemovesTheRecordedFilesAndNoneOnceForgotten) {
   pending.clear();  // the slots are free again
   const PendingTempFile again(make_file(dir, "again.tmp.5"));
   EXPECT_TRUE(again.recorded());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mixtrain
+
+namespace mixtrain {
+namespace {
+
+// OutputLock: a second lock on one output is refused naming the holder's process; the lock file goes with the lock.
+TEST(OutputLock, ASecondWriterIsRefusedNamingTheHolder) {
+  const fs::path dir = fs::temp_directory_path() / ("mixtrain_lock_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string ckpt = (dir / "ck.safetensors").string();
+  {
+    const OutputLock first(ckpt, "--save");
+    EXPECT_EQ(first.lock_path(), ckpt + ".lock");
+    std::ifstream in(first.lock_path());
+    std::string pid;
+    in >> pid;
+    EXPECT_EQ(pid, std::to_string(::getpid()));
+    try {
+      const OutputLock second(ckpt, "--save");
+      ADD_FAILURE() << "a second lock on one path was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+      EXPECT_NE(std::string(e.what()).find("is being written by another run (process " + pid), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(ckpt + ".lock"));
+  { const OutputLock again(ckpt, "--save"); }  // free once the first ended
   fs::remove_all(dir);
 }
 

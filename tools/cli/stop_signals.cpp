@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -14,6 +15,8 @@ namespace {
 
 constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
 StopRequest* g_stop = nullptr;  // set before the handlers are installed, never changed after
+std::atomic<bool> g_closed{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "a signal handler reads it");
 
 void write_stderr(const char* text) {
   const ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
@@ -22,6 +25,7 @@ void write_stderr(const char* text) {
 
 // Only async-signal-safe calls: an atomic store, write(2), unlink(2), sigaction(2), raise(3).
 void on_stop_signal(int sig) {
+  if (g_closed.load()) return;
   const int saved_errno = errno;
   if (g_stop->requested()) {
     // The second signal: nothing more is waited for. A save in progress leaves its temporary file half written;
@@ -58,6 +62,8 @@ void install_stop_signals(StopRequest& stop) {
     ::sigaction(sig, &sa, nullptr);
   }
 }
+
+void close_stop_signals() { g_closed.store(true); }
 
 int exit_status_for_signal(int signal) { return 128 + signal; }
 

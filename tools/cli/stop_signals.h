@@ -11,6 +11,9 @@ namespace mixtrain::cli {
 
 // Installs the handlers (sigaction) for the process; `stop` must outlive them (the CLI's lives to the exit).
 void install_stop_signals(StopRequest& stop);
+// After the run's last look at its StopRequest: later signals are ignored (the process is about to exit with the
+// status it chose, and a line saying it stops would be wrong).
+void close_stop_signals();
 // The shell's status for a process ended by `signal`: 128 + its number (143 for SIGTERM, 130 SIGINT, 129 SIGHUP).
 int exit_status_for_signal(int signal);
 // "SIGTERM", "SIGINT", "SIGHUP", or "signal N".

@@ -15,6 +15,7 @@
 #include "stop_signals.h"
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/output_lock.h"
 #include "mixtrain/core/pending_temp_file.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/image_dataset.h"
@@ -338,6 +339,9 @@ int train_command(const std::vector<std::string>& argv) {
   // Output paths are checked before the (long) training, not found unwritable after it.
   if (!json_path.empty() && writer) require_writable_output(json_path, "--json");
   if (!cfg.save_path.empty() && writer) require_writable_output(cfg.save_path, "--save");
+  // Held to the end of the run: a second run saving to the same checkpoint is refused, naming this one.
+  std::optional<OutputLock> save_lock;
+  if (!cfg.save_path.empty() && writer) save_lock.emplace(cfg.save_path, "--save");
   // A checkpoint to resume that is a FIFO or device is refused before the data is read (a missing one is the
   // loader's to report, with its own message).
   std::error_code ec;
@@ -364,6 +368,7 @@ int train_command(const std::vector<std::string>& argv) {
   if (r.initial_epoch >= cfg.fit_epochs())
     std::cerr << "mixtrain train: warning: nothing was trained: the checkpoint " << cfg.resume_path << " already holds "
               << r.initial_epoch << " of the " << cfg.fit_epochs() << " epochs asked for (raise --epochs or --steps)\n";
+  close_stop_signals();  // the status is chosen from here on: a later signal is ignored
   const double last_loss = r.history.step_loss.empty() ? 0.0 : r.history.step_loss.back();
   if (!std::isfinite(last_loss) || !std::isfinite(r.test.loss)) {
     std::cerr << "mixtrain train: error: training ended with a non-finite loss (last step " << last_loss
