@@ -3,9 +3,10 @@
 checkpoint, leaves no temporary file and exits with 128 + the signal (143, 130, 129); resumed with --resume to the
 end, it gives the checkpoint and the JSON report of an uninterrupted run, bit for bit. A second signal ends the
 process at once, and when it lands inside the save the first one asked for, the half-written temporary file is
-removed and the last complete checkpoint stays.
+removed and the last complete checkpoint stays. A SIGHUP the process was started with ignored (nohup) stays ignored.
 
-Usage: stop_signal_test.py MIXTRAIN [TRIALS]. MIXTRAIN_STOP_SEED fixes the delays (printed).
+Usage: stop_signal_test.py MIXTRAIN [TRIALS]. MIXTRAIN_STOP_SEED fixes the delays (printed; the moments a run
+reaches depend on the machine's load all the same).
 """
 import json
 import os
@@ -182,6 +183,19 @@ for t, sig in enumerate(sigs[:max(trials, 3)]):
 print(f"{identical}/{len(sigs[:max(trials, 3)])} stopped and resumed runs bit-identical to the uninterrupted one; "
       f"{len(stops)} stops at steps {sorted(stops)} ({finished_first} runs finished before their signal and were "
       f"run again)")
+
+# A signal the process was started with ignored stays ignored (`nohup` ignores SIGHUP): the run goes on to its end.
+nohup_ckpt = os.path.join(tmp, "nohup.safetensors")
+p = subprocess.Popen([mixtrain, *flags, "--save-every", "4", "--save", nohup_ckpt], env=env,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                     preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+time.sleep(min(0.1, seconds["4"] / 4))
+p.send_signal(signal.SIGHUP)
+err = p.communicate(timeout=60)[1]
+if p.returncode != 0 or "stopping" in err or safetensors(nohup_ckpt)[0] != full_tensors:
+    failures.append(f"an ignored SIGHUP stopped the run (exit {p.returncode}): {err.strip()!r}")
+else:
+    print("SIGHUP ignored at the start (nohup): the run went on to its end")
 
 # A second signal: a wide model makes each save long (a 50 MB checkpoint, fsynced); the first SIGTERM asks for
 # the save, the second is sent as soon as its temporary file appears, so it lands inside that save.

@@ -74,8 +74,8 @@ struct FitOptions {
   // Where verbose progress goes (not owned); null: std::cout. Another stream is never redrawn as a terminal.
   std::ostream* verbose_out = nullptr;
   // Polled after every completed step (after each window of steps_per_log steps on a device): once requested,
-  // fit() stops there (see train/stop_request.h). Not owned. Data-parallel, every rank must see the request at
-  // the same step or the others would wait in their next all-reduce: fit() refuses it with a communicator of several ranks.
+  // fit() stops there (see train/stop_request.h). Not owned. Refused with a communicator of several ranks: each
+  // would see the request at its own step, and the others would wait in their next all-reduce.
   const StopRequest* stop_request = nullptr;
 };
 
