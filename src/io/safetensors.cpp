@@ -18,6 +18,7 @@
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/pending_temp_file.h"
 #include "mixtrain/core/json.h"
 
 namespace mixtrain {
@@ -90,6 +91,7 @@ class FileDescriptor {
   }
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   int get() const { return fd_; }
   // Closes now so the caller can see the error (a failed close can mean lost data on some filesystems).
   int close_now() {
@@ -484,6 +486,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   const std::string directory = parent_directory(target);
   remove_stale_temp_files(target, directory);
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  // Recorded before it exists, so a signal that ends the process during the save can remove it.
+  const PendingTempFile pending(tmp);
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
   if (fd.get() < 0) {
     MIXTRAIN_FAIL(kIo, "cannot create '" << tmp << "' to save '" << path << "': " << errno_text(),
@@ -509,21 +513,45 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   }
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO returns at once (without it, it waits for a writer forever), so the check of the
-  // file's type below refuses it; reads of a regular file never block either way.
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) MIXTRAIN_FAIL(kIo, "cannot open safetensors file '" << path << "': " << errno_text(), "check the path");
-  const uint64_t file_size = regular_file_size(fd.get(), path);
-  uint64_t header_size = 0;
-  const Json header = read_header(fd.get(), path, file_size, &header_size);
+namespace {
 
-  SafetensorsFile file;
+// Opens path (O_NONBLOCK: opening a FIFO returns at once, without it it waits for a writer forever, so the check
+// of the file's type refuses it; reads of a regular file never block either way) and reads and checks its header.
+struct OpenedFile {
+  FileDescriptor fd;
+  uint64_t header_size = 0;
+  std::vector<Entry> entries;
+  std::map<std::string, uint32_t> checksums;  // by tensor name; empty for a file without
+};
+
+OpenedFile open_safetensors(const std::string& path, SafetensorsFile& file) {
+  OpenedFile f{FileDescriptor(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK))};
+  if (f.fd.get() < 0) MIXTRAIN_FAIL(kIo, "cannot open safetensors file '" << path << "': " << errno_text(), "check the path");
+  const uint64_t file_size = regular_file_size(f.fd.get(), path);
+  const Json header = read_header(f.fd.get(), path, file_size, &f.header_size);
   file.path = path;
-  const std::vector<Entry> entries = parse_header(path, header, file.metadata);
-  check_tiling(path, entries, file_size - 8 - header_size);
-  const std::map<std::string, uint32_t> checksums = take_checksums(path, entries, file.metadata);
-  file.checksums_verified = !checksums.empty();
+  f.entries = parse_header(path, header, file.metadata);
+  check_tiling(path, f.entries, file_size - 8 - f.header_size);
+  f.checksums = take_checksums(path, f.entries, file.metadata);
+  file.checksums_verified = !f.checksums.empty();
+  return f;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path) {
+  SafetensorsFile file;
+  open_safetensors(path, file);
+  return std::move(file.metadata);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  SafetensorsFile file;
+  const OpenedFile opened = open_safetensors(path, file);
+  const FileDescriptor& fd = opened.fd;
+  const uint64_t header_size = opened.header_size;
+  const std::vector<Entry>& entries = opened.entries;
+  const std::map<std::string, uint32_t>& checksums = opened.checksums;
 
   file.tensors.reserve(entries.size());
   for (const Entry& e : entries) {

@@ -505,6 +505,7 @@ void CheckpointCallback::on_train_begin(int epochs, int64_t steps_per_epoch) {
   (void)epochs;
   steps_per_epoch_ = steps_per_epoch;
   best_ = maximize_ ? -INFINITY : INFINITY;
+  saved_step_ = -1;
 }
 
 bool CheckpointCallback::improves(const Logs& logs) {
@@ -530,7 +531,14 @@ void CheckpointCallback::on_train_batch_end(int64_t step, const Logs& logs) {
   // The step of the whole data stream, the same in a resumed run as in an uninterrupted one.
   const int64_t global_step = static_cast<int64_t>(epoch_) * steps_per_epoch_ + step;
   if (global_step % every_steps_ != 0) return;
-  save(path_for(epoch_ + 1), epoch_, "step " + std::to_string(global_step));
+  if (save(path_for(epoch_ + 1), epoch_, "step " + std::to_string(global_step))) saved_step_ = global_step;
+}
+
+void CheckpointCallback::on_train_interrupted(int epoch, int64_t steps_done) {
+  // The position a resumed fit continues from; already written when a step save fell on this step.
+  const int64_t global_step = static_cast<int64_t>(epoch) * steps_per_epoch_ + steps_done;
+  if (global_step == saved_step_) return;
+  if (save(path_for(epoch + 1), epoch, "step " + std::to_string(global_step))) saved_step_ = global_step;
 }
 
 void CheckpointCallback::on_epoch_end(int epoch, const Logs& logs) {
@@ -540,14 +548,14 @@ void CheckpointCallback::on_epoch_end(int epoch, const Logs& logs) {
   save(path_for(completed), completed, "epoch " + std::to_string(completed));
 }
 
-void CheckpointCallback::save(const std::string& path, int completed_epochs, const std::string& when) {
+bool CheckpointCallback::save(const std::string& path, int completed_epochs, const std::string& when) {
   MIXTRAIN_CHECK(model_ != nullptr, "CheckpointCallback: no model (fit() sets it)");
   if (!checkpoint_state_is_finite(*model_)) {
     ++skipped_saves_;
     std::cerr << "warning: " << when << ": weights or optimizer state contain NaN or Inf; checkpoint '" << path
               << "' not written"
               << (last_saved_path_.empty() ? "" : " (the last good one is '" + last_saved_path_ + "')") << "\n";
-    return;
+    return false;
   }
   CheckpointInfo info;
   info.epoch = completed_epochs;
@@ -555,6 +563,7 @@ void CheckpointCallback::save(const std::string& path, int completed_epochs, con
   save_checkpoint(path, *model_, info);
   ++saves_;
   last_saved_path_ = path;
+  return true;
 }
 
 }  // namespace mixtrain

@@ -74,6 +74,9 @@ Model::FitLoop::FitLoop(Model& model, const Tensor& x_all, const Tensor& y_all, 
   Communicator* comm = options.communicator;
   comm_ = comm && comm->size() > 1 ? comm : nullptr;
   if (comm_) model_.start_data_parallel(options, *comm_);
+  MIXTRAIN_CHECK(!(comm_ && options.stop_request),
+                 "fit: a stop_request does not run data-parallel (" << comm_->size()
+                     << " ranks would stop at different steps and wait for each other); train without it");
 
   MIXTRAIN_CHECK(options.steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0, got " << options.steps_per_epoch);
   rows_ = x_.dim(0);
@@ -151,11 +154,19 @@ History Model::FitLoop::run() {
       if (!record_window(window, window_start)) continue;  // rolled back
       const Logs running = running_means();
       for (Callback* cb : callbacks_) cb->on_train_batch_end(pos_.step, running);
+      if (options_.stop_request && options_.stop_request->requested()) return interrupt();
       if (pos_.step < steps_ && !model_.stop_training) continue;
     }
     end_epoch();  // (or of training, when a callback stopped it)
   }
   for (Callback* cb : callbacks_) cb->on_train_end(epoch_logs_);
+  return std::move(history_);
+}
+
+History Model::FitLoop::interrupt() {
+  // The epoch's end (its evaluation, on_epoch_end) and on_train_end are left to the resumed fit.
+  history_.interrupted = true;
+  for (Callback* cb : callbacks_) cb->on_train_interrupted(pos_.epoch, pos_.step);
   return std::move(history_);
 }
 

@@ -55,6 +55,8 @@ class Model::FitLoop {
   int64_t window_size() const;
   void begin_epoch();
   void snapshot_if_due();
+  // Ends the fit after the step just completed, on a StopRequest: the callbacks' on_train_interrupted.
+  History interrupt();
   void end_epoch();
   Logs running_means() const;
 

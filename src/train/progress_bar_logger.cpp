@@ -44,4 +44,10 @@ void ProgressBarLogger::on_epoch_end(int, const Logs& logs) {
   state_->bar.reset();
 }
 
+void ProgressBarLogger::on_train_interrupted(int, int64_t) {
+  // A bar redrawn in place ends its line, so what is printed next starts on its own.
+  if (state_->bar && state_->interactive) *state_->out << "\n";
+  state_->bar.reset();
+}
+
 }  // namespace mixtrain

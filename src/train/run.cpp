@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "mixtrain/core/base64.h"
 #include "mixtrain/core/json.h"
 #include "mixtrain/distributed/communicator.h"
+#include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/optim/adam.h"
@@ -238,7 +240,28 @@ void finish_result(const RunConfig& cfg, const DataSplits& data, Model& model, c
 
 }  // namespace
 
-RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive) {
+void adopt_resumed_eval_interval(RunConfig& cfg, std::ostream* progress) {
+  if (cfg.resume_path.empty() || cfg.steps <= 0) return;
+  const std::map<std::string, std::string> meta = load_safetensors_metadata(cfg.resume_path);
+  const auto config = meta.find("config");
+  if (config == meta.end()) return;
+  const RunConfig saved = run_config_from_json(config->second, cfg.resume_path);
+  // The checkpoint's epoch counts intervals of the saved length: read with another, 10 intervals of 2 steps
+  // would be taken for 10 of 4, and a run raised from 20 to 40 steps would have nothing left to train.
+  const int64_t interval = saved.steps_per_epoch();
+  if (saved.steps <= 0 || interval == cfg.steps_per_epoch()) return;
+  MIXTRAIN_CHECK(cfg.eval_interval == 0,
+                 "--eval-every " << cfg.eval_interval << " differs from the evaluation interval of the run that saved "
+                                 << cfg.resume_path << " (" << interval << " steps), which a resumed run keeps; "
+                                 << "leave --eval-every out or give --eval-every " << interval);
+  cfg.eval_interval = interval;
+  if (progress)
+    *progress << "evaluating every " << interval << " steps, as the run that saved " << cfg.resume_path << " did\n";
+}
+
+RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostream* progress, bool interactive) {
+  RunConfig cfg = given;
+  adopt_resumed_eval_interval(cfg, progress);
   std::unique_ptr<Model> model = compiled_run_model(cfg, data);
   const bool sequences = is_sequence_data(data);
   RunResult r;
@@ -255,6 +278,7 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   fo.steps_per_epoch = cfg.steps_per_epoch();
   fo.batch_size = cfg.batch_size;
   fo.communicator = cfg.communicator;
+  fo.stop_request = cfg.stop_request;
   fo.verbose = 0;  // progress goes to `progress` alone, through the bar above; without it the run is silent
   const bool writes_checkpoints = cfg.communicator == nullptr || cfg.communicator->rank() == 0;
   // Token windows (a language model): the data set's second part is the validation text, evaluated at the end
@@ -284,6 +308,10 @@ RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostrea
   reset_peak_memory(cfg.device);
   r.history = model->fit(split.x, split.y, fo);
   r.peak_memory_bytes = memory_stats(cfg.device).peak_bytes - live_before;
+  if (saver) r.checkpoint = saver->last_saved_path();
+  // Stopped to be resumed: what is left (the test evaluation) would only delay the exit.
+  r.interrupted = r.history.interrupted;
+  if (r.interrupted) return r;
   finish_result(cfg, data, *model, fo, guard, r);
   return r;
 }

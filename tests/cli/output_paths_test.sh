@@ -64,6 +64,31 @@ timeout 120 "$bin" train --data d.csv --epochs 2 --hidden 8 --resume ck.link --s
 grep -qF '"epoch":"2"' real.safetensors || fail "the resumed run did not save epoch 2"
 [ -z "$(ls ./*.tmp.* 2>/dev/null)" ] || fail "temporary files were left: $(ls ./*.tmp.*)"
 
+# Two runs saving to one checkpoint: the second is refused while the first runs, naming its process; the lock
+# ends with the first run (normally or killed), and its lock file goes with a normal end.
+python3 -c "
+print('a,b,label')
+for i in range(3000): print(f'{i % 7},{i % 5},{i % 2}')" >long.csv
+long=(train --data long.csv --epochs 200 --hidden 64 --save-every 1)
+for ending in normal kill; do
+  "$bin" "${long[@]}" --save shared.st >/dev/null 2>&1 &
+  holder=$!
+  for _ in $(seq 500); do [ "$(cat shared.st.lock 2>/dev/null)" = "$holder" ] && break; sleep 0.01; done
+  [ "$(cat shared.st.lock 2>/dev/null)" = "$holder" ] || fail "the first run did not write its id into shared.st.lock"
+  expect_error "--save shared.st is being written by another run (process $holder, which holds" \
+    "${quick[@]}" --save shared.st
+  if [ $ending = normal ]; then kill -TERM $holder; else kill -KILL $holder; fi
+  wait $holder
+  rc=$?
+  [ $ending = kill ] || [ $rc -eq 143 ] || fail "the holder stopped by SIGTERM exited $rc, expected 143"
+  [ $ending = kill ] || [ ! -e shared.st.lock ] || fail "the lock file outlived its run"
+  timeout 120 "$bin" "${quick[@]}" --save shared.st >/dev/null 2>"$tmp/err" \
+    || { fail "a run after the holder's $ending end was refused: $(cat "$tmp/err")"; }
+  [ ! -e shared.st.lock ] || fail "the lock file outlived the run after the holder's $ending end"
+  echo "ok: a second writer refused while the first ran; the path free again after its $ending end"
+  rm -f shared.st
+done
+
 # compare --out: the report's files are checked before the runs.
 mkdir cmp && mkfifo cmp/steps.csv
 expect_error "--out file '$tmp/cmp/steps.csv' is a FIFO" compare --data "$tmp/d.csv" --epochs 1 --hidden 8 --out "$tmp/cmp"

@@ -300,3 +300,111 @@ TEST(SaveEvery, ResumeWithOtherDataOrDamagedStateIsRefused) {
 
 }  // namespace
 }  // namespace mixtrain
+
+namespace mixtrain {
+namespace {
+
+// Requests a stop (as the CLI's signal handler does) when global step `at` ends, then counts the hooks fit()
+// calls after it.
+class StopAfter : public Callback {
+ public:
+  StopAfter(StopRequest& stop, int64_t at) : stop_(stop), at_(at) {}
+  void on_epoch_begin(int epoch) override { epoch_ = epoch; }
+  void on_train_batch_end(int64_t step, const Logs&) override {
+    ++batches_after_;
+    if (epoch_ * kStepsPerEpoch + step == at_) {
+      stop_.request(15);
+      batches_after_ = 0;
+    }
+  }
+  void on_epoch_end(int, const Logs&) override { ++epoch_ends_; }
+  void on_train_interrupted(int epoch, int64_t steps_done) override {
+    interrupted_at_ = epoch * kStepsPerEpoch + steps_done;
+  }
+  void on_train_end(const Logs&) override { ended_ = true; }
+
+  int64_t batches_after_ = 0, interrupted_at_ = 0;
+  int epoch_ends_ = 0;
+  bool ended_ = false;
+
+ private:
+  StopRequest& stop_;
+  int64_t at_;
+  int64_t epoch_ = 0;
+};
+
+// A fit stopped by a StopRequest after step k saves its position through CheckpointCallback (even without
+// every_steps) and returns; resumed from that file it ends bit-identical to an uninterrupted fit.
+void check_stop_and_resume(const std::string& scenario) {
+  const Result full = uninterrupted(scenario);
+  for (int64_t k : {1, 3, 5, 7, 10, 15}) {
+    const std::string what = scenario + ", stopped after step " + std::to_string(k);
+    TempDir dir;
+    const std::string ckpt = dir.file("ckpt.safetensors");
+    {
+      auto [x, y] = blobs(100, 3);
+      auto m = make_model(scenario);
+      StopRequest stop;
+      StopAfter stopper(stop, k);
+      CheckpointCallback saver(ckpt, 1, "", /*every_steps=*/0);
+      FitOptions o = fit_options();
+      o.stop_request = &stop;
+      o.callbacks = {&stopper, &saver};
+      const int epoch_ends_before = static_cast<int>((k - 1) / kStepsPerEpoch);
+      const History h = m->fit(x, y, o);
+      EXPECT_TRUE(h.interrupted) << what;
+      EXPECT_EQ(h.step_loss.size(), static_cast<size_t>(k)) << what << ": fit() stops after the step in progress";
+      EXPECT_EQ(stopper.batches_after_, 0) << what;
+      EXPECT_EQ(stopper.interrupted_at_, k) << what;
+      EXPECT_EQ(stopper.epoch_ends_, epoch_ends_before) << what << ": the epoch in progress is not ended";
+      EXPECT_FALSE(stopper.ended_) << what << ": on_train_end is left to the resumed fit";
+      EXPECT_EQ(stop.reason(), 15);
+      const SafetensorsFile f = load_safetensors(ckpt);
+      EXPECT_EQ(f.metadata.at("step"), std::to_string((k - 1) % kStepsPerEpoch + 1)) << what;
+    }
+    const std::optional<Result> resumed = run_until(scenario, ckpt, 0, 0, true);
+    ASSERT_TRUE(resumed.has_value());
+    EXPECT_FALSE(resumed->history.interrupted);
+    expect_identical(full, *resumed, what);
+  }
+}
+
+TEST(StopRequest, FitStopsAfterTheStepSavesAndResumesBitIdenticalFloat32) { check_stop_and_resume("float32"); }
+TEST(StopRequest, FitStopsAfterTheStepSavesAndResumesBitIdenticalMixedFloat16) { check_stop_and_resume("mixed"); }
+
+TEST(StopRequest, KeepsTheFirstReasonUntilCleared) {
+  StopRequest stop;
+  EXPECT_FALSE(stop.requested());
+  EXPECT_EQ(stop.reason(), 0);
+  stop.request();
+  EXPECT_TRUE(stop.requested());
+  EXPECT_EQ(stop.reason(), StopRequest::kRequested);
+  stop.request(2);  // a second request keeps the first's reason
+  EXPECT_EQ(stop.reason(), StopRequest::kRequested);
+  stop.clear();
+  EXPECT_FALSE(stop.requested());
+  stop.request(15);
+  EXPECT_EQ(stop.reason(), 15);
+}
+
+// A request made before fit() starts stops it after its first step (fit polls only after completed steps), and
+// a model that was stopped trains on when fit() is called again with the request cleared.
+TEST(StopRequest, ARequestBeforeFitStopsAfterTheFirstStep) {
+  auto [x, y] = blobs(100, 3);
+  auto m = make_model("float32");
+  StopRequest stop;
+  stop.request();
+  FitOptions o = fit_options();
+  o.stop_request = &stop;
+  const History h = m->fit(x, y, o);
+  EXPECT_TRUE(h.interrupted);
+  EXPECT_EQ(h.step_loss.size(), 1u);
+  EXPECT_TRUE(h.epoch.empty());
+  stop.clear();
+  const History again = m->fit(x, y, o);
+  EXPECT_FALSE(again.interrupted);
+  EXPECT_EQ(again.step_loss.size(), static_cast<size_t>(kTotalSteps));
+}
+
+}  // namespace
+}  // namespace mixtrain

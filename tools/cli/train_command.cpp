@@ -13,8 +13,11 @@
 #include "args.h"
 #include "commands.h"
 #include "run_options.h"
+#include "stop_signals.h"
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/output_lock.h"
+#include "mixtrain/core/pending_temp_file.h"
 #include "mixtrain/data/csv.h"
 #include "mixtrain/data/image_dataset.h"
 #include "mixtrain/data/normalize.h"
@@ -141,6 +144,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   // A link's target is replaced, not the link; a FIFO, device or directory at path is refused, not replaced.
   const std::string target = output_file_target(path, "output file");
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  const PendingTempFile pending(tmp);  // removed by a second stop signal (stop_signals.h)
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) MIXTRAIN_FAIL(kIo, "cannot write '" << path << "'", "check that the directory exists and is writable");
@@ -267,6 +271,21 @@ std::string data_file_of(const std::string& spec) {
   return is_text_data(spec) ? spec.substr(5) : spec;
 }
 
+// The one line of a run stopped by a signal (RunResult::interrupted), and its exit status.
+int report_interrupted(const RunConfig& cfg, const RunResult& r, int sig) {
+  std::cerr << "mixtrain train: stopped by " << signal_name(sig) << " after step " << r.history.step_loss.size()
+            << (r.interrupted ? "" : ", the last (the run is complete)");
+  if (!r.checkpoint.empty())
+    std::cerr << "; checkpoint saved to " << r.checkpoint << " (continue with the same flags and --resume "
+              << r.checkpoint << ")\n";
+  else if (!cfg.save_path.empty())  // nothing left to train, or the state held NaN or Inf (warned above)
+    std::cerr << "; this run wrote no checkpoint"
+              << (cfg.resume_path.empty() ? "" : " (continue from " + cfg.resume_path + ")") << "\n";
+  else
+    std::cerr << "; no checkpoint was asked for (give --save PATH to keep a stopped run's progress)\n";
+  return exit_status_for_signal(sig);
+}
+
 }  // namespace
 
 void print_data_line(const std::string& spec, const DataSplits& data, const std::string& unit) {
@@ -319,11 +338,21 @@ int train_command(const std::vector<std::string>& argv) {
   // Data-parallel (mpirun): every rank trains; rank 0 alone writes the JSON and the checkpoints.
   Communicator* job = data_parallel_job_on(cfg.device);
   const bool writer = writes_outputs();
+  // SIGTERM, SIGINT, SIGHUP: stop after the step, save, exit 128 + the signal. Not data-parallel: the ranks
+  // would stop at different steps (mpirun's signals kill the job; --save-every bounds what is lost).
+  static StopRequest stop;
+  if (!job) {
+    install_stop_signals(stop);
+    cfg.stop_request = &stop;
+  }
   if (!o.batch_size_auto) check_global_batch(cfg, job);
   cfg.communicator = job;
   // Output paths are checked before the (long) training, not found unwritable after it.
   if (!json_path.empty() && writer) require_writable_output(json_path, "--json");
   if (!cfg.save_path.empty() && writer) require_writable_output(cfg.save_path, "--save");
+  // Held to the end of the run: a second run saving to the same checkpoint is refused, naming this one.
+  std::optional<OutputLock> save_lock;
+  if (!cfg.save_path.empty() && writer) save_lock.emplace(cfg.save_path, "--save");
   // A checkpoint to resume that is a FIFO or device is refused before the data is read (a missing one is the
   // loader's to report, with its own message).
   std::error_code ec;
@@ -334,11 +363,14 @@ int train_command(const std::vector<std::string>& argv) {
   require_distinct_paths(json_path, "--json", cfg.resume_path, "--resume");
   require_distinct_paths(json_path, "--json", data_file_of(data_spec), "--data");
   require_distinct_paths(cfg.save_path, "--save", data_file_of(data_spec), "--data");
+  // Before the JSON report labels its evaluations with the run's interval.
+  adopt_resumed_eval_interval(cfg, writer ? &std::cout : nullptr);
   DataSplits data = load_data(o, cfg);
   print_data_line(data_spec, data, token_unit(cfg));
   resolve_batch_size(cfg, o, data);
   if (o.batch_size_auto) check_global_batch(cfg, job);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
+  if (r.interrupted) return report_interrupted(cfg, r, stop.reason());
   print_run_summary(r);
   if (!json_path.empty() && writer) {
     write_file_atomically(json_path, run_to_json(cfg, data_spec, r).dump(2) + "\n");
@@ -347,6 +379,7 @@ int train_command(const std::vector<std::string>& argv) {
   if (r.initial_epoch >= cfg.fit_epochs())
     std::cerr << "mixtrain train: warning: nothing was trained: the checkpoint " << cfg.resume_path << " already holds "
               << r.initial_epoch << " of the " << cfg.fit_epochs() << " epochs asked for (raise --epochs or --steps)\n";
+  close_stop_signals();  // the status is chosen from here on: a later signal is ignored
   const double last_loss = r.history.step_loss.empty() ? 0.0 : r.history.step_loss.back();
   if (!std::isfinite(last_loss) || !std::isfinite(r.test.loss)) {
     std::cerr << "mixtrain train: error: training ended with a non-finite loss (last step " << last_loss
@@ -354,6 +387,8 @@ int train_command(const std::vector<std::string>& argv) {
               << (cfg.recover ? "; the recovery ladder gave up" : "; try --recover, or --policy float32") << "\n";
     return kExitDiverged;
   }
+  // A stop signal after the last step: the run finished its report, and still says it was asked to stop.
+  if (stop.requested()) return report_interrupted(cfg, r, stop.reason());
   return 0;
 }
 

@@ -56,5 +56,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 // cannot be read, kInvalidInput when its contents are corrupt, fail a checksum, or are unsupported (dtypes other
 // than F32, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2, F8_E8M0).
 SafetensorsFile load_safetensors(const std::string& path);
+// The metadata of a safetensors file (without checksum entries), after the same checks of its header and of the
+// metadata's checksum as load_safetensors; no tensor is read.
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 
 }  // namespace mixtrain

@@ -48,6 +48,13 @@ class Callback {
     (void)logs;
   }
   virtual void on_train_end(const Logs& logs) { (void)logs; }
+  // Instead of on_train_end when fit() stops on a StopRequest (train/stop_request.h) after step `steps_done`
+  // (1-based) of `epoch`, with the rest of the epoch and of training left: the point to save what a resumed fit
+  // needs (CheckpointCallback does). The model is as that step left it; Model::fit_state() is that position.
+  virtual void on_train_interrupted(int epoch, int64_t steps_done) {
+    (void)epoch;
+    (void)steps_done;
+  }
 
   // A checkpoint saved during fit() keeps the state of every callback with a state key, and a fit() resumed from
   // it hands that state back right after on_train_begin (which resets it), so counting goes on where it stood.

@@ -119,6 +119,9 @@ class CheckpointCallback : public Callback {
   void on_epoch_begin(int epoch) override;
   void on_train_batch_end(int64_t step, const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  // Saves the position of an interrupted fit (a StopRequest), path_for(epoch + 1) as a step save, with or
+  // without every_steps: the file a resumed fit continues from at the next batch.
+  void on_train_interrupted(int epoch, int64_t steps_done) override;
 
   // The path written for a given number of completed epochs.
   std::string path_for(int completed_epochs) const;
@@ -128,8 +131,8 @@ class CheckpointCallback : public Callback {
   const std::string& last_saved_path() const { return last_saved_path_; }
 
  private:
-  // Writes path unless the state holds NaN/Inf (then warns, naming what saved it).
-  void save(const std::string& path, int completed_epochs, const std::string& when);
+  // Writes path unless the state holds NaN/Inf (then warns, naming what saved it and returns false).
+  bool save(const std::string& path, int completed_epochs, const std::string& when);
 
   std::string path_;
   int period_;
@@ -137,6 +140,7 @@ class CheckpointCallback : public Callback {
   int64_t every_steps_;
   int64_t steps_per_epoch_ = 0;
   int epoch_ = 0;  // the epoch in progress
+  int64_t saved_step_ = -1;  // the step of the data stream the last step save wrote
   int saves_ = 0;
   int skipped_saves_ = 0;
   std::string last_saved_path_;

@@ -23,6 +23,8 @@ struct History {
   int64_t steps = 0;                                    // training steps run
   int64_t samples = 0;                                  // training rows processed
   double train_seconds = 0;                             // wall time of the training steps only
+  // fit() ended on a StopRequest (train/stop_request.h) before its last step. Not saved in checkpoints.
+  bool interrupted = false;
 };
 
 }  // namespace mixtrain

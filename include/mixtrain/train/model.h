@@ -16,6 +16,7 @@
 #include "mixtrain/train/history.h"
 #include "mixtrain/train/losses.h"
 #include "mixtrain/train/recovery.h"
+#include "mixtrain/train/stop_request.h"
 
 namespace mixtrain {
 
@@ -72,6 +73,10 @@ struct FitOptions {
   int verbose = 1;
   // Where verbose progress goes (not owned); null: std::cout. Another stream is never redrawn as a terminal.
   std::ostream* verbose_out = nullptr;
+  // Polled after every completed step (after each window of steps_per_log steps on a device): once requested,
+  // fit() stops there (see train/stop_request.h). Not owned. Refused with a communicator of several ranks: each
+  // would see the request at its own step, and the others would wait in their next all-reduce.
+  const StopRequest* stop_request = nullptr;
 };
 
 // Keras' validation_split: the last floor(n * fraction) rows (taken before shuffling) validate, the rest train.

@@ -18,6 +18,7 @@ class ProgressBarLogger : public Callback {
   void on_epoch_begin(int epoch) override;
   void on_train_batch_end(int64_t step, const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  void on_train_interrupted(int epoch, int64_t steps_done) override;
 
  private:
   struct State;

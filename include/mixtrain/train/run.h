@@ -30,6 +30,10 @@ struct RunResult {
   std::vector<RecoveryEvent> recovery;   // actions of the recovery ladder, in order
   std::vector<std::pair<std::string, std::string>> layer_compute_dtypes;  // after training (recovery may change them)
   int initial_epoch = 0;                 // > 0 when resumed from a checkpoint
+  // Stopped by cfg.stop_request before the last step: no test evaluation or speed was measured.
+  bool interrupted = false;
+  // The last checkpoint written (the position an interrupted run resumes from); empty when none was.
+  std::string checkpoint;
 };
 
 // Validates cfg (names, positive epochs / batch size / learning rate); throws Error naming the field.
@@ -49,7 +53,13 @@ std::unique_ptr<Model> build_model(const RunConfig& cfg, int64_t num_features, i
 std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t total_steps);
 // cfg.warmup_steps with kAutoWarmup resolved for a run of total_steps updates.
 int64_t resolved_warmup_steps(const RunConfig& cfg, int64_t total_steps);
+// A run by steps resumed (cfg.resume_path) with another --steps keeps the evaluation interval of the run that saved
+// the checkpoint, since its position counts those intervals: cfg.eval_interval is set to it when it was left to be
+// derived from cfg.steps (0), and a different explicit one is refused. Says so on `progress`. Reads the file's
+// header only; nothing changes for a run by epochs, a fresh run or the same steps.
+void adopt_resumed_eval_interval(RunConfig& cfg, std::ostream* progress);
 // Builds, compiles, fits and evaluates. progress: where the progress bar goes (nullptr: silent).
+// Calls adopt_resumed_eval_interval on a copy of cfg first.
 RunResult run_training(const RunConfig& cfg, const DataSplits& data, std::ostream* progress, bool interactive);
 // cfg as a JSON string (stored in checkpoints), and back: run_config_from_json(run_config_json(c)) gives c's
 // fields (except paths and reference losses). Error naming `source` on malformed JSON or a field of the wrong type;

@@ -12,6 +12,7 @@
 namespace mixtrain {
 
 class Communicator;
+class StopRequest;
 
 struct RunConfig {
   std::string model = "mlp";             // a registered model (train/model_registry.h): mlp, cnn, resnet
@@ -77,6 +78,9 @@ struct RunConfig {
   // Where the model trains (--device): its weights, batches, activations and optimizer state live there, and the
   // peak memory reported is that device's. Not stored in checkpoints: a checkpoint resumes on any device.
   Device device = Device::cpu();
+  // When set (not owned; one process only), the run stops after the step in progress once it is requested
+  // (FitOptions::stop_request): save_path is written as at a step save, and the result is marked interrupted.
+  const StopRequest* stop_request = nullptr;
 
   // Number of epochs fit() runs: epochs, or for a run by steps the number of evaluation intervals.
   int fit_epochs() const;
