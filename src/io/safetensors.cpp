@@ -525,7 +525,7 @@ struct OpenedFile {
 };
 
 OpenedFile open_safetensors(const std::string& path, SafetensorsFile& file) {
-  OpenedFile f{FileDescriptor(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK))};
+  OpenedFile f{FileDescriptor(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)), 0, {}, {}};
   if (f.fd.get() < 0) MIXTRAIN_FAIL(kIo, "cannot open safetensors file '" << path << "': " << errno_text(), "check the path");
   const uint64_t file_size = regular_file_size(f.fd.get(), path);
   const Json header = read_header(f.fd.get(), path, file_size, &f.header_size);
