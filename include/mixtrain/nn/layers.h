@@ -17,6 +17,7 @@ class Dense : public Layer {
   // A name in use_bias' place would convert to `true` silently: refused at compile time.
   Dense(int64_t units, std::string_view activation, DTypeArg dtype, const char* name) = delete;
   std::string class_name() const override { return "Dense"; }
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   int64_t units() const { return units_; }
   const Var& kernel() const { return kernel_; }
@@ -46,6 +47,7 @@ class Activation : public Layer {
  public:
   explicit Activation(std::string_view activation, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Activation"; }
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
 
  protected:
   Var call(const Var& x, const CallContext& ctx) override;
@@ -59,6 +61,7 @@ class Dropout : public Layer {
  public:
   explicit Dropout(float rate, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Dropout"; }
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   float rate() const { return rate_; }
 
  protected:
@@ -74,6 +77,7 @@ class Softmax : public Layer {
  public:
   explicit Softmax(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Softmax"; }
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
 
  protected:
   Var call(const Var& x, const CallContext& ctx) override;

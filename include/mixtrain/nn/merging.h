@@ -12,6 +12,7 @@ class Add : public Layer {
  public:
   explicit Add(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Add"; }
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
 
@@ -25,6 +26,7 @@ class Multiply : public Layer {
  public:
   explicit Multiply(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Multiply"; }
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
 
@@ -38,6 +40,10 @@ class Concatenate : public Layer {
  public:
   explicit Concatenate(int axis = -1, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Concatenate"; }
+  // Along the feature axis (-1) each position joins its own features; along another axis positions mix.
+  GenerationCacheSupport generation_cache_support() const override {
+    return axis_ == -1 ? GenerationCacheSupport::kPositionWise : GenerationCacheSupport::kNone;
+  }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
   int axis() const { return axis_; }
