@@ -8,8 +8,8 @@
 // works per position, Network::generation_cache_blocker()), the prompt runs once and each later call runs the one
 // new position, its attention reading the keys and values the earlier calls cached: the work per token is one
 // position's, not the window's. Without it, every token recomputes the window. The two give the same logits at
-// the same positions up to the float32 reduction order of the products (docs/PERFORMANCE.md, "Generation"), and
-// the same tokens. Past the window (a text longer than T) the window slides: the model's learned positions then
+// the same positions (bit for bit under float32 and mixed_bfloat16, within a few float16 units under mixed_float16;
+// docs/KERAS.md, "Generation"), so the same tokens. Past the window (a text longer than T) the window slides: the model's learned positions then
 // move under every cached key, so each token recomputes the last T tokens, with or without the cache.
 #pragma once
 
