@@ -29,7 +29,7 @@ Var embedding(const Tensor& ids, const Var& table, DType out_dtype) {
   return out;
 }
 
-Var add_position_embedding(const Var& x, const Var& table) {
+Var add_position_embedding(const Var& x, const Var& table, int64_t offset) {
   MIXTRAIN_CHECK(x.defined() && x.value().rank() == 3,
                  "add_position_embedding: input must be (batch, T, D), got "
                      << (x.defined() ? x.value().describe() : std::string("undefined")));
@@ -37,19 +37,20 @@ Var add_position_embedding(const Var& x, const Var& table) {
                  "add_position_embedding: table must be (sequence_length, " << x.shape()[2] << "), got "
                                                                              << table.value().describe());
   const int64_t b = x.shape()[0], t = x.shape()[1], d = x.shape()[2], s = table.shape()[0];
-  MIXTRAIN_CHECK(t <= s, "add_position_embedding: sequence of length " << t << " is longer than the " << s
-                                                                       << " positions of the table");
-  // x read as (batch, T * D) plus the first T rows of the table as one (T * D,) bias: bias_add adds in
+  MIXTRAIN_CHECK(offset >= 0 && offset + t <= s, "add_position_embedding: positions [" << offset << ", " << offset + t
+                                                                                      << ") are beyond the " << s
+                                                                                      << " positions of the table");
+  // x read as (batch, T * D) plus rows [offset, offset + T) of the table as one (T * D,) bias: bias_add adds in
   // float32 and rounds once, whatever the table's dtype.
-  const Tensor positions = table.value().slice(0, 0, t).reshape({t * d});
+  const Tensor positions = table.value().slice(0, offset, offset + t).reshape({t * d});
   const bool rec = should_record({&x, &table});
   Var out = output(ops::bias_add(x.value().reshape({b, t * d}), positions).reshape(x.shape()), rec);
   if (rec) {
-    record_backward(out, [x, table, out, b, t, d, s]() {
+    record_backward(out, [x, table, out, b, t, d, s, offset]() {
       if (x.requires_grad()) Var(x).accumulate_grad(out.grad());
       if (!table.requires_grad()) return;
       Tensor g = ops::full({s, d}, DType::kFloat32, 0.0f, table.value().device());
-      g.slice(0, 0, t).copy_from(ops::sum_rows(out.grad().reshape({b, t * d})).reshape({t, d}));
+      g.slice(0, offset, offset + t).copy_from(ops::sum_rows(out.grad().reshape({b, t * d})).reshape({t, d}));
       give_fresh(table, g);
     });
   }

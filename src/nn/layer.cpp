@@ -160,6 +160,10 @@ std::vector<Var> Layer::prepare_inputs(const std::vector<Var>& xs, const CallCon
     MIXTRAIN_CHECK(xs.size() >= 2, "layer '" << name_ << "' (" << class_name()
                                              << ") takes two or more inputs, got " << xs.size());
   }
+  MIXTRAIN_CHECK(!ctx.cache || generation_cache_support() != GenerationCacheSupport::kNone,
+                 "layer '" << name_ << "' (" << class_name()
+                           << ") mixes positions and has no cached path, so a cached generation step cannot call it; "
+                              "recompute the whole sequence instead (GenerationOptions::cache = KeyValueCache::kOff)");
   std::vector<Var> cast_inputs;
   std::vector<Shape> shapes;
   for (const Var& x : xs) {

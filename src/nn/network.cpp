@@ -189,7 +189,11 @@ std::vector<Var> Network::call(const std::vector<Var>& inputs, const CallContext
     MIXTRAIN_CHECK(v.defined() && v.value().rank() == in.shape().rank() + 1,
                    "model '" << name_ << "': input '" << in.name() << "' expects (batch, ...) with per-sample shape "
                              << in.shape() << ", got " << (v.defined() ? v.value().describe() : "undefined"));
-    for (int d = 0; d < in.shape().rank(); ++d)
+    // A cached generation step brings only the new positions along the first (sequence) axis.
+    MIXTRAIN_CHECK(!ctx.cache || (in.shape().rank() >= 1 && v.shape()[1] > 0),
+                   "model '" << name_ << "': a cached generation step needs at least one new position along the "
+                             << "first axis of input '" << in.name() << "', got " << v.value().describe());
+    for (int d = ctx.cache ? 1 : 0; d < in.shape().rank(); ++d)
       MIXTRAIN_CHECK(v.shape()[d + 1] == in.shape()[d], "model '" << name_ << "': input '" << in.name()
                                                                   << "' expects per-sample shape " << in.shape()
                                                                   << ", got " << v.value().describe());

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "mixtrain/nn/generation_cache.h"
 #include "mixtrain/nn/network.h"
 
 namespace mixtrain {
@@ -83,14 +84,15 @@ void PositionEmbedding::build_impl(const Shape& input_shape, Rng& rng) {
   embeddings_ = add_weight("embeddings", {sequence_length_, input_shape[1]}, Initializer::kGlorotUniform, rng);
 }
 
-Var PositionEmbedding::call(const Var& x, const CallContext&) {
+Var PositionEmbedding::call(const Var& x, const CallContext& ctx) {
   MIXTRAIN_CHECK(x.value().rank() == 3 && x.shape()[2] == embeddings_.shape()[1],
                  "PositionEmbedding '" << name() << "' expects (batch, sequence, " << embeddings_.shape()[1]
                                        << "), got " << x.value().describe());
-  MIXTRAIN_CHECK(x.shape()[1] <= sequence_length_,
-                 "PositionEmbedding '" << name() << "': a sequence of length " << x.shape()[1]
+  const int64_t offset = ctx.cache ? ctx.cache->offset() : 0;  // the new positions follow the cached ones
+  MIXTRAIN_CHECK(offset + x.shape()[1] <= sequence_length_,
+                 "PositionEmbedding '" << name() << "': a sequence of length " << offset + x.shape()[1]
                                        << " is longer than its sequence_length " << sequence_length_);
-  return add_position_embedding(x, embeddings_);
+  return add_position_embedding(x, embeddings_, offset);
 }
 
 // ---- LayerNormalization ----
@@ -174,15 +176,7 @@ void MultiHeadAttention::build_impl(const Shape& input_shape, Rng& rng) {
   output_bias_ = bias("attention_output/bias", {d});
 }
 
-Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
-  const int64_t d = output_kernel_.shape()[2];
-  MIXTRAIN_CHECK(x.value().rank() == 3 && x.shape()[2] == d,
-                 "MultiHeadAttention '" << name() << "' expects (batch, sequence, " << d << "), got "
-                                        << x.value().describe());
-  // (batch, T, 3 * heads * key_dim): q, k and v side by side, from one product.
-  const Var qkv = fused_projection(x, {query_kernel_, key_kernel_, value_kernel_},
-                                   {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
-                                   {query_bias_, key_bias_, value_bias_});
+ops::AttentionOptions MultiHeadAttention::attention_options(const CallContext& ctx) const {
   ops::AttentionOptions o;
   o.num_heads = options_.num_heads;
   o.causal = options_.causal;
@@ -192,9 +186,26 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
     o.dropout_rate = options_.dropout;
     o.dropout_seed = ctx.rng->next_u64();
   }
+  return o;
+}
+
+Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
+  const int64_t d = output_kernel_.shape()[2];
+  MIXTRAIN_CHECK(x.value().rank() == 3 && x.shape()[2] == d,
+                 "MultiHeadAttention '" << name() << "' expects (batch, sequence, " << d << "), got "
+                                        << x.value().describe());
+  // (batch, T, 3 * heads * key_dim): q, k and v side by side, from one product.
+  const Var qkv = fused_projection(x, {query_kernel_, key_kernel_, value_kernel_},
+                                   {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
+                                   {query_bias_, key_bias_, value_bias_});
   Tensor logits;
-  Var a = packed_self_attention(qkv, o, ctx.observer ? &logits : nullptr);  // (batch, T, heads * key_dim)
-  if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);
+  Var a;  // (batch, T, heads * key_dim)
+  if (ctx.cache) {
+    a = cached_attention(qkv, ctx);
+  } else {
+    a = packed_self_attention(qkv, attention_options(ctx), ctx.observer ? &logits : nullptr);
+    if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);
+  }
   return fused_projection(a, {output_kernel_}, {read_weight(output_kernel_)}, {output_bias_});
 }
 

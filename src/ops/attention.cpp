@@ -43,9 +43,10 @@ Dims check_layout(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   MIXTRAIN_CHECK(q.dim(0) == k.dim(0) && q.dim(0) == v.dim(0) && k.dim(1) == v.dim(1),
                  op << ": batch and key lengths differ: q " << q.describe() << ", k " << k.describe() << ", v "
                     << v.describe());
-  MIXTRAIN_CHECK(!o.causal || q.dim(1) == k.dim(1),
-                 op << ": causal attention needs as many queries as keys, got q " << q.describe() << " and k "
-                    << k.describe());
+  MIXTRAIN_CHECK(!o.causal || q.dim(1) <= k.dim(1),
+                 op << ": causal attention needs at most as many queries as keys (the queries are the last "
+                       "positions), got q "
+                    << q.describe() << " and k " << k.describe());
   MIXTRAIN_CHECK(k.dim(1) > 0, op << ": no keys to attend to in " << k.describe());
   MIXTRAIN_CHECK(o.dropout_rate >= 0.0f && o.dropout_rate < 1.0f,
                  op << ": dropout rate must be in [0, 1), got " << o.dropout_rate);
@@ -80,7 +81,7 @@ AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
   r.out = Tensor::empty({d.b, d.t, d.h * d.dv}, q.dtype(), device);
   if (keep_probs) r.probs = Tensor::empty({d.b, d.h, d.t, d.s}, q.dtype(), device);
   if (return_logits) {
-    const int64_t per_pair = options.causal ? d.t * (d.t + 1) / 2 : d.t * d.s;
+    const int64_t per_pair = options.causal ? shared::causal_logits_before(d.t, d.t, d.s) : d.t * d.s;
     r.logits = Tensor::empty({d.b * d.h * per_pair}, DType::kFloat32, device);
   }
   kernel_for<Op::attention>(device)(readable(q), readable(k), readable(v), options, r.out, r.probs, r.logits);

@@ -50,7 +50,7 @@ Reference reference(const Geo& g, const std::vector<float>& q, const std::vector
   for (int64_t b = 0; b < g.b; ++b)
     for (int64_t h = 0; h < g.h; ++h)
       for (int64_t i = 0; i < g.t; ++i) {
-        const int64_t end = o.causal ? i + 1 : g.s;
+        const int64_t end = o.causal ? i + 1 + (g.s - g.t) : g.s;  // the queries are the last T positions
         std::vector<double> p(static_cast<size_t>(g.s), 0.0), pd(p.size(), 0.0), keep(p.size(), 0.0);
         double mx = -INFINITY;
         for (int64_t j = 0; j < end; ++j) {
@@ -129,6 +129,8 @@ const Case kCases[] = {
     {{1, 1, 1, 1, 1, 1}, false, 0.0f},   {{1, 1, 1, 1, 1, 1}, true, 0.0f},    {{2, 7, 7, 3, 5, 5}, true, 0.0f},
     {{2, 7, 17, 2, 4, 3}, false, 0.0f},  {{1, 17, 17, 2, 8, 8}, false, 0.3f}, {{2, 17, 17, 1, 7, 9}, true, 0.25f},
     {{1, 31, 31, 4, 3, 3}, true, 0.0f},  {{1, 129, 129, 1, 17, 17}, true, 0.1f},
+    // Fewer queries than keys, causal: a generation cache's new rows after S - T cached positions.
+    {{1, 1, 17, 2, 4, 4}, true, 0.0f},   {{2, 3, 7, 3, 5, 5}, true, 0.0f},    {{2, 5, 17, 1, 7, 9}, true, 0.25f},
 };
 
 TEST(Attention, ForwardAndBackwardMatchFloat64InEveryDType) {
@@ -227,6 +229,28 @@ TEST(Attention, CausalMaskSelectsSoOverflowingMaskedLogitsAreHarmless) {
   ASSERT_EQ(a.logits.shape(), Shape({21}));
   EXPECT_GT(a.logits.at(20), kFloat16Max);
   EXPECT_TRUE(std::isfinite(a.logits.at(20)));
+}
+
+// A generation cache attends its T new query rows to all S positions: the causal rule with the queries as the last
+// T positions gives the last T rows of the full causal attention, and its logits are the full run's last ones.
+TEST(Attention, FewerCausalQueriesThanKeysAreTheLastRowsOfTheFullAttention) {
+  for (DType dt : kFloatDTypes)
+    for (int64_t t : {1, 3, 9}) {
+      const int64_t s = 9, w = 8;
+      Tensor q = random_tensor({1, s, w}, 21, dt, -1.5f, 1.5f), k = random_tensor({1, s, w}, 22, dt, -1.5f, 1.5f);
+      Tensor v = random_tensor({1, s, w}, 23, dt);
+      AttentionOptions o;
+      o.causal = true;
+      o.scale = 0.5f;
+      const AttentionOutput full = scaled_dot_product_attention(q, k, v, o, true, true);
+      const AttentionOutput part = scaled_dot_product_attention(q.slice(1, s - t, s), k, v, o, true, true);
+      const std::string what = std::string(dtype_name(dt)) + " T" + std::to_string(t);
+      EXPECT_EQ(part.out.to_floats(), full.out.slice(1, s - t, s).contiguous().to_floats()) << what;
+      EXPECT_EQ(part.probs.to_floats(), full.probs.slice(2, s - t, s).contiguous().to_floats()) << what;
+      const std::vector<float> all = full.logits.to_floats(), tail = part.logits.to_floats();
+      ASSERT_EQ(tail.size(), static_cast<size_t>(t * (t + 1) / 2 + t * (s - t))) << what;
+      EXPECT_EQ(tail, std::vector<float>(all.end() - static_cast<std::ptrdiff_t>(tail.size()), all.end())) << what;
+    }
 }
 
 // Logits beyond float16's range: float16 overflows to inf and the softmax row becomes NaN, exactly as a

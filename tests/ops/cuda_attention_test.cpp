@@ -59,6 +59,8 @@ const Case kCases[] = {
     {1, 1, 1, 1, 1, 1, false, 0.0f},   {2, 7, 7, 2, 4, 3, true, 0.0f},      {2, 5, 9, 3, 8, 5, false, 0.25f},
     {1, 17, 17, 1, 16, 16, true, 0.1f}, {3, 33, 33, 4, 8, 8, true, 0.0f},   {2, 129, 129, 2, 32, 32, true, 0.2f},
     {2, 31, 65, 2, 7, 9, false, 0.0f},  {1, 0, 5, 2, 4, 4, false, 0.0f},
+    // Causal with fewer queries than keys (a generation cache's new rows after the cached ones).
+    {2, 1, 17, 2, 8, 8, true, 0.0f},    {2, 5, 33, 3, 8, 5, true, 0.2f},
 };
 
 std::string describe(const Case& c, DType dt) {

@@ -78,7 +78,7 @@ int generate_command(const std::vector<std::string>& argv) {
   const int64_t T = cfg.context_length;
   auto model = build_model(cfg, T, tokenizer->size(), {T});
   load_checkpoint(path, *model);
-  model->to(o.device);  // predict() copies each window there and its logits back
+  model->to(o.device);  // generate() copies the ids there and the logits back (with its key/value cache there too)
   std::cout << prompt << std::flush;
   GenerationOptions g;
   g.max_new_tokens = o.tokens;

@@ -19,10 +19,11 @@ namespace mixtrain {
 // into the table's dtype when it is added.
 Var embedding(const Tensor& ids, const Var& table, DType out_dtype);
 
-// x (batch, T, D) + table[0:T] (table (sequence_length, D), T <= sequence_length), broadcast over the
-// batch: computed in float32 from the table's own values, rounded once into x's dtype. The table's
-// gradient is the float32 batch sum of the output gradient in rows [0, T), zero below.
-Var add_position_embedding(const Var& x, const Var& table);
+// x (batch, T, D) + table[offset:offset + T] (table (sequence_length, D), offset + T <= sequence_length), broadcast
+// over the batch: computed in float32 from the table's own values, rounded once into x's dtype. The table's
+// gradient is the float32 batch sum of the output gradient in rows [offset, offset + T), zero elsewhere. A nonzero
+// offset places x after offset earlier positions (a cached generation step's new positions).
+Var add_position_embedding(const Var& x, const Var& table, int64_t offset = 0);
 
 // Normalizes x over its last axis with gamma and beta (float32 Vars (D,)): ops::layer_norm, statistics
 // and backward in float32, output in x's dtype.

@@ -29,16 +29,34 @@
 
 namespace mixtrain {
 
-class LayerObserver;  // nn/network.h
+class LayerObserver;    // nn/network.h
+class GenerationCache;  // nn/generation_cache.h
 
 // What a call needs besides its input: training mode (dropout on), the generator for random masks, and
 // the observer in force (set by Network for the layers it calls while it has one), to which a layer may
 // report internal values (LayerObserver::on_internal); null means no one is watching, and a layer then
-// computes nothing extra.
+// computes nothing extra. cache: a cached generation step (inference only): the input holds only the new
+// positions of a sequence (axis 1) whose earlier positions earlier calls saw, and the cache holds what those
+// left behind (nn/generation_cache.h); null: a whole sequence, as in training.
 struct CallContext {
   bool training = false;
   Rng* rng = nullptr;
   LayerObserver* observer = nullptr;
+  GenerationCache* cache = nullptr;
+};
+
+// How a layer takes part in a cached generation step (CallContext::cache).
+enum class GenerationCacheSupport {
+  // It mixes positions and has no cached path (Flatten, pooling, non-causal attention, a custom layer that does
+  // not say): a model holding it recomputes the whole window for every token. The default.
+  kNone,
+  // Each position's output depends on that position's input alone (Dense, the norms, Embedding, Add, Dropout at
+  // inference, ...): the new positions are computed as usual.
+  kPositionWise,
+  // It mixes positions (or reads them) through the cache: a causal MultiHeadAttention keeps its keys and values
+  // there, PositionEmbedding reads the new positions' offset. Called once per step: a layer with state in the
+  // cache that a graph calls at two places has no cached path.
+  kCachedPath,
 };
 
 // A layer's `dtype` argument: a policy name ("float32", "mixed_float16", ...) or a policy. Empty: global policy.
@@ -142,6 +160,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // automatically (LayerAutocastScope, below), Keras' autocast argument: true but for the normalization layers, whose
   // float32 parameters keep their statistics exact.
   virtual bool autocasts_variables() const { return true; }
+  // Whether (and how) a cached generation step can call it; a layer whose position t depends only on position t
+  // says kPositionWise, so that generation keeps the cache for models that hold it.
+  virtual GenerationCacheSupport generation_cache_support() const { return GenerationCacheSupport::kNone; }
 
   // The layer's class as summaries and errors show it ("Dense"); a custom layer that does not say is shown by
   // its base name.

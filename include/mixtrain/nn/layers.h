@@ -18,6 +18,7 @@ class Dense : public Layer {
   Dense(int64_t units, std::string_view activation, DTypeArg dtype, const char* name) = delete;
   std::string class_name() const override { return "Dense"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   int64_t units() const { return units_; }
   const Var& kernel() const { return kernel_; }
@@ -48,6 +49,7 @@ class Activation : public Layer {
   explicit Activation(std::string_view activation, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Activation"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
 
  protected:
   Var call(const Var& x, const CallContext& ctx) override;
@@ -62,6 +64,7 @@ class Dropout : public Layer {
   explicit Dropout(float rate, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Dropout"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   float rate() const { return rate_; }
 
  protected:
@@ -78,6 +81,7 @@ class Softmax : public Layer {
   explicit Softmax(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Softmax"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
 
  protected:
   Var call(const Var& x, const CallContext& ctx) override;

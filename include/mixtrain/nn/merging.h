@@ -13,6 +13,7 @@ class Add : public Layer {
   explicit Add(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Add"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
 
@@ -27,6 +28,7 @@ class Multiply : public Layer {
   explicit Multiply(DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Multiply"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
 
@@ -41,6 +43,10 @@ class Concatenate : public Layer {
   explicit Concatenate(int axis = -1, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Concatenate"; }
   Json get_config() const override;
+  // Along the feature axis (-1) each position joins its own features; along another axis positions mix.
+  GenerationCacheSupport generation_cache_support() const override {
+    return axis_ == -1 ? GenerationCacheSupport::kPositionWise : GenerationCacheSupport::kNone;
+  }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
   int axis() const { return axis_; }

@@ -8,6 +8,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -99,6 +100,12 @@ class Network {
   // CallContext::observer.
   void set_observer(LayerObserver* observer) { observer_ = observer; }
   LayerObserver* observer() const { return observer_; }
+
+  // Why a cached generation step (CallContext::cache, nn/generation_cache.h) cannot run this network, naming the
+  // first layer in the way (one that mixes positions without a cached path, or one with state in the cache that a
+  // graph calls at two places); empty when it can. A cached call's input holds only the new positions: the first
+  // axis of a graph input's per-sample shape may be shorter than the built one.
+  std::string generation_cache_blocker() const;
 
   // Layers in execution order (a graph's in topological order), each once.
   const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }

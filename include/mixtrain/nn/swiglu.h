@@ -18,6 +18,7 @@ class SwiGLU : public Layer {
   SwiGLU(int64_t hidden_units, int64_t output_units, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "SwiGLU"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   int64_t hidden_units() const { return hidden_units_; }
   int64_t output_units() const { return output_units_; }

@@ -29,6 +29,7 @@ class Embedding : public Layer {
   Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "Embedding"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   bool keeps_integer_inputs() const override { return true; }
   int64_t input_dim() const { return input_dim_; }
@@ -48,13 +49,16 @@ class Embedding : public Layer {
 // (sequence_length, D) built from the input's last axis (glorot uniform, as keras_hub's). Unlike keras_hub's
 // PositionEmbedding, which returns only the position embeddings for the caller to add, this layer adds its
 // input. T may be shorter than sequence_length; a longer sequence is an Error. The sum is computed in float32
-// from P's own values and rounded once into the compute dtype; P's gradient is the float32 batch sum.
+// from P's own values and rounded once into the compute dtype; P's gradient is the float32 batch sum. In a cached
+// generation step (CallContext::cache) x holds the positions after the cache's offset(): it adds
+// P[offset:offset + T].
 class PositionEmbedding : public Layer {
  public:
   explicit PositionEmbedding(int64_t sequence_length, DTypeArg dtype = std::nullopt,
                              const std::string& name = {});
   std::string class_name() const override { return "PositionEmbedding"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kCachedPath; }
   // (T, D) -> (T, D); Error when T > sequence_length or the rank is not 2.
   Shape compute_output_shape(const Shape& input_shape) const override;
   int64_t sequence_length() const { return sequence_length_; }
@@ -78,6 +82,7 @@ class LayerNormalization : public Layer {
   explicit LayerNormalization(float epsilon = 1e-3f, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "LayerNormalization"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
   bool autocasts_variables() const override { return false; }
   float epsilon() const { return epsilon_; }
@@ -102,6 +107,7 @@ class RMSNormalization : public Layer {
   explicit RMSNormalization(float epsilon = 1e-6f, DTypeArg dtype = std::nullopt, const std::string& name = {});
   std::string class_name() const override { return "RMSNormalization"; }
   Json get_config() const override;
+  GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   bool autocasts_variables() const override { return false; }
   float epsilon() const { return epsilon_; }
   const Var& scale() const { return scale_; }
@@ -140,6 +146,11 @@ struct MultiHeadAttentionOptions {
 // side by side, one GEMM, one gradient for x instead of three to add), and attention reads q, k and v in
 // place from its (batch, T, 3 * num_heads * key_dim) result.
 //
+// Cached generation (CallContext::cache, nn/generation_cache.h), when causal: the call projects only the new
+// positions, appends their keys and values (in the compute dtype, as the product rounds them) to the layer's entry
+// in the cache, and attends the new query rows to every cached position with the causal rule; the output
+// projection then works on the new rows alone. Inference only (a training call with a cache is an Error).
+//
 // Inspection: while an observer is in force (CallContext::observer, set by Network::set_observer), each
 // call reports on_internal(*this, "attention_logits", logits) with logits the float32 1-D tensor of every
 // logit that enters a softmax, before its rounding into the compute dtype (causally masked positions left
@@ -149,6 +160,10 @@ class MultiHeadAttention : public Layer {
   explicit MultiHeadAttention(MultiHeadAttentionOptions options);
   std::string class_name() const override { return "MultiHeadAttention"; }
   Json get_config() const override;
+  // A causal one attends through the cache; a non-causal one mixes every position with every other.
+  GenerationCacheSupport generation_cache_support() const override {
+    return options_.causal ? GenerationCacheSupport::kCachedPath : GenerationCacheSupport::kNone;
+  }
   // (T, D) -> (T, D).
   Shape compute_output_shape(const Shape& input_shape) const override;
   const MultiHeadAttentionOptions& options() const { return options_; }
@@ -158,6 +173,12 @@ class MultiHeadAttention : public Layer {
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
+  // The attention of this call (scale, causal rule, dropout drawn from ctx in training).
+  ops::AttentionOptions attention_options(const CallContext& ctx) const;
+  // qkv (batch, n, 3 * heads * key_dim) of the new positions -> (batch, n, heads * key_dim) through the cache
+  // (src/nn/cached_attention.cpp).
+  Var cached_attention(const Var& qkv, const CallContext& ctx);
+
   MultiHeadAttentionOptions options_;
   Var query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
 };

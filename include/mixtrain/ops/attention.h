@@ -8,7 +8,9 @@
 //                                           (q's dtype), exactly as a 16-bit GEMM output would be: a
 //                                           float16 logit beyond 65504 becomes inf, and the row NaN;
 //   causal  row i keeps columns j <= i       by selection: masked positions never enter the softmax and
-//                                           get probability exactly 0 (no large negative constant);
+//           (j <= i + S - T when T < S)     get probability exactly 0 (no large negative constant); with
+//                                           fewer queries than keys the queries are the last T positions
+//                                           (a generation cache's new rows after S - T cached ones);
 //   softmax p = softmax(s) per row           in float32 (max-subtracted), rounded once into the compute
 //                                           dtype: the one (B, H, T, S) tensor kept for backward;
 //   dropout p_d = p * keep / (1 - rate)      on the probabilities; keep is drawn per element from a
@@ -32,7 +34,7 @@ namespace mixtrain::ops {
 
 struct AttentionOptions {
   int64_t num_heads = 1;
-  // Row i attends to columns j <= i only (needs T == S).
+  // Row i attends to columns j <= i + S - T only (needs T <= S; T == S: j <= i).
   bool causal = false;
   // Multiplies q k^T (usually 1 / sqrt(dk)).
   float scale = 1.0f;
@@ -47,7 +49,7 @@ struct AttentionOutput {
   Tensor probs;  // (B, H, T, S), q's dtype: the softmax before dropout, for backward (undefined unless kept)
   // float32, 1-D: every logit that enters a softmax, before its rounding into the compute dtype, in (batch,
   // head, row, column) order with causally masked positions left out (B * H * T * S values, or
-  // B * H * T * (T + 1) / 2 when causal). Undefined unless asked for (inspection only).
+  // B * H * (T * (T + 1) / 2 + T * (S - T)) when causal). Undefined unless asked for (inspection only).
   Tensor logits;
 };
 

@@ -15,6 +15,7 @@
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/attention.h"
 #include "exp_poly.h"
+#include "../shared/attention_rows.h"
 #include "float_lanes.h"
 #include "cpu_backend.h"
 
@@ -140,8 +141,8 @@ struct Geometry {
   uint64_t seed;
 
   int64_t pairs() const { return b * h; }
-  // Columns of row i that take part: all, or j <= i when causal.
-  int64_t row_end(int64_t i) const { return causal ? i + 1 : s; }
+  // Columns of row i that take part: all, or j <= i + S - T when causal.
+  int64_t row_end(int64_t i) const { return causal ? shared::causal_row_end(i, t, s) : s; }
 };
 
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
@@ -214,7 +215,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   const Geometry g = geometry(q, k, v, options);
   const Heads qh(q, g.h), kh(k, g.h), vh(v, g.h), oh(out, g.h);
   const int64_t ts = g.t * g.s;
-  const int64_t logits_per_pair = g.causal ? g.t * (g.t + 1) / 2 : ts;
+  const int64_t logits_per_pair = g.causal ? shared::causal_logits_before(g.t, g.t, g.s) : ts;
   const bool dropout = g.rate > 0.0f;
   char* pp = probs.defined() ? static_cast<char*>(probs.raw()) : nullptr;
   float* lp = logits.defined() ? static_cast<float*>(logits.raw()) : nullptr;
@@ -240,7 +241,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
         const int64_t end = g.row_end(i);
         scale_row(row, end, g.scale);
         if (lp) {
-          float* dst = lp + pair * logits_per_pair + (g.causal ? i * (i + 1) / 2 : i * g.s);
+          float* dst = lp + pair * logits_per_pair + (g.causal ? shared::causal_logits_before(i, g.t, g.s) : i * g.s);
           std::copy(row, row + end, dst);
         }
         if (g.dt != DType::kFloat32) {

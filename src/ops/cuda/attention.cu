@@ -83,8 +83,10 @@ __device__ int64_t warp_row() {
   return blockIdx.x * static_cast<int64_t>(device::kRowsPerBlock) + threadIdx.x / device::kWarp;
 }
 
-// Columns of row i that take part: all, or j <= i when causal.
-__device__ int64_t row_end(const Rows& a, int64_t i) { return a.causal ? i + 1 : a.s_len; }
+// Columns of row i that take part: all, or j <= i + S - T when causal.
+__device__ int64_t row_end(const Rows& a, int64_t i) {
+  return a.causal ? shared::causal_row_end(i, a.t, a.s_len) : a.s_len;
+}
 
 // The dropped row p_d from the rounded probabilities of row `row` (every column: masked ones stay 0).
 __device__ void drop_row(const Rows& a, int64_t row, int lane) {
@@ -102,7 +104,7 @@ __global__ void forward_rows_kernel(Rows a) {
   const int lane = threadIdx.x % device::kWarp;
   const int64_t pair = row / a.t, i = row % a.t, end = row_end(a, i);
   float* x = a.s + row * a.s_len;
-  float* lp = a.logits ? a.logits + pair * a.logits_per_pair + (a.causal ? i * (i + 1) / 2 : i * a.s_len) : nullptr;
+  float* lp = a.logits ? a.logits + pair * a.logits_per_pair + (a.causal ? shared::causal_logits_before(i, a.t, a.s_len) : i * a.s_len) : nullptr;
   float mx = -INFINITY;
   for (int64_t j = lane; j < end; j += device::kWarp) {
     float v = shared::mul_rn(x[j], a.scale);
@@ -236,7 +238,7 @@ Rows rows_of(const AttentionOptions& o, int64_t b, int64_t t, int64_t s, DType d
   a.causal = o.causal;
   a.scale = o.scale;
   a.code = shared::float_code(dt);
-  a.logits_per_pair = o.causal ? t * (t + 1) / 2 : t * s;
+  a.logits_per_pair = o.causal ? shared::causal_logits_before(t, t, s) : t * s;
   a.seed = o.dropout_seed;
   a.rate = o.dropout_rate;
   a.inv_keep = 1.0f / (1.0f - o.dropout_rate);  // the CPU kernel's float32 factor

@@ -19,6 +19,15 @@ MIXTRAIN_HOST_DEVICE inline bool attention_dropout_keep(uint64_t seed, uint64_t 
   return dropout_keep(seed, index, rate);
 }
 
+// A causal pair's T query rows are the last T of its S positions (S - T earlier ones are a generation cache's keys;
+// T == S in training), so row i takes part with columns [0, causal_row_end): j <= i + S - T.
+MIXTRAIN_HOST_DEVICE inline int64_t causal_row_end(int64_t i, int64_t t, int64_t s) { return i + 1 + (s - t); }
+// How many logits a causal pair's rows before row i keep (row i's first one in the returned logits); with i = T,
+// the pair's count.
+MIXTRAIN_HOST_DEVICE inline int64_t causal_logits_before(int64_t i, int64_t t, int64_t s) {
+  return i * (i + 1) / 2 + i * (s - t);
+}
+
 // The dropped value of p (a probability, or its gradient): p / (1 - rate) where kept, else 0; inv_keep is
 // 1.0f / (1.0f - rate) in float32.
 MIXTRAIN_HOST_DEVICE inline float dropped(float p, bool keep, float inv_keep) { return keep ? mul_rn(p, inv_keep) : 0.0f; }
