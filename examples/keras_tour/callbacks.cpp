@@ -12,7 +12,7 @@ int main() {
   model.emplace<Dense>(32, "relu");
   model.emplace<Dense>(3);
   model.compile(make_optimizer("adam", 1e-2f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
-  EarlyStopping early_stopping("val_loss", /*patience=*/2, 0.0, /*restore_best_weights=*/true);
+  EarlyStopping early_stopping(EarlyStoppingOptions().with_patience(2).with_restore_best_weights(true));
   ReduceLROnPlateau reduce_lr({.monitor = "val_loss", .factor = 0.5, .patience = 1});
   CheckpointCallback checkpoint("tour-{epoch}.safetensors");
   History history = model.fit(x, y, {.epochs = 20, .batch_size = 32, .validation_split = 0.2,

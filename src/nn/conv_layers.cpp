@@ -99,6 +99,14 @@ Var Conv2D::call(const Var& x, const CallContext&) {
 
 // ---- Pooling ----
 
+Conv2D::Conv2D(int64_t filters, ops::Size2 kernel_size, const Conv2DOptions& options)
+    : Conv2D(filters, kernel_size, options.strides, options.padding, options.activation, options.use_bias, options.dtype,
+             options.name) {
+  set_kernel_initializer(options.kernel_initializer);
+  set_bias_initializer(options.bias_initializer);
+  set_kernel_regularizer(options.kernel_regularizer);
+}
+
 MaxPooling2D::MaxPooling2D(ops::Size2 pool_size, std::optional<ops::Size2> strides, std::string_view padding,
                            DTypeArg dtype, const std::string& name)
     : Layer("max_pooling2d", std::move(dtype), name), options_(pool_options(pool_size, strides, padding, "MaxPooling2D")) {}

@@ -9,6 +9,13 @@ Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool us
   MIXTRAIN_CHECK(units > 0, "Dense: units must be positive, got " << units);
 }
 
+Dense::Dense(int64_t units, const DenseOptions& options)
+    : Dense(units, options.activation, options.dtype, options.use_bias, options.name) {
+  set_kernel_initializer(options.kernel_initializer);
+  set_bias_initializer(options.bias_initializer);
+  set_kernel_regularizer(options.kernel_regularizer);
+}
+
 Shape Dense::compute_output_shape(const Shape& input_shape) const {
   std::vector<int64_t> dims = input_shape.dims();
   MIXTRAIN_CHECK(!dims.empty(), "Dense '" << name() << "': input needs a feature dimension");

@@ -36,8 +36,8 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
   writer_->row(row);
 }
 
-EarlyStopping::EarlyStopping(std::string monitor, int patience, double min_delta, bool restore_best_weights)
-    : monitor_(std::move(monitor)),
+EarlyStopping::EarlyStopping(std::string_view monitor, int patience, double min_delta, bool restore_best_weights)
+    : monitor_(monitor),
       patience_(patience),
       min_delta_(std::fabs(min_delta)),
       restore_best_weights_(restore_best_weights),

@@ -483,6 +483,11 @@ CheckpointCallback::CheckpointCallback(std::string path, int period, std::string
                                         << every_steps_);
 }
 
+CheckpointCallback::CheckpointCallback(std::string path, const CheckpointOptions& options)
+    : CheckpointCallback(std::move(path), options.period, options.config, options.every_steps) {
+  set_monitor({.monitor = options.monitor, .save_best_only = options.save_best_only, .mode = options.mode});
+}
+
 std::string CheckpointCallback::path_for(int completed_epochs) const {
   std::string out = path_;
   const std::string token = "{epoch}", value = std::to_string(completed_epochs);

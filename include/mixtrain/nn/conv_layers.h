@@ -3,12 +3,39 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "mixtrain/autograd/conv_functions.h"
 #include "mixtrain/nn/layer.h"
 #include "mixtrain/nn/layer_activation.h"
 
 namespace mixtrain {
+
+// Conv2D's optional arguments (Keras' names and defaults; LayerOptions in nn/layer.h explains the two ways to
+// fill them): `Conv2D(32, 3, Conv2DOptions().with_activation("relu").with_padding("same"))`.
+struct Conv2DOptions {
+  ops::Size2 strides = 1;
+  std::string padding = "valid";
+  std::string activation = "linear";
+  bool use_bias = true;
+  std::string kernel_initializer = "glorot_uniform";
+  std::string bias_initializer = "zeros";
+  Regularizer kernel_regularizer = {};
+  DTypeArg dtype = std::nullopt;
+  std::string name = "";
+
+  Conv2DOptions& with_strides(ops::Size2 v) { strides = v; return *this; }
+  Conv2DOptions& with_padding(std::string v) { padding = std::move(v); return *this; }
+  Conv2DOptions& with_activation(std::string v) { activation = std::move(v); return *this; }
+  Conv2DOptions& with_use_bias(bool v) { use_bias = v; return *this; }
+  Conv2DOptions& with_kernel_initializer(std::string v) { kernel_initializer = std::move(v); return *this; }
+  Conv2DOptions& with_bias_initializer(std::string v) { bias_initializer = std::move(v); return *this; }
+  Conv2DOptions& with_kernel_regularizer(Regularizer v) { kernel_regularizer = v; return *this; }
+  Conv2DOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  Conv2DOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  Conv2DOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
 
 // y = activation(conv(x, kernel) + bias). kernel (kh, kw, cin, filters) and bias (filters,) are variables
 // in the variable dtype, initialized as Keras' defaults (glorot_uniform with fan_in = kh kw cin and
@@ -22,6 +49,11 @@ class Conv2D : public Layer {
   // A name in use_bias' place would convert to `true` silently: refused at compile time.
   Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides, std::string_view padding,
          std::string_view activation, const char* name) = delete;
+  // The short form `Conv2D(32, 3, "relu")`: stride 1, "valid" padding.
+  Conv2D(int64_t filters, ops::Size2 kernel_size, std::string_view activation)
+      : Conv2D(filters, kernel_size, 1, "valid", activation) {}
+  // Every optional argument by name: `Conv2D(32, 3, {.padding = "same", .activation = "relu"})`.
+  Conv2D(int64_t filters, ops::Size2 kernel_size, const Conv2DOptions& options);
   std::string class_name() const override { return "Conv2D"; }
   Json get_config() const override;
   // (H, W, cin) -> (OH, OW, filters).
@@ -54,12 +86,29 @@ class Conv2D : public Layer {
   Var bias_;
 };
 
+// MaxPooling2D's and AveragePooling2D's optional arguments (Keras' names and defaults).
+struct Pooling2DOptions {
+  ops::Size2 pool_size = 2;
+  std::optional<ops::Size2> strides = std::nullopt;  // empty: pool_size
+  std::string padding = "valid";
+  DTypeArg dtype = std::nullopt;
+  std::string name = "";
+
+  Pooling2DOptions& with_pool_size(ops::Size2 v) { pool_size = v; return *this; }
+  Pooling2DOptions& with_strides(ops::Size2 v) { strides = v; return *this; }
+  Pooling2DOptions& with_padding(std::string v) { padding = std::move(v); return *this; }
+  Pooling2DOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  Pooling2DOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  Pooling2DOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
+
 // Window maximum. strides default to pool_size, as in Keras.
 class MaxPooling2D : public Layer {
  public:
   explicit MaxPooling2D(ops::Size2 pool_size = 2, std::optional<ops::Size2> strides = std::nullopt,
                         std::string_view padding = "valid", DTypeArg dtype = std::nullopt,
                         const std::string& name = {});
+  explicit MaxPooling2D(const Pooling2DOptions& o) : MaxPooling2D(o.pool_size, o.strides, o.padding, o.dtype, o.name) {}
   std::string class_name() const override { return "MaxPooling2D"; }
   Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -78,6 +127,7 @@ class AveragePooling2D : public Layer {
   explicit AveragePooling2D(ops::Size2 pool_size = 2, std::optional<ops::Size2> strides = std::nullopt,
                             std::string_view padding = "valid", DTypeArg dtype = std::nullopt,
                         const std::string& name = {});
+  explicit AveragePooling2D(const Pooling2DOptions& o) : AveragePooling2D(o.pool_size, o.strides, o.padding, o.dtype, o.name) {}
   std::string class_name() const override { return "AveragePooling2D"; }
   Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -94,6 +144,7 @@ class AveragePooling2D : public Layer {
 class GlobalAveragePooling2D : public Layer {
  public:
   explicit GlobalAveragePooling2D(DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit GlobalAveragePooling2D(const LayerOptions& options) : GlobalAveragePooling2D(options.dtype, options.name) {}
   std::string class_name() const override { return "GlobalAveragePooling2D"; }
   Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;

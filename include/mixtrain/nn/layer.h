@@ -113,6 +113,19 @@ struct KernelOptions {
   std::vector<Var> penalties(const Var& kernel) const;
 };
 
+// How every layer takes its optional arguments: an options struct whose fields are Keras' argument names, filled
+// with designated initializers in declaration order (`Dense(64, {.activation = "relu", .name = "h"})`) or, in any
+// order, with chained `with_` setters (`Dense(64, DenseOptions().with_name("h").with_activation("relu"))`).
+// LayerOptions holds the two arguments every layer has, for the layers that have no others.
+struct LayerOptions {
+  DTypeArg dtype = std::nullopt;  // a policy; empty: the global policy
+  std::string name = "";          // empty: named by its kind
+
+  LayerOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  LayerOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  LayerOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
+
 class Layer : public std::enable_shared_from_this<Layer> {
  public:
   // name: the layer's name (Keras' name=), kept as set_name() keeps it; empty: named by its kind.

@@ -6,6 +6,26 @@
 
 namespace mixtrain {
 
+// Dense's optional arguments (Keras' names and defaults; LayerOptions explains the two ways to fill them).
+struct DenseOptions {
+  std::string activation = "linear";
+  bool use_bias = true;
+  std::string kernel_initializer = "glorot_uniform";
+  std::string bias_initializer = "zeros";
+  Regularizer kernel_regularizer = {};
+  DTypeArg dtype = std::nullopt;
+  std::string name = "";
+
+  DenseOptions& with_activation(std::string v) { activation = std::move(v); return *this; }
+  DenseOptions& with_use_bias(bool v) { use_bias = v; return *this; }
+  DenseOptions& with_kernel_initializer(std::string v) { kernel_initializer = std::move(v); return *this; }
+  DenseOptions& with_bias_initializer(std::string v) { bias_initializer = std::move(v); return *this; }
+  DenseOptions& with_kernel_regularizer(Regularizer v) { kernel_regularizer = v; return *this; }
+  DenseOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  DenseOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  DenseOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
+
 // y = activation(x kernel + bias) over the last axis: x (batch, ..., in) -> (batch, ..., units), as Keras'
 // Dense (a (batch, T, D) sequence is one (batch * T, D) product). kernel (in, units) and bias (units,) are
 // variables in the variable dtype; the product runs in the compute dtype with float32 accumulation, the
@@ -16,6 +36,8 @@ class Dense : public Layer {
                  bool use_bias = true, const std::string& name = {});
   // A name in use_bias' place would convert to `true` silently: refused at compile time.
   Dense(int64_t units, std::string_view activation, DTypeArg dtype, const char* name) = delete;
+  // Every optional argument by name: `Dense(10, {.activation = "softmax", .name = "probs"})`.
+  Dense(int64_t units, const DenseOptions& options);
   std::string class_name() const override { return "Dense"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -47,6 +69,8 @@ class Dense : public Layer {
 class Activation : public Layer {
  public:
   explicit Activation(std::string_view activation, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  Activation(std::string_view activation, const LayerOptions& options)
+      : Activation(activation, options.dtype, options.name) {}
   std::string class_name() const override { return "Activation"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -62,6 +86,7 @@ class Activation : public Layer {
 class Dropout : public Layer {
  public:
   explicit Dropout(float rate, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  Dropout(float rate, const LayerOptions& options) : Dropout(rate, options.dtype, options.name) {}
   std::string class_name() const override { return "Dropout"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -79,6 +104,7 @@ class Dropout : public Layer {
 class Softmax : public Layer {
  public:
   explicit Softmax(DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit Softmax(const LayerOptions& options) : Softmax(options.dtype, options.name) {}
   std::string class_name() const override { return "Softmax"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -91,6 +117,7 @@ class Softmax : public Layer {
 class Flatten : public Layer {
  public:
   explicit Flatten(DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit Flatten(const LayerOptions& options) : Flatten(options.dtype, options.name) {}
   std::string class_name() const override { return "Flatten"; }
   Json get_config() const override;
   Shape compute_output_shape(const Shape& input_shape) const override;

@@ -11,6 +11,7 @@ namespace mixtrain {
 class Add : public Layer {
  public:
   explicit Add(DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit Add(const LayerOptions& options) : Add(options.dtype, options.name) {}
   std::string class_name() const override { return "Add"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -26,6 +27,7 @@ class Add : public Layer {
 class Multiply : public Layer {
  public:
   explicit Multiply(DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit Multiply(const LayerOptions& options) : Multiply(options.dtype, options.name) {}
   std::string class_name() const override { return "Multiply"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -36,11 +38,24 @@ class Multiply : public Layer {
   Var call_multi(const std::vector<Var>& xs, const CallContext& ctx) override;
 };
 
+// Concatenate's optional arguments (Keras' names and defaults; LayerOptions in nn/layer.h explains them).
+struct ConcatenateOptions {
+  int axis = -1;
+  DTypeArg dtype = std::nullopt;
+  std::string name = "";
+
+  ConcatenateOptions& with_axis(int v) { axis = v; return *this; }
+  ConcatenateOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  ConcatenateOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  ConcatenateOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
+
 // Joins inputs along `axis` (keras.layers.Concatenate; -1 is the last axis, 0 would be the batch and is
 // not allowed). The other dimensions must agree.
 class Concatenate : public Layer {
  public:
   explicit Concatenate(int axis = -1, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit Concatenate(const ConcatenateOptions& options) : Concatenate(options.axis, options.dtype, options.name) {}
   std::string class_name() const override { return "Concatenate"; }
   Json get_config() const override;
   // Along the feature axis (-1) each position joins its own features; along another axis positions mix.

@@ -10,6 +10,23 @@
 
 namespace mixtrain {
 
+// BatchNormalization's optional arguments (Keras' names and defaults; LayerOptions in nn/layer.h explains them);
+// synchronized is set_synchronized's (below).
+struct BatchNormalizationOptions {
+  float momentum = 0.99f;
+  float epsilon = 1e-3f;
+  bool synchronized = false;
+  DTypeArg dtype = std::nullopt;
+  std::string name = "";
+
+  BatchNormalizationOptions& with_momentum(float v) { momentum = v; return *this; }
+  BatchNormalizationOptions& with_epsilon(float v) { epsilon = v; return *this; }
+  BatchNormalizationOptions& with_synchronized(bool v) { synchronized = v; return *this; }
+  BatchNormalizationOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  BatchNormalizationOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  BatchNormalizationOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
+
 // Training (CallContext::training): y = gamma (x - mean_B) / sqrt(var_B + epsilon) + beta with the batch's
 // mean and biased variance over every axis but the last, then, as Keras,
 //   moving_mean     = moving_mean * momentum + mean_B * (1 - momentum)
@@ -32,6 +49,10 @@ class BatchNormalization : public Layer {
  public:
   explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f, DTypeArg dtype = std::nullopt,
                               const std::string& name = {});
+  explicit BatchNormalization(const BatchNormalizationOptions& o)
+      : BatchNormalization(o.momentum, o.epsilon, o.dtype, o.name) {
+    set_synchronized(o.synchronized);
+  }
   // Global-batch statistics in data-parallel training (see above); returns the layer, for chaining.
   BatchNormalization& set_synchronized(bool synchronized) {
     synchronized_ = synchronized;

@@ -12,6 +12,8 @@ namespace mixtrain {
 class Reshape : public Layer {
  public:
   explicit Reshape(std::vector<int64_t> target_shape, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  Reshape(std::vector<int64_t> target_shape, const LayerOptions& options)
+      : Reshape(std::move(target_shape), options.dtype, options.name) {}
   std::string class_name() const override { return "Reshape"; }
   Json get_config() const override;
   // The target shape with -1 resolved; Error when the element counts cannot match.

@@ -16,6 +16,8 @@ namespace mixtrain {
 class SwiGLU : public Layer {
  public:
   SwiGLU(int64_t hidden_units, int64_t output_units, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  SwiGLU(int64_t hidden_units, int64_t output_units, const LayerOptions& options)
+      : SwiGLU(hidden_units, output_units, options.dtype, options.name) {}
   std::string class_name() const override { return "SwiGLU"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }

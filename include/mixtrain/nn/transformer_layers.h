@@ -27,6 +27,8 @@ namespace mixtrain {
 class Embedding : public Layer {
  public:
   Embedding(int64_t input_dim, int64_t output_dim, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  Embedding(int64_t input_dim, int64_t output_dim, const LayerOptions& options)
+      : Embedding(input_dim, output_dim, options.dtype, options.name) {}
   std::string class_name() const override { return "Embedding"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -56,6 +58,8 @@ class PositionEmbedding : public Layer {
  public:
   explicit PositionEmbedding(int64_t sequence_length, DTypeArg dtype = std::nullopt,
                              const std::string& name = {});
+  PositionEmbedding(int64_t sequence_length, const LayerOptions& options)
+      : PositionEmbedding(sequence_length, options.dtype, options.name) {}
   std::string class_name() const override { return "PositionEmbedding"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kCachedPath; }
@@ -73,6 +77,18 @@ class PositionEmbedding : public Layer {
   Var embeddings_;
 };
 
+// LayerNormalization's optional arguments (Keras' names and defaults).
+struct LayerNormalizationOptions {
+  float epsilon = 1e-3f;
+  DTypeArg dtype = std::nullopt;
+  std::string name = "";
+
+  LayerNormalizationOptions& with_epsilon(float v) { epsilon = v; return *this; }
+  LayerNormalizationOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  LayerNormalizationOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  LayerNormalizationOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
+
 // keras.layers.LayerNormalization over the last axis: y = (x - mean) / sqrt(var + epsilon) * gamma + beta
 // per row, gamma ("gamma", ones) and beta ("beta", zeros) of the last axis' length. The statistics and the
 // whole normalization run in float32 whatever the compute dtype (a float16 row with a large mean keeps
@@ -80,6 +96,7 @@ class PositionEmbedding : public Layer {
 class LayerNormalization : public Layer {
  public:
   explicit LayerNormalization(float epsilon = 1e-3f, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit LayerNormalization(const LayerNormalizationOptions& o) : LayerNormalization(o.epsilon, o.dtype, o.name) {}
   std::string class_name() const override { return "LayerNormalization"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -98,6 +115,18 @@ class LayerNormalization : public Layer {
   Var gamma_, beta_;
 };
 
+// RMSNormalization's optional arguments (Keras' names and defaults).
+struct RMSNormalizationOptions {
+  float epsilon = 1e-6f;
+  DTypeArg dtype = std::nullopt;
+  std::string name = "";
+
+  RMSNormalizationOptions& with_epsilon(float v) { epsilon = v; return *this; }
+  RMSNormalizationOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  RMSNormalizationOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  RMSNormalizationOptions& with_name(std::string v) { name = std::move(v); return *this; }
+};
+
 // keras.layers.RMSNormalization (LLaMA's RMSNorm) over the last axis: y = x / sqrt(mean(x^2) + epsilon) * scale per
 // row, scale ("scale", ones) of the last axis' length; no mean is subtracted and no offset added. As
 // LayerNormalization: the statistic and the normalization run in float32 whatever the compute dtype, the output is
@@ -105,6 +134,7 @@ class LayerNormalization : public Layer {
 class RMSNormalization : public Layer {
  public:
   explicit RMSNormalization(float epsilon = 1e-6f, DTypeArg dtype = std::nullopt, const std::string& name = {});
+  explicit RMSNormalization(const RMSNormalizationOptions& o) : RMSNormalization(o.epsilon, o.dtype, o.name) {}
   std::string class_name() const override { return "RMSNormalization"; }
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
@@ -133,6 +163,17 @@ struct MultiHeadAttentionOptions {
   float logit_multiplier = 1.0f;
   DTypeArg dtype = std::nullopt;
   std::string name = "";  // the layer's name (Keras' name=); empty: named by its kind
+
+  // Chained setters, in any order (LayerOptions in nn/layer.h explains).
+  MultiHeadAttentionOptions& with_num_heads(int64_t v) { num_heads = v; return *this; }
+  MultiHeadAttentionOptions& with_key_dim(int64_t v) { key_dim = v; return *this; }
+  MultiHeadAttentionOptions& with_dropout(float v) { dropout = v; return *this; }
+  MultiHeadAttentionOptions& with_causal(bool v) { causal = v; return *this; }
+  MultiHeadAttentionOptions& with_use_bias(bool v) { use_bias = v; return *this; }
+  MultiHeadAttentionOptions& with_logit_multiplier(float v) { logit_multiplier = v; return *this; }
+  MultiHeadAttentionOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
+  MultiHeadAttentionOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
+  MultiHeadAttentionOptions& with_name(std::string v) { name = std::move(v); return *this; }
 };
 
 // Self-attention on one input x (batch, T, D) (keras.layers.MultiHeadAttention called as mha(x, x)):

@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/train/callback.h"
@@ -30,12 +31,33 @@ class CSVLogger : public Callback {
   std::unique_ptr<CsvWriter> writer_;
 };
 
+// keras.callbacks.EarlyStopping's arguments and defaults, in Keras' order.
+struct EarlyStoppingOptions {
+  std::string monitor = "val_loss";  // "max" direction when the name contains "acc", as Keras' "auto" mode
+  double min_delta = 0.0;            // an improvement must beat the best by more than this
+  int patience = 0;                  // epochs without improvement before training stops
+  bool restore_best_weights = false;
+
+  // Chained setters, in any order: `EarlyStoppingOptions().with_patience(2).with_monitor("val_accuracy")`.
+  EarlyStoppingOptions& with_monitor(std::string v) { monitor = std::move(v); return *this; }
+  EarlyStoppingOptions& with_min_delta(double v) { min_delta = v; return *this; }
+  EarlyStoppingOptions& with_patience(int v) { patience = v; return *this; }
+  EarlyStoppingOptions& with_restore_best_weights(bool v) { restore_best_weights = v; return *this; }
+};
+
 // Stops training when `monitor` has not improved by min_delta for `patience` epochs; optionally
 // restores the weights of the best epoch.
 class EarlyStopping : public Callback {
  public:
-  explicit EarlyStopping(std::string monitor = "val_loss", int patience = 0, double min_delta = 0.0,
+  // monitor is a string_view so that GCC 12 does not take a braced EarlyStoppingOptions for a std::string.
+  explicit EarlyStopping(std::string_view monitor = "val_loss", int patience = 0, double min_delta = 0.0,
                          bool restore_best_weights = false);
+  // The same by name: `EarlyStopping({.patience = 2, .restore_best_weights = true})`.
+  explicit EarlyStopping(const EarlyStoppingOptions& options)
+      : EarlyStopping(options.monitor, options.patience, options.min_delta, options.restore_best_weights) {}
+  int patience() const { return patience_; }
+  bool restore_best_weights() const { return restore_best_weights_; }
+  const std::string& monitor() const { return monitor_; }
   void on_train_begin(int epochs, int64_t steps_per_epoch) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   int stopped_epoch() const { return stopped_epoch_; }  // -1 when it never stopped training
@@ -92,6 +114,17 @@ struct ReduceLROnPlateauOptions {
   int cooldown = 0;           // epochs after a reduction during which no epoch counts as waiting
   double min_lr = 0.0;        // the rate is never reduced below this
   std::ostream* out = nullptr;  // where verbose messages go; std::cout when null
+
+  // Chained setters, in any order: `ReduceLROnPlateauOptions().with_patience(1).with_factor(0.5)`.
+  ReduceLROnPlateauOptions& with_monitor(std::string v) { monitor = std::move(v); return *this; }
+  ReduceLROnPlateauOptions& with_factor(double v) { factor = v; return *this; }
+  ReduceLROnPlateauOptions& with_patience(int v) { patience = v; return *this; }
+  ReduceLROnPlateauOptions& with_verbose(int v) { verbose = v; return *this; }
+  ReduceLROnPlateauOptions& with_mode(std::string v) { mode = std::move(v); return *this; }
+  ReduceLROnPlateauOptions& with_min_delta(double v) { min_delta = v; return *this; }
+  ReduceLROnPlateauOptions& with_cooldown(int v) { cooldown = v; return *this; }
+  ReduceLROnPlateauOptions& with_min_lr(double v) { min_lr = v; return *this; }
+  ReduceLROnPlateauOptions& with_out(std::ostream* v) { out = v; return *this; }
 };
 
 // keras.callbacks.ReduceLROnPlateau: multiplies the learning rate by factor (not below min_lr) once `monitor`

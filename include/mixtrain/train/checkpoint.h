@@ -106,11 +106,39 @@ struct CheckpointMonitor {
   // file holds the best epoch's state. Step saves (every_steps) are for resuming and are not affected.
   bool save_best_only = false;
   std::string mode = "auto";  // "min", "max", or "auto": "max" when the monitor's name contains "acc", as Keras
+
+  // Chained setters, in any order.
+  CheckpointMonitor& with_monitor(std::string v) { monitor = std::move(v); return *this; }
+  CheckpointMonitor& with_save_best_only(bool v) { save_best_only = v; return *this; }
+  CheckpointMonitor& with_mode(std::string v) { mode = std::move(v); return *this; }
+};
+
+// Every optional argument of CheckpointCallback: ModelCheckpoint's monitor, save_best_only and mode (as
+// CheckpointMonitor), then the period, the step interval and the run configuration stored in each file.
+struct CheckpointOptions {
+  std::string monitor = "val_loss";
+  bool save_best_only = false;
+  std::string mode = "auto";
+  int period = 1;            // save at the end of every period-th epoch
+  int64_t every_steps = 0;   // also after every every_steps-th step (0: epoch ends only)
+  std::string config = "";   // stored as CheckpointInfo::config
+
+  // Chained setters, in any order: `CheckpointOptions().with_save_best_only(true).with_monitor("val_accuracy")`.
+  CheckpointOptions& with_monitor(std::string v) { monitor = std::move(v); return *this; }
+  CheckpointOptions& with_save_best_only(bool v) { save_best_only = v; return *this; }
+  CheckpointOptions& with_mode(std::string v) { mode = std::move(v); return *this; }
+  CheckpointOptions& with_period(int v) { period = v; return *this; }
+  CheckpointOptions& with_every_steps(int64_t v) { every_steps = v; return *this; }
+  CheckpointOptions& with_config(std::string v) { config = std::move(v); return *this; }
 };
 
 class CheckpointCallback : public Callback {
  public:
   explicit CheckpointCallback(std::string path, int period = 1, std::string config = "", int64_t every_steps = 0);
+  // The same with every option by name, Keras' ModelCheckpoint(path, monitor=, save_best_only=, ...):
+  // `CheckpointCallback("best.safetensors", {.monitor = "val_accuracy", .save_best_only = true})`.
+  CheckpointCallback(std::string path, const CheckpointOptions& options);
+  const CheckpointMonitor& monitor() const { return monitor_; }
   // Keras' ModelCheckpoint(monitor=, save_best_only=, mode=); an unknown mode is an error. A monitor missing from
   // an epoch's logs is an error when save_best_only is set. The best value starts afresh at every fit().
   void set_monitor(CheckpointMonitor monitor);

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "mixtrain/distributed/data_parallel.h"
@@ -77,6 +79,27 @@ struct FitOptions {
   // fit() stops there (see train/stop_request.h). Not owned. Refused with a communicator of several ranks: each
   // would see the request at its own step, and the others would wait in their next all-reduce.
   const StopRequest* stop_request = nullptr;
+
+  // The same fields by chained setters, in any order (designated initializers must follow the order above):
+  // `model.fit(x, y, FitOptions().with_epochs(3).with_validation_split(0.1).with_batch_size(128))`.
+  FitOptions& with_epochs(int v) { epochs = v; return *this; }
+  FitOptions& with_initial_epoch(int v) { initial_epoch = v; return *this; }
+  FitOptions& with_resume(std::optional<FitState> v) { resume = std::move(v); return *this; }
+  FitOptions& with_batch_size(int64_t v) { batch_size = v; return *this; }
+  FitOptions& with_validation_split(double v) { validation_split = v; return *this; }
+  FitOptions& with_validation_data(Tensor x, Tensor y) {
+    validation_data.emplace(std::move(x), std::move(y));
+    return *this;
+  }
+  FitOptions& with_shuffle(bool v) { shuffle = v; return *this; }
+  FitOptions& with_steps_per_epoch(int64_t v) { steps_per_epoch = v; return *this; }
+  FitOptions& with_callbacks(std::vector<Callback*> v) { callbacks = std::move(v); return *this; }
+  FitOptions& with_steps_per_log(int64_t v) { steps_per_log = v; return *this; }
+  FitOptions& with_recovery(RecoveryGuard* v) { recovery = v; return *this; }
+  FitOptions& with_communicator(Communicator* v) { communicator = v; return *this; }
+  FitOptions& with_verbose(int v) { verbose = v; return *this; }
+  FitOptions& with_verbose_out(std::ostream* v) { verbose_out = v; return *this; }
+  FitOptions& with_stop_request(const StopRequest* v) { stop_request = v; return *this; }
 };
 
 // Keras' validation_split: the last floor(n * fraction) rows (taken before shuffling) validate, the rest train.
@@ -104,6 +127,22 @@ struct EvaluateOptions {
   // 0 prints nothing. Only rank 0 prints. The overload without options is silent (fit's validation uses it).
   int verbose = 1;
   std::ostream* verbose_out = nullptr;  // not owned; null: std::cout
+
+  // Chained setters, in any order (FitOptions explains).
+  EvaluateOptions& with_batch_size(int64_t v) { batch_size = v; return *this; }
+  EvaluateOptions& with_communicator(Communicator* v) { communicator = v; return *this; }
+  EvaluateOptions& with_verbose(int v) { verbose = v; return *this; }
+  EvaluateOptions& with_verbose_out(std::ostream* v) { verbose_out = v; return *this; }
+};
+
+// compile()'s optional arguments after the optimizer and the loss, Keras' compile(metrics=, auto_scale_loss=).
+struct CompileOptions {
+  std::vector<std::string> metrics;
+  bool auto_scale_loss = true;
+
+  // Chained setters, in any order (FitOptions explains).
+  CompileOptions& with_metrics(std::vector<std::string> v) { metrics = std::move(v); return *this; }
+  CompileOptions& with_auto_scale_loss(bool v) { auto_scale_loss = v; return *this; }
 };
 
 // A Model is also what its recovery ladder acts on (RecoveryTarget, train/recovery.h).
@@ -127,6 +166,16 @@ class Model : public Network, public RecoveryTarget {
   // Keras' compile(loss=, metrics=) without an optimizer: for evaluation only.
   void compile(Loss loss, std::vector<std::string> metrics = {}) {
     compile(nullptr, std::move(loss), std::move(metrics));
+  }
+  // The same with the optional arguments by name: `compile(opt, loss, CompileOptions().with_auto_scale_loss(false))`
+  // (a braced `{.auto_scale_loss = false}` is ambiguous beside the metrics list: name the type,
+  // `CompileOptions{...}`).
+  void compile(std::unique_ptr<Optimizer> optimizer, Loss loss, const CompileOptions& options) {
+    compile(std::move(optimizer), std::move(loss), options.metrics, options.auto_scale_loss);
+  }
+  // A braced metrics list (`{"accuracy"}`, `{}`) picks this one, not CompileOptions.
+  void compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::initializer_list<std::string> metrics) {
+    compile(std::move(optimizer), std::move(loss), std::vector<std::string>(metrics));
   }
   bool compiled() const override { return optimizer_ != nullptr; }
   // compile() was called, with or without an optimizer: evaluate() can run.
