@@ -1,5 +1,5 @@
 // The environment variables mixtrain reads, one accessor each, so that they are found (and documented, see
-// README.md "Environment variables") in one place. src/core/environment.cpp is the only file that calls getenv.
+// docs/CLI.md "Environment variables") in one place. src/core/environment.cpp is the only file that calls getenv.
 // Each accessor reads the variable when called and gives its value when set (possibly empty), nullopt when
 // unset; a caller that reads it once keeps the value itself (as the GEMM's method choices do), so a test may
 // change a variable with setenv before a call that reads it afresh.

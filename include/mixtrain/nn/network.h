@@ -6,7 +6,7 @@
 // "block_1/conv/kernel" are stable whatever else the process built.
 #pragma once
 
-#include <iosfwd>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -130,7 +130,7 @@ class Network {
 
   // Table of layer, output shape, parameter count, compute and variable dtype (and, for a graph, the
   // layers each is connected to), as Keras' summary(); columns widen to fit long names.
-  void summary(std::ostream& out) const;
+  void summary(std::ostream& out = std::cout) const;  // Keras: printed to standard output by default
 
  protected:
   void add_layer(std::shared_ptr<Layer> layer);
