@@ -32,6 +32,10 @@ Var multiply(const Var& a, const Var& b);
 Var scale(const Var& x, float s);
 Var bias_add(const Var& x, const Var& bias);
 Var activation(const Var& x, ops::Activation a);
+// The activations by name, as keras.ops.relu / tf.nn.relu in a custom layer's call().
+inline Var relu(const Var& x) { return activation(x, ops::Activation::kRelu); }
+inline Var gelu(const Var& x) { return activation(x, ops::Activation::kGelu); }
+inline Var sigmoid(const Var& x) { return activation(x, ops::Activation::kSigmoid); }
 Var softmax(const Var& x);
 Var log_softmax(const Var& x);
 // Inverted dropout with a mask drawn from rng; identity when rate is 0.
