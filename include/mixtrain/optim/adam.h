@@ -23,7 +23,7 @@ struct AdamOptions {
   // bfloat16 master weights (variables of the "bfloat16" policy): the arena update rounds each new value
   // stochastically instead of to nearest, with random bits drawn from (rounding_seed, iterations(), the element's
   // offset in the arena), so runs are reproducible and a resumed run draws what the uninterrupted one would.
-  // Round to nearest drops every update below half a bfloat16 ulp of the weight (about 0.4% of it), so a small
+  // Round to nearest drops every update below half a bfloat16 ulp of the weight (0.2 to 0.4% of it), so a small
   // learning rate stalls; stochastic rounding keeps them on average (docs/SCALING.md). Only the arena update
   // (apply_arena(), what fit() runs) does it: apply() refuses bfloat16 variables under it.
   bool stochastic_rounding = false;
