@@ -18,7 +18,10 @@ void Adam::update_span(float* value, const float* grad, float* const* slots, int
 }
 
 std::optional<ops::UpdateConstants> Adam::fused_rule() const {
-  return ops::adam_constants(options_.beta1, options_.beta2, options_.epsilon);
+  ops::UpdateConstants rule = ops::adam_constants(options_.beta1, options_.beta2, options_.epsilon);
+  rule.stochastic_rounding = options_.stochastic_rounding;
+  rule.rounding_seed = options_.rounding_seed;
+  return rule;
 }
 
 ops::UpdateRates Adam::fused_rates(float lr, int64_t iterations) const {

@@ -179,6 +179,17 @@ std::vector<std::string> Optimizer::checked_keys(const std::vector<Tensor>& grad
   return keys;
 }
 
+void Optimizer::refuse_stochastic_rounding(const std::vector<Var>& vars) const {
+  const std::optional<ops::UpdateConstants> rule = fused_rule();
+  if (!rule || !rule->stochastic_rounding) return;
+  for (const Var& v : vars) {
+    MIXTRAIN_CHECK(v.dtype() != DType::kBFloat16,
+                   name() << ".apply: the bfloat16 variable '" << v.name()
+                          << "' would round to nearest; stochastic rounding draws by the element's offset in a "
+                             "parameter arena, so update it with apply_arena()");
+  }
+}
+
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
   check_has_variables(vars);
   MIXTRAIN_CHECK(grads.size() == vars.size(),
@@ -186,6 +197,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
   const StepRatePin rate(*this);  // one scheduled rate for the whole update, checked before anything changes
   // Validate everything first so a bad call leaves variables and state untouched.
   const std::vector<std::string> keys = checked_keys(grads, vars);
+  refuse_stochastic_rounding(vars);
   // Slots have the variable's shape, so checkpoints read naturally; restored ones are reshaped on first use.
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;

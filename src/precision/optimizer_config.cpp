@@ -1,5 +1,9 @@
 #include "mixtrain/precision/optimizer_config.h"
 
+#include <charconv>
+#include <string>
+#include <system_error>
+
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/rmsprop.h"
 #include "mixtrain/optim/sgd.h"
@@ -41,6 +45,9 @@ void add_rule(Json& c, const Optimizer& opt) {
     c["beta_1"] = adam->options().beta1;
     c["beta_2"] = adam->options().beta2;
     c["epsilon"] = adam->options().epsilon;
+    // Only when on, so files of float32 master weights read as before. The seed as a decimal string: a 64-bit
+    // integer does not fit a JSON number exactly.
+    if (adam->options().stochastic_rounding) c["rounding_seed"] = std::to_string(adam->options().rounding_seed);
   }
   if (const auto* adamw = dynamic_cast<const AdamW*>(&opt)) {
     c["weight_decay"] = adamw->weight_decay();
@@ -60,11 +67,25 @@ void add_rule(Json& c, const Optimizer& opt) {
   }
 }
 
+// Adam's "rounding_seed": a decimal string of a 64-bit unsigned integer.
+uint64_t seed_from(const Json& j) {
+  const std::string& s = j.as_string();
+  uint64_t seed = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), seed);
+  MIXTRAIN_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(),
+                 "optimizer config: rounding_seed '" << s << "' is not a 64-bit unsigned decimal integer");
+  return seed;
+}
+
 std::unique_ptr<Optimizer> rule_from(const Json& c) {
   const std::string& name = c.at("class_name").as_string();
   const float lr = float_at(c, "learning_rate");
   if (name == "adam" || name == "adamw") {
     AdamOptions o{c.at("beta_1").as_number(), c.at("beta_2").as_number(), float_at(c, "epsilon")};
+    if (const Json* seed = c.find("rounding_seed")) {
+      o.stochastic_rounding = true;
+      o.rounding_seed = seed_from(*seed);
+    }
     if (name == "adam") return std::make_unique<Adam>(lr, o);
     std::vector<std::string> exclude;
     for (const Json& s : c.at("exclude_from_weight_decay").as_array()) exclude.push_back(s.as_string());

@@ -23,6 +23,21 @@
 
 namespace mixtrain {
 
+namespace {
+// --master-rounding: stochastic rounding is Adam's and AdamW's, of bfloat16 variables.
+void check_master_rounding(const RunConfig& cfg) {
+  MIXTRAIN_CHECK(cfg.master_rounding == "nearest" || cfg.master_rounding == "stochastic",
+                 "--master-rounding must be nearest or stochastic, got '" << cfg.master_rounding << "'");
+  if (cfg.master_rounding == "nearest") return;
+  MIXTRAIN_CHECK(DTypePolicy::from_name(cfg.policy).variable_dtype() == DType::kBFloat16,
+                 "--master-rounding stochastic rounds bfloat16 master weights; --policy " << cfg.policy
+                     << " keeps them in " << dtype_name(DTypePolicy::from_name(cfg.policy).variable_dtype())
+                     << " (use --policy bfloat16)");
+  MIXTRAIN_CHECK(cfg.optimizer == "adam" || cfg.optimizer == "adamw",
+                 "--master-rounding stochastic needs --optimizer adam or adamw, got " << cfg.optimizer);
+}
+}  // namespace
+
 void validate_run_config(const RunConfig& cfg) {
   model_description(cfg.model);  // throws with the valid names
   DTypePolicy::from_name(cfg.policy);  // throws with the valid names
@@ -51,6 +66,7 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "--dropout must be in [0, 1), got " << cfg.dropout);
   MIXTRAIN_CHECK(cfg.attention_logit_multiplier > 0, "the attention logit multiplier must be positive");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
+  check_master_rounding(cfg);
   const int64_t warmup = std::max<int64_t>(cfg.warmup_steps, 0);
   make_schedule(cfg.lr_schedule, cfg.learning_rate, std::max<int64_t>(warmup, 1), warmup);
   if (cfg.loss_scale != "dynamic" && cfg.loss_scale != "none") {
@@ -140,11 +156,16 @@ int64_t resolved_warmup_steps(const RunConfig& cfg, int64_t total_steps) {
 
 std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t total_steps) {
   std::unique_ptr<Optimizer> opt;
+  AdamOptions adam_options;
+  adam_options.stochastic_rounding = cfg.master_rounding == "stochastic";
+  adam_options.rounding_seed = cfg.seed;
   if (cfg.optimizer == "adamw") {
     // Biases and normalization parameters are not decayed (the common practice for transformers; decaying a
     // LayerNorm gain towards 0 only fights the normalization).
-    opt = std::make_unique<AdamW>(cfg.learning_rate, cfg.weight_decay, AdamOptions{},
+    opt = std::make_unique<AdamW>(cfg.learning_rate, cfg.weight_decay, adam_options,
                                   std::vector<std::string>{"bias", "gamma", "beta"});
+  } else if (cfg.optimizer == "adam") {
+    opt = std::make_unique<Adam>(cfg.learning_rate, adam_options);
   } else {
     opt = make_optimizer(cfg.optimizer, cfg.learning_rate);
   }
@@ -339,6 +360,7 @@ std::string run_config_json(const RunConfig& cfg) {
   j["clipnorm"] = cfg.clipnorm;
   // Written only when accumulating, so that the configuration of other runs reads as before.
   if (cfg.gradient_accumulation_steps != 1) j["gradient_accumulation_steps"] = cfg.gradient_accumulation_steps;
+  if (cfg.master_rounding != "nearest") j["master_rounding"] = cfg.master_rounding;
   j["context_length"] = cfg.context_length;
   j["width"] = cfg.width;
   j["num_layers"] = cfg.num_layers;
@@ -402,6 +424,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   num("weight_decay", cfg.weight_decay);
   num("clipnorm", cfg.clipnorm);
   num("gradient_accumulation_steps", cfg.gradient_accumulation_steps);
+  str("master_rounding", cfg.master_rounding);
   num("context_length", cfg.context_length);
   num("width", cfg.width);
   num("num_layers", cfg.num_layers);

@@ -830,7 +830,7 @@ TEST(CudaSharedMath, FusedAdamElementGivesUpdateSpansBitsAtEveryIsaLevel) {
           k.epsilon = c.epsilon;
           k.weight_decay = rule.weight_decay;
           for (int64_t i = 0; i < n; ++i)
-            shared::fused_update_element(p, i, k, c, rule.lr, false, 1.0f, rule.cls == 1);
+            shared::fused_update_element(p, i, k, c, rule.lr, false, 1.0f, rule.cls == 1, 0);
           for (int64_t i = 0; i < n; ++i) {
             const size_t k = static_cast<size_t>(i);
             ASSERT_TRUE(same_float(w[k], w2[k])) << "w[" << i << "], g " << g[k];
@@ -894,7 +894,7 @@ TEST(CudaSharedMath, FusedSgdAndRmspropElementsGiveUpdateSpansBitsAtEveryIsaLeve
         else
           static_cast<RMSpropProbe&>(*opt).update_span(w.data(), g.data(), span_slots, n, 0);
         const float lr = opt->learning_rate();
-        for (int64_t i = 0; i < n; ++i) shared::fused_update_element(p, i, *rule, {}, lr, false, 1.0f, false);
+        for (int64_t i = 0; i < n; ++i) shared::fused_update_element(p, i, *rule, {}, lr, false, 1.0f, false, 0);
         for (int64_t i = 0; i < n; ++i) {
           const size_t e = static_cast<size_t>(i);
           ASSERT_TRUE(same_float(w[e], w2[e])) << "w[" << i << "], g " << g[e];

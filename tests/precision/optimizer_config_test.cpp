@@ -50,6 +50,24 @@ TEST(OptimizerConfig, EveryOptimizerRebuildsWithItsOptions) {
             (std::vector<std::string>{"bias", "gamma"}));
 }
 
+TEST(OptimizerConfig, StochasticRoundingKeepsItsSeed) {
+  AdamOptions o;
+  o.stochastic_rounding = true;
+  o.rounding_seed = 0xFEDCBA9876543210ull;  // above 2^53: a JSON number would not hold it
+  const AdamW opt(0.002f, 0.01f, o);
+  const Json config = optimizer_config(opt);
+  std::unique_ptr<Optimizer> rebuilt = optimizer_from_config(config);
+  const AdamOptions& r = dynamic_cast<const AdamW&>(*rebuilt).options();
+  EXPECT_TRUE(r.stochastic_rounding);
+  EXPECT_EQ(r.rounding_seed, o.rounding_seed);
+  EXPECT_EQ(optimizer_config(*rebuilt), config);
+  // Round to nearest writes nothing new, so older files read as before.
+  EXPECT_EQ(optimizer_config(Adam(0.01f)).find("rounding_seed"), nullptr);
+  Json bad = config;
+  bad["rounding_seed"] = "12x";
+  EXPECT_THROW(optimizer_from_config(bad), Error);
+}
+
 TEST(OptimizerConfig, SchedulesAndUnknownClassesAreRefused) {
   Adam scheduled;
   scheduled.set_learning_rate_schedule(std::make_shared<ExponentialDecay>(0.1, 100, 0.5));

@@ -204,7 +204,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
-                "layers", "heads", "vocabulary", "device", "accumulate"});
+                "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -245,6 +245,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   }
   // --accumulate N: each timed step is one update of the batch as N micro-batches.
   cfg.gradient_accumulation_steps = a.integer("accumulate", 1);
+  cfg.master_rounding = a.str("master-rounding", "nearest");
   validate_run_config(cfg);
   o.json_path = a.path("json");
   return o;

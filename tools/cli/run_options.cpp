@@ -94,6 +94,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.weight_decay = static_cast<float>(a.number("weight-decay", cfg.weight_decay));
   cfg.clipnorm = static_cast<float>(a.number("clipnorm", cfg.clipnorm));
   cfg.gradient_accumulation_steps = a.integer("accumulate", cfg.gradient_accumulation_steps);
+  cfg.master_rounding = a.str("master-rounding", cfg.master_rounding);
   cfg.context_length = a.integer("context", cfg.context_length);
   cfg.width = a.integer("width", cfg.width);
   cfg.num_layers = a.integer("layers", cfg.num_layers);
@@ -117,7 +118,7 @@ const std::set<std::string>& run_flags() {
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column", "accumulate", "tokenizer"};
+      "label-column", "accumulate", "tokenizer", "master-rounding"};
   return flags;
 }
 

@@ -42,6 +42,11 @@ struct UpdateConstants {
   float rho = 0;              // RMSprop: rho and 1 - rho (in double, rounded once)
   float one_minus_rho = 0;
   bool centered = false;      // RMSprop: an average-gradient slot
+  // bfloat16 master weights: the new value of a bfloat16 group rounds stochastically (ops/shared/stochastic_round.h)
+  // with the random bits of (rounding_seed, completed iterations, element offset in the group), instead of to
+  // nearest, so updates below half an ulp still move the weights on average. Other dtypes are unaffected.
+  bool stochastic_rounding = false;
+  uint64_t rounding_seed = 0;
 };
 
 // The slots the rule reads, in the optimizer's slot_names() order: Adam m, v; SGD its momentum (when > 0);

@@ -7,6 +7,7 @@
 // Scalars (alpha, 1 - beta) are computed in double and rounded once; per-element math is float32.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   float epsilon = 1e-7f;  // Keras default (PyTorch uses 1e-8)
+  // bfloat16 master weights (variables of the "bfloat16" policy): the arena update rounds each new value
+  // stochastically instead of to nearest, with random bits drawn from (rounding_seed, iterations(), the element's
+  // offset in the arena), so runs are reproducible and a resumed run draws what the uninterrupted one would.
+  // Round to nearest drops every update below half a bfloat16 ulp of the weight (0.2 to 0.4% of it), so a small
+  // learning rate stalls; stochastic rounding keeps them on average (docs/SCALING.md). Only the arena update
+  // (apply_arena(), what fit() runs) does it: apply() refuses bfloat16 variables under it.
+  bool stochastic_rounding = false;
+  uint64_t rounding_seed = 0;
 };
 
 class Adam : public Optimizer {

@@ -228,6 +228,9 @@ class Optimizer {
   // apply()'s checks of every variable and its gradient (device, dtype, trainable, shape, unique name, restored slot
   // sizes), before anything changes: the variables' keys (var_key()).
   std::vector<std::string> checked_keys(const std::vector<Tensor>& grads, const std::vector<Var>& vars) const;
+  // apply() refuses bfloat16 variables when the rule rounds them stochastically (the arena update alone draws
+  // by element offset; see AdamOptions::stochastic_rounding).
+  void refuse_stochastic_rounding(const std::vector<Var>& vars) const;
 
   // The schedule's value at iterations_ (without reading a device counter back), checked to be finite and >= 0.
   float scheduled_rate() const { return scheduled_rate_at(iterations_); }

@@ -52,6 +52,9 @@ struct RunConfig {
   // --accumulate N: each batch of batch_size rows is N micro-batches whose gradients make one update
   // (Optimizer::gradient_accumulation_steps); at most batch_size.
   int64_t gradient_accumulation_steps = 1;
+  // --master-rounding: how Adam/AdamW round bfloat16 master weights (the "bfloat16" policy's variables):
+  // "nearest", or "stochastic" (AdamOptions::stochastic_rounding, seeded by `seed`; docs/SCALING.md).
+  std::string master_rounding = "nearest";
   // ---- The transformer (--model transformer) ----
   int64_t context_length = 64;   // characters per window
   int64_t width = 128;           // model width (embedding size)

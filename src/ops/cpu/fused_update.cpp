@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../shared/stochastic_round.h"
 #include "mixtrain/ops/fused_update.h"
 #include "cpu_backend.h"
 #include "fused_update_step.h"
@@ -51,6 +52,7 @@ struct BlockRule {
   const UpdateConstants& rule;
   UpdateRates rates;
   const SpanRule* span;
+  int64_t counter;  // completed updates: the step stochastic rounding draws at
   void operator()(float* w, const float* g, float* const* slots, int64_t n, int cls) const {
     if (span != nullptr) {
       span->update(w, g, slots, n, cls);
@@ -90,6 +92,14 @@ struct Scratch {
   std::vector<float*> slot_ptrs;
 };
 
+// bfloat16 master weights under stochastic rounding: each element's bits drawn from (seed, step, its offset in the
+// group), as the device kernels draw them (ops/shared/fused_update_element.h).
+void round_stochastically(const float* w, uint16_t* out, const WorkItem& it, const BlockRule& rule) {
+  const uint64_t seed = rule.rule.rounding_seed, step = static_cast<uint64_t>(rule.counter);
+  for (int64_t j = 0; j < it.count; ++j)
+    out[j] = shared::float_to_bfloat16_sr(w[j], seed, step, static_cast<uint64_t>(it.begin + j));
+}
+
 void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, bool scaled, float scale,
                   Scratch& s) {
   const size_t es = dtype_size(gp.dtype);
@@ -120,7 +130,9 @@ void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& 
     g = s.wide_g.data();
   }
   rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
-  if (gp.dtype != DType::kFloat32) {
+  if (gp.dtype == DType::kBFloat16 && rule.rule.stochastic_rounding) {
+    round_stochastically(s.wide_w.data(), reinterpret_cast<uint16_t*>(gp.values) + it.begin, it, rule);
+  } else if (gp.dtype != DType::kFloat32) {
     convert_elements(s.wide_w.data(), DType::kFloat32, gp.values + it.begin * es, gp.dtype, it.count);
   }
   for (const auto& [cdt, cbuf] : gp.copies) {
@@ -134,7 +146,7 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
                   Tensor& iterations, const Tensor* global_norm) {
   const UpdateRates* rates = step_rates(step, found_inf, iterations);
   if (rates == nullptr) return;
-  const BlockRule rule{step.rule, *rates, step.span_rule};
+  const BlockRule rule{step.rule, *rates, step.span_rule, iterations.data<int64_t>()[0]};
   float scale = 1.0f;
   const bool scaled = global_norm != nullptr && clip_factor(global_norm->data<float>()[0], step.clip_norm, &scale);
 

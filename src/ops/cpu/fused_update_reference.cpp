@@ -19,6 +19,7 @@ void fused_update_reference(std::vector<FusedUpdateGroup>& groups, const FusedUp
   const UpdateRates* rates_now = cpu::step_rates(step, found_inf, iterations);
   if (rates_now == nullptr) return;
   const UpdateRates rates = *rates_now;
+  const int64_t counter = iterations.data<int64_t>()[0];  // completed updates: stochastic rounding's step
   const UpdateConstants& rule = step.rule;
   const shared::AdamCoefficients c{rates.alpha, rule.one_minus_beta1, rule.one_minus_beta2, rule.epsilon};
   float factor = 1.0f;
@@ -32,7 +33,7 @@ void fused_update_reference(std::vector<FusedUpdateGroup>& groups, const FusedUp
       const bool decay = runs[3 * r + 2] == 1;
 #pragma omp parallel for if (count >= kParallelMin) schedule(static)
       for (int64_t i = begin; i < begin + count; ++i)
-        shared::fused_update_element(p, i, rule, c, rates.learning_rate, scaled, factor, decay);
+        shared::fused_update_element(p, i, rule, c, rates.learning_rate, scaled, factor, decay, counter);
     }
   }
   ++iterations.data<int64_t>()[0];  // one more completed update

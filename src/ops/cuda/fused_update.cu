@@ -37,7 +37,7 @@ __global__ void fused_update_kernel(shared::UpdateGroupPointers p, const int64_t
     const int64_t begin = runs[3 * r], end = begin + runs[3 * r + 1];
     const bool decay = runs[3 * r + 2] == 1;
     for (int64_t i = begin + first; i < end; i += stride)
-      shared::fused_update_element(p, i, step.rule, c, rates.learning_rate, scaled, factor, decay);
+      shared::fused_update_element(p, i, step.rule, c, rates.learning_rate, scaled, factor, decay, *iterations);
   }
 }
 

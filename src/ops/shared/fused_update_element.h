@@ -10,6 +10,7 @@
 #include "float16_convert.h"
 #include "host_device.h"
 #include "mixtrain/ops/fused_update.h"
+#include "stochastic_round.h"
 
 namespace mixtrain::ops::shared {
 
@@ -61,10 +62,11 @@ struct UpdateGroupPointers {
 // Element i of the fused pass, in the CPU pass's order (src/optim/optimizer_arena.cpp): the value widened to
 // float32; the gradient widened and, under global clipping (scaled), times factor; AdamW's decay when `decay`;
 // the rule's update (c: Adam's coefficients of this step, lr its learning rate); the value rounded once into its
-// dtype and into each compute copy.
+// dtype (stochastically for bfloat16 under k.stochastic_rounding, drawn at `counter` completed iterations) and into
+// each compute copy.
 MIXTRAIN_HOST_DEVICE inline void fused_update_element(const UpdateGroupPointers& p, int64_t i, const UpdateConstants& k,
                                                       const AdamCoefficients& c, float lr, bool scaled, float factor,
-                                                      bool decay) {
+                                                      bool decay, int64_t counter) {
   float w = load_as_float(p.values, p.value_code, i);
   float g = load_as_float(p.grads, p.grad_code, i);
   if (scaled) g = mul_rn(g, factor);
@@ -83,7 +85,12 @@ MIXTRAIN_HOST_DEVICE inline void fused_update_element(const UpdateGroupPointers&
       break;
     }
   }
-  store_from_float(p.values, p.value_code, i, w);
+  if (k.stochastic_rounding && p.value_code == kCodeBFloat16) {
+    static_cast<uint16_t*>(p.values)[i] =
+        float_to_bfloat16_sr(w, k.rounding_seed, static_cast<uint64_t>(counter), static_cast<uint64_t>(i));
+  } else {
+    store_from_float(p.values, p.value_code, i, w);
+  }
   for (int n = 0; n < p.copy_count; ++n) store_from_float(p.copies[n], p.copy_codes[n], i, w);
 }
 
