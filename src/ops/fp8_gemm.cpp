@@ -26,7 +26,7 @@ float fp8_amax(const Tensor& x) {
   return amax.item();
 }
 
-Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale) {
+Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale, std::optional<Float8Overflow> overflow) {
   check_operand("fp8_quantize", x);
   MIXTRAIN_CHECK(format == DType::kFloat8E4M3FN || format == DType::kFloat8E5M2,
                  "fp8_quantize: the format must be float8_e4m3fn or float8_e5m2, got " << dtype_name(format));
@@ -36,7 +36,9 @@ Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale) {
   Fp8Operand q{Tensor::empty(x.shape(), DType::kBFloat16, device), 0.0f};
   if (x.numel() == 0) return q;
   Tensor amax = amax_scalar(device);
-  kernel_for<Op::fp8_quantize>(device)(x.contiguous(), format, scale, q.values, amax);
+  const Float8Overflow o = overflow.value_or(format == DType::kFloat8E5M2 ? Float8Overflow::kNonSaturating
+                                                                          : Float8Overflow::kSaturate);
+  kernel_for<Op::fp8_quantize>(device)(x.contiguous(), format, scale, o, q.values, amax);
   q.amax = amax.item();
   return q;
 }

@@ -55,6 +55,22 @@ TEST(Fp8Quantize, EqualsTheFormatDefinitionElementByElement) {
       }
 }
 
+// Saturating E5M2 (what the FP8 layers ask for) against the definition: the largest finite value in place of infinity.
+TEST(Fp8Quantize, SaturatesE5m2WhenAsked) {
+  const int64_t n = 300;
+  const Tensor x = Tensor::from_floats({n}, wide_values(n, 41));
+  const std::vector<float> xs = x.to_floats();
+  const float scale = 30000.0f;  // most of the values overflow E5M2 (57344)
+  const std::vector<float> got = fp8_quantize(x, DType::kFloat8E5M2, scale, Float8Overflow::kSaturate).values.to_floats();
+  int saturated = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = ref::value(ref::kE5M2, *ref::encode(ref::kE5M2, xs[i] * scale, /*saturate=*/true));
+    EXPECT_EQ(static_cast<double>(got[i]), want) << xs[i];
+    saturated += std::fabs(want) == 57344.0;
+  }
+  EXPECT_GT(saturated, 10);
+}
+
 TEST(Fp8Quantize, NanPropagatesToTheValueAndTheAmax) {
   const Tensor x = Tensor::from_floats({5}, {1.0f, NAN, -2.0f, INFINITY, 0.5f});
   for (DType format : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {

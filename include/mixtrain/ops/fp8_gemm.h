@@ -5,6 +5,9 @@
 // CPU only: the CUDA backend lists these kernels as unsupported (its FP8 GEMM would be cuBLASLt's).
 #pragma once
 
+#include <optional>
+
+#include "mixtrain/core/float8.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/kernel_list.h"
 
@@ -19,10 +22,12 @@ struct Fp8Operand {
   float amax;     // fp8_amax(x), taken in the same pass (before scaling)
 };
 // Each element of x (float32, float16 or bfloat16) times scale, rounded to float32, then to `format`
-// (float8_e4m3fn or float8_e5m2) to nearest even with the format's default overflow (E4M3 saturates to 448, E5M2
-// overflows to infinity, as core/float8.h and Tensor::to cast), then widened to bfloat16. scale must be finite and
-// positive. The values read as x when divided by scale.
-Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale);
+// (float8_e4m3fn or float8_e5m2) to nearest even, then widened to bfloat16. Overflow as `overflow` says, by default
+// the format's (E4M3 saturates to 448, E5M2 overflows to infinity, as core/float8.h and Tensor::to cast); kSaturate
+// is what the FP8 layers use for both formats, as Transformer Engine's casts (CUDA's __NV_SATFINITE). scale must be
+// finite and positive. The values read as x when divided by scale.
+Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale,
+                        std::optional<Float8Overflow> overflow = std::nullopt);
 
 // c (m, n) = alpha * op(a) op(b) + bias, op transposing when trans_* is set: a (m, k) or (k, m), b (k, n) or (n, k),
 // both 2-D, contiguous, one floating dtype. Products accumulate in float32; alpha multiplies the float32
@@ -35,7 +40,8 @@ namespace kernel {
 // amax (float32, (1,)) = the largest magnitude of contiguous x, NaN winning.
 using Fp8AmaxFn = void(const Tensor& x, Tensor& amax);
 // values (bfloat16, x's shape, contiguous) as fp8_quantize; amax (float32, (1,)) as Fp8AmaxFn.
-using Fp8QuantizeFn = void(const Tensor& x, DType format, float scale, Tensor& values, Tensor& amax);
+using Fp8QuantizeFn = void(const Tensor& x, DType format, float scale, Float8Overflow overflow, Tensor& values,
+                           Tensor& amax);
 struct ScaledMatmulLayout {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;

@@ -35,7 +35,8 @@ float ordered_max(const std::vector<float>& block_amax) {
 
 // One block: amax of x[b, b + m); when values is set, also the widened codes of x * scale.
 template <typename T>
-float quantize_block(const T* x, int64_t b, int64_t m, bool e5m2, float scale, bfloat16* values) {
+float quantize_block(const T* x, int64_t b, int64_t m, bool e5m2, float scale, Float8Overflow overflow,
+                     bfloat16* values) {
   float in_buf[kBlock], scaled[kBlock];
   uint8_t codes[kBlock];
   const float* in = lanes::read(x + b, m, in_buf);
@@ -43,13 +44,12 @@ float quantize_block(const T* x, int64_t b, int64_t m, bool e5m2, float scale, b
   for (int64_t i = 0; i < m; ++i) amax = max_magnitude(amax, in[i]);
   if (values == nullptr) return amax;
   for (int64_t i = 0; i < m; ++i) scaled[i] = in[i] * scale;
-  const Float8Overflow overflow = e5m2 ? Float8Overflow::kNonSaturating : Float8Overflow::kSaturate;
   float8_from_float(scaled, codes, m, e5m2, overflow);
   float8_to_bfloat16(codes, values + b, m, e5m2);
   return amax;
 }
 
-float quantize_all(const Tensor& x, bool e5m2, float scale, bfloat16* values) {
+float quantize_all(const Tensor& x, bool e5m2, float scale, Float8Overflow overflow, bfloat16* values) {
   const int64_t n = x.numel();
   std::vector<float> block_amax(static_cast<size_t>((n + kBlock - 1) / kBlock));
   dispatch_float(x.dtype(), "fp8_quantize", [&](auto tag) {
@@ -57,17 +57,19 @@ float quantize_all(const Tensor& x, bool e5m2, float scale, bfloat16* values) {
     const T* xp = static_cast<const T*>(x.raw());
 #pragma omp parallel for if (n > kParallelMin) schedule(static)
     for (int64_t b = 0; b < n; b += kBlock)
-      block_amax[static_cast<size_t>(b / kBlock)] = quantize_block(xp, b, std::min(kBlock, n - b), e5m2, scale, values);
+      block_amax[static_cast<size_t>(b / kBlock)] = quantize_block(xp, b, std::min(kBlock, n - b), e5m2, scale, overflow,
+                                                                   values);
   });
   return ordered_max(block_amax);
 }
 
 void fp8_amax(const Tensor& x, Tensor& amax) {
-  amax.data<float>()[0] = quantize_all(x, false, 1.0f, nullptr);
+  amax.data<float>()[0] = quantize_all(x, false, 1.0f, Float8Overflow::kSaturate, nullptr);
 }
 
-void fp8_quantize(const Tensor& x, DType format, float scale, Tensor& values, Tensor& amax) {
-  amax.data<float>()[0] = quantize_all(x, format == DType::kFloat8E5M2, scale, values.data<bfloat16>());
+void fp8_quantize(const Tensor& x, DType format, float scale, Float8Overflow overflow, Tensor& values,
+                  Tensor& amax) {
+  amax.data<float>()[0] = quantize_all(x, format == DType::kFloat8E5M2, scale, overflow, values.data<bfloat16>());
 }
 
 // The epilogue's state: c = alpha * acc + bias, from the float32 accumulator acc into c's dtype.
