@@ -2,10 +2,12 @@
 
 #include <cmath>
 
+#include "mixtrain/nn/fp8_linear.h"
+
 namespace mixtrain {
 
 Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool use_bias, const std::string& name)
-    : Layer("dense", std::move(dtype), name), units_(units), activation_(parse_layer_activation(activation)), use_bias_(use_bias) {
+    : Layer("dense", std::move(dtype), name), fp8_recipe_(fp8_recipe()), units_(units), activation_(parse_layer_activation(activation)), use_bias_(use_bias) {
   MIXTRAIN_CHECK(units > 0, "Dense: units must be positive, got " << units);
 }
 
@@ -48,8 +50,24 @@ Var Dense::call(const Var& x, const CallContext&) {
   // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
+  if (dtype_policy().uses_float8()) return call_fp8(x, bias);
   // relu and gelu run inside the product's GEMM; the values and gradients are activation(linear(...))'s.
   return after_product(linear_activation(x, kernel_, read_weight(kernel_), bias, activation_.elementwise), activation_);
+}
+
+Var Dense::call_fp8(const Var& x, const Var& bias) {
+  MIXTRAIN_CHECK(x.value().device().is_cpu(),
+                 "Dense '" << name() << "': the policy " << dtype_policy().name() << " runs on the CPU only so far, got "
+                           << x.value().describe() << " (docs/FP8.md); use mixed_bfloat16 on a GPU");
+  // A policy change (set_dtype_policy) to other float8 formats starts new scales.
+  if (!fp8_ || fp8_->input.format() != dtype_policy().float8_forward_format() ||
+      fp8_->grad.format() != dtype_policy().float8_backward_format())
+    fp8_ = std::make_shared<Fp8GemmScales>(dtype_policy(), fp8_recipe_);
+  return after_product(activation(fp8_linear(x, kernel_, bias, fp8_), activation_.elementwise), activation_);
+}
+
+void Dense::on_optimizer_update() {
+  if (fp8_) fp8_->update();
 }
 
 Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)

@@ -124,6 +124,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     }
     apply_update(vars, grads, flat, record, queued);
   }
+  for (const auto& l : layers_) l->on_optimizer_update();
   for (Var v : vars) v.zero_grad();
   queued.rows = shard.comm ? shard.global_rows : shard.rows;
   return queued;

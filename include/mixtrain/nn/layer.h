@@ -169,6 +169,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // regularization_loss(model) (nn/network.h), to its loss: Model::train_step (and so fit()) does; a custom
   // loop adds it itself.
   virtual std::vector<Var> regularization_losses() const { return {}; }
+  // Called once after each optimizer update of the model holding the layer (Model::train_step), not per micro-batch:
+  // Dense rolls its FP8 delayed-scaling histories here (docs/FP8.md). A custom training loop calls it itself.
+  virtual void on_optimizer_update() {}
 
   const std::vector<Var>& weights() const { return weights_; }
   std::vector<Var> trainable_weights() const;
