@@ -32,6 +32,7 @@ class Dense : public Layer {
   const Regularizer& kernel_regularizer() const { return kernel_options_.kernel_regularizer; }
   std::vector<Var> regularization_losses() const override;
   void on_optimizer_update() override;
+  bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
   // The FP8 scales of the product (input, kernel, gradient); null until the layer first runs under a float8 policy.
   const Fp8GemmScales* fp8_scales() const { return fp8_.get(); }
 

@@ -1,11 +1,13 @@
 // CPU kernels of the FP8 GEMM pieces. Quantization reads a block of elements as float32, scales it, encodes it with
 // core's array conversion (vectorised where the CPU allows, the same bits at every level) and decodes the codes
-// straight into bfloat16; the amax of each block is kept and the blocks' are reduced in order, so the result does
-// not depend on the thread count. The scaled product runs kernels::gemm into float32 and applies alpha and the bias
+// straight into bfloat16; the amax of each block is kept and the blocks' are reduced, so the result does not depend
+// on the thread count. The block body is compiled for the baseline and AVX2 (float_lanes.h); a product and a
+// maximum round alike on both. The scaled product runs kernels::gemm into float32 and applies alpha and the bias
 // to each finished block while it is in cache (the epilogue), rounding once into the output's dtype.
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -21,46 +23,45 @@ namespace {
 constexpr int64_t kBlock = 2048;
 constexpr int64_t kParallelMin = int64_t{1} << 16;
 
-// The larger magnitude, NaN winning (std::fmax would drop it).
-float max_magnitude(float m, float v) {
-  if (std::isnan(m) || std::isnan(v)) return NAN;
-  return std::max(m, std::fabs(v));
-}
-
-float ordered_max(const std::vector<float>& block_amax) {
-  float m = 0.0f;
-  for (float a : block_amax) m = max_magnitude(m, a);
+// The amax of the blocks' magnitudes as float32 bits: for non-negative floats the integer order is the value order,
+// and every NaN's magnitude bits lie above infinity's, so the integer maximum is the amax with NaN winning, and it
+// vectorises (a float max reduction would not without reassociation).
+uint32_t ordered_max(const std::vector<uint32_t>& block_amax) {
+  uint32_t m = 0;
+  for (uint32_t a : block_amax) m = std::max(m, a);
   return m;
 }
 
-// One block: amax of x[b, b + m); when values is set, also the widened codes of x * scale.
+float amax_value(uint32_t bits) { return bits > 0x7F800000u ? NAN : std::bit_cast<float>(bits); }
+
+// One block: *amax_out = the amax bits of x[b, b + m); when values is set, also the widened codes of x * scale.
 template <typename T>
-float quantize_block(const T* x, int64_t b, int64_t m, bool e5m2, float scale, Float8Overflow overflow,
-                     bfloat16* values) {
+MIXTRAIN_CPU_BODY void quantize_block_body(const T* x, int64_t b, int64_t m, bool e5m2, float scale,
+                                           Float8Overflow overflow, bfloat16* values, uint32_t* amax_out) {
   float in_buf[kBlock], scaled[kBlock];
   uint8_t codes[kBlock];
   const float* in = lanes::read(x + b, m, in_buf);
-  float amax = 0.0f;
-  for (int64_t i = 0; i < m; ++i) amax = max_magnitude(amax, in[i]);
-  if (values == nullptr) return amax;
+  uint32_t amax = 0;
+  for (int64_t i = 0; i < m; ++i) amax = std::max(amax, std::bit_cast<uint32_t>(in[i]) & 0x7FFFFFFFu);
+  *amax_out = amax;
+  if (values == nullptr) return;
   for (int64_t i = 0; i < m; ++i) scaled[i] = in[i] * scale;
   float8_from_float(scaled, codes, m, e5m2, overflow);
   float8_to_bfloat16(codes, values + b, m, e5m2);
-  return amax;
 }
+MIXTRAIN_CPU_VARIANTS(quantize_block)
 
 float quantize_all(const Tensor& x, bool e5m2, float scale, Float8Overflow overflow, bfloat16* values) {
   const int64_t n = x.numel();
-  std::vector<float> block_amax(static_cast<size_t>((n + kBlock - 1) / kBlock));
+  std::vector<uint32_t> block_amax(static_cast<size_t>((n + kBlock - 1) / kBlock));
   dispatch_float(x.dtype(), "fp8_quantize", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.raw());
 #pragma omp parallel for if (n > kParallelMin) schedule(static)
     for (int64_t b = 0; b < n; b += kBlock)
-      block_amax[static_cast<size_t>(b / kBlock)] = quantize_block(xp, b, std::min(kBlock, n - b), e5m2, scale, overflow,
-                                                                   values);
+      quantize_block(xp, b, std::min(kBlock, n - b), e5m2, scale, overflow, values, &block_amax[b / kBlock]);
   });
-  return ordered_max(block_amax);
+  return amax_value(ordered_max(block_amax));
 }
 
 void fp8_amax(const Tensor& x, Tensor& amax) {
