@@ -41,6 +41,11 @@ void fp8_linear_backward(const Var& x, const Var& kernel, const Var& bias, const
 }
 }  // namespace
 
+void require_fp8_on_cpu(const std::string& layer, const DTypePolicy& policy, const Tensor& x) {
+  MIXTRAIN_CHECK(x.device().is_cpu(), layer << ": the policy " << policy.name() << " runs on the CPU only so far, got "
+                                            << x.describe() << " (docs/FP8.md); use mixed_bfloat16 on a GPU");
+}
+
 Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shared_ptr<Fp8GemmScales>& scales) {
   MIXTRAIN_CHECK(x.value().rank() >= 2 && kernel.value().rank() == 2 && x.shape()[-1] == kernel.shape()[0],
                  "fp8_linear: x " << x.value().describe() << " and kernel " << kernel.value().describe()

@@ -7,7 +7,7 @@
 namespace mixtrain {
 
 Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool use_bias, const std::string& name)
-    : Layer("dense", std::move(dtype), name), fp8_recipe_(fp8_recipe()), units_(units), activation_(parse_layer_activation(activation)), use_bias_(use_bias) {
+    : Layer("dense", std::move(dtype), name), units_(units), activation_(parse_layer_activation(activation)), use_bias_(use_bias) {
   MIXTRAIN_CHECK(units > 0, "Dense: units must be positive, got " << units);
 }
 
@@ -56,19 +56,12 @@ Var Dense::call(const Var& x, const CallContext&) {
 }
 
 Var Dense::call_fp8(const Var& x, const Var& bias) {
-  MIXTRAIN_CHECK(x.value().device().is_cpu(),
-                 "Dense '" << name() << "': the policy " << dtype_policy().name() << " runs on the CPU only so far, got "
-                           << x.value().describe() << " (docs/FP8.md); use mixed_bfloat16 on a GPU");
-  // A policy change (set_dtype_policy) to other float8 formats starts new scales.
-  if (!fp8_ || fp8_->input.format() != dtype_policy().float8_forward_format() ||
-      fp8_->grad.format() != dtype_policy().float8_backward_format())
-    fp8_ = std::make_shared<Fp8GemmScales>(dtype_policy(), fp8_recipe_);
-  return after_product(activation(fp8_linear(x, kernel_, bias, fp8_), activation_.elementwise), activation_);
+  require_fp8_on_cpu("Dense '" + name() + "'", dtype_policy(), x.value());
+  return after_product(activation(fp8_linear(x, kernel_, bias, fp8_.for_policy(dtype_policy())), activation_.elementwise),
+                       activation_);
 }
 
-void Dense::on_optimizer_update() {
-  if (fp8_) fp8_->update();
-}
+void Dense::on_optimizer_update() { fp8_.update(); }
 
 Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)
     : Layer("activation", std::move(dtype), name), activation_(parse_layer_activation(activation)) {}

@@ -55,6 +55,13 @@ Fp8GemmScales::Fp8GemmScales(const DTypePolicy& policy, Fp8Recipe recipe)
   MIXTRAIN_CHECK(policy.uses_float8(), "Fp8GemmScales: the policy " << policy.name() << " quantizes no GEMM operand");
 }
 
+const std::shared_ptr<Fp8GemmScales>& Fp8LayerScales::for_policy(const DTypePolicy& policy) {
+  if (!scales_ || scales_->input.format() != policy.float8_forward_format() ||
+      scales_->grad.format() != policy.float8_backward_format())
+    scales_ = std::make_shared<Fp8GemmScales>(policy, recipe_);
+  return scales_;
+}
+
 void Fp8GemmScales::update() {
   input.update();
   weight.update();

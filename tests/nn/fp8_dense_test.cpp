@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "../core/float8_reference.h"
+#include "fp8_reference.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/nn/layers.h"
 
@@ -14,6 +14,8 @@ namespace mixtrain {
 namespace {
 
 namespace ref = float8_reference;
+using fp8_test::quantize_ref;
+using fp8_test::RefOperand;
 
 class Fp8DenseTest : public ::testing::Test {
  protected:
@@ -22,22 +24,6 @@ class Fp8DenseTest : public ::testing::Test {
     set_fp8_recipe(Fp8Recipe::kDelayed);
   }
 };
-
-// A quantized operand by the definition: the values of the codes and the scale (current scaling: format max / amax,
-// in float32 as the recipe computes it).
-struct RefOperand {
-  std::vector<double> q;
-  double scale;
-};
-RefOperand quantize_ref(const std::vector<float>& x, const ref::Format& f, float format_max) {
-  float amax = 0.0f;
-  for (float v : x) amax = std::max(amax, std::fabs(v));
-  const float scale = format_max / amax;
-  RefOperand r{{}, scale};
-  const bool saturate = !f.ieee_specials;  // E4M3 saturates, E5M2 overflows (no input here overflows)
-  for (float v : x) r.q.push_back(ref::value(f, *ref::encode(f, static_cast<float>(v * scale), saturate)));
-  return r;
-}
 
 // c (m, n) = a (m, k) b (k, n) / (sa sb) in float64, and sum |a b| / (sa sb) for the tolerance; trans_* read the
 // stored matrix transposed.

@@ -18,4 +18,7 @@ namespace mixtrain {
 
 Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shared_ptr<Fp8GemmScales>& scales);
 
+// Throws the one clear error for a float8 policy on a device other than the CPU (its ops have CPU kernels only).
+void require_fp8_on_cpu(const std::string& layer, const DTypePolicy& policy, const Tensor& x);
+
 }  // namespace mixtrain

@@ -43,8 +43,7 @@ class Dense : public Layer {
  private:
   Var call_fp8(const Var& x, const Var& bias);
 
-  Fp8Recipe fp8_recipe_;
-  std::shared_ptr<Fp8GemmScales> fp8_;
+  Fp8LayerScales fp8_;
   KernelOptions kernel_options_;
   int64_t units_;
   LayerActivation activation_;

@@ -57,4 +57,20 @@ struct Fp8GemmScales {
   Fp8TensorScale input, weight, grad;
 };
 
+// A layer's FP8 scales: the recipe in force when the layer is constructed, and the scales, made when the layer first
+// runs under a float8 policy (and made anew when its policy changes to other formats).
+class Fp8LayerScales {
+ public:
+  Fp8LayerScales() : recipe_(fp8_recipe()) {}
+  const std::shared_ptr<Fp8GemmScales>& for_policy(const DTypePolicy& policy);
+  void update() {
+    if (scales_) scales_->update();
+  }
+  const Fp8GemmScales* get() const { return scales_.get(); }
+
+ private:
+  Fp8Recipe recipe_;
+  std::shared_ptr<Fp8GemmScales> scales_;
+};
+
 }  // namespace mixtrain
