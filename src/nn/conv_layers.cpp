@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "mixtrain/nn/fp8_conv2d.h"
+#include "mixtrain/nn/fp8_linear.h"
+
 namespace mixtrain {
 
 namespace {
@@ -93,6 +96,11 @@ Var Conv2D::call(const Var& x, const CallContext&) {
   // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
+  if (dtype_policy().uses_float8()) {
+    require_fp8_on_cpu("Conv2D '" + name() + "'", dtype_policy(), x.value());
+    const Var y = fp8_conv2d(x, kernel_, bias, options_, fp8_.for_policy(dtype_policy()));
+    return after_product(activation(y, activation_.elementwise), activation_);
+  }
   return after_product(activation(conv2d(x, kernel_, read_weight(kernel_), bias, options_), activation_.elementwise),
                        activation_);
 }

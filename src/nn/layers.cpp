@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "mixtrain/nn/fp8_linear.h"
+
 namespace mixtrain {
 
 Dense::Dense(int64_t units, std::string_view activation, DTypeArg dtype, bool use_bias, const std::string& name)
@@ -55,9 +57,18 @@ Var Dense::call(const Var& x, const CallContext&) {
   // The bias is read in float32: it is added to the float32 accumulator before the one rounding.
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
+  if (dtype_policy().uses_float8()) return call_fp8(x, bias);
   // relu and gelu run inside the product's GEMM; the values and gradients are activation(linear(...))'s.
   return after_product(linear_activation(x, kernel_, read_weight(kernel_), bias, activation_.elementwise), activation_);
 }
+
+Var Dense::call_fp8(const Var& x, const Var& bias) {
+  require_fp8_on_cpu("Dense '" + name() + "'", dtype_policy(), x.value());
+  return after_product(activation(fp8_linear(x, kernel_, bias, fp8_.for_policy(dtype_policy())), activation_.elementwise),
+                       activation_);
+}
+
+void Dense::on_optimizer_update() { fp8_.update(); }
 
 Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)
     : Layer("activation", std::move(dtype), name), activation_(parse_layer_activation(activation)) {}

@@ -57,9 +57,10 @@ std::string precision_warning_text(std::string_view policy_name, const Precision
                ? "This CPU has fast bfloat16: use the policy mixed_bfloat16 (it also needs no loss scaling), "
                  "or float32.\n"
                : "Use the policy float32 on this machine.\n";
-  } else if (policy == "mixed_bfloat16") {
+  } else if (policy == "mixed_bfloat16" || policy.rfind("mixed_float8", 0) == 0) {
+    // The float8 policies multiply their widened operands on the bfloat16 GEMM.
     if (support.fast_bfloat16) return "";
-    msg += "The dtype policy mixed_bfloat16 may run slowly because " + support.bfloat16_reason +
+    msg += "The dtype policy " + policy + " may run slowly because " + support.bfloat16_reason +
            ": without it, bfloat16 math runs as conversions to and from float32.\n";
     msg += support.fast_float16 ? "This CPU has fast float16: use mixed_float16 (with loss scaling) or float32.\n"
                                 : "Use the policy float32 on this machine.\n";

@@ -17,6 +17,7 @@
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/schedules.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model_registry.h"
@@ -41,6 +42,7 @@ void check_master_rounding(const RunConfig& cfg) {
 void validate_run_config(const RunConfig& cfg) {
   model_description(cfg.model);  // throws with the valid names
   DTypePolicy::from_name(cfg.policy);  // throws with the valid names
+  parse_fp8_recipe(cfg.fp8_recipe);    // likewise
   MIXTRAIN_CHECK(cfg.epochs > 0, "--epochs must be a positive integer, got " << cfg.epochs);
   MIXTRAIN_CHECK(cfg.batch_size > 0, "--batch-size must be a positive integer, got " << cfg.batch_size);
   MIXTRAIN_CHECK(cfg.learning_rate > 0, "--lr must be positive, got " << cfg.learning_rate);
@@ -122,16 +124,21 @@ namespace {
 std::unique_ptr<Model> build_checked_model(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
                                            const std::vector<int64_t>& sample_shape) {
   // The policy applies to layers created while it is global, as in Keras; the previous one is restored.
+  // So does the FP8 recipe.
   const DTypePolicy previous = global_policy();
+  const Fp8Recipe previous_recipe = fp8_recipe();
   set_global_policy(cfg.policy);
+  set_fp8_recipe(parse_fp8_recipe(cfg.fp8_recipe));
   std::unique_ptr<Model> model;
   try {
     model = make_registered_model(cfg, ModelInputSpec{num_features, sample_shape, num_classes});
   } catch (...) {
     set_global_policy(previous);
+    set_fp8_recipe(previous_recipe);
     throw;
   }
   set_global_policy(previous);
+  set_fp8_recipe(previous_recipe);
   if (cfg.synchronized_batch_norm)
     for (const auto& layer : model->layers())
       if (auto* bn = dynamic_cast<BatchNormalization*>(layer.get())) bn->set_synchronized(true);
@@ -344,6 +351,8 @@ std::string run_config_json(const RunConfig& cfg) {
   for (int64_t h : cfg.hidden) hidden.push_back(h);
   j["hidden"] = hidden;
   j["policy"] = cfg.policy;
+  // Only under a float8 policy, so that the configuration of other runs reads as before.
+  if (DTypePolicy::from_name(cfg.policy).uses_float8()) j["fp8_recipe"] = cfg.fp8_recipe;
   j["epochs"] = cfg.epochs;
   j["batch_size"] = cfg.batch_size;
   j["learning_rate"] = cfg.learning_rate;
@@ -409,6 +418,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
     for (const Json& v : h->as_array()) cfg.hidden.push_back(v.as_int64());
   }
   str("policy", cfg.policy);
+  str("fp8_recipe", cfg.fp8_recipe);
   num("epochs", cfg.epochs);
   num("batch_size", cfg.batch_size);
   num("learning_rate", cfg.learning_rate);

@@ -124,6 +124,7 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     }
     apply_update(vars, grads, flat, record, queued);
   }
+  for (const auto& l : layers_) l->on_optimizer_update();
   for (Var v : vars) v.zero_grad();
   queued.rows = shard.comm ? shard.global_rows : shard.rows;
   return queued;
@@ -148,7 +149,7 @@ bool Model::bind_arena(const std::vector<Var>& vars) {
   if (!arena_.bound_to(vars)) arena_.bind(vars);
   for (const auto& l : layers_) {
     const DType c = l->compute_dtype();
-    if (c == DType::kFloat16 || c == DType::kBFloat16) arena_.enable_compute_copy(c);
+    if ((c == DType::kFloat16 || c == DType::kBFloat16) && l->reads_compute_copies()) arena_.enable_compute_copy(c);
   }
   arena_.zero_grad();
   return true;

@@ -54,7 +54,7 @@ expect_error "train-labels-idx1-ubyte" train --data "$tmp/train-images-idx3-ubyt
 expect_error "huge-images-idx3-ubyte" train --data "$tmp/huge-images-idx3-ubyte" --epochs 1
 expect_error "unknown model 'vgg'; valid models: cnn, mlp, resnet" train --model vgg
 expect_error "unknown optimizer" train --optimizer adagrad
-expect_error "mixed_float16" train --policy mixed_float8
+expect_error "mixed_float16" train --policy mixed_float4
 expect_error "--epochs must be a positive integer" train --epochs 0
 expect_error "--epochs expects an integer" train --epochs five
 # Numbers past int (or past int64) are refused with the flag and its range, never truncated: 2^32 + 1 once trained

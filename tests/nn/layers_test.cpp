@@ -27,7 +27,7 @@ TEST_F(PolicyTest, LayersTakeTheGlobalPolicyAtConstructionAndDtypeOverrides) {
   EXPECT_EQ(mixed.variable_dtype(), DType::kFloat32);
   EXPECT_EQ(pinned.compute_dtype(), DType::kFloat32);
   EXPECT_EQ(mixed.dtype_policy().name(), "mixed_float16");
-  EXPECT_THROW(dtype_arg("mixed_float8"), Error);
+  EXPECT_THROW(dtype_arg("mixed_float4"), Error);
 }
 
 TEST_F(PolicyTest, MixedDenseComputesInFloat16WithFloat32Variables) {

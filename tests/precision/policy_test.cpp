@@ -35,7 +35,9 @@ TEST(DTypePolicy, NamesAndDTypes) {
                {"float16", DType::kFloat16, DType::kFloat16, false},
                {"bfloat16", DType::kBFloat16, DType::kBFloat16, false},
                {"mixed_float16", DType::kFloat16, DType::kFloat32, true},
-               {"mixed_bfloat16", DType::kBFloat16, DType::kFloat32, true}};
+               {"mixed_bfloat16", DType::kBFloat16, DType::kFloat32, true},
+               {"mixed_float8", DType::kBFloat16, DType::kFloat32, true},
+               {"mixed_float8_e4m3", DType::kBFloat16, DType::kFloat32, true}};
   for (const Case& c : cases) {
     DTypePolicy p = DTypePolicy::from_name(c.name);
     EXPECT_EQ(p.name(), c.name);
@@ -43,22 +45,40 @@ TEST(DTypePolicy, NamesAndDTypes) {
     EXPECT_EQ(p.variable_dtype(), c.variable) << c.name;
     EXPECT_EQ(p.is_mixed(), c.mixed) << c.name;
   }
-  EXPECT_EQ(DTypePolicy::valid_names().size(), 5u);
+  EXPECT_EQ(DTypePolicy::valid_names().size(), 7u);
   EXPECT_EQ(DTypePolicy(), DTypePolicy::from_name("float32"));
   EXPECT_NE(DTypePolicy::from_name("mixed_float16"), DTypePolicy::from_name("float16"));
   EXPECT_EQ(DTypePolicy::from_name("bf16").name(), "bfloat16");
   EXPECT_EQ(DTypePolicy::from_name("half"), DTypePolicy::from_name("float16"));
 }
 
+// The float8 policies quantize GEMM operands: E4M3 forward, E5M2 (hybrid) or E4M3 gradients; no other policy does.
+TEST(DTypePolicy, Float8PoliciesNameTheirGemmFormats) {
+  const DTypePolicy hybrid = DTypePolicy::from_name("mixed_float8");
+  EXPECT_TRUE(hybrid.uses_float8());
+  EXPECT_EQ(hybrid.float8_forward_format(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(hybrid.float8_backward_format(), DType::kFloat8E5M2);
+  const DTypePolicy e4m3 = DTypePolicy::from_name("mixed_float8_e4m3");
+  EXPECT_EQ(e4m3.float8_forward_format(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(e4m3.float8_backward_format(), DType::kFloat8E4M3FN);
+  for (const char* name : {"float32", "bfloat16", "mixed_float16", "mixed_bfloat16"})
+    EXPECT_FALSE(DTypePolicy::from_name(name).uses_float8()) << name;
+  set_global_policy("mixed_float8");
+  EXPECT_EQ(global_policy(), hybrid);
+  set_global_policy("float32");
+}
+
 TEST(DTypePolicy, UnknownNameListsValidNames) {
-  // The float8 dtypes are storage formats, not policies (FP8 policies come with their recipes: docs/FP8.md).
-  for (const char* bad : {"mixed_float8", "int32", "", "Float32", "float8_e4m3fn", "float8_e5m2"}) {
+  // The float8 dtypes are storage formats, not policies (the FP8 policies are mixed_float8*: docs/FP8.md).
+  for (const char* bad : {"mixed_float8_e5m2", "float8", "int32", "", "Float32", "float8_e4m3fn", "float8_e5m2"}) {
     try {
       DTypePolicy::from_name(bad);
       FAIL() << bad;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
-      EXPECT_NE(e.message().find("float32, float16, bfloat16, mixed_float16, mixed_bfloat16"), std::string::npos)
+      EXPECT_NE(e.message().find("float32, float16, bfloat16, mixed_float16, mixed_bfloat16, mixed_float8, "
+                             "mixed_float8_e4m3"),
+                std::string::npos)
           << e.message();
     }
   }

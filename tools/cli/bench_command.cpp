@@ -204,7 +204,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
-                "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding"});
+                "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -219,6 +219,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   // The wide MLP of the peer comparison; a convolutional model's dense head stays small.
   cfg.hidden = a.int_list("hidden", cfg.model == "mlp" ? std::vector<int64_t>{4096, 4096} : std::vector<int64_t>{128});
   cfg.policy = a.str("policy", "float32");
+  cfg.fp8_recipe = a.str("fp8-recipe", cfg.fp8_recipe);
   cfg.seed = static_cast<uint64_t>(a.integer("seed", 1));
   o.steps = a.integer("steps", 10);
   MIXTRAIN_CHECK(o.steps > 0, "--steps must be a positive integer, got " << o.steps);

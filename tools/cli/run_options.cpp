@@ -118,7 +118,7 @@ const std::set<std::string>& run_flags() {
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column", "accumulate", "tokenizer", "master-rounding"};
+      "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe"};
   return flags;
 }
 
@@ -138,6 +138,10 @@ RunOptions run_options_from(const Args& a, const char* command) {
   MIXTRAIN_CHECK(seed >= 0, "--seed must be a non-negative integer, got " << seed);
   cfg.seed = static_cast<uint64_t>(seed);
   cfg.policy = a.str("policy", cfg.policy);
+  cfg.fp8_recipe = a.str("fp8-recipe", cfg.fp8_recipe);
+  MIXTRAIN_CHECK(!a.has("fp8-recipe") || DTypePolicy::from_name(cfg.policy).uses_float8() || !a.has("policy"),
+                 "--fp8-recipe applies to the float8 policies (mixed_float8, mixed_float8_e4m3), not to --policy "
+                     << cfg.policy);
   cfg.hidden = a.int_list("hidden", cfg.hidden);
   cfg.validation_split = a.number("validation-split", cfg.validation_split);
   cfg.loss_scale = a.str("loss-scale", cfg.loss_scale);

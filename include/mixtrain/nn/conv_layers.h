@@ -9,6 +9,7 @@
 #include "mixtrain/autograd/conv_functions.h"
 #include "mixtrain/nn/layer.h"
 #include "mixtrain/nn/layer_activation.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
 
 namespace mixtrain {
 
@@ -41,6 +42,7 @@ struct Conv2DOptions {
 // in the variable dtype, initialized as Keras' defaults (glorot_uniform with fan_in = kh kw cin and
 // fan_out = kh kw filters; zeros). The convolution runs in the compute dtype with float32 accumulation,
 // the bias added in float32 before the one rounding; the kernel's gradient reaches its variable in float32.
+// Under a float8 policy the convolution's operands are quantized with per-tensor scales (nn/fp8_conv2d.h).
 class Conv2D : public Layer {
  public:
   Conv2D(int64_t filters, ops::Size2 kernel_size, ops::Size2 strides = 1, std::string_view padding = "valid",
@@ -70,12 +72,17 @@ class Conv2D : public Layer {
   Conv2D& set_kernel_regularizer(Regularizer r);
   const Regularizer& kernel_regularizer() const { return kernel_options_.kernel_regularizer; }
   std::vector<Var> regularization_losses() const override;
+  void on_optimizer_update() override { fp8_.update(); }
+  bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
+  // The FP8 scales of the convolution; null until the layer first runs under a float8 policy.
+  const Fp8GemmScales* fp8_scales() const { return fp8_.get(); }
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
+  Fp8LayerScales fp8_;
   KernelOptions kernel_options_;
   int64_t filters_;
   ops::Size2 kernel_size_;

@@ -203,6 +203,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // regularization_loss(model) (nn/network.h), to its loss: Model::train_step (and so fit()) does; a custom
   // loop adds it itself.
   virtual std::vector<Var> regularization_losses() const { return {}; }
+  // Called once after each optimizer update of the model holding the layer (Model::train_step), not per micro-batch:
+  // Dense rolls its FP8 delayed-scaling histories here (docs/FP8.md). A custom training loop calls it itself.
+  virtual void on_optimizer_update() {}
+  // Whether call() reads the layer's variables through their 16-bit compute copies (read_weight, autocast), so a
+  // training step keeps such copies in its ParameterArena: true but for Dense under a float8 policy, which quantizes
+  // its float32 kernel itself.
+  virtual bool reads_compute_copies() const { return true; }
 
   const std::vector<Var>& weights() const { return weights_; }
   std::vector<Var> trainable_weights() const;

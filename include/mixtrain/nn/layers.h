@@ -3,6 +3,7 @@
 
 #include "mixtrain/nn/layer.h"
 #include "mixtrain/nn/layer_activation.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
 
 namespace mixtrain {
 
@@ -29,7 +30,8 @@ struct DenseOptions {
 // y = activation(x kernel + bias) over the last axis: x (batch, ..., in) -> (batch, ..., units), as Keras'
 // Dense (a (batch, T, D) sequence is one (batch * T, D) product). kernel (in, units) and bias (units,) are
 // variables in the variable dtype; the product runs in the compute dtype with float32 accumulation, the
-// bias is added in float32.
+// bias is added in float32. Under a float8 policy (mixed_float8) the product's operands are quantized with
+// per-tensor scales (nn/fp8_linear.h), by the recipe in force when the layer is constructed (fp8_recipe()).
 class Dense : public Layer {
  public:
   explicit Dense(int64_t units, std::string_view activation = "linear", DTypeArg dtype = std::nullopt,
@@ -52,12 +54,19 @@ class Dense : public Layer {
   Dense& set_kernel_regularizer(Regularizer r);
   const Regularizer& kernel_regularizer() const { return kernel_options_.kernel_regularizer; }
   std::vector<Var> regularization_losses() const override;
+  void on_optimizer_update() override;
+  bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
+  // The FP8 scales of the product (input, kernel, gradient); null until the layer first runs under a float8 policy.
+  const Fp8GemmScales* fp8_scales() const { return fp8_.get(); }
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
+  Var call_fp8(const Var& x, const Var& bias);
+
+  Fp8LayerScales fp8_;
   KernelOptions kernel_options_;
   int64_t units_;
   LayerActivation activation_;

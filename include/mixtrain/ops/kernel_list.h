@@ -63,6 +63,9 @@
   X(attention, "scaled_dot_product_attention") \
   X(attention_backward, "scaled_dot_product_attention_backward") \
   X(fused_update, "fused_update") \
+  X(fp8_amax, "fp8_amax") \
+  X(fp8_quantize, "fp8_quantize") \
+  X(scaled_matmul, "scaled_matmul") \
   X(global_norm, "global_norm")
 
 namespace mixtrain::ops {

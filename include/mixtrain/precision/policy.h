@@ -2,6 +2,10 @@
 //   "float32", "float16", "bfloat16": both dtypes the same.
 //   "mixed_float16":  compute float16, variables float32 (use with LossScaleOptimizer).
 //   "mixed_bfloat16": compute bfloat16, variables float32 (no loss scaling needed: bfloat16 has float32's range).
+//   "mixed_float8":   mixed_bfloat16, but the operands of Dense's GEMM are quantized with a per-tensor scale: the
+//                     input and the weight to float8_e4m3fn, the gradient coming back to float8_e5m2 (Transformer
+//                     Engine's "hybrid" format; docs/FP8.md). No loss scaling: the scales keep gradients in range.
+//   "mixed_float8_e4m3": the same with float8_e4m3fn both ways.
 // A layer resolves its policy when it is constructed, so set the global policy before building a model.
 #pragma once
 
@@ -31,18 +35,26 @@ class DTypePolicy {
   DType compute_dtype() const { return compute_; }
   // The dtype variables (weights) are stored and updated in.
   DType variable_dtype() const { return variable_; }
-  // True when compute and variable dtypes differ (mixed_float16, mixed_bfloat16).
+  // True when compute and variable dtypes differ (mixed_float16, mixed_bfloat16, the float8 policies).
   bool is_mixed() const { return compute_ != variable_; }
+  // Whether GEMM operands are quantized to float8 (mixed_float8, mixed_float8_e4m3), and to which formats: the
+  // forward operands (input, weight) and the gradient coming back. Both kFloat32 for the other policies.
+  bool uses_float8() const { return float8_forward_ != DType::kFloat32; }
+  DType float8_forward_format() const { return float8_forward_; }
+  DType float8_backward_format() const { return float8_backward_; }
 
   bool operator==(const DTypePolicy& other) const { return name_ == other.name_; }
   bool operator!=(const DTypePolicy& other) const { return !(*this == other); }
 
  private:
-  DTypePolicy(std::string name, DType compute, DType variable);
+  DTypePolicy(std::string name, DType compute, DType variable, DType float8_forward = DType::kFloat32,
+              DType float8_backward = DType::kFloat32);
 
   std::string name_;
   DType compute_;
   DType variable_;
+  DType float8_forward_;
+  DType float8_backward_;
 };
 
 // Sets the process-wide default policy (Keras set_global_policy / keras.config.set_dtype_policy).

@@ -18,6 +18,7 @@ struct RunConfig {
   std::string model = "mlp";             // a registered model (train/model_registry.h): mlp, cnn, resnet
   std::vector<int64_t> hidden = {256, 128};
   std::string policy = "float32";        // a DTypePolicy name
+  std::string fp8_recipe = "delayed";    // --fp8-recipe under a float8 policy: "delayed" or "current" (docs/FP8.md)
   int epochs = 5;
   // 128 rather than Keras' 32: at 5 epochs the final test accuracy of batch-32 Adam swings by about
   // half a point with the last few updates, which hides the float32 / mixed comparison in noise.

@@ -12,6 +12,7 @@
   X(cast)                            \
   X(conv2d)                          \
   X(elementwise)                     \
+  X(fp8_gemm)                        \
   X(embedding)                       \
   X(fused_update)                    \
   X(global_norm)                     \

@@ -1,0 +1,24 @@
+// Dense's product under a float8 policy (docs/FP8.md): y = x kernel + bias with x and the kernel quantized to the
+// forward format, and in the backward pass the incoming gradient quantized to the backward format, each with its own
+// per-tensor scale from `scales` (ops/fp8_gemm.h: widened to bfloat16, multiplied on the bfloat16 GEMM with float32
+// accumulation, the inverse scales applied before the one rounding).
+//   x (..., in) in the compute dtype; kernel (in, units), read from its own (float32) value; bias (units,) float32
+//   or undefined -> (..., units) in x's dtype.
+//   dx = (g_q kernel_q^T) / (s_g s_w), in x's dtype; dkernel = (x_q^T g_q) / (s_x s_g), float32; dbias = the
+//   column sums of the unquantized gradient, in float32.
+// The quantized operands are kept for the backward pass (as bfloat16). CPU only.
+#pragma once
+
+#include <memory>
+
+#include "mixtrain/autograd/var.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
+
+namespace mixtrain {
+
+Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shared_ptr<Fp8GemmScales>& scales);
+
+// Throws the one clear error for a float8 policy on a device other than the CPU (its ops have CPU kernels only).
+void require_fp8_on_cpu(const std::string& layer, const DTypePolicy& policy, const Tensor& x);
+
+}  // namespace mixtrain

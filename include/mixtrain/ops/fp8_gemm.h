@@ -1,0 +1,57 @@
+// The pieces of an FP8 GEMM on the CPU (docs/FP8.md). An operand is quantized to a float8 format with a per-tensor
+// scale and widened exactly to bfloat16 (every float8_e4m3fn and float8_e5m2 value is a bfloat16 value), so the
+// product runs on the bfloat16 GEMM (AMX, vdpbf16ps or widening) with float32 accumulation; the inverse scales are
+// applied to the float32 accumulator in the GEMM's epilogue, before the one rounding into the output's dtype.
+// CPU only: the CUDA backend lists these kernels as unsupported (its FP8 GEMM would be cuBLASLt's).
+#pragma once
+
+#include <optional>
+
+#include "mixtrain/core/float8.h"
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/kernel_list.h"
+
+namespace mixtrain::ops {
+
+// The largest magnitude of x's elements (float32, float16 or bfloat16), read back to the host; NaN when any element
+// is NaN, 0 for an empty tensor.
+float fp8_amax(const Tensor& x);
+
+struct Fp8Operand {
+  Tensor values;  // bfloat16, x's shape: the value of the float8 code of x * scale (exact in bfloat16)
+  float amax;     // fp8_amax(x), taken in the same pass (before scaling)
+};
+// Each element of x (float32, float16 or bfloat16) times scale, rounded to float32, then to `format`
+// (float8_e4m3fn or float8_e5m2) to nearest even, then widened to bfloat16. Overflow as `overflow` says, by default
+// the format's (E4M3 saturates to 448, E5M2 overflows to infinity, as core/float8.h and Tensor::to cast); kSaturate
+// is what the FP8 layers use for both formats, as Transformer Engine's casts (CUDA's __NV_SATFINITE). scale must be
+// finite and positive. The values read as x when divided by scale.
+Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale,
+                        std::optional<Float8Overflow> overflow = std::nullopt);
+
+// c (m, n) = alpha * op(a) op(b) + bias, op transposing when trans_* is set: a (m, k) or (k, m), b (k, n) or (n, k),
+// both 2-D, contiguous, one floating dtype. Products accumulate in float32; alpha multiplies the float32
+// accumulator, then the float32 bias (n,) (may be undefined) is added, then the result is rounded once into
+// out_dtype. c_into, when defined (contiguous, (m, n), out_dtype), receives c and is returned.
+Tensor scaled_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, const Tensor& bias,
+                     DType out_dtype, const Tensor& c_into = Tensor());
+
+namespace kernel {
+// amax (float32, (1,)) = the largest magnitude of contiguous x, NaN winning.
+using Fp8AmaxFn = void(const Tensor& x, Tensor& amax);
+// values (bfloat16, x's shape, contiguous) as fp8_quantize; amax (float32, (1,)) as Fp8AmaxFn.
+using Fp8QuantizeFn = void(const Tensor& x, DType format, float scale, Float8Overflow overflow, Tensor& values,
+                           Tensor& amax);
+struct ScaledMatmulLayout {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+};
+// c (m, n), contiguous, = alpha * op(a) op(b) + bias as scaled_matmul; bias float32 (n,) or undefined.
+using ScaledMatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const ScaledMatmulLayout& layout,
+                            float alpha, Tensor& c);
+}  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(fp8_amax, Fp8AmaxFn)
+MIXTRAIN_KERNEL_SIGNATURE(fp8_quantize, Fp8QuantizeFn)
+MIXTRAIN_KERNEL_SIGNATURE(scaled_matmul, ScaledMatmulFn)
+
+}  // namespace mixtrain::ops

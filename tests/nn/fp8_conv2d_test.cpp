@@ -1,0 +1,133 @@
+// Conv2D under mixed_float8 against an independent reference: the operands quantized by the format's definition
+// (fp8_reference.h), the convolution and its gradients computed from the quantized values in float64, divided by the
+// scales; odd shapes, valid and same padding, stride 1 and 2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "fp8_reference.h"
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/nn/conv_layers.h"
+
+namespace mixtrain {
+namespace {
+
+namespace ref = float8_reference;
+using fp8_test::quantize_ref;
+using fp8_test::RefOperand;
+
+struct Geometry {
+  int64_t n, h, w, cin, cout, k, stride;
+  bool same;
+};
+
+// The reference convolution's index map: for output (oh, ow) and tap (i, j), the input row and column, or -1 outside.
+struct Taps {
+  ops::Axis ah, aw;
+  int64_t row(int64_t oh, int64_t i) const {
+    const int64_t r = oh * ah.stride + i - ah.pad_before;
+    return r >= 0 && r < ah.in ? r : -1;
+  }
+  int64_t col(int64_t ow, int64_t j) const {
+    const int64_t c = ow * aw.stride + j - aw.pad_before;
+    return c >= 0 && c < aw.in ? c : -1;
+  }
+};
+
+// Tolerance: float32 sums of exact products (terms 2^-24 of sum |terms| each), float32 scaling and bias, and the
+// final rounding (2^-8 |value| in bfloat16, 2^-24 in float32).
+double tolerance(double abs_sum, double value, int64_t terms, double out_unit) {
+  return (terms + 2) * 0x1p-24 * abs_sum + out_unit * std::fabs(value) + 1e-30;
+}
+
+void check_conv(const Geometry& g) {
+  set_fp8_recipe(Fp8Recipe::kCurrent);
+  Conv2D conv(g.cout, g.k, g.stride, g.same ? "same" : "valid", "linear", true, dtype_arg("mixed_float8"));
+  Rng rng(7), values(8);
+  conv.build({g.h, g.w, g.cin}, rng);
+  std::vector<float> xv(g.n * g.h * g.w * g.cin), bv(g.cout);
+  for (float& v : xv) v = values.uniform(-2, 2);
+  for (float& v : bv) v = values.uniform(-1, 1);
+  Var(conv.bias()).mutable_value().copy_from(Tensor::from_floats({g.cout}, bv));
+  Var x(Tensor::from_floats({g.n, g.h, g.w, g.cin}, xv, DType::kBFloat16), true);
+  Var y = conv(x);
+  const Taps t{ops::window_axis(g.h, g.k, g.stride, g.same ? ops::Padding::kSame : ops::Padding::kValid, "test"),
+               ops::window_axis(g.w, g.k, g.stride, g.same ? ops::Padding::kSame : ops::Padding::kValid, "test")};
+  const int64_t oh = t.ah.out, ow = t.aw.out;
+  ASSERT_EQ(y.shape(), Shape({g.n, oh, ow, g.cout}));
+  std::vector<float> cv(y.value().numel());
+  for (float& c : cv) c = values.uniform(-1, 1) * 1e-2f;
+  const Tensor c = Tensor::from_floats(y.shape(), cv, DType::kBFloat16);
+  backward(sum(multiply(y, Var(c))));  // dy = c
+
+  const RefOperand qx = quantize_ref(x.value().to_floats(), ref::kE4M3, 448.0f);
+  const RefOperand qw = quantize_ref(conv.kernel().value().to_floats(), ref::kE4M3, 448.0f);
+  const RefOperand qg = quantize_ref(c.to_floats(), ref::kE5M2, 57344.0f);
+  const double sxw = qx.scale * qw.scale, sgw = qg.scale * qw.scale, sxg = qx.scale * qg.scale;
+  auto xi = [&](int64_t n, int64_t r, int64_t col, int64_t ci) { return ((n * g.h + r) * g.w + col) * g.cin + ci; };
+  auto wi = [&](int64_t i, int64_t j, int64_t ci, int64_t co) { return ((i * g.k + j) * g.cin + ci) * g.cout + co; };
+  auto yi = [&](int64_t n, int64_t a, int64_t b, int64_t co) { return ((n * oh + a) * ow + b) * g.cout + co; };
+  std::vector<double> ry(cv.size()), ay(cv.size()), rdx(xv.size()), adx(xv.size()), rdw(qw.q.size()), adw(qw.q.size());
+  std::vector<int> ndx(xv.size());
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t a = 0; a < oh; ++a)
+      for (int64_t b = 0; b < ow; ++b)
+        for (int64_t i = 0; i < g.k; ++i)
+          for (int64_t j = 0; j < g.k; ++j) {
+            const int64_t r = t.row(a, i), col = t.col(b, j);
+            if (r < 0 || col < 0) continue;
+            for (int64_t ci = 0; ci < g.cin; ++ci)
+              for (int64_t co = 0; co < g.cout; ++co) {
+                const double xq = qx.q[xi(n, r, col, ci)], wq = qw.q[wi(i, j, ci, co)], gq = qg.q[yi(n, a, b, co)];
+                ry[yi(n, a, b, co)] += xq * wq / sxw, ay[yi(n, a, b, co)] += std::fabs(xq * wq / sxw);
+                rdx[xi(n, r, col, ci)] += gq * wq / sgw, adx[xi(n, r, col, ci)] += std::fabs(gq * wq / sgw);
+                ++ndx[xi(n, r, col, ci)];
+                rdw[wi(i, j, ci, co)] += xq * gq / sxg, adw[wi(i, j, ci, co)] += std::fabs(xq * gq / sxg);
+              }
+          }
+  const int64_t taps = g.k * g.k * g.cin;
+  const std::vector<float> gy = y.value().to_floats(), gdx = x.grad().to_floats(), gdw = conv.kernel().grad().to_floats();
+  for (size_t e = 0; e < gy.size(); ++e) {
+    const double want = ry[e] + bv[e % g.cout];
+    ASSERT_NEAR(gy[e], want, tolerance(ay[e] + std::fabs(bv[e % g.cout]), want, taps, 0x1p-8)) << "y " << e;
+  }
+  for (size_t e = 0; e < gdx.size(); ++e)
+    ASSERT_NEAR(gdx[e], rdx[e], tolerance(adx[e], rdx[e], ndx[e], 0x1p-8)) << "dx " << e;
+  for (size_t e = 0; e < gdw.size(); ++e)
+    ASSERT_NEAR(gdw[e], rdw[e], tolerance(adw[e], rdw[e], g.n * oh * ow, 0x1p-24)) << "dkernel " << e;
+  const std::vector<float> gdb = conv.bias().grad().to_floats(), cb = c.to_floats();
+  for (int64_t co = 0; co < g.cout; ++co) {
+    double s = 0, a = 0;
+    for (size_t e = co; e < cb.size(); e += g.cout) s += cb[e], a += std::fabs(cb[e]);
+    ASSERT_NEAR(gdb[co], s, (cb.size() / g.cout + 1) * 0x1p-24 * a) << "the bias gradient sums the unquantized dy";
+  }
+}
+
+class Fp8Conv2DTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    set_global_policy("float32");
+    set_fp8_recipe(Fp8Recipe::kDelayed);
+  }
+};
+
+TEST_F(Fp8Conv2DTest, ValidStrideOneEqualsQuantizedFloat64Convolution) { check_conv({2, 5, 7, 3, 4, 3, 1, false}); }
+
+TEST_F(Fp8Conv2DTest, SameStrideTwoEqualsQuantizedFloat64Convolution) { check_conv({3, 7, 6, 5, 2, 3, 2, true}); }
+
+TEST_F(Fp8Conv2DTest, RollsItsHistoriesPerUpdateAndKeepsNoComputeCopy) {
+  Conv2D conv(2, 3, 1, "valid", "relu", true, dtype_arg("mixed_float8"));
+  Rng rng(9);
+  conv.build({4, 4, 1}, rng);
+  EXPECT_FALSE(conv.reads_compute_copies());
+  Var x(Tensor::from_floats({1, 4, 4, 1}, std::vector<float>(16, 0.5f)));
+  backward(sum(cast(conv(x), DType::kFloat32)));
+  ASSERT_NE(conv.fp8_scales(), nullptr);
+  EXPECT_EQ(conv.fp8_scales()->input.delayed().history().back(), 0.5f);
+  conv.on_optimizer_update();
+  EXPECT_EQ(conv.fp8_scales()->input.delayed().scale(), 448.0f / 0.5f);
+}
+
+}  // namespace
+}  // namespace mixtrain

@@ -1,0 +1,147 @@
+// Dense under the float8 policies against an independent reference: each operand quantized by the format's definition
+// (tests/core/float8_reference.h: the code nearest to x * scale, the scale the recipe's formula gives), the product
+// of the quantized values in float64, divided by the scales. Also: the delayed recipe's history and the GPU refusal.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "fp8_reference.h"
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/nn/layers.h"
+
+namespace mixtrain {
+namespace {
+
+namespace ref = float8_reference;
+using fp8_test::quantize_ref;
+using fp8_test::RefOperand;
+
+class Fp8DenseTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    set_global_policy("float32");
+    set_fp8_recipe(Fp8Recipe::kDelayed);
+  }
+};
+
+// c (m, n) = a (m, k) b (k, n) / (sa sb) in float64, and sum |a b| / (sa sb) for the tolerance; trans_* read the
+// stored matrix transposed.
+struct RefProduct {
+  std::vector<double> c, abs_sum;
+};
+RefProduct product_ref(const RefOperand& a, const RefOperand& b, int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
+  RefProduct p{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t t = 0; t < k; ++t) {
+        const double v = a.q[ta ? t * m + i : i * k + t] * b.q[tb ? j * k + t : t * n + j] / (a.scale * b.scale);
+        p.c[i * n + j] += v;
+        p.abs_sum[i * n + j] += std::fabs(v);
+      }
+  return p;
+}
+
+// Tolerance of one result: the float32 sum of k exact products (k 2^-24 of sum |a b|), the float32 scaling and bias
+// (2 2^-24 more), and the final rounding into the output's dtype (2^-8 |c| in bfloat16, 2^-24 in float32).
+double tolerance(double abs_sum, double value, int64_t k, double out_unit) {
+  return (k + 2) * 0x1p-24 * abs_sum + out_unit * std::fabs(value) + 1e-30;
+}
+
+void run_forward_backward(const char* policy, const ref::Format& grad_format, float grad_max) {
+  set_fp8_recipe(Fp8Recipe::kCurrent);
+  const int64_t m = 7, k = 33, n = 17;
+  Dense d(n, "linear", dtype_arg(policy));
+  Rng rng(3);
+  d.build({k}, rng);
+  Rng values(4);
+  std::vector<float> xv(m * k);
+  for (float& v : xv) v = values.uniform(-3, 3);
+  Var x(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
+  std::vector<float> cv(m * n);
+  for (float& c : cv) c = values.uniform(-1, 1) * 1e-3f;
+  const Tensor c = Tensor::from_floats({m, n}, cv, DType::kBFloat16);
+  Var y = d(x);
+  ASSERT_EQ(y.dtype(), DType::kBFloat16);
+  backward(sum(multiply(y, Var(c))));  // dy = c, exactly (c * 1 in bfloat16)
+
+  const RefOperand qx = quantize_ref(x.value().to_floats(), ref::kE4M3, 448.0f);
+  const RefOperand qw = quantize_ref(d.kernel().value().to_floats(), ref::kE4M3, 448.0f);
+  const RefOperand qg = quantize_ref(c.to_floats(), grad_format, grad_max);
+  const RefProduct fy = product_ref(qx, qw, m, k, n, false, false);
+  const std::vector<float> got_y = y.value().to_floats(), bias = d.bias().value().to_floats();
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double want = fy.c[i] + bias[i % n];
+    ASSERT_NEAR(got_y[i], want, tolerance(fy.abs_sum[i] + std::fabs(bias[i % n]), want, k, 0x1p-8)) << policy << i;
+  }
+  const RefProduct fdx = product_ref(qg, qw, m, n, k, false, true);
+  const std::vector<float> got_dx = x.grad().to_floats();
+  for (int64_t i = 0; i < m * k; ++i)
+    ASSERT_NEAR(got_dx[i], fdx.c[i], tolerance(fdx.abs_sum[i], fdx.c[i], n, 0x1p-8)) << policy << " dx " << i;
+  const RefProduct fdw = product_ref(qx, qg, k, m, n, true, false);
+  const std::vector<float> got_dw = d.kernel().grad().to_floats();
+  ASSERT_EQ(d.kernel().grad().dtype(), DType::kFloat32);
+  for (int64_t i = 0; i < k * n; ++i)
+    ASSERT_NEAR(got_dw[i], fdw.c[i], tolerance(fdw.abs_sum[i], fdw.c[i], m, 0x1p-24)) << policy << " dw " << i;
+  const std::vector<float> got_db = d.bias().grad().to_floats(), cb = c.to_floats();
+  for (int64_t j = 0; j < n; ++j) {
+    double s = 0, abs_s = 0;
+    for (int64_t i = 0; i < m; ++i) s += cb[i * n + j], abs_s += std::fabs(cb[i * n + j]);
+    ASSERT_NEAR(got_db[j], s, (m + 1) * 0x1p-24 * abs_s) << "the bias gradient sums the unquantized gradient";
+  }
+}
+
+TEST_F(Fp8DenseTest, MixedFloat8EqualsQuantizedFloat64Products) {
+  run_forward_backward("mixed_float8", ref::kE5M2, 57344.0f);
+}
+
+TEST_F(Fp8DenseTest, MixedFloat8E4m3QuantizesTheGradientToE4m3) {
+  run_forward_backward("mixed_float8_e4m3", ref::kE4M3, 448.0f);
+}
+
+// The quantization is visible: a product under mixed_float8 differs from mixed_bfloat16's (so the tests above would
+// fail if the layer fell back to the bfloat16 product).
+TEST_F(Fp8DenseTest, DiffersFromTheBfloat16Product) {
+  Dense a(5, "linear", dtype_arg("mixed_float8")), b(5, "linear", dtype_arg("mixed_bfloat16"));
+  Rng r1(9), r2(9);
+  a.build({40}, r1);
+  b.build({40}, r2);
+  Rng values(5);
+  std::vector<float> xv(3 * 40);
+  for (float& v : xv) v = values.uniform(-1, 1);
+  const Var x(Tensor::from_floats({3, 40}, xv));
+  NoGradGuard ng;
+  EXPECT_NE(a(x).value().to_floats(), b(x).value().to_floats());
+}
+
+// Delayed scaling: the first step casts with scale 1 and records the amaxes; on_optimizer_update rolls the history
+// once, after which the scale is format max / the recorded amax.
+TEST_F(Fp8DenseTest, DelayedScalingUsesTheHistoryRolledPerUpdate) {
+  set_fp8_recipe(Fp8Recipe::kDelayed);
+  Dense d(4, "relu", dtype_arg("mixed_float8"));
+  Rng rng(6);
+  d.build({8}, rng);
+  Var x(Tensor::from_floats({2, 8}, std::vector<float>(16, 0.25f)));
+  backward(sum(cast(d(x), DType::kFloat32)));
+  backward(sum(cast(d(x), DType::kFloat32)));  // a second micro-batch: the same slot
+  const Fp8GemmScales* s = d.fp8_scales();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->input.delayed().scale(), 1.0f);
+  EXPECT_EQ(s->input.delayed().history().back(), 0.25f);
+  d.on_optimizer_update();
+  EXPECT_EQ(s->input.delayed().scale(), 448.0f / 0.25f);
+  const std::vector<float> h = s->input.delayed().history();
+  EXPECT_EQ(h.back(), 0.0f);
+  EXPECT_EQ(h[h.size() - 2], 0.25f);
+  EXPECT_GT(s->grad.delayed().scale(), 1.0f) << "the gradient's amax was recorded in the backward pass";
+}
+
+TEST_F(Fp8DenseTest, TheRecipeNamesParse) {
+  EXPECT_EQ(parse_fp8_recipe("delayed"), Fp8Recipe::kDelayed);
+  EXPECT_EQ(parse_fp8_recipe("current"), Fp8Recipe::kCurrent);
+  EXPECT_THROW(parse_fp8_recipe("block"), Error);
+  EXPECT_EQ(fp8_recipe(), Fp8Recipe::kDelayed) << "delayed is the default, as in Transformer Engine";
+}
+
+}  // namespace
+}  // namespace mixtrain
