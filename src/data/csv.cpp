@@ -15,6 +15,7 @@
 
 #include "mixtrain/core/file_checks.h"
 #include "mixtrain/core/input_budget.h"
+#include "mixtrain/core/input_excerpt.h"
 
 namespace mixtrain {
 
@@ -137,13 +138,13 @@ struct CsvReader {
   }
 
   std::string column_label(size_t c) const {
-    return "column " + std::to_string(c + 1) + (columns[c].empty() ? "" : " '" + columns[c] + "'");
+    return "column " + std::to_string(c + 1) + (columns[c].empty() ? "" : " '" + input_excerpt(columns[c]) + "'");
   }
 
   [[noreturn]] void fail_cell(int64_t line_no, size_t c, const std::string& cell, const char* problem) const {
     MIXTRAIN_FAIL(
         kInvalidInput,
-        "CSV file '" << path << "' line " << line_no << ", " << column_label(c) << ": '" << cell << "' " << problem,
+        "CSV file '" << path << "' line " << line_no << ", " << column_label(c) << ": '" << input_excerpt(cell) << "' " << problem,
         c == label ? "the label column must hold integer class ids 0, 1, ... (map class names to ids first, or "
                      "choose another label column)"
                    : kCsvHint);
@@ -183,7 +184,8 @@ struct CsvReader {
       auto it = std::find(columns.begin(), columns.end(), options.label_column);
       if (it == columns.end()) {
         std::string names;
-        for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + c;
+        for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + input_excerpt(c);
+        names = input_excerpt(names, 400);
         MIXTRAIN_FAIL(kInvalidInput,
                       "CSV file '" << path << "' line " << line_no << ": no column is named '" << options.label_column
                                    << "'; the header names " << names,

@@ -158,5 +158,16 @@ expect_error "the directory '$tmp/no-text' holds no text files" train --model tr
   --steps 1
 expect_error "has an empty path" train --model transformer --data "text:$tmp/tiny.txt," --steps 1
 
+# Errors quote input escaped and capped: an escape sequence in a cell reaches the terminal as text, a 2 MB cell
+# does not become a 2 MB line (issue 40, finding 5).
+printf 'a,b,label\n1,\033[31mRED\033[0m,0\n' >"$tmp/escape.csv"
+expect_error "'\\x1B[31mRED\\x1B[0m' is not a number" train --data "$tmp/escape.csv" --epochs 1
+if grep -q $'\033' "$tmp/err"; then echo "FAIL: an escape byte reached stderr"; fails=$((fails+1)); fi
+{ printf 'a,b,label\n1,'; head -c 2000000 /dev/zero | tr '\0' x; printf ',0\n'; } >"$tmp/hugecell.csv"
+expect_error "xxxx... (2000000 bytes)' is not a number" train --data "$tmp/hugecell.csv" --epochs 1
+if [ "$(wc -c <"$tmp/err")" -gt 1000 ]; then echo "FAIL: a 2 MB cell made a $(wc -c <"$tmp/err")-byte line"; fails=$((fails+1)); fi
+# bench gemm has no --batch-size: sizes that cannot fit are refused naming --sizes before anything is allocated.
+expect_error "bench gemm --sizes 1000000: its matrices need 18.2 TiB" bench gemm --sizes 1000000
+
 [ $fails -eq 0 ] && echo "all bad-input cases passed"
 exit $fails

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/input_excerpt.h"
 #include "mixtrain/distributed/communicator.h"
 
 namespace {
@@ -70,7 +71,14 @@ int fail(int code) {
 }
 // What to try after running out of memory: a smaller batch, unless the batch is already one sample (then the
 // model itself, its weights, gradients and optimizer state, does not fit).
-std::string out_of_memory_hint(const std::vector<std::string>& args) {
+std::string out_of_memory_hint(const std::string& command, const std::vector<std::string>& args) {
+  // Only these take --batch-size; the others are told what they can change.
+  const bool bench = command == "bench";
+  if (bench && !args.empty() && args[0] == "gemm") return "give smaller --sizes";
+  const bool takes_batch_size = command == "train" || command == "compare" || command == "inspect" ||
+                                (bench && !args.empty() && args[0] == "step");
+  if (!takes_batch_size)
+    return "this machine has too little memory free for it";
   std::string batch;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--batch-size" && i + 1 < args.size()) batch = args[i + 1];
@@ -104,7 +112,7 @@ int main(int argc, char** argv) {
     if (command == "inspect") return mixtrain::cli::inspect_command(args);
     if (command == "bench") return mixtrain::cli::bench_command(args);
     if (command == "generate") return mixtrain::cli::generate_command(args);
-    std::cerr << "mixtrain: error: unknown command '" << command
+    std::cerr << "mixtrain: error: unknown command '" << mixtrain::printable_line(command, 80)
               << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
     return 2;
   } catch (const mixtrain::cli::HelpRequested&) {
@@ -112,16 +120,18 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   } catch (const mixtrain::Error& e) {
-    std::cerr << "mixtrain " << command << rank_tag() << ": error: " << e.message();
-    if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";
+    // Every error line goes through one escape: whatever a message quotes, no control byte reaches the terminal.
+    std::cerr << "mixtrain " << command << rank_tag() << ": error: " << mixtrain::printable_line(e.message());
+    if (!e.hint().empty()) std::cerr << " (" << mixtrain::printable_line(e.hint()) << ")";
     std::cerr << "\n";
     return fail(e.kind() == mixtrain::ErrorKind::kInternal ? 1 : 2);
   } catch (const std::bad_alloc&) {
-    std::cerr << "mixtrain " << command << rank_tag() << ": error: out of memory (" << out_of_memory_hint(args)
+    std::cerr << "mixtrain " << command << rank_tag() << ": error: out of memory (" << out_of_memory_hint(command, args)
               << ")\n";
     return fail(1);
   } catch (const std::exception& e) {
-    std::cerr << "mixtrain " << command << rank_tag() << ": internal error: " << e.what() << "\n";
+    std::cerr << "mixtrain " << command << rank_tag() << ": internal error: " << mixtrain::printable_line(e.what())
+              << "\n";
     return fail(1);
   }
 }
