@@ -12,6 +12,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/input_excerpt.h"
 #include "mixtrain/distributed/communicator.h"
+#include "mixtrain/precision/hardware_check.h"
 
 namespace {
 const char* kUsage =
@@ -90,6 +91,17 @@ std::string out_of_memory_hint(const std::string& command, const std::vector<std
   if (batch == "auto") return "--batch-size auto found no batch that fits; use fewer or narrower layers (--hidden)";
   return "try a smaller --batch-size, or --batch-size auto to find the largest that fits";
 }
+int run_command(const std::string& command, const std::vector<std::string>& args) {
+  if (command == "train") return mixtrain::cli::train_command(args);
+  if (command == "doctor") return mixtrain::cli::doctor_command(args);
+  if (command == "compare") return mixtrain::cli::compare_command(args);
+  if (command == "inspect") return mixtrain::cli::inspect_command(args);
+  if (command == "bench") return mixtrain::cli::bench_command(args);
+  if (command == "generate") return mixtrain::cli::generate_command(args);
+  std::cerr << "mixtrain: error: unknown command '" << mixtrain::printable_line(command, 80)
+            << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
+  return 2;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,15 +118,14 @@ int main(int argc, char** argv) {
       if (job->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
         std::cerr << "mixtrain: warning: rank " << job->rank() << " could not silence its output\n";
     }
-    if (command == "train") return mixtrain::cli::train_command(args);
-    if (command == "doctor") return mixtrain::cli::doctor_command(args);
-    if (command == "compare") return mixtrain::cli::compare_command(args);
-    if (command == "inspect") return mixtrain::cli::inspect_command(args);
-    if (command == "bench") return mixtrain::cli::bench_command(args);
-    if (command == "generate") return mixtrain::cli::generate_command(args);
-    std::cerr << "mixtrain: error: unknown command '" << mixtrain::printable_line(command, 80)
-              << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
-    return 2;
+    // The mixed-precision check's warning (several lines) is held and printed after the command, so that an error
+    // is one line: a failed command drops it, one that ran shows it below its output.
+    std::vector<std::string> held;
+    mixtrain::set_precision_warning_sink([&held](const std::string& w) { held.push_back(w); });
+    const int status = run_command(command, args);
+    mixtrain::set_precision_warning_sink(nullptr);
+    for (const std::string& w : held) std::cerr << w << "\n";
+    return status;
   } catch (const mixtrain::cli::HelpRequested&) {
     // `mixtrain train --help` (or -h) asks for the usage, as of any other tool: printed by rank 0, exit 0.
     std::cout << kUsage;
