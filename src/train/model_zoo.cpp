@@ -178,8 +178,10 @@ ModelSizeEstimate estimate_transformer(const RunConfig& cfg, const ModelInputSpe
   ModelSizeEstimate e;
   e.weights = static_cast<double>(cfg.num_layers) * (4.0 + 2.0 * ratio) * d * d +
               (static_cast<double>(in.num_classes) + t) * d;
-  e.activations_per_sample = static_cast<double>(cfg.num_layers) * t * d;
-  e.largest_activation_per_sample = t * d;
+  // The logits: a score per character at every position, the widest output by far for a large vocabulary.
+  const double logits = t * static_cast<double>(in.num_classes);
+  e.activations_per_sample = static_cast<double>(cfg.num_layers) * t * d + logits;
+  e.largest_activation_per_sample = std::max(t * d, logits);
   return e;
 }
 
