@@ -20,6 +20,7 @@ std::optional<std::string> mixtrain_cuda_tf32() { return read("MIXTRAIN_CUDA_TF3
 std::optional<std::string> mixtrain_require_gpu() { return read("MIXTRAIN_REQUIRE_GPU"); }
 std::optional<std::string> mixtrain_nccl_timeout() { return read("MIXTRAIN_NCCL_TIMEOUT"); }
 std::optional<std::string> mixtrain_nccl_library() { return read("MIXTRAIN_NCCL_LIBRARY"); }
+std::optional<std::string> mixtrain_input_budget() { return read("MIXTRAIN_INPUT_BUDGET"); }
 std::optional<std::string> mixtrain_data_dir() { return read("MIXTRAIN_DATA_DIR"); }
 std::optional<std::string> xdg_data_home() { return read("XDG_DATA_HOME"); }
 std::optional<std::string> home() { return read("HOME"); }

@@ -14,6 +14,8 @@
 #include <zlib.h>
 
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/input_budget.h"
+#include "mixtrain/core/input_excerpt.h"
 
 namespace mixtrain {
 
@@ -33,6 +35,8 @@ std::string_view trim(std::string_view s) {
 // Splits one line at commas. A cell may be double-quoted, with "" standing for one quote inside it.
 std::vector<std::string> split_cells(std::string_view line, const std::string& path, int64_t line_no) {
   std::vector<std::string> cells;
+  // Sized once (commas + 1 bounds the cells): growing by doubling would hold three times the cells at its peak.
+  cells.reserve(static_cast<size_t>(std::count(line.begin(), line.end(), ',')) + 1);
   std::string cur;
   bool in_quotes = false;
   for (size_t i = 0; i < line.size(); ++i) {
@@ -83,6 +87,8 @@ std::string read_file(const std::string& path) {
   if (!f) MIXTRAIN_FAIL(kIo, "cannot open CSV file '" << path << "': " << std::strerror(errno), "check permissions");
   std::string out;
   std::vector<char> chunk(1 << 16);
+  // A gzip expands up to 1032 times: the text is held to the input budget as it arrives, not after.
+  const int64_t budget = input_budget();
   for (;;) {
     const int got = gzread(f.get(), chunk.data(), static_cast<unsigned>(chunk.size()));
     if (got < 0) {
@@ -93,6 +99,8 @@ std::string read_file(const std::string& path) {
                     "uncompressed");
     }
     if (got == 0) break;
+    if (static_cast<int64_t>(out.size()) + got > budget)
+      check_input_budget(path, "its text (decompressed)", static_cast<int64_t>(out.size()) + got);
     out.append(chunk.data(), static_cast<size_t>(got));
   }
   // zlib ends a truncated gzip stream like a complete one and reports it only here (Z_BUF_ERROR).
@@ -112,15 +120,31 @@ struct CsvReader {
   size_t label = 0;                  // the label column's index
   std::vector<float> features;       // (N * F) row-major
   std::vector<int32_t> labels;       // (N,)
+  int64_t text_bytes = 0;            // the file's text, held while the rows are read
+  int64_t budget = input_budget();
+
+  // Before a line of `cells` cells is split: its cells as strings, and the rows so far with it as float32 (twice:
+  // the reader's and the data set's copy) beside the text, must fit the input budget.
+  void charge(int64_t line_no, int64_t cells) const {
+    const int64_t line = cells * static_cast<int64_t>(sizeof(std::string) + sizeof(float));
+    if (line > budget)
+      check_input_budget(path, "line " + std::to_string(line_no) + "'s " + std::to_string(cells) + " cells", line);
+    const int64_t rows = 2 * static_cast<int64_t>((features.size() + labels.size()) * sizeof(float)) + line;
+    if (text_bytes + rows > budget)
+      check_input_budget(path, "its text and " + std::to_string(labels.size() + 1) + " rows of " +
+                                   std::to_string(columns.empty() ? cells : static_cast<int64_t>(columns.size())) +
+                                   " columns",
+                         text_bytes + rows);
+  }
 
   std::string column_label(size_t c) const {
-    return "column " + std::to_string(c + 1) + (columns[c].empty() ? "" : " '" + columns[c] + "'");
+    return "column " + std::to_string(c + 1) + (columns[c].empty() ? "" : " '" + input_excerpt(columns[c]) + "'");
   }
 
   [[noreturn]] void fail_cell(int64_t line_no, size_t c, const std::string& cell, const char* problem) const {
     MIXTRAIN_FAIL(
         kInvalidInput,
-        "CSV file '" << path << "' line " << line_no << ", " << column_label(c) << ": '" << cell << "' " << problem,
+        "CSV file '" << path << "' line " << line_no << ", " << column_label(c) << ": '" << input_excerpt(cell) << "' " << problem,
         c == label ? "the label column must hold integer class ids 0, 1, ... (map class names to ids first, or "
                      "choose another label column)"
                    : kCsvHint);
@@ -160,7 +184,8 @@ struct CsvReader {
       auto it = std::find(columns.begin(), columns.end(), options.label_column);
       if (it == columns.end()) {
         std::string names;
-        for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + c;
+        for (const std::string& c : columns) names += (names.empty() ? "" : ", ") + input_excerpt(c);
+        names = input_excerpt(names, 400);
         MIXTRAIN_FAIL(kInvalidInput,
                       "CSV file '" << path << "' line " << line_no << ": no column is named '" << options.label_column
                                    << "'; the header names " << names,
@@ -221,7 +246,7 @@ Dataset load_csv(const std::string& path, const CsvOptions& options) {
   if (rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);  // UTF-8 byte order mark
   if (trim(rest).empty()) MIXTRAIN_FAIL(kInvalidInput, "CSV file '" << path << "' is empty", kCsvHint);
 
-  CsvReader reader{path, options, {}, false, 0, {}, {}};
+  CsvReader reader{path, options, {}, false, 0, {}, {}, static_cast<int64_t>(text.size()), input_budget()};
   int64_t line_no = 0;
   while (!rest.empty()) {
     const size_t nl = rest.find('\n');
@@ -229,6 +254,7 @@ Dataset load_csv(const std::string& path, const CsvOptions& options) {
     rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
     ++line_no;
     if (trim(line).empty()) continue;
+    reader.charge(line_no, static_cast<int64_t>(std::count(line.begin(), line.end(), ',')) + 1);
     const std::vector<std::string> cells = split_cells(line, path, line_no);
     if (reader.columns.empty())
       reader.read_first(cells, line_no);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/input_budget.h"
 
 namespace mixtrain {
 
@@ -208,6 +209,8 @@ std::vector<int64_t> read_header(gzFile f, const std::string& path, int expected
   int64_t count = 0;
   std::vector<int64_t> dims = read_dims(f, path, rank, &count);
   check_declared_size(f, path, dims, count);
+  // The bytes, then the float32 samples made from them.
+  check_input_budget(path, "its " + Shape(dims).to_string() + " bytes of data, as bytes and as float32", count * 5);
   return dims;
 }
 

@@ -11,6 +11,7 @@
 #include "mixtrain/core/environment.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/file_checks.h"
+#include "mixtrain/core/input_budget.h"
 
 namespace mixtrain {
 
@@ -154,6 +155,21 @@ std::string Vocabulary::decode(const std::vector<int32_t>& ids) const {
   return code_points_to_utf8(text);
 }
 
+namespace {
+
+// The code points, their ids, the sorted copy the vocabulary is drawn from, and the windows (inputs and targets,
+// int32) of both parts, before any of the windows is made.
+void charge_text_windows(const std::string& source, int64_t n, int64_t n_train, int64_t T, int64_t stride) {
+  const int64_t train_rows = (n_train - 1 - T) / stride + 1;
+  const int64_t test_rows = (n - n_train - 1 - T) / T + 1;
+  const int64_t bytes = 3 * n * 4 + (train_rows + test_rows) * T * 2 * 4;
+  check_input_budget(source, std::to_string(n) + " characters as " + std::to_string(train_rows + test_rows) +
+                                 " windows of " + std::to_string(T),
+                     bytes);
+}
+
+}  // namespace
+
 TextDataset make_text_dataset(std::u32string_view text, const std::string& source, const TextDatasetOptions& o) {
   const int64_t T = o.context_length;
   MIXTRAIN_CHECK(T > 0, "the context length must be positive, got " << T);
@@ -166,8 +182,14 @@ TextDataset make_text_dataset(std::u32string_view text, const std::string& sourc
                  "'" << source << "' has " << n << " characters: too few for windows of " << T
                      << " characters in both the training part and the last " << o.validation_fraction * 100
                      << "% (each needs at least " << T + 1 << ")");
+  charge_text_windows(source, n, n_train, T, stride);
   TextDataset d;
   d.vocabulary = Vocabulary::from_text(text);
+  // Each distinct character is a logit at every position of a window (with its gradient, float32), before any
+  // batch or layer: 1.1 million distinct characters would need 1.1 GB per window of 128.
+  check_input_budget(source, std::to_string(d.vocabulary.size()) + " distinct characters (a logit and its gradient "
+                                 "each, at each of a window's " + std::to_string(T) + " positions)",
+                     static_cast<int64_t>(d.vocabulary.size()) * T * 8);
   const std::vector<int32_t> ids = d.vocabulary.encode(text, source);
   fill_windows(ids, 0, n_train, T, stride, d.splits.train);
   fill_windows(ids, n_train, n, T, T, d.splits.test);
@@ -182,7 +204,10 @@ TextDataset make_text_dataset(std::u32string_view text, const std::string& sourc
 }
 
 TextDataset load_text_dataset(const std::string& path, const TextDatasetOptions& options) {
-  return make_text_dataset(utf8_to_code_points(read_text_file(path), path), path, options);
+  const std::string raw = read_text_file(path);
+  check_input_budget(path, "its " + std::to_string(raw.size()) + " bytes of text as code points",
+                     static_cast<int64_t>(raw.size()) * 5);
+  return make_text_dataset(utf8_to_code_points(raw, path), path, options);
 }
 
 std::string read_text_file(const std::string& path) {

@@ -11,16 +11,19 @@ namespace mixtrain {
 
 namespace {
 // Peak bytes of one training step at `batch` rows: the first step, so optimizer slots count too.
-int64_t measure_step_peak(const RunConfig& cfg, int64_t num_features, int64_t num_classes, int64_t batch) {
-  auto model = build_model(cfg, num_features, num_classes);
+int64_t measure_step_peak(const RunConfig& cfg, int64_t num_features, int64_t num_classes, int64_t batch,
+                          const StepSamples& samples) {
+  auto model = build_model(cfg, num_features, num_classes, samples.sample_shape);
   model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate), Loss("sparse_categorical_crossentropy", true));
   const DType in_dtype = model->layers().front()->compute_dtype();
   model->to(cfg.device);  // the device's memory is what the batch must fit (train_step copies the batch there)
   const int64_t live = memory_stats(cfg.device).live_bytes;
   reset_peak_memory(cfg.device);
   {
-    Tensor x = Tensor::zeros({batch, num_features}, in_dtype);  // the batch as fit() gathers it
-    Tensor y = Tensor::zeros({batch}, DType::kInt32);
+    // The batch as fit() gathers it: (B, F) in the first layer's dtype, or (B, T) ids with (B, T) targets.
+    const bool ids = samples.label_per_position;
+    Tensor x = Tensor::zeros({batch, num_features}, ids ? DType::kInt32 : in_dtype);
+    Tensor y = ids ? Tensor::zeros({batch, num_features}, DType::kInt32) : Tensor::zeros({batch}, DType::kInt32);
     model->train_step(x, y);
   }
   return memory_stats(cfg.device).peak_bytes - live;
@@ -53,7 +56,7 @@ int64_t parse_memory_size(const std::string& text, const std::string& flag) {
 }
 
 BatchSizeSearch find_max_batch_size(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
-                                    int64_t budget_bytes, int64_t max_batch) {
+                                    int64_t budget_bytes, int64_t max_batch, const StepSamples& samples) {
   MIXTRAIN_CHECK(budget_bytes > 0, "memory budget must be positive");
   MIXTRAIN_CHECK(max_batch > 0, "batch search: no training rows");
   BatchSizeSearch s;
@@ -63,7 +66,7 @@ BatchSizeSearch find_max_batch_size(const RunConfig& cfg, int64_t num_features, 
   auto fits = [&](int64_t b) {
     int64_t peak = 0;
     try {
-      peak = measure_step_peak(cfg, num_features, num_classes, b);
+      peak = measure_step_peak(cfg, num_features, num_classes, b, samples);
     } catch (const MemoryLimitExceeded& e) {
       // Past the process's memory limit: it does not fit; what it had asked for is a lower bound of its peak.
       s.trials.emplace_back(b, e.live_bytes() + e.requested_bytes());

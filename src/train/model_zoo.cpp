@@ -26,9 +26,20 @@ std::unique_ptr<Model> build_mlp(const RunConfig& cfg, const ModelInputSpec& in)
   return model;
 }
 
+// The image shape of `in` for a model that halves it twice (two 2x2 max-poolings): each side must keep at least
+// one pixel after them, so at least 4. A 3x3 image became an internal Dense error about a (0,) sample.
+std::vector<int64_t> image_pooled_twice(const ModelInputSpec& in, const char* model) {
+  const std::vector<int64_t> image = image_shape_of(in);
+  MIXTRAIN_CHECK(image[0] >= 4 && image[1] >= 4,
+                 "the " << model << " model halves its images twice (two 2x2 poolings), so they need at least 4x4 "
+                        << "pixels; this data's are " << image[0] << "x" << image[1]
+                        << " (use --model mlp for samples this small)");
+  return image;
+}
+
 // Two Conv-BatchNorm-ReLU-MaxPool stages, then Dense(hidden[0] or 128, relu), dropout and float32 logits.
 std::unique_ptr<Model> build_cnn(const RunConfig& cfg, const ModelInputSpec& in) {
-  const std::vector<int64_t> image = image_shape_of(in);
+  const std::vector<int64_t> image = image_pooled_twice(in, "cnn");
   auto model = std::make_unique<Model>("cnn", cfg.seed);
   model->emplace<Reshape>(image);
   for (int64_t filters : {32, 64}) {
@@ -75,7 +86,7 @@ SymbolicTensor residual_block(const SymbolicTensor& x, int64_t filters, const st
 // Stem Conv-BN-ReLU (32) and pooling, a residual block of 32, pooling, a projected block of 64, global
 // average pooling and float32 logits: written with the functional API.
 std::unique_ptr<Model> build_resnet(const RunConfig& cfg, const ModelInputSpec& in) {
-  const std::vector<int64_t> image = image_shape_of(in);
+  const std::vector<int64_t> image = image_pooled_twice(in, "resnet");
   int64_t flat = 1;
   for (int64_t d : image) flat *= d;
   SymbolicTensor x = Input({flat}, DType::kFloat32, "pixels");
@@ -167,8 +178,10 @@ ModelSizeEstimate estimate_transformer(const RunConfig& cfg, const ModelInputSpe
   ModelSizeEstimate e;
   e.weights = static_cast<double>(cfg.num_layers) * (4.0 + 2.0 * ratio) * d * d +
               (static_cast<double>(in.num_classes) + t) * d;
-  e.activations_per_sample = static_cast<double>(cfg.num_layers) * t * d;
-  e.largest_activation_per_sample = t * d;
+  // The logits: a score per character at every position, the widest output by far for a large vocabulary.
+  const double logits = t * static_cast<double>(in.num_classes);
+  e.activations_per_sample = static_cast<double>(cfg.num_layers) * t * d + logits;
+  e.largest_activation_per_sample = std::max(t * d, logits);
   return e;
 }
 

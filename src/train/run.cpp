@@ -453,7 +453,12 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   std::string tokenizer_model;
   str("tokenizer_model", tokenizer_model);
   cfg.tokenizer_model = base64_decode(tokenizer_model, source + " 'tokenizer_model'");
-  validate_run_config(cfg);
+  try {
+    validate_run_config(cfg);
+  } catch (const Error& e) {  // its messages name train's flags, which the reader of a file never passed
+    MIXTRAIN_FAIL(kInvalidInput, source << ": the saved run configuration is not valid: " << e.message(),
+                  "the file was damaged or edited (its settings are named as train's flags)");
+  }
   return cfg;
 }
 

@@ -26,6 +26,7 @@ const std::vector<Accessor>& accessors() {
       {"MIXTRAIN_CUDA_TF32", env::mixtrain_cuda_tf32},
       {"MIXTRAIN_NCCL_TIMEOUT", env::mixtrain_nccl_timeout},
       {"MIXTRAIN_NCCL_LIBRARY", env::mixtrain_nccl_library},
+      {"MIXTRAIN_INPUT_BUDGET", env::mixtrain_input_budget},
       {"MIXTRAIN_DATA_DIR", env::mixtrain_data_dir},
       {"XDG_DATA_HOME", env::xdg_data_home},
       {"HOME", env::home},

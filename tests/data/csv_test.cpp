@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "mixtrain/core/input_budget.h"
 #include "test_files.h"
 
 namespace mixtrain {
@@ -227,6 +228,47 @@ TEST(Csv, GzipCompressedFilesReadTransparently) {
   }
   const Error e = csv_error(dir, "cut.csv.gz", bytes.substr(0, bytes.size() / 2));
   EXPECT_TRUE(contains(e.what(), "cannot decompress its gzip data")) << e.what();
+}
+
+// Sets the input budget for one test and restores the default after it.
+struct BudgetOf {
+  explicit BudgetOf(int64_t bytes) { set_input_budget(bytes); }
+  ~BudgetOf() { set_input_budget(0); }
+};
+
+// A gzip of far more text than the budget (the issue's: a few MB inflating to 2 GB of valid rows, which ran out of
+// memory suggesting a smaller --batch-size) is refused as its text arrives, naming the file and the budget.
+TEST(Csv, AGzipExpandingPastTheInputBudgetIsRefusedAsItArrives) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 400000; ++i) text += "1.0,2.0,0\n";  // 4 MB of rows, a few KB compressed
+  const std::string gz = dir.file("rows.csv.gz");
+  write_gzip(gz, text);
+  {
+    const BudgetOf budget(1 << 20);
+    const Error e = error_of([&] { load_csv(gz); });
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_TRUE(contains(e.what(), "'" + gz + "': its text (decompressed) would take ")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "more than the input budget of 1.0 MiB")) << e.what();
+  }
+  EXPECT_EQ(load_csv(gz).x.shape(), (Shape{400000, 2}));  // under the default budget it loads
+}
+
+// One line of many cells (the issue's: 20 million cells in a 39 KB gzip) is refused before it is split into cells,
+// and rows x columns past the budget before they are stored.
+TEST(Csv, ALineOrRowsPastTheInputBudgetAreRefusedBeforeTheyAreStored) {
+  TempDir dir;
+  std::string wide;
+  for (int i = 0; i < 100000; ++i) wide += "0,";
+  wide += "0\n";  // 200 KB of text, 100,001 cells
+  const BudgetOf budget(1 << 20);
+  const Error line = csv_error(dir, "wide.csv", wide);
+  EXPECT_TRUE(contains(line.what(), "line 1's 100001 cells would take 3.4 MiB in memory")) << line.what();
+  std::string rows;
+  for (int i = 0; i < 40000; ++i) rows += "1,2,3,0\n";  // 320 KB of text, 1.2 MB of float32 rows twice
+  const Error many = csv_error(dir, "rows.csv", rows);
+  EXPECT_TRUE(contains(many.what(), "its text and ")) << many.what();
+  EXPECT_TRUE(contains(many.what(), " rows of 4 columns would take ")) << many.what();
 }
 
 }  // namespace

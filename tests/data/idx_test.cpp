@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/core/input_budget.h"
 #include "test_files.h"
 
 namespace mixtrain {
@@ -242,6 +243,17 @@ TEST(Idx, GzipDataBeyondTheDeclaredSizeIsRefused) {
   const std::string path = dir.file("long.gz");
   write_idx(path, {2}, std::vector<uint8_t>(size_t{64} << 20, 0), true);
   expect_bad_file(path, 1, "has bytes after the 2 bytes of data its header (2,) declares");
+}
+
+// The declared data, as bytes and as float32, is charged to the input budget before it is allocated or inflated.
+TEST(Idx, DeclaredDataPastTheInputBudgetIsRefusedBeforeItIsRead) {
+  TempDir dir;
+  const std::string path = dir.file("img-idx3-ubyte.gz");
+  write_idx(path, {400, 32, 32}, std::vector<uint8_t>(400 * 32 * 32, 3), true);  // 400 KiB, 2.0 MiB charged
+  set_input_budget(1 << 20);
+  expect_bad_file(path, 3, "its (400, 32, 32) bytes of data, as bytes and as float32 would take 2.0 MiB");
+  set_input_budget(0);
+  EXPECT_EQ(read_idx(path, 3).shape(), (Shape{400, 32, 32}));
 }
 
 }  // namespace

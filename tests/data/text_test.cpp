@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "mixtrain/core/input_budget.h"
 #include "test_files.h"
 
 namespace mixtrain {
@@ -156,6 +157,25 @@ TEST(Text, TokenWindowDatasetsAreValidated) {
   validate_dataset(d);
   d.x = Tensor::from_ints({1, 3}, {0, 5, 2});
   EXPECT_TRUE(contains(error_of([&] { validate_dataset(d); }).what(), "token 1 is 5"));
+}
+
+// A text of many distinct characters (the issue's: 4.4 MB holding 1.1 million, which took 4.9 GB) is refused once
+// its vocabulary is counted, naming the count; a long text's windows are charged before they are made.
+TEST(Text, DistinctCharactersAndWindowsPastTheInputBudgetAreRefused) {
+  std::u32string text;
+  for (char32_t c = 0x4E00; c < 0x4E00 + 5000; ++c) text += c;  // 5,000 distinct CJK characters
+  text += text;
+  TextDatasetOptions o;
+  o.context_length = 64;
+  set_input_budget(1 << 20);  // 5,000 x 64 x 8 bytes = 2.4 MiB of logits per window
+  const Error many = error_of([&] { make_text_dataset(text, "cjk.txt", o); });
+  EXPECT_TRUE(contains(many.what(), "'cjk.txt': 5000 distinct characters")) << many.what();
+  EXPECT_TRUE(contains(many.what(), "more than the input budget of 1.0 MiB")) << many.what();
+  set_input_budget(1 << 18);  // 10,000 characters as 155 windows of 64 (x4 stride): 0.2 MiB + 0.1 MiB
+  const Error windows = error_of([&] { make_text_dataset(text, "cjk.txt", o); });
+  EXPECT_TRUE(contains(windows.what(), "10000 characters as ")) << windows.what();
+  set_input_budget(0);
+  EXPECT_EQ(make_text_dataset(text, "cjk.txt", o).vocabulary.size(), 5000);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/input_budget.h"
 
 namespace mixtrain {
 namespace {
@@ -532,6 +533,28 @@ TEST_F(Safetensors, Float8TensorsRoundTripUnderTheirTags) {
   const SafetensorsFile file = load_safetensors(p);
   ASSERT_EQ(file.tensors.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(same_bytes(file.tensors[i].second, tensors[i].second));
+}
+
+// A header is charged at ten times its text (what parsing it takes) before it is read: the issue's 96 MB header of
+// 1.38 million tiny tensors took 1.4 GB; here a small budget stands in for a small machine.
+TEST_F(Safetensors, AHeaderPastTheInputBudgetIsRefusedBeforeItIsRead) {
+  std::string header = "{";
+  for (int i = 0; i < 5000; ++i)
+    header += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" +
+              std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  header += "}";
+  std::string bytes(8, '\0');
+  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<char>((header.size() >> (8 * b)) & 0xFF);
+  bytes += header + std::string(5000, '\0');
+  const std::string p = path("many.safetensors");
+  write_bytes(p, bytes);
+  EXPECT_EQ(load_safetensors(p).tensors.size(), 5000u);  // under the default budget it loads
+  set_input_budget(int64_t{1} << 20);
+  const Error e = load_error(bytes);
+  set_input_budget(0);
+  EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(e.message().find("-byte safetensors header, parsed, would take"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("more than the input budget of 1.0 MiB"), std::string::npos) << e.message();
 }
 
 }  // namespace

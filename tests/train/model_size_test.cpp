@@ -57,6 +57,11 @@ TEST(ModelFitsMemory, ConvolutionalAndTransformerEstimatesAreLowerBounds) {
   const double lm_params = static_cast<double>(build_model(lm, 16, 29, {16})->count_params());
   EXPECT_LE(le->weights, lm_params);
   EXPECT_GE(le->weights, 0.8 * lm_params);
+  // A window's logits (16 positions x 1,000 characters) are counted: they are the widest output and most of it.
+  const std::optional<ModelSizeEstimate> wide = estimate_model_size(lm, ModelInputSpec{16, {16}, 1000});
+  ASSERT_TRUE(wide.has_value());
+  EXPECT_EQ(wide->largest_activation_per_sample, 16 * 1000);
+  EXPECT_EQ(wide->activations_per_sample, 2 * 16 * 32 + 16 * 1000);
 
 }
 

@@ -18,6 +18,7 @@
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/precision/hardware_check.h"
+#include "mixtrain/train/batch_size.h"
 
 namespace mixtrain::cli {
 
@@ -36,6 +37,21 @@ double gemm_gflops(DType dtype, int64_t n, double seconds) {
   Tensor a16 = a.to(dtype), b16 = b.to(dtype);
   Tensor c = Tensor::empty({n, n}, dtype);
   return ops::time_cpu_matmul(a16, b16, c, seconds).gflops;
+}
+
+// Each size's matrices (A and B in float32 and the timed dtype, and C: five n x n float32 at most) must fit in
+// the memory available, checked for every size before the first is timed.
+void check_gemm_sizes_fit(const std::vector<int64_t>& sizes) {
+  const int64_t available = default_memory_budget();
+  for (int64_t n : sizes) {
+    const double need = 5.0 * static_cast<double>(n) * static_cast<double>(n) * 4;
+    if (need > static_cast<double>(available))
+      MIXTRAIN_FAIL(kInvalidInput,
+                    "bench gemm --sizes " << n << ": its matrices need " << format_bytes(need) << ", more than the "
+                                          << format_bytes(static_cast<double>(available))
+                                          << " available (80% of the memory free now)",
+                    "give smaller --sizes");
+  }
 }
 
 // bench gemm on a GPU: the same table, each product through ops::matmul (the CUDA backend's cuBLASLt kernel),
@@ -122,6 +138,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
   const std::vector<int64_t> sizes = a.int_list("sizes", {512, 1024, 2048});
   const double seconds = a.number("seconds", 1.0);
   MIXTRAIN_CHECK(seconds > 0, "--seconds must be positive");
+  check_gemm_sizes_fit(sizes);
   std::printf("GEMM (n x n x n), isa %s, best of repeated runs over %.1f s per case\n", kernels::gemm_isa(), seconds);
   // The methods the one-time calibration (or MIXTRAIN_BF16_GEMM / MIXTRAIN_F16_GEMM) chose on this CPU.
   std::printf("methods: bfloat16 %s, float16 %s (float32 every %d k on fp16); AMX tile state %s\n",

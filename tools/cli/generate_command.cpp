@@ -65,7 +65,10 @@ int generate_command(const std::vector<std::string>& argv) {
   const std::string& path = o.path;
   const SafetensorsFile file = load_safetensors(path);
   auto cfg_it = file.metadata.find("config");
-  MIXTRAIN_CHECK(cfg_it != file.metadata.end(), "'" << path << "' has no run configuration (not saved by train --save)");
+  // save_checkpoint writes an empty configuration when its caller gives none (a checkpoint of the library's own).
+  if (cfg_it == file.metadata.end() || cfg_it->second.empty())
+    MIXTRAIN_FAIL(kInvalidInput, "'" << path << "' has no run configuration (not saved by train --save)",
+                  "generate needs a checkpoint that train --save wrote of a transformer language model");
   const RunConfig cfg = run_config_from_json(cfg_it->second, "'" + path + "' (config)");
   MIXTRAIN_CHECK(cfg.model == "transformer" && (!cfg.vocabulary.empty() || !cfg.tokenizer_model.empty()),
                  "'" << path << "' holds a " << cfg.model << " model; generate needs a transformer language model");

@@ -10,7 +10,9 @@
 
 #include "commands.h"
 #include "mixtrain/core/error.h"
+#include "mixtrain/core/input_excerpt.h"
 #include "mixtrain/distributed/communicator.h"
+#include "mixtrain/precision/hardware_check.h"
 
 namespace {
 const char* kUsage =
@@ -71,7 +73,14 @@ int fail(int code) {
 }
 // What to try after running out of memory: a smaller batch, unless the batch is already one sample (then the
 // model itself, its weights, gradients and optimizer state, does not fit).
-std::string out_of_memory_hint(const std::vector<std::string>& args) {
+std::string out_of_memory_hint(const std::string& command, const std::vector<std::string>& args) {
+  // Only these take --batch-size; the others are told what they can change.
+  const bool bench = command == "bench";
+  if (bench && !args.empty() && args[0] == "gemm") return "give smaller --sizes";
+  const bool takes_batch_size = command == "train" || command == "compare" || command == "inspect" ||
+                                (bench && !args.empty() && args[0] == "step");
+  if (!takes_batch_size)
+    return "this machine has too little memory free for it";
   std::string batch;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--batch-size" && i + 1 < args.size()) batch = args[i + 1];
@@ -82,6 +91,17 @@ std::string out_of_memory_hint(const std::vector<std::string>& args) {
            "narrower layers (--hidden) or a machine with more memory";
   if (batch == "auto") return "--batch-size auto found no batch that fits; use fewer or narrower layers (--hidden)";
   return "try a smaller --batch-size, or --batch-size auto to find the largest that fits";
+}
+int run_command(const std::string& command, const std::vector<std::string>& args) {
+  if (command == "train") return mixtrain::cli::train_command(args);
+  if (command == "doctor") return mixtrain::cli::doctor_command(args);
+  if (command == "compare") return mixtrain::cli::compare_command(args);
+  if (command == "inspect") return mixtrain::cli::inspect_command(args);
+  if (command == "bench") return mixtrain::cli::bench_command(args);
+  if (command == "generate") return mixtrain::cli::generate_command(args);
+  std::cerr << "mixtrain: error: unknown command '" << mixtrain::printable_line(command, 80)
+            << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
+  return 2;
 }
 }  // namespace
 
@@ -99,30 +119,31 @@ int main(int argc, char** argv) {
       if (job->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
         std::cerr << "mixtrain: warning: rank " << job->rank() << " could not silence its output\n";
     }
-    if (command == "train") return mixtrain::cli::train_command(args);
-    if (command == "doctor") return mixtrain::cli::doctor_command(args);
-    if (command == "compare") return mixtrain::cli::compare_command(args);
-    if (command == "inspect") return mixtrain::cli::inspect_command(args);
-    if (command == "bench") return mixtrain::cli::bench_command(args);
-    if (command == "generate") return mixtrain::cli::generate_command(args);
-    std::cerr << "mixtrain: error: unknown command '" << command
-              << "' (valid commands: train, compare, inspect, generate, doctor, bench; see mixtrain --help)\n";
-    return 2;
+    // The mixed-precision check's warning (several lines) is held and printed after the command, so that an error
+    // is one line: a failed command drops it, one that ran shows it below its output.
+    std::vector<std::string> held;
+    mixtrain::set_precision_warning_sink([&held](const std::string& w) { held.push_back(w); });
+    const int status = run_command(command, args);
+    mixtrain::set_precision_warning_sink(nullptr);
+    for (const std::string& w : held) std::cerr << w << "\n";
+    return status;
   } catch (const mixtrain::cli::HelpRequested&) {
     // `mixtrain train --help` (or -h) asks for the usage, as of any other tool: printed by rank 0, exit 0.
     std::cout << kUsage;
     return 0;
   } catch (const mixtrain::Error& e) {
-    std::cerr << "mixtrain " << command << rank_tag() << ": error: " << e.message();
-    if (!e.hint().empty()) std::cerr << " (" << e.hint() << ")";
+    // Every error line goes through one escape: whatever a message quotes, no control byte reaches the terminal.
+    std::cerr << "mixtrain " << command << rank_tag() << ": error: " << mixtrain::printable_line(e.message());
+    if (!e.hint().empty()) std::cerr << " (" << mixtrain::printable_line(e.hint()) << ")";
     std::cerr << "\n";
     return fail(e.kind() == mixtrain::ErrorKind::kInternal ? 1 : 2);
   } catch (const std::bad_alloc&) {
-    std::cerr << "mixtrain " << command << rank_tag() << ": error: out of memory (" << out_of_memory_hint(args)
+    std::cerr << "mixtrain " << command << rank_tag() << ": error: out of memory (" << out_of_memory_hint(command, args)
               << ")\n";
     return fail(1);
   } catch (const std::exception& e) {
-    std::cerr << "mixtrain " << command << rank_tag() << ": internal error: " << e.what() << "\n";
+    std::cerr << "mixtrain " << command << rank_tag() << ": internal error: " << mixtrain::printable_line(e.what())
+              << "\n";
     return fail(1);
   }
 }

@@ -221,8 +221,11 @@ void resolve_batch_size(RunConfig& cfg, const RunOptions& o, const DataSplits& d
   };
   budget = smallest_over_ranks(budget);
   const int64_t rows = training_rows(data.train.size(), cfg.validation_split);
+  // Windows of ids (the transformer's data) have a target per position; a trial step must see them so.
+  const StepSamples samples{data.train.sample_shape, data.train.y.rank() == 2};
   const BatchSizeSearch s = find_max_batch_size(cfg, data.train.num_features(),
-                                                std::max(data.train.num_classes, data.test.num_classes), budget, rows);
+                                                std::max(data.train.num_classes, data.test.num_classes), budget, rows,
+                                                samples);
   cfg.batch_size = smallest_over_ranks(s.batch_size);
   std::printf("batch size auto (%s): %lld rows, one step peaks at %.1f MiB of a %.1f MiB budget (%zu trial steps)%s\n",
               cfg.policy.c_str(), static_cast<long long>(s.batch_size), static_cast<double>(s.peak_bytes) / (1 << 20),

@@ -32,6 +32,8 @@ std::optional<std::string> mixtrain_nccl_timeout();
 std::optional<std::string> mixtrain_nccl_library();
 
 // ---- Data ----
+// MIXTRAIN_INPUT_BUDGET: the most one input may expand to in memory (a size such as 8G; core/input_budget.h).
+std::optional<std::string> mixtrain_input_budget();
 // MIXTRAIN_DATA_DIR: the directory that holds moby-dick.txt.
 std::optional<std::string> mixtrain_data_dir();
 // XDG_DATA_HOME: without MIXTRAIN_DATA_DIR, moby-dick.txt is in $XDG_DATA_HOME/mixtrain.
