@@ -201,8 +201,8 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
                                         << x.value().describe());
   // (batch, T, 3 * heads * key_dim): q, k and v side by side, from one product.
   Var qkv = fused_projection(x, {query_kernel_, key_kernel_, value_kernel_},
-                                   {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
-                                   {query_bias_, key_bias_, value_bias_});
+                             {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
+                             {query_bias_, key_bias_, value_bias_});
   if (options_.rotary) {
     // q and k (the first 2 * heads * key_dim columns) turn; v is copied. A cached step's rows follow the cached ones.
     const int64_t w = options_.num_heads * options_.key_dim;
