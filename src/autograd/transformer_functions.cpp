@@ -88,6 +88,16 @@ Var rms_norm(const Var& x, const Var& scale, float epsilon) {
   return out;
 }
 
+Var rotary_embedding(const Var& x_arg, const ops::RotaryOptions& options) {
+  const Var x = autocast_operand(x_arg);
+  const bool rec = should_record({&x});
+  Var out = output(ops::rotary_embedding(x.value(), options), rec);
+  if (rec) {
+    record_backward(out, [x, options, out]() { give_fresh(x, ops::rotary_embedding_backward(out.grad(), options)); });
+  }
+  return out;
+}
+
 Var fused_projection(const Var& x, const std::vector<Var>& kernels, const std::vector<Tensor>& kernel_computes,
                      const std::vector<Var>& biases) {
   MIXTRAIN_CHECK(x.defined() && x.value().rank() >= 1, "fused_projection: input is undefined or a scalar");

@@ -93,6 +93,9 @@ std::shared_ptr<Layer> attention_from(const Json& c) {
   o.causal = c.at("causal").as_bool();
   o.use_bias = c.at("use_bias").as_bool();
   o.logit_multiplier = float_at(c, "logit_multiplier");
+  // Configs saved before rotary existed have no such keys: those models had no rotary embedding.
+  if (const Json* r = c.find("rotary")) o.rotary = r->as_bool();
+  if (const Json* r = c.find("rotary_base")) o.rotary_base = static_cast<float>(r->as_number());
   o.dtype = b.dtype;
   o.name = b.name;
   return std::make_shared<MultiHeadAttention>(o);
@@ -215,6 +218,8 @@ Json MultiHeadAttention::get_config() const {
   c["causal"] = options_.causal;
   c["use_bias"] = options_.use_bias;
   c["logit_multiplier"] = options_.logit_multiplier;
+  c["rotary"] = options_.rotary;
+  c["rotary_base"] = options_.rotary_base;
   return c;
 }
 

@@ -147,6 +147,11 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
                  "MultiHeadAttention: dropout must be in [0, 1), got " << options_.dropout);
   MIXTRAIN_CHECK(std::isfinite(options_.logit_multiplier) && options_.logit_multiplier > 0.0f,
                  "MultiHeadAttention: logit_multiplier must be positive and finite, got " << options_.logit_multiplier);
+  MIXTRAIN_CHECK(!options_.rotary || options_.key_dim % 2 == 0,
+                 "MultiHeadAttention: rotary position embeddings turn features in pairs, so key_dim must be even, got "
+                     << options_.key_dim);
+  MIXTRAIN_CHECK(!options_.rotary || (std::isfinite(options_.rotary_base) && options_.rotary_base > 1.0f),
+                 "MultiHeadAttention: rotary_base must be finite and above 1, got " << options_.rotary_base);
 }
 
 Shape MultiHeadAttention::compute_output_shape(const Shape& input_shape) const {
@@ -195,9 +200,15 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
                  "MultiHeadAttention '" << name() << "' expects (batch, sequence, " << d << "), got "
                                         << x.value().describe());
   // (batch, T, 3 * heads * key_dim): q, k and v side by side, from one product.
-  const Var qkv = fused_projection(x, {query_kernel_, key_kernel_, value_kernel_},
-                                   {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
-                                   {query_bias_, key_bias_, value_bias_});
+  Var qkv = fused_projection(x, {query_kernel_, key_kernel_, value_kernel_},
+                             {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
+                             {query_bias_, key_bias_, value_bias_});
+  if (options_.rotary) {
+    // q and k (the first 2 * heads * key_dim columns) turn; v is copied. A cached step's rows follow the cached ones.
+    const int64_t w = options_.num_heads * options_.key_dim;
+    qkv = rotary_embedding(qkv, {options_.key_dim, 2 * w, ctx.cache ? ctx.cache->offset() : 0,
+                                 static_cast<double>(options_.rotary_base)});
+  }
   Tensor logits;
   Var a;  // (batch, T, heads * key_dim)
   if (ctx.cache) {

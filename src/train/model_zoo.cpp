@@ -116,6 +116,9 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.num_heads = cfg.num_heads;
   o.dropout = cfg.dropout;
   o.attention_logit_multiplier = cfg.attention_logit_multiplier;
+  o.norm = cfg.norm;
+  o.mlp = cfg.mlp;
+  o.positions = cfg.positions;
   return build_transformer_lm(o, cfg.seed);
 }
 

@@ -21,6 +21,7 @@
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
 #include "mixtrain/train/model_registry.h"
+#include "mixtrain/train/transformer_model.h"
 
 namespace mixtrain {
 
@@ -67,6 +68,7 @@ void validate_run_config(const RunConfig& cfg) {
                  "--heads must be positive and divide --width " << cfg.width << ", got " << cfg.num_heads);
   MIXTRAIN_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "--dropout must be in [0, 1), got " << cfg.dropout);
   MIXTRAIN_CHECK(cfg.attention_logit_multiplier > 0, "the attention logit multiplier must be positive");
+  check_transformer_blocks(cfg.norm, cfg.mlp, cfg.positions);
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
   check_master_rounding(cfg);
   const int64_t warmup = std::max<int64_t>(cfg.warmup_steps, 0);
@@ -376,6 +378,9 @@ std::string run_config_json(const RunConfig& cfg) {
   j["num_heads"] = cfg.num_heads;
   j["dropout"] = cfg.dropout;
   j["attention_logit_multiplier"] = cfg.attention_logit_multiplier;
+  if (cfg.norm != "layer") j["norm"] = cfg.norm;
+  if (cfg.mlp != "gelu") j["mlp"] = cfg.mlp;
+  if (cfg.positions != "learned") j["positions"] = cfg.positions;
   if (!cfg.vocabulary.empty()) {
     Json vocab = Json::array();
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
@@ -441,6 +446,9 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   num("num_heads", cfg.num_heads);
   num("dropout", cfg.dropout);
   num("attention_logit_multiplier", cfg.attention_logit_multiplier);
+  str("norm", cfg.norm);
+  str("mlp", cfg.mlp);
+  str("positions", cfg.positions);
   if (const Json* v = field("vocabulary")) {
     MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
     for (const Json& c : v->as_array()) {

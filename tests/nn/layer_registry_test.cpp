@@ -73,6 +73,26 @@ TEST(LayerRegistry, EveryBuiltinLayerRebuildsFromItsConfig) {
   EXPECT_GE(registered_layer_names().size(), 20u);  // the built-ins, and what other tests registered
 }
 
+TEST(LayerRegistry, RotaryAttentionRebuildsAndOlderConfigsMeanNoRotary) {
+  const MultiHeadAttention mha(
+      MultiHeadAttentionOptions{}.with_num_heads(2).with_key_dim(4).with_causal(true).with_rotary(true).with_rotary_base(
+          500.0f));
+  const Json config = mha.get_config();
+  auto rebuilt = std::dynamic_pointer_cast<MultiHeadAttention>(layer_from_config("MultiHeadAttention", config));
+  ASSERT_TRUE(rebuilt);
+  EXPECT_TRUE(rebuilt->options().rotary);
+  EXPECT_EQ(rebuilt->options().rotary_base, 500.0f);
+  EXPECT_EQ(rebuilt->get_config(), config);
+  Json older = config;  // a config written before the rotary keys existed
+  std::erase_if(older.as_object(), [](const auto& kv) { return kv.first.rfind("rotary", 0) == 0; });
+  ASSERT_FALSE(older.contains("rotary"));
+  auto plain = std::dynamic_pointer_cast<MultiHeadAttention>(layer_from_config("MultiHeadAttention", older));
+  EXPECT_FALSE(plain->options().rotary);
+  // An odd key_dim cannot turn in pairs.
+  EXPECT_THROW(MultiHeadAttention(MultiHeadAttentionOptions{}.with_num_heads(1).with_key_dim(5).with_rotary(true)),
+               Error);
+}
+
 class Probe : public Layer {
  public:
   explicit Probe(DTypeArg dtype = std::nullopt, const std::string& name = {}) : Layer("probe", dtype, name) {}

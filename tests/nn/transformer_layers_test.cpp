@@ -360,6 +360,38 @@ TEST_F(TransformerLayersTest, CausalOutputsIgnoreLaterPositionsAndGradientsMatch
   EXPECT_LT(r.max_rel_error, 5e-3) << r.worst;
 }
 
+// Rotary positions turn q and k by angles of their positions: at position 0 every angle is 0, so a causal layer's
+// first row is the plain layer's bit for bit (same weights), and later rows differ; the whole layer's gradient
+// (through the rotation's transpose) matches finite differences.
+TEST_F(TransformerLayersTest, RotaryAttentionTurnsLaterPositionsAndGradientsMatchFiniteDifferences) {
+  MultiHeadAttention plain({.num_heads = 2, .key_dim = 4, .causal = true});
+  MultiHeadAttention rotary(MultiHeadAttentionOptions{}.with_num_heads(2).with_key_dim(4).with_causal(true).with_rotary(
+      true));
+  const Tensor x = random_tensor({2, 5, 6}, 12);
+  const std::vector<float> yp = plain(Var(x)).value().to_floats();
+  rotary(Var(x));  // builds
+  ASSERT_EQ(plain.weights().size(), rotary.weights().size());
+  for (size_t i = 0; i < plain.weights().size(); ++i) {
+    Var w = rotary.weights()[i];  // a handle on the layer's variable
+    w.set_value(plain.weights()[i].value());
+  }
+  const std::vector<float> yr = rotary(Var(x)).value().to_floats();
+  for (int64_t b = 0; b < 2; ++b) {
+    bool later_differs = false;
+    for (int64_t t = 0; t < 5; ++t)
+      for (int64_t d = 0; d < 6; ++d) {
+        const size_t k = static_cast<size_t>((b * 5 + t) * 6 + d);
+        if (t == 0) EXPECT_EQ(yr[k], yp[k]) << "batch " << b << " feature " << d;
+        else later_differs |= yr[k] != yp[k];
+      }
+    EXPECT_TRUE(later_differs) << "batch " << b;
+  }
+  const GradCheckResult r = check_gradients(
+      [&](const std::vector<Var>& v) { return mean_squared_error(rotary(v[0]), random_tensor({2, 4, 6}, 13)); },
+      {random_tensor({2, 4, 6}, 14)});
+  EXPECT_LT(r.max_rel_error, 5e-3) << r.worst;
+}
+
 // Records what layers report through the observer in force.
 class InternalsRecorder : public LayerObserver {
  public:

@@ -35,9 +35,15 @@ class GenerationCacheTest : public QuietPolicyTest {
   }
 };
 
-std::unique_ptr<Model> small_transformer(const char* policy, uint64_t seed = 7) {
+// blocks: "modern" gives RMSNorm, SwiGLU and rotary positions (no position table) instead of the defaults.
+std::unique_ptr<Model> small_transformer(const char* policy, uint64_t seed = 7, const std::string& blocks = "") {
   set_global_policy(policy);
   TransformerLMOptions o;
+  if (blocks == "modern") {
+    o.norm = "rms";
+    o.mlp = "swiglu";
+    o.positions = "rope";
+  }
   o.vocabulary_size = kVocabulary;
   o.context_length = kWindow;
   o.width = 32;
@@ -118,6 +124,19 @@ TEST_F(GenerationCacheTest, CachedStepsGiveTheLogitsOfRecomputingTheWindow) {
   }
 }
 
+// With rotary positions a cached step turns its new rows' queries and keys by the angles of positions offset()
+// onward (one table per call, computed the same way), and RMSNorm and SwiGLU work per row: so the cached rows are the
+// recomputed ones bit for bit.
+TEST_F(GenerationCacheTest, RotaryRmsSwigluCachedStepsGiveTheLogitsOfRecomputingTheWindow) {
+  for (const char* policy : {"float32", "mixed_bfloat16"}) {
+    auto m = small_transformer(policy, 7, "modern");
+    EXPECT_THROW(m->layer("position_embedding"), Error) << "rotary positions replace the position table";
+    const auto [worst, largest] = worst_logit_difference(*m);
+    EXPECT_EQ(worst, 0.0) << policy;
+    EXPECT_GT(largest, 0.0) << policy;
+  }
+}
+
 // Counts the attention kernel's calls by their number of query rows: 1 is a cached step.
 int g_single_row_calls = 0, g_window_calls = 0;
 ops::kernel::AttentionFn* g_attention = nullptr;
@@ -141,9 +160,10 @@ std::vector<int32_t> generate_with(Model& m, KeyValueCache cache, GenerationOpti
 // position each, and longer ones slide the window, recomputed with or without the cache; so the cached run makes
 // 2 layers x 21 single-row attention calls and the other none.
 TEST_F(GenerationCacheTest, GenerateDrawsTheSameTokensWithAndWithoutTheCachePastTheWindow) {
+  for (const std::string blocks : {"", "modern"})
   for (const char* policy : {"float32", "mixed_bfloat16"})
     for (double temperature : {0.0, 0.9}) {
-      auto m = small_transformer(policy, 11);
+      auto m = small_transformer(policy, 11, blocks);
       GenerationOptions o;
       o.max_new_tokens = 40;
       o.temperature = temperature;

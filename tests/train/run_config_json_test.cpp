@@ -1,4 +1,4 @@
-// The run configuration a checkpoint stores, read back: the tokenizer's fields.
+// The run configuration a checkpoint stores, read back: the tokenizer's fields and the transformer's blocks.
 #include <gtest/gtest.h>
 
 #include "mixtrain/core/error.h"
@@ -29,6 +29,30 @@ TEST(RunConfigJson, KeepsTheTokenizerModelBytes) {
   EXPECT_TRUE(chars_back.tokenizer_model.empty());
   EXPECT_EQ(chars_back.tokenizer, "char");
   EXPECT_EQ(chars_back.vocabulary, chars.vocabulary);
+}
+
+// The transformer's blocks come back, so `generate` and --resume rebuild the same model; a default model's
+// configuration has no block fields, so it reads as checkpoints written before them (and they read as the defaults).
+TEST(RunConfigJson, KeepsTheTransformerBlocksAndLeavesDefaultsOut) {
+  RunConfig cfg;
+  cfg.model = "transformer";
+  cfg.norm = "rms";
+  cfg.mlp = "swiglu";
+  cfg.positions = "rope";
+  const RunConfig back = run_config_from_json(run_config_json(cfg), "test");
+  EXPECT_EQ(back.norm, "rms");
+  EXPECT_EQ(back.mlp, "swiglu");
+  EXPECT_EQ(back.positions, "rope");
+
+  RunConfig plain;
+  plain.model = "transformer";
+  const std::string text = run_config_json(plain);
+  for (const char* key : {"\"norm\"", "\"mlp\"", "\"positions\""})
+    EXPECT_EQ(text.find(key), std::string::npos) << key << " in " << text;
+  const RunConfig plain_back = run_config_from_json(text, "test");
+  EXPECT_EQ(plain_back.norm, "layer");
+  EXPECT_EQ(plain_back.mlp, "gelu");
+  EXPECT_EQ(plain_back.positions, "learned");
 }
 
 TEST(RunConfigJson, RefusesATokenizerModelThatIsNotBase64) {

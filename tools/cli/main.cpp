@@ -37,6 +37,7 @@ const char* kUsage =
     "           --save-every N: also write CKPT after every N steps, so a killed run resumed with\n"
     "           --resume CKPT continues at the next batch and ends bit-identical to an uninterrupted run\n"
     "           transformer: --context T --width D --layers L --heads H --dropout X\n"
+    "           --norm layer|rms --mlp gelu|swiglu --positions learned|rope (defaults: layer, gelu, learned)\n"
     "           --tokenizer char|bpe:N|unigram:N|FILE.model: the text's tokens (default char; text:PATH may be a\n"
     "           directory or PATH,PATH,...)\n"
     "           --device cpu|cuda|cuda:N: where the model trains (default cpu)\n"

@@ -102,8 +102,12 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.dropout = static_cast<float>(a.number("dropout", cfg.dropout));
   cfg.attention_logit_multiplier =
       static_cast<float>(a.number("attention-logit-multiplier", cfg.attention_logit_multiplier));
+  cfg.norm = a.str("norm", cfg.norm);
+  cfg.mlp = a.str("mlp", cfg.mlp);
+  cfg.positions = a.str("positions", cfg.positions);
   if (!transformer)
-    for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier"})
+    for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
+                          "positions"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
 }
 }  // namespace
@@ -118,7 +122,7 @@ const std::set<std::string>& run_flags() {
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe"};
+      "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions"};
   return flags;
 }
 

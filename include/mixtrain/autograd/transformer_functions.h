@@ -11,6 +11,7 @@
 #include "mixtrain/ops/embedding.h"
 #include "mixtrain/ops/layer_norm.h"
 #include "mixtrain/ops/rms_norm.h"
+#include "mixtrain/ops/rotary_embedding.h"
 
 namespace mixtrain {
 
@@ -32,6 +33,10 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, float epsilon);
 // x / sqrt(mean(x^2) + epsilon) * scale over x's last axis, scale a float32 Var (D,): ops::rms_norm, statistic and
 // backward in float32, output in x's dtype.
 Var rms_norm(const Var& x, const Var& scale, float epsilon);
+
+// Rotary position embeddings on x (batch, T, C): ops::rotary_embedding (columns [0, options.rotated_width) turned
+// in rotate-half pairs per head, float32 angle tables, output in x's dtype); backward turns the gradient back.
+Var rotary_embedding(const Var& x, const ops::RotaryOptions& options);
 
 // Several projections of x (batch, ..., D) as one product: kernel i is read as the (D, width_i) matrix it is
 // in memory, its leading dimensions multiplying to D (a (D, heads, key_dim) kernel, or a (heads, key_dim,

@@ -161,6 +161,12 @@ struct MultiHeadAttentionOptions {
   // make float16 logits overflow on purpose (1e5 pushes those of a freshly initialised layer on unit-scale
   // inputs past 65504), which is what the recovery guard and `mixtrain inspect` must catch.
   float logit_multiplier = 1.0f;
+  // Rotary position embeddings (ops/rotary_embedding.h: rotate-half pairs, as GPT-NeoX and Llama) on each head's
+  // queries and keys after their projection, the position of a row counted from the generation cache's offset in a
+  // cached step. key_dim must then be even. The model needs no PositionEmbedding: positions enter only as angles
+  // between a query and a key, computed in float32 from double angles under every policy.
+  bool rotary = false;
+  float rotary_base = 10000.0f;  // the frequencies' base, Llama's
   DTypeArg dtype = std::nullopt;
   std::string name = "";  // the layer's name (Keras' name=); empty: named by its kind
 
@@ -171,6 +177,8 @@ struct MultiHeadAttentionOptions {
   MultiHeadAttentionOptions& with_causal(bool v) { causal = v; return *this; }
   MultiHeadAttentionOptions& with_use_bias(bool v) { use_bias = v; return *this; }
   MultiHeadAttentionOptions& with_logit_multiplier(float v) { logit_multiplier = v; return *this; }
+  MultiHeadAttentionOptions& with_rotary(bool v) { rotary = v; return *this; }
+  MultiHeadAttentionOptions& with_rotary_base(float v) { rotary_base = v; return *this; }
   MultiHeadAttentionOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
   MultiHeadAttentionOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
   MultiHeadAttentionOptions& with_name(std::string v) { name = std::move(v); return *this; }
@@ -190,7 +198,9 @@ struct MultiHeadAttentionOptions {
 // Cached generation (CallContext::cache, nn/generation_cache.h), when causal: the call projects only the new
 // positions, appends their keys and values (in the compute dtype, as the product rounds them) to the layer's entry
 // in the cache, and attends the new query rows to every cached position with the causal rule; the output
-// projection then works on the new rows alone. Inference only (a training call with a cache is an Error).
+// projection then works on the new rows alone. Inference only (a training call with a cache is an Error). With
+// rotary, the new rows' queries and keys turn by the angles of positions offset() onward, so the cached keys are
+// those a whole-sequence call computes.
 //
 // Inspection: while an observer is in force (CallContext::observer, set by Network::set_observer), each
 // call reports on_internal(*this, "attention_logits", logits) with logits the float32 1-D tensor of every

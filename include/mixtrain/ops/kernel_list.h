@@ -21,6 +21,7 @@
   X(square, "square") \
   X(square_backward, "square_backward") \
   X(multiply, "multiply") \
+  X(rotary_embedding, "rotary_embedding") \
   X(cast, "cast") \
   X(unscale_and_check, "unscale_and_check") \
   X(unscale_and_count_nonfinite, "unscale_and_count_nonfinite") \

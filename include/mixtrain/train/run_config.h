@@ -64,6 +64,11 @@ struct RunConfig {
   float dropout = 0.0f;
   // Multiplies the attention logits: > 1 makes float16 logits overflow on purpose (to exercise recovery).
   float attention_logit_multiplier = 1.0f;
+  // The blocks (--norm, --mlp, --positions; TransformerLMOptions says what each builds). Stored in checkpoints only
+  // when not the default, so that a default model's configuration reads as before.
+  std::string norm = "layer";
+  std::string mlp = "gelu";
+  std::string positions = "learned";
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
   // A subword tokenizer (data/tokenizer.h, --tokenizer bpe:N|unigram:N|FILE.model) instead: SentencePiece's

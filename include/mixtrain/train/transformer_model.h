@@ -5,10 +5,15 @@
 // Under a mixed policy the embeddings and every weight stay float32, matrix products run in the compute dtype,
 // and LayerNorm statistics, softmax and the logits are float32. Layer names are scoped: "block_1/attention",
 // "block_1/ln_1", ..., "final_ln", "logits".
+// The blocks of LLaMA-style models replace the defaults one by one: norm "rms" (RMSNormalization, float32
+// statistics, in every ln_* place), mlp "swiglu" (one SwiGLU layer "block_i/mlp" of hidden size 2/3 of the
+// Dense pair's, rounded up to a multiple of 8, so the weights stay about as many as the Dense pair's), positions
+// "rope" (rotary angles on each attention's queries and keys, and no PositionEmbedding layer).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "mixtrain/train/model.h"
 
@@ -24,7 +29,13 @@ struct TransformerLMOptions {
   float dropout = 0.0f;          // after the embeddings, in attention and after each residual branch
   // Multiplies the attention logits (after 1/sqrt(head size)): > 1 makes float16 logits overflow on purpose.
   float attention_logit_multiplier = 1.0f;
+  std::string norm = "layer";          // "layer" (LayerNormalization) or "rms" (RMSNormalization)
+  std::string mlp = "gelu";            // "gelu" (Dense(mlp_ratio * width, gelu) -> Dense(width)) or "swiglu"
+  std::string positions = "learned";   // "learned" (PositionEmbedding) or "rope" (rotary, in the attention)
 };
+
+// Error naming the option and the accepted values unless norm, mlp and positions are ones build accepts.
+void check_transformer_blocks(const std::string& norm, const std::string& mlp, const std::string& positions);
 
 // Builds (and, being functional, builds the weights of) the model under the global policy in force.
 std::unique_ptr<Model> build_transformer_lm(const TransformerLMOptions& options, uint64_t seed);

@@ -26,7 +26,8 @@
   X(rms_norm)                        \
   X(softmax)                         \
   X(square)                          \
-  X(multiply)
+  X(multiply)                        \
+  X(rotary_embedding)
 
 namespace mixtrain::ops::cpu {
 

@@ -34,7 +34,8 @@ CudaBackendStatus install_backend();
   X(batch_norm)                       \
   X(convert)                          \
   X(square)                           \
-  X(multiply)
+  X(multiply)                         \
+  X(rotary_embedding)
 #define MIXTRAIN_CUDA_GEMM_KERNEL_FILES(X) \
   X(matmul)                               \
   X(conv2d)                               \
