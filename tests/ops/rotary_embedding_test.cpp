@@ -123,7 +123,9 @@ TEST(RotaryEmbedding, CopiesColumnsPastTheRotatedWidthAndTurnsRowZeroNot) {
     for (int64_t col = 0; col < 20; ++col) {
       const size_t k = static_cast<size_t>(r * 20 + col);
       // Past the rotated width: a copy. At position 0 every angle is 0: cos 1, sin 0, so a copy too.
-      if (col >= 12 || r % 4 == 0) EXPECT_EQ(yv[k], xv[k]) << "row " << r << " col " << col;
+      if (col >= 12 || r % 4 == 0) {
+        EXPECT_EQ(yv[k], xv[k]) << "row " << r << " col " << col;
+      }
     }
 }
 
