@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from checkpoint_files import read_safetensors
+
 mixtrain = sys.argv[1]
 tmp = tempfile.mkdtemp(prefix="mixtrain_resume_longer_")
 env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -38,13 +40,8 @@ def run(*args, expect=0):
 
 
 def tensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__")
-    body = blob[8 + n:]
-    return {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items()}
+    """name -> raw bytes of each tensor in a checkpoint."""
+    return {k: raw for k, (_, _, raw) in read_safetensors(path)[0].items()}
 
 
 def path(name):

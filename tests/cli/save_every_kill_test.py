@@ -14,11 +14,12 @@ import json
 import os
 import random
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
+
+from checkpoint_files import fit_state_without_timing, read_safetensors, without_timing, write_blobs_csv
 
 mixtrain = sys.argv[1]
 kills_wanted = int(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -28,16 +29,9 @@ rnd = random.Random(seed)
 tmp = tempfile.mkdtemp(prefix="mixtrain_save_every_kill_")
 env = dict(os.environ, OMP_NUM_THREADS="1")
 
-# Three Gaussian blobs in 12 dimensions, 480 rows: 24 steps of 16 rows per epoch after the test and validation
-# splits.
+# Three Gaussian blobs, 480 rows: 24 steps of 16 rows per epoch after the test and validation splits.
 data = os.path.join(tmp, "blobs.csv")
-drng = random.Random(7)
-with open(data, "w") as f:
-    f.write(",".join(f"f{j}" for j in range(12)) + ",label\n")
-    for i in range(480):
-        label = i % 3
-        xs = [drng.gauss(0, 0.8) + (1.5 if j % 3 == label else 0.0) for j in range(12)]
-        f.write(",".join(f"{v:.5f}" for v in xs) + f",{label}\n")
+write_blobs_csv(data)
 
 flags = ["train", "--data", data, "--policy", "mixed_float16", "--hidden", "32", "--batch-size", "16",
          "--epochs", "6", "--seed", "3", "--save-every", "1"]
@@ -50,40 +44,12 @@ for name, value in zip(extra[::2], extra[1::2]):
 print("flags:", " ".join(flags[1:]))
 
 
-def safetensors(path):
-    """(tensors: name -> bytes, metadata) of a safetensors file."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    body = blob[8 + n:]
-    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}, meta
-
-
-def without_timing(report):
-    """The report without what depends on the clock (and the allocator's peak, which a resumed run measures
-    from its own start)."""
-    r = dict(report)
-    for k in ("steps_per_second", "samples_per_second", "peak_memory_bytes"):
-        r.pop(k, None)
-    r["epochs"] = [{k: v for k, v in e.items() if k != "seconds"} for e in r["epochs"]]
-    return r
-
-
-def without_timing_state(meta):
-    state = json.loads(meta["fit_state"])
-    state["history"].pop("epoch_seconds")
-    state["history"].pop("train_seconds")
-    return state
-
-
 start = time.monotonic()
 full_ckpt, full_json = os.path.join(tmp, "full.safetensors"), os.path.join(tmp, "full.json")
 subprocess.run([mixtrain, *flags, "--save", full_ckpt, "--json", full_json], env=env, check=True,
                stdout=subprocess.DEVNULL)
 full_seconds = time.monotonic() - start
-full_tensors, full_meta = safetensors(full_ckpt)
+full_tensors, full_meta = read_safetensors(full_ckpt)
 full_report = json.load(open(full_json))
 steps = len(full_report["step_loss"])
 print(f"uninterrupted: {steps} steps in {full_seconds:.2f} s")
@@ -113,7 +79,7 @@ while kills < kills_wanted:
     while True:
         args = [mixtrain, *flags, "--save", ckpt, "--json", report]
         if os.path.exists(ckpt):
-            _, meta = safetensors(ckpt)
+            _, meta = read_safetensors(ckpt)
             positions.append((int(meta["epoch"]), int(meta.get("step", 0))))
             args += ["--resume", ckpt]
         err_path = os.path.join(tmp, "stderr")
@@ -136,7 +102,7 @@ while kills < kills_wanted:
         break
     if failures:
         break
-    tensors, meta = safetensors(ckpt)
+    tensors, meta = read_safetensors(ckpt)
     if set(tensors) != set(full_tensors):
         failures.append(f"series {series}: tensors {sorted(set(tensors) ^ set(full_tensors))} differ in presence")
     for name in sorted(set(tensors) & set(full_tensors)):
@@ -145,7 +111,7 @@ while kills < kills_wanted:
     for key in ("format", "epoch", "step", "seed", "config"):
         if meta.get(key) != full_meta.get(key):
             failures.append(f"series {series}: metadata '{key}' {meta.get(key)!r} != {full_meta.get(key)!r}")
-    if without_timing_state(meta) != without_timing_state(full_meta):
+    if fit_state_without_timing(meta) != fit_state_without_timing(full_meta):
         failures.append(f"series {series}: the saved fit state (history) differs from the uninterrupted run's")
     if without_timing(json.load(open(report))) != without_timing(full_report):
         failures.append(f"series {series}: the JSON report differs from the uninterrupted run's")

@@ -12,12 +12,12 @@ import json
 import os
 import random
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-import zlib
+
+from checkpoint_files import fit_state_without_timing, read_safetensors, without_timing, write_blobs_csv
 
 mixtrain = sys.argv[1]
 trials = int(sys.argv[2]) if len(sys.argv) > 2 else 10
@@ -27,15 +27,9 @@ rnd = random.Random(seed)
 tmp = tempfile.mkdtemp(prefix="mixtrain_stop_signal_")
 env = dict(os.environ, OMP_NUM_THREADS="1")
 
-# Three Gaussian blobs in 12 dimensions, 480 rows: 24 steps of 16 rows per epoch after the splits, 144 in all.
+# Three Gaussian blobs, 480 rows: 24 steps of 16 rows per epoch after the splits, 144 in all.
 data = os.path.join(tmp, "blobs.csv")
-drng = random.Random(7)
-with open(data, "w") as f:
-    f.write(",".join(f"f{j}" for j in range(12)) + ",label\n")
-    for i in range(480):
-        label = i % 3
-        xs = [drng.gauss(0, 0.8) + (1.5 if j % 3 == label else 0.0) for j in range(12)]
-        f.write(",".join(f"{v:.5f}" for v in xs) + f",{label}\n")
+write_blobs_csv(data)
 
 # mixed_float16, so the dynamic loss scale's state must survive too. The trials save every 4 steps or every 25:
 # the saves' fsyncs take most of a run's time, so with 4 most stops land right after a step save (the stop then
@@ -43,36 +37,6 @@ with open(data, "w") as f:
 flags = ["train", "--data", data, "--policy", "mixed_float16", "--hidden", "32", "--batch-size", "16",
          "--epochs", "6", "--seed", "3"]
 failures = []
-
-
-def safetensors(path):
-    """(tensors: name -> (dtype, shape, bytes), metadata); checks every tensor's CRC-32 as mixtrain wrote it."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    body = blob[8 + n:]
-    tensors = {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
-    for name, (_, _, raw) in tensors.items():
-        if meta.get("checksum/" + name) != f"crc32:{zlib.crc32(raw):08x}":
-            raise ValueError(f"{path}: tensor {name} does not match its checksum")
-    return tensors, meta
-
-
-def without_timing(report):
-    r = dict(report)
-    for k in ("steps_per_second", "samples_per_second", "peak_memory_bytes"):
-        r.pop(k, None)
-    r["epochs"] = [{k: v for k, v in e.items() if k != "seconds"} for e in r["epochs"]]
-    return r
-
-
-def fit_state(meta):
-    state = json.loads(meta["fit_state"])
-    state["history"].pop("epoch_seconds")
-    state["history"].pop("train_seconds")
-    return state
 
 
 def temp_files():
@@ -84,7 +48,7 @@ full_ckpt, full_json = os.path.join(tmp, "full.safetensors"), os.path.join(tmp, 
 subprocess.run([mixtrain, *flags, "--save-every", "4", "--save", full_ckpt, "--json", full_json], env=env,
                check=True, stdout=subprocess.DEVNULL)
 full_seconds = time.monotonic() - start
-full_tensors, full_meta = safetensors(full_ckpt)
+full_tensors, full_meta = read_safetensors(full_ckpt)
 full_report = json.load(open(full_json))
 steps = len(full_report["step_loss"])
 # The same run saving every 25 steps: its length, and the same final checkpoint (what --save-every writes does not
@@ -94,7 +58,7 @@ rare_ckpt = os.path.join(tmp, "rare.safetensors")
 subprocess.run([mixtrain, *flags, "--save-every", "25", "--save", rare_ckpt], env=env, check=True,
                stdout=subprocess.DEVNULL)
 seconds = {"4": full_seconds, "25": time.monotonic() - start}
-if safetensors(rare_ckpt)[0] != full_tensors:
+if read_safetensors(rare_ckpt)[0] != full_tensors:
     failures.append("the run saving every 25 steps ends with other tensors than the one saving every 4")
 print(f"uninterrupted: {steps} steps in {seconds['4']:.2f} s saving every 4 steps, {seconds['25']:.2f} s every 25")
 
@@ -136,14 +100,14 @@ def stopped_run(args, sig, longest, what):
 
 
 def check_same_as_full(ckpt, report, what):
-    tensors, meta = safetensors(ckpt)
+    tensors, meta = read_safetensors(ckpt)
     differ = [n for n in full_tensors if tensors.get(n) != full_tensors[n]] + sorted(set(tensors) - set(full_tensors))
     if differ:
         failures.append(f"{what}: tensors differ from the uninterrupted run's: {differ[:5]}")
     for key in ("format", "epoch", "step", "seed", "config"):
         if meta.get(key) != full_meta.get(key):
             failures.append(f"{what}: metadata '{key}' {meta.get(key)!r} != {full_meta.get(key)!r}")
-    if fit_state(meta) != fit_state(full_meta):
+    if fit_state_without_timing(meta) != fit_state_without_timing(full_meta):
         failures.append(f"{what}: the saved fit state (history) differs from the uninterrupted run's")
     if without_timing(json.load(open(report))) != without_timing(full_report):
         failures.append(f"{what}: the JSON report differs from the uninterrupted run's")
@@ -192,7 +156,7 @@ p = subprocess.Popen([mixtrain, *flags, "--save-every", "4", "--save", nohup_ckp
 time.sleep(min(0.1, seconds["4"] / 4))
 p.send_signal(signal.SIGHUP)
 err = p.communicate(timeout=60)[1]
-if p.returncode != 0 or "stopping" in err or safetensors(nohup_ckpt)[0] != full_tensors:
+if p.returncode != 0 or "stopping" in err or read_safetensors(nohup_ckpt)[0] != full_tensors:
     failures.append(f"an ignored SIGHUP stopped the run (exit {p.returncode}): {err.strip()!r}")
 else:
     print("SIGHUP ignored at the start (nohup): the run went on to its end")
@@ -229,7 +193,7 @@ for t in range(3):
         failures.append(f"{what}: temporary files left: {temp_files()}")
     if p.returncode == -signal.SIGTERM:
         try:
-            safetensors(ckpt)  # complete: every tensor matches its checksum
+            read_safetensors(ckpt)  # complete: every tensor matches its checksum
         except Exception as e:  # noqa: BLE001 - any failure to read it is the finding
             failures.append(f"{what}: the checkpoint left is not complete: {e}")
         if before is not None and landed and open(ckpt, "rb").read() != before:
