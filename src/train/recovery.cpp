@@ -174,6 +174,20 @@ std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vect
   return out;
 }
 
+RecoveryOptions recovery_options_for_run(int64_t total_steps) {
+  RecoveryOptions o;
+  const int64_t fifth = std::max<int64_t>(total_steps / 5, 5);
+  o.drift_warmup_steps = std::min(o.drift_warmup_steps, fifth);
+  o.max_consecutive_failures = std::min(o.max_consecutive_failures, fifth);
+  return o;
+}
+
+std::string recovery_timing_text(const RecoveryOptions& options) {
+  return "the drift check starts after step " + std::to_string(options.drift_warmup_steps) +
+         "; a rung is climbed after " + std::to_string(options.max_consecutive_failures) +
+         " failed or drifting steps in a row";
+}
+
 RecoveryGuard::RecoveryGuard(RecoveryOptions options) : options_(options) {}
 
 void RecoveryGuard::snapshot(RecoveryTarget& model, const FitPosition& position) {

@@ -193,6 +193,14 @@ bool is_sequence_data(const DataSplits& data) {
   return data.train.x.dtype() == DType::kInt32 && data.train.y.rank() == 2;
 }
 
+// Updates of the whole run, for the learning-rate schedule and the recovery ladder's timing.
+int64_t run_total_steps(const RunConfig& cfg, const DataSplits& data) {
+  const int64_t train_rows =
+      is_sequence_data(data) ? data.train.size() : training_rows(data.train.size(), cfg.validation_split);
+  return cfg.steps > 0 ? static_cast<int64_t>(cfg.fit_epochs()) * cfg.steps_per_epoch()
+                       : cfg.epochs * ((train_rows + cfg.batch_size - 1) / cfg.batch_size);
+}
+
 // The run's model, built under cfg.policy on cfg.device and compiled with the run's optimizer and loss scaling.
 std::unique_ptr<Model> compiled_run_model(const RunConfig& cfg, const DataSplits& data) {
   const int64_t num_classes = std::max(data.train.num_classes, data.test.num_classes);
@@ -203,12 +211,7 @@ std::unique_ptr<Model> compiled_run_model(const RunConfig& cfg, const DataSplits
   validate_run_config(cfg);
   auto model = build_checked_model(cfg, data.train.num_features(), num_classes, data.train.sample_shape);
   model->to(cfg.device);
-  // Updates of the whole run, for the learning-rate schedule.
-  const int64_t train_rows =
-      is_sequence_data(data) ? data.train.size() : training_rows(data.train.size(), cfg.validation_split);
-  const int64_t total_steps = cfg.steps > 0 ? static_cast<int64_t>(cfg.fit_epochs()) * cfg.steps_per_epoch()
-                                            : cfg.epochs * ((train_rows + cfg.batch_size - 1) / cfg.batch_size);
-  std::unique_ptr<Optimizer> opt = make_run_optimizer(cfg, total_steps);
+  std::unique_ptr<Optimizer> opt = make_run_optimizer(cfg, run_total_steps(cfg, data));
   const bool float16_compute = DTypePolicy::from_name(cfg.policy).compute_dtype() == DType::kFloat16;
   bool auto_scale = true;
   if (float16_compute && cfg.loss_scale == "none") auto_scale = false;
@@ -327,8 +330,13 @@ RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostr
     saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg), cfg.save_every);
     fo.callbacks.push_back(saver.get());
   }
-  RecoveryOptions ro;
+  // Scaled to the run, so a short run that fails or drifts gets the ladder too (said in the log and the report).
+  RecoveryOptions ro = recovery_options_for_run(run_total_steps(cfg, data));
   ro.log = progress;
+  if (cfg.recover) {
+    r.recovery_timing = recovery_timing_text(ro);
+    if (progress) *progress << "recovery: " << r.recovery_timing << "\n";
+  }
   ro.reference_step_loss = cfg.reference_step_loss;
   RecoveryGuard guard(ro);
   if (cfg.recover) fo.recovery = &guard;

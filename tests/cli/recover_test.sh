@@ -84,3 +84,16 @@ notes = r["comparison"].get("notes", [])
 assert any("recovery" in n for n in notes), notes
 print("compare --recover:", acts, "verdict", mixed["verdict"], "accuracy delta", mixed["accuracy_delta"])
 PY
+
+# A short run (12 steps) gets the ladder too: its checks are scaled to the run's length and stated in the log and
+# the --json report (the fixed 20-step patience left a run this short failing with no action).
+"$bin" train --data "$tmp/raw.csv" --normalize none --steps 12 --batch-size 32 --seed 3 --hidden 32,32 \
+  --policy mixed_float16 --recover --json "$tmp/short.json" | grep "recovery: the drift check"
+python3 - "$tmp/short.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+acts = [e["action"] for e in r["recovery"]]
+assert "layers_to_float32" in acts, acts
+assert r["recovery_timing"].endswith("a rung is climbed after 5 failed or drifting steps in a row"), r["recovery_timing"]
+print("a 12-step run recovers:", acts)
+PY

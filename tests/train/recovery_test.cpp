@@ -196,5 +196,63 @@ TEST_F(RecoveryTest, LossDriftingFromTheFloat32ReferenceRevertsToFloat32) {
   EXPECT_TRUE(quiet.events().empty()) << log.str();
 }
 
+// A short run gets the ladder: the options scaled to its length (recovery_options_for_run) act where the
+// defaults' 100-step warm-up and 20-step patience would leave a deviating or failing run alone.
+TEST_F(RecoveryTest, ShortRunsGetTheLadderWithOptionsScaledToTheirLength) {
+  const RecoveryOptions defaults;
+  const RecoveryOptions long_run = recovery_options_for_run(5000);
+  EXPECT_EQ(long_run.drift_warmup_steps, defaults.drift_warmup_steps);
+  EXPECT_EQ(long_run.max_consecutive_failures, defaults.max_consecutive_failures);
+  const RecoveryOptions eighty = recovery_options_for_run(80);
+  EXPECT_EQ(eighty.drift_warmup_steps, 16);
+  EXPECT_EQ(eighty.max_consecutive_failures, 16);
+  EXPECT_EQ(recovery_options_for_run(12).max_consecutive_failures, 5);
+  EXPECT_EQ(recovery_timing_text(eighty),
+            "the drift check starts after step 16; a rung is climbed after 16 failed or drifting steps in a row");
+
+  // Drift: 2 epochs of 300 rows in batches of 16 (38 steps) against an unreachable reference.
+  auto [x, y] = raw_features(300, 7);
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = p[i] / 1e5f - 1.2f;
+  FitOptions o;
+  o.epochs = 2;
+  o.batch_size = 16;
+  History ref = mlp("float32")->fit(x, y, o);
+  const int64_t steps = static_cast<int64_t>(ref.step_loss.size());
+  std::vector<double> unreachable = ref.step_loss;
+  for (double& v : unreachable) v *= 0.2;
+  std::ostringstream log;
+  for (const bool scaled : {false, true}) {
+    RecoveryOptions ro = scaled ? recovery_options_for_run(steps) : RecoveryOptions{};
+    ro.log = &log;
+    ro.reference_step_loss = unreachable;
+    RecoveryGuard guard(ro);
+    o.recovery = &guard;
+    mlp("mixed_bfloat16")->fit(x, y, o);
+    if (!scaled) {
+      EXPECT_TRUE(guard.events().empty()) << log.str();
+      continue;
+    }
+    ASSERT_FALSE(guard.events().empty()) << log.str();
+    EXPECT_EQ(guard.events().front().action, "model_to_float32") << log.str();
+    const RecoveryOptions timing = recovery_options_for_run(steps);
+    EXPECT_LE(guard.events().front().step, timing.drift_warmup_steps + timing.max_consecutive_failures + 1) << log.str();
+  }
+
+  // Non-finite steps: 12 steps of raw features that overflow float16 in the first layer.
+  auto [rx, ry] = raw_features(192, 3);
+  o.epochs = 1;
+  for (const bool scaled : {false, true}) {
+    RecoveryOptions ro = scaled ? recovery_options_for_run(12) : RecoveryOptions{};
+    ro.log = &log;
+    RecoveryGuard guard(ro);
+    o.recovery = &guard;
+    mlp("mixed_float16")->fit(rx, ry, o);
+    bool layers_moved = false;
+    for (const RecoveryEvent& e : guard.events()) layers_moved |= e.action == "layers_to_float32";
+    EXPECT_EQ(layers_moved, scaled) << log.str();
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain

@@ -157,6 +157,10 @@ void fill_report(ComparisonReport& report, const CompareOptions& o, const Compar
                            ", identical but for the initial weights, data order and dropout masks the seed draws");
   }
   for (size_t i = 0; i < runs.results.size(); ++i)
+    if (i != baseline && !runs.results[i].recovery_timing.empty())
+      report.notes.push_back(policies[i] + ": recovery on: " + runs.results[i].recovery_timing + " (scaled to its " +
+                             std::to_string(runs.results[i].history.step_loss.size()) + " steps)");
+  for (size_t i = 0; i < runs.results.size(); ++i)
     for (const RecoveryEvent& e : runs.results[i].recovery)
       report.notes.push_back(policies[i] + ": recovery at step " + std::to_string(e.step) + ": " + e.action + " — " +
                              e.reason);

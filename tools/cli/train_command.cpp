@@ -129,6 +129,7 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   if (r.tokens_per_second > 0) j["tokens_per_second"] = r.tokens_per_second;
   j["peak_memory_bytes"] = static_cast<double>(r.peak_memory_bytes);
   j["recovery"] = recovery_to_json(r.recovery);
+  if (!r.recovery_timing.empty()) j["recovery_timing"] = r.recovery_timing;
   Json layers = Json::object();
   for (auto& [name, dtype] : r.layer_compute_dtypes) layers[name] = dtype;
   j["layer_compute_dtypes"] = layers;
@@ -289,6 +290,14 @@ int report_interrupted(const RunConfig& cfg, const RunResult& r, int sig) {
   return exit_status_for_signal(sig);
 }
 
+// After a run that ended non-finite: what the recovery ladder did about it, or what to try.
+std::string recovery_outcome(const RunConfig& cfg, const RunResult& r) {
+  if (!cfg.recover) return "; try --recover, or --policy float32";
+  for (const RecoveryEvent& e : r.recovery)
+    if (e.action == "give_up") return "; the recovery ladder gave up";
+  return "; the recovery ladder took no action (" + r.recovery_timing + "): try --policy float32";
+}
+
 }  // namespace
 
 void print_data_line(const std::string& spec, const DataSplits& data, const std::string& unit) {
@@ -387,7 +396,7 @@ int train_command(const std::vector<std::string>& argv) {
   if (!std::isfinite(last_loss) || !std::isfinite(r.test.loss)) {
     std::cerr << "mixtrain train: error: training ended with a non-finite loss (last step " << last_loss
               << ", test " << r.test.loss << ")"
-              << (cfg.recover ? "; the recovery ladder gave up" : "; try --recover, or --policy float32") << "\n";
+              << recovery_outcome(cfg, r) << "\n";
     return kExitDiverged;
   }
   // A stop signal after the last step: the run finished its report, and still says it was asked to stop.

@@ -80,6 +80,15 @@ struct RecoveryOptions {
   int64_t drift_warmup_steps = 100;
 };
 
+// The options for a run of total_steps updates: the drift check's warm-up and the steps in a row that climb a
+// rung (max_consecutive_failures, for non-finite and for drifting steps) scaled to the run, so a short run that
+// fails or leaves its reference gets the ladder too: each a fifth of the run, at least 5 steps and at most the
+// defaults (100 and 20), which every run of 500 steps or more keeps.
+RecoveryOptions recovery_options_for_run(int64_t total_steps);
+// One line saying when the checks of `options` act, for logs and reports: "the drift check starts after step
+// 16; a rung is climbed after 16 failed or drifting steps in a row".
+std::string recovery_timing_text(const RecoveryOptions& options);
+
 // What the float32 shadow of a model (every layer computing in float32, same weights, inference mode) shows
 // about one layer's values against the layer's real compute dtype, on one batch.
 struct LayerNumerics {

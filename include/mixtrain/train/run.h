@@ -28,6 +28,7 @@ struct RunResult {
   double initial_scale = 0, final_scale = 0, min_scale_seen = 0;
   int64_t skipped_steps = 0;
   std::vector<RecoveryEvent> recovery;   // actions of the recovery ladder, in order
+  std::string recovery_timing;           // with cfg.recover: when its checks act (recovery_timing_text)
   std::vector<std::pair<std::string, std::string>> layer_compute_dtypes;  // after training (recovery may change them)
   int initial_epoch = 0;                 // > 0 when resumed from a checkpoint
   // Stopped by cfg.stop_request before the last step: no test evaluation or speed was measured.
