@@ -28,27 +28,21 @@
 #include "mixtrain/train/keras.h"
 using namespace mixtrain;
 
-class Linear : public Layer {
- public:
+struct Linear : Layer {
   explicit Linear(int64_t units) : Layer("linear"), units(units) {}
-  Shape compute_output_shape(const Shape&) const override { return Shape{units}; }
   void build_impl(const Shape& input_shape, Rng& rng) override {
     w = add_weight("w", {input_shape[-1], units}, Initializer::kGlorotUniform, rng);
     b = add_weight("b", {units}, Initializer::kZeros, rng);
   }
   Var call(const Var& x, const CallContext&) override { return relu(bias_add(matmul(x, w), b)); }
-  int64_t units;
-  Var w, b;
+  int64_t units; Var w, b;
 };
 
 int main() {
   set_global_policy("mixed_float16");
   DataSplits data = load_fashion_mnist();
   Tensor x = data.train.x.slice(0, 0, 4096), y = data.train.y.slice(0, 0, 4096);
-  Model model;
-  model.emplace<Linear>(128);
-  model.emplace<Dense>(10, "linear", dtype_arg("float32"));
-  model.build_for({784});
+  Model model({make_layer<Linear>(128), make_layer<Dense>(10, "linear", dtype_arg("float32"))}, {784});
   LossScaleOptimizer optimizer(make_optimizer("adam", 1e-3f));
   const Loss loss_fn("sparse_categorical_crossentropy", /*from_logits=*/true);
   for (int epoch = 0; epoch < 2; ++epoch)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/losses.h"
 
 namespace mixtrain {
@@ -303,6 +304,26 @@ void Layer::build(const Shape& input_shape, Rng& rng) {
   if (built_) return;
   build_impl(input_shape, rng);
   built_ = true;
+  probe_output_shape(input_shape);
+}
+
+Shape Layer::compute_output_shape(const Shape& input_shape) const {
+  default_output_shape_used_ = true;
+  if (probed_output_shape_ && probed_output_shape_->first == input_shape) return probed_output_shape_->second;
+  return input_shape;
+}
+
+void Layer::probe_output_shape(const Shape& input_shape) {
+  // Only the default sets the flag: an override answers for itself, and needs no call.
+  default_output_shape_used_ = false;
+  (void)compute_output_shape(input_shape);
+  if (!default_output_shape_used_ || num_inputs() != 1 || num_outputs() != 1 || keeps_integer_inputs()) return;
+  std::vector<int64_t> dims{1};
+  for (int64_t d : input_shape.dims()) dims.push_back(d);
+  NoGradGuard no_grad;  // the call may come from inside a GradientTape (a layer built on first use)
+  const Var y = (*this)(Var(Tensor::zeros(Shape(dims), DType::kFloat32)), CallContext{});
+  std::vector<int64_t> out(y.shape().dims().begin() + 1, y.shape().dims().end());
+  probed_output_shape_ = std::make_pair(input_shape, Shape(out));
 }
 
 void Layer::build_multi(const std::vector<Shape>& input_shapes, Rng& rng) {

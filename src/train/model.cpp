@@ -44,6 +44,12 @@ Model::Model(std::string name, uint64_t seed)
       shuffle_rng_(Rng::derive(seed, kShuffleStream)),
       dropout_rng_(Rng::derive(seed, kDropoutStream)) {}
 
+Model::Model(std::vector<std::shared_ptr<Layer>> layers, const Shape& input_shape, std::string name, uint64_t seed)
+    : Model(std::move(name), seed) {
+  for (std::shared_ptr<Layer>& l : layers) add(std::move(l));
+  if (input_shape.rank() > 0) build_for(input_shape);
+}
+
 Model::Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name, uint64_t seed)
     : Network(std::move(inputs), std::move(outputs), std::move(name)),
       seed_(seed),

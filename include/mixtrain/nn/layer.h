@@ -155,8 +155,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   void build(const Shape& input_shape, Rng& rng);
   void build_multi(const std::vector<Shape>& input_shapes, Rng& rng);
   bool built() const { return built_; }
-  // Output shape for a per-sample input shape (no batch dimension).
-  virtual Shape compute_output_shape(const Shape& input_shape) const { return input_shape; }
+  // Output shape for a per-sample input shape (no batch dimension). By default the input shape, or, for a layer
+  // of one input and one output that build() has measured, the shape its call() gave: build() runs call() once
+  // on a zero sample (inference, no gradient) when a layer keeps this default, as Keras infers a layer's output
+  // shape by running it symbolically, so a custom layer in a stack needs no override. (The functional API asks
+  // for the shape before the layer is built: a custom layer there that changes the shape still overrides this.)
+  virtual Shape compute_output_shape(const Shape& input_shape) const;
   // For several inputs; by default the single-input rule (Error for more than one).
   virtual Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const;
   // How many inputs a call takes: 1, or kAnyInputs (two or more).
@@ -258,6 +262,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // The Error for operator() on a layer with several outputs.
   void require_one_output() const;
   void rename_weights();
+  // After build_impl(): measures call()'s output shape on a zero sample when compute_output_shape() is the default.
+  void probe_output_shape(const Shape& input_shape);
 
   std::string base_name_;
   std::string name_;
@@ -267,6 +273,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<Var> weights_;
   std::vector<std::string> weight_names_;  // short names ("kernel"), parallel to weights_
   std::map<const void*, CachedCast> cast_cache_;
+  // What probe_output_shape() measured: (input shape, output shape).
+  std::optional<std::pair<Shape, Shape>> probed_output_shape_;
+  mutable bool default_output_shape_used_ = false;  // set by the default compute_output_shape()
 };
 
 // The autocast scope a layer puts in force while its call() runs (autograd/autocast.h): the differentiable

@@ -150,6 +150,11 @@ class Model : public Network, public RecoveryTarget {
  public:
   // A stack. seed fixes initialisation, shuffling and dropout: two runs with one seed give identical weights.
   explicit Model(std::string name = "sequential", uint64_t seed = 0);
+  // A stack from a list of layers, built for input_shape when one is given (else on first use): Keras'
+  // Sequential([Input(shape), layer, ...]).
+  //   Model model({make_layer<Dense>(64, "relu"), make_layer<Dense>(10)}, {784});
+  Model(std::vector<std::shared_ptr<Layer>> layers, const Shape& input_shape = {}, std::string name = "sequential",
+        uint64_t seed = 0);
   // A functional model from Input()s to outputs (Keras' Model(inputs, outputs)). fit() feeds its one input.
   Model(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs, std::string name = "functional",
         uint64_t seed = 0);
