@@ -419,7 +419,7 @@ bool gpu_required() {
 std::vector<float> on_host(const Tensor& t) { return ops::to_device(t, Device::cpu()).to_floats(); }
 
 // One process's NCCL communicator on the GPU: what every data-parallel step's collectives call, on a real device
-// (NCCL's loading, its ABI as declared, the default stream's order with the backend's kernels).
+// (NCCL's loading, its ABI as declared, NCCL's stream ordered against the backend's kernels by events).
 TEST(NcclCollectives, OneRankReducesAndBroadcastsOnTheGpu) {
   const ops::CudaBackendStatus s = ops::load_cuda_backend();
   if (!s.loaded) {
