@@ -38,7 +38,7 @@
 # the same way; without either, an installed GoogleTest is used.
 #
 # What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend, CudaSharedMath,
-# CudaGemmFallback, Cast and GemmTiming suites, and the Doctor suite with every GPU measured) check every CUDA
+# CudaGemmFallback, Cast, GemmTiming and SideStream suites, and the Doctor suite with every GPU measured) check every CUDA
 # kernel against the CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
 # tests/ops/cuda_cnn_test.cpp), the losses, sum/mean, the accuracy and the counted unscale
 # (tests/ops/cuda_losses_test.cpp), attention and the backward passes given a gradient of another dtype
@@ -357,7 +357,7 @@ if [ "$tests" = ON ]; then
   gpu_tests=$(( $(left) - 240 ))
   gpu_tests=$(( gpu_tests > 180 ? 180 : (gpu_tests < 30 ? 30 : gpu_tests) ))
   if ! MIXTRAIN_REQUIRE_GPU=1 capped "$gpu_tests" build-gpu/tests/ops/ops_test \
-         --gtest_filter='CudaBackend.*:CudaSharedMath.*:CudaGemmFallback.*:Cast.*:Backend.*:BackendCoverage.*:GemmTiming.*' \
+         --gtest_filter='CudaBackend.*:CudaSharedMath.*:CudaGemmFallback.*:Cast.*:Backend.*:BackendCoverage.*:GemmTiming.*:SideStream.*' \
          --gtest_output="json:$work/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1

@@ -13,6 +13,9 @@
 #include <string>
 #include <thread>
 
+#include "mixtrain/distributed/device_communicator.h"
+#include "mixtrain/ops/side_stream.h"
+
 namespace mixtrain::nccl {
 
 using Result = int;     // ncclResult_t
@@ -33,8 +36,6 @@ inline constexpr DataType kFloat32 = 7;   // ncclFloat32
 inline constexpr RedOp kSum = 0;          // ncclSum
 inline constexpr RedOp kMax = 2;          // ncclMax
 inline constexpr RedOp kMin = 3;          // ncclMin
-// The CUDA backend launches every kernel on the default stream: collectives queued there are ordered with them.
-inline constexpr Stream kDefaultStream = nullptr;
 
 struct Api {
   Result (*get_version)(int* version) = nullptr;
@@ -53,6 +54,12 @@ struct Api {
 // Loads NCCL once (later calls return the first call's outcome); null with the reason in *why when it cannot.
 // *library (when given) is the name or path it was opened by, *version its NCCL_VERSION_CODE.
 const Api* load(std::string* why, std::string* library = nullptr, int* version = nullptr);
+
+// The collectives of comm (a communicator of api's) on `device`, queued on a side stream that `streams` makes and
+// ordered against the device's kernels by its events (ops/side_stream.h), and watched (Watchdog): what
+// nccl_collectives returns, from parts a test may stand in for. Frees comm when destroyed (Watchdog::end).
+std::unique_ptr<DeviceCollectives> make_collectives(const Api& api, Comm comm, const Device& device,
+                                                    double timeout_seconds, ops::StreamDriver& streams);
 
 // What the watchdog finds about the collectives queued on comm while the host has waited waited_seconds for the
 // GPU: "" when nothing is wrong; else why they will not finish (an asynchronous error NCCL reports, such as a peer's

@@ -11,6 +11,7 @@
 #include "mixtrain/core/error.h"
 #include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/side_stream.h"
 #include "mixtrain/ops/transfer.h"
 #include "nccl_api.h"
 
@@ -100,13 +101,19 @@ nccl::RedOp nccl_op(ReduceOp op) {
 
 // The collectives of one NCCL communicator, watched while it lives (nccl::Watchdog): a rank whose peer died fails
 // with NCCL's reason, or after MIXTRAIN_NCCL_TIMEOUT, instead of waiting forever on a collective that cannot finish.
+// They run on a stream of their own (ops::SideStream), ordered against the backend's kernels by events, so that a
+// synchronous copy or a kernel that does not touch the buffer is not queued behind a collective, and NCCL's kernels
+// are not serialized with every launch of the default stream.
 class NcclCollectives final : public DeviceCollectives {
  public:
-  NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device, double timeout_seconds)
-      : api_(api), comm_(comm), device_(device), watchdog_(api, comm, device.str(), timeout_seconds) {}
+  NcclCollectives(const nccl::Api& api, nccl::Comm comm, const Device& device, double timeout_seconds,
+                  ops::StreamDriver& streams)
+      : api_(api), comm_(comm), device_(device), side_(streams, device.index),
+        watchdog_(api, comm, device.str(), timeout_seconds) {}
   ~NcclCollectives() override {
     // Unwinding: an error is cutting the run short, and a peer may be gone; its collectives are not waited for. (An
-    // exception that was already on its way when this communicator was made is not this one's.)
+    // exception that was already on its way when this communicator was made is not this one's.) The drain,
+    // ops::synchronize, waits for every stream of the device, the side stream's collectives included.
     (void)watchdog_.end([this] { ops::synchronize(device_); }, std::uncaught_exceptions() > uncaught_at_start_);
   }
   std::string name() const override { return "nccl"; }
@@ -114,16 +121,19 @@ class NcclCollectives final : public DeviceCollectives {
   void all_reduce(Tensor& t, ReduceOp op) override {
     ops::make_current(device_);
     watchdog_.enqueue([&] {
-      check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
-                            nccl::kDefaultStream),
-            "ncclAllReduce");
+      side_.run(t.raw(), [&](void* stream) {
+        check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
+                              stream),
+              "ncclAllReduce");
+      });
     });
   }
   void broadcast(Tensor& t, int root) override {
     ops::make_current(device_);
     watchdog_.enqueue([&] {
-      check(api_.broadcast(t.raw(), t.raw(), t.nbytes(), nccl::kUint8, root, comm_, nccl::kDefaultStream),
-            "ncclBroadcast");
+      side_.run(t.raw(), [&](void* stream) {
+        check(api_.broadcast(t.raw(), t.raw(), t.nbytes(), nccl::kUint8, root, comm_, stream), "ncclBroadcast");
+      });
     });
   }
 
@@ -137,6 +147,7 @@ class NcclCollectives final : public DeviceCollectives {
   const nccl::Api& api_;
   nccl::Comm comm_;
   Device device_;
+  ops::SideStream side_;  // declared before the watchdog: destroyed after the communicator is freed
   nccl::Watchdog watchdog_;
   const int uncaught_at_start_ = std::uncaught_exceptions();
 };
@@ -198,11 +209,18 @@ std::unique_ptr<DeviceCollectives> nccl_collectives(Communicator& host, const De
     return nullptr;
   }
   try {
-    return std::make_unique<NcclCollectives>(*api, comm, device, timeout);
-  } catch (...) {  // the watchdog's thread could not start: the communicator is not left behind
+    return nccl::make_collectives(*api, comm, device, timeout, *ops::cuda_stream_driver());
+  } catch (...) {  // the side stream or the watchdog's thread could not start: the communicator is not left behind
     api->comm_destroy(comm);
     throw;
   }
 }
+
+namespace nccl {
+std::unique_ptr<DeviceCollectives> make_collectives(const Api& api, Comm comm, const Device& device,
+                                                    double timeout_seconds, ops::StreamDriver& streams) {
+  return std::make_unique<NcclCollectives>(api, comm, device, timeout_seconds, streams);
+}
+}  // namespace nccl
 
 }  // namespace mixtrain

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -19,6 +20,8 @@
 #include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/side_stream.h"
 #include "mixtrain/ops/transfer.h"
 
 #ifdef MIXTRAIN_NCCL_HEADER
@@ -342,6 +345,72 @@ TEST(NcclApi, TheTimeoutIsReadFromTheEnvironmentAndAMalformedOneIsRefused) {
   ::unsetenv("MIXTRAIN_NCCL_TIMEOUT");
 }
 
+// NCCL's collectives on a stream of their own: each is queued between the event edges (ops/side_stream.h), on the
+// side stream and not on the default one, and the communicator is freed after. A stand-in NCCL and stream driver
+// write one log; the tensor is the host's (make_current and the drain's synchronize are the CPU's: no-ops).
+struct OrderLog {
+  static inline std::vector<std::string> log;
+  static std::string name(const void* h) { return h == nullptr ? "compute" : std::to_string(reinterpret_cast<uintptr_t>(h)); }
+};
+class LoggingStreams final : public ops::StreamDriver {
+ public:
+  void* create_stream(int) override { return make(); }
+  void destroy_stream(int, void* s) override { OrderLog::log.push_back("destroy_stream " + OrderLog::name(s)); }
+  void* create_event(int) override { return make(); }
+  void destroy_event(int, void*) override {}
+  void record(void* e, void* s) override {
+    OrderLog::log.push_back("record " + OrderLog::name(e) + " on " + OrderLog::name(s));
+  }
+  void wait(void* s, void* e) override {
+    OrderLog::log.push_back("wait " + OrderLog::name(s) + " for " + OrderLog::name(e));
+  }
+  void hold_until_done(int, const void* p, void* s) override {
+    OrderLog::log.push_back(std::string("hold ") + (p == held ? "t" : "another buffer") + " until " +
+                            OrderLog::name(s));
+  }
+  const void* held = nullptr;
+
+ private:
+  void* make() { return reinterpret_cast<void*>(static_cast<uintptr_t>(++next_)); }
+  int next_ = 0;
+};
+nccl::Result logged_all_reduce(const void* send, void* recv, size_t count, nccl::DataType, nccl::RedOp, nccl::Comm,
+                               nccl::Stream stream) {
+  OrderLog::log.push_back("ncclAllReduce " + std::to_string(count) + (send == recv ? " in place" : "") + " on " +
+                          OrderLog::name(stream));
+  return nccl::kSuccess;
+}
+nccl::Result logged_broadcast(const void*, void*, size_t count, nccl::DataType, int root, nccl::Comm,
+                              nccl::Stream stream) {
+  OrderLog::log.push_back("ncclBroadcast " + std::to_string(count) + " from " + std::to_string(root) + " on " +
+                          OrderLog::name(stream));
+  return nccl::kSuccess;
+}
+
+TEST(NcclCollectives, EachCollectiveRunsOnItsOwnStreamBetweenTheEventEdges) {
+  nccl::Api api = FakeNccl::api();
+  api.all_reduce = &logged_all_reduce;
+  api.broadcast = &logged_broadcast;
+  LoggingStreams streams;
+  OrderLog::log.clear();
+  Tensor t = Tensor::from_floats({5}, {1, 2, 3, 4, 5});
+  streams.held = t.raw();
+  std::unique_ptr<DeviceCollectives> c = nccl::make_collectives(api, nullptr, Device::cpu(), 600.0, streams);
+  c->all_reduce(t, ReduceOp::kSum);
+  c->broadcast(t, 0);
+  c.reset();
+  // Stream 1, events 2 (compute's work so far) and 3 (the side stream's).
+  const std::vector<std::string> expected = {
+      "record 2 on compute", "wait 1 for 2", "ncclAllReduce 5 in place on 1", "record 3 on 1", "wait compute for 3",
+      "hold t until 1",
+      "record 2 on compute", "wait 1 for 2", "ncclBroadcast 20 from 0 on 1", "record 3 on 1", "wait compute for 3",
+      "hold t until 1",
+      "destroy_stream 1"};
+  EXPECT_EQ(OrderLog::log, expected);
+  EXPECT_EQ(FakeNccl::destroys.load(), 1) << "drained and destroyed before its stream";
+  EXPECT_EQ(FakeNccl::aborts.load(), 0);
+}
+
 bool gpu_required() {
   const char* v = std::getenv("MIXTRAIN_REQUIRE_GPU");
   return v != nullptr && std::strcmp(v, "1") == 0;
@@ -350,7 +419,7 @@ bool gpu_required() {
 std::vector<float> on_host(const Tensor& t) { return ops::to_device(t, Device::cpu()).to_floats(); }
 
 // One process's NCCL communicator on the GPU: what every data-parallel step's collectives call, on a real device
-// (NCCL's loading, its ABI as declared, the default stream's order with the backend's kernels).
+// (NCCL's loading, its ABI as declared, NCCL's stream ordered against the backend's kernels by events).
 TEST(NcclCollectives, OneRankReducesAndBroadcastsOnTheGpu) {
   const ops::CudaBackendStatus s = ops::load_cuda_backend();
   if (!s.loaded) {
@@ -385,6 +454,39 @@ TEST(NcclCollectives, OneRankReducesAndBroadcastsOnTheGpu) {
   EXPECT_EQ(comm->stats().calls, 4);
   comm.reset();
   EXPECT_FALSE(ops::device_waits_checked());
+}
+
+// Kernels on either side of a collective on the GPU: the all-reduce reads what the kernel before it wrote, the kernel
+// after it reads its result, and the buffer, freed at once, is held until NCCL is done with it (the side stream's
+// edges and the allocator's hold, on a buffer large enough that NCCL's kernel takes a while).
+TEST(NcclCollectives, KernelsOnEitherSideOfACollectiveKeepItsOrderOnTheGpu) {
+  const ops::CudaBackendStatus s = ops::load_cuda_backend();
+  if (!s.loaded) {
+    if (gpu_required()) FAIL() << "MIXTRAIN_REQUIRE_GPU=1 but the CUDA backend is not loaded: " << s.detail;
+    GTEST_SKIP() << s.detail;
+  }
+  const Device gpu = Device::cuda(0);
+  std::string why;
+  std::unique_ptr<Communicator> comm = device_communicator(world_communicator(), gpu, &why);
+  ASSERT_NE(comm, nullptr) << why;
+  const int64_t n = int64_t{1} << 22;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i % 1000) - 500.0f;
+  const Tensor base = ops::to_device(Tensor::from_floats({n}, values), gpu);
+  for (int round = 1; round <= 3; ++round) {
+    Tensor t = ops::scale(base, static_cast<float>(round));  // written by a kernel just before the collective
+    comm->all_reduce_on_device(t, ReduceOp::kSum);
+    const Tensor after = ops::scale(t, 2.0f);  // reads the result
+    t = Tensor();                              // freed while NCCL may still use it
+    const Tensor fresh = ops::scale(base, -1.0f);  // may be given memory at once: not t's before NCCL is done
+    const std::vector<float> got = on_host(after), negated = on_host(fresh);
+    for (int64_t i = 0; i < n; i += 4099) {
+      const size_t k = static_cast<size_t>(i);
+      ASSERT_EQ(got[k], 2.0f * static_cast<float>(round) * values[k]) << "round " << round << ", element " << i;
+      ASSERT_EQ(negated[k], -values[k]) << "round " << round << ", element " << i;
+    }
+  }
+  comm.reset();
 }
 
 }  // namespace

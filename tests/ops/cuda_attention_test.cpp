@@ -33,9 +33,10 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
-// |gpu - cpu| <= tol(cpu value) for every element (NaN must match NaN).
+// |gpu - cpu| <= tol(cpu value) + extra[i] for every element i (NaN must match NaN; extra empty: none).
 template <typename TolFn>
-void expect_close(const Tensor& got, const Tensor& want, TolFn&& tol, const std::string& what) {
+void expect_close(const Tensor& got, const Tensor& want, TolFn&& tol, const std::string& what,
+                  const std::vector<double>& extra = {}) {
   const Tensor g = to_device(got, Device::cpu()).contiguous();
   ASSERT_EQ(g.dtype(), want.dtype()) << what;
   ASSERT_EQ(g.shape(), want.shape()) << what;
@@ -43,7 +44,7 @@ void expect_close(const Tensor& got, const Tensor& want, TolFn&& tol, const std:
   int reported = 0;
   for (size_t i = 0; i < cv.size(); ++i) {
     if (gv[i] == cv[i] || (std::isnan(cv[i]) && std::isnan(gv[i]))) continue;
-    const double t = tol(static_cast<double>(cv[i]));
+    const double t = tol(static_cast<double>(cv[i])) + (extra.empty() ? 0.0 : extra[i]);
     if (std::fabs(static_cast<double>(gv[i]) - cv[i]) <= t) continue;
     ADD_FAILURE() << what << ": element " << i << " gpu " << gv[i] << " cpu " << cv[i] << " tolerance " << t;
     if (++reported == 5) return;
@@ -77,6 +78,65 @@ Tensor query_key(const Shape& shape, uint64_t seed, DType dt) {
   if (dt != DType::kFloat32)
     for (float& x : v) x = std::round(x * 4.0f) / 4.0f;
   return Tensor::from_floats(shape, v, dt);
+}
+
+// The most that rounding ds into a 16-bit compute dtype moves dq and dk: the GPU multiplies the rounded ds on the
+// tensor cores, the CPU the float32 ds (ops/attention.h), so dq_i moves by at most sum_j (u |ds_ij| + sub) |k_j| and
+// dk_j by sum_i (u |ds_ij| + sub) |q_i|, u the dtype's unit roundoff and sub a subnormal step (a ds rounded among
+// the subnormals), with a 1% margin for the float32 ds each side rounds from. ds from its definition, in float64:
+// dp = dout_h v_h^T (dropped as the forward dropped), ds = p (dp - rowsum(dp p)) scale over the causal columns.
+// Bounds laid out as q and k (B, L, H * dk); zeros for float32, where ds is not rounded.
+struct DsBounds {
+  std::vector<double> dq, dk;
+  // What the GPU computes, emulated in float64 before the final rounding: sums of ds rounded into the dtype times
+  // k (dq) or q (dk), for the CPU-side check of the bounds.
+  std::vector<double> dq_rounded_ds, dk_rounded_ds;
+};
+DsBounds ds_rounding_bounds(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& probs, const AttentionOptions& o) {
+  const int64_t nb = q.dim(0), t = q.dim(1), s = k.dim(1), h = o.num_heads, dk = q.dim(2) / h, dv = v.dim(2) / h;
+  DsBounds out{std::vector<double>(static_cast<size_t>(q.numel()), 0.0),
+               std::vector<double>(static_cast<size_t>(k.numel()), 0.0),
+               std::vector<double>(static_cast<size_t>(q.numel()), 0.0),
+               std::vector<double>(static_cast<size_t>(k.numel()), 0.0)};
+  const DType dt = q.dtype();
+  if (dt == DType::kFloat32) return out;
+  const std::vector<float> qv = q.contiguous().to_floats(), kv = k.contiguous().to_floats(),
+                           vv = v.contiguous().to_floats(), gv = dout.contiguous().to_floats(),
+                           pv = probs.contiguous().to_floats();
+  const double u = 1.01 * unit(dt), sub = subnormal_step(dt), inv_keep = 1.0 / (1.0 - o.dropout_rate);
+  std::vector<double> ds(static_cast<size_t>(s));
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t i = 0; i < t; ++i) {
+        const int64_t end = o.causal ? i + 1 + (s - t) : s, row = ((b * h + hh) * t + i) * s;
+        const size_t qi = static_cast<size_t>((b * t + i) * h * dk + hh * dk);
+        double dot = 0;
+        for (int64_t j = 0; j < end; ++j) {
+          double dp = 0;
+          for (int64_t c = 0; c < dv; ++c)
+            dp += static_cast<double>(gv[static_cast<size_t>((b * t + i) * h * dv + hh * dv + c)]) *
+                  vv[static_cast<size_t>((b * s + j) * h * dv + hh * dv + c)];
+          if (o.dropout_rate > 0)
+            dp = attention_dropout_keep(o.dropout_seed, static_cast<uint64_t>(row + j), o.dropout_rate) ? dp * inv_keep
+                                                                                                          : 0.0;
+          ds[static_cast<size_t>(j)] = dp;
+          dot += dp * pv[static_cast<size_t>(row + j)];
+        }
+        for (int64_t j = 0; j < end; ++j) {
+          const double d = pv[static_cast<size_t>(row + j)] * (ds[static_cast<size_t>(j)] - dot) * o.scale;
+          const double e = u * std::fabs(d) + sub;
+          const double rounded = Tensor::from_floats({1}, {static_cast<float>(d)}, dt).to_floats()[0];
+          const size_t kj = static_cast<size_t>((b * s + j) * h * dk + hh * dk);
+          for (int64_t c = 0; c < dk; ++c) {
+            out.dq[qi + c] += e * std::fabs(kv[kj + c]);
+            out.dk[kj + c] += e * std::fabs(qv[qi + c]);
+            out.dq_rounded_ds[qi + c] += rounded * kv[kj + c];
+            out.dk_rounded_ds[kj + c] += rounded * qv[qi + c];
+          }
+        }
+      }
+  return out;
 }
 
 AttentionOptions options_of(const Case& c) {
@@ -116,17 +176,55 @@ void check_case(const Case& c, DType dt, const Tensor& q, const Tensor& k, const
                "out " + what);
 
   // Backward from the CPU's probabilities, so that both read the same p: the differences are the GEMMs' order
-  // (float32, over S, dk or dv terms) and the row dot products', then one rounding into the compute dtype.
+  // (float32, over S, dk or dv terms) and the row dot products', then one rounding into the compute dtype; and for
+  // dq and dk under a 16-bit dtype, the GPU's ds rounded into it (ds_rounding_bounds, per element).
   const Tensor dout = random_tensor(want.out.shape(), 77, dt);
   const AttentionGrads gw = scaled_dot_product_attention_backward(dout, q, k, v, want.probs, o);
   const AttentionGrads gg = scaled_dot_product_attention_backward(gpu(dout), qg, kg, vg, gpu(want.probs), o);
+  const DsBounds bounds = ds_rounding_bounds(dout, q, k, v, want.probs, o);
+  const std::vector<double> none;
   const double terms = static_cast<double>(c.s + c.t + c.dk + c.dv);
-  for (const auto& [g, w, name] : {std::tuple{&gg.dq, &gw.dq, "dq "}, std::tuple{&gg.dk, &gw.dk, "dk "},
-                                   std::tuple{&gg.dv, &gw.dv, "dv "}}) {
+  for (const auto& [g, w, extra, name] :
+       {std::tuple{&gg.dq, &gw.dq, &bounds.dq, "dq "}, std::tuple{&gg.dk, &gw.dk, &bounds.dk, "dk "},
+        std::tuple{&gg.dv, &gw.dv, &none, "dv "}}) {
     // An absolute slack scaled by the gradient's size: a wrong head, mask or scale moves elements by that size.
     const double m = max_abs(*w) + 1.0;
     expect_close(*g, *w, [&](double cv) { return 2 * u * std::fabs(cv) + 64 * terms * f32 * m + sub; },
-                 name + what);
+                 name + what, *extra);
+  }
+}
+
+// The bounds the GPU test adds for the rounded ds, checked on every machine: the GPU's arithmetic for dq and dk
+// (ds rounded into the 16-bit dtype, products summed exactly, then one rounding), emulated on the host, stays within
+// them and the test's other slack of the CPU kernel's dq and dk; and the ds rounding does move results, so the
+// bounds are not idle.
+TEST(CudaAttentionBounds, TheRoundedDsProductsStayWithinTheGpuTestsTolerance) {
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    int moved = 0;
+    for (const Case& c : kCases) {
+      const std::string what = describe(c, dt);
+      const Tensor q = query_key({c.b, c.t, c.h * c.dk}, 3, dt), k = query_key({c.b, c.s, c.h * c.dk}, 5, dt);
+      const Tensor v = random_tensor({c.b, c.s, c.h * c.dv}, 7, dt);
+      const AttentionOptions o = options_of(c);
+      const AttentionOutput f = scaled_dot_product_attention(q, k, v, o);
+      const Tensor dout = random_tensor(f.out.shape(), 77, dt);
+      const AttentionGrads gw = scaled_dot_product_attention_backward(dout, q, k, v, f.probs, o);
+      const DsBounds bounds = ds_rounding_bounds(dout, q, k, v, f.probs, o);
+      const double u = unit(dt), sub = 2 * subnormal_step(dt);
+      const double terms = static_cast<double>(c.s + c.t + c.dk + c.dv);
+      for (const auto& [w, emulated, extra, name] :
+           {std::tuple{&gw.dq, &bounds.dq_rounded_ds, &bounds.dq, "dq "},
+            std::tuple{&gw.dk, &bounds.dk_rounded_ds, &bounds.dk, "dk "}}) {
+        std::vector<float> as_floats(emulated->begin(), emulated->end());
+        const Tensor got = Tensor::from_floats(w->shape(), as_floats, dt);  // the one rounding into the dtype
+        const std::vector<float> gv = got.to_floats(), wv = w->contiguous().to_floats();
+        for (size_t i = 0; i < gv.size(); ++i) moved += gv[i] != wv[i];
+        const double m = max_abs(*w) + 1.0;
+        expect_close(got, *w, [&](double cv) { return 2 * u * std::fabs(cv) + 64 * terms * 0x1p-24 * m + sub; },
+                     name + what, *extra);
+      }
+    }
+    EXPECT_GT(moved, 0) << dtype_name(dt) << ": rounding ds changed no gradient, so nothing tests the bounds";
   }
 }
 
@@ -163,9 +261,18 @@ TEST(CudaBackend, AttentionReadsAndWritesFusedProjectionSlicesInPlace) {
     scaled_dot_product_attention_backward_into(dout, q, k, v, f.probs, o, dq, dk, dv);
     scaled_dot_product_attention_backward_into(gpu(dout), qg, kg, vg, gpu(f.probs), o, dqg, dkg, dvg);
     const double m = max_abs(grad) + 1.0;
+    // dq's and dk's columns also get their ds rounding bounds (ds_rounding_bounds; T == S here, so row r of the
+    // buffer is row r of q and of k).
+    const DsBounds bounds = ds_rounding_bounds(dout, q, k, v, f.probs, o);
+    std::vector<double> extra(static_cast<size_t>(grad.numel()), 0.0);
+    for (int64_t r = 0; r < c.b * c.t; ++r)
+      for (int64_t col = 0; col < w; ++col) {
+        extra[static_cast<size_t>(r * 3 * w + col)] = bounds.dq[static_cast<size_t>(r * w + col)];
+        extra[static_cast<size_t>(r * 3 * w + w + col)] = bounds.dk[static_cast<size_t>(r * w + col)];
+      }
     expect_close(grad_g, grad,
                  [&](double cv) { return 2 * unit(dt) * std::fabs(cv) + 64 * 30 * 0x1p-24 * m + 2 * subnormal_step(dt); },
-                 std::string("fused gradients ") + dtype_name(dt));
+                 std::string("fused gradients ") + dtype_name(dt), extra);
   }
 }
 

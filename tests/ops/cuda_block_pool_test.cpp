@@ -256,5 +256,75 @@ TEST(BlockPool, ThousandsOfRandomRequestsKeepEveryBlockIntactAndEveryCountRight)
   EXPECT_EQ(source.held_bytes(), 0u) << "every free segment went back";
 }
 
+// A block another stream may still use (NCCL's side stream, ops/side_stream.h) is held: freed meanwhile, it is not
+// handed out again before the owner says that use is done, whatever asks next.
+TEST(BlockPool, AHeldBlockFreedMeanwhileIsNotReusedBeforeItsUseIsDone) {
+  HostSegments source(64 * kMiB);
+  BlockPool pool(source);
+  int side = 0;  // the side stream's handle
+  void* a = pool.allocate(4096);
+  ASSERT_NE(a, nullptr);
+  uint64_t replaced = 99;
+  ASSERT_TRUE(pool.hold(a, &side, 7, &replaced));
+  EXPECT_EQ(replaced, 0u);
+  ASSERT_TRUE(pool.free(a));
+  EXPECT_EQ(pool.deferred_blocks(), 1u);
+  EXPECT_FALSE(pool.free(a)) << "a deferred block is not in use any more";
+  EXPECT_EQ(pool.check(), "");
+  void* b = pool.allocate(4096);
+  EXPECT_NE(b, a) << "reused while the side stream may still write it";
+  EXPECT_TRUE(pool.reclaim([](uint64_t) { return false; }).empty());
+  EXPECT_EQ(pool.deferred_blocks(), 1u);
+  void* c = pool.allocate(4096);
+  EXPECT_NE(c, a);
+  EXPECT_EQ(pool.reclaim([](uint64_t use) { return use == 7; }), std::vector<uint64_t>{7});
+  EXPECT_EQ(pool.deferred_blocks(), 0u);
+  EXPECT_EQ(pool.check(), "");
+  EXPECT_EQ(pool.allocate(4096), a) << "done: the block serves requests again";
+  EXPECT_EQ(pool.check(), "");
+}
+
+// A stream runs in order: its later use replaces its earlier one (returned, for the owner's event to be let go of);
+// another stream's use stays, and a block waits for both. A hold may name an address inside a block (a view at an
+// offset); an address in no block in use is refused.
+TEST(BlockPool, AStreamsLaterUseReplacesItsEarlierOneAndEveryStreamIsWaitedFor) {
+  HostSegments source(64 * kMiB);
+  BlockPool pool(source);
+  int side = 0, other = 0;
+  char* a = static_cast<char*>(pool.allocate(8192));
+  uint64_t replaced = 0;
+  ASSERT_TRUE(pool.hold(a + 1000, &side, 1, &replaced));
+  ASSERT_TRUE(pool.hold(a, &side, 2, &replaced));
+  EXPECT_EQ(replaced, 1u);
+  ASSERT_TRUE(pool.hold(a + 8191, &other, 3, &replaced));
+  EXPECT_EQ(replaced, 0u);
+  EXPECT_FALSE(pool.hold(a + 8192, &side, 4, &replaced)) << "past the block";
+  int outside = 0;
+  EXPECT_FALSE(pool.hold(&outside, &side, 4, &replaced));
+  ASSERT_TRUE(pool.free(a));
+  EXPECT_EQ(pool.reclaim([](uint64_t use) { return use == 2; }), std::vector<uint64_t>{2});
+  EXPECT_EQ(pool.deferred_blocks(), 1u) << "the other stream's use is not done";
+  EXPECT_EQ(pool.reclaim([](uint64_t) { return true; }), std::vector<uint64_t>{3});
+  EXPECT_EQ(pool.deferred_blocks(), 0u);
+  EXPECT_EQ(pool.check(), "");
+}
+
+// A use done before the block is freed is dropped by the owner's next reclaim: the free is then immediate, and the
+// pool keeps no record of a buffer reduced every step.
+TEST(BlockPool, AUseDoneBeforeTheFreeLeavesNothingToWaitFor) {
+  HostSegments source(64 * kMiB);
+  BlockPool pool(source);
+  int side = 0;
+  void* a = pool.allocate(512);
+  uint64_t replaced = 0;
+  for (uint64_t step = 1; step <= 100; ++step) ASSERT_TRUE(pool.hold(a, &side, step, &replaced));
+  EXPECT_EQ(replaced, 99u);
+  EXPECT_EQ(pool.reclaim([](uint64_t) { return true; }), std::vector<uint64_t>{100});
+  ASSERT_TRUE(pool.free(a));
+  EXPECT_EQ(pool.deferred_blocks(), 0u);
+  EXPECT_EQ(pool.allocate(512), a);
+  EXPECT_EQ(pool.check(), "");
+}
+
 }  // namespace
 }  // namespace mixtrain::ops::cuda

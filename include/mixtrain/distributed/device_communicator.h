@@ -4,9 +4,10 @@
 // step). The job's host communicator (MPI) starts it and keeps the host collectives (the small all-reduce of which
 // variables have gradients, synchronized BatchNormalization's sums, evaluation's counts).
 //
-// On an NVIDIA GPU the device collectives are NCCL's, loaded at run time as cuBLASLt is, on the stream the CUDA
-// backend's kernels run on: an all-reduce of the gradient buffer starts when the backward pass's last kernel has
-// written it, and the loss-scale check that follows reads the reduced buffer in the same order. DeviceCollectives
+// On an NVIDIA GPU the device collectives are NCCL's, loaded at run time as cuBLASLt is, on a stream of their own
+// ordered against the CUDA backend's kernels by events (ops/side_stream.h): an all-reduce of the gradient buffer
+// starts when the backward pass's last kernel has written it, and the loss-scale check that follows reads the reduced
+// buffer only after the all-reduce is done; a buffer freed meanwhile is not reused before then. DeviceCollectives
 // is the seam NCCL sits behind, so tests run the same code on an emulated device.
 #pragma once
 

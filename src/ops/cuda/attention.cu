@@ -11,13 +11,21 @@
 //         dropout on the rounded probabilities, by the CPU's mask (shared/attention_rows.h)
 //   o (B, H, T, dv) float32 = p_d v_h, then scattered into out (B, T, H * dv), rounded once.
 // Backward:
-//   dp (B, H, T, S) float32 = dout_h v_h^T; rows: the mask on dp, ds = p (dp - rowsum(dp p)) scale in float32
-//   dv = p_d^T dout_h; dq = ds k_h and dk = ds^T q_h as float32 products (q and k widened to float32 when 16-bit,
-//   ds never rounded), each scattered into its gradient (possibly a column slice of a wider buffer), rounded once.
+//   dp (B, H, T, S) float32 = dout_h v_h^T; rows: the mask on dp, ds = p (dp - rowsum(dp p)) scale in float32,
+//   rounded once into the compute dtype when that is 16-bit
+//   dv = p_d^T dout_h; dq = ds k_h and dk = ds^T q_h, each scattered into its gradient (possibly a column slice of
+//   a wider buffer), rounded once.
+// Every product takes its operands in the compute dtype, so under a 16-bit policy all five run on the tensor cores
+// with float32 accumulation. The score tensor s stays float32: the CPU rounds fl32(q k^T) * scale once into the
+// compute dtype, and a 16-bit GEMM output would round before the scale (bmm has no alpha), which gives other bits
+// unless the scale is a power of two.
 //
 // The row maximum is exact and the mask is the CPU's bit for bit; the row sums are combined across lanes in a
 // fixed order and cuBLASLt sums each product in its own order, so results are deterministic and differ from the
-// CPU's only by float32 rounding before the final rounding (tests/ops/cuda_attention_test.cpp).
+// CPU's only by float32 rounding before the final rounding, except dq and dk under a 16-bit policy: the CPU
+// multiplies the float32 ds (ops/attention.h), the GPU ds rounded to 16 bits, which moves dq_i by at most
+// u * sum_j |ds_ij| |k_j| (u the compute dtype's unit roundoff) and dk_j likewise; tests/ops/cuda_attention_test.cpp
+// holds them to that bound, computed in float64.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -48,14 +56,6 @@ Heads heads_of(const Tensor& t, int64_t h) {
                t.dim(2) / h};
 }
 
-// dst (B, H, L, d) float32 = src's heads, widened.
-__global__ void gather_heads_kernel(Heads src, int64_t h, int64_t l, float* dst, int64_t n) {
-  device::for_each_index(n, [&](int64_t i) {
-    const int64_t c = i % src.d, r = (i / src.d) % l, hh = (i / (src.d * l)) % h, b = i / (src.d * l * h);
-    dst[i] = load_as_float(src.base, src.code, b * src.batch_stride + r * src.row_stride + hh * src.d + c);
-  });
-}
-
 // dst's heads = src (B, H, L, d) float32, rounded once.
 __global__ void scatter_heads_kernel(const float* src, int64_t h, int64_t l, Heads dst, int64_t n) {
   device::for_each_index(n, [&](int64_t i) {
@@ -74,6 +74,7 @@ struct Rows {
   void* probs;     // (rows, s_len) in the compute dtype: written by the forward, read by the backward
   void* dropped;   // (rows, s_len) in the compute dtype, the dropped probabilities; null without dropout
   float* logits;   // the float32 logits, or null (forward only)
+  void* ds_out;    // (rows, s_len) in the compute dtype: ds rounded once (backward, 16-bit); null: ds stays in s
   int64_t logits_per_pair;
   uint64_t seed;
   float rate, inv_keep;
@@ -147,9 +148,14 @@ __global__ void backward_rows_kernel(Rows a) {
     dot = shared::add_rn(dot, shared::mul_rn(d, load_as_float(a.probs, a.code, base + j)));
   }
   dot = device::warp_sum(dot);
-  for (int64_t j = lane; j < a.s_len; j += device::kWarp)
-    g[j] = j < end ? shared::attention_score_grad(load_as_float(a.probs, a.code, base + j), g[j], dot, a.scale)
-                   : 0.0f;
+  for (int64_t j = lane; j < a.s_len; j += device::kWarp) {
+    const float d =
+        j < end ? shared::attention_score_grad(load_as_float(a.probs, a.code, base + j), g[j], dot, a.scale) : 0.0f;
+    if (a.ds_out)
+      store_from_float(a.ds_out, a.code, base + j, d);
+    else
+      g[j] = d;
+  }
 }
 
 // A GEMM operand per (batch, head) pair: the tensor, its row stride and its steps between batches and heads.
@@ -217,18 +223,6 @@ void scatter_heads(const Tensor& src, int64_t h, int64_t l, Tensor& dst) {
   device::launched("attention (scatter)");
 }
 
-// t's heads as a dense (B, H, L, d) float32 tensor.
-Tensor widened_heads(const Tensor& t, int64_t h) {
-  const int64_t b = t.dim(0), l = t.dim(1), d = t.dim(2) / h;
-  Tensor w = Tensor::empty({b, h, l, d}, DType::kFloat32, t.device());
-  const int64_t n = w.numel();
-  if (n > 0) {
-    gather_heads_kernel<<<device::blocks_for(n), device::kThreads>>>(heads_of(t, h), h, l, w.data<float>(), n);
-    device::launched("attention (widen)");
-  }
-  return w;
-}
-
 Rows rows_of(const AttentionOptions& o, int64_t b, int64_t t, int64_t s, DType dt, Tensor& scores) {
   Rows a{};
   a.s = scores.data<float>();
@@ -292,9 +286,12 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   const Operand douto = batched_heads_operand(dout, h, dout_heads);
   pair_products(b, h, t, s, dvh, douto, false, batched_heads_operand(v, h, v_heads), true, ds);
   Tensor pd = dropout ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
+  // ds in the compute dtype: the operand of the dq and dk products on the tensor cores.
+  Tensor ds16 = dt != DType::kFloat32 ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
   Rows a = rows_of(options, b, t, s, dt, ds);
   a.probs = const_cast<void*>(probs.raw());
   a.dropped = dropout ? pd.raw() : nullptr;
+  a.ds_out = ds16.defined() ? ds16.raw() : nullptr;
   if (a.rows > 0) {
     backward_rows_kernel<<<device::row_blocks(a.rows), device::kThreads>>>(a);
     device::launched("scaled_dot_product_attention_backward");
@@ -305,13 +302,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   pair_products(b, h, s, dvh, t, dense_operand(dropout ? pd : probs), true, douto, false, dv32);
   scatter_heads(dv32, h, s, dv);
 
-  // dq_h = ds k_h and dk_h = ds^T q_h as float32 products: 16-bit k and q widened into dense heads, float32 ones
-  // through batched_heads_operand (copied dense when there is more than one batch element and head).
-  const bool widen = dt != DType::kFloat32;
-  const Tensor k32 = widen ? widened_heads(k, h) : Tensor(), q32 = widen ? widened_heads(q, h) : Tensor();
-  const Operand kf = widen ? dense_operand(k32) : batched_heads_operand(k, h, k_heads);
-  const Operand qf = widen ? dense_operand(q32) : batched_heads_operand(q, h, q_heads);
-  const Operand dso = dense_operand(ds);
+  // dq_h = ds k_h and dk_h = ds^T q_h with every operand in the compute dtype (ds rounded once above, k and q as
+  // they are, copied dense when there is more than one batch element and head), accumulated in float32.
+  const Operand kf = batched_heads_operand(k, h, k_heads);
+  const Operand qf = batched_heads_operand(q, h, q_heads);
+  const Operand dso = dense_operand(ds16.defined() ? ds16 : ds);
   Tensor dq32 = Tensor::empty({b, h, t, dkh}, DType::kFloat32, device);
   pair_products(b, h, t, dkh, s, dso, false, kf, false, dq32);
   scatter_heads(dq32, h, t, dq);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "mixtrain/core/allocator.h"
@@ -63,7 +64,12 @@ class CudaAllocator final : public DeviceAllocator {
     PerDevice& d = device(device_index);
     void* p = nullptr;
     if (bytes > 0) {
+      reclaim(d, /*wait=*/false);
       p = d.pool.allocate(bytes);
+      if (p == nullptr && d.pool.deferred_blocks() > 0) {  // blocks a side stream still uses: wait for them
+        reclaim(d, /*wait=*/true);
+        p = d.pool.allocate(bytes);
+      }
       if (p == nullptr) {
         // The device is full: the error a limit raises, so a caller that tries sizes (--batch-size auto) counts
         // this size as not fitting.
@@ -108,13 +114,62 @@ class CudaAllocator final : public DeviceAllocator {
     d.stats.peak_bytes = d.stats.live_bytes;
   }
 
+  // The block holding p is not reused before the work queued on stream so far is done (block_pool.h's hold): an
+  // event recorded on stream marks that point. The caller made the device current.
+  void hold(int device_index, const void* p, void* stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    PerDevice& d = device(device_index);
+    cudaEvent_t e = nullptr;
+    if (d.spare_events.empty()) {
+      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    } else {
+      e = d.spare_events.back();
+      d.spare_events.pop_back();
+    }
+    const cudaError_t recorded = cudaEventRecord(e, static_cast<cudaStream_t>(stream));
+    uint64_t replaced = 0;
+    if (recorded != cudaSuccess || !d.pool.hold(p, stream, d.next_use, &replaced)) {
+      d.spare_events.push_back(e);
+      check_cuda(recorded, "cudaEventRecord");
+      return;  // not one of this allocator's blocks
+    }
+    d.uses.emplace(d.next_use++, e);
+    if (replaced != 0) let_go(d, replaced);
+  }
+
  private:
   struct PerDevice {
     explicit PerDevice(int device_index) : segments(device_index), pool(segments) {}
     CudaSegments segments;
     BlockPool pool;
     MemoryStats stats;  // live and peak count the bytes tensors asked for, as the CPU allocator's do
+    std::unordered_map<uint64_t, cudaEvent_t> uses;  // the pool's holds: each use's event
+    std::vector<cudaEvent_t> spare_events;           // of uses let go, for reuse
+    uint64_t next_use = 1;
   };
+  static void let_go(PerDevice& d, uint64_t use) {
+    auto it = d.uses.find(use);
+    if (it == d.uses.end()) return;
+    d.spare_events.push_back(it->second);
+    d.uses.erase(it);
+  }
+  // Drops the holds whose side-stream work is done, freeing the deferred blocks left with none; with wait, the host
+  // first waits for every held use (the device is out of memory and deferred blocks would serve the request).
+  static void reclaim(PerDevice& d, bool wait) {
+    if (d.uses.empty()) return;
+    const std::vector<uint64_t> done = d.pool.reclaim([&d, wait](uint64_t use) {
+      const cudaEvent_t e = d.uses.at(use);
+      if (wait) published_wait([e] { (void)cudaEventSynchronize(e); });
+      const cudaError_t err = cudaEventQuery(e);
+      if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // not an error: not kept for the next launch check to find (PyTorch does so too)
+        return false;
+      }
+      check_cuda(err, "cudaEventQuery");
+      return true;
+    });
+    for (uint64_t use : done) let_go(d, use);
+  }
   PerDevice& device(int device_index) {
     std::unique_ptr<PerDevice>& d = devices_[device_index];
     if (!d) d = std::make_unique<PerDevice>(device_index);
@@ -136,10 +191,12 @@ class CudaBackend final : public Backend {
   void synchronize(int device_index) override { cuda::synchronize(device_index); }
   void make_current(int device_index) override { cuda::make_current(device_index); }
   DeviceMemory memory(int device_index) override { return device_memory(device_index); }
+  void hold(int device_index, const void* p, void* stream) { allocator_.hold(device_index, p, stream); }
 
  private:
   CudaAllocator allocator_;
 };
+CudaBackend* installed = nullptr;  // install_backend's
 
 // Each GPU's name and compute capability, and the status of a machine without one.
 bool find_gpus(CudaBackendStatus& s) {
@@ -188,6 +245,10 @@ std::vector<Op> unsupported_ops() { return {Op::fp8_amax, Op::fp8_quantize, Op::
 
 bool cast_converts(DType dtype) { return is_float(dtype); }
 
+void hold_block(int device_index, const void* p, void* stream) {
+  if (installed != nullptr) installed->hold(device_index, p, stream);
+}
+
 CudaBackendStatus install_backend() {
   CudaBackendStatus s;
   s.compiled = true;
@@ -199,6 +260,7 @@ CudaBackendStatus install_backend() {
   s.detail += with_gemm ? "; matmul through " + lt : "; matmul, conv2d and attention have no CUDA kernel: " + lt;
   // Never destroyed: tensors freed during static destruction still find its allocator.
   static CudaBackend* backend = new CudaBackend();
+  installed = backend;
   register_kernels(backend->kernels(), with_gemm);
   ops::install_backend(backend);
   s.ops = {"to_device", "synchronize", "make_current", "device_memory"};

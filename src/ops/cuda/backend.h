@@ -112,6 +112,11 @@ void strided_copy(const Tensor& src, Tensor& dst);
 // zeros. Device pointers, on the current device (convert.cu).
 void round_rows_into(const float* src, const float* bias, int64_t rows, int64_t n, void* dst, DType dst_dtype);
 
+// The allocator keeps the block holding device address p from being reused until the work queued on `stream` (a
+// cudaStream_t other than the default one) so far is done, by an event recorded there (block_pool.h's hold). A p
+// outside the allocator's blocks is left alone. For ops/side_stream.h's driver (side_stream_driver.cpp).
+void hold_block(int device_index, const void* p, void* stream);
+
 // Loads cuBLASLt at run time (cublaslt.cpp); false, with the reason in *why, when it cannot.
 bool load_cublaslt(std::string* why);
 

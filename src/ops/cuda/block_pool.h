@@ -10,12 +10,15 @@
 // device has no memory left, the segments with nothing in use are returned and the request tried once more (a
 // segment with one block in use stays, and no size is too big to split: PyTorch's defaults too).
 // Blocks are reused in the order the one stream runs its kernels, so a block freed by a kernel still queued is
-// only written by kernels queued after it.
+// only written by kernels queued after it. Work on another stream (NCCL's, ops/side_stream.h) is not in that order:
+// a block it may still read or write is held (hold()), and when freed meanwhile it waits in a deferred list until
+// the owner says that work is done (reclaim()), as PyTorch's recordStream does.
 //
 // Plain C++, no CUDA type: the policy is tested on every machine (tests/ops/cuda_block_pool_test.cpp) against a
 // host-memory source; backend.cpp supplies cudaMalloc and cudaFree.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -23,6 +26,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace mixtrain::ops::cuda {
@@ -126,6 +130,62 @@ class BlockPool {
     if (it == in_use_.end()) return false;
     Block* b = it->second;
     spare_in_use_.push_back(in_use_.extract(it));
+    if (holds_.count(b) != 0) {  // another stream may still use it: not reused before reclaim() says it is done
+      deferred_.push_back(b);
+      return true;
+    }
+    release_block(b);
+    return true;
+  }
+
+  // Keeps the block in use that holds address p (its start or inside it) from being reused before `use`, the work
+  // queued so far on `stream` (the owner's handle and its own id for that point, such as an event), is done.
+  // A stream's later use replaces its earlier one (a stream runs in order); the use replaced is returned (0: none),
+  // for the owner to let go of. False when p lies in no block in use (nothing changes).
+  bool hold(const void* p, const void* stream, uint64_t use, uint64_t* replaced) {
+    *replaced = 0;
+    Block* b = block_holding(p);
+    if (b == nullptr) return false;
+    std::vector<std::pair<const void*, uint64_t>>& uses = holds_[b];
+    for (auto& [s, u] : uses) {
+      if (s != stream) continue;
+      *replaced = u;
+      u = use;
+      return true;
+    }
+    uses.emplace_back(stream, use);
+    return true;
+  }
+
+  // Drops the holds whose use is done (finished(use)), and frees the deferred blocks left with none; returns the
+  // uses dropped, for the owner to let go of. Called by the owner before it allocates.
+  std::vector<uint64_t> reclaim(const std::function<bool(uint64_t)>& finished) {
+    std::vector<uint64_t> done;
+    for (auto it = holds_.begin(); it != holds_.end();) {
+      auto& uses = it->second;
+      for (size_t i = uses.size(); i-- > 0;) {
+        if (!finished(uses[i].second)) continue;
+        done.push_back(uses[i].second);
+        uses.erase(uses.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      it = uses.empty() ? holds_.erase(it) : std::next(it);
+    }
+    for (size_t i = deferred_.size(); i-- > 0;) {
+      Block* b = deferred_[i];
+      if (holds_.count(b) != 0) continue;
+      deferred_.erase(deferred_.begin() + static_cast<std::ptrdiff_t>(i));
+      release_block(b);
+    }
+    return done;
+  }
+
+  // Blocks freed while held, not yet reusable.
+  size_t deferred_blocks() const { return deferred_.size(); }
+
+ private:
+  struct Block;
+  // b, freed and no longer held, merges with its free neighbours into its pool.
+  void release_block(Block* b) {
     b->in_use = false;
     stats_.allocated_bytes -= b->size;
     FreeSet& pool = b->small ? small_free_ : large_free_;
@@ -137,9 +197,9 @@ class BlockPool {
       b = prev;
     }
     insert_free(pool, b);
-    return true;
   }
 
+ public:
   // Returns the segments with nothing in use to the source; the bytes returned.
   size_t release_free_segments() {
     size_t released = 0;
@@ -194,10 +254,15 @@ class BlockPool {
       else ++free_blocks;
       const FreeSet& pool = b->small ? small_free_ : large_free_;
       if (!b->in_use && pool.count(const_cast<Block*>(b)) == 0) return "a free block missing from its pool";
-      if (b->in_use && in_use_.count(b->ptr) == 0) return "a block in use missing from the map";
+      const bool deferred = std::find(deferred_.begin(), deferred_.end(), b) != deferred_.end();
+      if (b->in_use && in_use_.count(b->ptr) == 0 && !deferred) return "a block in use missing from the map";
+      if (deferred && in_use_.count(b->ptr) != 0) return "a deferred block still in the map";
     }
     if (free_blocks != small_free_.size() + large_free_.size()) return "a pool holds a block that is not free";
-    if (all_blocks().size() - free_blocks != in_use_.size()) return "the map holds a block that is not in use";
+    if (all_blocks().size() - free_blocks != in_use_.size() + deferred_.size())
+      return "the map holds a block that is not in use";
+    for (const auto& [b, uses] : holds_)
+      if (!b->in_use || uses.empty()) return "a hold on a free block, or an empty hold";
     for (const Block* b : small_free_)
       if (!b->small || b->size > kSmallSegment) return "a large block in the small pool";
     for (const Block* b : large_free_)
@@ -233,6 +298,14 @@ class BlockPool {
     return p;
   }
 
+  // The block in use (handed out, not freed) whose bytes include p; null when none. A scan: holds are a few per step.
+  Block* block_holding(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    for (const auto& [start, b] : in_use_)
+      if (!std::less<const char*>()(c, b->ptr) && std::less<const char*>()(c, b->ptr + b->size)) return b;
+    return nullptr;
+  }
+
   // The smallest free block of at least `size`, out of its pool.
   Block* take_best_fit(FreeSet& pool, size_t size) {
     Block probe{nullptr, size, false};
@@ -259,6 +332,7 @@ class BlockPool {
     for (const auto& [p, b] : in_use_) heads.insert(b);
     for (Block* b : small_free_) heads.insert(b);
     for (Block* b : large_free_) heads.insert(b);
+    for (Block* b : deferred_) heads.insert(b);
     for (Block* b : heads) {
       Block* first = b;
       while (first->prev) first = first->prev;
@@ -296,6 +370,9 @@ class BlockPool {
   InUse in_use_;
   std::vector<FreeSet::node_type> spare_nodes_;
   std::vector<InUse::node_type> spare_in_use_;
+  // Blocks another stream may still use (hold), with each stream's latest use; those of them already freed.
+  std::unordered_map<Block*, std::vector<std::pair<const void*, uint64_t>>> holds_;
+  std::vector<Block*> deferred_;
   BlockPoolStats stats_;
 };
 

@@ -1,0 +1,41 @@
+// SideStream (mixtrain/ops/side_stream.h): the event edges between a GPU's compute stream and a side stream, as
+// plain calls on a StreamDriver, so their order is tested on every machine (tests/ops/side_stream_test.cpp).
+#include "mixtrain/ops/side_stream.h"
+
+namespace mixtrain::ops {
+
+SideStream::SideStream(StreamDriver& driver, int device) : driver_(driver), device_(device) {
+  stream_ = driver_.create_stream(device_);
+  try {
+    ready_ = driver_.create_event(device_);
+    done_ = driver_.create_event(device_);
+  } catch (...) {
+    if (ready_ != nullptr) driver_.destroy_event(device_, ready_);
+    driver_.destroy_stream(device_, stream_);
+    throw;
+  }
+}
+
+SideStream::~SideStream() {
+  driver_.destroy_event(device_, done_);
+  driver_.destroy_event(device_, ready_);
+  driver_.destroy_stream(device_, stream_);
+}
+
+void SideStream::run(const void* buffer, const std::function<void(void* stream)>& queue) {
+  // The buffer was written by kernels on compute: the side stream starts after them.
+  driver_.record(ready_, nullptr);
+  driver_.wait(stream_, ready_);
+  queue(stream_);
+  // Compute's later kernels read the result, or reuse the memory, only after the side stream is done with it; a
+  // block freed on the host meanwhile waits for the same point before the allocator hands it out again.
+  driver_.record(done_, stream_);
+  driver_.wait(nullptr, done_);
+  driver_.hold_until_done(device_, buffer, stream_);
+}
+
+#ifndef MIXTRAIN_HAVE_CUDA
+StreamDriver* cuda_stream_driver() { return nullptr; }
+#endif
+
+}  // namespace mixtrain::ops
