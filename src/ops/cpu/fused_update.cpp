@@ -16,6 +16,7 @@
 #include "mixtrain/ops/fused_update.h"
 #include "cpu_backend.h"
 #include "fused_update_step.h"
+#include "stochastic_round_span.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -43,7 +44,8 @@ struct GroupPointers {
   char* values;
   DType grad_dtype;
   const char* grads;
-  std::vector<float*> slots;
+  DType slot_dtype;  // float32, or bfloat16 (Adam's moments under UpdateConstants::bfloat16_state)
+  std::vector<char*> slots;
   std::vector<std::pair<DType, char*>> copies;
 };
 
@@ -79,9 +81,14 @@ std::vector<WorkItem> blocks_of(const std::vector<FusedUpdateGroup>& groups, int
 }
 
 GroupPointers pointers_of(FusedUpdateGroup& g) {
-  GroupPointers p{g.values.dtype(), static_cast<char*>(g.values.raw()), g.grads.dtype(),
-                  static_cast<const char*>(g.grads.raw()), {}, {}};
-  for (Tensor& t : g.slots) p.slots.push_back(t.data<float>());
+  GroupPointers p{g.values.dtype(),
+                  static_cast<char*>(g.values.raw()),
+                  g.grads.dtype(),
+                  static_cast<const char*>(g.grads.raw()),
+                  g.slots.empty() ? DType::kFloat32 : g.slots.front().dtype(),
+                  {},
+                  {}};
+  for (Tensor& t : g.slots) p.slots.push_back(static_cast<char*>(t.raw()));
   for (Tensor& c : g.copies) p.copies.emplace_back(c.dtype(), static_cast<char*>(c.raw()));
   return p;
 }
@@ -89,22 +96,50 @@ GroupPointers pointers_of(FusedUpdateGroup& g) {
 // Per-thread scratch of the 16-bit and scaled blocks.
 struct Scratch {
   std::vector<float> wide_w, wide_g;
+  std::vector<std::vector<float>> wide_slots;
   std::vector<float*> slot_ptrs;
 };
 
-// bfloat16 master weights under stochastic rounding: each element's bits drawn from (seed, step, its offset in the
-// group), as the device kernels draw them (ops/shared/fused_update_element.h).
-void round_stochastically(const float* w, uint16_t* out, const WorkItem& it, const BlockRule& rule) {
-  const uint64_t seed = rule.rule.rounding_seed, step = static_cast<uint64_t>(rule.counter);
-  for (int64_t j = 0; j < it.count; ++j)
-    out[j] = shared::float_to_bfloat16_sr(w[j], seed, step, static_cast<uint64_t>(it.begin + j));
+// The block's float32 values w rounded into `out` (bfloat16 at the block's place): stochastically under the rule's
+// stochastic rounding, each element's bits drawn from (the stream's seed, step, its offset in the group), as the
+// device kernels draw them (ops/shared/fused_update_element.h, store_rounded); else to nearest.
+void round_into_bfloat16(const float* w, char* out, const WorkItem& it, const BlockRule& rule, int stream) {
+  uint16_t* dst = reinterpret_cast<uint16_t*>(out) + it.begin;
+  if (rule.rule.stochastic_rounding) {
+    round_bfloat16_stochastic(w, dst, it.count, shared::stream_seed(rule.rule.rounding_seed, stream),
+                              static_cast<uint64_t>(rule.counter), static_cast<uint64_t>(it.begin));
+  } else {
+    convert_elements(w, DType::kFloat32, dst, DType::kBFloat16, it.count);
+  }
+}
+
+// The block's slot pointers: into the slots themselves when float32; bfloat16 moments widened into scratch.
+void widen_slots(const WorkItem& it, const GroupPointers& gp, Scratch& s) {
+  s.slot_ptrs.clear();
+  if (gp.slot_dtype == DType::kFloat32) {
+    for (char* slot : gp.slots) s.slot_ptrs.push_back(reinterpret_cast<float*>(slot) + it.begin);
+    return;
+  }
+  s.wide_slots.resize(gp.slots.size());
+  for (size_t k = 0; k < gp.slots.size(); ++k) {
+    s.wide_slots[k].resize(static_cast<size_t>(it.count));
+    convert_elements(gp.slots[k] + it.begin * 2, DType::kBFloat16, s.wide_slots[k].data(), DType::kFloat32,
+                     it.count);
+    s.slot_ptrs.push_back(s.wide_slots[k].data());
+  }
+}
+
+// bfloat16 moments rounded back once (slot k draws from stream k + 1).
+void narrow_slots(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, const Scratch& s) {
+  if (gp.slot_dtype == DType::kFloat32) return;
+  for (size_t k = 0; k < gp.slots.size(); ++k)
+    round_into_bfloat16(s.wide_slots[k].data(), gp.slots[k], it, rule, static_cast<int>(k) + 1);
 }
 
 void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, bool scaled, float scale,
                   Scratch& s) {
   const size_t es = dtype_size(gp.dtype);
-  s.slot_ptrs.clear();
-  for (float* slot : gp.slots) s.slot_ptrs.push_back(slot + it.begin);
+  widen_slots(it, gp, s);
   const float* g = nullptr;
   float* w = nullptr;
   if (gp.dtype == DType::kFloat32) {
@@ -130,8 +165,9 @@ void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& 
     g = s.wide_g.data();
   }
   rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
-  if (gp.dtype == DType::kBFloat16 && rule.rule.stochastic_rounding) {
-    round_stochastically(s.wide_w.data(), reinterpret_cast<uint16_t*>(gp.values) + it.begin, it, rule);
+  narrow_slots(it, gp, rule, s);
+  if (gp.dtype == DType::kBFloat16) {
+    round_into_bfloat16(s.wide_w.data(), gp.values, it, rule, 0);
   } else if (gp.dtype != DType::kFloat32) {
     convert_elements(s.wide_w.data(), DType::kFloat32, gp.values + it.begin * es, gp.dtype, it.count);
   }

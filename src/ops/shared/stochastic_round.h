@@ -13,12 +13,28 @@
 
 namespace mixtrain::ops::shared {
 
-// 64 well-mixed bits of (seed, step, index): splitmix64's finalizer over a Weyl sequence per step.
-MIXTRAIN_HOST_DEVICE inline uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t index) {
-  uint64_t z = seed + 0xD1B54A32D192ED03ull * (step + 1) + 0x9E3779B97F4A7C15ull * (index + 1);
+// The Weyl sequence's start for one (seed, step): counter_hash adds the index's multiple to it.
+MIXTRAIN_HOST_DEVICE inline uint64_t counter_base(uint64_t seed, uint64_t step) {
+  return seed + 0xD1B54A32D192ED03ull * (step + 1);
+}
+// splitmix64's finalizer.
+MIXTRAIN_HOST_DEVICE inline uint64_t counter_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+constexpr uint64_t kCounterIndexStride = 0x9E3779B97F4A7C15ull;
+
+// 64 well-mixed bits of (seed, step, index): splitmix64's finalizer over a Weyl sequence per step.
+MIXTRAIN_HOST_DEVICE inline uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t index) {
+  return counter_mix(counter_base(seed, step) + kCounterIndexStride * (index + 1));
+}
+
+// The seed of one rounding stream: stream 0 (the master weights) draws with the seed itself, streams 1 and 2
+// (Adam's bfloat16 m and v, AdamOptions::optimizer_state) with seeds an odd multiple apart, so the three draw
+// independent bits for one element: two streams would meet only about 2^64 / stride elements apart.
+MIXTRAIN_HOST_DEVICE inline uint64_t stream_seed(uint64_t seed, int stream) {
+  return seed + 0x632BE59BD9B4E019ull * static_cast<uint64_t>(stream);
 }
 
 // x rounded to a bfloat16 bit pattern stochastically with the 16 random bits r: the float32's low 16 bits plus r,
