@@ -45,7 +45,7 @@ struct UpdateConstants {
   // bfloat16 master weights: the new value of a bfloat16 group rounds stochastically (ops/shared/stochastic_round.h)
   // with the random bits of (rounding_seed, completed iterations, element offset in the group), instead of to
   // nearest, so updates below half an ulp still move the weights on average. Other dtypes are unaffected.
-  // With bfloat16_state, Adam's moments round stochastically too (each its own stream, stream_seed()).
+  // With bfloat16_state, Adam's moments round stochastically too (from the same hash's other bits).
   bool stochastic_rounding = false;
   uint64_t rounding_seed = 0;
   // Adam: the slots m and v are bfloat16 (AdamOptions::optimizer_state): read and widened to float32, updated in

@@ -6,8 +6,9 @@
 // keeps at zero). Per block: the gradient widened and scaled by the clipping factor when needed, the rule's span
 // (update_spans.cpp, or the optimizer's own span rule), and the new values rounded into the group's dtype and into
 // each compute copy while the block is still in cache. 16-bit values are widened to float32 per block, updated
-// and rounded once, as the optimizer's update variable by variable does. Every step is element-wise, so the bits
-// equal that update's whatever the blocking, and the device kernels' (fused_update_reference.cpp).
+// and rounded once, as the optimizer's update variable by variable does; Adam's bfloat16 moments likewise, inside
+// the rule's own pass (adam_bfloat16_state.h). Every step is element-wise, so the bits equal that update's whatever
+// the blocking, and the device kernels' (fused_update_reference.cpp).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "../shared/stochastic_round.h"
 #include "mixtrain/ops/fused_update.h"
 #include "cpu_backend.h"
+#include "adam_bfloat16_state.h"
 #include "fused_update_step.h"
 #include "stochastic_round_span.h"
 
@@ -96,56 +98,46 @@ GroupPointers pointers_of(FusedUpdateGroup& g) {
 // Per-thread scratch of the 16-bit and scaled blocks.
 struct Scratch {
   std::vector<float> wide_w, wide_g;
-  std::vector<std::vector<float>> wide_slots;
   std::vector<float*> slot_ptrs;
 };
 
-// The block's float32 values w rounded into `out` (bfloat16 at the block's place): stochastically under the rule's
-// stochastic rounding, each element's bits drawn from (the stream's seed, step, its offset in the group), as the
-// device kernels draw them (ops/shared/fused_update_element.h, store_rounded); else to nearest.
-void round_into_bfloat16(const float* w, char* out, const WorkItem& it, const BlockRule& rule, int stream) {
+// The block's float32 bfloat16-weight values w rounded into `out` at the block's place: stochastically under the
+// rule's stochastic rounding, each element's bits drawn from (seed, step, its offset in the group), as the device
+// kernels draw them (ops/shared/fused_update_element.h, store_rounded); else to nearest.
+void round_into_bfloat16(const float* w, char* out, const WorkItem& it, const BlockRule& rule) {
   uint16_t* dst = reinterpret_cast<uint16_t*>(out) + it.begin;
   if (rule.rule.stochastic_rounding) {
-    round_bfloat16_stochastic(w, dst, it.count, shared::stream_seed(rule.rule.rounding_seed, stream),
-                              static_cast<uint64_t>(rule.counter), static_cast<uint64_t>(it.begin));
+    round_bfloat16_stochastic(w, dst, it.count, rule.rule.rounding_seed, static_cast<uint64_t>(rule.counter),
+                              static_cast<uint64_t>(it.begin));
   } else {
     convert_elements(w, DType::kFloat32, dst, DType::kBFloat16, it.count);
   }
 }
 
-// The block's slot pointers: into the slots themselves when float32; bfloat16 moments widened into scratch.
-void widen_slots(const WorkItem& it, const GroupPointers& gp, Scratch& s) {
-  s.slot_ptrs.clear();
-  if (gp.slot_dtype == DType::kFloat32) {
-    for (char* slot : gp.slots) s.slot_ptrs.push_back(reinterpret_cast<float*>(slot) + it.begin);
+// The rule on the block: Adam with bfloat16 moments in one pass (adam_bfloat16_state.h), any other through the
+// block rule with float32 slots.
+void run_rule(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, float* w, const float* g,
+              Scratch& s) {
+  if (gp.slot_dtype == DType::kBFloat16) {
+    adam_bfloat16_state(rule.rule, rule.rates, w, g, reinterpret_cast<uint16_t*>(gp.slots[0]) + it.begin,
+                        reinterpret_cast<uint16_t*>(gp.slots[1]) + it.begin, it.count, it.cls, rule.counter,
+                        it.begin);
     return;
   }
-  s.wide_slots.resize(gp.slots.size());
-  for (size_t k = 0; k < gp.slots.size(); ++k) {
-    s.wide_slots[k].resize(static_cast<size_t>(it.count));
-    convert_elements(gp.slots[k] + it.begin * 2, DType::kBFloat16, s.wide_slots[k].data(), DType::kFloat32,
-                     it.count);
-    s.slot_ptrs.push_back(s.wide_slots[k].data());
-  }
-}
-
-// bfloat16 moments rounded back once (slot k draws from stream k + 1).
-void narrow_slots(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, const Scratch& s) {
-  if (gp.slot_dtype == DType::kFloat32) return;
-  for (size_t k = 0; k < gp.slots.size(); ++k)
-    round_into_bfloat16(s.wide_slots[k].data(), gp.slots[k], it, rule, static_cast<int>(k) + 1);
+  s.slot_ptrs.clear();
+  for (char* slot : gp.slots) s.slot_ptrs.push_back(reinterpret_cast<float*>(slot) + it.begin);
+  rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
 }
 
 void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, bool scaled, float scale,
                   Scratch& s) {
   const size_t es = dtype_size(gp.dtype);
-  widen_slots(it, gp, s);
   const float* g = nullptr;
   float* w = nullptr;
   if (gp.dtype == DType::kFloat32) {
     w = reinterpret_cast<float*>(gp.values) + it.begin;
   } else {
-    // A float16 / bfloat16 variable: updated in float32 with float32 state, rounded once.
+    // A float16 / bfloat16 variable: updated in float32, rounded once.
     s.wide_w.resize(static_cast<size_t>(it.count));
     convert_elements(gp.values + it.begin * es, gp.dtype, s.wide_w.data(), DType::kFloat32, it.count);
     w = s.wide_w.data();
@@ -164,10 +156,9 @@ void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& 
       for (float& x : s.wide_g) x *= scale;
     g = s.wide_g.data();
   }
-  rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
-  narrow_slots(it, gp, rule, s);
+  run_rule(it, gp, rule, w, g, s);
   if (gp.dtype == DType::kBFloat16) {
-    round_into_bfloat16(s.wide_w.data(), gp.values, it, rule, 0);
+    round_into_bfloat16(s.wide_w.data(), gp.values, it, rule);
   } else if (gp.dtype != DType::kFloat32) {
     convert_elements(s.wide_w.data(), DType::kFloat32, gp.values + it.begin * es, gp.dtype, it.count);
   }

@@ -1,4 +1,4 @@
-// The stochastic rounding pass of bfloat16 master weights and optimizer state (stochastic_round_span.h), written
+// The stochastic rounding pass of bfloat16 master weights (stochastic_round_span.h), written
 // once as an always-inline loop and compiled per instruction-set level like the update spans
 // (update_isa_variants.h). The scalar float_to_bfloat16_stochastic branches on its special cases; here both
 // roundings are computed and one selected, which the compiler vectorises (the 64-bit products are AVX-512 DQ's
@@ -24,8 +24,7 @@ namespace {
     std::memcpy(&bits, x + j, sizeof bits);
     const uint64_t index = first_index + static_cast<uint64_t>(j);
     const uint64_t hash = shared::counter_mix(base + shared::kCounterIndexStride * (index + 1));
-    const uint32_t r = static_cast<uint32_t>(hash >> 48);
-    const uint32_t up = bits + (r & 0xFFFFu);
+    const uint32_t up = bits + shared::rounding_bits(hash, 0);
     // float_to_bf16_bits (round to nearest, NaN quieted) for infinities, NaN and a value that would round up past
     // the largest finite bfloat16.
     const uint32_t nan_quieted = (bits >> 16) | 0x0040u;

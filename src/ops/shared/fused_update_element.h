@@ -62,13 +62,13 @@ struct UpdateGroupPointers {
 };
 
 // x rounded into element i of p (dtype `code`): stochastically for bfloat16 under k.stochastic_rounding, drawing
-// from rounding stream `stream` (stream_seed: 0 the value, 1 and 2 Adam's m and v) at `counter` completed
+// stream `stream` (rounding_bits: 0 the value, 1 and 2 Adam's m and v) of the element's hash at `counter` completed
 // iterations; else to nearest.
 MIXTRAIN_HOST_DEVICE inline void store_rounded(void* p, int code, int64_t i, float x, const UpdateConstants& k,
                                                int64_t counter, int stream) {
   if (k.stochastic_rounding && code == kCodeBFloat16) {
-    static_cast<uint16_t*>(p)[i] = float_to_bfloat16_sr(x, stream_seed(k.rounding_seed, stream),
-                                                        static_cast<uint64_t>(counter), static_cast<uint64_t>(i));
+    static_cast<uint16_t*>(p)[i] = float_to_bfloat16_sr(x, k.rounding_seed, static_cast<uint64_t>(counter),
+                                                        static_cast<uint64_t>(i), stream);
   } else {
     store_from_float(p, code, i, x);
   }

@@ -30,11 +30,11 @@ MIXTRAIN_HOST_DEVICE inline uint64_t counter_hash(uint64_t seed, uint64_t step, 
   return counter_mix(counter_base(seed, step) + kCounterIndexStride * (index + 1));
 }
 
-// The seed of one rounding stream: stream 0 (the master weights) draws with the seed itself, streams 1 and 2
-// (Adam's bfloat16 m and v, AdamOptions::optimizer_state) with seeds an odd multiple apart, so the three draw
-// independent bits for one element: two streams would meet only about 2^64 / stride elements apart.
-MIXTRAIN_HOST_DEVICE inline uint64_t stream_seed(uint64_t seed, int stream) {
-  return seed + 0x632BE59BD9B4E019ull * static_cast<uint64_t>(stream);
+// The 16 random bits of one rounding of an element, from the element's one hash: stream 0 (the master weight) takes
+// bits 63..48, stream 1 (Adam's bfloat16 m, AdamOptions::optimizer_state) bits 47..32, stream 2 (v) bits 31..16,
+// so one hash serves all three and each draws independent bits.
+MIXTRAIN_HOST_DEVICE inline uint32_t rounding_bits(uint64_t hash, int stream) {
+  return static_cast<uint32_t>(hash >> (48 - 16 * stream)) & 0xFFFFu;
 }
 
 // x rounded to a bfloat16 bit pattern stochastically with the 16 random bits r: the float32's low 16 bits plus r,
@@ -49,9 +49,10 @@ MIXTRAIN_HOST_DEVICE inline uint16_t float_to_bfloat16_stochastic(float x, uint3
   return static_cast<uint16_t>(up >> 16);
 }
 
-// The stochastic rounding of element `index` at update `step` under `seed`.
-MIXTRAIN_HOST_DEVICE inline uint16_t float_to_bfloat16_sr(float x, uint64_t seed, uint64_t step, uint64_t index) {
-  return float_to_bfloat16_stochastic(x, static_cast<uint32_t>(counter_hash(seed, step, index) >> 48));
+// The stochastic rounding of element `index` at update `step` under `seed`, in stream `stream` (rounding_bits).
+MIXTRAIN_HOST_DEVICE inline uint16_t float_to_bfloat16_sr(float x, uint64_t seed, uint64_t step, uint64_t index,
+                                                          int stream = 0) {
+  return float_to_bfloat16_stochastic(x, rounding_bits(counter_hash(seed, step, index), stream));
 }
 
 }  // namespace mixtrain::ops::shared
