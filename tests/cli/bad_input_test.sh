@@ -199,7 +199,7 @@ expect_error "--optimizer-state bfloat16 keeps Adam's moments; it needs --optimi
   --optimizer-state bfloat16 --optimizer sgd --epochs 1
 expect_error "--master-rounding stochastic rounds bfloat16 master weights or optimizer state" train \
   --master-rounding stochastic --policy mixed_bfloat16 --epochs 1
-for i in 0 1 2 3 4 5 6 7; do echo "0.$i,0.$((7 - i)),$((i % 2))"; done >"$tmp/state.csv"
+for i in $(seq 0 39); do echo "0.$((i % 10)),0.$((9 - i % 10)),$((i % 2))"; done >"$tmp/state.csv"
 if "$bin" train --data "$tmp/state.csv" --epochs 1 --batch-size 4 --save "$tmp/f32state.safetensors" >/dev/null 2>&1; then
   expect_error "optimizer state is float32" train --data "$tmp/state.csv" --epochs 2 --batch-size 4 \
     --optimizer-state bfloat16 --resume "$tmp/f32state.safetensors"
