@@ -1,7 +1,7 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
 //   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE] [--device D]
-//              [--accumulate N]
+//              [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
 //   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
 //              --policy P [--steps N] [--json FILE]

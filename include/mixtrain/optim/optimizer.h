@@ -167,14 +167,14 @@ class Optimizer {
   virtual DType state_dtype() const { return DType::kFloat32; }
 
   // Everything needed to resume bit-identically: "iterations" (int32, shape (1,)), "learning_rate" (float32, (1,):
-  // learning_rate(), the scheduled value when a schedule is set), and one float32 tensor per slot keyed
-  // "<variable name>/<slot name>", e.g. "dense/kernel/m" (in state_dtype()). A variable without a name is keyed "var_<i>" by its
+  // learning_rate(), the scheduled value when a schedule is set), and one tensor of state_dtype() per slot keyed
+  // "<variable name>/<slot name>", e.g. "dense/kernel/m". A variable without a name is keyed "var_<i>" by its
   // position i in the vars given to apply(). Tensors are copies.
   virtual NamedTensors state() const;
   // Restores state(); slots for variables not updated yet are kept until their first update. With a schedule set,
   // the stored "learning_rate" is checked but not applied: the restored iterations() put the schedule where it
-  // was. Throws Error on an unknown slot name, a missing "iterations" entry or a wrong dtype; the optimizer is
-  // unchanged when it throws.
+  // was. Throws Error on an unknown slot name, a missing "iterations" entry or a slot not of state_dtype(); the
+  // optimizer is unchanged when it throws.
   virtual void load_state(const NamedTensors& state);
 
  protected:
