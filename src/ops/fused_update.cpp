@@ -45,6 +45,9 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
   MIXTRAIN_CHECK(step.span_rule == nullptr || static_cast<bool>(step.span_rule->update),
                  op << ": the span rule has no update function");
   const int slots = step.span_rule != nullptr ? step.span_rule->slots : slot_count(step.rule);
+  MIXTRAIN_CHECK(!step.rule.bfloat16_state || (step.span_rule == nullptr && step.rule.kind == UpdateKind::kAdam),
+                 op << ": bfloat16 optimizer state is Adam's (a span rule and the other rules keep float32 slots)");
+  const DType slot_dtype = step.rule.bfloat16_state ? DType::kBFloat16 : DType::kFloat32;
   MIXTRAIN_CHECK(iterations.defined() && iterations.dtype() == DType::kInt64 && iterations.numel() == 1 &&
                      iterations.is_contiguous(),
                  op << ": the iteration counter must be one int64, got " << describe_or_undefined(iterations));
@@ -79,9 +82,9 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
     MIXTRAIN_CHECK(static_cast<int>(g.slots.size()) == slots,
                    op << ": group " << gi << ": " << g.slots.size() << " slots given, the rule reads " << slots);
     for (const Tensor& t : g.slots) {
-      MIXTRAIN_CHECK(flat(t, n) && t.dtype() == DType::kFloat32,
-                     op << ": group " << gi << ": the slot " << describe_or_undefined(t)
-                        << " must be 1-D contiguous float32 with " << n << " elements");
+      MIXTRAIN_CHECK(flat(t, n) && t.dtype() == slot_dtype,
+                     op << ": group " << gi << ": the slot " << describe_or_undefined(t) << " must be 1-D contiguous "
+                        << dtype_name(slot_dtype) << " with " << n << " elements");
     }
     MIXTRAIN_CHECK(g.copies.size() <= 2 && (g.copies.empty() || g.values.dtype() == DType::kFloat32),
                    op << ": group " << gi << ": " << g.copies.size() << " compute copies of "

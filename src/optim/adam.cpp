@@ -9,6 +9,8 @@ Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate),
   MIXTRAIN_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, "adam: beta2 must be in [0, 1), got " << options.beta2);
   MIXTRAIN_CHECK(std::isfinite(options.epsilon) && options.epsilon > 0.0f,
                  "adam: epsilon must be finite and > 0, got " << options.epsilon);
+  MIXTRAIN_CHECK(options.optimizer_state == DType::kFloat32 || options.optimizer_state == DType::kBFloat16,
+                 "adam: optimizer_state must be float32 or bfloat16, got " << dtype_name(options.optimizer_state));
 }
 
 std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
@@ -21,6 +23,7 @@ std::optional<ops::UpdateConstants> Adam::fused_rule() const {
   ops::UpdateConstants rule = ops::adam_constants(options_.beta1, options_.beta2, options_.epsilon);
   rule.stochastic_rounding = options_.stochastic_rounding;
   rule.rounding_seed = options_.rounding_seed;
+  rule.bfloat16_state = options_.optimizer_state == DType::kBFloat16;
   return rule;
 }
 

@@ -190,6 +190,14 @@ void Optimizer::refuse_stochastic_rounding(const std::vector<Var>& vars) const {
   }
 }
 
+void Optimizer::refuse_16bit_state() const {
+  if (state_dtype() == DType::kFloat32) return;
+  MIXTRAIN_FAIL(kInvalidInput,
+                name() << ".apply: the optimizer state is " << dtype_name(state_dtype())
+                       << ", which the update variable by variable does not keep (it reads float32 slots)",
+                "bind the variables to a ParameterArena and call apply_arena() (what fit() runs)");
+}
+
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& vars) {
   check_has_variables(vars);
   MIXTRAIN_CHECK(grads.size() == vars.size(),
@@ -198,6 +206,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
   // Validate everything first so a bad call leaves variables and state untouched.
   const std::vector<std::string> keys = checked_keys(grads, vars);
   refuse_stochastic_rounding(vars);
+  refuse_16bit_state();
   // Slots have the variable's shape, so checkpoints read naturally; restored ones are reshaped on first use.
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
@@ -294,8 +303,13 @@ void Optimizer::load_state(const NamedTensors& state) {
                            << "<variable>/<slot> with slot one of: " << valid << ")",
                     "the state was saved by a different optimizer");
     }
-    MIXTRAIN_CHECK(t.dtype() == DType::kFloat32,
-                   name() << ".load_state: slot '" << key << "' must be float32, got " << t.describe());
+    if (t.dtype() != state_dtype()) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    name() << ".load_state: slot '" << key << "' is " << t.describe() << ", but this optimizer keeps "
+                           << dtype_name(state_dtype()) << " state",
+                    std::string("resume with --optimizer-state ") +
+                        dtype_name(t.dtype()) + ", the state it was saved with");
+    }
     slots[key] = t.clone();
   }
   if (!iterations) {

@@ -48,6 +48,9 @@ void add_rule(Json& c, const Optimizer& opt) {
     // Only when on, so files of float32 master weights read as before. The seed as a decimal string: a 64-bit
     // integer does not fit a JSON number exactly.
     if (adam->options().stochastic_rounding) c["rounding_seed"] = std::to_string(adam->options().rounding_seed);
+    // Likewise only when not float32.
+    if (adam->options().optimizer_state != DType::kFloat32)
+      c["optimizer_state"] = dtype_name(adam->options().optimizer_state);
   }
   if (const auto* adamw = dynamic_cast<const AdamW*>(&opt)) {
     c["weight_decay"] = adamw->weight_decay();
@@ -85,6 +88,11 @@ std::unique_ptr<Optimizer> rule_from(const Json& c) {
     if (const Json* seed = c.find("rounding_seed")) {
       o.stochastic_rounding = true;
       o.rounding_seed = seed_from(*seed);
+    }
+    if (const Json* state = c.find("optimizer_state")) {
+      MIXTRAIN_CHECK(state->as_string() == "bfloat16" || state->as_string() == "float32",
+                     "optimizer config: optimizer_state '" << state->as_string() << "' is not float32 or bfloat16");
+      o.optimizer_state = state->as_string() == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
     }
     if (name == "adam") return std::make_unique<Adam>(lr, o);
     std::vector<std::string> exclude;

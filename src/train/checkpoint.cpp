@@ -433,6 +433,15 @@ class CheckpointLoad {
                                       << it->second,
                   kRebuildHint);
       }
+      // Refused rather than converted: rounding float32 moments to bfloat16 (or widening bfloat16 ones) would
+      // continue another run than the one saved, and a resume promises the same bits.
+      const DType state = model_.optimizer().state_dtype();
+      if (t.dtype() != state) {
+        CKPT_FAIL("optimizer state is " << dtype_name(t.dtype()) << " ('" << key << "') but the optimizer keeps "
+                                        << dtype_name(state) << " state",
+                  std::string("resume with --optimizer-state ") +
+                      dtype_name(t.dtype()) + ", the state it was saved with");
+      }
     }
   }
 

@@ -26,15 +26,23 @@
 namespace mixtrain {
 
 namespace {
-// --master-rounding: stochastic rounding is Adam's and AdamW's, of bfloat16 variables.
+// --master-rounding and --optimizer-state: stochastic rounding is Adam's and AdamW's, of bfloat16 variables or
+// bfloat16 moments; bfloat16 moments are Adam's and AdamW's.
 void check_master_rounding(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.master_rounding == "nearest" || cfg.master_rounding == "stochastic",
                  "--master-rounding must be nearest or stochastic, got '" << cfg.master_rounding << "'");
+  MIXTRAIN_CHECK(cfg.optimizer_state == "float32" || cfg.optimizer_state == "bfloat16",
+                 "--optimizer-state must be float32 or bfloat16, got '" << cfg.optimizer_state << "'");
+  const bool bfloat16_state = cfg.optimizer_state == "bfloat16";
+  MIXTRAIN_CHECK(!bfloat16_state || cfg.optimizer == "adam" || cfg.optimizer == "adamw",
+                 "--optimizer-state bfloat16 keeps Adam's moments; it needs --optimizer adam or adamw, got "
+                     << cfg.optimizer);
   if (cfg.master_rounding == "nearest") return;
-  MIXTRAIN_CHECK(DTypePolicy::from_name(cfg.policy).variable_dtype() == DType::kBFloat16,
-                 "--master-rounding stochastic rounds bfloat16 master weights; --policy " << cfg.policy
-                     << " keeps them in " << dtype_name(DTypePolicy::from_name(cfg.policy).variable_dtype())
-                     << " (use --policy bfloat16)");
+  MIXTRAIN_CHECK(bfloat16_state || DTypePolicy::from_name(cfg.policy).variable_dtype() == DType::kBFloat16,
+                 "--master-rounding stochastic rounds bfloat16 master weights or optimizer state; --policy "
+                     << cfg.policy << " keeps the weights in "
+                     << dtype_name(DTypePolicy::from_name(cfg.policy).variable_dtype())
+                     << " (use --policy bfloat16 or --optimizer-state bfloat16)");
   MIXTRAIN_CHECK(cfg.optimizer == "adam" || cfg.optimizer == "adamw",
                  "--master-rounding stochastic needs --optimizer adam or adamw, got " << cfg.optimizer);
 }
@@ -168,6 +176,7 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t tota
   AdamOptions adam_options;
   adam_options.stochastic_rounding = cfg.master_rounding == "stochastic";
   adam_options.rounding_seed = cfg.seed;
+  if (cfg.optimizer_state == "bfloat16") adam_options.optimizer_state = DType::kBFloat16;
   if (cfg.optimizer == "adamw") {
     // Biases and normalization parameters are not decayed (the common practice for transformers; decaying a
     // LayerNorm gain towards 0 only fights the normalization).
@@ -380,6 +389,7 @@ std::string run_config_json(const RunConfig& cfg) {
   // Written only when accumulating, so that the configuration of other runs reads as before.
   if (cfg.gradient_accumulation_steps != 1) j["gradient_accumulation_steps"] = cfg.gradient_accumulation_steps;
   if (cfg.master_rounding != "nearest") j["master_rounding"] = cfg.master_rounding;
+  if (cfg.optimizer_state != "float32") j["optimizer_state"] = cfg.optimizer_state;
   j["context_length"] = cfg.context_length;
   j["width"] = cfg.width;
   j["num_layers"] = cfg.num_layers;
@@ -448,6 +458,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   num("clipnorm", cfg.clipnorm);
   num("gradient_accumulation_steps", cfg.gradient_accumulation_steps);
   str("master_rounding", cfg.master_rounding);
+  str("optimizer_state", cfg.optimizer_state);
   num("context_length", cfg.context_length);
   num("width", cfg.width);
   num("num_layers", cfg.num_layers);

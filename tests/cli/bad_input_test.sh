@@ -192,5 +192,20 @@ expect_error "the resnet model halves its images twice" train --data "$tmp/img3x
 # line (on a CPU with AVX512-FP16 or AMX-FP16 there is no warning and this passes either way).
 expect_error "the cnn model halves its images twice" train --data "$tmp/img3x3.csv" --model cnn --epochs 1 --policy mixed_float16
 
+# --optimizer-state: its values, Adam's alone, and a checkpoint of float32 moments resumed with bfloat16 ones
+# (refused, not converted: a resume gives the saved run's bits).
+expect_error "--optimizer-state must be float32 or bfloat16, got 'float16'" train --optimizer-state float16 --epochs 1
+expect_error "--optimizer-state bfloat16 keeps Adam's moments; it needs --optimizer adam or adamw, got sgd" train \
+  --optimizer-state bfloat16 --optimizer sgd --epochs 1
+expect_error "--master-rounding stochastic rounds bfloat16 master weights or optimizer state" train \
+  --master-rounding stochastic --policy mixed_bfloat16 --epochs 1
+for i in $(seq 0 39); do echo "0.$((i % 10)),0.$((9 - i % 10)),$((i % 2))"; done >"$tmp/state.csv"
+if "$bin" train --data "$tmp/state.csv" --epochs 1 --batch-size 4 --save "$tmp/f32state.safetensors" >/dev/null 2>&1; then
+  expect_error "optimizer state is float32" train --data "$tmp/state.csv" --epochs 2 --batch-size 4 \
+    --optimizer-state bfloat16 --resume "$tmp/f32state.safetensors"
+else
+  echo "FAIL: training on $tmp/state.csv failed"; fails=$((fails+1))
+fi
+
 [ $fails -eq 0 ] && echo "all bad-input cases passed"
 exit $fails

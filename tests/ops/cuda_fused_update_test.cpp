@@ -105,6 +105,20 @@ TEST(CudaBackend, FusedUpdateOnAGpuArenaGivesTheCpuBits) {
          o->set_learning_rate_schedule(std::make_shared<ExponentialDecay>(1e-2, 1.0, 0.7));
          return o;
        }},
+      {"adam_bfloat16_state",
+       [] {
+         AdamOptions o;
+         o.optimizer_state = DType::kBFloat16;
+         return std::make_unique<Adam>(1e-2f, o);
+       }},
+      {"adamw_bfloat16_state_stochastic",
+       [] {
+         AdamOptions o;
+         o.optimizer_state = DType::kBFloat16;
+         o.stochastic_rounding = true;
+         o.rounding_seed = 21;
+         return std::make_unique<AdamW>(1e-2f, 0.05f, o, std::vector<std::string>{"bias"});
+       }},
       {"sgd", [] { return std::make_unique<Sgd>(0.1f); }},
       {"sgd_nesterov", [] { return std::make_unique<Sgd>(0.05f, 0.8f, true); }},
       {"rmsprop", [] { return std::make_unique<RMSprop>(1e-3f); }},

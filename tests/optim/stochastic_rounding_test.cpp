@@ -75,10 +75,11 @@ constexpr int64_t kWeights = 4096;
 constexpr int kSteps = 200;
 constexpr float kLr = 1e-3f;
 
-std::unique_ptr<Adam> adam(bool stochastic, uint64_t seed = 5) {
+std::unique_ptr<Adam> adam(bool stochastic, uint64_t seed = 5, DType state = DType::kFloat32) {
   AdamOptions o;
   o.stochastic_rounding = stochastic;
   o.rounding_seed = seed;
+  o.optimizer_state = state;
   return std::make_unique<Adam>(kLr, o);
 }
 
@@ -88,11 +89,11 @@ void step(Optimizer& opt, ParameterArena& arena, std::vector<Var>& vars) {
   opt.apply_arena(arena);
 }
 
-// The mean weight after `steps` updates of bfloat16 (or float32) weights.
-double mean_after(DType dtype, bool stochastic, int steps) {
+// The mean weight after `steps` updates of bfloat16 (or float32) weights, with moments of dtype `state`.
+double mean_after(DType dtype, bool stochastic, int steps, DType state = DType::kFloat32) {
   std::vector<Var> vars = {Var(Tensor::full({kWeights}, dtype, 1.0f), true, "w")};
   ParameterArena arena(vars);
-  auto opt = adam(stochastic);
+  auto opt = adam(stochastic, 5, state);
   for (int s = 0; s < steps; ++s) step(*opt, arena, vars);
   const Tensor w = vars[0].value().to(DType::kFloat32);
   double sum = 0;
@@ -103,13 +104,18 @@ double mean_after(DType dtype, bool stochastic, int steps) {
 TEST(StochasticRound, KeepsUpdatesBelowHalfAnUlp) {
   const double reference = mean_after(DType::kFloat32, false, kSteps);
   ASSERT_LT(reference, 1.0 - 0.1);  // float32 moved the weights by about kSteps * kLr
-  // Round to nearest: every update is lost.
-  EXPECT_EQ(mean_after(DType::kBFloat16, false, kSteps), 1.0);
-  // Stochastic rounding: each weight is float32's trajectory plus kSteps independent zero-mean rounding errors of
-  // at most one ulp (2^-8 below 1), variance at most ulp^2 / 4 each (Adam's step does not read the weight), so the
-  // mean of kWeights weights is within 5 standard deviations, 5 sqrt(kSteps) 2^-9 / sqrt(kWeights), of float32's.
-  const double tolerance = 5.0 * std::sqrt(static_cast<double>(kSteps)) * 0x1p-9 / std::sqrt(double{kWeights});
-  EXPECT_NEAR(mean_after(DType::kBFloat16, true, kSteps), reference, tolerance);
+  // With float32 moments and with bfloat16 ones (AdamOptions::optimizer_state: all 16-bit state).
+  for (DType state : {DType::kFloat32, DType::kBFloat16}) {
+    // Round to nearest: every update is lost.
+    EXPECT_EQ(mean_after(DType::kBFloat16, false, kSteps, state), 1.0) << dtype_name(state);
+    // Stochastic rounding: each weight is float32's trajectory plus kSteps independent zero-mean rounding errors of
+    // at most one ulp (2^-8 below 1), variance at most ulp^2 / 4 each (Adam's step does not read the weight), so the
+    // mean of kWeights weights is within 5 standard deviations, 5 sqrt(kSteps) 2^-9 / sqrt(kWeights), of
+    // float32's. bfloat16 moments add a relative error below 2^-8 to each step of about lr, zero-mean but for a
+    // bias of its square (through 1 / sqrt(v)): below 2^-16 kSteps lr in all, far inside that bound.
+    const double tolerance = 5.0 * std::sqrt(static_cast<double>(kSteps)) * 0x1p-9 / std::sqrt(double{kWeights});
+    EXPECT_NEAR(mean_after(DType::kBFloat16, true, kSteps, state), reference, tolerance) << dtype_name(state);
+  }
 }
 
 bool bit_equal(const Tensor& a, const Tensor& b) {

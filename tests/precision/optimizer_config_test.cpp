@@ -68,6 +68,21 @@ TEST(OptimizerConfig, StochasticRoundingKeepsItsSeed) {
   EXPECT_THROW(optimizer_from_config(bad), Error);
 }
 
+TEST(OptimizerConfig, Bfloat16StateIsKept) {
+  AdamOptions o;
+  o.optimizer_state = DType::kBFloat16;
+  const Adam opt(0.002f, o);
+  const Json config = optimizer_config(opt);
+  std::unique_ptr<Optimizer> rebuilt = optimizer_from_config(config);
+  EXPECT_EQ(rebuilt->state_dtype(), DType::kBFloat16);
+  EXPECT_EQ(optimizer_config(*rebuilt), config);
+  // float32 state writes nothing new, so older files read as before.
+  EXPECT_EQ(optimizer_config(Adam(0.01f)).find("optimizer_state"), nullptr);
+  Json bad = config;
+  bad["optimizer_state"] = "float16";
+  EXPECT_THROW(optimizer_from_config(bad), Error);
+}
+
 TEST(OptimizerConfig, SchedulesAndUnknownClassesAreRefused) {
   Adam scheduled;
   scheduled.set_learning_rate_schedule(std::make_shared<ExponentialDecay>(0.1, 100, 0.5));

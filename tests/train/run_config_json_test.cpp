@@ -55,6 +55,29 @@ TEST(RunConfigJson, KeepsTheTransformerBlocksAndLeavesDefaultsOut) {
   EXPECT_EQ(plain_back.positions, "learned");
 }
 
+// --optimizer-state comes back (a resumed run rebuilds the same optimizer) and is absent by default. It is Adam's and
+// AdamW's; stochastic rounding is allowed with bfloat16 state under mixed_bfloat16, and still refused without it.
+TEST(RunConfigJson, KeepsTheOptimizerStateAndValidatesIt) {
+  RunConfig cfg;
+  cfg.policy = "mixed_bfloat16";
+  cfg.optimizer = "adam";
+  cfg.optimizer_state = "bfloat16";
+  cfg.master_rounding = "stochastic";
+  EXPECT_NO_THROW(validate_run_config(cfg));
+  EXPECT_EQ(run_config_from_json(run_config_json(cfg), "test").optimizer_state, "bfloat16");
+  EXPECT_EQ(run_config_json(RunConfig{}).find("optimizer_state"), std::string::npos);
+  RunConfig nearest_only = cfg;
+  nearest_only.optimizer_state = "float32";
+  EXPECT_THROW(validate_run_config(nearest_only), Error);  // stochastic rounding of float32 weights and state
+  RunConfig sgd = cfg;
+  sgd.optimizer = "sgd";
+  sgd.master_rounding = "nearest";
+  EXPECT_THROW(validate_run_config(sgd), Error);
+  RunConfig float16 = cfg;
+  float16.optimizer_state = "float16";
+  EXPECT_THROW(validate_run_config(float16), Error);
+}
+
 TEST(RunConfigJson, RefusesATokenizerModelThatIsNotBase64) {
   try {
     run_config_from_json(R"({"model":"transformer","tokenizer_model":"ab!d"})", "'x.safetensors' (config)");

@@ -1,7 +1,7 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
 //   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE] [--device D]
-//              [--accumulate N]
+//              [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
 //   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
 //              --policy P [--steps N] [--json FILE]
@@ -221,7 +221,8 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
-                "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe"});
+                "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
+                "optimizer-state"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -264,6 +265,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   // --accumulate N: each timed step is one update of the batch as N micro-batches.
   cfg.gradient_accumulation_steps = a.integer("accumulate", 1);
   cfg.master_rounding = a.str("master-rounding", "nearest");
+  cfg.optimizer_state = a.str("optimizer-state", "float32");
   validate_run_config(cfg);
   o.json_path = a.path("json");
   return o;

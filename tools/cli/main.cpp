@@ -27,6 +27,8 @@ const char* kUsage =
     "           --lr X --lr-schedule constant|cosine|linear --warmup-steps N --optimizer adam|adamw|sgd|rmsprop\n"
     "           --weight-decay X --clipnorm X --seed S --hidden 256,128\n"
     "           --accumulate N: each batch as N micro-batches whose gradients make one update\n"
+    "           --optimizer-state float32|bfloat16: Adam's moments (default float32); --master-rounding\n"
+    "           nearest|stochastic: how bfloat16 weights and moments round (docs/SCALING.md)\n"
     "           --policy float32|float16|bfloat16|mixed_float16|mixed_bfloat16|mixed_float8|mixed_float8_e4m3\n"
     "           --fp8-recipe delayed|current: the float8 policies' scales (default delayed, docs/FP8.md)\n"
     "           --loss-scale dynamic|none|VALUE --normalize standard|minmax|none\n"
@@ -50,7 +52,8 @@ const char* kUsage =
     "  bench    gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]:\n"
     "           GFLOP/s per dtype, on the CPU (the default) or a GPU through the CUDA backend\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
-    "           [--accumulate N] [--json FILE] [--device cpu|cuda|cuda:N]: milliseconds per training step\n"
+    "           [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]\n"
+    "           [--json FILE] [--device cpu|cuda|cuda:N]: milliseconds per training step\n"
     "data-parallel: mpirun -np N mixtrain train|compare|bench step ... trains on N processes; --batch-size is\n"
     "           the global batch (divisible by N); rank 0 prints and writes files (docs/SCALING.md);\n"
     "           train|compare --sync-batch-norm: BatchNormalization with the global batch's statistics\n";

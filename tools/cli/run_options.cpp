@@ -95,6 +95,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.clipnorm = static_cast<float>(a.number("clipnorm", cfg.clipnorm));
   cfg.gradient_accumulation_steps = a.integer("accumulate", cfg.gradient_accumulation_steps);
   cfg.master_rounding = a.str("master-rounding", cfg.master_rounding);
+  cfg.optimizer_state = a.str("optimizer-state", cfg.optimizer_state);
   cfg.context_length = a.integer("context", cfg.context_length);
   cfg.width = a.integer("width", cfg.width);
   cfg.num_layers = a.integer("layers", cfg.num_layers);
@@ -122,7 +123,8 @@ const std::set<std::string>& run_flags() {
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions"};
+      "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
+      "optimizer-state"};
   return flags;
 }
 

@@ -45,8 +45,13 @@ struct UpdateConstants {
   // bfloat16 master weights: the new value of a bfloat16 group rounds stochastically (ops/shared/stochastic_round.h)
   // with the random bits of (rounding_seed, completed iterations, element offset in the group), instead of to
   // nearest, so updates below half an ulp still move the weights on average. Other dtypes are unaffected.
+  // With bfloat16_state, Adam's moments round stochastically too (from the same hash's other bits).
   bool stochastic_rounding = false;
   uint64_t rounding_seed = 0;
+  // Adam: the slots m and v are bfloat16 (AdamOptions::optimizer_state): read and widened to float32, updated in
+  // float32 as ever, rounded once back (to nearest, or stochastically under stochastic_rounding). Other rules
+  // keep float32 slots.
+  bool bfloat16_state = false;
 };
 
 // The slots the rule reads, in the optimizer's slot_names() order: Adam m, v; SGD its momentum (when > 0);
@@ -82,7 +87,7 @@ struct FusedUpdateStep {
 struct FusedUpdateGroup {
   Tensor values;               // float32, float16 or bfloat16
   Tensor grads;                // float32 or values' dtype
-  std::vector<Tensor> slots;   // float32, slot_count(rule) of them
+  std::vector<Tensor> slots;   // float32 (bfloat16 under rule.bfloat16_state), slot_count(rule) of them
   std::vector<Tensor> copies;  // float16 / bfloat16 compute copies of float32 values (at most one per dtype)
   Tensor runs;                 // int64 (runs, 3): begin, count, class of each run of elements to update
   int64_t run_count = 0;       // rows of runs (known on the host, so the device's table is never read back)

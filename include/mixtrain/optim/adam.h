@@ -26,8 +26,14 @@ struct AdamOptions {
   // Round to nearest drops every update below half a bfloat16 ulp of the weight (0.2 to 0.4% of it), so a small
   // learning rate stalls; stochastic rounding keeps them on average (docs/SCALING.md). Only the arena update
   // (apply_arena(), what fit() runs) does it: apply() refuses bfloat16 variables under it.
+  // With optimizer_state bfloat16 it rounds the moments stochastically too, each from its own stream.
   bool stochastic_rounding = false;
   uint64_t rounding_seed = 0;
+  // The dtype of the moments m and v: float32 (the default, bit for bit as before) or bfloat16, which halves the
+  // optimizer state's memory and the bytes the update moves (docs/SCALING.md). The update widens them to float32,
+  // runs the float32 rule and rounds them back once: to nearest, or stochastically under stochastic_rounding. Only
+  // the arena update keeps bfloat16 state: apply() refuses it.
+  DType optimizer_state = DType::kFloat32;
 };
 
 class Adam : public Optimizer {
@@ -35,6 +41,7 @@ class Adam : public Optimizer {
   explicit Adam(float learning_rate = 0.001f, AdamOptions options = {});
 
   std::string name() const override { return "adam"; }
+  DType state_dtype() const override { return options_.optimizer_state; }
   const AdamOptions& options() const { return options_; }
 
  protected:

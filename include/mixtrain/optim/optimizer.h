@@ -162,15 +162,19 @@ class Optimizer {
   // "sgd", "adam", "adamw", "rmsprop".
   virtual std::string name() const = 0;
 
+  // The dtype of the slots: float32, or bfloat16 for Adam's moments under AdamOptions::optimizer_state (kept in
+  // the arena's flat buffers, so only apply_arena() updates them). state() and load_state() use it.
+  virtual DType state_dtype() const { return DType::kFloat32; }
+
   // Everything needed to resume bit-identically: "iterations" (int32, shape (1,)), "learning_rate" (float32, (1,):
-  // learning_rate(), the scheduled value when a schedule is set), and one float32 tensor per slot keyed
+  // learning_rate(), the scheduled value when a schedule is set), and one tensor of state_dtype() per slot keyed
   // "<variable name>/<slot name>", e.g. "dense/kernel/m". A variable without a name is keyed "var_<i>" by its
   // position i in the vars given to apply(). Tensors are copies.
   virtual NamedTensors state() const;
   // Restores state(); slots for variables not updated yet are kept until their first update. With a schedule set,
   // the stored "learning_rate" is checked but not applied: the restored iterations() put the schedule where it
-  // was. Throws Error on an unknown slot name, a missing "iterations" entry or a wrong dtype; the optimizer is
-  // unchanged when it throws.
+  // was. Throws Error on an unknown slot name, a missing "iterations" entry or a slot not of state_dtype(); the
+  // optimizer is unchanged when it throws.
   virtual void load_state(const NamedTensors& state);
 
  protected:
@@ -231,6 +235,8 @@ class Optimizer {
   // apply() refuses bfloat16 variables when the rule rounds them stochastically (the arena update alone draws
   // by element offset; see AdamOptions::stochastic_rounding).
   void refuse_stochastic_rounding(const std::vector<Var>& vars) const;
+  // apply() refuses 16-bit state: its update variable by variable reads float32 slots.
+  void refuse_16bit_state() const;
 
   // The schedule's value at iterations_ (without reading a device counter back), checked to be finite and >= 0.
   float scheduled_rate() const { return scheduled_rate_at(iterations_); }
@@ -271,7 +277,7 @@ class Optimizer {
   std::map<std::string, Tensor> slots_;  // key "<var key>/<slot>"; sorted, so state() order is stable
   // Incremented whenever slots_ gains or replaces tensors outside apply_arena(), so flat slots are rebuilt.
   uint64_t slots_generation_ = 0;
-  // The flat slot buffers (float32, one per slot name, per arena dtype group) of the last arena applied.
+  // The flat slot buffers (state_dtype(), one per slot name, per arena dtype group) of the last arena applied.
   struct FlatSlots {
     uint64_t layout_id = 0;
     uint64_t generation = 0;

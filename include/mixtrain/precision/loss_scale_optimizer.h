@@ -175,6 +175,7 @@ class LossScaleOptimizer : public Optimizer {
   void set_gradient_accumulation_steps(int64_t steps) override { inner_->set_gradient_accumulation_steps(steps); }
 
   std::string name() const override { return "loss_scale_optimizer"; }
+  DType state_dtype() const override { return inner_->state_dtype(); }
 
   // The inner optimizer's state plus "loss_scale/scale" (float32) and the counters "loss_scale/counter",
   // "loss_scale/hysteresis_left", "loss_scale/skipped_steps", "loss_scale/good_steps_in_a_row",

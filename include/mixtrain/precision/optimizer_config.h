@@ -5,6 +5,7 @@
 //
 //   {"class_name": "adam", "learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-07,
 //    ("rounding_seed": "42" under stochastic rounding of bfloat16 master weights),
+//    ("optimizer_state": "bfloat16" when Adam's moments are bfloat16),
 //    "global_clipnorm": null, "gradient_accumulation_steps": 1,
 //    "loss_scale": null | {"initial_scale": 32768, "dynamic_growth_steps": 2000, "dynamic": true, ...}}
 #pragma once

@@ -56,6 +56,9 @@ struct RunConfig {
   // --master-rounding: how Adam/AdamW round bfloat16 master weights (the "bfloat16" policy's variables):
   // "nearest", or "stochastic" (AdamOptions::stochastic_rounding, seeded by `seed`; docs/SCALING.md).
   std::string master_rounding = "nearest";
+  // --optimizer-state: the dtype of Adam's/AdamW's moments, "float32" or "bfloat16" (AdamOptions::optimizer_state;
+  // rounded as master_rounding says).
+  std::string optimizer_state = "float32";
   // ---- The transformer (--model transformer) ----
   int64_t context_length = 64;   // characters per window
   int64_t width = 128;           // model width (embedding size)

@@ -6,8 +6,9 @@
 // keeps at zero). Per block: the gradient widened and scaled by the clipping factor when needed, the rule's span
 // (update_spans.cpp, or the optimizer's own span rule), and the new values rounded into the group's dtype and into
 // each compute copy while the block is still in cache. 16-bit values are widened to float32 per block, updated
-// and rounded once, as the optimizer's update variable by variable does. Every step is element-wise, so the bits
-// equal that update's whatever the blocking, and the device kernels' (fused_update_reference.cpp).
+// and rounded once, as the optimizer's update variable by variable does; Adam's bfloat16 moments likewise, inside
+// the rule's own pass (adam_bfloat16_state.h). Every step is element-wise, so the bits equal that update's whatever
+// the blocking, and the device kernels' (fused_update_reference.cpp).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -15,7 +16,9 @@
 #include "../shared/stochastic_round.h"
 #include "mixtrain/ops/fused_update.h"
 #include "cpu_backend.h"
+#include "adam_bfloat16_state.h"
 #include "fused_update_step.h"
+#include "stochastic_round_span.h"
 
 namespace mixtrain::ops::cpu {
 
@@ -43,7 +46,8 @@ struct GroupPointers {
   char* values;
   DType grad_dtype;
   const char* grads;
-  std::vector<float*> slots;
+  DType slot_dtype;  // float32, or bfloat16 (Adam's moments under UpdateConstants::bfloat16_state)
+  std::vector<char*> slots;
   std::vector<std::pair<DType, char*>> copies;
 };
 
@@ -79,9 +83,14 @@ std::vector<WorkItem> blocks_of(const std::vector<FusedUpdateGroup>& groups, int
 }
 
 GroupPointers pointers_of(FusedUpdateGroup& g) {
-  GroupPointers p{g.values.dtype(), static_cast<char*>(g.values.raw()), g.grads.dtype(),
-                  static_cast<const char*>(g.grads.raw()), {}, {}};
-  for (Tensor& t : g.slots) p.slots.push_back(t.data<float>());
+  GroupPointers p{g.values.dtype(),
+                  static_cast<char*>(g.values.raw()),
+                  g.grads.dtype(),
+                  static_cast<const char*>(g.grads.raw()),
+                  g.slots.empty() ? DType::kFloat32 : g.slots.front().dtype(),
+                  {},
+                  {}};
+  for (Tensor& t : g.slots) p.slots.push_back(static_cast<char*>(t.raw()));
   for (Tensor& c : g.copies) p.copies.emplace_back(c.dtype(), static_cast<char*>(c.raw()));
   return p;
 }
@@ -92,25 +101,43 @@ struct Scratch {
   std::vector<float*> slot_ptrs;
 };
 
-// bfloat16 master weights under stochastic rounding: each element's bits drawn from (seed, step, its offset in the
-// group), as the device kernels draw them (ops/shared/fused_update_element.h).
-void round_stochastically(const float* w, uint16_t* out, const WorkItem& it, const BlockRule& rule) {
-  const uint64_t seed = rule.rule.rounding_seed, step = static_cast<uint64_t>(rule.counter);
-  for (int64_t j = 0; j < it.count; ++j)
-    out[j] = shared::float_to_bfloat16_sr(w[j], seed, step, static_cast<uint64_t>(it.begin + j));
+// The block's float32 bfloat16-weight values w rounded into `out` at the block's place: stochastically under the
+// rule's stochastic rounding, each element's bits drawn from (seed, step, its offset in the group), as the device
+// kernels draw them (ops/shared/fused_update_element.h, store_rounded); else to nearest.
+void round_into_bfloat16(const float* w, char* out, const WorkItem& it, const BlockRule& rule) {
+  uint16_t* dst = reinterpret_cast<uint16_t*>(out) + it.begin;
+  if (rule.rule.stochastic_rounding) {
+    round_bfloat16_stochastic(w, dst, it.count, rule.rule.rounding_seed, static_cast<uint64_t>(rule.counter),
+                              static_cast<uint64_t>(it.begin));
+  } else {
+    convert_elements(w, DType::kFloat32, dst, DType::kBFloat16, it.count);
+  }
+}
+
+// The rule on the block: Adam with bfloat16 moments in one pass (adam_bfloat16_state.h), any other through the
+// block rule with float32 slots.
+void run_rule(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, float* w, const float* g,
+              Scratch& s) {
+  if (gp.slot_dtype == DType::kBFloat16) {
+    adam_bfloat16_state(rule.rule, rule.rates, w, g, reinterpret_cast<uint16_t*>(gp.slots[0]) + it.begin,
+                        reinterpret_cast<uint16_t*>(gp.slots[1]) + it.begin, it.count, it.cls, rule.counter,
+                        it.begin);
+    return;
+  }
+  s.slot_ptrs.clear();
+  for (char* slot : gp.slots) s.slot_ptrs.push_back(reinterpret_cast<float*>(slot) + it.begin);
+  rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
 }
 
 void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, bool scaled, float scale,
                   Scratch& s) {
   const size_t es = dtype_size(gp.dtype);
-  s.slot_ptrs.clear();
-  for (float* slot : gp.slots) s.slot_ptrs.push_back(slot + it.begin);
   const float* g = nullptr;
   float* w = nullptr;
   if (gp.dtype == DType::kFloat32) {
     w = reinterpret_cast<float*>(gp.values) + it.begin;
   } else {
-    // A float16 / bfloat16 variable: updated in float32 with float32 state, rounded once.
+    // A float16 / bfloat16 variable: updated in float32, rounded once.
     s.wide_w.resize(static_cast<size_t>(it.count));
     convert_elements(gp.values + it.begin * es, gp.dtype, s.wide_w.data(), DType::kFloat32, it.count);
     w = s.wide_w.data();
@@ -129,9 +156,9 @@ void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& 
       for (float& x : s.wide_g) x *= scale;
     g = s.wide_g.data();
   }
-  rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
-  if (gp.dtype == DType::kBFloat16 && rule.rule.stochastic_rounding) {
-    round_stochastically(s.wide_w.data(), reinterpret_cast<uint16_t*>(gp.values) + it.begin, it, rule);
+  run_rule(it, gp, rule, w, g, s);
+  if (gp.dtype == DType::kBFloat16) {
+    round_into_bfloat16(s.wide_w.data(), gp.values, it, rule);
   } else if (gp.dtype != DType::kFloat32) {
     convert_elements(s.wide_w.data(), DType::kFloat32, gp.values + it.begin * es, gp.dtype, it.count);
   }

@@ -13,12 +13,28 @@
 
 namespace mixtrain::ops::shared {
 
-// 64 well-mixed bits of (seed, step, index): splitmix64's finalizer over a Weyl sequence per step.
-MIXTRAIN_HOST_DEVICE inline uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t index) {
-  uint64_t z = seed + 0xD1B54A32D192ED03ull * (step + 1) + 0x9E3779B97F4A7C15ull * (index + 1);
+// The Weyl sequence's start for one (seed, step): counter_hash adds the index's multiple to it.
+MIXTRAIN_HOST_DEVICE inline uint64_t counter_base(uint64_t seed, uint64_t step) {
+  return seed + 0xD1B54A32D192ED03ull * (step + 1);
+}
+// splitmix64's finalizer.
+MIXTRAIN_HOST_DEVICE inline uint64_t counter_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+constexpr uint64_t kCounterIndexStride = 0x9E3779B97F4A7C15ull;
+
+// 64 well-mixed bits of (seed, step, index): splitmix64's finalizer over a Weyl sequence per step.
+MIXTRAIN_HOST_DEVICE inline uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t index) {
+  return counter_mix(counter_base(seed, step) + kCounterIndexStride * (index + 1));
+}
+
+// The 16 random bits of one rounding of an element, from the element's one hash: stream 0 (the master weight) takes
+// bits 63..48, stream 1 (Adam's bfloat16 m, AdamOptions::optimizer_state) bits 47..32, stream 2 (v) bits 31..16,
+// so one hash serves all three and each draws independent bits.
+MIXTRAIN_HOST_DEVICE inline uint32_t rounding_bits(uint64_t hash, int stream) {
+  return static_cast<uint32_t>(hash >> (48 - 16 * stream)) & 0xFFFFu;
 }
 
 // x rounded to a bfloat16 bit pattern stochastically with the 16 random bits r: the float32's low 16 bits plus r,
@@ -33,9 +49,10 @@ MIXTRAIN_HOST_DEVICE inline uint16_t float_to_bfloat16_stochastic(float x, uint3
   return static_cast<uint16_t>(up >> 16);
 }
 
-// The stochastic rounding of element `index` at update `step` under `seed`.
-MIXTRAIN_HOST_DEVICE inline uint16_t float_to_bfloat16_sr(float x, uint64_t seed, uint64_t step, uint64_t index) {
-  return float_to_bfloat16_stochastic(x, static_cast<uint32_t>(counter_hash(seed, step, index) >> 48));
+// The stochastic rounding of element `index` at update `step` under `seed`, in stream `stream` (rounding_bits).
+MIXTRAIN_HOST_DEVICE inline uint16_t float_to_bfloat16_sr(float x, uint64_t seed, uint64_t step, uint64_t index,
+                                                          int stream = 0) {
+  return float_to_bfloat16_stochastic(x, rounding_bits(counter_hash(seed, step, index), stream));
 }
 
 }  // namespace mixtrain::ops::shared

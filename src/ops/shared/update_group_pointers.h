@@ -14,7 +14,8 @@ inline UpdateGroupPointers update_group_pointers(FusedUpdateGroup& g) {
   p.value_code = float_code(g.values.dtype());
   p.grads = g.grads.raw();
   p.grad_code = float_code(g.grads.dtype());
-  for (size_t s = 0; s < g.slots.size() && s < 3; ++s) p.slots[s] = g.slots[s].data<float>();
+  for (size_t s = 0; s < g.slots.size() && s < 3; ++s) p.slots[s] = g.slots[s].raw();
+  if (!g.slots.empty()) p.slot_code = float_code(g.slots.front().dtype());
   p.copy_count = static_cast<int>(g.copies.size());
   for (int i = 0; i < p.copy_count; ++i) {
     p.copies[i] = g.copies[static_cast<size_t>(i)].raw();
