@@ -105,9 +105,10 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.norm = a.str("norm", cfg.norm);
   cfg.mlp = a.str("mlp", cfg.mlp);
   cfg.positions = a.str("positions", cfg.positions);
+  cfg.attention = a.str("attention", cfg.attention);
   if (!transformer)
     for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
-                          "positions"})
+                          "positions", "attention"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
 }
 }  // namespace
@@ -122,7 +123,8 @@ const std::set<std::string>& run_flags() {
       "policy",        "normalize",  "hidden",        "validation-split",         "loss-scale",  "memory-budget",
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
-      "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions"};
+      "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
+      "attention"};
   return flags;
 }
 
