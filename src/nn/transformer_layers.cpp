@@ -215,7 +215,7 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
   if (ctx.cache) {
     a = cached_attention(qkv, ctx);
   } else if (options_.flash_attention && ctx.training && !ctx.observer &&
-             ops::flash_attention_supported(qkv.value().device())) {
+             ops::flash_attention_preferred(qkv.value().device(), qkv.shape()[1])) {
     a = packed_flash_attention(qkv, attention_options(ctx));
   } else {
     a = packed_self_attention(qkv, attention_options(ctx), ctx.observer ? &logits : nullptr);

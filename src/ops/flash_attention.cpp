@@ -14,6 +14,10 @@ using namespace attention_checks;
 
 bool flash_attention_supported(const Device& device) { return device.type == DeviceType::kCpu; }
 
+bool flash_attention_preferred(const Device& device, int64_t keys) {
+  return flash_attention_supported(device) && keys > cpu::kFlashColumns;
+}
+
 namespace {
 void check_device(const char* op, std::initializer_list<const Tensor*> tensors) {
   const Device device = common_device(op, tensors);

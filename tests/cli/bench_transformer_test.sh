@@ -42,10 +42,10 @@ for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
 PY
 
 # --attention: the tiled kernel (the default) keeps a (B, heads, T) log-sum-exp for backward where the full one keeps
-# the (B, heads, T, T) probabilities, so at T 128 its step peak is lower (2 layers x 3 x 2 x 128 x 128 float32 logits
-# scratch and bfloat16 probabilities: hundreds of KiB).
+# the (B, heads, T, T) probabilities, so at T 160 (above one key tile, where the tiled kernel starts) its step peak is
+# lower (2 layers x 3 x 2 x 160 x 160 bfloat16 probabilities and float32 logits scratch: hundreds of KiB).
 for attention in tiled full; do
-  "$bin" bench step --model transformer --vocabulary 11 --context 128 --width 16 --layers 2 --heads 2 --batch-size 3 \
+  "$bin" bench step --model transformer --vocabulary 11 --context 160 --width 16 --layers 2 --heads 2 --batch-size 3 \
     --policy mixed_bfloat16 --steps 2 --attention $attention --json "$tmp/attention_$attention.json" >/dev/null
 done
 python3 - "$tmp" <<'PY'
@@ -55,7 +55,7 @@ for a in r:
     assert r[a]["attention"] == a, r[a]
 peak = {a: r[a]["step_peak_memory_bytes"] for a in r}
 assert peak["tiled"] < peak["full"], peak
-print(f"step peak at T 128: tiled {peak['tiled']} bytes, full {peak['full']} bytes")
+print(f"step peak at T 160: tiled {peak['tiled']} bytes, full {peak['full']} bytes")
 PY
 grep -qF '"attention": "tiled"' "$tmp/float32.json" || { echo "FAIL: the default attention is not tiled"; exit 1; }
 

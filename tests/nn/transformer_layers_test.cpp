@@ -370,13 +370,13 @@ void counting_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   g_full_attention(q, k, v, o, out, probs, logits);
 }
 
-// Training calls on the CPU run the tiled attention (ops/flash_attention.h): the full kernel is not called, and the
-// output and the input gradient equal the full kernel's (flash_attention off, same weights) within float32 rounding;
-// evaluation calls keep the full kernel.
+// Training calls on the CPU with T above one key tile (128) run the tiled attention (ops/flash_attention.h): the full
+// kernel is not called, and the output and the input gradient equal the full kernel's (flash_attention off, same
+// weights) within float32 rounding; evaluation calls, and training calls of up to 128 positions, keep the full kernel.
 TEST_F(TransformerLayersTest, TrainingCallsRunTheTiledAttention) {
   MultiHeadAttention tiled({.num_heads = 2, .key_dim = 4, .causal = true});
   MultiHeadAttention full({.num_heads = 2, .key_dim = 4, .causal = true, .flash_attention = false});
-  const Tensor x = random_tensor({2, 70, 8}, 12);
+  const Tensor x = random_tensor({2, 130, 8}, 12);
   tiled(Var(x));
   full(Var(x));
   for (size_t i = 0; i < tiled.weights().size(); ++i) {
@@ -399,6 +399,9 @@ TEST_F(TransformerLayersTest, TrainingCallsRunTheTiledAttention) {
   for (size_t i = 0; i < ga.size(); ++i) ASSERT_NEAR(ga[i], gb[i], 1e-5) << "gradient " << i;
   tiled(Var(x));
   EXPECT_EQ(g_full_attention_calls, 2);  // evaluation
+  tiled(Var(x.slice(1, 0, 128).contiguous()), {.training = true});
+  EXPECT_EQ(g_full_attention_calls, 3);  // one key tile
+  clear_tape();
 }
 
 // Rotary positions turn q and k by angles of their positions: at position 0 every angle is 0, so a causal layer's

@@ -2,10 +2,10 @@
 // side by side: the attention of ops/attention.h (same packed layout, options, logit rounding, causal selection and
 // dropout mask) without the (B, H, T, S) probabilities. What it keeps for backward is the output and one float32
 // log-sum-exp per query row, (B, H, T); backward recomputes the logits tile by tile. Memory beyond the inputs and
-// outputs is a few (64 x 128) float32 tiles and O(T * head_dim) float32 rows per running (batch, head) pair: it
+// outputs is a few (128 x 128) float32 tiles and O(T * head_dim) float32 rows per running (batch, head) pair: it
 // grows linearly with the context, where scaled_dot_product_attention's kept probabilities grow with its square.
 //
-// Forward, per (batch, head, tile of kFlashRows query rows), key tiles of kFlashColumns in order:
+// Forward, per (batch, head, tile of 128 query rows), key tiles of 128 columns in order:
 //   s = (q k^T) * scale      a float32 GEMM tile, rounded into the compute dtype (q's) as attention.h's logits are;
 //   causal                   key tiles wholly past a tile's last allowed column are never computed; inside a
 //                            tile the masked columns are left out of the maximum and the sum (by selection);
@@ -39,6 +39,12 @@ struct FlashAttentionOutput {
 
 // Whether flash_attention runs on tensors of this device (the CPU).
 bool flash_attention_supported(const Device& device);
+// Whether flash_attention is the better choice for `keys` keys on this device: supported there, and more keys than
+// one key tile (128). Up to one tile scaled_dot_product_attention's (T, S) scratch per pair is no larger than the
+// tiled kernel's tiles and its backward reads the kept probabilities instead of recomputing them, so it is faster
+// (bench/attention_bench BM_attention_op: 1.4x at T = 64) and holds little: (B, H, T, S) 16-bit values of at most
+// 128 columns.
+bool flash_attention_preferred(const Device& device, int64_t keys);
 
 // The attention above; q, k, v as scaled_dot_product_attention takes them (views with dense rows read in place).
 FlashAttentionOutput flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options);

@@ -8,8 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
-#include <vector>
+#include <memory>
 
 #include "mixtrain/kernels/gemm.h"
 #include "../shared/attention_rows.h"
@@ -84,57 +85,99 @@ void run_tasks(int64_t n, bool parallel, const Make& make, const Fn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-// The logits of one tile row: x[0, n) * scale, rounded into dt (when 16-bit) as a 16-bit GEMM output would hold
-// them; tmp holds n elements of dt.
-void logits_row(float* x, int64_t n, float scale, DType dt, char* tmp) {
+// x[0, n) * scale, then rounded into dt as a 16-bit GEMM output would hold the logits: bfloat16 in the lanes (round to
+// nearest even, NaN kept quiet, as convert_elements does), float16 through convert_elements with tmp (n elements).
+MIXTRAIN_CPU_BODY void logits_lanes(float* x, int64_t n, float scale, DType dt, char* tmp) {
+  if (dt == DType::kBFloat16) {
+    Lanes v;
+    LaneBits u;
+    for (int64_t j = 0; j < n; j += kLanes) {
+      const int64_t k = std::min<int64_t>(n - j, kLanes);
+      load_lanes(x + j, k, 0.0f, v);
+      v *= scale;
+      std::memcpy(&u, &v, sizeof u);
+      const auto nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+      u = nan ? (u | 0x00400000u) & 0xFFFF0000u : (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+      std::memcpy(&v, &u, sizeof v);
+      store_lanes(v, k, x + j);
+    }
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) x[j] *= scale;
-  if (dt == DType::kFloat32) return;
-  convert_elements(x, DType::kFloat32, tmp, dt, n);
-  convert_elements(tmp, dt, x, DType::kFloat32, n);
+  if (dt == DType::kFloat16) {
+    convert_elements(x, DType::kFloat32, tmp, dt, n);
+    convert_elements(tmp, dt, x, DType::kFloat32, n);
+  }
 }
 
-// One row of a logits tile in the online softmax: s[0, end) (end >= 1) becomes p = e^(s - m_new), [end, cols) zero;
-// the running maximum m and sum l move on; *alpha = e^(m_old - m_new), the factor for the row's accumulator. A NaN
-// logit is skipped by the maximum but reaches the sum, so it poisons its row as in attention.h's softmax.
-MIXTRAIN_CPU_BODY void online_row_body(float* s, int64_t end, int64_t cols, float* m, float* l, float* alpha) {
-  Lanes mx, v;
-  load_lanes(s, std::min<int64_t>(end, kLanes), -INFINITY, mx);
-  for (int64_t j = kLanes; j < end; j += kLanes) {
-    load_lanes(s + j, std::min<int64_t>(end - j, kLanes), -INFINITY, v);
-    mx = v > mx ? v : mx;
-  }
-  float tile_max = mx[0];
-  for (int i = 1; i < kLanes; ++i) tile_max = mx[i] > tile_max ? mx[i] : tile_max;
-  const float m_new = tile_max > *m ? tile_max : *m;
-  *alpha = std::exp(*m - m_new);
-  Lanes sum{}, e;
-  for (int64_t j = 0; j < end; j += kLanes) {
-    const int64_t k = std::min<int64_t>(end - j, kLanes);
-    load_lanes(s + j, k, -INFINITY, v);  // padding: e^-inf = 0 adds nothing
-    exp_lanes(v - m_new, e);
-    store_lanes(e, k, s + j);
-    sum += e;
-  }
-  float total = 0.0f;
-  for (int i = 0; i < kLanes; ++i) total += sum[i];
-  std::fill(s + end, s + cols, 0.0f);
-  *l = *l * *alpha + total;
-  *m = m_new;
+// Columns [0, ends[r]) of each row of a (rows, cols) tile (row stride cols) that its row attends to.
+void tile_ends(const Geometry& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int64_t* ends) {
+  for (int64_t r = 0; r < rows; ++r) ends[r] = g.tile_end(i0 + r, j0, cols);
 }
-MIXTRAIN_CPU_VARIANTS(online_row)
 
-// p = e^(s - lse) over [0, end), zero over [end, cols): backward's recomputed probabilities.
-MIXTRAIN_CPU_BODY void probs_row_body(float* s, int64_t end, int64_t cols, float lse) {
-  Lanes v, e;
-  for (int64_t j = 0; j < end; j += kLanes) {
-    const int64_t k = std::min<int64_t>(end - j, kLanes);
-    load_lanes(s + j, k, -INFINITY, v);
-    exp_lanes(v - lse, e);
-    store_lanes(e, k, s + j);
+// One key tile of the online softmax over the rows of a query tile: each row's logits s[0, end) (scaled and rounded
+// here) become p = e^(s - m_new), [end, cols) zero; the running maximum m and sum l move on; alpha[r] = e^(m_old -
+// m_new), the factor for the row's accumulator (1 for a row with no column here). A NaN logit is skipped by the
+// maximum but reaches the sum, so it poisons its row as in attention.h's softmax.
+MIXTRAIN_CPU_BODY void online_tile_body(float* s, const int64_t* ends, int64_t rows, int64_t cols, float scale, DType dt,
+                                        char* tmp, float* m, float* l, float* alpha) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = s + r * cols;
+    const int64_t end = ends[r];
+    alpha[r] = 1.0f;
+    std::fill(x + end, x + cols, 0.0f);
+    if (end == 0) continue;
+    logits_lanes(x, end, scale, dt, tmp);
+    Lanes mx, v;
+    load_lanes(x, std::min<int64_t>(end, kLanes), -INFINITY, mx);
+    for (int64_t j = kLanes; j < end; j += kLanes) {
+      load_lanes(x + j, std::min<int64_t>(end - j, kLanes), -INFINITY, v);
+      mx = v > mx ? v : mx;
+    }
+    float tile_max = mx[0];
+    for (int i = 1; i < kLanes; ++i) tile_max = mx[i] > tile_max ? mx[i] : tile_max;
+    const float m_new = tile_max > m[r] ? tile_max : m[r];
+    alpha[r] = std::exp(m[r] - m_new);
+    Lanes sum{}, e;
+    for (int64_t j = 0; j < end; j += kLanes) {
+      const int64_t k = std::min<int64_t>(end - j, kLanes);
+      load_lanes(x + j, k, -INFINITY, v);  // padding: e^-inf = 0 adds nothing
+      exp_lanes(v - m_new, e);
+      store_lanes(e, k, x + j);
+      sum += e;
+    }
+    float total = 0.0f;
+    for (int i = 0; i < kLanes; ++i) total += sum[i];
+    l[r] = l[r] * alpha[r] + total;
+    m[r] = m_new;
   }
-  std::fill(s + end, s + cols, 0.0f);
 }
-MIXTRAIN_CPU_VARIANTS(probs_row)
+MIXTRAIN_CPU_VARIANTS(online_tile)
+
+// Backward's rows of one block: p = e^(s - lse) from the logits s (scaled and rounded here) over [0, end), zero beyond;
+// ds = p (dp - D) * scale from dp (already dropped) in place, zero beyond. lse and d are the rows' own.
+MIXTRAIN_CPU_BODY void score_grads_tile_body(float* p, float* dp, const int64_t* ends, int64_t rows, int64_t cols,
+                                             float scale, DType dt, char* tmp, const float* lse, const float* d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = p + r * cols;
+    float* g = dp + r * cols;
+    const int64_t end = ends[r];
+    logits_lanes(x, end, scale, dt, tmp);
+    Lanes v, e, dv;
+    for (int64_t j = 0; j < end; j += kLanes) {
+      const int64_t k = std::min<int64_t>(end - j, kLanes);
+      load_lanes(x + j, k, -INFINITY, v);
+      exp_lanes(v - lse[r], e);
+      store_lanes(e, k, x + j);
+      load_lanes(g + j, k, 0.0f, dv);
+      dv = e * (dv - d[r]) * scale;  // shared::attention_score_grad's order
+      store_lanes(dv, k, g + j);
+    }
+    std::fill(x + end, x + cols, 0.0f);
+    std::fill(g + end, g + cols, 0.0f);
+  }
+}
+MIXTRAIN_CPU_VARIANTS(score_grads_tile)
 
 // p * keep / (1 - rate) over [0, end) of row i at key column j0 (in place): dropout on probabilities or their
 // gradients.
@@ -149,11 +192,27 @@ void store_rows(const float* src, int64_t rows, int64_t width, DType dt, char* d
     convert_elements(src + r * width, DType::kFloat32, dst + static_cast<size_t>(r * ld) * dtype_size(dt), dt, width);
 }
 
+// A scratch array left uninitialised (every element is written before it is read), sized once per thread and call.
+template <typename T>
+class Buffer {
+ public:
+  explicit Buffer(size_t n) : p_(n > 0 ? new T[n] : nullptr), n_(n) {}
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  void fill(T v) { std::fill_n(p_.get(), n_, v); }
+
+ private:
+  std::unique_ptr<T[]> p_;
+  size_t n_;
+};
+
 // ---- forward ----
 
 struct ForwardScratch {
-  std::vector<float> s, acc, m, l;  // (kRows, kCols) logits then p; (kRows, dv) output; (kRows) running max, sum
-  std::vector<char> p;              // (kRows, kCols) p in the compute dtype (16-bit), or the logits' rounding
+  Buffer<float> s, acc, m, l;  // (kRows, kCols) logits then p; (kRows, dv) output; (kRows) running max, sum
+  Buffer<char> p;              // (kRows, kCols) p in the compute dtype (16-bit), or the logits' rounding
 };
 
 struct Forward {
@@ -162,30 +221,21 @@ struct Forward {
   float* lse;
 };
 
-// p (already dropped) of one tile row into the GEMM's operand: in place for float32, else rounded into p16.
-void row_operand(const Geometry& g, const float* s, int64_t cols, char* p16) {
-  if (g.dt != DType::kFloat32) convert_elements(s, DType::kFloat32, p16, g.dt, cols);
-}
-
-// The online-softmax steps of one key tile over the rows of a query tile (s holds their rounded-to-be logits).
+// The online-softmax steps of one key tile over the rows of a query tile (s holds their float32 q k^T), then p (dropped)
+// into the product's operand: in place for float32, else rounded into w.p.
 void forward_rows(const Forward& f, int64_t pair, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                   ForwardScratch& w) {
   const Geometry& g = f.g;
+  int64_t ends[kRows];
+  float alpha[kRows];
+  tile_ends(g, i0, rows, j0, cols, ends);
+  online_tile(w.s.data(), ends, rows, cols, g.scale, g.dt, w.p.data(), w.m.data(), w.l.data(), alpha);
   for (int64_t r = 0; r < rows; ++r) {
-    float* srow = w.s.data() + r * kCols;
-    char* prow = w.p.data() + static_cast<size_t>(r * kCols) * g.es;
-    const int64_t end = g.tile_end(i0 + r, j0, cols);
-    logits_row(srow, end, g.scale, g.dt, prow);
-    float alpha = 1.0f;
-    if (end > 0)
-      online_row(srow, end, cols, &w.m[static_cast<size_t>(r)], &w.l[static_cast<size_t>(r)], &alpha);
-    else
-      std::fill(srow, srow + cols, 0.0f);
-    if (alpha != 1.0f)
-      for (int64_t e = 0; e < g.dv; ++e) w.acc[static_cast<size_t>(r * g.dv + e)] *= alpha;
-    if (g.rate > 0.0f) drop_row(g, pair, i0 + r, j0, srow, end);
-    row_operand(g, srow, cols, prow);
+    if (alpha[r] != 1.0f)
+      for (int64_t e = 0; e < g.dv; ++e) w.acc[static_cast<size_t>(r * g.dv + e)] *= alpha[r];
+    if (g.rate > 0.0f) drop_row(g, pair, i0 + r, j0, w.s.data() + r * cols, ends[r]);
   }
+  if (g.dt != DType::kFloat32) convert_elements(w.s.data(), DType::kFloat32, w.p.data(), g.dt, rows * cols);
 }
 
 // One (pair, query tile): key tiles in order up to the last column a row of the tile attends to.
@@ -193,9 +243,9 @@ void forward_tile(const Forward& f, int64_t pair, int64_t i0, ForwardScratch& w)
   const Geometry& g = f.g;
   const int64_t rows = std::min(kRows, g.t - i0);
   const int64_t key_end = g.causal ? shared::causal_row_end(i0 + rows - 1, g.t, g.s) : g.s;
-  std::fill(w.m.begin(), w.m.end(), -INFINITY);
-  std::fill(w.l.begin(), w.l.end(), 0.0f);
-  std::fill(w.acc.begin(), w.acc.end(), 0.0f);
+  w.m.fill(-INFINITY);
+  w.l.fill(0.0f);
+  w.acc.fill(0.0f);
   const char* q = f.qh.at(pair) + static_cast<size_t>(i0 * f.qh.row_stride) * g.es;
   for (int64_t j0 = 0; j0 < key_end; j0 += kCols) {
     const int64_t cols = std::min(kCols, key_end - j0);
@@ -203,11 +253,11 @@ void forward_tile(const Forward& f, int64_t pair, int64_t i0, ForwardScratch& w)
     const char* v = f.vh.at(pair) + static_cast<size_t>(j0 * f.vh.row_stride) * g.es;
     // s (rows, cols) = q_tile (rows, dk) x k_tile^T (dk, cols), float32.
     kernels::gemm(false, true, rows, cols, g.dk, g.dt, q, f.qh.row_stride, k, f.kh.row_stride, DType::kFloat32,
-                  w.s.data(), kCols, false, nullptr);
+                  w.s.data(), cols, false, nullptr);
     forward_rows(f, pair, i0, rows, j0, cols, w);
     // acc (rows, dv) += p (rows, cols) x v_tile (cols, dv), in the compute dtype with float32 sums.
     const void* p = g.dt == DType::kFloat32 ? static_cast<const void*>(w.s.data()) : w.p.data();
-    kernels::gemm(false, false, rows, g.dv, cols, g.dt, p, kCols, v, f.vh.row_stride, DType::kFloat32, w.acc.data(),
+    kernels::gemm(false, false, rows, g.dv, cols, g.dt, p, cols, v, f.vh.row_stride, DType::kFloat32, w.acc.data(),
                   g.dv, true, nullptr);
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -228,11 +278,11 @@ struct Backward {
 };
 
 struct BackwardScratch {
-  std::vector<float> s, dp;          // (kRows, kCols): p, and dp then ds
-  std::vector<char> pd;              // (kRows, kCols) p_d in the compute dtype; the logits' rounding first
-  std::vector<float> dk, dv;         // (kCols, dk), (kCols, dv) float32 sums of one key tile
-  std::vector<float> d, dq, q, k;    // (T) rowsum(dout * out); (T, dk) dq sums; q, k widened (16-bit only)
-  std::vector<float> row_a, row_b;   // (dv) a row of dout and of out as float32
+  Buffer<float> s, dp;          // (kRows, kCols): p, and dp then ds
+  Buffer<char> pd;              // (kRows, kCols) p_d in the compute dtype; the logits' rounding first
+  Buffer<float> dk, dv;         // (kCols, dk), (kCols, dv) float32 sums of one key tile
+  Buffer<float> d, dq, q, k;    // (T) rowsum(dout * out); (T, dk) dq sums; q, k widened (16-bit only)
+  Buffer<float> row_a, row_b;   // (dv) a row of dout and of out as float32
 };
 
 // D[i] = rowsum(dout_i * out_i) in float32, for every row of the pair.
@@ -254,27 +304,19 @@ void row_dots(const Backward& f, int64_t pair, BackwardScratch& w) {
   }
 }
 
-// The rows of one (query tile, key tile) block: s -> p, p_d into pd (compute dtype), dp -> ds.
+// The rows of one (query tile, key tile) block: s -> p, dp -> ds, then p_d (as forward multiplied it) into pd.
 void backward_rows(const Backward& f, int64_t pair, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                    BackwardScratch& w) {
   const Geometry& g = f.g;
-  std::vector<float>& p = w.s;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = i0 + r;
-    float* prow = p.data() + r * kCols;
-    float* ds = w.dp.data() + r * kCols;
-    char* pdrow = w.pd.data() + static_cast<size_t>(r * kCols) * g.es;
-    const int64_t end = g.tile_end(i, j0, cols);
-    logits_row(prow, end, g.scale, g.dt, pdrow);
-    probs_row(prow, end, cols, f.lse[pair * g.t + i]);
-    if (g.rate > 0.0f) drop_row(g, pair, i, j0, ds, end);
-    const float d = w.d[static_cast<size_t>(i)];
-    for (int64_t j = 0; j < end; ++j) ds[j] = shared::attention_score_grad(prow[j], ds[j], d, g.scale);
-    std::fill(ds + end, ds + cols, 0.0f);
-    // p_d, as forward multiplied it (after ds used p).
-    if (g.rate > 0.0f) drop_row(g, pair, i, j0, prow, end);
-    convert_elements(prow, DType::kFloat32, pdrow, g.dt, cols);
-  }
+  int64_t ends[kRows];
+  tile_ends(g, i0, rows, j0, cols, ends);
+  if (g.rate > 0.0f)
+    for (int64_t r = 0; r < rows; ++r) drop_row(g, pair, i0 + r, j0, w.dp.data() + r * cols, ends[r]);
+  score_grads_tile(w.s.data(), w.dp.data(), ends, rows, cols, g.scale, g.dt, w.pd.data(), f.lse + pair * g.t + i0,
+                   w.d.data() + i0);
+  if (g.rate > 0.0f)
+    for (int64_t r = 0; r < rows; ++r) drop_row(g, pair, i0 + r, j0, w.s.data() + r * cols, ends[r]);
+  convert_elements(w.s.data(), DType::kFloat32, w.pd.data(), g.dt, rows * cols);
 }
 
 // One key tile of a pair against every query tile that sees it: dk, dv of the tile, and the tile's share of dq.
@@ -282,8 +324,8 @@ void backward_key_tile(const Backward& f, int64_t pair, int64_t j0, const float*
                        int64_t ldk, BackwardScratch& w) {
   const Geometry& g = f.g;
   const int64_t cols = std::min(kCols, g.s - j0);
-  std::fill(w.dk.begin(), w.dk.end(), 0.0f);
-  std::fill(w.dv.begin(), w.dv.end(), 0.0f);
+  w.dk.fill(0.0f);
+  w.dv.fill(0.0f);
   // The first query row that attends to column j0: row_end(i) > j0.
   const int64_t first = g.causal ? std::max<int64_t>(0, j0 - (g.s - g.t)) : 0;
   const char* k = f.kh.at(pair) + static_cast<size_t>(j0 * f.kh.row_stride) * g.es;
@@ -293,17 +335,17 @@ void backward_key_tile(const Backward& f, int64_t pair, int64_t j0, const float*
     const char* q = f.qh.at(pair) + static_cast<size_t>(i0 * f.qh.row_stride) * g.es;
     const char* dout = f.doh.at(pair) + static_cast<size_t>(i0 * f.doh.row_stride) * g.es;
     kernels::gemm(false, true, rows, cols, g.dk, g.dt, q, f.qh.row_stride, k, f.kh.row_stride, DType::kFloat32,
-                  w.s.data(), kCols, false, nullptr);
+                  w.s.data(), cols, false, nullptr);
     // dp_d (rows, cols) = dout_tile (rows, dv) x v_tile^T (dv, cols).
     kernels::gemm(false, true, rows, cols, g.dv, g.dt, dout, f.doh.row_stride, v, f.vh.row_stride, DType::kFloat32,
-                  w.dp.data(), kCols, false, nullptr);
+                  w.dp.data(), cols, false, nullptr);
     backward_rows(f, pair, i0, rows, j0, cols, w);
     // dv_tile += p_d^T dout_tile; dq_rows += ds k_tile; dk_tile += ds^T q_rows (ds float32, never rounded).
-    kernels::gemm(true, false, cols, g.dv, rows, g.dt, w.pd.data(), kCols, dout, f.doh.row_stride, DType::kFloat32,
+    kernels::gemm(true, false, cols, g.dv, rows, g.dt, w.pd.data(), cols, dout, f.doh.row_stride, DType::kFloat32,
                   w.dv.data(), g.dv, true, nullptr);
-    kernels::gemm(false, false, rows, g.dk, cols, DType::kFloat32, w.dp.data(), kCols, k32 + j0 * ldk, ldk,
+    kernels::gemm(false, false, rows, g.dk, cols, DType::kFloat32, w.dp.data(), cols, k32 + j0 * ldk, ldk,
                   DType::kFloat32, w.dq.data() + i0 * g.dk, g.dk, true, nullptr);
-    kernels::gemm(true, false, cols, g.dk, rows, DType::kFloat32, w.dp.data(), kCols, q32 + i0 * ldq, ldq,
+    kernels::gemm(true, false, cols, g.dk, rows, DType::kFloat32, w.dp.data(), cols, q32 + i0 * ldq, ldq,
                   DType::kFloat32, w.dk.data(), g.dk, true, nullptr);
   }
   store_rows(w.dk.data(), cols, g.dk, g.dt, f.dkh.at(pair) + static_cast<size_t>(j0 * f.dkh.row_stride) * g.es,
@@ -315,7 +357,7 @@ void backward_key_tile(const Backward& f, int64_t pair, int64_t j0, const float*
 void backward_pair(const Backward& f, int64_t pair, BackwardScratch& w) {
   const Geometry& g = f.g;
   row_dots(f, pair, w);
-  std::fill(w.dq.begin(), w.dq.end(), 0.0f);
+  w.dq.fill(0.0f);
   // q and k as float32 operands of the ds products: in place for float32, else widened once per pair.
   const float* q32 = reinterpret_cast<const float*>(f.qh.at(pair));
   const float* k32 = reinterpret_cast<const float*>(f.kh.at(pair));
@@ -344,9 +386,9 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
   run_tasks<ForwardScratch>(
       g.pairs() * tiles, parallel,
       [&] {
-        return ForwardScratch{std::vector<float>(sz(kRows * kCols)), std::vector<float>(sz(kRows * g.dv)),
-                              std::vector<float>(sz(kRows)), std::vector<float>(sz(kRows)),
-                              std::vector<char>(sz(kRows * kCols) * g.es)};
+        return ForwardScratch{Buffer<float>(sz(kRows * kCols)), Buffer<float>(sz(kRows * g.dv)),
+                              Buffer<float>(sz(kRows)), Buffer<float>(sz(kRows)),
+                              Buffer<char>(sz(kRows * kCols) * g.es)};
       },
       [&](int64_t task, ForwardScratch& w) { forward_tile(f, task / tiles, task % tiles * kRows, w); });
 }
@@ -370,12 +412,12 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
       g.pairs(), parallel,
       [&] {
         const size_t tile = sz(kRows * kCols);
-        return BackwardScratch{std::vector<float>(tile),           std::vector<float>(tile),
-                               std::vector<char>(tile * g.es),     std::vector<float>(sz(kCols * g.dk)),
-                               std::vector<float>(sz(kCols * g.dv)), std::vector<float>(sz(g.t)),
-                               std::vector<float>(sz(g.t * g.dk)), std::vector<float>(widen ? sz(g.t * g.dk) : 0),
-                               std::vector<float>(widen ? sz(g.s * g.dk) : 0), std::vector<float>(sz(g.dv)),
-                               std::vector<float>(sz(g.dv))};
+        return BackwardScratch{Buffer<float>(tile),           Buffer<float>(tile),
+                               Buffer<char>(tile * g.es),     Buffer<float>(sz(kCols * g.dk)),
+                               Buffer<float>(sz(kCols * g.dv)), Buffer<float>(sz(g.t)),
+                               Buffer<float>(sz(g.t * g.dk)), Buffer<float>(widen ? sz(g.t * g.dk) : 0),
+                               Buffer<float>(widen ? sz(g.s * g.dk) : 0), Buffer<float>(sz(g.dv)),
+                               Buffer<float>(sz(g.dv))};
       },
       [&](int64_t pair, BackwardScratch& w) { backward_pair(f, pair, w); });
 }

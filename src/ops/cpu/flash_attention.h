@@ -8,7 +8,7 @@
 namespace mixtrain::ops::cpu {
 
 // The tile: query rows per task and key columns per step (fixed, so the results never depend on the threads).
-inline constexpr int64_t kFlashRows = 64;
+inline constexpr int64_t kFlashRows = 128;
 inline constexpr int64_t kFlashColumns = 128;
 
 // out (B, T, H * dv) in q's dtype, lse (B, H, T) float32.
