@@ -6,13 +6,19 @@
 //                    shapes (the four projections forward and backward, and the per-head products run as
 //                    batched products): the ratio step / peer is what the softmax rows, the casts, the
 //                    reshapes and the tape cost on top.
+//   BM_attention_op: the causal bfloat16 attention op alone, forward and backward, on (8, T, 8 x 32) q, k, v
+//                    (the issue-43 step's shape), full (scaled_dot_product_attention, keeping the
+//                    probabilities) against tiled (flash_attention), T from 64 to 1024.
 // Report ratios; an absolute time is only a note about this machine.
 #include <benchmark/benchmark.h>
+
+#include <cmath>
 
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/nn/transformer_layers.h"
+#include "mixtrain/ops/flash_attention.h"
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/precision/hardware_check.h"
 
@@ -90,6 +96,29 @@ void BM_mha_gemm_peer(benchmark::State& state) {
       benchmark::Counter(step_flops(), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// state.range(0): 0 full, 1 tiled; state.range(1): T.
+void BM_attention_op(benchmark::State& state) {
+  const bool tiled = state.range(0) == 1;
+  const int64_t t = state.range(1), b = 8, h = 8, d = 32;
+  const Tensor q = random_tensor({b, t, h * d}, 1, DType::kBFloat16), k = random_tensor({b, t, h * d}, 2, DType::kBFloat16);
+  const Tensor v = random_tensor({b, t, h * d}, 3, DType::kBFloat16), dout = random_tensor({b, t, h * d}, 4, DType::kBFloat16);
+  ops::AttentionOptions o;
+  o.num_heads = h;
+  o.causal = true;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (auto _ : state) {
+    if (tiled) {
+      const ops::FlashAttentionOutput a = ops::flash_attention(q, k, v, o);
+      benchmark::DoNotOptimize(ops::flash_attention_backward(dout, q, k, v, a.out, a.lse, o).dq.raw());
+    } else {
+      const ops::AttentionOutput a = ops::scaled_dot_product_attention(q, k, v, o);
+      benchmark::DoNotOptimize(ops::scaled_dot_product_attention_backward(dout, q, k, v, a.probs, o).dq.raw());
+    }
+  }
+  state.SetLabel(tiled ? "tiled" : "full");
+}
+
+BENCHMARK(BM_attention_op)->ArgsProduct({{0, 1}, {64, 256, 512, 1024}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mha_step)->ArgsProduct({{0, 1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mha_gemm_peer)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();
 

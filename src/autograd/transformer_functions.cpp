@@ -2,6 +2,7 @@
 
 #include "mixtrain/autograd/autocast.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/flash_attention.h"
 #include "mixtrain/ops/matmul.h"
 
 namespace mixtrain {
@@ -183,6 +184,32 @@ Var packed_self_attention(const Var& qkv_arg, const ops::AttentionOptions& optio
       Tensor dq = g.slice(2, 0, w), dk = g.slice(2, w, 2 * w), dv = g.slice(2, 2 * w, 3 * w);
       ops::scaled_dot_product_attention_backward_into(out.grad(), all.slice(2, 0, w), all.slice(2, w, 2 * w),
                                                       all.slice(2, 2 * w, 3 * w), probs, options, dq, dk, dv);
+      give_fresh(qkv, g);
+    });
+  }
+  return out;
+}
+
+Var packed_flash_attention(const Var& qkv_arg, const ops::AttentionOptions& options) {
+  const Var qkv = autocast_operand(qkv_arg);
+  MIXTRAIN_CHECK(qkv.defined() && qkv.value().rank() == 3 && qkv.shape()[2] % 3 == 0,
+                 "packed_flash_attention: expected (batch, T, 3 * heads * key_dim), got "
+                     << (qkv.defined() ? qkv.value().describe() : std::string("undefined")));
+  const int64_t w = qkv.shape()[2] / 3;
+  const Tensor& all = qkv.value();
+  ops::FlashAttentionOutput r =
+      ops::flash_attention(all.slice(2, 0, w), all.slice(2, w, 2 * w), all.slice(2, 2 * w, 3 * w), options);
+  const bool rec = should_record({&qkv});
+  Var out = output(r.out, rec);
+  if (rec) {
+    // (B, H, T) float32 beside the output: all that backward keeps beyond q, k and v.
+    const Tensor lse = r.lse;
+    record_backward(out, [qkv, lse, options, out, w]() {
+      const Tensor& all = qkv.value();
+      Tensor g = Tensor::empty(all.shape(), all.dtype(), all.device());
+      Tensor dq = g.slice(2, 0, w), dk = g.slice(2, w, 2 * w), dv = g.slice(2, 2 * w, 3 * w);
+      ops::flash_attention_backward_into(out.grad(), all.slice(2, 0, w), all.slice(2, w, 2 * w),
+                                         all.slice(2, 2 * w, 3 * w), out.value(), lse, options, dq, dk, dv);
       give_fresh(qkv, g);
     });
   }

@@ -4,6 +4,7 @@
 
 #include "mixtrain/nn/generation_cache.h"
 #include "mixtrain/nn/network.h"
+#include "mixtrain/ops/flash_attention.h"
 
 namespace mixtrain {
 
@@ -213,6 +214,9 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
   Var a;  // (batch, T, heads * key_dim)
   if (ctx.cache) {
     a = cached_attention(qkv, ctx);
+  } else if (options_.flash_attention && ctx.training && !ctx.observer &&
+             ops::flash_attention_preferred(qkv.value().device(), qkv.shape()[1])) {
+    a = packed_flash_attention(qkv, attention_options(ctx));
   } else {
     a = packed_self_attention(qkv, attention_options(ctx), ctx.observer ? &logits : nullptr);
     if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention_checks.h"
 #include "shared/attention_rows.h"
 
 namespace mixtrain::ops {
@@ -18,12 +19,9 @@ bool attention_dropout_keep(uint64_t seed, uint64_t index, float rate) {
   return shared::attention_dropout_keep(seed, index, rate);
 }
 
-namespace {
-std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
+namespace attention_checks {
 
-struct Dims {
-  int64_t b, t, s, h, dk, dv;
-};
+std::string text(const Tensor& t) { return t.defined() ? t.describe() : std::string("undefined"); }
 
 // Checks the packed layout and returns its dimensions.
 Dims check_layout(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o, const char* op) {
@@ -70,7 +68,10 @@ void check_gradient_target(const Tensor& g, const Tensor& like, const char* what
                  op << ": " << what << " must be a " << like.describe()
                     << " tensor with dense rows (unit stride along the last axis), got " << text(g));
 }
-}  // namespace
+
+}  // namespace attention_checks
+
+using namespace attention_checks;
 
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const AttentionOptions& options, bool keep_probs, bool return_logits) {

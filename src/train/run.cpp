@@ -77,6 +77,8 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "--dropout must be in [0, 1), got " << cfg.dropout);
   MIXTRAIN_CHECK(cfg.attention_logit_multiplier > 0, "the attention logit multiplier must be positive");
   check_transformer_blocks(cfg.norm, cfg.mlp, cfg.positions);
+  MIXTRAIN_CHECK(cfg.attention == "tiled" || cfg.attention == "full",
+                 "--attention must be tiled or full, got '" << cfg.attention << "'");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
   check_master_rounding(cfg);
   const int64_t warmup = std::max<int64_t>(cfg.warmup_steps, 0);

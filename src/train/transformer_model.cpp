@@ -33,6 +33,7 @@ MultiHeadAttentionOptions attention_options(const TransformerLMOptions& o) {
   mha.causal = true;
   mha.logit_multiplier = o.attention_logit_multiplier;
   mha.rotary = o.positions == "rope";
+  mha.flash_attention = o.flash_attention;
   return mha;
 }
 

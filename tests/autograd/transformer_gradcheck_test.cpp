@@ -163,6 +163,30 @@ TEST(TransformerGradCheck, PackedSelfAttentionMatchesSeparateQueriesKeysAndValue
   EXPECT_THROW(packed_self_attention(Var(random_tensor({2, 4, 10}, 38)), o), Error);  // not three equal parts
 }
 
+// The tiled attention on the fused projection: its gradient against finite differences, and output and gradient equal
+// to packed_self_attention's within float32 rounding (a few units of 2^-24 of O(1) terms), dropout included.
+TEST(TransformerGradCheck, PackedFlashAttentionMatchesFiniteDifferencesAndThePackedOp) {
+  ops::AttentionOptions o;
+  o.num_heads = 2;
+  o.causal = true;
+  o.scale = 0.6f;
+  o.dropout_rate = 0.2f;
+  o.dropout_seed = 5;
+  expect_gradients_match([&](const std::vector<Var>& v) { return head(packed_flash_attention(v[0], o)); },
+                         {random_tensor({2, 5, 12}, 36)}, "packed_flash_attention");
+  Tensor all = random_tensor({2, 70, 12}, 37);
+  Var a(all, true), b(all, true);
+  Var ya = packed_flash_attention(a, o);
+  backward(sum(ya));  // runs and clears the tape: one forward and backward at a time
+  Var yb = packed_self_attention(b, o);
+  backward(sum(yb));
+  const std::vector<float> va = ya.value().to_floats(), vb = yb.value().to_floats();
+  for (size_t i = 0; i < va.size(); ++i) ASSERT_NEAR(va[i], vb[i], 1e-5) << "out " << i;
+  const std::vector<float> ga = a.grad().to_floats(), gb = b.grad().to_floats();
+  for (size_t i = 0; i < ga.size(); ++i) ASSERT_NEAR(ga[i], gb[i], 1e-5) << "gradient " << i;
+  EXPECT_THROW(packed_flash_attention(Var(random_tensor({2, 4, 10}, 38)), o), Error);  // not three equal parts
+}
+
 TEST(TransformerGradCheck, MixedPrecisionGradientDTypes) {
   // A bfloat16 activation: its gradient arrives in bfloat16; the float32 tables' and LayerNorm parameters'
   // in float32.

@@ -41,6 +41,24 @@ for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     print(f"{policy}: {weights} weights, {ms:.3f} ms/step, {r['tokens_per_second']:.0f} tokens/s")
 PY
 
+# --attention: the tiled kernel (the default) keeps a (B, heads, T) log-sum-exp for backward where the full one keeps
+# the (B, heads, T, T) probabilities, so at T 160 (above one key tile, where the tiled kernel starts) its step peak is
+# lower (2 layers x 3 x 2 x 160 x 160 bfloat16 probabilities and float32 logits scratch: hundreds of KiB).
+for attention in tiled full; do
+  "$bin" bench step --model transformer --vocabulary 11 --context 160 --width 16 --layers 2 --heads 2 --batch-size 3 \
+    --policy mixed_bfloat16 --steps 2 --attention $attention --json "$tmp/attention_$attention.json" >/dev/null
+done
+python3 - "$tmp" <<'PY'
+import json, sys
+r = {a: json.load(open(f"{sys.argv[1]}/attention_{a}.json")) for a in ("tiled", "full")}
+for a in r:
+    assert r[a]["attention"] == a, r[a]
+peak = {a: r[a]["step_peak_memory_bytes"] for a in r}
+assert peak["tiled"] < peak["full"], peak
+print(f"step peak at T 160: tiled {peak['tiled']} bytes, full {peak['full']} bytes")
+PY
+grep -qF '"attention": "tiled"' "$tmp/float32.json" || { echo "FAIL: the default attention is not tiled"; exit 1; }
+
 expect_error() {  # expect_error MESSAGE ARGS...: exit status 2, MESSAGE on stderr, no JSON written
   local want="$1"; shift
   rm -f "$tmp/bad.json"
@@ -57,6 +75,8 @@ expect_error "--vocabulary applies to --model transformer only" --model mlp --vo
 expect_error "--hidden does not apply to --model transformer" --model transformer --hidden 64
 expect_error "--heads must be positive and divide --width 16" --model transformer --width 16 --heads 3
 expect_error "--vocabulary must be an integer from 2" --model transformer --vocabulary 1
+expect_error "--attention must be tiled or full, got 'flash'" --model transformer --attention flash
+expect_error "--attention applies to --model transformer only" --model mlp --attention full
 
 python_torch=""
 for p in python3 /usr/bin/python3; do

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <string>
 
+#include "mixtrain/autograd/functions.h"
 #include "mixtrain/autograd/gradcheck.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/nn/transformer_layers.h"
+#include "mixtrain/ops/backend.h"
 
 namespace mixtrain {
 namespace {
@@ -358,6 +360,48 @@ TEST_F(TransformerLayersTest, CausalOutputsIgnoreLaterPositionsAndGradientsMatch
       [&](const std::vector<Var>& v) { return mean_squared_error(mha(v[0]), random_tensor({2, 4, 4}, 10)); },
       {random_tensor({2, 4, 4}, 11)});
   EXPECT_LT(r.max_rel_error, 5e-3) << r.worst;
+}
+
+int g_full_attention_calls = 0;
+ops::kernel::AttentionFn* g_full_attention = nullptr;
+void counting_attention(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& o, Tensor& out,
+                        Tensor& probs, Tensor& logits) {
+  ++g_full_attention_calls;
+  g_full_attention(q, k, v, o, out, probs, logits);
+}
+
+// Training calls on the CPU with T above one key tile (128) run the tiled attention (ops/flash_attention.h): the full
+// kernel is not called, and the output and the input gradient equal the full kernel's (flash_attention off, same
+// weights) within float32 rounding; evaluation calls, and training calls of up to 128 positions, keep the full kernel.
+TEST_F(TransformerLayersTest, TrainingCallsRunTheTiledAttention) {
+  MultiHeadAttention tiled({.num_heads = 2, .key_dim = 4, .causal = true});
+  MultiHeadAttention full({.num_heads = 2, .key_dim = 4, .causal = true, .flash_attention = false});
+  const Tensor x = random_tensor({2, 130, 8}, 12);
+  tiled(Var(x));
+  full(Var(x));
+  for (size_t i = 0; i < tiled.weights().size(); ++i) {
+    Tensor w = full.weights()[i].value();
+    w.copy_from(tiled.weights()[i].value());
+  }
+  ops::KernelOverride<ops::Op::attention> counting(ops::cpu_backend(), &counting_attention);
+  g_full_attention = counting.original();
+  g_full_attention_calls = 0;
+  Var xa(x, true), xb(x, true);
+  Var ya = tiled(xa, {.training = true});
+  backward(sum(ya));  // runs and clears the tape: one forward and backward at a time
+  EXPECT_EQ(g_full_attention_calls, 0);
+  Var yb = full(xb, {.training = true});
+  backward(sum(yb));
+  EXPECT_EQ(g_full_attention_calls, 1);  // the layer with flash_attention off
+  const std::vector<float> va = ya.value().to_floats(), vb = yb.value().to_floats();
+  for (size_t i = 0; i < va.size(); ++i) ASSERT_NEAR(va[i], vb[i], 1e-5) << "out " << i;
+  const std::vector<float> ga = xa.grad().to_floats(), gb = xb.grad().to_floats();
+  for (size_t i = 0; i < ga.size(); ++i) ASSERT_NEAR(ga[i], gb[i], 1e-5) << "gradient " << i;
+  tiled(Var(x));
+  EXPECT_EQ(g_full_attention_calls, 2);  // evaluation
+  tiled(Var(x.slice(1, 0, 128).contiguous()), {.training = true});
+  EXPECT_EQ(g_full_attention_calls, 3);  // one key tile
+  clear_tape();
 }
 
 // Rotary positions turn q and k by angles of their positions: at position 0 every angle is 0, so a causal layer's

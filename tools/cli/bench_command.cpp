@@ -3,8 +3,8 @@
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE] [--device D]
 //              [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
-//   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V] --batch-size B
-//              --policy P [--steps N] [--json FILE]
+//   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V
+//              --attention tiled|full] --batch-size B --policy P [--steps N] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -222,7 +222,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
-                "optimizer-state"});
+                "optimizer-state", "attention"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -231,7 +231,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   if (o.transformer) {
     MIXTRAIN_CHECK(!a.has("hidden"), "--hidden does not apply to --model transformer (its MLP is 4 x --width)");
   } else {
-    for (const char* f : {"context", "width", "layers", "heads", "vocabulary"})
+    for (const char* f : {"context", "width", "layers", "heads", "vocabulary", "attention"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
   }
   // The wide MLP of the peer comparison; a convolutional model's dense head stays small.
@@ -258,6 +258,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
     cfg.num_layers = a.integer("layers", 2);
     cfg.num_heads = a.integer("heads", 4);
     o.vocabulary = a.integer("vocabulary", 83, 2, 1 << 24);
+    cfg.attention = a.str("attention", "tiled");
   } else {
     cfg.optimizer = a.str("optimizer", "adam");
     cfg.batch_size = a.integer("batch-size", 256);
@@ -422,6 +423,7 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
     j["width"] = cfg.width;
     j["layers"] = cfg.num_layers;
     j["heads"] = cfg.num_heads;
+    j["attention"] = cfg.attention;
   }
   return j;
 }

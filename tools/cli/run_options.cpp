@@ -106,9 +106,10 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.norm = a.str("norm", cfg.norm);
   cfg.mlp = a.str("mlp", cfg.mlp);
   cfg.positions = a.str("positions", cfg.positions);
+  cfg.attention = a.str("attention", cfg.attention);
   if (!transformer)
     for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
-                          "positions"})
+                          "positions", "attention"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
 }
 }  // namespace
@@ -124,7 +125,7 @@ const std::set<std::string>& run_flags() {
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
       "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
-      "optimizer-state"};
+      "optimizer-state", "attention"};
   return flags;
 }
 

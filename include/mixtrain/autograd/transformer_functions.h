@@ -52,6 +52,10 @@ Var fused_projection(const Var& x, const std::vector<Var>& kernels, const std::v
 // k, [2 H dk, 3 H dk) v, read in place. Backward writes dq, dk, dv into one gradient of qkv's shape.
 Var packed_self_attention(const Var& qkv, const ops::AttentionOptions& options, Tensor* logits = nullptr);
 
+// packed_self_attention on the tiled kernel (ops/flash_attention.h, CPU only): what backward keeps is the output and a
+// (batch, heads, T) float32 log-sum-exp rather than the (batch, heads, T, T) probabilities.
+Var packed_flash_attention(const Var& qkv, const ops::AttentionOptions& options);
+
 // Attention of q, k, v in the packed (batch, length, heads * head_dim) layout (ops::AttentionOptions: heads,
 // causal, scale, dropout rate and seed). The probabilities are kept for backward only when recording.
 // logits: when not null, receives the float32 logits before their rounding (ops::AttentionOutput::logits).

@@ -167,6 +167,13 @@ struct MultiHeadAttentionOptions {
   // between a query and a key, computed in float32 from double angles under every policy.
   bool rotary = false;
   float rotary_base = 10000.0f;  // the frequencies' base, Llama's
+  // Training calls on the CPU with T above 128 (ops::flash_attention_preferred) run the tiled attention
+  // (ops/flash_attention.h), which keeps a (batch, heads, T) float32 log-sum-exp for backward instead of the
+  // (batch, heads, T, T) probabilities. false keeps
+  // scaled_dot_product_attention there too. Evaluation, an observer's logits, the generation cache and other devices
+  // always use scaled_dot_product_attention (so cached and recomputed generation stay bit-identical). A kernel choice,
+  // not part of the layer's config: the weights and the mathematics are the same.
+  bool flash_attention = true;
   DTypeArg dtype = std::nullopt;
   std::string name = "";  // the layer's name (Keras' name=); empty: named by its kind
 
@@ -179,6 +186,7 @@ struct MultiHeadAttentionOptions {
   MultiHeadAttentionOptions& with_logit_multiplier(float v) { logit_multiplier = v; return *this; }
   MultiHeadAttentionOptions& with_rotary(bool v) { rotary = v; return *this; }
   MultiHeadAttentionOptions& with_rotary_base(float v) { rotary_base = v; return *this; }
+  MultiHeadAttentionOptions& with_flash_attention(bool v) { flash_attention = v; return *this; }
   MultiHeadAttentionOptions& with_dtype(DTypeArg v) { dtype = std::move(v); return *this; }
   MultiHeadAttentionOptions& with_dtype(std::string_view policy) { dtype = dtype_arg(policy); return *this; }
   MultiHeadAttentionOptions& with_name(std::string v) { name = std::move(v); return *this; }

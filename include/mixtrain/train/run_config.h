@@ -72,6 +72,9 @@ struct RunConfig {
   std::string norm = "layer";
   std::string mlp = "gelu";
   std::string positions = "learned";
+  // --attention tiled|full: the attention kernel of training steps on the CPU (MultiHeadAttentionOptions::
+  // flash_attention). A kernel choice, not stored in checkpoints: the weights and the mathematics are the same.
+  std::string attention = "tiled";
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
   // A subword tokenizer (data/tokenizer.h, --tokenizer bpe:N|unigram:N|FILE.model) instead: SentencePiece's

@@ -32,6 +32,7 @@ struct TransformerLMOptions {
   std::string norm = "layer";          // "layer" (LayerNormalization) or "rms" (RMSNormalization)
   std::string mlp = "gelu";            // "gelu" (Dense(mlp_ratio * width, gelu) -> Dense(width)) or "swiglu"
   std::string positions = "learned";   // "learned" (PositionEmbedding) or "rope" (rotary, in the attention)
+  bool flash_attention = true;         // MultiHeadAttentionOptions::flash_attention of every block
 };
 
 // Error naming the option and the accepted values unless norm, mlp and positions are ones build accepts.

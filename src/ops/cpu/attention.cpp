@@ -14,7 +14,8 @@
 
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/attention.h"
-#include "exp_poly.h"
+#include "attention_heads.h"
+#include "attention_lanes.h"
 #include "../shared/attention_rows.h"
 #include "float_lanes.h"
 #include "cpu_backend.h"
@@ -23,40 +24,14 @@ namespace mixtrain::ops::cpu {
 
 namespace {
 
+using namespace attention_heads;
+using namespace attention_lanes;
+
 // Row elements of one pair below which its row loop runs on the calling thread alone.
 constexpr int64_t kParallelRowsMin = int64_t{1} << 14;
 // Multiply-adds of a whole call below which it runs on the calling thread alone: waking a thread team
 // costs more than such a call.
 constexpr int64_t kParallelWorkMin = int64_t{1} << 17;
-// Independent partial sums (and maxima) per row: wide enough for the vector units, and a fixed order,
-// so a row's result does not depend on anything but its values.
-constexpr int kLanes = 8;
-
-// kLanes floats as one GCC/Clang vector: the row loops below are written on it, because the compiler will
-// not vectorize a float comparison or select in a plain loop under the default trapping-math rules. Each
-// MIXTRAIN_CPU_VARIANTS function gets it as wide as its instruction-set variant allows.
-using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
-using LaneBits = uint32_t __attribute__((vector_size(kLanes * sizeof(float))));
-
-// x[0, n) (n <= kLanes) into v, the missing lanes set to fill.
-inline void load_lanes(const float* x, int64_t n, float fill, Lanes& v) {
-  if (n == kLanes) {
-    std::memcpy(&v, x, sizeof v);
-    return;
-  }
-  v = Lanes{} + fill;
-  for (int64_t l = 0; l < n; ++l) v[l] = x[l];
-}
-inline void store_lanes(const Lanes& v, int64_t n, float* x) {
-  if (n == kLanes)
-    std::memcpy(x, &v, sizeof v);
-  else
-    for (int64_t l = 0; l < n; ++l) x[l] = v[l];
-}
-
-// e^x for the softmax rows: expf_poly::exp (exp_poly.h, shared with GELU), within 1e-7 relative of e^x over
-// [-87, 88], 0 below -87; NaN stays NaN, so an overflowed row still poisons its softmax as it must.
-inline void exp_lanes(const Lanes& x, Lanes& out) { expf_poly::exp<Lanes, LaneBits>(x, out); }
 
 // Softmax of x[0, n) in place, float32, n >= 1: the maximum and the sum are taken over kLanes interleaved
 // partial results combined in a fixed order.
@@ -112,24 +87,6 @@ class Scratch {
 
  private:
   std::unique_ptr<T[]> p_;
-};
-
-// Where a (batch, length, heads * width) tensor keeps head h of batch b: q, k, v and their gradients may be
-// column slices of a wider buffer, so the row and batch strides are the tensor's own.
-struct Heads {
-  char* base;
-  int64_t batch_stride, row_stride, width, heads;
-  size_t es;
-  Heads(const Tensor& t, int64_t h)
-      : base(static_cast<char*>(const_cast<void*>(t.raw()))),
-        batch_stride(t.strides()[0]),
-        row_stride(t.strides()[1]),
-        width(t.dim(2) / h),
-        heads(h),
-        es(dtype_size(t.dtype())) {}
-  char* at(int64_t pair) const {
-    return base + static_cast<size_t>((pair / heads) * batch_stride + (pair % heads) * width) * es;
-  }
 };
 
 struct Geometry {
@@ -199,13 +156,6 @@ void dropped_row(const Geometry& g, const char* src, char* dst, uint64_t first, 
   for (int64_t j = 0; j < g.s; ++j)
     buf[j] = attention_dropout_keep(g.seed, first + static_cast<uint64_t>(j), g.rate) ? buf[j] * g.inv_keep : 0.0f;
   convert_elements(buf, DType::kFloat32, dst, g.dt, g.s);
-}
-
-// Head rows (rows x width at row stride ld, dtype dt) widened into dense float32 (rows, width).
-void widen_head(const char* src, int64_t rows, int64_t width, int64_t ld, DType dt, float* dst) {
-  const size_t es = dtype_size(dt);
-  for (int64_t r = 0; r < rows; ++r)
-    convert_elements(src + static_cast<size_t>(r * ld) * es, dt, dst + r * width, DType::kFloat32, width);
 }
 
 }  // namespace
