@@ -82,4 +82,18 @@ std::vector<float> DelayedScaling::history() const {
   return h;
 }
 
+void DelayedScaling::restore(const std::vector<float>& history, float scale) {
+  MIXTRAIN_CHECK(history.size() == ring_.size(),
+                 "the amax history holds " << history.size() << " values, this tensor's holds " << ring_.size());
+  for (size_t i = 0; i < history.size(); ++i)
+    MIXTRAIN_CHECK(history[i] >= 0.0f && std::isfinite(history[i]),
+                   "amax history entry " << i << " is " << history[i] << ", not a finite magnitude");
+  MIXTRAIN_CHECK(scale > 0.0f && std::isfinite(scale), "the scale is " << scale << ", not positive and finite");
+  // history() lists the ring from the oldest slot to the current one; stored in that order, the current slot is
+  // the last and the oldest the first, the one the next update() drops.
+  ring_ = history;
+  current_ = static_cast<int64_t>(ring_.size()) - 1;
+  scale_ = scale;
+}
+
 }  // namespace mixtrain

@@ -57,6 +57,10 @@ class DelayedScaling {
   // The history, oldest first, the current step's slot last.
   std::vector<float> history() const;
   const DelayedScalingOptions& options() const { return options_; }
+  // Puts back what history() and scale() gave (a checkpoint): the scale and the next update() then continue as the
+  // saved object's would. Throws Error (kInvalidInput), changing nothing, for a history of another length, an amax
+  // that is negative or not finite, or a scale that is not positive and finite.
+  void restore(const std::vector<float>& history, float scale);
 
  private:
   float format_max_;
