@@ -30,6 +30,7 @@
 namespace mixtrain {
 
 class LayerObserver;    // nn/network.h
+class Fp8LayerScales;   // precision/fp8_gemm_scales.h
 class GenerationCache;  // nn/generation_cache.h
 
 // What a call needs besides its input: training mode (dropout on), the generator for random masks, and
@@ -216,6 +217,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual void check_extra_state(const LayerState& state) const;
   // Restores a state check_extra_state() accepted; an empty one leaves the layer as it is.
   virtual void load_extra_state(const LayerState& state) { (void)state; }
+  // The FP8 scales of a layer that quantizes its GEMM operands under a float8 policy (Dense, Conv2D), which
+  // inspect reads; null for the others.
+  virtual const Fp8LayerScales* fp8_layer_scales() const { return nullptr; }
   // Whether call() reads the layer's variables through their 16-bit compute copies (read_weight, autocast), so a
   // training step keeps such copies in its ParameterArena: true but for Dense under a float8 policy, which quantizes
   // its float32 kernel itself.
