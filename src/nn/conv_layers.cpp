@@ -105,6 +105,14 @@ Var Conv2D::call(const Var& x, const CallContext&) {
                        activation_);
 }
 
+void Conv2D::check_extra_state(const LayerState& state) const {
+  try {
+    fp8_.check_state(dtype_policy(), state);
+  } catch (const Error& e) {
+    MIXTRAIN_FAIL(kInvalidInput, "Conv2D '" << name() << "': " << e.message(), e.hint());
+  }
+}
+
 // ---- Pooling ----
 
 Conv2D::Conv2D(int64_t filters, ops::Size2 kernel_size, const Conv2DOptions& options)

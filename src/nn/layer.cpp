@@ -345,6 +345,11 @@ void Layer::set_dtype_policy(const DTypePolicy& policy) {
   cast_cache_.clear();
 }
 
+void Layer::check_extra_state(const LayerState& state) const {
+  MIXTRAIN_CHECK(state.empty(), "layer '" << name_ << "' (" << class_name() << ") keeps no state besides its "
+                                          << "variables, but '" << state.front().first << "' is given for it");
+}
+
 std::vector<Var> Layer::trainable_weights() const {
   std::vector<Var> out;
   for (const Var& w : weights_)

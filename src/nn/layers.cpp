@@ -70,6 +70,15 @@ Var Dense::call_fp8(const Var& x, const Var& bias) {
 
 void Dense::on_optimizer_update() { fp8_.update(); }
 
+void Dense::check_extra_state(const LayerState& state) const {
+  try {
+    fp8_.check_state(dtype_policy(), state);
+  } catch (const Error& e) {
+    MIXTRAIN_FAIL(kInvalidInput, "Dense '" << name() << "': " << e.message(), e.hint());
+  }
+}
+
+
 Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)
     : Layer("activation", std::move(dtype), name), activation_(parse_layer_activation(activation)) {}
 

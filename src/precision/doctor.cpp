@@ -494,6 +494,7 @@ DoctorReport run_doctor(double seconds) {
   add_cpu_verdicts(&r);
   r.gpu_gemm = measure_gpu_gemm(r.gpu, r.cuda_backend);
   for (PolicyVerdict& v : gpu_verdicts(r.gpu, r.gpu_gemm)) r.verdicts.push_back(std::move(v));
+  r.fp8 = fp8_lines(r.cpu.bf16_method, r.gpu);
   return r;
 }
 
@@ -563,6 +564,9 @@ Json doctor_to_json(const DoctorReport& r) {
     verdicts.push_back(o);
   }
   j["verdicts"] = verdicts;
+  Json fp8 = Json::array();
+  for (const std::string& line : r.fp8) fp8.push_back(line);
+  j["fp8"] = fp8;
   j["thresholds"] = Json::object({{"recommend_speedup", kRecommendSpeedup}});
   j["seconds"] = Json::object({{"budget", r.seconds_budget}, {"spent", r.seconds_spent}});
   j["cpu_share"] = r.cpu_share;
@@ -594,6 +598,7 @@ std::string format_doctor(const DoctorReport& r) {
        (cb.loaded ? "loaded (" + std::to_string(cb.ops.size()) + " ops): " : cb.compiled ? "built, not loaded: " : "") +
        cb.detail + "\n";
   if (!r.nccl.empty()) s += "multi-GPU " + r.nccl + "\n";
+  for (size_t i = 0; i < r.fp8.size(); ++i) s += (i == 0 ? "FP8       " : "          ") + r.fp8[i] + "\n";
 
   s += "\nGEMM C = A x B, n x n, inputs and output in dtype, by the methods above (" + fixed(r.seconds_spent, 2) +
        " s)\n";

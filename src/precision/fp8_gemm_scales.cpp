@@ -1,6 +1,8 @@
 #include "mixtrain/precision/fp8_gemm_scales.h"
 
 #include <atomic>
+#include <cstring>
+#include <map>
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/fp8_gemm.h"
@@ -66,6 +68,85 @@ void Fp8GemmScales::update() {
   input.update();
   weight.update();
   grad.update();
+}
+
+namespace {
+
+// The three operands by the names their state is saved under.
+struct NamedScale {
+  const char* name;
+  Fp8TensorScale Fp8GemmScales::*member;
+};
+constexpr NamedScale kNamedScales[] = {
+    {"input", &Fp8GemmScales::input}, {"weight", &Fp8GemmScales::weight}, {"grad", &Fp8GemmScales::grad}};
+
+std::string history_key(const char* tensor) { return std::string("fp8/") + tensor + "/amax_history"; }
+std::string scale_key(const char* tensor) { return std::string("fp8/") + tensor + "/scale"; }
+
+Tensor float_tensor(const std::vector<float>& values) {
+  Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::kFloat32);
+  std::memcpy(t.raw(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+// The float32 vector entry `key` of `state` holding `n` values; Error when it is missing or has another shape.
+std::vector<float> float_entry(const std::map<std::string, const Tensor*>& state, const std::string& key, size_t n) {
+  auto it = state.find(key);
+  MIXTRAIN_CHECK(it != state.end(), "no '" << key << "' entry");
+  const Tensor& t = *it->second;
+  MIXTRAIN_CHECK(t.dtype() == DType::kFloat32 && t.shape() == Shape{static_cast<int64_t>(n)},
+                 "'" << key << "' is " << t.describe() << ", expected float32 (" << n << ")");
+  const Tensor c = t.contiguous();
+  std::vector<float> out(n);
+  std::memcpy(out.data(), c.raw(), n * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+Fp8State Fp8LayerScales::state(const DTypePolicy& policy) const {
+  Fp8State out;
+  if (!scales_ || !policy.uses_float8() || recipe_ != Fp8Recipe::kDelayed) return out;
+  for (const NamedScale& s : kNamedScales) {
+    const DelayedScaling& d = ((*scales_).*s.member).delayed();
+    out.emplace_back(history_key(s.name), float_tensor(d.history()));
+    out.emplace_back(scale_key(s.name), float_tensor({d.scale()}));
+  }
+  return out;
+}
+
+std::shared_ptr<Fp8GemmScales> Fp8LayerScales::restored(const DTypePolicy& policy, const Fp8State& state) const {
+  MIXTRAIN_CHECK(policy.uses_float8(), "FP8 scaling state for a layer under " << policy.name()
+                                                                              << ", which quantizes nothing");
+  MIXTRAIN_CHECK(recipe_ == Fp8Recipe::kDelayed,
+                 "delayed-scaling amax histories for a layer under the " << fp8_recipe_name(recipe_)
+                                                                        << " FP8 recipe (pass --fp8-recipe delayed)");
+  std::map<std::string, const Tensor*> by_key;
+  for (const auto& [key, t] : state) by_key[key] = &t;
+  auto scales = std::make_shared<Fp8GemmScales>(policy, recipe_);
+  for (const NamedScale& s : kNamedScales) {
+    Fp8TensorScale& tensor = (*scales).*s.member;
+    const size_t length = static_cast<size_t>(tensor.delayed().options().history_length);
+    const std::vector<float> history = float_entry(by_key, history_key(s.name), length);
+    const std::vector<float> scale = float_entry(by_key, scale_key(s.name), 1);
+    try {
+      tensor.restore(history, scale[0]);
+    } catch (const Error& e) {
+      MIXTRAIN_FAIL(kInvalidInput, "FP8 " << s.name << " scaling state: " << e.message(), "");
+    }
+    by_key.erase(history_key(s.name));
+    by_key.erase(scale_key(s.name));
+  }
+  MIXTRAIN_CHECK(by_key.empty(), "unknown layer state entry '" << by_key.begin()->first << "'");
+  return scales;
+}
+
+void Fp8LayerScales::check_state(const DTypePolicy& policy, const Fp8State& state) const {
+  if (!state.empty()) (void)restored(policy, state);
+}
+
+void Fp8LayerScales::load_state(const DTypePolicy& policy, const Fp8State& state) {
+  if (!state.empty()) scales_ = restored(policy, state);
 }
 
 }  // namespace mixtrain

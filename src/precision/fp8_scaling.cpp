@@ -1,6 +1,7 @@
 #include "mixtrain/precision/fp8_scaling.h"
 
 #include <cmath>
+#include <vector>
 
 #include "mixtrain/core/error.h"
 #include "mixtrain/core/float8.h"
@@ -53,6 +54,34 @@ void dequantize_scaled(const uint8_t* codes, int64_t n, float scale, DType forma
   for (int64_t i = 0; i < n; ++i) out[i] = out[i] / scale;
 }
 
+void Fp8CastStats::merge(const Fp8CastStats& other) {
+  amax = max_magnitude(amax, other.amax);
+  count += other.count;
+  saturated += other.saturated;
+  flushed += other.flushed;
+}
+
+// The definitions read through the converter's non-saturating cast: past the range is what turns non-finite, and
+// rounding to zero is a zero code (0x00 or 0x80 in both formats).
+Fp8CastStats fp8_cast_stats(const float* x, int64_t n, DType format, float scale) {
+  const bool e5m2 = is_e5m2(format);
+  std::vector<float> scaled(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) scaled[static_cast<size_t>(i)] = x[i] * scale;
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  float8_from_float(scaled.data(), codes.data(), n, e5m2, Float8Overflow::kNonSaturating);
+  std::vector<float> back(static_cast<size_t>(n));
+  float8_to_float(codes.data(), back.data(), n, e5m2);
+  Fp8CastStats s;
+  s.amax = amax_of(x, n);
+  s.count = n;
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    if (!std::isfinite(x[i])) continue;
+    s.saturated += !std::isfinite(back[i]);
+    s.flushed += x[i] != 0.0f && (codes[i] & 0x7f) == 0;
+  }
+  return s;
+}
+
 DelayedScaling::DelayedScaling(DType format, DelayedScalingOptions options)
     : format_max_(float8_format_max(format)), options_(options) {
   MIXTRAIN_CHECK(options.history_length >= 1,
@@ -80,6 +109,20 @@ std::vector<float> DelayedScaling::history() const {
   const int64_t n = static_cast<int64_t>(ring_.size());
   for (int64_t i = 1; i <= n; ++i) h.push_back(ring_[static_cast<size_t>((current_ + i) % n)]);
   return h;
+}
+
+void DelayedScaling::restore(const std::vector<float>& history, float scale) {
+  MIXTRAIN_CHECK(history.size() == ring_.size(),
+                 "the amax history holds " << history.size() << " values, this tensor's holds " << ring_.size());
+  for (size_t i = 0; i < history.size(); ++i)
+    MIXTRAIN_CHECK(history[i] >= 0.0f && std::isfinite(history[i]),
+                   "amax history entry " << i << " is " << history[i] << ", not a finite magnitude");
+  MIXTRAIN_CHECK(scale > 0.0f && std::isfinite(scale), "the scale is " << scale << ", not positive and finite");
+  // history() lists the ring from the oldest slot to the current one; stored in that order, the current slot is
+  // the last and the oldest the first, the one the next update() drops.
+  ring_ = history;
+  current_ = static_cast<int64_t>(ring_.size()) - 1;
+  scale_ = scale;
 }
 
 }  // namespace mixtrain

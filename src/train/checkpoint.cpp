@@ -27,6 +27,8 @@ constexpr std::string_view kOptimizerPrefix = "optimizer/";
 constexpr std::string_view kRngPrefix = "rng/";
 // A callback's tensors (EarlyStopping's best weights): callback/<state key>/<tensor name>.
 constexpr std::string_view kCallbackPrefix = "callback/";
+// A layer's state besides its variables (Layer::extra_state: FP8 amax histories): layer_state/<layer name>/<entry>.
+constexpr std::string_view kLayerStatePrefix = "layer_state/";
 constexpr const char* kRebuildHint =
     "build and compile the model exactly as the run that saved the checkpoint (same layers in the same order, "
     "same policy, same optimizer)";
@@ -63,6 +65,22 @@ std::vector<uint64_t> decode_rng(const Tensor& t) {
 }
 
 bool tensor_is_finite(const Tensor& t) { return ops::count_nonfinite(t) == 0; }
+
+// The layer of `model` whose state entry `key` ("layer_state/<layer name>/<entry>") is, and the entry's name; the
+// longest matching name wins, as a layer's name may hold "/" ("block_1/dense"). Null when no layer matches.
+std::pair<Layer*, std::string> layer_state_owner(const Model& model, const std::string& key) {
+  const std::string rest = key.substr(kLayerStatePrefix.size());
+  Layer* owner = nullptr;
+  size_t matched = 0;
+  for (const auto& l : model.layers()) {
+    const std::string& name = l->name();
+    if (name.size() + 1 < rest.size() && name.size() > matched && starts_with(rest, name) && rest[name.size()] == '/') {
+      owner = l.get();
+      matched = name.size();
+    }
+  }
+  return {owner, owner ? rest.substr(matched + 1) : std::string()};
+}
 
 // {"adam", false} or {"adam", true} for a LossScaleOptimizer around Adam.
 std::pair<std::string, bool> optimizer_identity(const Optimizer& opt) {
@@ -141,6 +159,9 @@ bool checkpoint_state_is_finite(const Model& model) {
   if (model.compiled())
     for (const auto& [key, t] : model.optimizer().state())
       if (!tensor_is_finite(t)) return false;
+  for (const auto& l : model.layers())
+    for (const auto& [key, t] : l->extra_state())
+      if (!tensor_is_finite(t)) return false;
   return true;
 }
 
@@ -159,14 +180,18 @@ void save_checkpoint(const std::string& path, Model& model, const CheckpointInfo
   for (const Var& w : model.weights()) {
     const std::string& name = w.name();
     if (name.empty() || starts_with(name, kOptimizerPrefix) || starts_with(name, kRngPrefix) ||
-        starts_with(name, kCallbackPrefix)) {
+        starts_with(name, kCallbackPrefix) || starts_with(name, kLayerStatePrefix)) {
       MIXTRAIN_FAIL(kInvalidInput,
                     "save_checkpoint('" << path << "'): weight name '" << name << "' is empty or uses a reserved "
-                                        << "prefix (optimizer/, rng/, callback/)",
-                    "give every layer a name that does not start with 'optimizer', 'rng' or 'callback'");
+                                        << "prefix (optimizer/, rng/, callback/, layer_state/)",
+                    "give every layer a name that does not start with 'optimizer', 'rng', 'callback' or "
+                    "'layer_state'");
     }
     tensors.emplace_back(name, w.value());
   }
+  for (const auto& l : model.layers())
+    for (const auto& [key, t] : l->extra_state())
+      tensors.emplace_back(std::string(kLayerStatePrefix) + l->name() + "/" + key, t);
   std::map<std::string, std::string> meta;
   // Inside fit(): the loop's position and History, so a resume continues at the next batch.
   const std::optional<FitState> fit = model.fit_state();
@@ -226,8 +251,10 @@ class CheckpointLoad {
     check_position_and_values();
     check_optimizer();
     read_rngs();
-    // 2. Weights: an unbuilt model is built for the saved input shape first (validation needs its variables).
+    // 2. Weights: an unbuilt model is built for the saved input shape first (validation needs its variables);
+    // then the layers' states besides them.
     read_weights();
+    read_layer_states();
     // 3. Optimizer slots must belong to the model's trainable variables, with their shapes.
     if (restore_optimizer_) check_optimizer_slots();
     // 4. Apply.
@@ -399,10 +426,34 @@ class CheckpointLoad {
       used.insert(w.name());
     }
     for (const auto& [key, t] : file_.tensors) {
-      if (starts_with(key, kOptimizerPrefix) || starts_with(key, kRngPrefix) || used.count(key)) continue;
+      if (starts_with(key, kOptimizerPrefix) || starts_with(key, kRngPrefix) || starts_with(key, kLayerStatePrefix) ||
+          used.count(key))
+        continue;
       if (!starts_with(key, kCallbackPrefix))
         CKPT_FAIL("weight '" << key << "' " << t.describe() << " has no variable in the model", kRebuildHint);
       add_callback_tensor(key, t);
+    }
+  }
+
+  // layer_state/<layer name>/<entry>: each layer checks its own (after the recovery ladder's float32 layers are
+  // float32 again: theirs was saved under float32). A file without them (an older one) leaves the layers as they are.
+  void read_layer_states() {
+    for (const auto& [key, t] : file_.tensors) {
+      if (!starts_with(key, kLayerStatePrefix)) continue;
+      auto [layer, entry] = layer_state_owner(model_, key);
+      if (!layer) CKPT_FAIL("'" << key << "' belongs to no layer of the model", kRebuildHint);
+      layer_states_[layer].emplace_back(entry, t.clone());
+    }
+    for (const auto& [layer, state] : layer_states_) {
+      if (std::find(to_float32_.begin(), to_float32_.end(), layer) != to_float32_.end())
+        CKPT_FAIL("layer '" << layer->name() << "' was saved under float32 but has state '" << state.front().first
+                            << "'",
+                  kDamagedHint);
+      try {
+        layer->check_extra_state(state);
+      } catch (const Error& e) {
+        CKPT_FAIL(e.message(), kRebuildHint);
+      }
     }
   }
 
@@ -456,6 +507,7 @@ class CheckpointLoad {
         CKPT_FAIL(e.message(), e.hint());
       }
     }
+    for (const auto& [layer, state] : layer_states_) layer->load_extra_state(state);
     for (size_t i = 0; i < weights_.size(); ++i) {
       Var w = weights_[i];
       w.set_value(values_[i]);  // bumps the version, so cached compute-dtype casts refresh
@@ -476,6 +528,7 @@ class CheckpointLoad {
   std::vector<std::vector<uint64_t>> rng_states_;
   std::vector<Var> weights_;
   std::vector<Tensor> values_;
+  std::map<Layer*, Layer::LayerState> layer_states_;
 };
 
 #undef CKPT_FAIL

@@ -2,37 +2,85 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
 #include "mixtrain/train/float32_shadow.h"
 
 namespace mixtrain {
 
 namespace {
+
+// inspect's FP8 rows: each quantized operand of an FP8 layer cast with the scale the layer would use, from the
+// float32 values the shadow run sees.
+const Fp8TensorScale* scale_of(const Fp8GemmScales& s, std::string_view tensor) {
+  return tensor == "input" ? &s.input : tensor == "weight" ? &s.weight : &s.grad;
+}
+
+// values on the host in float32, contiguous.
+std::vector<float> host_floats(const Tensor& values) {
+  const Tensor t = ops::to_device(values, Device::cpu()).to(DType::kFloat32).contiguous();
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  std::memcpy(out.data(), t.raw(), out.size() * sizeof(float));
+  return out;
+}
+
+// Whether `layer` quantizes GEMM operands under `policy` (its real one, before the shadow switched it).
+bool inspects_fp8(const Layer& layer, const DTypePolicy& policy) {
+  return policy.uses_float8() && layer.fp8_layer_scales() != nullptr;
+}
+
+// Merges into out (made on first use: input, weight, grad) the statistics of `values` cast as `tensor` of `layer`.
+void add_fp8_inspection(const Layer& layer, const DTypePolicy& policy, const char* tensor, const Tensor& values,
+                        std::vector<Fp8TensorInspection>& out) {
+  if (out.empty())
+    for (const char* name : {"input", "weight", "grad"})
+      out.push_back({name, std::string_view(name) == "grad" ? policy.float8_backward_format()
+                                                           : policy.float8_forward_format(),
+                     1.0f, {}});
+  Fp8TensorInspection& row = *std::find_if(out.begin(), out.end(), [&](const auto& r) { return r.tensor == tensor; });
+  const std::vector<float> x = host_floats(values);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const Fp8LayerScales& scales = *layer.fp8_layer_scales();
+  if (scales.recipe() == Fp8Recipe::kCurrent) {
+    row.scale = current_scale(x.data(), n, row.format);
+  } else if (const Fp8GemmScales* s = scales.get(); s && s->input.format() == policy.float8_forward_format()) {
+    row.scale = scale_of(*s, tensor)->delayed().scale();
+  }  // else: the layer has not quantized yet, and its first cast uses scale 1
+  row.stats.merge(fp8_cast_stats(x.data(), n, row.format, row.scale));
+}
+
 class StatsObserver : public LayerObserver {
  public:
-  explicit StatsObserver(std::map<const Layer*, LayerInspection>& out, const std::map<const Layer*, DType>& real)
+  explicit StatsObserver(std::map<const Layer*, LayerInspection>& out, const std::map<const Layer*, DTypePolicy>& real)
       : out_(out), real_(real) {}
-  void on_input(const Layer& l, const Var& x) override { out_[&l].inputs.merge(range_stats(x.value(), real_.at(&l))); }
+  void on_input(const Layer& l, const Var& x) override {
+    out_[&l].inputs.merge(range_stats(x.value(), dtype(l)));
+    if (inspects_fp8(l, real_.at(&l))) add_fp8_inspection(l, real_.at(&l), "input", x.value(), out_[&l].fp8);
+  }
   void on_output(const Layer& l, const Var& y) override {
-    out_[&l].activations.merge(range_stats(y.value(), real_.at(&l)));
+    out_[&l].activations.merge(range_stats(y.value(), dtype(l)));
   }
   void on_gradient(const Layer& l, const Tensor& dy) override {
-    out_[&l].gradients.merge(range_stats(dy, real_.at(&l)));
+    out_[&l].gradients.merge(range_stats(dy, dtype(l)));
+    if (inspects_fp8(l, real_.at(&l))) add_fp8_inspection(l, real_.at(&l), "grad", dy, out_[&l].fp8);
   }
   void on_internal(const Layer& l, std::string_view what, const Tensor& value) override {
     auto& internals = out_[&l].internals;
     auto it = std::find_if(internals.begin(), internals.end(), [&](const auto& e) { return e.first == what; });
     if (it == internals.end()) it = internals.insert(internals.end(), {std::string(what), RangeStats{}});
-    it->second.merge(range_stats(value, real_.at(&l)));
+    it->second.merge(range_stats(value, dtype(l)));
   }
 
  private:
+  DType dtype(const Layer& l) const { return real_.at(&l).compute_dtype(); }
+
   std::map<const Layer*, LayerInspection>& out_;
-  const std::map<const Layer*, DType>& real_;
+  const std::map<const Layer*, DTypePolicy>& real_;
 };
 
 std::string pct(double f) {
@@ -56,11 +104,11 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
   model.build_for(Shape(std::vector<int64_t>(x.shape().dims().begin() + 1, x.shape().dims().end())));
 
   // The statistics are taken against each layer's real compute dtype, in a float32 shadow run.
-  std::map<const Layer*, DType> real;
+  std::map<const Layer*, DTypePolicy> real;
   std::map<const Layer*, LayerInspection> stats;
   for (auto& l : model.layers()) {
-    real[l.get()] = l->compute_dtype();
-    stats[l.get()] = LayerInspection{l->name(), l->class_name(), l->compute_dtype(), {}, {}, {}, {}};
+    real.emplace(l.get(), l->dtype_policy());
+    stats[l.get()] = LayerInspection{l->name(), l->class_name(), l->compute_dtype(), {}, {}, {}, {}, {}};
   }
   StatsObserver obs(stats, real);
   Float32Shadow shadow(model, &obs);
@@ -79,7 +127,15 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
     for (Var w : model.weights()) w.zero_grad();
   }
   std::vector<LayerInspection> out;
-  for (auto& l : model.layers()) out.push_back(stats.at(l.get()));
+  for (auto& l : model.layers()) {
+    // The kernel, as the FP8 layer quantizes it from its variable each step.
+    const DTypePolicy& policy = real.at(l.get());  // the shadow still holds the layers in float32
+    if (inspects_fp8(*l, policy))
+      for (const Var& w : l->weights())
+        if (w.name().size() >= 7 && w.name().substr(w.name().size() - 7) == "/kernel")
+          add_fp8_inspection(*l, policy, "weight", w.value(), stats.at(l.get()).fp8);
+    out.push_back(stats.at(l.get()));
+  }
   return out;
 }
 
@@ -113,6 +169,13 @@ std::string format_inspection(const std::vector<LayerInspection>& layers) {
     // LayerNorm statistics run in float32, but their 16-bit inputs must first fit the compute dtype.
     if (l.class_name == "LayerNormalization") extra_row("  [inputs]", l.compute_dtype, l.inputs);
     for (const auto& [what, stats] : l.internals) extra_row("  [" + what + "]", l.compute_dtype, stats);
+    for (const Fp8TensorInspection& f : l.fp8) {
+      std::snprintf(line, sizeof line, "%-*s %-9s | amax %-9s scale %-9s saturated %-7s flushed to zero %s\n", w,
+                    ("  [fp8 " + f.tensor + "]").c_str(), f.format == DType::kFloat8E5M2 ? "e5m2" : "e4m3",
+                    num(f.stats.amax).c_str(), num(f.scale).c_str(), pct(f.stats.saturated_fraction()).c_str(),
+                    pct(f.stats.flushed_fraction()).c_str());
+      s += line;
+    }
   }
   return s;
 }

@@ -31,13 +31,15 @@ std::string shape_json(const Shape& s) {
   return out + "]";
 }
 
-// The weight entries of a file in its order: for a checkpoint, everything but its optimizer and Rng state.
+// The weight entries of a file in its order: for a checkpoint, everything but its optimizer, Rng and layer state.
 std::vector<const std::pair<std::string, Tensor>*> weight_entries(const SafetensorsFile& file) {
   auto it = file.metadata.find("format");
   const bool checkpoint = it != file.metadata.end() && is_checkpoint_format(it->second);
   std::vector<const std::pair<std::string, Tensor>*> out;
   for (const auto& entry : file.tensors) {
-    if (checkpoint && (starts_with(entry.first, "optimizer/") || starts_with(entry.first, "rng/"))) continue;
+    if (checkpoint && (starts_with(entry.first, "optimizer/") || starts_with(entry.first, "rng/") ||
+                       starts_with(entry.first, "layer_state/")))
+      continue;
     out.push_back(&entry);
   }
   return out;

@@ -104,5 +104,22 @@ PY
   expect_error "bench gemm --device cuda:$gpus: no GPU GEMM here: cuda:$gpus does not exist" --device "cuda:$gpus"
 fi
 
+# --float8: the same rows and, per size, the FP8 GEMM of E4M3 and E5M2 operands on the bfloat16 method, scaled.
+"$bin" bench gemm --sizes 48,65 --seconds 0.02 --float8 --json "$tmp/fp8.json" >"$tmp/fp8.out" 2>"$tmp/err" ||
+  fail "bench gemm --float8 exited $?: $(cat "$tmp/err")"
+cat "$tmp/fp8.out"
+[ "$(grep -cE '^ +(48|65)  (float32|float16|bfloat16) +[0-9.]+ +[0-9.]+x  [a-z0-9]+$' "$tmp/fp8.out")" -eq 6 ] ||
+  fail "--float8: not the 6 rows of the other dtypes"
+[ "$(grep -cE '^ +(48|65)  float8_(e4m3fn|e5m2) +[0-9.]+ +[0-9.]+x  [a-z0-9]+ scaled$' "$tmp/fp8.out")" -eq 4 ] ||
+  fail "--float8: not 4 float8 rows"
+python3 - "$tmp/fp8.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [(g["n"], g["dtype"]) for g in r["gemm"]] == [(n, d) for n in (48, 65) for d in (
+    "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")], r["gemm"]
+assert all(g["gflops"] > 0 for g in r["gemm"]), r["gemm"]
+PY
+expect_error "bench gemm --float8 times the CPU's FP8 GEMM" --float8 --device cuda
+
 [ "$fails" -eq 0 ] && echo "bench gemm cli ok"
 exit "$fails"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `mixtrain train --model mlp --policy mixed_float8` with both FP8 recipes (and mixed_float8_e4m3) learns a small CSV
-# task as mixed_bfloat16 does; a bad --fp8-recipe, or one given with a policy that quantizes nothing, is one line and
-# exit status 2.
+# task as mixed_bfloat16 does; inspect shows the FP8 tensors, doctor says how FP8 runs, compare judges the float8
+# policies; a bad --fp8-recipe, or one given with a policy that quantizes nothing, is one line and exit status 2.
 set -u
 bin="$1"
 source "$(dirname "$0")/lib.sh"
@@ -34,6 +34,34 @@ for name in fp8 fp8_current e4m3; do
     || fail "$name: accuracy $a against mixed_bfloat16's $ref"
 done
 grep -q '"policy": *"mixed_float8"' "$tmp/fp8.json" || fail "the report does not name the policy"
+# inspect shows each FP8 layer's quantized tensors (text and --json); the float32 output layer has none.
+"$bin" inspect --data "$tmp/data.csv" --policy mixed_float8 --hidden 32,16 --epochs 1 --batch-size 32 \
+  --json "$tmp/inspect.json" >"$tmp/inspect.log" 2>&1 || { cat "$tmp/inspect.log"; fail "inspect: exit status $?"; }
+grep -q '\[fp8 grad\] *e5m2 *| amax' "$tmp/inspect.log" || { cat "$tmp/inspect.log"; fail "inspect shows no FP8 rows"; }
+python3 - "$tmp/inspect.json" <<'PY' || fail "inspect --json: FP8 entries"
+import json, sys
+layers = json.load(open(sys.argv[1]))["layers"]
+for l in layers[:2]:
+    rows = {r["tensor"]: r for r in l["fp8"]}
+    assert sorted(rows) == ["grad", "input", "weight"], l["layer"]
+    assert rows["input"]["format"] == "float8_e4m3fn" and rows["grad"]["format"] == "float8_e5m2"
+    for r in rows.values():
+        assert r["amax"] > 0 and r["scale"] > 1 and 0 <= r["saturated_fraction"] <= 1 and 0 <= r["flushed_fraction"] <= 1, r
+assert layers[-1]["fp8"] == [], "the float32 output layer quantizes nothing"
+PY
+# doctor says how FP8 runs here; compare judges the float8 policies against float32's band.
+"$bin" doctor --seconds 0.2 >"$tmp/doctor.log" 2>&1 || fail "doctor: exit status $?"
+grep -q '^FP8       cpu: emulated' "$tmp/doctor.log" || { cat "$tmp/doctor.log"; fail "doctor has no FP8 line"; }
+"$bin" compare --data "$tmp/data.csv" --hidden 32,16 --epochs 2 --batch-size 32 --seed 2 --baseline-seeds 2 \
+  --policies float32,mixed_bfloat16,mixed_float8,mixed_float8_e4m3 --out "$tmp/compare" >"$tmp/compare.log" 2>&1 \
+  || { tail -20 "$tmp/compare.log"; fail "compare with the float8 policies: exit status $?"; }
+python3 - "$tmp/compare/report.json" <<'PY' || fail "compare's report judges the float8 policies"
+import json, sys
+p = json.load(open(sys.argv[1]))["policies"]
+for name in ("mixed_float8", "mixed_float8_e4m3"):
+    assert p[name]["numerics_verdict"], name
+    print(name, p[name]["verdict"], p[name]["test"])
+PY
 expect_refusal() {  # expect_refusal PATTERN FLAGS...
   local pattern="$1"; shift
   "$bin" train --data "$tmp/data.csv" --epochs 1 "$@" >"$tmp/out" 2>"$tmp/err"

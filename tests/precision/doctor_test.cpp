@@ -85,6 +85,10 @@ TEST(Doctor, MeasuresEveryDTypeOnThisMachine) {
   EXPECT_FALSE(r.gpu.status.empty());
   EXPECT_GT(r.seconds_spent, 0);
   EXPECT_LT(r.seconds_spent, 30);  // a small budget stays small, even on a loaded machine
+  ASSERT_FALSE(r.fp8.empty());
+  EXPECT_EQ(r.fp8[0].rfind("cpu: emulated", 0), 0u);
+  EXPECT_NE(format_doctor(r).find("FP8       cpu: emulated"), std::string::npos);
+  EXPECT_TRUE(doctor_to_json(r)["fp8"].is_array());
 
   ASSERT_GE(r.measurements.size(), 3u);
   ASSERT_EQ(r.measurements.size() % 3, 0u);
@@ -150,6 +154,26 @@ TEST(Doctor, MeasuresEveryDTypeOnThisMachine) {
                               : r.cpu.f16_method == "fp16" ? "float16 FMAs (AVX512-FP16)"
                                                            : "inputs widened to float32";
   EXPECT_NE(r.verdicts[1].reason.find(f16_how), std::string::npos) << r.verdicts[1].reason;
+}
+
+// FP8 tensor cores start at compute capability 8.9 (Ada) and include 9.0 (Hopper); the CPU line names the bfloat16
+// method the widened FP8 operands run on.
+TEST(Doctor, Fp8LinesSayHowFp8RunsHere) {
+  kernels::GpuProbe probe;
+  probe.driver_found = true;
+  probe.gpus = {{"Ampere", int64_t{40} << 30, 8, 6}, {"Ada", int64_t{24} << 30, 8, 9}, {"Hopper", int64_t{80} << 30, 9, 0}};
+  const std::vector<std::string> lines = fp8_lines("amx", probe);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].rfind("cpu: emulated", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find("AMX bfloat16 tiles"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("compute capability 8.6 has no FP8 tensor cores (they need 8.9)"), std::string::npos);
+  EXPECT_NE(lines[2].find("compute capability 8.9 has FP8 tensor cores"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("compute capability 9.0 has FP8 tensor cores"), std::string::npos) << lines[3];
+  EXPECT_NE(fp8_lines("dot", {})[0].find("vdpbf16ps"), std::string::npos);
+  const std::vector<std::string> no_gpu = fp8_lines("widen", {});
+  ASSERT_EQ(no_gpu.size(), 2u);
+  EXPECT_NE(no_gpu[0].find("widened to float32"), std::string::npos);
+  EXPECT_NE(no_gpu[1].find("compute capability 8.9 or later"), std::string::npos);
 }
 
 TEST(Doctor, GpuLinesFollowComputeCapability) {

@@ -150,3 +150,60 @@ TEST(Fp8Scaling, DelayedScalingDefaultsAndChecks) {
 
 }  // namespace
 }  // namespace mixtrain
+
+namespace mixtrain {
+namespace {
+
+// Saturation and flushing by the formats' definitions, in float64: E4M3's largest finite value 448 = 1.75 * 2^8 has
+// the next step 480 (a NaN code), so the rounding midpoint 464 rounds to even (448) and only magnitudes above it
+// saturate; E5M2's 57344 = 1.75 * 2^15 is followed by infinity at 2^16, so the midpoint 61440 ties to even (2^16,
+// infinity) and saturates. The smallest subnormals are 2^-9 (E4M3) and 2^-16 (E5M2): a magnitude at or below half
+// of it (the midpoint ties to even, zero) flushes to zero.
+bool saturates(double v, DType f) {
+  return f == DType::kFloat8E4M3FN ? std::fabs(v) > 464.0 : std::fabs(v) >= 61440.0;
+}
+bool flushes(double v, DType f) {
+  return v != 0 && std::fabs(v) <= std::ldexp(1.0, f == DType::kFloat8E4M3FN ? -10 : -17);
+}
+
+TEST(Fp8CastStats, CountsSaturatedAndFlushedValuesAsTheDefinitionsSay) {
+  Rng rng(9);
+  for (DType f : kFormats)
+    for (float scale : {1.0f, 0.375f, 8.0f}) {
+      // Values at and beside both boundaries (one float32 step either side), zeros, random magnitudes over the
+      // whole range, and a NaN and an infinity, which count in neither share.
+      std::vector<float> x = {0.0f, -0.0f, NAN, INFINITY};
+      const double bounds[] = {f == DType::kFloat8E4M3FN ? 464.0 : 61440.0,
+                               std::ldexp(1.0, f == DType::kFloat8E4M3FN ? -10 : -17)};
+      for (double b : bounds)
+        for (float sign : {1.0f, -1.0f}) {
+          const float at = static_cast<float>(b / scale);
+          for (float v : {at, std::nextafter(at, 0.0f), std::nextafter(at, INFINITY)}) x.push_back(sign * v);
+        }
+      for (int i = 0; i < 3000; ++i) {
+        const int exponent = static_cast<int>(rng.uniform() * 43.0f) - 24;  // 2^-24 to 2^18
+        x.push_back((rng.uniform() < 0.5f ? -1.0f : 1.0f) * std::ldexp(rng.uniform(), exponent));
+      }
+      const Fp8CastStats s = fp8_cast_stats(x.data(), static_cast<int64_t>(x.size()), f, scale);
+      int64_t saturated = 0, flushed = 0;
+      for (float v : x) {
+        if (!std::isfinite(v)) continue;
+        const double scaled = static_cast<double>(static_cast<float>(v * scale));  // the float32 product, as cast
+        saturated += saturates(scaled, f);
+        flushed += flushes(scaled, f);
+      }
+      EXPECT_EQ(s.count, static_cast<int64_t>(x.size()));
+      EXPECT_EQ(s.saturated, saturated) << dtype_name(f) << " scale " << scale;
+      EXPECT_EQ(s.flushed, flushed) << dtype_name(f) << " scale " << scale;
+      EXPECT_GT(saturated, 0);
+      EXPECT_GT(flushed, 0);
+      EXPECT_TRUE(std::isnan(s.amax)) << "a NaN makes the amax NaN, as amax_of";
+      Fp8CastStats merged = s;
+      merged.merge(s);
+      EXPECT_EQ(merged.count, 2 * s.count);
+      EXPECT_DOUBLE_EQ(merged.saturated_fraction(), s.saturated_fraction());
+    }
+}
+
+}  // namespace
+}  // namespace mixtrain

@@ -1,5 +1,5 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
-//   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N]
+//   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N] [--float8]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE] [--device D]
 //              [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
@@ -14,6 +14,7 @@
 #include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/cuda_backend.h"
+#include "mixtrain/ops/fp8_gemm.h"
 #include "mixtrain/ops/gemm_timing.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/core/allocator.h"
@@ -37,6 +38,33 @@ double gemm_gflops(DType dtype, int64_t n, double seconds) {
   Tensor a16 = a.to(dtype), b16 = b.to(dtype);
   Tensor c = Tensor::empty({n, n}, dtype);
   return ops::time_cpu_matmul(a16, b16, c, seconds).gflops;
+}
+
+// Best GFLOP/s of the FP8 GEMM as the float8 policies run it on the CPU: A and B quantized once to `format` with
+// their current scales (ops::fp8_quantize: the codes widened exactly to bfloat16), then ops::scaled_matmul timed
+// (the bfloat16 GEMM, float32 accumulation, the inverse scales in the epilogue, bfloat16 out), best of repeated runs
+// over about `seconds` (at least two). The quantization is left out, as the other rows leave out their casts.
+double fp8_gemm_gflops(DType format, int64_t n, double seconds) {
+  Rng r(1);
+  Tensor a = Tensor::empty({n, n}, DType::kFloat32), b = Tensor::empty({n, n}, DType::kFloat32);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a.data<float>()[i] = r.uniform(-1, 1);
+    b.data<float>()[i] = r.uniform(-1, 1);
+  }
+  const float max = format == DType::kFloat8E5M2 ? kFloat8E5M2Max : kFloat8E4M3Max;
+  const float sa = max / ops::fp8_amax(a), sb = max / ops::fp8_amax(b);
+  const Tensor qa = ops::fp8_quantize(a, format, sa, Float8Overflow::kSaturate).values;
+  const Tensor qb = ops::fp8_quantize(b, format, sb, Float8Overflow::kSaturate).values;
+  Tensor c = Tensor::empty({n, n}, DType::kBFloat16);
+  double best = 1e30, spent = 0;
+  for (int run = 0; run < 1000 && (run < 2 || spent < seconds); ++run) {
+    const Clock::time_point t = Clock::now();
+    ops::scaled_matmul(qa, qb, false, false, 1.0f / (sa * sb), Tensor(), DType::kBFloat16, c);
+    const double s = since(t);
+    best = std::min(best, s);
+    spent += s;
+  }
+  return 2.0 * static_cast<double>(n) * n * n / best / 1e9;
 }
 
 // Each size's matrices (A and B in float32 and the timed dtype, and C: five n x n float32 at most) must fit in
@@ -132,9 +160,12 @@ int bench_gemm_gpu(const Args& a, const Device& device) {
 }
 
 int bench_gemm(const std::vector<std::string>& argv) {
-  Args a(argv, {"sizes", "seconds", "json", "device"});
+  Args a(argv, {"sizes", "seconds", "json", "device"}, {"float8"});
   const Device device = device_flag(a);
+  MIXTRAIN_CHECK(!a.has("float8") || device.is_cpu(),
+                 "bench gemm --float8 times the CPU's FP8 GEMM; the float8 policies do not run on " << device.str());
   if (!device.is_cpu()) return bench_gemm_gpu(a, device);
+  const bool float8 = a.has("float8");
   const std::vector<int64_t> sizes = a.int_list("sizes", {512, 1024, 2048});
   const double seconds = a.number("seconds", 1.0);
   MIXTRAIN_CHECK(seconds > 0, "--seconds must be positive");
@@ -155,6 +186,16 @@ int bench_gemm(const std::vector<std::string>& argv) {
                            : d == DType::kFloat16 ? kernels::gemm_f16_method()
                                                   : kernels::gemm_isa();
       std::printf("%6lld  %-9s %10.1f %10.2fx  %s\n", static_cast<long long>(n), dtype_name(d), g, g / f32, method);
+      rows.push_back(Json::object(
+          {{"n", n}, {"dtype", dtype_name(d)}, {"gflops", g}, {"ratio_vs_float32", g / f32}, {"method", method}}));
+    }
+    // --float8: the FP8 operands, widened to bfloat16 and multiplied on the bfloat16 GEMM with scales.
+    for (DType d : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      if (!float8) break;
+      const double g = fp8_gemm_gflops(d, n, seconds);
+      const std::string method = std::string(kernels::gemm_bf16_method()) + " scaled";
+      std::printf("%6lld  %-9s %10.1f %10.2fx  %s\n", static_cast<long long>(n), dtype_name(d), g, g / f32,
+                  method.c_str());
       rows.push_back(Json::object(
           {{"n", n}, {"dtype", dtype_name(d)}, {"gflops", g}, {"ratio_vs_float32", g / f32}, {"method", method}}));
     }

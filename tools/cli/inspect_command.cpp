@@ -58,13 +58,23 @@ int inspect_command(const std::vector<std::string>& argv) {
     for (const LayerInspection& l : layers) {
       Json internals = Json::object();
       for (const auto& [what, stats] : l.internals) internals[what] = stats_json(stats);
+      Json fp8 = Json::array();
+      for (const Fp8TensorInspection& f : l.fp8)
+        fp8.push_back(Json::object({{"tensor", f.tensor},
+                                    {"format", dtype_name(f.format)},
+                                    {"amax", static_cast<double>(f.stats.amax)},
+                                    {"scale", static_cast<double>(f.scale)},
+                                    {"saturated_fraction", f.stats.saturated_fraction()},
+                                    {"flushed_fraction", f.stats.flushed_fraction()},
+                                    {"count", static_cast<double>(f.stats.count)}}));
       arr.push_back(Json::object({{"layer", l.layer},
                                   {"class", l.class_name},
                                   {"compute_dtype", dtype_name(l.compute_dtype)},
                                   {"inputs", stats_json(l.inputs)},
                                   {"activations", stats_json(l.activations)},
                                   {"gradients", stats_json(l.gradients)},
-                                  {"internals", internals}}));
+                                  {"internals", internals},
+                                  {"fp8", fp8}}));
     }
     Json j = Json::object({{"policy", cfg.policy}, {"data", data_spec}, {"steps", static_cast<double>(steps)},
                            {"layers", arr}});

@@ -30,6 +30,7 @@
 namespace mixtrain {
 
 class LayerObserver;    // nn/network.h
+class Fp8LayerScales;   // precision/fp8_gemm_scales.h
 class GenerationCache;  // nn/generation_cache.h
 
 // What a call needs besides its input: training mode (dropout on), the generator for random masks, and
@@ -210,6 +211,19 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Called once after each optimizer update of the model holding the layer (Model::train_step), not per micro-batch:
   // Dense rolls its FP8 delayed-scaling histories here (docs/FP8.md). A custom training loop calls it itself.
   virtual void on_optimizer_update() {}
+  // State a layer keeps besides its variables that a resumed run needs, as named float32 tensors (PyTorch's
+  // get_extra_state): Dense's and Conv2D's FP8 amax histories and scales under the delayed recipe (docs/FP8.md).
+  // Checkpoints save it as "layer_state/<layer name>/<entry>". Empty by default.
+  using LayerState = std::vector<std::pair<std::string, Tensor>>;
+  virtual LayerState extra_state() const { return {}; }
+  // Throws Error (kInvalidInput) naming the entry when `state` is not an extra_state() this layer could have given;
+  // changes nothing. An empty state is always accepted (a checkpoint of a version that saved none).
+  virtual void check_extra_state(const LayerState& state) const;
+  // Restores a state check_extra_state() accepted; an empty one leaves the layer as it is.
+  virtual void load_extra_state(const LayerState& state) { (void)state; }
+  // The FP8 scales of a layer that quantizes its GEMM operands under a float8 policy (Dense, Conv2D), which
+  // inspect reads; null for the others.
+  virtual const Fp8LayerScales* fp8_layer_scales() const { return nullptr; }
   // Whether call() reads the layer's variables through their 16-bit compute copies (read_weight, autocast), so a
   // training step keeps such copies in its ParameterArena: true but for Dense under a float8 policy, which quantizes
   // its float32 kernel itself.

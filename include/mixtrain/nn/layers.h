@@ -56,6 +56,11 @@ class Dense : public Layer {
   std::vector<Var> regularization_losses() const override;
   void on_optimizer_update() override;
   bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
+  // The FP8 amax histories and scales under the delayed recipe (Fp8LayerScales::state).
+  LayerState extra_state() const override { return fp8_.state(dtype_policy()); }
+  void check_extra_state(const LayerState& state) const override;
+  void load_extra_state(const LayerState& state) override { fp8_.load_state(dtype_policy(), state); }
+  const Fp8LayerScales* fp8_layer_scales() const override { return &fp8_; }
   // The FP8 scales of the product (input, kernel, gradient); null until the layer first runs under a float8 policy.
   const Fp8GemmScales* fp8_scales() const { return fp8_.get(); }
 

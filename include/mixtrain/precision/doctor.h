@@ -105,6 +105,7 @@ struct DoctorReport {
   std::vector<GemmMeasurement> measurements;  // by size, then float32, float16, bfloat16
   std::vector<GpuGemmReport> gpu_gemm;        // one per GPU of the probe, in its order
   std::vector<PolicyVerdict> verdicts;        // cpu lines first, then each GPU's
+  std::vector<std::string> fp8;               // how the float8 policies run here (fp8_lines)
   double seconds_budget = 0;                  // what was asked for
   double seconds_spent = 0;                   // wall time of the measurement
   // CPU time this process got while the GEMMs ran, over their wall time x GEMM threads: about 1 on an idle
@@ -143,6 +144,12 @@ bool cpu_gemm_has_16bit_arithmetic(DType dtype, const std::string& f16_method, c
 // measurements in gemm[i] where there are some, else from the compute capability; see the rules at the top of
 // this file.
 std::vector<PolicyVerdict> gpu_verdicts(const kernels::GpuProbe& probe, const std::vector<GpuGemmReport>& gemm = {});
+
+// How the float8 policies (mixed_float8, mixed_float8_e4m3) run here, one line for the CPU and one per GPU of the
+// probe: on the CPU emulated, the FP8 operands widened exactly to bfloat16 and multiplied on the bfloat16 GEMM by
+// `bf16_method` ("amx", "dot" or "widen") with float32 accumulation; a GPU of compute capability 8.9 or later has
+// FP8 tensor cores (which mixtrain does not drive yet: the float8 policies run on the CPU), an earlier one none.
+std::vector<std::string> fp8_lines(const std::string& bf16_method, const kernels::GpuProbe& probe);
 
 // "2.1", "0.93", "1.0": the speedup as it appears in verdicts (two decimals, one trailing zero dropped).
 std::string format_speedup(double speedup);

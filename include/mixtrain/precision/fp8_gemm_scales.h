@@ -8,7 +8,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/precision/fp8_scaling.h"
@@ -43,6 +46,8 @@ class Fp8TensorScale {
   DType format() const { return format_; }
   Fp8Recipe recipe() const { return recipe_; }
   const DelayedScaling& delayed() const { return delayed_; }
+  // DelayedScaling::restore of the delayed history and scale (a checkpoint's).
+  void restore(const std::vector<float>& history, float scale) { delayed_.restore(history, scale); }
 
  private:
   DType format_;
@@ -57,6 +62,9 @@ struct Fp8GemmScales {
   Fp8TensorScale input, weight, grad;
 };
 
+// Named float32 tensors: the state a layer keeps besides its variables (Layer::extra_state, nn/layer.h).
+using Fp8State = std::vector<std::pair<std::string, Tensor>>;
+
 // A layer's FP8 scales: the recipe in force when the layer is constructed, and the scales, made when the layer first
 // runs under a float8 policy (and made anew when its policy changes to other formats).
 class Fp8LayerScales {
@@ -67,8 +75,25 @@ class Fp8LayerScales {
     if (scales_) scales_->update();
   }
   const Fp8GemmScales* get() const { return scales_.get(); }
+  Fp8Recipe recipe() const { return recipe_; }
+
+  // What a resumed run needs under the delayed recipe, per quantized tensor (input, weight, grad):
+  //   "fp8/<tensor>/amax_history"  F32 (history length,), oldest first, the current step's slot last
+  //   "fp8/<tensor>/scale"         F32 (1,), the scale the next cast uses
+  // Empty under current scaling (nothing carries over between steps), before the first float8 call, and when
+  // `policy` (the layer's) quantizes nothing.
+  Fp8State state(const DTypePolicy& policy) const;
+  // Throws Error (kInvalidInput) naming the entry when `state` is not a state() of this layer under `policy` (an
+  // entry missing, extra, of another shape, a history value negative or not finite, a scale not positive and
+  // finite, or histories given to a layer under current scaling); an empty state is always accepted.
+  void check_state(const DTypePolicy& policy, const Fp8State& state) const;
+  // Restores a state check_state() accepted (the scales made for `policy` as the first call would); empty: nothing.
+  void load_state(const DTypePolicy& policy, const Fp8State& state);
 
  private:
+  // The scales for policy holding `state`: what check_state checks and load_state keeps.
+  std::shared_ptr<Fp8GemmScales> restored(const DTypePolicy& policy, const Fp8State& state) const;
+
   Fp8Recipe recipe_;
   std::shared_ptr<Fp8GemmScales> scales_;
 };

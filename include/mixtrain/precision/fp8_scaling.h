@@ -34,6 +34,22 @@ float current_scale(const float* x, int64_t n, DType format, int margin = 0);
 void quantize_scaled(const float* x, int64_t n, float scale, DType format, uint8_t* out);
 void dequantize_scaled(const uint8_t* codes, int64_t n, float scale, DType format, float* out);
 
+// How a tensor fares when cast with a scale (inspect's per-tensor FP8 rows): amax is the largest magnitude of the
+// unscaled values; saturated counts the finite values whose scaled magnitude lies past the largest finite value's
+// rounding range (a non-saturating cast gives infinity or NaN, a saturating one clamps them); flushed counts the
+// non-zero finite values whose scaled value rounds to zero. NaN and infinite inputs count in neither.
+struct Fp8CastStats {
+  float amax = 0.0f;
+  int64_t count = 0;
+  int64_t saturated = 0;
+  int64_t flushed = 0;
+  void merge(const Fp8CastStats& other);
+  double saturated_fraction() const { return count ? static_cast<double>(saturated) / count : 0.0; }
+  double flushed_fraction() const { return count ? static_cast<double>(flushed) / count : 0.0; }
+};
+// The statistics of x[0..n) cast to `format` with `scale` (the product rounded to float32, as quantize_scaled).
+Fp8CastStats fp8_cast_stats(const float* x, int64_t n, DType format, float scale);
+
 enum class AmaxReduction { kMax, kMostRecent };
 
 struct DelayedScalingOptions {
@@ -57,6 +73,10 @@ class DelayedScaling {
   // The history, oldest first, the current step's slot last.
   std::vector<float> history() const;
   const DelayedScalingOptions& options() const { return options_; }
+  // Puts back what history() and scale() gave (a checkpoint): the scale and the next update() then continue as the
+  // saved object's would. Throws Error (kInvalidInput), changing nothing, for a history of another length, an amax
+  // that is negative or not finite, or a scale that is not positive and finite.
+  void restore(const std::vector<float>& history, float scale);
 
  private:
   float format_max_;

@@ -4,6 +4,10 @@
 //   "<variable name>"       every model weight in its variable dtype, e.g. "dense/kernel" F32 (in, units)
 //   "optimizer/<key>"       Optimizer::state(), e.g. "optimizer/iterations", "optimizer/dense/kernel/m",
 //                           and for a LossScaleOptimizer "optimizer/loss_scale/scale", ...
+//   "layer_state/<layer name>/<entry>"
+//                           Layer::extra_state(): under a float8 policy with the delayed recipe, each FP8 layer's
+//                           "fp8/<input|weight|grad>/amax_history" F32 (1024,) and ".../scale" F32 (1,), so a
+//                           resume scales as the uninterrupted run would; files without them load as before
 //   "rng/init", "rng/shuffle", "rng/dropout"
 //                           the Model's Rng states: U8 (4, 8), one row per uint64 word, little-endian bytes
 // __metadata__: "format" = "mixtrain-checkpoint-1" ("-2" for a file saved inside an epoch, see below), "epoch"

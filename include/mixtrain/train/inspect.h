@@ -7,10 +7,21 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/precision/fp8_scaling.h"
 #include "mixtrain/precision/range_stats.h"
 #include "mixtrain/train/model.h"
 
 namespace mixtrain {
+
+// One quantized operand of an FP8 layer's GEMM ("input", "weight" or "grad"), cast as the layer would cast it: with
+// the delayed recipe's current scale (1 before the layer's first update), or under the current recipe with each
+// batch's own amax (`scale` then the last batch's).
+struct Fp8TensorInspection {
+  std::string tensor;
+  DType format;
+  float scale = 1.0f;
+  Fp8CastStats stats;  // amax, the share saturated and the share flushed to zero
+};
 
 struct LayerInspection {
   std::string layer;          // layer name
@@ -22,6 +33,10 @@ struct LayerInspection {
   // Values inside the layer that it reports (LayerObserver::on_internal), e.g. MultiHeadAttention's
   // "attention_logits", measured against the same compute dtype; in the order first reported.
   std::vector<std::pair<std::string, RangeStats>> internals;
+  // For a layer that quantizes its GEMM operands under a float8 policy (Dense, Conv2D): input, weight and grad, the
+  // input as it enters the layer and the grad as it reaches the layer's output (for a layer with an activation, the
+  // GEMM's gradient is that times the activation's derivative). Empty for the others.
+  std::vector<Fp8TensorInspection> fp8;
 };
 
 // Runs `steps` batches of batch_size rows from (x, y) forward and backward without updating anything.
@@ -31,8 +46,9 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
                                             int64_t batch_size);
 
 // A fixed-width table, one row per layer: activation and gradient max |x|, overflow %, underflow %, NaN, inf;
-// then one row per internal value ("block_1/attention [attention_logits]") and, for LayerNormalization layers,
-// one row for their inputs ("[inputs]", whose statistics decide whether the normalization can run in 16 bits).
+// then one row per internal value ("block_1/attention [attention_logits]"), for LayerNormalization layers one row
+// for their inputs ("[inputs]", whose statistics decide whether the normalization can run in 16 bits), and for FP8
+// layers one row per quantized tensor ("[fp8 input]": format, amax, scale, saturated %, flushed %).
 std::string format_inspection(const std::vector<LayerInspection>& layers);
 
 // Names of the layers whose inputs, activations or internal values do not fit their compute dtype (overflow,

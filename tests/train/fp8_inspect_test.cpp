@@ -1,0 +1,117 @@
+// inspect under the float8 policies: each FP8 layer reports its quantized input, weight and gradient with the scale
+// the layer would cast them with and the shares saturated and flushed to zero, counted here from the formats'
+// definitions (E4M3: magnitudes above 464 saturate, at or below 2^-10 flush), not from the converter.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
+#include "mixtrain/train/inspect.h"
+#include "mixtrain/train/model.h"
+#include "quiet_policy_test.h"
+
+namespace mixtrain {
+namespace {
+
+class Fp8Inspect : public QuietPolicyTest {
+ protected:
+  void TearDown() override {
+    set_fp8_recipe(Fp8Recipe::kDelayed);
+    QuietPolicyTest::TearDown();
+  }
+};
+
+constexpr int64_t kRows = 32, kFeatures = 8;
+
+std::unique_ptr<Model> model() {
+  auto m = std::make_unique<Model>("inspected", 2);
+  m->emplace<Dense>(4, "linear", dtype_arg("mixed_float8"));
+  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+  m->compile(make_optimizer("sgd", 1e-3f), Loss("sparse_categorical_crossentropy", true), {});
+  return m;
+}
+
+// Rows of ones with, in each row, one value of 1000 (past E4M3's range at scale 1) and one of 1e-4 (below half its
+// smallest subnormal, 2^-10 = 9.8e-4): 1/8 of the input saturates and 1/8 flushes when cast with scale 1.
+std::pair<Tensor, Tensor> data() {
+  std::vector<float> x(static_cast<size_t>(kRows * kFeatures), 1.0f);
+  std::vector<int32_t> y(static_cast<size_t>(kRows));
+  for (int64_t r = 0; r < kRows; ++r) {
+    x[static_cast<size_t>(r * kFeatures + r % kFeatures)] = 1000.0f;
+    x[static_cast<size_t>(r * kFeatures + (r + 3) % kFeatures)] = -1e-4f;
+    y[static_cast<size_t>(r)] = static_cast<int32_t>(r % 3);
+  }
+  return {Tensor::from_floats({kRows, kFeatures}, x), Tensor::from_ints({kRows}, y)};
+}
+
+const Fp8TensorInspection& row(const LayerInspection& l, const std::string& tensor) {
+  for (const Fp8TensorInspection& f : l.fp8)
+    if (f.tensor == tensor) return f;
+  throw std::runtime_error("no fp8 row " + tensor);
+}
+
+TEST_F(Fp8Inspect, ReportsAmaxScaleAndTheSharesSaturatedAndFlushed) {
+  auto m = model();
+  auto [x, y] = data();
+  const std::vector<LayerInspection> layers = inspect_layers(*m, x, y, 2, 16);
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_TRUE(layers[1].fp8.empty()) << "the float32 layer quantizes nothing";
+  ASSERT_EQ(layers[0].fp8.size(), 3u);
+  // Before its first update the delayed recipe casts with scale 1.
+  const Fp8TensorInspection& in = row(layers[0], "input");
+  EXPECT_EQ(in.format, DType::kFloat8E4M3FN);
+  EXPECT_EQ(in.scale, 1.0f);
+  EXPECT_EQ(in.stats.amax, 1000.0f);
+  EXPECT_EQ(in.stats.count, kRows * kFeatures);
+  EXPECT_DOUBLE_EQ(in.stats.saturated_fraction(), 1.0 / kFeatures);
+  EXPECT_DOUBLE_EQ(in.stats.flushed_fraction(), 1.0 / kFeatures);
+  // The kernel, counted from its values by the definition.
+  const Fp8TensorInspection& w = row(layers[0], "weight");
+  const Tensor& kernel = dynamic_cast<const Dense&>(*m->layers()[0]).kernel().value();
+  int64_t flushed = 0;
+  float amax = 0;
+  for (int64_t i = 0; i < kernel.numel(); ++i) {
+    const float v = kernel.data<float>()[i];
+    flushed += v != 0 && std::fabs(v) <= std::ldexp(1.0, -10);
+    amax = std::max(amax, std::fabs(v));
+  }
+  EXPECT_EQ(w.stats.count, kernel.numel());
+  EXPECT_EQ(w.stats.amax, amax);
+  EXPECT_EQ(w.stats.flushed, flushed);
+  EXPECT_EQ(w.stats.saturated, 0);
+  // The gradient goes back in E5M2, one value per output of each batch.
+  const Fp8TensorInspection& g = row(layers[0], "grad");
+  EXPECT_EQ(g.format, DType::kFloat8E5M2);
+  EXPECT_EQ(g.stats.count, kRows * 4);
+  EXPECT_GT(g.stats.amax, 0.0f);
+  const std::string table = format_inspection(layers);
+  EXPECT_NE(table.find("[fp8 input]"), std::string::npos) << table;
+  EXPECT_NE(table.find("12.50%"), std::string::npos) << "the input's saturated and flushed shares\n" << table;
+}
+
+// After an update the delayed scale comes from the history (448 / 1000 for the input), so nothing saturates any more
+// while the 1e-4 values still flush; the current recipe takes each batch's own amax, the same here.
+TEST_F(Fp8Inspect, UsesTheScaleTheLayerWouldCastWith) {
+  auto [x, y] = data();
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent}) {
+    set_fp8_recipe(recipe);
+    auto m = model();
+    FitOptions o;
+    o.epochs = 1;
+    o.batch_size = kRows;
+    o.verbose = 0;
+    o.shuffle = false;
+    m->fit(x, y, o);
+    const LayerInspection l = inspect_layers(*m, x, y, 1, kRows)[0];
+    const Fp8TensorInspection& in = row(l, "input");
+    EXPECT_EQ(in.scale, 448.0f / 1000.0f) << fp8_recipe_name(recipe);
+    if (recipe == Fp8Recipe::kDelayed)
+      EXPECT_EQ(in.scale, dynamic_cast<const Dense&>(*m->layers()[0]).fp8_scales()->input.delayed().scale());
+    EXPECT_EQ(in.stats.saturated, 0) << fp8_recipe_name(recipe);
+    EXPECT_DOUBLE_EQ(in.stats.flushed_fraction(), 1.0 / kFeatures) << fp8_recipe_name(recipe);
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain
