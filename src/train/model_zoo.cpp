@@ -119,6 +119,7 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.norm = cfg.norm;
   o.mlp = cfg.mlp;
   o.positions = cfg.positions;
+  o.fused_loss = cfg.fused_loss;
   return build_transformer_lm(o, cfg.seed);
 }
 

@@ -221,7 +221,8 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
-                "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe"});
+                "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
+                "fused-loss"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -230,7 +231,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   if (o.transformer) {
     MIXTRAIN_CHECK(!a.has("hidden"), "--hidden does not apply to --model transformer (its MLP is 4 x --width)");
   } else {
-    for (const char* f : {"context", "width", "layers", "heads", "vocabulary"})
+    for (const char* f : {"context", "width", "layers", "heads", "vocabulary", "fused-loss"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
   }
   // The wide MLP of the peer comparison; a convolutional model's dense head stays small.
@@ -257,6 +258,9 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
     cfg.num_layers = a.integer("layers", 2);
     cfg.num_heads = a.integer("heads", 4);
     o.vocabulary = a.integer("vocabulary", 83, 2, 1 << 24);
+    const std::string fused = a.str("fused-loss", "on");
+    MIXTRAIN_CHECK(fused == "on" || fused == "off", "--fused-loss must be on or off, got '" << fused << "'");
+    cfg.fused_loss = fused == "on";
   } else {
     cfg.optimizer = a.str("optimizer", "adam");
     cfg.batch_size = a.integer("batch-size", 256);
@@ -416,6 +420,7 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
   if (o.transformer) {
     j["tokens_per_second"] = static_cast<double>(batch.tokens) / t.median;
     j["vocabulary"] = o.vocabulary;
+    j["fused_loss"] = cfg.fused_loss;
     j["context"] = cfg.context_length;
     j["width"] = cfg.width;
     j["layers"] = cfg.num_layers;

@@ -38,6 +38,7 @@ const char* kUsage =
     "           --resume CKPT continues at the next batch and ends bit-identical to an uninterrupted run\n"
     "           transformer: --context T --width D --layers L --heads H --dropout X\n"
     "           --norm layer|rms --mlp gelu|swiglu --positions learned|rope (defaults: layer, gelu, learned)\n"
+    "           --fused-loss on|off (transformer: logits and loss over chunks of rows; default on)\n"
     "           --tokenizer char|bpe:N|unigram:N|FILE.model: the text's tokens (default char; text:PATH may be a\n"
     "           directory or PATH,PATH,...)\n"
     "           --device cpu|cuda|cuda:N: where the model trains (default cpu)\n"

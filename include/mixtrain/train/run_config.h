@@ -69,6 +69,9 @@ struct RunConfig {
   std::string norm = "layer";
   std::string mlp = "gelu";
   std::string positions = "learned";
+  // --fused-loss: the transformer's logits Dense and loss fused over chunks of rows (TransformerLMOptions::fused_loss).
+  // Stored in a transformer's checkpoints; one saved before the option reads as off (the layers then the loss).
+  bool fused_loss = true;
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
   // A subword tokenizer (data/tokenizer.h, --tokenizer bpe:N|unigram:N|FILE.model) instead: SentencePiece's
