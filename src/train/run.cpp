@@ -451,11 +451,9 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   str("mlp", cfg.mlp);
   str("positions", cfg.positions);
   // A checkpoint from before the fused loss trained with the layers then the loss.
-  cfg.fused_loss = false;
-  if (const Json* v = field("fused_loss")) {
-    MIXTRAIN_CHECK(v->is_bool(), source << ": 'fused_loss' must be true or false");
-    cfg.fused_loss = v->as_bool();
-  }
+  const Json* fused = field("fused_loss");
+  MIXTRAIN_CHECK(!fused || fused->is_bool(), source << ": 'fused_loss' must be true or false");
+  cfg.fused_loss = fused && fused->as_bool();
   if (const Json* v = field("vocabulary")) {
     MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
     for (const Json& c : v->as_array()) {

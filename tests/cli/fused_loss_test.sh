@@ -5,7 +5,7 @@
 # roundings of weights that differ in their last float32 bits: 1% after 40 steps is far more than that, far less
 # than a wrong gradient); the checkpoint records the choice, a run resumed after 20 steps ends bit-identical to the
 # uninterrupted one, and `generate` works from the checkpoint alone; a bad value and the flag on another model are
-# one-line errors with exit status 2. About a minute on 2 cores.
+# one-line errors with exit status 2. About a minute on 2 idle cores.
 set -u
 bin="$1"
 . "$(dirname "$0")/lib.sh"
