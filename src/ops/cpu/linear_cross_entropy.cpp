@@ -5,6 +5,7 @@
 // so the bits do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/kernels/gemm.h"
@@ -88,8 +89,12 @@ void run_chunk(const Operands& o, int64_t r0, int64_t c, bool grad, float k, boo
 void linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& labels,
                           const Tensor& seed, int64_t chunk_rows, Tensor& loss, Tensor& correct, Tensor& dx,
                           Tensor& dw, Tensor& dbias) {
+  // The labels' memory is read through raw(), as every kernel reads its operands (a device the CPU kernels stand in
+  // for holds them in host memory too).
+  std::vector<int64_t> ids(static_cast<size_t>(labels.numel()));
+  convert_elements(labels.raw(), labels.dtype(), ids.data(), DType::kInt64, labels.numel());
   Operands o{x.dtype(), static_cast<const char*>(x.raw()), w.raw(), bias.defined() ? bias.data<float>() : nullptr,
-             labels.to_int64s(), x.dim(0), x.dim(1), w.dim(1), dtype_size(x.dtype())};
+             std::move(ids), x.dim(0), x.dim(1), w.dim(1), dtype_size(x.dtype())};
   const bool grad = seed.defined();
   const float k = grad ? seed.data<float>()[0] / static_cast<float>(std::max<int64_t>(o.n, 1)) : 0.0f;
   const int64_t chunk = std::min(chunk_rows, std::max<int64_t>(o.n, 1));
