@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "mixtrain/autograd/linear_cross_entropy.h"
 #include "mixtrain/nn/fp8_linear.h"
 
 namespace mixtrain {
@@ -60,6 +61,26 @@ Var Dense::call(const Var& x, const CallContext&) {
   if (dtype_policy().uses_float8()) return call_fp8(x, bias);
   // relu and gelu run inside the product's GEMM; the values and gradients are activation(linear(...))'s.
   return after_product(linear_activation(x, kernel_, read_weight(kernel_), bias, activation_.elementwise), activation_);
+}
+
+bool Dense::fuses_crossentropy() const {
+  return activation_.elementwise == ops::Activation::kLinear && !activation_.softmax &&
+         !kernel_options_.kernel_regularizer.active() && !dtype_policy().uses_float8();
+}
+
+Var Dense::fused_crossentropy(const Var& x_in, const Tensor& labels, const Tensor& seed, int64_t chunk_rows,
+                              Tensor* correct) {
+  MIXTRAIN_CHECK(fuses_crossentropy(), "Dense '" << name() << "': the fused loss needs a linear activation, no kernel "
+                                                    "regularizer and no float8 policy");
+  MIXTRAIN_CHECK(built() && x_in.defined(), "Dense '" << name() << "': the fused loss needs a built layer and an input");
+  const Var x = cast(x_in, compute_dtype());  // as the layer's call reads its input
+  MIXTRAIN_CHECK(x.value().rank() >= 2 && x.shape()[-1] == kernel_.shape()[0],
+                 "Dense '" << name() << "' expects (batch, ..., " << kernel_.shape()[0] << "), got "
+                           << x.value().describe());
+  LayerAutocastScope autocast_scope(*this);
+  Var bias = bias_;
+  if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
+  return linear_cross_entropy(x, kernel_, read_weight(kernel_), bias, labels, seed, chunk_rows, correct);
 }
 
 Var Dense::call_fp8(const Var& x, const Var& bias) {

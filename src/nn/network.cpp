@@ -167,7 +167,8 @@ std::vector<Var> Network::run_layer(Layer& layer, const std::vector<Var>& inputs
 Var Network::call(const Var& x, const CallContext& ctx) {
   if (!is_functional()) {
     Var h = x;
-    for (auto& l : layers_) h = run_layer(*l, {h}, ctx).front();
+    for (auto& l : layers_)
+      if (l.get() != ctx.stop_before) h = run_layer(*l, {h}, ctx).front();
     return h;
   }
   MIXTRAIN_CHECK(graph_outputs_.size() == 1, "model '" << name_ << "' has " << graph_outputs_.size()
@@ -205,7 +206,9 @@ std::vector<Var> Network::call(const std::vector<Var>& inputs, const CallContext
   for (const Step& s : steps_) {
     std::vector<Var> args;
     for (const SymbolicTensor& in : s.inputs) args.push_back(value_of(in));
-    values[s.node] = run_layer(*s.node->layer, args, ctx);
+    // Only the output's call is left out: a layer shared with other places still runs there.
+    const bool skip = s.node->layer.get() == ctx.stop_before && s.node == graph_outputs_.front().node();
+    values[s.node] = skip ? args : run_layer(*s.node->layer, args, ctx);
   }
   std::vector<Var> out;
   for (const SymbolicTensor& o : graph_outputs_) out.push_back(value_of(o));

@@ -146,15 +146,12 @@ EvaluateResult Model::evaluate_batches(const Tensor& x, const Tensor& y, int64_t
   for (int64_t begin = mine.begin, i = 0; begin < mine.end; begin += batch_size, ++i) {
     const int64_t end = std::min(mine.end, begin + batch_size);
     Tensor xb = on_device(x.slice_rows(begin, end), device()), yb = on_device(y.slice_rows(begin, end), device());
-    Var out = call(Var(as_input(xb)), CallContext{false, nullptr});
+    const ForwardLoss f = forward_loss(xb, yb, CallContext{false, nullptr}, Tensor());
     Tensor row = logs.slice(0, i, i + 1).reshape({3});
-    row.slice(0, 0, 1).copy_from((*loss_)(out, yb).value().reshape({1}));
-    const Tensor& scores = out.value();
-    const int64_t classes = scores.rank() > 0 ? scores.dim(scores.rank() - 1) : 0;
-    if (track_accuracy_) row.slice(0, 1, 2).copy_from(ops::count_correct(scores, yb));
-    if (track_top_k_) row.slice(0, 2, 3).copy_from(ops::count_in_top_k(scores, yb, kDefaultTopK));
-    rows_of.emplace_back(static_cast<double>(end - begin),
-                         classes > 0 ? static_cast<double>(scores.numel() / classes) : 0.0);
+    row.slice(0, 0, 1).copy_from(f.loss.value().reshape({1}));
+    if (track_accuracy_) row.slice(0, 1, 2).copy_from(f.correct);
+    if (track_top_k_) row.slice(0, 2, 3).copy_from(ops::count_in_top_k(f.out.value(), yb, kDefaultTopK));
+    rows_of.emplace_back(static_cast<double>(end - begin), static_cast<double>(f.scored));
   }
   const Tensor host_logs = ops::to_device(logs, Device::cpu());
   const float* l = host_logs.data<float>();

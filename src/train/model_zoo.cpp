@@ -120,6 +120,7 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.mlp = cfg.mlp;
   o.positions = cfg.positions;
   o.flash_attention = cfg.attention == "tiled";
+  o.fused_loss = cfg.fused_loss;
   return build_transformer_lm(o, cfg.seed);
 }
 

@@ -401,6 +401,7 @@ std::string run_config_json(const RunConfig& cfg) {
   if (cfg.norm != "layer") j["norm"] = cfg.norm;
   if (cfg.mlp != "gelu") j["mlp"] = cfg.mlp;
   if (cfg.positions != "learned") j["positions"] = cfg.positions;
+  if (cfg.model == "transformer") j["fused_loss"] = cfg.fused_loss;
   if (!cfg.vocabulary.empty()) {
     Json vocab = Json::array();
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
@@ -470,6 +471,10 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   str("norm", cfg.norm);
   str("mlp", cfg.mlp);
   str("positions", cfg.positions);
+  // A checkpoint from before the fused loss trained with the layers then the loss.
+  const Json* fused = field("fused_loss");
+  MIXTRAIN_CHECK(!fused || fused->is_bool(), source << ": 'fused_loss' must be true or false");
+  cfg.fused_loss = fused && fused->as_bool();
   if (const Json* v = field("vocabulary")) {
     MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
     for (const Json& c : v->as_array()) {

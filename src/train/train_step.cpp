@@ -4,8 +4,11 @@
 #include "layer_bucket_observer.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/distributed/data_parallel.h"
+#include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/normalization.h"
+#include "mixtrain/ops/backend.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/linear_cross_entropy.h"
 #include "mixtrain/ops/losses.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/train/model.h"
@@ -185,23 +188,52 @@ bool Model::start_overlapped_reduce(const StepShard& shard, bool flat, bool empt
   return overlapped;
 }
 
+Dense* Model::fused_head() const {
+  if (!fused_loss_ || !loss_ || !loss_->sparse() || !loss_->from_logits() || track_top_k_ || observer() != nullptr)
+    return nullptr;
+  const std::vector<Layer*> outs = output_layers();
+  auto* dense = outs.size() == 1 ? dynamic_cast<Dense*>(outs.front()) : nullptr;
+  const bool fuses = dense && dense->fuses_crossentropy() && ops::supports<ops::Op::linear_cross_entropy>(device().type);
+  return fuses ? dense : nullptr;
+}
+
+Model::ForwardLoss Model::forward_loss(const Tensor& x, const Tensor& y, const CallContext& ctx, const Tensor& seed) {
+  ForwardLoss f;
+  if (Dense* head = fused_head()) {
+    CallContext to_head = ctx;
+    to_head.stop_before = head;
+    const Var hidden = call(Var(as_input(x)), to_head);
+    f.loss = head->fused_crossentropy(hidden, y, seed, fused_chunk_rows_, &f.correct);
+    f.scored = y.numel();
+    return f;
+  }
+  f.out = call(Var(as_input(x)), ctx);
+  f.loss = (*loss_)(f.out, y);
+  if (track_accuracy_) f.correct = ops::count_correct(f.out.value(), y);
+  const Tensor& scores = f.out.value();
+  const int64_t classes = scores.rank() > 0 ? scores.dim(scores.rank() - 1) : 0;
+  f.scored = classes > 0 ? scores.numel() / classes : 0;
+  return f;
+}
+
 void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record, const MicroBatch& mb) {
-  Var out = call(Var(as_input(x)), CallContext{true, mask_rng});
-  Var loss = (*loss_)(out, y);
+  // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
+  // A micro-batch's seed is its share of the batch's rows (times the scale): the gradients the micro-batches sum
+  // into the arena are the batch's mean gradient, scaled once. The fused head makes its gradients for it at once.
+  const Tensor seed = optimizer_->scale_loss(ops::full(Shape(std::vector<int64_t>{}), DType::kFloat32, mb.weight, device()));
+  ForwardLoss f = forward_loss(x, y, CallContext{true, mask_rng}, seed);
+  Var loss = f.loss;
   // Kernel regularizers' penalties join the training loss (Keras adds model.losses); without any, the sum is
   // a constant 0 that records nothing and is left out.
   const Var penalty = regularization_loss(*this);
   if (penalty.requires_grad()) loss = mixtrain::add(loss, penalty);
-  // Seeding backward with the scaled 1 is scaling the loss: every gradient is multiplied by the scale.
-  // A micro-batch's seed is its share of the batch's rows (times the scale): the gradients the micro-batches sum
-  // into the arena are the batch's mean gradient, scaled once.
-  backward(loss, optimizer_->scale_loss(ops::full(loss.shape(), DType::kFloat32, mb.weight, loss.value().device())));
+  backward(loss, seed);
   // The logs stay where the step ran: on a GPU nothing here waits for the host.
   if (mb.first && mb.last) {
     record.slice(0, 0, 1).copy_from(loss.value().reshape({1}));
-    if (track_accuracy_) record.slice(0, 1, 2).copy_from(ops::count_correct(out.value(), y));
+    if (track_accuracy_) record.slice(0, 1, 2).copy_from(f.correct);
     if (track_top_k_)
-      record.slice(0, kTopKSlot, kTopKSlot + 1).copy_from(ops::count_in_top_k(out.value(), y, kDefaultTopK));
+      record.slice(0, kTopKSlot, kTopKSlot + 1).copy_from(ops::count_in_top_k(f.out.value(), y, kDefaultTopK));
     return;
   }
   // Accumulating: the batch's loss is the micro-batches' row-weighted sum, its correct rows their sum.
@@ -210,8 +242,8 @@ void Model::forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Te
     r.copy_from(mb.first ? value : ops::add(r, value));
   };
   add_to_slot(0, ops::scale(loss.value().reshape({1}).to(DType::kFloat32), mb.weight));
-  if (track_accuracy_) add_to_slot(1, ops::count_correct(out.value(), y));
-  if (track_top_k_) add_to_slot(kTopKSlot, ops::count_in_top_k(out.value(), y, kDefaultTopK));
+  if (track_accuracy_) add_to_slot(1, f.correct);
+  if (track_top_k_) add_to_slot(kTopKSlot, ops::count_in_top_k(f.out.value(), y, kDefaultTopK));
 }
 
 void Model::exchange_without_rows(const SynchronizedNorms& norms, Tensor& record) {

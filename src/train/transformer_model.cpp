@@ -85,8 +85,10 @@ std::unique_ptr<Model> build_transformer_lm(const TransformerLMOptions& o, uint6
   // Logits in float32: the loss reads them directly, and a float16 logit loses the small differences that
   // decide a character's probability.
   SymbolicTensor logits = (*named<Dense>("logits", o.vocabulary_size, "linear", dtype_arg("float32")))(h);
-  return std::make_unique<Model>(std::vector<SymbolicTensor>{ids}, std::vector<SymbolicTensor>{logits},
-                                 "transformer", seed);
+  auto model = std::make_unique<Model>(std::vector<SymbolicTensor>{ids}, std::vector<SymbolicTensor>{logits},
+                                       "transformer", seed);
+  model->set_fused_loss(o.fused_loss);
+  return model;
 }
 
 }  // namespace mixtrain

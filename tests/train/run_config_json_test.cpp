@@ -78,6 +78,21 @@ TEST(RunConfigJson, KeepsTheOptimizerStateAndValidatesIt) {
   EXPECT_THROW(validate_run_config(float16), Error);
 }
 
+// The fused loss is recorded for a transformer either way; a checkpoint written before it (no key) trained the
+// layers then the loss, and reads as off, though a new run's default is on.
+TEST(RunConfigJson, KeepsTheFusedLossAndReadsAnOlderCheckpointAsOff) {
+  RunConfig cfg;
+  EXPECT_TRUE(cfg.fused_loss);
+  cfg.model = "transformer";
+  EXPECT_TRUE(run_config_from_json(run_config_json(cfg), "test").fused_loss);
+  cfg.fused_loss = false;
+  EXPECT_FALSE(run_config_from_json(run_config_json(cfg), "test").fused_loss);
+  EXPECT_FALSE(run_config_from_json(R"({"model":"transformer","width":32})", "test").fused_loss);
+  EXPECT_THROW(run_config_from_json(R"({"model":"transformer","fused_loss":"on"})", "test"), Error);
+  RunConfig mlp;
+  EXPECT_EQ(run_config_json(mlp).find("fused_loss"), std::string::npos);
+}
+
 TEST(RunConfigJson, RefusesATokenizerModelThatIsNotBase64) {
   try {
     run_config_from_json(R"({"model":"transformer","tokenizer_model":"ab!d"})", "'x.safetensors' (config)");

@@ -263,7 +263,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
-                "optimizer-state", "attention"});
+                "optimizer-state", "attention", "fused-loss"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -272,7 +272,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   if (o.transformer) {
     MIXTRAIN_CHECK(!a.has("hidden"), "--hidden does not apply to --model transformer (its MLP is 4 x --width)");
   } else {
-    for (const char* f : {"context", "width", "layers", "heads", "vocabulary", "attention"})
+    for (const char* f : {"context", "width", "layers", "heads", "vocabulary", "attention", "fused-loss"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
   }
   // The wide MLP of the peer comparison; a convolutional model's dense head stays small.
@@ -300,6 +300,9 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
     cfg.num_heads = a.integer("heads", 4);
     o.vocabulary = a.integer("vocabulary", 83, 2, 1 << 24);
     cfg.attention = a.str("attention", "tiled");
+    const std::string fused = a.str("fused-loss", "on");
+    MIXTRAIN_CHECK(fused == "on" || fused == "off", "--fused-loss must be on or off, got '" << fused << "'");
+    cfg.fused_loss = fused == "on";
   } else {
     cfg.optimizer = a.str("optimizer", "adam");
     cfg.batch_size = a.integer("batch-size", 256);
@@ -460,6 +463,7 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
   if (o.transformer) {
     j["tokens_per_second"] = static_cast<double>(batch.tokens) / t.median;
     j["vocabulary"] = o.vocabulary;
+    j["fused_loss"] = cfg.fused_loss;
     j["context"] = cfg.context_length;
     j["width"] = cfg.width;
     j["layers"] = cfg.num_layers;

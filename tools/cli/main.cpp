@@ -42,6 +42,7 @@ const char* kUsage =
     "           --norm layer|rms --mlp gelu|swiglu --positions learned|rope (defaults: layer, gelu, learned)\n"
     "           --attention tiled|full: training's attention on the CPU past 128 positions, tiled (no T x T\n"
     "           tensor, the default) or full (keeps the probabilities)\n"
+    "           --fused-loss on|off (transformer: logits and loss over chunks of rows; default on)\n"
     "           --tokenizer char|bpe:N|unigram:N|FILE.model: the text's tokens (default char; text:PATH may be a\n"
     "           directory or PATH,PATH,...)\n"
     "           --device cpu|cuda|cuda:N: where the model trains (default cpu)\n"

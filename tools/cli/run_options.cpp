@@ -107,9 +107,14 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.mlp = a.str("mlp", cfg.mlp);
   cfg.positions = a.str("positions", cfg.positions);
   cfg.attention = a.str("attention", cfg.attention);
+  if (a.has("fused-loss")) {
+    const std::string fused = a.str("fused-loss", "on");
+    MIXTRAIN_CHECK(fused == "on" || fused == "off", "--fused-loss must be on or off, got '" << fused << "'");
+    cfg.fused_loss = fused == "on";
+  }
   if (!transformer)
     for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
-                          "positions", "attention"})
+                          "positions", "attention", "fused-loss"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
 }
 }  // namespace
@@ -125,7 +130,7 @@ const std::set<std::string>& run_flags() {
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
       "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
-      "optimizer-state", "attention"};
+      "optimizer-state", "attention", "fused-loss"};
   return flags;
 }
 

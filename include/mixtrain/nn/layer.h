@@ -44,6 +44,10 @@ struct CallContext {
   Rng* rng = nullptr;
   LayerObserver* observer = nullptr;
   GenerationCache* cache = nullptr;
+  // A network's output layer (one input, one output) to leave out: the network's output is the value that would
+  // enter it (a graph's first output's call only). How Model computes that layer fused with its loss
+  // (Dense::fused_crossentropy).
+  const Layer* stop_before = nullptr;
 };
 
 // How a layer takes part in a cached generation step (CallContext::cache).

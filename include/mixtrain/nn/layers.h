@@ -63,6 +63,14 @@ class Dense : public Layer {
   const Fp8LayerScales* fp8_layer_scales() const override { return &fp8_; }
   // The FP8 scales of the product (input, kernel, gradient); null until the layer first runs under a float8 policy.
   const Fp8GemmScales* fp8_scales() const { return fp8_.get(); }
+  // Whether fused_crossentropy() can stand for this layer then the loss: a linear activation, no kernel
+  // regularizer (its penalty is added where the layer runs), no float8 policy.
+  bool fuses_crossentropy() const;
+  // sparse_categorical_crossentropy(from_logits) of this layer's output on x (..., D) for labels (...), computed
+  // over chunks of rows without the whole output (autograd/linear_cross_entropy.h: the gradients are made now, for
+  // the upstream gradient seed); correct receives the rows whose arg-max is the label. x is cast and the kernel
+  // read in the compute dtype, as call() does.
+  Var fused_crossentropy(const Var& x, const Tensor& labels, const Tensor& seed, int64_t chunk_rows, Tensor* correct);
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;

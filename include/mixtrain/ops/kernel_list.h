@@ -67,6 +67,7 @@
   X(fp8_amax, "fp8_amax") \
   X(fp8_quantize, "fp8_quantize") \
   X(scaled_matmul, "scaled_matmul") \
+  X(linear_cross_entropy, "linear_cross_entropy") \
   X(global_norm, "global_norm")
 
 namespace mixtrain::ops {

@@ -23,6 +23,7 @@
 namespace mixtrain {
 
 class BatchNormalization;   // nn/normalization.h
+class Dense;                // nn/layers.h
 class LayerBucketObserver;  // src/train/layer_bucket_observer.h
 
 struct FitOptions {
@@ -195,6 +196,19 @@ class Model : public Network, public RecoveryTarget {
   const Loss& loss() const { return *loss_; }
   // The compiled metrics by their log names, in compile()'s order ("accuracy" where "acc" was given).
   std::vector<std::string> compiled_metrics() const;
+  // Computes the output Dense and a sparse_categorical_crossentropy(from_logits) loss as one pass over chunks of
+  // rows in train_step, fit and evaluate (Dense::fused_crossentropy, ops/linear_cross_entropy.h), so the (rows,
+  // classes) float32 output never exists whole and backward keeps no logits. It applies where the one output layer is
+  // a Dense that fuses (a linear activation, no regularizer, no float8), called once, the device has the kernel, no
+  // top-k metric is compiled and no observer is in force; elsewhere the layers run as usual. predict() and generation
+  // compute the output as before. The loss and gradients differ from the layers' by float32 rounding. chunk_rows: 0
+  // for the op's default. Off by default; not saved by save().
+  void set_fused_loss(bool on, int64_t chunk_rows = 0) {
+    MIXTRAIN_CHECK(chunk_rows >= 0, "set_fused_loss: chunk_rows must be >= 0 (0: the default), got " << chunk_rows);
+    fused_loss_ = on;
+    fused_chunk_rows_ = chunk_rows;
+  }
+  bool fused_loss() const { return fused_loss_; }
   // Keras' model.save(path): architecture, compile configuration and state in one file; save_model
   // (train/model_file.h) describes it, load_model reads it.
   void save(const std::string& path);
@@ -299,6 +313,18 @@ class Model : public Network, public RecoveryTarget {
     bool first = true, last = true;
   };
   void forward_backward(const Tensor& x, const Tensor& y, Rng* mask_rng, Tensor& record, const MicroBatch& mb);
+  // The loss of a batch and, when accuracy is tracked, its correct rows: through the fused head where it applies
+  // (fused_head(); the gradients made for seed, when recording), else the output (out) then the loss.
+  struct ForwardLoss {
+    Var loss, out;  // out: undefined through the fused head
+    Tensor correct;
+    int64_t scored = 0;  // the predictions scored (labels)
+  };
+  ForwardLoss forward_loss(const Tensor& x, const Tensor& y, const CallContext& ctx, const Tensor& seed);
+  // The output Dense that set_fused_loss() computes with the loss, or null where the layers run as usual.
+  Dense* fused_head() const;
+  bool fused_loss_ = false;
+  int64_t fused_chunk_rows_ = 0;
   // The passes of one update over x split into micro_rows (src/train/micro_batches.cpp); start_reduce() runs just
   // before the last pass (the gradients are final during it) and its result is returned.
   bool run_micro_batches(const Tensor& x, const Tensor& y, const std::vector<int64_t>& micro_rows, Rng* mask_rng,

@@ -75,6 +75,9 @@ struct RunConfig {
   // --attention tiled|full: the attention kernel of training steps on the CPU (MultiHeadAttentionOptions::
   // flash_attention). A kernel choice, not stored in checkpoints: the weights and the mathematics are the same.
   std::string attention = "tiled";
+  // --fused-loss: the transformer's logits Dense and loss fused over chunks of rows (TransformerLMOptions::fused_loss).
+  // Stored in a transformer's checkpoints; one saved before the option reads as off (the layers then the loss).
+  bool fused_loss = true;
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
   // A subword tokenizer (data/tokenizer.h, --tokenizer bpe:N|unigram:N|FILE.model) instead: SentencePiece's

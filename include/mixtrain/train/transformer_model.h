@@ -33,6 +33,9 @@ struct TransformerLMOptions {
   std::string mlp = "gelu";            // "gelu" (Dense(mlp_ratio * width, gelu) -> Dense(width)) or "swiglu"
   std::string positions = "learned";   // "learned" (PositionEmbedding) or "rope" (rotary, in the attention)
   bool flash_attention = true;         // MultiHeadAttentionOptions::flash_attention of every block
+  // Training and evaluation compute the "logits" Dense with the loss over chunks of rows (Model::set_fused_loss), so
+  // the (batch, T, vocabulary) float32 logits never exist whole; the weights and predict() are the same either way.
+  bool fused_loss = true;
 };
 
 // Error naming the option and the accepted values unless norm, mlp and positions are ones build accepts.

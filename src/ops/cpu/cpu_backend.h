@@ -18,6 +18,7 @@
   X(global_norm)                     \
   X(layer_norm)                      \
   X(linear_activation)               \
+  X(linear_cross_entropy)            \
   X(loss_scale)                      \
   X(losses)                          \
   X(matmul)                          \
