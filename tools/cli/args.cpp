@@ -111,6 +111,14 @@ std::string Args::str(const std::string& name, const std::string& fallback) cons
   return it == values_.end() ? fallback : it->second;
 }
 
+bool Args::on_off(const std::string& name, bool fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  MIXTRAIN_CHECK(it->second == "on" || it->second == "off",
+                 "--" << name << " must be on or off, got '" << it->second << "'");
+  return it->second == "on";
+}
+
 int64_t Args::integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;

@@ -36,6 +36,8 @@ class Args {
        const std::set<std::string>& switches = {});
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string str(const std::string& name, const std::string& fallback) const;
+  // A switch written as a value, `--NAME on|off`: anything else is refused naming the flag.
+  bool on_off(const std::string& name, bool fallback) const;
   // A path flag's value; "" when the flag is absent. An empty value is refused naming the flag (`--save ''` once
   // meant "no --save", so a run whose path variable was unset trained without saving).
   std::string path(const std::string& name) const;

@@ -300,9 +300,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
     cfg.num_heads = a.integer("heads", 4);
     o.vocabulary = a.integer("vocabulary", 83, 2, 1 << 24);
     cfg.attention = a.str("attention", "tiled");
-    const std::string fused = a.str("fused-loss", "on");
-    MIXTRAIN_CHECK(fused == "on" || fused == "off", "--fused-loss must be on or off, got '" << fused << "'");
-    cfg.fused_loss = fused == "on";
+    cfg.fused_loss = a.on_off("fused-loss", true);
   } else {
     cfg.optimizer = a.str("optimizer", "adam");
     cfg.batch_size = a.integer("batch-size", 256);

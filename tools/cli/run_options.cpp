@@ -107,11 +107,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.mlp = a.str("mlp", cfg.mlp);
   cfg.positions = a.str("positions", cfg.positions);
   cfg.attention = a.str("attention", cfg.attention);
-  if (a.has("fused-loss")) {
-    const std::string fused = a.str("fused-loss", "on");
-    MIXTRAIN_CHECK(fused == "on" || fused == "off", "--fused-loss must be on or off, got '" << fused << "'");
-    cfg.fused_loss = fused == "on";
-  }
+  cfg.fused_loss = a.on_off("fused-loss", cfg.fused_loss);
   if (!transformer)
     for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
                           "positions", "attention", "fused-loss"})
