@@ -106,8 +106,9 @@ TEST_F(Fp8Inspect, UsesTheScaleTheLayerWouldCastWith) {
     const LayerInspection l = inspect_layers(*m, x, y, 1, kRows)[0];
     const Fp8TensorInspection& in = row(l, "input");
     EXPECT_EQ(in.scale, 448.0f / 1000.0f) << fp8_recipe_name(recipe);
-    if (recipe == Fp8Recipe::kDelayed)
+    if (recipe == Fp8Recipe::kDelayed) {
       EXPECT_EQ(in.scale, dynamic_cast<const Dense&>(*m->layers()[0]).fp8_scales()->input.delayed().scale());
+    }
     EXPECT_EQ(in.stats.saturated, 0) << fp8_recipe_name(recipe);
     EXPECT_DOUBLE_EQ(in.stats.flushed_fraction(), 1.0 / kFeatures) << fp8_recipe_name(recipe);
   }
