@@ -115,5 +115,25 @@ TEST(ModelFitsMemory, RefusesBeforeBuildingAndSaysWhatFits) {
   EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 1000));
 }
 
+// Adam's moments in bfloat16 take 12 bytes per weight instead of 16: 7 million weights need 80.1 MiB, not 106.8.
+TEST(ModelFitsMemory, CountsBfloat16OptimizerStateAtTwoBytesPerSlot) {
+  RunConfig cfg;
+  cfg.model = "mlp";
+  cfg.optimizer = "adam";
+  cfg.hidden = {1000000};
+  const ModelInputSpec in{4, {}, 2};
+  const LimitGuard limit(int64_t{96} << 20);
+  EXPECT_THROW(check_model_fits_memory(cfg, in, 0), Error);
+  cfg.optimizer_state = "bfloat16";
+  EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 0));
+  const LimitGuard tighter(int64_t{72} << 20);
+  try {
+    check_model_fits_memory(cfg, in, 0);
+    FAIL() << "80 MiB of weights and state passed a 72 MiB limit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("need at least 80.1 MiB"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain
