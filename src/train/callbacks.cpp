@@ -66,7 +66,9 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
     }
     return;
   }
-  if (++wait_ > patience_) {
+  // The patience-th epoch in a row without improvement stops training, as Keras 3 counts (wait >= patience):
+  // patience 2 stops after two such epochs, 0 and 1 both after the first.
+  if (++wait_ >= patience_) {
     stopped_epoch_ = epoch;
     model_->stop_training = true;
     if (restore_best_weights_ && !best_weights_.empty()) {

@@ -98,23 +98,23 @@ void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
 }
 
 // min_delta so large that only the first epoch counts as an improvement: patience 2 stops training at the end of
-// epoch 3 and puts back the weights of epoch 0.
+// epoch 2 (the second epoch without improvement, as Keras counts) and puts back the weights of epoch 0.
 TEST(CallbackState, EarlyStoppingResumesItsPatienceAndBestWeights) {
   const auto make = [] { return std::make_unique<EarlyStopping>("loss", 2, 1e9, /*restore_best_weights=*/true); };
   TempDir dir;
   int full_stop = -1;
   const std::optional<Outcome> full = run(make, dir.file("full.safetensors"), false, 0, &full_stop);
   ASSERT_TRUE(full.has_value());
-  ASSERT_EQ(full_stop, 3);
-  ASSERT_EQ(full->history.epoch, (std::vector<int>{0, 1, 2, 3}));
-  // Killed inside epoch 1, inside epoch 2, and after epoch 3's last step (only its end left).
-  for (int64_t k : {6, 10, 16}) {
+  ASSERT_EQ(full_stop, 2);
+  ASSERT_EQ(full->history.epoch, (std::vector<int>{0, 1, 2}));
+  // Killed inside epoch 1, inside epoch 2, and after epoch 2's last step (only its end left).
+  for (int64_t k : {6, 10, 12}) {
     const std::string ckpt = dir.file("k" + std::to_string(k) + ".safetensors");
     ASSERT_FALSE(run(make, ckpt, false, k).has_value());
     int stop = -1;
     const std::optional<Outcome> resumed = run(make, ckpt, true, 0, &stop);
     ASSERT_TRUE(resumed.has_value());
-    EXPECT_EQ(stop, 3) << "killed after step " << k;
+    EXPECT_EQ(stop, 2) << "killed after step " << k;
     expect_same(*full, *resumed, "EarlyStopping, killed after step " + std::to_string(k));
   }
   // The best weights travel as callback/ tensors beside the model's own.

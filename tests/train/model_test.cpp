@@ -120,8 +120,8 @@ TEST(Model, EarlyStoppingStopsAndRestoresBestWeights) {
   o.validation_split = 0.2;
   o.callbacks = {&es};
   History h = m->fit(x, y, o);
-  EXPECT_EQ(h.epoch.size(), 3u);  // epoch 0 best, epochs 1 and 2 wait, stop after epoch 2
-  EXPECT_EQ(es.stopped_epoch(), 2);
+  EXPECT_EQ(h.epoch.size(), 2u);  // epoch 0 best, epoch 1 the one epoch of patience: stop after it, as Keras
+  EXPECT_EQ(es.stopped_epoch(), 1);
 }
 
 TEST(Model, TerminateOnNaNStopsAtTheFirstBadStep) {

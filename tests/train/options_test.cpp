@@ -57,10 +57,10 @@ TEST(Options, EarlyStoppingPatienceAndRestoreBestWeightsInAnyOrder) {
   auto [x, y] = blobs(120, 2);
   auto m = mlp(1e-30f);
   History h = m->fit(x, y, FitOptions().with_callbacks({&es}).with_verbose(0).with_validation_split(0.25).with_epochs(10));
-  // Epoch 0 sets the best and no later epoch beats it: training stops at the first epoch whose wait passes the
-  // patience, epoch 3 (patience 0, the default, would stop at epoch 1).
-  EXPECT_EQ(h.epoch.size(), 4u);
-  EXPECT_EQ(es.stopped_epoch(), 3);
+  // Epoch 0 sets the best and no later epoch beats it: training stops at the second epoch without improvement,
+  // epoch 2, as Keras 3 counts (patience 0, the default, and patience 1 would stop at epoch 1).
+  EXPECT_EQ(h.epoch.size(), 3u);
+  EXPECT_EQ(es.stopped_epoch(), 2);
 
   EarlyStopping designated({.monitor = "val_accuracy", .patience = 1});
   EXPECT_EQ(designated.patience(), 1);
