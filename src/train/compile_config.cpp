@@ -11,7 +11,9 @@ Json compile_configuration(const Model& model) {
   return Json::object(
       {{"optimizer", model.compiled() ? optimizer_config(model.optimizer()) : Json()},
        {"loss", Json::object({{"name", model.loss().name()}, {"from_logits", model.loss().from_logits()}})},
-       {"metrics", metrics}});
+       {"metrics", metrics},
+       // Absent from files saved before the setting was kept: those load unfused, as they were saved.
+       {"fused_loss", model.fused_loss() ? Json::object({{"chunk_rows", model.fused_loss_chunk_rows()}}) : Json()}});
 }
 
 void compile_from_configuration(Model& model, const Json& compile) {
@@ -24,6 +26,8 @@ void compile_from_configuration(Model& model, const Json& compile) {
   model.compile(optimizer.is_null() ? nullptr : optimizer_from_config(optimizer),
                 Loss(loss.at("name").as_string(), loss.at("from_logits").as_bool()), std::move(metrics),
                 /*auto_scale_loss=*/false);
+  const Json* fused = compile.find("fused_loss");
+  if (fused && !fused->is_null()) model.set_fused_loss(true, fused->at("chunk_rows").as_int64());
 }
 
 }  // namespace mixtrain::detail

@@ -1,6 +1,7 @@
 // Gradient accumulation (Optimizer::gradient_accumulation_steps): one update's batch as micro-batches, each a
 // forward and backward pass whose scaled gradients add into the arena's float32 gradient buffer. The unscale, the
 // finite check, the all-reduce and the update then run once on the sum (train_step.cpp), as for a whole batch.
+#include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/train/model.h"
 #include "model_detail.h"
 
@@ -8,9 +9,11 @@ namespace mixtrain {
 
 std::vector<int64_t> detail::micro_batch_rows(int64_t rows, int64_t steps) {
   if (rows <= 0) return {};
-  const int64_t parts = std::min(steps, rows);
-  std::vector<int64_t> out(static_cast<size_t>(parts), rows / parts);
-  for (int64_t i = 0; i < rows % parts; ++i) ++out[static_cast<size_t>(i)];
+  // The rows split as ranks split a batch (shard_range): equal parts, the first ones a row longer.
+  const int parts = static_cast<int>(std::min(steps, rows));
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(parts));
+  for (int i = 0; i < parts; ++i) out.push_back(shard_range(rows, i, parts).rows());
   return out;
 }
 

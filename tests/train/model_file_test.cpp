@@ -228,6 +228,33 @@ TEST(ModelFile, LoadedModelGoesOnTrainingAsTheSavedOne) {
   }
 }
 
+// The fused loss (Model::set_fused_loss) is a training setting the file keeps: without it the loaded model would
+// train unfused, and its losses would differ from the saved model's in the last float32 bits.
+TEST(ModelFile, LoadedModelKeepsTheFusedLossAndItsChunkRows) {
+  TempDir dir;
+  auto [x, y] = blobs(96, 9);
+  Model m("fused", 23);
+  m.emplace<Dense>(32, "relu", dtype_arg("mixed_bfloat16"));
+  m.emplace<Dense>(3, "linear", dtype_arg("float32"));
+  m.compile(make_optimizer("adam", 0.01f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  m.set_fused_loss(true, 5);
+  const FitOptions options{.epochs = 2, .batch_size = 16, .verbose = 0};
+  m.fit(x, y, options);
+  m.save(dir.file("m.safetensors"));
+  std::unique_ptr<Model> loaded = load_model(dir.file("m.safetensors"));
+  EXPECT_TRUE(loaded->fused_loss());
+  EXPECT_EQ(loaded->fused_loss_chunk_rows(), 5);
+  const History original = m.fit(x, y, options);
+  const History resumed = loaded->fit(x, y, options);
+  EXPECT_EQ(original.step_loss, resumed.step_loss);
+  for (size_t i = 0; i < m.weights().size(); ++i)
+    EXPECT_TRUE(same_bytes(m.weights()[i].value(), loaded->weights()[i].value())) << m.weights()[i].name();
+
+  m.set_fused_loss(false);  // unfused models save as before and load unfused
+  m.save(dir.file("plain.safetensors"));
+  EXPECT_FALSE(load_model(dir.file("plain.safetensors"))->fused_loss());
+}
+
 TEST(ModelFile, CustomLayerRoundTripsThroughTheRegistry) {
   TempDir dir;
   Tensor x = random_floats(Shape{5, 4}, 1);

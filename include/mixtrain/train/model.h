@@ -202,13 +202,15 @@ class Model : public Network, public RecoveryTarget {
   // a Dense that fuses (a linear activation, no regularizer, no float8), called once, the device has the kernel, no
   // top-k metric is compiled and no observer is in force; elsewhere the layers run as usual. predict() and generation
   // compute the output as before. The loss and gradients differ from the layers' by float32 rounding. chunk_rows: 0
-  // for the op's default. Off by default; not saved by save().
+  // for the op's default. Off by default; save() keeps it with the compile configuration, so a loaded model trains
+  // as the saved one did.
   void set_fused_loss(bool on, int64_t chunk_rows = 0) {
     MIXTRAIN_CHECK(chunk_rows >= 0, "set_fused_loss: chunk_rows must be >= 0 (0: the default), got " << chunk_rows);
     fused_loss_ = on;
     fused_chunk_rows_ = chunk_rows;
   }
   bool fused_loss() const { return fused_loss_; }
+  int64_t fused_loss_chunk_rows() const { return fused_chunk_rows_; }
   // Keras' model.save(path): architecture, compile configuration and state in one file; save_model
   // (train/model_file.h) describes it, load_model reads it.
   void save(const std::string& path);
