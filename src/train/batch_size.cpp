@@ -6,6 +6,7 @@
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/hardware_check.h"
+#include "trial_step.h"
 
 namespace mixtrain {
 
@@ -13,19 +14,10 @@ namespace {
 // Peak bytes of one training step at `batch` rows: the first step, so optimizer slots count too.
 int64_t measure_step_peak(const RunConfig& cfg, int64_t num_features, int64_t num_classes, int64_t batch,
                           const StepSamples& samples) {
-  auto model = build_model(cfg, num_features, num_classes, samples.sample_shape);
-  model->compile(make_optimizer(cfg.optimizer, cfg.learning_rate), Loss("sparse_categorical_crossentropy", true));
-  const DType in_dtype = model->layers().front()->compute_dtype();
-  model->to(cfg.device);  // the device's memory is what the batch must fit (train_step copies the batch there)
+  auto model = detail::build_trial_model(cfg, num_features, num_classes, samples);
   const int64_t live = memory_stats(cfg.device).live_bytes;
   reset_peak_memory(cfg.device);
-  {
-    // The batch as fit() gathers it: (B, F) in the first layer's dtype, or (B, T) ids with (B, T) targets.
-    const bool ids = samples.label_per_position;
-    Tensor x = Tensor::zeros({batch, num_features}, ids ? DType::kInt32 : in_dtype);
-    Tensor y = ids ? Tensor::zeros({batch, num_features}, DType::kInt32) : Tensor::zeros({batch}, DType::kInt32);
-    model->train_step(x, y);
-  }
+  detail::run_trial_step(*model, batch, num_features, samples);
   return memory_stats(cfg.device).peak_bytes - live;
 }
 }  // namespace

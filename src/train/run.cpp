@@ -308,7 +308,9 @@ void adopt_resumed_eval_interval(RunConfig& cfg, std::ostream* progress) {
 RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostream* progress, bool interactive) {
   RunConfig cfg = given;
   adopt_resumed_eval_interval(cfg, progress);
+  const int64_t live_before_model = memory_stats(cfg.device).live_bytes;
   std::unique_ptr<Model> model = compiled_run_model(cfg, data);
+  int64_t model_bytes = memory_stats(cfg.device).live_bytes - live_before_model;
   const bool sequences = is_sequence_data(data);
   RunResult r;
   r.compute_dtype = dtype_name(DTypePolicy::from_name(cfg.policy).compute_dtype());
@@ -337,7 +339,11 @@ RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostr
   ValidationSplit split = sequences ? ValidationSplit{data.train.x, data.train.y, data.test.x, data.test.y}
                                     : split_validation(data.train.x, data.train.y, cfg.validation_split);
   if (split.val_x.defined()) fo.validation_data = std::make_pair(split.val_x, split.val_y);
-  if (!cfg.resume_path.empty()) resume_run(cfg, *model, fo, r, progress);
+  if (!cfg.resume_path.empty()) {
+    const int64_t live_before_resume = memory_stats(cfg.device).live_bytes;
+    resume_run(cfg, *model, fo, r, progress);
+    model_bytes += memory_stats(cfg.device).live_bytes - live_before_resume;  // the optimizer state it loaded
+  }
   std::unique_ptr<CheckpointCallback> saver;
   if (!cfg.save_path.empty() && writes_checkpoints) {
     saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg), cfg.save_every);
@@ -356,6 +362,7 @@ RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostr
 
   // The device's memory: host memory on the CPU, the GPU's own on a GPU (the batches' host copies are not counted).
   const int64_t live_before = memory_stats(cfg.device).live_bytes;
+  r.model_bytes = model_bytes;
   reset_peak_memory(cfg.device);
   r.history = model->fit(split.x, split.y, fo);
   r.peak_memory_bytes = memory_stats(cfg.device).peak_bytes - live_before;

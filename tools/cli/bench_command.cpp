@@ -20,6 +20,7 @@
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/train/batch_size.h"
+#include "mixtrain/train/memory_plan.h"
 
 namespace mixtrain::cli {
 
@@ -257,13 +258,15 @@ struct StepOptions {
   int64_t steps = 10;       // --steps: the timed steps
   int64_t vocabulary = 0;   // --vocabulary: the transformer's (0 for the other models)
   std::string json_path;    // --json
+  bool memory_plan = false; // --memory-plan: the plan before the steps, the measurement beside it after
 };
 constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
-                "optimizer-state", "attention", "fused-loss"});
+                "optimizer-state", "attention", "fused-loss"},
+         {"memory-plan"});
   StepOptions o;
   RunConfig& cfg = o.run;
   cfg.device = usable_device_flag(a, "bench step");
@@ -311,6 +314,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   cfg.optimizer_state = a.str("optimizer-state", "float32");
   validate_run_config(cfg);
   o.json_path = a.path("json");
+  o.memory_plan = a.has("memory-plan");
   return o;
 }
 
@@ -350,6 +354,7 @@ StepBatch step_batch(const StepOptions& o, const Model& model, int64_t weights) 
 struct StepTiming {
   double median = 0;             // seconds per step
   int64_t step_peak_bytes = 0;   // beyond what the model, its optimizer state and the batch hold between steps
+  int64_t live_bytes = 0;        // what they hold between steps (all that is live then)
   int64_t declined_plans = 0;    // GPU: cuBLASLt plans declined (warm-up and timed steps)
   int64_t fallback_products = 0; // GPU: products on the fallback kernel
   double comm_share = 0;         // data-parallel: time inside collectives over the timed steps' time
@@ -382,6 +387,7 @@ StepTiming time_steps(const StepOptions& o, Model& model, const StepBatch& batch
   }
   StepTiming r;
   r.step_peak_bytes = memory_stats(cfg.device).peak_bytes - live_before;
+  r.live_bytes = live_before;
   const ops::CudaGemmCounts gemm_after = ops::cuda_gemm_counts();
   r.declined_plans = gemm_after.declined_plans - gemm_before.declined_plans;
   r.fallback_products = gemm_after.fallback_products - gemm_before.fallback_products;
@@ -471,8 +477,23 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
   return j;
 }
 
+// The plan for the steps bench step times: this rank's rows, no validation.
+MemoryPlan step_memory_plan(const StepOptions& o, const Communicator* job) {
+  const RunConfig& cfg = o.run;
+  const int64_t rows = job ? cfg.batch_size / job->size() : cfg.batch_size;
+  return o.transformer ? plan_training_memory(cfg, cfg.context_length, o.vocabulary, rows,
+                                              StepSamples{{cfg.context_length}, true})
+                       : plan_training_memory(cfg, kInputs, kClasses, rows);
+}
+
 int bench_step(const std::vector<std::string>& argv) {
   const StepOptions o = step_options_from(argv);
+  const int64_t live_at_start = memory_stats(o.run.device).live_bytes;
+  std::optional<MemoryPlan> plan;
+  if (o.memory_plan) {
+    plan = step_memory_plan(o, data_parallel_job_on(o.run.device));
+    if (writes_outputs()) std::printf("%s", memory_plan_text(*plan).c_str());
+  }
   std::unique_ptr<Model> model = build_step_model(o);
   int64_t weights = 0;
   for (const Var& w : model->trainable_weights()) weights += w.value().numel();
@@ -483,8 +504,13 @@ int bench_step(const std::vector<std::string>& argv) {
   if (job) broadcast_variables(model->weights(), *job);
   const StepTiming t = time_steps(o, *model, batch, job);
   print_step(o, batch, weights, t, job);
+  // Measured as the plan counts: what the model, its state and the batch hold between steps, and a step's peak.
+  const int64_t measured = t.live_bytes - live_at_start + t.step_peak_bytes;
+  if (plan && writes_outputs()) std::printf("%s", memory_measured_text(*plan, measured).c_str());
   if (!o.json_path.empty()) {
-    if (writes_outputs()) write_file_atomically(o.json_path, step_json(o, batch, weights, t, job).dump(2) + "\n");
+    Json report = step_json(o, batch, weights, t, job);
+    if (plan) report["memory_plan"] = memory_plan_json(*plan, measured);
+    if (writes_outputs()) write_file_atomically(o.json_path, report.dump(2) + "\n");
     std::printf("wrote %s\n", o.json_path.c_str());
   }
   return 0;

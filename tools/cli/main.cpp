@@ -36,6 +36,7 @@ const char* kUsage =
     "           when a cell of the first line is not a number) --label-column NAME|INDEX (0-based, -1 the\n"
     "           last column: the default)\n"
     "           --validation-split F --json FILE --save CKPT --resume CKPT --recover\n"
+    "           --memory-plan: where memory will go, said before training; the measured peak beside it after\n"
     "           --save-every N: also write CKPT after every N steps, so a killed run resumed with\n"
     "           --resume CKPT continues at the next batch and ends bit-identical to an uninterrupted run\n"
     "           transformer: --context T --width D --layers L --heads H --dropout X\n"
@@ -57,7 +58,7 @@ const char* kUsage =
     "           adds the CPU's FP8 GEMM (float8_e4m3fn, float8_e5m2 operands, docs/FP8.md)\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
     "           [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]\n"
-    "           [--json FILE] [--device cpu|cuda|cuda:N]: milliseconds per training step\n"
+    "           [--json FILE] [--device cpu|cuda|cuda:N] [--memory-plan]: milliseconds per training step\n"
     "data-parallel: mpirun -np N mixtrain train|compare|bench step ... trains on N processes; --batch-size is\n"
     "           the global batch (divisible by N); rank 0 prints and writes files (docs/SCALING.md);\n"
     "           train|compare --sync-batch-norm: BatchNormalization with the global batch's statistics\n";

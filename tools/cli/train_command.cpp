@@ -26,6 +26,7 @@
 #include "mixtrain/distributed/device_communicator.h"
 #include "mixtrain/report/progress_bar.h"
 #include "mixtrain/train/batch_size.h"
+#include "mixtrain/train/memory_plan.h"
 
 namespace mixtrain::cli {
 
@@ -335,7 +336,7 @@ void print_run_summary(const RunResult& r) {
 int train_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.insert({"json", "save", "save-every", "resume", "device"});
-  Args a(argv, flags, {"recover", "sync-batch-norm"});
+  Args a(argv, flags, {"recover", "sync-batch-norm", "memory-plan"});
   const RunOptions o = run_options_from(a, "train");
   RunConfig cfg = o.run;
   cfg.save_path = a.path("save");
@@ -381,11 +382,20 @@ int train_command(const std::vector<std::string>& argv) {
   print_data_line(data_spec, data, token_unit(cfg));
   resolve_batch_size(cfg, o, data);
   if (o.batch_size_auto) check_global_batch(cfg, job);
+  // Before training: where memory will go, for this rank's share of the batch.
+  std::optional<MemoryPlan> plan;
+  if (a.has("memory-plan")) {
+    plan = plan_run_memory(cfg, data);
+    if (writer) std::cout << memory_plan_text(*plan) << std::flush;
+  }
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
   if (r.interrupted) return report_interrupted(cfg, r, stop.reason());
   print_run_summary(r);
+  if (plan && writer) std::cout << memory_measured_text(*plan, r.model_bytes + r.peak_memory_bytes);
   if (!json_path.empty() && writer) {
-    write_file_atomically(json_path, run_to_json(cfg, data_spec, r).dump(2) + "\n");
+    Json report = run_to_json(cfg, data_spec, r);
+    if (plan) report["memory_plan"] = memory_plan_json(*plan, r.model_bytes + r.peak_memory_bytes);
+    write_file_atomically(json_path, report.dump(2) + "\n");
     std::cout << "wrote " << json_path << "\n";
   }
   if (r.initial_epoch >= cfg.fit_epochs())

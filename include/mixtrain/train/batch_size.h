@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/train/run.h"
+#include "mixtrain/train/step_samples.h"
 
 namespace mixtrain {
 
@@ -29,13 +30,6 @@ int64_t parse_memory_size(const std::string& text, const std::string& flag);
 // The largest batch in [1, max_batch] whose training step (model built from cfg under its policy, Adam
 // state included) peaks at or under 95% of budget_bytes (headroom for validation batches). Powers of two are tried upward from 32, then the
 // last interval is bisected to a multiple of 32 (or exact below 32). Throws when even one row does not fit.
-// What a trial step's batch looks like. The default: rows of num_features float features, one class id each. A
-// sequence model's windows (the transformer's) are int32 ids with a class id per position: sample_shape {T} and
-// label_per_position.
-struct StepSamples {
-  std::vector<int64_t> sample_shape;  // one sample's shape when known, as build_model takes it
-  bool label_per_position = false;
-};
 BatchSizeSearch find_max_batch_size(const RunConfig& cfg, int64_t num_features, int64_t num_classes,
                                     int64_t budget_bytes, int64_t max_batch, const StepSamples& samples = {});
 

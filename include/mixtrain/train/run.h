@@ -22,6 +22,9 @@ struct RunResult {
   double samples_per_second = 0;
   double tokens_per_second = 0;   // sequence models: samples/s times the sequence length (0 otherwise)
   int64_t peak_memory_bytes = 0;  // allocator peak during fit(), above what was live before it
+  // What the built and compiled model held when fit() started (its weights, and any state a resume loaded): with
+  // peak_memory_bytes, the run's whole peak, which a MemoryPlan's total_bytes() plans.
+  int64_t model_bytes = 0;
   std::string compute_dtype;
   // Loss-scale summary (float16 compute with dynamic or fixed scaling).
   bool loss_scaled = false;
