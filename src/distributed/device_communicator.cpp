@@ -95,6 +95,14 @@ void DeviceCommunicator::all_reduce_on_device(Tensor& t, ReduceOp op) {
   queue(t, "all_reduce_on_device", [&] { collectives_->all_reduce(t, op); });
 }
 
+void DeviceCommunicator::start_all_reduce_on_device(Tensor& t, ReduceOp op) {
+  MIXTRAIN_CHECK(t.defined() && t.dtype() == DType::kFloat32,
+                 "start_all_reduce_on_device: reduces float32, got " << t.describe());
+  queue(t, "start_all_reduce_on_device", [&] { collectives_->start_all_reduce(t, op); });
+}
+
+void DeviceCommunicator::join_device() { collectives_->join(); }
+
 void DeviceCommunicator::broadcast_on_device(Tensor& t, int root) {
   MIXTRAIN_CHECK(root >= 0 && root < size(), "broadcast_on_device: root " << root << " is not a rank of " << size());
   queue(t, "broadcast_on_device", [&] { collectives_->broadcast(t, root); });

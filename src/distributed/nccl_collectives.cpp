@@ -118,15 +118,12 @@ class NcclCollectives final : public DeviceCollectives {
   }
   std::string name() const override { return "nccl"; }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
+  void all_reduce(Tensor& t, ReduceOp op) override { queue_all_reduce(t, op, true); }
+  // The backward pass's buckets: compute goes on while NCCL reduces, until join() (before the optimizer step reads).
+  void start_all_reduce(Tensor& t, ReduceOp op) override { queue_all_reduce(t, op, false); }
+  void join() override {
     ops::make_current(device_);
-    watchdog_.enqueue([&] {
-      side_.run(t.raw(), [&](void* stream) {
-        check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
-                              stream),
-              "ncclAllReduce");
-      });
-    });
+    side_.join();
   }
   void broadcast(Tensor& t, int root) override {
     ops::make_current(device_);
@@ -138,6 +135,18 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
  private:
+  // ncclAllReduce in place on the side stream; compute waits for it at once when `joined`, else at join().
+  void queue_all_reduce(Tensor& t, ReduceOp op, bool joined) {
+    ops::make_current(device_);
+    watchdog_.enqueue([&] {
+      side_.start(t.raw(), [&](void* stream) {
+        check(api_.all_reduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl::kFloat32, nccl_op(op), comm_,
+                              stream),
+              "ncclAllReduce");
+      });
+    });
+    if (joined) side_.join();
+  }
   void check(nccl::Result rc, const char* what) const {
     if (rc != nccl::kSuccess)
       MIXTRAIN_FAIL(kInternal, what << " on " << device_.str() << " failed: " << api_.error_string(rc),

@@ -1,5 +1,7 @@
 #include "mixtrain/distributed/overlapped_reduce.h"
 
+#include "mixtrain/ops/elementwise.h"
+
 namespace mixtrain {
 
 void OverlappedReduce::plan(const std::vector<int64_t>& segment_start, int64_t capacity, int64_t bucket_bytes) {
@@ -23,9 +25,15 @@ std::vector<std::pair<int64_t, int64_t>> OverlappedReduce::bucket_ranges() const
 void OverlappedReduce::begin(Communicator& comm, float* grads, float weight) {
   comm_ = &comm;
   grads_ = grads;
+  device_grads_ = Tensor();
   weight_ = weight;
   next_ = 0;
   inflight_.clear();
+}
+
+void OverlappedReduce::begin_on_device(Communicator& comm, const Tensor& grads, float weight) {
+  begin(comm, nullptr, weight);
+  device_grads_ = grads;
 }
 
 void OverlappedReduce::advance() {
@@ -35,6 +43,12 @@ void OverlappedReduce::advance() {
 void OverlappedReduce::start_final(size_t segment) {
   while (next_ < buckets_.size() && buckets_[next_].first_segment >= segment) {
     const Bucket& b = buckets_[next_++];
+    if (device_grads_.defined()) {
+      Tensor bucket = device_grads_.slice(0, b.lo, b.hi);  // a view: weighted and reduced in place
+      if (weight_ != 1.0f) ops::scale_in_place(bucket, weight_);
+      comm_->start_all_reduce_on_device(bucket, ReduceOp::kSum);
+      continue;
+    }
     float* p = grads_ + b.lo;
     const int64_t n = b.hi - b.lo;
     if (weight_ != 1.0f)
@@ -46,6 +60,7 @@ void OverlappedReduce::start_final(size_t segment) {
 void OverlappedReduce::wait() {
   for (auto& r : inflight_) r->wait();
   inflight_.clear();
+  if (device_grads_.defined()) comm_->join_device();
 }
 
 }  // namespace mixtrain

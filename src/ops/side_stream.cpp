@@ -22,16 +22,27 @@ SideStream::~SideStream() {
   driver_.destroy_stream(device_, stream_);
 }
 
-void SideStream::run(const void* buffer, const std::function<void(void* stream)>& queue) {
+void SideStream::start(const void* buffer, const std::function<void(void* stream)>& queue) {
   // The buffer was written by kernels on compute: the side stream starts after them.
   driver_.record(ready_, nullptr);
   driver_.wait(stream_, ready_);
   queue(stream_);
-  // Compute's later kernels read the result, or reuse the memory, only after the side stream is done with it; a
-  // block freed on the host meanwhile waits for the same point before the allocator hands it out again.
   driver_.record(done_, stream_);
-  driver_.wait(nullptr, done_);
+  pending_ = true;
+  // A block freed on the host before the side stream is done with it waits for that point before the allocator hands
+  // it out again, joined or not.
   driver_.hold_until_done(device_, buffer, stream_);
+}
+
+void SideStream::join() {
+  // Compute's later kernels read the results, or reuse the memory, only after the side stream is done with them.
+  if (pending_) driver_.wait(nullptr, done_);
+  pending_ = false;
+}
+
+void SideStream::run(const void* buffer, const std::function<void(void* stream)>& queue) {
+  start(buffer, queue);
+  join();
 }
 
 #ifndef MIXTRAIN_HAVE_CUDA

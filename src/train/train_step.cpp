@@ -178,11 +178,17 @@ bool Model::start_overlapped_reduce(const StepShard& shard, bool flat, bool empt
   // Data-parallel with flat buffers: buckets of a stack's gradients start during backward (unless an observer
   // is already in force, e.g. inspection's).
   if (!overlap_) overlap_ = std::make_shared<LayerBucketObserver>();
-  // (On a device the gradients are all-reduced once backward is done: see all_reduce_gradients.)
-  const bool overlapped = shard.comm && flat && device().is_cpu() && !empty_shards && observer() == nullptr &&
+  // On a device, only where the communicator moves its memory (NCCL): staged through the host, the gradients are
+  // all-reduced once backward is done (all_reduce_gradients).
+  const bool here = device().is_cpu() || (shard.comm && shard.comm->moves_memory_of(device()));
+  const bool overlapped = shard.comm && flat && here && !empty_shards && observer() == nullptr &&
                           overlap_->prepare(*this, arena_, bucket_bytes_);
   if (overlapped) {
-    overlap_->reduce().begin(*shard.comm, arena_.gradient_buffer(DType::kFloat32).data<float>(), shard.weight);
+    Tensor grads = arena_.gradient_buffer(DType::kFloat32);
+    if (device().is_cpu())
+      overlap_->reduce().begin(*shard.comm, grads.data<float>(), shard.weight);
+    else
+      overlap_->reduce().begin_on_device(*shard.comm, grads, shard.weight);
     set_observer(overlap_.get());
   }
   return overlapped;

@@ -25,8 +25,8 @@ fail() { echo "FAIL: $*"; cat "$tmp/run.log"; exit 1; }
 [ ! -e "$tmp/calls.log" ] || fail "the dry run ran: $(cat "$tmp/calls.log")"
 [ ! -e "$tmp/out" ] || fail "the dry run made OUT"
 [ ! -e "$tmp/repo/build-gpu" ] || fail "the dry run made build-gpu"
-python3 - "$tmp/run.log" <<'PY'
-import re, sys
+python3 - "$tmp/run.log" "$root" <<'PY'
+import fnmatch, glob, os, re, sys
 lines = open(sys.argv[1]).read().splitlines()
 def first(text):
     hits = [i for i, l in enumerate(lines) if text in l]
@@ -49,7 +49,22 @@ for l in steps:
     cap = int(re.search(r"cap (\d+)s:", l).group(1))
     assert 0 < cap <= 400 - 15, f"a cap outside the budget: {l}"
 assert lines[-1] == "gpu-check: dry run: nothing was run", lines[-1]
-print(f"gpu-check dry run: {len(steps)} steps listed in order, the pre-flight and GoogleTest's build first")
+# Every test of tests/ops that needs a GPU (REQUIRE_CUDA_BACKEND or REQUIRE_CUDA_GEMM in its body) is in the GPU
+# tests' filter: one left out would pass by skipping on every machine, the GPU run included.
+ops_line = lines[first("MIXTRAIN_REQUIRE_GPU=1 build-gpu/tests/ops/ops_test")]
+patterns = re.search(r"--gtest_filter=(\S+)", ops_line).group(1).replace("\\", "").split(":")
+gpu_tests = []
+for path in sorted(glob.glob(os.path.join(sys.argv[2], "tests/ops/*.cpp"))):
+    parts = re.split(r"^TEST(?:_F|_P)?\((\w+), (\w+)\)", open(path).read(), flags=re.M)
+    for suite, name, body in zip(parts[1::3], parts[2::3], parts[3::3]):
+        # (*Child suites are processes a test starts itself, never run on their own.)
+        if "REQUIRE_CUDA_" in body.split("\n}\n")[0] and not suite.endswith("Child"):
+            gpu_tests.append(f"{suite}.{name}")
+            assert any(fnmatch.fnmatchcase(gpu_tests[-1], p) for p in patterns), \
+                f"{gpu_tests[-1]} ({os.path.basename(path)}) needs a GPU and is not in the filter {patterns}"
+assert len(gpu_tests) >= 20, f"only {len(gpu_tests)} GPU tests found in tests/ops"
+print(f"gpu-check dry run: {len(steps)} steps listed in order, the pre-flight and GoogleTest's build first; "
+      f"the {len(gpu_tests)} GPU tests of tests/ops in the filter")
 PY
 
 # A budget that leaves no room for the tests: neither GoogleTest nor the tests are in the plan, the figures are.

@@ -42,6 +42,13 @@ class EmulatedCollectives final : public DeviceCollectives {
     ops::EmulatedKernelScope kernel;
     host_.broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), root);
   }
+  // A gradient bucket started during backward: reduced at once here (the emulated device runs in order), counted.
+  void start_all_reduce(Tensor& t, ReduceOp op) override {
+    ++started;
+    all_reduce(t, op);
+  }
+  void join() override { ++joins; }
+  static inline int started = 0, joins = 0;
 
  private:
   Communicator& host_;
@@ -77,6 +84,7 @@ TEST_P(DeviceCommunicatorFit, TwoRanksGiveTheCpuRanksWeightsWithoutReadingEachSt
   on_device->to(kEmulated);
   o.communicator = on_gpus.get();
   const int64_t downloads_before = testing_device::g_counts.downloads;
+  EmulatedCollectives::started = EmulatedCollectives::joins = 0;
   const History h_device = on_device->fit(x, y, o);
   const int64_t downloads = testing_device::g_counts.downloads - downloads_before;
 
@@ -101,6 +109,9 @@ TEST_P(DeviceCommunicatorFit, TwoRanksGiveTheCpuRanksWeightsWithoutReadingEachSt
   // Staged through the host, every step would download its gradient buffer and its logs (55 downloads here); on
   // the device an epoch reads its logs once (its 12 steps fit one window) and validation its one batch's sums.
   EXPECT_LE(downloads, 2 * o.epochs) << downloads << " downloads";
+  // The gradients went in buckets started during backward (the CPU ranks' overlap), joined once a step.
+  EXPECT_GE(EmulatedCollectives::started, EmulatedCollectives::joins);
+  EXPECT_EQ(EmulatedCollectives::joins, static_cast<int>(h_device.step_loss.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, DeviceCommunicatorFit,

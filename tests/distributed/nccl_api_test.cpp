@@ -401,14 +401,45 @@ TEST(NcclCollectives, EachCollectiveRunsOnItsOwnStreamBetweenTheEventEdges) {
   c.reset();
   // Stream 1, events 2 (compute's work so far) and 3 (the side stream's).
   const std::vector<std::string> expected = {
-      "record 2 on compute", "wait 1 for 2", "ncclAllReduce 5 in place on 1", "record 3 on 1", "wait compute for 3",
-      "hold t until 1",
-      "record 2 on compute", "wait 1 for 2", "ncclBroadcast 20 from 0 on 1", "record 3 on 1", "wait compute for 3",
-      "hold t until 1",
+      "record 2 on compute", "wait 1 for 2", "ncclAllReduce 5 in place on 1", "record 3 on 1", "hold t until 1",
+      "wait compute for 3",
+      "record 2 on compute", "wait 1 for 2", "ncclBroadcast 20 from 0 on 1", "record 3 on 1", "hold t until 1",
+      "wait compute for 3",
       "destroy_stream 1"};
   EXPECT_EQ(OrderLog::log, expected);
   EXPECT_EQ(FakeNccl::destroys.load(), 1) << "drained and destroyed before its stream";
   EXPECT_EQ(FakeNccl::aborts.load(), 0);
+}
+
+// A started all-reduce (a gradient bucket during backward) is queued between the same edges but compute does not wait
+// for it: the kernels queued after it (the next layers' backward) run beside it, and compute's one wait is the
+// join's, before the optimizer reads the buffer. Waiting right after each collective would put every later layer's
+// kernels behind it.
+TEST(NcclCollectives, AStartedAllReduceLetsComputeRunOnUntilTheJoin) {
+  nccl::Api api = FakeNccl::api();
+  api.all_reduce = &logged_all_reduce;
+  LoggingStreams streams;
+  OrderLog::log.clear();
+  Tensor t = Tensor::from_floats({5}, {1, 2, 3, 4, 5}), u = Tensor::from_floats({3}, {1, 2, 3});
+  streams.held = t.raw();
+  std::unique_ptr<DeviceCollectives> c = nccl::make_collectives(api, nullptr, Device::cpu(), 600.0, streams);
+  c->start_all_reduce(t, ReduceOp::kSum);
+  OrderLog::log.push_back("backward kernel");
+  c->start_all_reduce(u, ReduceOp::kSum);
+  OrderLog::log.push_back("backward kernel");
+  c->join();
+  OrderLog::log.push_back("optimizer kernel");
+  c.reset();
+  const std::vector<std::string> expected = {
+      "record 2 on compute", "wait 1 for 2", "ncclAllReduce 5 in place on 1", "record 3 on 1", "hold t until 1",
+      "backward kernel",
+      "record 2 on compute", "wait 1 for 2", "ncclAllReduce 3 in place on 1", "record 3 on 1",
+      "hold another buffer until 1",
+      "backward kernel",
+      "wait compute for 3",
+      "optimizer kernel",
+      "destroy_stream 1"};
+  EXPECT_EQ(OrderLog::log, expected);
 }
 
 bool gpu_required() {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,7 +37,26 @@ class RecordingCommunicator : public Communicator {
   void barrier() override {}
   [[noreturn]] void abort(int) override { std::abort(); }
 
+  // Device memory (a host tensor stands in for it): each started all-reduce's offset from `base` and length, and
+  // each join, in order with what the test logs between them (the backward pass's kernels).
+  const float* base = nullptr;
+  std::vector<std::string> device_log;
+  void all_reduce_on_device(Tensor& t, ReduceOp) override {
+    device_log.push_back("all_reduce " + where(t) + ", joined");
+  }
+  void start_all_reduce_on_device(Tensor& t, ReduceOp) override {
+    device_log.push_back("start " + where(t) + " at " + std::to_string(t.data<float>()[0]));
+  }
+  void join_device() override { device_log.push_back("join"); }
+
  private:
+  std::string where(const Tensor& t) const {
+    std::string s = "[";  // appended piece by piece: g++ 12 warns (-Wrestrict) about "[" + std::to_string(...)
+    s += std::to_string(t.data<float>() - base);
+    s += ", +";
+    s += std::to_string(t.numel());
+    return s + ")";
+  }
   class RecordedRequest : public Request {
    public:
     explicit RecordedRequest(RecordingCommunicator& c) : c_(c) {}
@@ -105,6 +125,42 @@ TEST(OverlappedReduce, BucketsStartLastFirstWhenTheirSegmentsAreFinalWeightedOnc
   EXPECT_EQ(comm.started[3].data, grads.data() + 60);
   EXPECT_EQ(comm.waits, 6);
   for (size_t i = 0; i < grads.size(); ++i) EXPECT_EQ(grads[i], static_cast<float>(i) * 0.5f) << i;
+}
+
+// On a device: each bucket starts as a device all-reduce, weighted in place first, that the device's kernels do not
+// wait for, so the backward pass's later layers run while it is reduced; the one join is wait()'s (before the
+// optimizer step). An all-reduce joined at once, or a join after each bucket, would order every later layer behind it.
+TEST(OverlappedReduce, OnADeviceBucketsStartUnjoinedAndTheStepJoinsThemOnce) {
+  OverlappedReduce r;
+  r.plan({0, 10, 30, 60}, 100, 35 * 4);
+  std::vector<float> values(100);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const Tensor grads = Tensor::from_floats({100}, values);
+  RecordingCommunicator comm;
+  comm.base = grads.data<float>();
+  r.begin_on_device(comm, grads, 0.5f);
+  r.start_final(3);
+  comm.device_log.push_back("layer 2 backward");
+  r.advance();
+  r.start_final(1);
+  comm.device_log.push_back("layer 0 backward");
+  r.start_rest();
+  comm.device_log.push_back("loss scale");
+  EXPECT_EQ(comm.started.size(), 0u) << "device memory never goes through the host's all-reduce";
+  r.wait();
+  const std::vector<std::string> expected = {
+      "start [60, +40) at 30.000000", "layer 2 backward", "start [10, +50) at 5.000000", "layer 0 backward",
+      "start [0, +10) at 0.000000",   "loss scale",       "join"};
+  EXPECT_EQ(comm.device_log, expected);
+  const std::vector<float> got = grads.to_floats();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], static_cast<float>(i) * 0.5f) << i;
+
+  // A host step after it reduces host memory again, and joins nothing.
+  r.begin(comm, values.data(), 1.0f);
+  r.start_rest();
+  r.wait();
+  EXPECT_EQ(comm.started.size(), 3u);
+  EXPECT_EQ(comm.device_log.size(), expected.size());
 }
 
 TEST(OverlappedReduce, OnOneProcessTheSumIsTheWeightedBuffer) {

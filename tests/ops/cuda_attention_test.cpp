@@ -18,6 +18,9 @@
 #include "mixtrain/ops/matmul.h"
 #include "mixtrain/ops/transfer.h"
 #include "op_test_util.h"
+#include "ops/cuda/attention_plan.h"
+#include "ops/shared/float16_convert.h"
+#include "ops/shared/gemm_element.h"
 
 namespace mixtrain::ops {
 namespace {
@@ -225,6 +228,98 @@ TEST(CudaAttentionBounds, TheRoundedDsProductsStayWithinTheGpuTestsTolerance) {
       }
     }
     EXPECT_GT(moved, 0) << dtype_name(dt) << ": rounding ds changed no gradient, so nothing tests the bounds";
+  }
+}
+
+// q or k on a grid of 1/64 in [-1, 1]: held exactly by float16 and bfloat16, and up to 24 of their products (multiples
+// of 2^-12 below 1) sum exactly in float32 in any order (|sum| < 32: at most 17 significant bits), so the CPU's GEMM
+// and the GPU's product hold the same float32 sum, which float16 and bfloat16 cannot always hold.
+Tensor fine_query_key(const Shape& shape, uint64_t seed, DType dt) {
+  std::vector<float> v = random_tensor(shape, seed, DType::kFloat32).to_floats();
+  for (float& x : v) x = std::round(x * 64.0f) / 64.0f;
+  return Tensor::from_floats(shape, v, dt);
+}
+
+struct ScoreCase {
+  int64_t b, t, s, h, dk;
+  bool causal;
+};
+// dk 12, 20, 24: scales 1/sqrt(dk) that are not powers of two, so where the rounding falls matters.
+const ScoreCase kScoreCases[] = {{2, 5, 7, 2, 12, false}, {1, 9, 9, 3, 24, true}, {2, 3, 17, 1, 20, false},
+                                 {1, 33, 33, 2, 24, true}};
+
+AttentionOptions score_options(const ScoreCase& c) {
+  AttentionOptions o;
+  o.num_heads = c.h;
+  o.causal = c.causal;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+  return o;
+}
+
+// The GPU's score tensor under a 16-bit policy, emulated on the host: the plan's dtype (attention_plan.h), written by
+// the score product with alpha = scale, whose arithmetic is the fallback kernel's element rule (gemm_element.h: float32
+// sum, times alpha, one rounding) and cuBLASLt's epilogue alike. Each score must be the CPU kernel's float32 logit
+// rounded into the compute dtype, bit for bit (the float32 scores, when the logits are asked for, the logit itself);
+// and rounding the product into the dtype before the scale, what a 16-bit product without alpha gives, must differ
+// somewhere, so the check can fail.
+TEST(CudaAttentionScores, SixteenBitScoresOfTheScaledProductAreTheCpusRoundedLogits) {
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    ASSERT_EQ(cuda::attention_score_dtype(dt, false), dt) << dtype_name(dt) << ": the scores stay float32";
+    ASSERT_EQ(cuda::attention_score_dtype(dt, true), DType::kFloat32) << dtype_name(dt);
+    const int code = shared::float_code(dt);
+    int64_t rounded_early = 0;
+    for (const ScoreCase& c : kScoreCases) {
+      const Tensor q = fine_query_key({c.b, c.t, c.h * c.dk}, 21, dt);
+      const Tensor k = fine_query_key({c.b, c.s, c.h * c.dk}, 22, dt);
+      const Tensor v = random_tensor({c.b, c.s, c.h * c.dk}, 23, dt);
+      const AttentionOptions o = score_options(c);
+      const std::vector<float> logits = scaled_dot_product_attention(q, k, v, o, false, true).logits.to_floats();
+      const std::vector<float> qv = q.to_floats(), kv = k.to_floats();
+      size_t next = 0;  // the CPU's logits: per pair, row by row, the causal rows' selected columns only
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t hh = 0; hh < c.h; ++hh)
+          for (int64_t i = 0; i < c.t; ++i)
+            for (int64_t j = 0; j < (c.causal ? i + 1 + (c.s - c.t) : c.s); ++j, ++next) {
+              float acc = 0.0f;
+              for (int64_t d = 0; d < c.dk; ++d)
+                acc = shared::gemm_accumulate(acc, qv[static_cast<size_t>((b * c.t + i) * c.h * c.dk + hh * c.dk + d)],
+                                              kv[static_cast<size_t>((b * c.s + j) * c.h * c.dk + hh * c.dk + d)]);
+              const float scaled = shared::gemm_finish(acc, o.scale, nullptr, j);
+              const float score = shared::through_dtype(scaled, code);  // the one rounding into the score tensor
+              const float want = shared::through_dtype(logits[next], code);
+              ASSERT_EQ(testing::bits(score), testing::bits(want))
+                  << dtype_name(dt) << " b=" << b << " h=" << hh << " i=" << i << " j=" << j << " sum " << acc;
+              ASSERT_EQ(testing::bits(scaled), testing::bits(logits[next])) << "float32 scores, " << dtype_name(dt);
+              const float early = shared::mul_rn(shared::through_dtype(acc, code), o.scale);
+              rounded_early += shared::through_dtype(early, code) != want;
+            }
+      ASSERT_EQ(next, logits.size());
+    }
+    EXPECT_GT(rounded_early, 0) << dtype_name(dt) << ": rounding before the scale changed no score";
+  }
+}
+
+// On the GPU: without the float32 logits the scores are 16-bit under a 16-bit policy; with the CPU's logits bits
+// (fine_query_key's exact sums), the probabilities differ from the CPU's only by the row sums' order (a few float32
+// units) before their one rounding, and the output by the GEMM's order besides.
+TEST(CudaBackend, AttentionWithSixteenBitScoresGivesTheCpusProbabilities) {
+  REQUIRE_CUDA_GEMM();
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const ScoreCase& c : kScoreCases) {
+      const Tensor q = fine_query_key({c.b, c.t, c.h * c.dk}, 31, dt);
+      const Tensor k = fine_query_key({c.b, c.s, c.h * c.dk}, 32, dt);
+      const Tensor v = random_tensor({c.b, c.s, c.h * c.dk}, 33, dt);
+      const AttentionOptions o = score_options(c);
+      const AttentionOutput want = scaled_dot_product_attention(q, k, v, o);
+      const AttentionOutput got = scaled_dot_product_attention(gpu(q), gpu(k), gpu(v), o);
+      const double u = unit(dt), f32 = 0x1p-24, sub = 2 * subnormal_step(dt);
+      const std::string what = std::string(dtype_name(dt)) + " dk=" + std::to_string(c.dk);
+      expect_close(got.probs, want.probs, [&](double cv) { return (2 * u + 64 * f32) * std::fabs(cv) + sub; },
+                   "probs " + what);
+      expect_close(got.out, want.out,
+                   [&](double cv) { return 2 * u * std::fabs(cv) + 2 * u + 64 * f32 + 2.0 * c.s * f32 + sub; },
+                   "out " + what);
+    }
   }
 }
 

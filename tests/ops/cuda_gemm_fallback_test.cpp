@@ -38,7 +38,7 @@ std::vector<float> rule_product(const std::vector<float>& a, const std::vector<f
       float acc = 0.0f;
       for (int64_t t = 0; t < k; ++t)
         acc = shared::gemm_accumulate(acc, a[static_cast<size_t>(i * k + t)], b[static_cast<size_t>(t * n + j)]);
-      c[static_cast<size_t>(i * n + j)] = shared::gemm_finish(acc, bias, j);
+      c[static_cast<size_t>(i * n + j)] = shared::gemm_finish(acc, 1.0f, bias, j);
     }
   return c;
 }
@@ -74,7 +74,7 @@ TEST(CudaGemmFallback, TheElementRuleReadsEveryLayoutAndIsAProduct) {
           for (int64_t t = 0; t < k; ++t)
             acc = shared::gemm_accumulate(acc, am[static_cast<size_t>(shared::gemm_a_offset(ta, lda, i, t))],
                                           bm[static_cast<size_t>(shared::gemm_b_offset(tb, ldb, t, j))]);
-          const float got = shared::gemm_finish(acc, bias.data(), j);
+          const float got = shared::gemm_finish(acc, 1.0f, bias.data(), j);
           const size_t e = static_cast<size_t>(i * n + j);
           EXPECT_EQ(bits(got), bits(want[e])) << "trans_a=" << ta << " trans_b=" << tb << " (" << i << ", " << j << ")";
           double exact = bias[static_cast<size_t>(j)], magnitude = 0.0;

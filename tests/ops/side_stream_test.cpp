@@ -59,8 +59,9 @@ TEST(SideStream, QueuedWorkWaitsForComputeAndComputeWaitsForItThroughEvents) {
       "create_event 3 @3",   // ready (2) and done (3)
       "record 2 on compute", "wait 1 for 2",  // the side stream starts after the kernels that wrote the buffer
       "collective on 1",
-      "record 3 on 1",       "wait compute for 3",  // later kernels read the buffer after the collective
-      "hold grads until 1 @3",                       // and the allocator does not hand its block out before then
+      "record 3 on 1",
+      "hold grads until 1 @3",  // the allocator does not hand the buffer's block out before the collective is done
+      "wait compute for 3",     // and later kernels read the buffer after it
       "destroy_event 3 @3",  "destroy_event 2 @3", "destroy_stream 1 @3"};
   EXPECT_EQ(driver.log, expected);
 }
@@ -73,6 +74,31 @@ TEST(SideStream, WorkThatFailsToQueueLeavesComputeUnordered) {
   EXPECT_THROW(side.run(buffer, [](void*) { MIXTRAIN_FAIL(kInternal, "ncclAllReduce failed", ""); }), Error);
   const std::vector<std::string> expected = {"record 2 on compute", "wait 1 for 2"};
   EXPECT_EQ(driver.log, expected) << "compute must not wait for an event that marks nothing queued";
+}
+
+// Started work leaves compute running (a backward pass's other layers) until the join: compute's one wait comes where
+// the results are read, after the kernels queued meanwhile, and covers both works (the side stream's last event).
+// The buffers are held from their start, joined or not; a join with nothing started waits for nothing.
+TEST(SideStream, StartedWorkIsJoinedWhereComputeReadsItNotRightAfterIt) {
+  RecordingDriver driver;
+  const char first[] = "bucket 1", second[] = "bucket 0";
+  SideStream side(driver, 0);
+  driver.log.clear();
+  side.start(first, [&](void* stream) { driver.log.push_back("collective on " + RecordingDriver::name(stream)); });
+  driver.log.push_back("kernel of layer 1");
+  side.start(second, [&](void* stream) { driver.log.push_back("collective on " + RecordingDriver::name(stream)); });
+  driver.log.push_back("kernel of layer 0");
+  side.join();
+  driver.log.push_back("optimizer kernel");
+  side.join();
+  const std::vector<std::string> expected = {
+      "record 2 on compute", "wait 1 for 2", "collective on 1", "record 3 on 1", "hold bucket 1 until 1 @0",
+      "kernel of layer 1",
+      "record 2 on compute", "wait 1 for 2", "collective on 1", "record 3 on 1", "hold bucket 0 until 1 @0",
+      "kernel of layer 0",
+      "wait compute for 3",  // the join: after both collectives, before the read
+      "optimizer kernel"};
+  EXPECT_EQ(driver.log, expected);
 }
 
 bool gpu_required() {

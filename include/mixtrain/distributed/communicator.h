@@ -71,6 +71,12 @@ class Communicator {
   virtual bool moves_memory_of(const Device& device) const;
   // In place: every rank ends with op over all ranks' t, a contiguous float32 tensor on such a device.
   virtual void all_reduce_on_device(Tensor& t, ReduceOp op);
+  // all_reduce_on_device whose result the device's kernels wait for only at join_device(): they go on meanwhile (the
+  // backward pass's other layers, while earlier buckets of gradients are reduced), and none may read or write t
+  // before then. By default all_reduce_on_device, joined at once.
+  virtual void start_all_reduce_on_device(Tensor& t, ReduceOp op) { all_reduce_on_device(t, op); }
+  // The device's later kernels (and the host's reads of its memory) wait for every start_all_reduce_on_device so far.
+  virtual void join_device() {}
   // Root's bytes of t, a contiguous tensor on such a device, into t on every rank.
   virtual void broadcast_on_device(Tensor& t, int root);
 

@@ -5,9 +5,10 @@
 // variables have gradients, synchronized BatchNormalization's sums, evaluation's counts).
 //
 // On an NVIDIA GPU the device collectives are NCCL's, loaded at run time as cuBLASLt is, on a stream of their own
-// ordered against the CUDA backend's kernels by events (ops/side_stream.h): an all-reduce of the gradient buffer
-// starts when the backward pass's last kernel has written it, and the loss-scale check that follows reads the reduced
-// buffer only after the all-reduce is done; a buffer freed meanwhile is not reused before then. DeviceCollectives
+// ordered against the CUDA backend's kernels by events (ops/side_stream.h): a bucket of the gradient buffer starts
+// its all-reduce when the backward pass's kernels have written it, the backward pass's later kernels run beside it,
+// and the loss-scale check that follows reads the reduced buffer only after the step's join; a buffer freed
+// meanwhile is not reused before then. DeviceCollectives
 // is the seam NCCL sits behind, so tests run the same code on an emulated device.
 #pragma once
 
@@ -27,6 +28,11 @@ class DeviceCollectives {
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   // Root's bytes of t (contiguous, on the device) into t on every rank.
   virtual void broadcast(Tensor& t, int root) = 0;
+  // all_reduce whose result the device's kernels wait for only at join(): they go on meanwhile (the backward pass's
+  // other layers), and none may read or write t before then. By default an all_reduce, joined at once.
+  virtual void start_all_reduce(Tensor& t, ReduceOp op) { all_reduce(t, op); }
+  // The device's later kernels wait for every collective started so far.
+  virtual void join() {}
 };
 
 class DeviceCommunicator final : public Communicator {
@@ -51,6 +57,8 @@ class DeviceCommunicator final : public Communicator {
   // Device memory goes through the device collectives. Their stats count calls and bytes; the seconds are the
   // host's time to queue them (the device's time shows in the step).
   void all_reduce_on_device(Tensor& t, ReduceOp op) override;
+  void start_all_reduce_on_device(Tensor& t, ReduceOp op) override;
+  void join_device() override;
   void broadcast_on_device(Tensor& t, int root) override;
 
   const Device& device() const { return device_; }

@@ -8,6 +8,10 @@
 //   ... during backward, each time the segments from s on are final: reduce.advance(); reduce.start_final(s);
 //   reduce.start_rest();  // after backward
 //   reduce.wait();
+// On a device whose memory the communicator moves (a GPU with NCCL), begin_on_device starts each bucket as a device
+// all-reduce that the device's kernels do not wait for (Communicator::start_all_reduce_on_device): the rest of the
+// backward pass runs while the earlier buckets are reduced, and wait() is where the device's later kernels (the
+// optimizer step) wait for them all.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +34,9 @@ class OverlappedReduce {
 
   // Starts a step on grads[0, capacity): each bucket is multiplied by `weight` (unless 1) just before it starts.
   void begin(Communicator& comm, float* grads, float weight);
+  // Starts a step on grads, the contiguous float32 buffer on a device comm moves: each bucket is weighted in place
+  // by a kernel just before it starts.
+  void begin_on_device(Communicator& comm, const Tensor& grads, float weight);
   // Lets the buckets in flight advance (Open MPI moves their data only inside MPI calls).
   void advance();
   // Segments `segment` and after are final: starts, last bucket first, every bucket whose segments all come at or
@@ -37,7 +44,8 @@ class OverlappedReduce {
   void start_final(size_t segment);
   // After backward: starts what is left, in the same order.
   void start_rest() { start_final(0); }
-  // Waits for every bucket started; the buffer then holds the sums over the ranks.
+  // Waits for every bucket started; the buffer then holds the sums over the ranks (on a device: for the device's
+  // later kernels, and the host waits for nothing).
   void wait();
 
  private:
@@ -49,6 +57,7 @@ class OverlappedReduce {
   std::vector<Bucket> buckets_;  // last segments first
   Communicator* comm_ = nullptr;
   float* grads_ = nullptr;
+  Tensor device_grads_;  // begin_on_device's buffer; undefined on the host path
   float weight_ = 1.0f;
   size_t next_ = 0;
   std::vector<std::unique_ptr<Communicator::Request>> inflight_;

@@ -43,9 +43,15 @@ class SideStream {
 
   void* stream() const { return stream_; }
   // Queues work that reads or writes the device memory at `buffer` on the side stream, ordered by events: `queue`
-  // (given the stream) runs after the side stream was made to wait for everything queued on compute so far; then the
-  // compute stream waits for the side stream's work, and the buffer's block is held until that work is done. When
-  // queue throws, nothing is recorded after it (the caller's communicator is broken then; compute does not wait).
+  // (given the stream) runs after the side stream was made to wait for everything queued on compute so far, and the
+  // buffer's block is held until that work is done. Compute does not wait for it yet: its kernels go on (a backward
+  // pass's other layers) until join(), and must neither read nor write the buffer before then. When queue throws,
+  // nothing is recorded after it (the caller's communicator is broken then; compute does not wait).
+  void start(const void* buffer, const std::function<void(void* stream)>& queue);
+  // Compute's later work waits for every work started so far (one wait, for the last: the side stream runs its work in
+  // order); nothing when none is pending.
+  void join();
+  // start, then join: compute's next kernel reads the result.
   void run(const void* buffer, const std::function<void(void* stream)>& queue);
 
  private:
@@ -54,6 +60,7 @@ class SideStream {
   void* stream_ = nullptr;
   void* ready_ = nullptr;  // compute's work so far, reused: a wait takes the event's state when it is queued
   void* done_ = nullptr;   // the side stream's work so far, reused likewise
+  bool pending_ = false;   // done_ marks work compute has not waited for
 };
 
 }  // namespace mixtrain::ops

@@ -3,12 +3,16 @@
 // float32 accumulation) and its rows through one warp per row, in float32.
 //
 // Forward, for all (batch, head) pairs at once:
-//   s (B, H, T, S) float32 = q_h k_h^T                     one bmm over every (batch, head) pair, q and k copied
-//                                                          into dense (B, H, L, d) heads first (one cuBLASLt call)
-//   rows: s * scale (the float32 logits, when asked for), rounded into the compute dtype and back, the causal
-//         selection (masked columns never enter the max or the sum, and get probability 0), softmax with a
-//         float32 max and sum (the CPU's polynomial exponential, shared/exp_poly.h), one rounding into probs;
-//         dropout on the rounded probabilities, by the CPU's mask (shared/attention_rows.h)
+//   s (B, H, T, S) = scale * q_h k_h^T                     one scaled_bmm over every (batch, head) pair (the float32
+//                                                          sum times the scale, then one rounding into s), q and k
+//                                                          copied into dense (B, H, L, d) heads first (one call);
+//                                                          s in the compute dtype, float32 when the float32 logits
+//                                                          are asked for (attention_plan.h)
+//   rows: s (the float32 logits, when asked for), rounded into the compute dtype (a no-op on 16-bit scores), the
+//         causal selection (masked columns never enter the max or the sum, and get probability 0), softmax with a
+//         float32 max and sum (the CPU's polynomial exponential, shared/exp_poly.h, taken again for the store
+//         rather than kept: s may be 16-bit), one rounding into probs; dropout on the rounded probabilities, by
+//         the CPU's mask (shared/attention_rows.h)
 //   o (B, H, T, dv) float32 = p_d v_h, then scattered into out (B, T, H * dv), rounded once.
 // Backward:
 //   dp (B, H, T, S) float32 = dout_h v_h^T; rows: the mask on dp, ds = p (dp - rowsum(dp p)) scale in float32,
@@ -16,9 +20,9 @@
 //   dv = p_d^T dout_h; dq = ds k_h and dk = ds^T q_h, each scattered into its gradient (possibly a column slice of
 //   a wider buffer), rounded once.
 // Every product takes its operands in the compute dtype, so under a 16-bit policy all five run on the tensor cores
-// with float32 accumulation. The score tensor s stays float32: the CPU rounds fl32(q k^T) * scale once into the
-// compute dtype, and a 16-bit GEMM output would round before the scale (bmm has no alpha), which gives other bits
-// unless the scale is a power of two.
+// with float32 accumulation. The score tensor s is 16-bit under a 16-bit policy: the CPU rounds fl32(q k^T) * scale
+// once into the compute dtype, and the scale enters the product as its alpha, before the one rounding of its
+// output, so the same float32 sum gives the CPU's bits (a plain 16-bit product would round before the scale).
 //
 // The row maximum is exact and the mask is the CPU's bit for bit; the row sums are combined across lanes in a
 // fixed order and cuBLASLt sums each product in its own order, so results are deterministic and differ from the
@@ -33,6 +37,7 @@
 #include "../shared/attention_rows.h"
 #include "../shared/exp_poly.h"
 #include "../shared/float16_convert.h"
+#include "attention_plan.h"
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/attention.h"
@@ -66,7 +71,9 @@ __global__ void scatter_heads_kernel(const float* src, int64_t h, int64_t l, Hea
 
 // What the row kernels read: rows = B * H * T rows of s columns, row r being row r % T of pair r / T.
 struct Rows {
-  float* s;  // (rows, s_len) float32: logits, then probabilities (forward); dp, then ds (backward)
+  float* s;  // (rows, s_len) float32: dp, then ds (backward)
+  const void* scores;  // (rows, s_len) scaled scores (forward), of scores_code
+  int scores_code;
   int64_t rows, t, s_len;
   bool causal;
   float scale;
@@ -103,28 +110,26 @@ __global__ void forward_rows_kernel(Rows a) {
   const int64_t row = warp_row();
   if (row >= a.rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % device::kWarp;
-  const int64_t pair = row / a.t, i = row % a.t, end = row_end(a, i);
-  float* x = a.s + row * a.s_len;
+  const int64_t pair = row / a.t, i = row % a.t, end = row_end(a, i), base = row * a.s_len;
   float* lp = a.logits ? a.logits + pair * a.logits_per_pair + (a.causal ? shared::causal_logits_before(i, a.t, a.s_len) : i * a.s_len) : nullptr;
+  // The logit of column j as the CPU's softmax reads it: rounded into the compute dtype (the scores' own bits when
+  // they are in it).
+  const auto logit = [&](int64_t j) {
+    return shared::through_dtype(load_as_float(a.scores, a.scores_code, base + j), a.code);
+  };
   float mx = -INFINITY;
   for (int64_t j = lane; j < end; j += device::kWarp) {
-    float v = shared::mul_rn(x[j], a.scale);
-    if (lp) lp[j] = v;
-    v = shared::through_dtype(v, a.code);
-    x[j] = v;
-    mx = shared::max_f32(mx, v);
+    if (lp) lp[j] = load_as_float(a.scores, a.scores_code, base + j);  // float32 scores whenever logits are asked for
+    mx = shared::max_f32(mx, logit(j));
   }
   mx = device::warp_max(mx);
   float sum = 0.0f;
-  for (int64_t j = lane; j < end; j += device::kWarp) {
-    const float e = shared::expf_poly::exp(shared::sub_rn(x[j], mx));
-    x[j] = e;
-    sum = shared::add_rn(sum, e);
-  }
+  for (int64_t j = lane; j < end; j += device::kWarp)
+    sum = shared::add_rn(sum, shared::expf_poly::exp(shared::sub_rn(logit(j), mx)));
   const float inv = shared::div_rn(1.0f, device::warp_sum(sum));
-  const int64_t base = row * a.s_len;
   for (int64_t j = lane; j < a.s_len; j += device::kWarp)
-    store_from_float(a.probs, a.code, base + j, j < end ? shared::mul_rn(x[j], inv) : 0.0f);
+    store_from_float(a.probs, a.code, base + j,
+                     j < end ? shared::mul_rn(shared::expf_poly::exp(shared::sub_rn(logit(j), mx)), inv) : 0.0f);
   if (a.dropped) {
     __syncwarp();  // each lane reads back the columns it stored itself, but keep the warp together
     drop_row(a, row, lane);
@@ -208,12 +213,13 @@ Operand batched_heads_operand(const Tensor& t, int64_t h, Tensor& holder) {
   return dense_operand(holder);
 }
 
-// c (B, H, m, n) float32 = op(a) op(b) for every (batch, head) pair, through bmm's kernel.
+// c (B, H, m, n) = alpha op(a) op(b) for every (batch, head) pair, through bmm's kernel (float32 sums, one rounding
+// into c's dtype after the scale).
 void pair_products(int64_t b, int64_t h, int64_t m, int64_t n, int64_t k, const Operand& a, bool trans_a,
-                   const Operand& bo, bool trans_b, Tensor& c) {
+                   const Operand& bo, bool trans_b, Tensor& c, float alpha = 1.0f) {
   const kernel::BmmLayout l{trans_a, trans_b, m, n, k, a.ld, bo.ld, {b, h}, {a.batch_stride, a.head_stride},
                             {bo.batch_stride, bo.head_stride}};
-  bmm(*a.t, *bo.t, Tensor(), l, c);
+  scaled_bmm(*a.t, *bo.t, Tensor(), l, alpha, c);
 }
 
 void scatter_heads(const Tensor& src, int64_t h, int64_t l, Tensor& dst) {
@@ -223,9 +229,8 @@ void scatter_heads(const Tensor& src, int64_t h, int64_t l, Tensor& dst) {
   device::launched("attention (scatter)");
 }
 
-Rows rows_of(const AttentionOptions& o, int64_t b, int64_t t, int64_t s, DType dt, Tensor& scores) {
+Rows rows_of(const AttentionOptions& o, int64_t b, int64_t t, int64_t s, DType dt) {
   Rows a{};
-  a.s = scores.data<float>();
   a.rows = b * o.num_heads * t;
   a.t = t;
   a.s_len = s;
@@ -250,14 +255,16 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
   const bool dropout = options.dropout_rate > 0.0f;
 
-  Tensor scores = Tensor::empty({b, h, t, s}, DType::kFloat32, device);
+  Tensor scores = Tensor::empty({b, h, t, s}, attention_score_dtype(dt, logits.defined()), device);
   Tensor q_heads, k_heads, v_heads;  // dense copies, where batched_heads_operand makes them
   pair_products(b, h, t, s, dk, batched_heads_operand(q, h, q_heads), false, batched_heads_operand(k, h, k_heads), true,
-                scores);
+                scores, options.scale);
 
   Tensor p = probs.defined() ? probs : Tensor::empty({b, h, t, s}, dt, device);
   Tensor pd = dropout ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
-  Rows a = rows_of(options, b, t, s, dt, scores);
+  Rows a = rows_of(options, b, t, s, dt);
+  a.scores = scores.raw();
+  a.scores_code = shared::float_code(scores.dtype());
   a.probs = p.raw();
   a.dropped = dropout ? pd.raw() : nullptr;
   a.logits = logits.defined() ? logits.data<float>() : nullptr;
@@ -288,7 +295,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   Tensor pd = dropout ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
   // ds in the compute dtype: the operand of the dq and dk products on the tensor cores.
   Tensor ds16 = dt != DType::kFloat32 ? Tensor::empty({b, h, t, s}, dt, device) : Tensor();
-  Rows a = rows_of(options, b, t, s, dt, ds);
+  Rows a = rows_of(options, b, t, s, dt);
+  a.s = ds.data<float>();
   a.probs = const_cast<void*>(probs.raw());
   a.dropped = dropout ? pd.raw() : nullptr;
   a.ds_out = ds16.defined() ? ds16.raw() : nullptr;

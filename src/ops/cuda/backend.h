@@ -99,6 +99,10 @@ LabelError* label_error_record(int device);
 void record_label_error(const unsigned long long* bad_row, const Tensor& labels, int64_t classes, LabelOp op);
 // matmul.cpp (cuBLASLt): the product conv2d.cu and attention.cu run theirs through.
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, Tensor& c);
+// c = alpha op(a) op(b) [+ bias]: the float32 sum times alpha, then the bias, then one rounding into c's dtype
+// (attention's scaled scores, written straight into the compute dtype).
+void scaled_bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& layout, float alpha,
+                Tensor& c);
 // How bmm multiplies inputs of dtype: "cublaslt", or "cublaslt tf32" for float32 under MIXTRAIN_CUDA_TF32=1.
 const char* gemm_method(DType dtype);
 

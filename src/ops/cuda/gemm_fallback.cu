@@ -30,6 +30,7 @@ struct FallbackArgs {
   bool trans_a, trans_b;
   void* d;
   int d_code;
+  float alpha;
   const float* bias;
 };
 
@@ -59,7 +60,7 @@ __global__ void gemm_fallback_kernel(FallbackArgs g) {
           __syncthreads();
         }
         if (i < g.m && j < g.n)
-          shared::store_from_float(g.d, g.d_code, p * g.m * g.n + i * g.n + j, shared::gemm_finish(acc, g.bias, j));
+          shared::store_from_float(g.d, g.d_code, p * g.m * g.n + i * g.n + j, shared::gemm_finish(acc, g.alpha, g.bias, j));
       }
     }
   }
@@ -77,7 +78,7 @@ void gemm_fallback(const GemmProblem& p) {
   if (p.count == 0 || l.m == 0 || l.n == 0) return;
   const FallbackArgs g{p.a,  p.b,          shared::float_code(p.ab_dtype), p.a_stride, p.b_stride, p.count,
                        l.m,  l.n,          l.k,                            l.lda,      l.ldb,      l.trans_a,
-                       l.trans_b, p.d,     shared::float_code(p.d_dtype),  p.bias};
+                       l.trans_b, p.d,     shared::float_code(p.d_dtype),  p.alpha,    p.bias};
   const dim3 grid(grid_extent((l.n + kTile - 1) / kTile, kMaxGridX), grid_extent((l.m + kTile - 1) / kTile, kMaxGridY),
                   grid_extent(p.count, kMaxGridZ));
   gemm_fallback_kernel<<<grid, dim3(kTile, kTile)>>>(g);

@@ -30,8 +30,9 @@ namespace mixtrain::ops::cuda {
 // documentation: cuBLASLt may answer INVALID_VALUE, which used to send every biased 16-bit product to the scratch.)
 inline DType gemm_bias_dtype(DType d_dtype) { return d_dtype; }
 
-// One cuBLASLt call: `count` products D[p] (m, n) row-major = op(A[p]) op(B[p]) [+ bias], A[p] = a + p * a_stride
-// elements (likewise B), D[p] = d + p * m * n elements of d_dtype.
+// One cuBLASLt call: `count` products D[p] (m, n) row-major = alpha op(A[p]) op(B[p]) [+ bias], A[p] = a + p *
+// a_stride elements (likewise B), D[p] = d + p * m * n elements of d_dtype. alpha scales the float32 sum before the
+// bias and the one rounding; it is an argument of each call, not of the plan (no key field).
 struct GemmProblem {
   const kernel::BmmLayout* l;
   DType ab_dtype;
@@ -42,6 +43,7 @@ struct GemmProblem {
   DType d_dtype;
   const float* bias;  // float32 (the scratch way and the fallback kernel add it); null: no bias epilogue
   bool relu = false;  // max(., 0) after the bias, before the rounding (linear_activation's epilogue)
+  float alpha = 1.0f;  // attention's scale on its scores (scaled_bmm); 1 for every other product
   // The bias as the epilogue reads it, in gemm_bias_dtype(d_dtype): set when that is not float32 (a rounded copy of
   // bias); null: bias itself.
   const void* epilogue_bias = nullptr;

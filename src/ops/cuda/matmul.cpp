@@ -10,6 +10,9 @@
 // its second a's, and its (n, m) result is C's row-major memory. The bias then runs along the result's rows, as
 // cuBLASLt's bias epilogue expects.
 //
+// scaled_bmm multiplies the float32 sum by alpha before the bias and that rounding (cuBLASLt's alpha; the scratch
+// way and the fallback kernel likewise), so attention's scores round once, after the scale, into a 16-bit C.
+//
 // Where cuBLASLt cannot write C's dtype (float32 inputs into a 16-bit C) or declines the bias epilogue, the
 // product goes to a float32 scratch and one kernel adds the bias and rounds (convert.cu): one rounding either way.
 // A product cuBLASLt has no algorithm for at all runs on the backend's own tiled kernel (gemm_fallback.h). Both are
@@ -274,9 +277,9 @@ cublasStatus_t run(const GemmProblem& p, DeviceState& s) {
   std::lock_guard<std::mutex> lock(plan->mu);
   if (plan->status != CUBLAS_STATUS_SUCCESS) return plan->status;  // declined by a call this one waited for
   if (p.bias) plan->desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, epilogue_bias_of(p));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float beta = 0.0f;  // alpha: host memory, read when the call is queued (the default pointer mode)
   const cublasStatus_t st =
-      cublaslt().matmul(s.handle, plan->desc.d, &alpha, p.b, plan->first.d, p.a, plan->second.d, &beta, p.d,
+      cublaslt().matmul(s.handle, plan->desc.d, &p.alpha, p.b, plan->first.d, p.a, plan->second.d, &beta, p.d,
                         plan->out.d, p.d, plan->out.d, &plan->algo, s.workspace.raw(), kWorkspaceBytes, /*stream=*/nullptr);
   // cuBLASLt checks a call before it launches anything: a refusal of what its heuristic offered declines this plan
   // for good, as the heuristic would have, and nothing was written (INVALID_VALUE under MIXTRAIN_REQUIRE_GPU=1: an
@@ -371,6 +374,11 @@ const char* gemm_method(DType dtype) {
 }
 
 void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& l, Tensor& c) {
+  scaled_bmm(a, b, bias, l, 1.0f, c);
+}
+
+void scaled_bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::BmmLayout& l, float alpha,
+                Tensor& c) {
   int64_t count = 1;
   for (int64_t d : l.batch) count *= d;
   if (count == 0 || l.m == 0 || l.n == 0) return;
@@ -410,6 +418,7 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::Bmm
     GemmProblem p{&l,      ab,        a_block, b_block, split.a_stride, split.b_stride, split.inner_count,
                   c_block, c.dtype(), biasp};
     p.epilogue_bias = lt_bias;
+    p.alpha = alpha;
     if (gemm_fallback_only()) {
       gemm_fallback(p);
       continue;

@@ -3,8 +3,9 @@
 // the host, where tests rebuild the kernel's bits (tests/ops/cuda_gemm_fallback_test.cpp).
 //
 // C[i][j] = sum over t in [0, k) of op(A)[i][t] op(B)[t][j]: float32 from +0, terms in t order, each added with
-// one fused multiply-add (one rounding per term), then + bias[j], then one rounding into C's dtype. The kernel's
-// tiles change which thread holds a term, not this order.
+// one fused multiply-add (one rounding per term), then times alpha (cuBLASLt's alpha, 1 but for attention's
+// scores), then + bias[j], then one rounding into C's dtype. The kernel's tiles change which thread holds a term,
+// not this order.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +27,11 @@ MIXTRAIN_HOST_DEVICE inline int64_t gemm_b_offset(bool trans_b, int64_t ldb, int
 // One more term of a C element.
 MIXTRAIN_HOST_DEVICE inline float gemm_accumulate(float acc, float a, float b) { return fma_rn(a, b, acc); }
 
-// The finished float32 element: + bias[j] (bias may be null).
-MIXTRAIN_HOST_DEVICE inline float gemm_finish(float acc, const float* bias, int64_t j) {
-  return bias != nullptr ? add_rn(acc, bias[j]) : acc;
+// The finished float32 element: alpha * acc (one float32 rounding, as cuBLASLt's epilogue scales the float32 sum;
+// times 1 is exact), + bias[j] (bias may be null).
+MIXTRAIN_HOST_DEVICE inline float gemm_finish(float acc, float alpha, const float* bias, int64_t j) {
+  const float scaled = mul_rn(alpha, acc);
+  return bias != nullptr ? add_rn(scaled, bias[j]) : scaled;
 }
 
 }  // namespace mixtrain::ops::shared
