@@ -29,6 +29,31 @@ Json series_band_json(const SeriesBand& b) {
 }
 Json value_band_json(const ValueBand& b) { return Json::object({{"lo", b.lo}, {"hi", b.hi}, {"ref", b.ref}}); }
 
+// compare --memory-plan's parts and the measured peak beside them (null without a plan).
+Json memory_plan_json(const PolicyRun& run) {
+  if (run.memory_plan.empty()) return Json();
+  Json parts = Json::object();
+  double total = 0;
+  for (const auto& [name, bytes] : run.memory_plan) {
+    parts[name] = bytes;
+    total += bytes;
+  }
+  return Json::object({{"parts_bytes", parts}, {"total_bytes", total}, {"measured_bytes", run.measured_memory_bytes}});
+}
+
+Json thresholds_json() {
+  return Json::object({
+      {"diverged_final_loss_ratio", kDivergedFinalLossRatio},
+      {"diverged_curve_deviation", kDivergedCurveDeviation},
+      {"deviates_loss_deviation", kDeviatesLossDeviation},
+      {"deviates_accuracy_drop_points", kDeviatesAccuracyDrop},
+      {"band_margin", kBandMargin},
+      {"diverged_band_margin", kDivergedBandMargin},
+      {"min_speedup", kMinSpeedup},
+      {"loss_smoothing", kLossSmoothing},
+  });
+}
+
 Json seed_json(uint64_t seed) {
   constexpr uint64_t kExactDoubleLimit = uint64_t{1} << 53;
   return seed <= kExactDoubleLimit ? Json(seed) : Json(std::to_string(seed));
@@ -102,16 +127,7 @@ Json comparison_to_json(const ComparisonReport& report) {
   Json json = Json::object({{"title", report.title}, {"model", report.model}, {"data", report.data}});
   json["seed"] = seed_json(report.seed);
   json["epochs"] = report.epochs;
-  json["thresholds"] = Json::object({
-      {"diverged_final_loss_ratio", kDivergedFinalLossRatio},
-      {"diverged_curve_deviation", kDivergedCurveDeviation},
-      {"deviates_loss_deviation", kDeviatesLossDeviation},
-      {"deviates_accuracy_drop_points", kDeviatesAccuracyDrop},
-      {"band_margin", kBandMargin},
-      {"diverged_band_margin", kDivergedBandMargin},
-      {"min_speedup", kMinSpeedup},
-      {"loss_smoothing", kLossSmoothing},
-  });
+  json["thresholds"] = thresholds_json();
   const Float32Band& band = report.band;
   Json seeds = Json::array();
   for (uint64_t s : band.seeds) seeds.push_back(seed_json(s));
@@ -149,6 +165,7 @@ Json comparison_to_json(const ComparisonReport& report) {
         {"speedup", run.speedup},
         {"peak_memory_bytes", run.peak_memory_bytes},
         {"memory_ratio", run.memory_ratio},
+        {"memory_plan", memory_plan_json(run)},
         {"max_loss_deviation", run.max_loss_deviation},
         {"skipped_steps", run.skipped_steps},
         {"recovery", recovery},

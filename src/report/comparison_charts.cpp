@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -193,6 +194,27 @@ std::string loss_scale_chart(const ComparisonReport& report) {
   return html;
 }
 
+namespace {
+// compare --memory-plan's stacked bars: each policy's planned parts bottom up, its measured peak as a line.
+std::vector<Bar> memory_plan_bars(const ComparisonReport& report) {
+  // One color per part, in the plan's order: state in blues and greens, the step's part in orange.
+  static const char* const kPartColors[] = {"#1f4e79", "#4f81bd", "#9bbb59", "#c0c0c0", "#f79646", "#e46c0a"};
+  std::vector<Bar> bars;
+  for (const PolicyRun& run : report.runs) {
+    Bar bar{run.policy, 0.0, "", "", {}, run.measured_memory_bytes / (1024.0 * 1024.0)};
+    for (size_t k = 0; k < run.memory_plan.size(); ++k) {
+      const double mib = run.memory_plan[k].second / (1024.0 * 1024.0);
+      bar.parts.push_back({run.memory_plan[k].first, mib, kPartColors[k % std::size(kPartColors)]});
+      bar.value += mib;
+    }
+    if (run.memory_plan.empty()) bar.value = std::nan("");
+    bar.value_text = printf_string("%.1f MiB", bar.value);
+    bars.push_back(std::move(bar));
+  }
+  return bars;
+}
+}  // namespace
+
 std::string bar_charts(const ComparisonReport& report) {
   std::vector<Bar> speed, memory, batch;
   for (size_t i = 0; i < report.runs.size(); ++i) {
@@ -213,6 +235,11 @@ std::string bar_charts(const ComparisonReport& report) {
   o.title = "Peak memory during training";
   o.y_label = "MiB";
   html += bar_chart_svg(memory, o);
+  if (std::any_of(report.runs.begin(), report.runs.end(), [](const PolicyRun& r) { return !r.memory_plan.empty(); })) {
+    o.title = "Where memory goes (plan; line: measured)";
+    o.y_label = "MiB";
+    html += bar_chart_svg(memory_plan_bars(report), o);
+  }
   if (report.batch_size_auto) {
     o.title = "Largest batch that fits";
     o.y_label = "rows";
@@ -220,6 +247,12 @@ std::string bar_charts(const ComparisonReport& report) {
   }
   html += "</div>\n<p class=\"caption\">Steps per second over the training steps (evaluation excluded); peak memory is "
           "the tensor allocator&#39;s peak during training above what was live before it.";
+  if (!report.runs.empty() && !report.runs.front().memory_plan.empty()) {
+    html += " With --memory-plan, the plan&#39;s parts from the bottom:";
+    for (const auto& [name, bytes] : report.runs.front().memory_plan) html += " " + html_escape(name) + ",";
+    html.back() = ';';
+    html += " the line is the run&#39;s measured peak, the model&#39;s bytes included.";
+  }
   if (report.batch_size_auto)
     html += " With --batch-size auto each policy trained with the largest batch whose measured step fits the memory "
             "budget: 16-bit activations leave room for more rows.";

@@ -515,12 +515,32 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
   return svg;
 }
 
+namespace {
+// A stacked bar's segments from the bottom up, in a <g> named as a plain bar's <rect> is.
+template <typename ToY>
+std::string stacked_bar_svg(const Bar& b, double x, double width, ToY py) {
+  std::string svg = "<g class=\"bar\" data-bar=\"" + html_escape(b.label) + "\">\n";
+  double below = 0;
+  for (const BarPart& part : b.parts) {
+    const double value = std::max(0.0, part.value);
+    const double y_top = py(below + value), y_bottom = py(below);
+    svg += "<rect class=\"bar-part\" data-part=\"" + html_escape(part.name) + "\" x=\"" + format_coord(x) +
+           "\" y=\"" + format_coord(y_top) + "\" width=\"" + format_coord(width) + "\" height=\"" +
+           format_coord(std::max(0.0, y_bottom - y_top)) + "\" fill=\"" + html_escape(part.color) + "\"/>\n";
+    below += value;
+  }
+  return svg + "</g>\n";
+}
+}  // namespace
+
 std::string bar_chart_svg(const std::vector<Bar>& bars, const BarChartOptions& options) {
   MIXTRAIN_CHECK(options.width > 0 && options.height > 0,
                  "bar_chart_svg: width and height must be positive, got " << options.width << "x" << options.height);
   double top_value = 0;
-  for (const Bar& b : bars)
+  for (const Bar& b : bars) {
     if (std::isfinite(b.value) && b.value > 0) top_value = std::max(top_value, b.value);
+    if (std::isfinite(b.marker) && b.marker > 0) top_value = std::max(top_value, b.marker);
+  }
   const std::vector<double> y_ticks = nice_ticks(0, top_value > 0 ? top_value : 1);
   std::vector<std::string> y_labels;
   size_t label_chars = 0;
@@ -550,11 +570,21 @@ std::string bar_chart_svg(const std::vector<Bar>& bars, const BarChartOptions& o
     const std::string label = html_escape(b.label);
     if (std::isfinite(b.value) && b.value >= 0) {
       const double y = py(b.value);
-      svg += "<rect class=\"bar\" data-bar=\"" + label + "\" x=\"" + format_coord(center - bar_width / 2) + "\" y=\"" +
-             format_coord(y) + "\" width=\"" + format_coord(bar_width) + "\" height=\"" +
-             format_coord(std::max(0.0, bottom - y)) + "\" fill=\"" + html_escape(b.color) + "\"/>\n";
-      svg += text_element("bar-value", center, y - 4, "middle", b.value_text.empty() ? format_tick(b.value) : b.value_text,
-                          " fill=\"#222222\"");
+      if (b.parts.empty()) {
+        svg += "<rect class=\"bar\" data-bar=\"" + label + "\" x=\"" + format_coord(center - bar_width / 2) +
+               "\" y=\"" + format_coord(y) + "\" width=\"" + format_coord(bar_width) + "\" height=\"" +
+               format_coord(std::max(0.0, bottom - y)) + "\" fill=\"" + html_escape(b.color) + "\"/>\n";
+      } else {
+        svg += stacked_bar_svg(b, center - bar_width / 2, bar_width, py);
+      }
+      if (std::isfinite(b.marker) && b.marker >= 0)
+        svg += "<line class=\"bar-marker\" data-bar=\"" + label + "\" x1=\"" +
+               format_coord(center - bar_width / 2 - 6) + "\" x2=\"" + format_coord(center + bar_width / 2 + 6) +
+               "\" y1=\"" + format_coord(py(b.marker)) + "\" y2=\"" + format_coord(py(b.marker)) +
+               "\" stroke=\"#111111\" stroke-width=\"2\"/>\n";
+      const double text_y = std::min(y, std::isfinite(b.marker) ? py(b.marker) : y) - 4;
+      svg += text_element("bar-value", center, text_y, "middle",
+                          b.value_text.empty() ? format_tick(b.value) : b.value_text, " fill=\"#222222\"");
     } else {
       svg += text_element("bar-value", center, bottom - 4, "middle", "n/a", " fill=\"#888888\"");
     }

@@ -335,6 +335,27 @@ TEST(ComparisonHtml, SelfContainedPageWithOnePolylinePerPolicy) {
   EXPECT_EQ(plain.find("Loss scale per step"), std::string::npos);
 }
 
+// compare --memory-plan: a stacked bar per policy with its measured peak, its parts named in the caption, and the
+// plan in the JSON; without plans neither.
+TEST(ComparisonHtml, MemoryPlansAreStackedBarsWithTheMeasuredPeak) {
+  ComparisonReport report = sample_report();
+  EXPECT_EQ(render_comparison_html(report).find("Where memory goes"), std::string::npos);
+  EXPECT_TRUE(comparison_to_json(report).at("runs").at(0).at("memory_plan").is_null());
+  for (PolicyRun& run : report.runs) {
+    run.memory_plan = {{"weights", 4e6}, {"gradients", 4e6}, {"optimizer state", 8e6}, {"step", 2e6}};
+    run.measured_memory_bytes = 1.9e7;
+  }
+  const std::string html = render_comparison_html(report);
+  EXPECT_NE(html.find("Where memory goes"), std::string::npos);
+  EXPECT_EQ(count(html, "<rect class=\"bar-part\""), 4 * report.runs.size());
+  EXPECT_EQ(count(html, "<line class=\"bar-marker\""), report.runs.size());
+  EXPECT_NE(html.find("weights, gradients, optimizer state, step;"), std::string::npos);
+  const Json plan = comparison_to_json(report).at("runs").at(1).at("memory_plan");
+  EXPECT_EQ(plan.at("parts_bytes").at("optimizer state").as_number(), 8e6);
+  EXPECT_EQ(plan.at("total_bytes").as_number(), 1.8e7);
+  EXPECT_EQ(plan.at("measured_bytes").as_number(), 1.9e7);
+}
+
 TEST(ComparisonHtml, EpochCurvesWhenNoStepsWereRecorded) {
   ComparisonReport report = sample_report();
   for (PolicyRun& run : report.runs) run.step_loss.clear();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "mixtrain/core/error.h"
@@ -345,6 +346,30 @@ TEST(SvgPlot, BarChartDrawsOneRectPerMeasuredBar) {
   };
   EXPECT_LT(y_of("b"), y_of("a"));
   EXPECT_THROW(bar_chart_svg({}, BarChartOptions{"", "", 0, 10}), Error);
+}
+
+// Stacked bars (compare --memory-plan's chart): one rect per part, stacked from the bottom with heights in
+// proportion to the values, and the marker line at its own level, which the y axis reaches.
+TEST(SvgPlot, StackedBarsStackTheirPartsAndDrawTheMarker) {
+  BarChartOptions o;
+  o.height = 300;
+  Bar plan{"mixed", 30, "", "30 MiB", {{"weights", 10, "#111111"}, {"step", 20, "#222222"}}, 45};
+  const std::string svg = bar_chart_svg({plan, {"plain", 15, "#333333", ""}}, o);
+  EXPECT_EQ(count(svg, "<rect class=\"bar-part\""), 2u);
+  EXPECT_EQ(count(svg, "<rect class=\"bar\""), 1u);  // the plain bar
+  EXPECT_EQ(count(svg, "<line class=\"bar-marker\" data-bar=\"mixed\""), 1u);
+  const auto attr = [&](const std::string& from, const char* name) {
+    const size_t p = svg.find(from);
+    const size_t v = svg.find(std::string(" ") + name + "=\"", p) + std::strlen(name) + 3;
+    return std::stod(svg.substr(v, svg.find('"', v) - v));
+  };
+  const double w_y = attr("data-part=\"weights\"", "y"), w_h = attr("data-part=\"weights\"", "height");
+  const double s_y = attr("data-part=\"step\"", "y"), s_h = attr("data-part=\"step\"", "height");
+  EXPECT_NEAR(s_h, 2 * w_h, 0.02);      // 20 against 10
+  EXPECT_NEAR(s_y + s_h, w_y, 0.02);    // the step sits on the weights
+  const double marker_y = attr("class=\"bar-marker\"", "y1");
+  EXPECT_NEAR(w_y + w_h - marker_y, 1.5 * (s_h + w_h), 0.05);  // 45 against 30
+  EXPECT_TRUE(contains(svg, ">50</text>")) << svg;              // the axis reaches past the marker
 }
 
 }  // namespace

@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "commands.h"
 #include "mixtrain/core/file_checks.h"
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/report/comparison.h"
 #include "mixtrain/report/progress_bar.h"
+#include "mixtrain/train/memory_plan.h"
 #include "mixtrain/train/recovery.h"
 
 namespace mixtrain::cli {
@@ -39,6 +41,17 @@ PolicyRun to_policy_run(const std::string& policy, const RunConfig& cfg, const R
   return p;
 }
 
+// The plan's parts bottom up, as the report draws them, and the run's whole measured peak.
+void add_memory_plan(PolicyRun& p, const MemoryPlan& plan, const RunResult& r) {
+  p.memory_plan = {{"weights", static_cast<double>(plan.weight_bytes)},
+                   {"gradients", static_cast<double>(plan.gradient_bytes)},
+                   {"optimizer state", static_cast<double>(plan.optimizer_state_bytes)},
+                   {"compute copies", static_cast<double>(plan.compute_copy_bytes)}};
+  if (plan.step_bytes >= plan.evaluation_bytes) p.memory_plan.emplace_back("step", static_cast<double>(plan.step_bytes));
+  else p.memory_plan.emplace_back("validation batch", static_cast<double>(plan.evaluation_bytes));
+  p.measured_memory_bytes = static_cast<double>(r.model_bytes + r.peak_memory_bytes);
+}
+
 Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
 // The reference the recovery guard gets so that its drift check fires where a run's loss leaves float32's band
@@ -58,14 +71,16 @@ struct CompareOptions {
   std::vector<std::string> policies;  // --policies, in the order they are reported
   int seeds = kDefaultBaselineSeeds;  // --baseline-seeds: the baseline's runs, for its seed-to-seed band
   std::string out_dir;                // --out
+  bool memory_plan = false;           // --memory-plan: each policy's plan before its run, measured after
 };
 
 CompareOptions compare_options_from(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.erase("policy");
   flags.insert({"policies", "out", "baseline-seeds", "device"});
-  Args a(argv, flags, {"recover", "sync-batch-norm"});
+  Args a(argv, flags, {"recover", "sync-batch-norm", "memory-plan"});
   CompareOptions o;
+  o.memory_plan = a.has("memory-plan");
   o.policies = a.str_list("policies", {"float32", "mixed_float16", "mixed_bfloat16"});
   o.seeds = static_cast<int>(a.integer("baseline-seeds", kDefaultBaselineSeeds, 1, 64));
   o.run = run_options_from(a, "compare");
@@ -85,6 +100,7 @@ struct CompareRuns {
   std::vector<RunConfig> configs;
   std::vector<RunResult> seed_results;
   std::vector<RunConfig> seed_configs;
+  std::vector<std::optional<MemoryPlan>> plans;  // per policy, with --memory-plan
 };
 
 // The baseline's other seeds: same data, batch size and everything else as its run c.
@@ -112,6 +128,7 @@ CompareRuns run_policies(const CompareOptions& o, const RunConfig& base, const D
     if (i != baseline) run_order.push_back(i);
   runs.results.resize(policies.size());
   runs.configs.resize(policies.size());
+  runs.plans.resize(policies.size());
   runs.seed_results.resize(static_cast<size_t>(o.seeds - 1));
   runs.seed_configs.resize(static_cast<size_t>(o.seeds - 1));
   std::vector<double> reference;
@@ -125,8 +142,14 @@ CompareRuns run_policies(const CompareOptions& o, const RunConfig& base, const D
         runs.configs[baseline].batch_size == c.batch_size)
       c.reference_step_loss = reference;
     runs.configs[i] = c;
+    if (o.memory_plan) {
+      runs.plans[i] = plan_run_memory(c, data);
+      std::cout << memory_plan_text(*runs.plans[i]);
+    }
     runs.results[i] = run_training(c, data, &std::cout, stdout_is_terminal());
     print_run_summary(runs.results[i]);
+    if (runs.plans[i])
+      std::cout << memory_measured_text(*runs.plans[i], runs.results[i].model_bytes + runs.results[i].peak_memory_bytes);
     if (i != baseline) continue;
     run_baseline_seeds(c, o, data, runs);
     std::vector<const RunResult*> band_runs{&runs.results[baseline]};
@@ -140,8 +163,10 @@ CompareRuns run_policies(const CompareOptions& o, const RunConfig& base, const D
 void fill_report(ComparisonReport& report, const CompareOptions& o, const CompareRuns& runs) {
   const std::vector<std::string>& policies = o.policies;
   const size_t baseline = runs.baseline;
-  for (size_t i = 0; i < policies.size(); ++i)
+  for (size_t i = 0; i < policies.size(); ++i) {
     report.runs.push_back(to_policy_run(policies[i], runs.configs[i], runs.results[i]));
+    if (runs.plans[i]) add_memory_plan(report.runs.back(), *runs.plans[i], runs.results[i]);
+  }
   for (size_t k = 0; k < runs.seed_results.size(); ++k)
     report.extra_seeds.push_back(to_policy_run(policies[baseline], runs.seed_configs[k], runs.seed_results[k]));
   std::vector<PolicyRun> band_runs{report.runs[baseline]};

@@ -99,6 +99,10 @@ struct PolicyRun {
   double test_accuracy = kNotMeasured;  // fraction in [0, 1] (a language model: per character)
   double steps_per_second = kNotMeasured;
   double peak_memory_bytes = kNotMeasured;
+  // compare --memory-plan: the plan's parts in bytes, bottom up ("weights", "gradients", ...; empty: no plan), and
+  // the run's whole measured peak (the model's bytes and fit's peak above them) to set beside their sum.
+  std::vector<std::pair<std::string, double>> memory_plan;
+  double measured_memory_bytes = kNotMeasured;
   int64_t skipped_steps = 0;  // optimizer steps skipped by the loss scaler (non-finite gradients)
   std::vector<RecoveryMark> recovery;
   std::vector<std::pair<std::string, std::string>> layer_dtypes;  // each layer's compute dtype at the end

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -98,12 +100,27 @@ std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions
 std::string line_chart_svg(const std::vector<Series>& series, const ChartOptions& options,
                            const std::vector<AreaBand>& bands, const std::vector<Marker>& markers = {});
 
+// A segment of a stacked bar, from the bottom up.
+struct BarPart {
+  std::string name;  // its data-part attribute
+  double value = 0;  // >= 0
+  std::string color;
+};
 // One bar of a bar chart.
 struct Bar {
+  Bar() = default;
+  Bar(std::string label, double value, std::string color, std::string value_text = {}, std::vector<BarPart> parts = {},
+      double marker = std::numeric_limits<double>::quiet_NaN())
+      : label(std::move(label)), value(value), color(std::move(color)), value_text(std::move(value_text)),
+        parts(std::move(parts)), marker(marker) {}
   std::string label;  // under the bar, and its data-bar attribute
   double value = 0;   // non-finite or negative: no bar, "n/a" is written instead
   std::string color;
   std::string value_text;  // written above the bar (empty: format_tick(value))
+  // Stacked: the bar drawn as these segments (their sum is `value`, which the caller sets), color unused.
+  std::vector<BarPart> parts;
+  // A level drawn across the bar as a dark line (e.g. a measurement beside a plan); NaN: none.
+  double marker = std::numeric_limits<double>::quiet_NaN();
 };
 struct BarChartOptions {
   std::string title;
@@ -112,7 +129,9 @@ struct BarChartOptions {
   int height = 260;  // pixels
 };
 // A vertical bar chart from 0: title, a y axis with nice ticks and grid lines, and per bar a
-// <rect class="bar" data-bar="LABEL"> with its value above and its label below.
+// <rect class="bar" data-bar="LABEL"> with its value above and its label below. A stacked bar is a
+// <g class="bar" data-bar="LABEL"> of <rect class="bar-part" data-part="NAME">; a marker is a
+// <line class="bar-marker" data-bar="LABEL">. The y axis reaches the highest bar or marker.
 std::string bar_chart_svg(const std::vector<Bar>& bars, const BarChartOptions& options);
 
 // Escapes text for HTML and XML content and attribute values: & < > " '.
