@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "mixtrain/distributed/data_parallel.h"
+#include "mixtrain/distributed/zero.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/fp8_gemm.h"
@@ -366,6 +367,8 @@ StepTiming time_steps(const StepOptions& o, Model& model, const StepBatch& batch
   model.to(cfg.device);
   const Tensor xs = ops::to_device(batch.x.slice_rows(shard.begin, shard.end), cfg.device),
                ys = ops::to_device(batch.y.slice_rows(shard.begin, shard.end), cfg.device);
+  // --zero 1: the optimizer's slots split over the ranks, the gradients reduce-scattered (distributed/zero.h).
+  if (job && cfg.zero_stage == 1) model.optimizer().inner_optimizer().set_shard_group(shard_group(*job));
   const ops::CudaGemmCounts gemm_before = ops::cuda_gemm_counts();  // the warm-up makes the GEMM plans
   for (int64_t i = 0; i < kWarmupSteps; ++i) model.train_step(xs, ys, job, cfg.batch_size);
   const int64_t live_before = memory_stats(cfg.device).live_bytes;
