@@ -28,6 +28,7 @@ std::vector<int64_t> share_byte_counts(int64_t elements, int size, int64_t eleme
 
 void Optimizer::set_shard_group(std::shared_ptr<ShardGroup> group) {
   if (group && group->size() <= 1) group = nullptr;
+  if (!group && !shard_) return;
   if (group) {
     MIXTRAIN_CHECK(updates_spans(), name() << ": ZeRO-1 shards the flat update, which this optimizer does not run");
     const std::optional<ops::UpdateConstants> rule = fused_rule();

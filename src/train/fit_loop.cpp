@@ -71,8 +71,9 @@ void Model::start_data_parallel(const FitOptions& options, Communicator& comm) {
     MIXTRAIN_CHECK(device().is_cpu(), "fit: ZeRO-1 runs on the CPU (MPI moves host memory), not on " << device().str());
     MIXTRAIN_CHECK(optimizer_ && optimizer_->supports_arena(),
                    "fit: ZeRO-1 shards the flat parameter arena's update, which this optimizer does not run");
-    optimizer_->inner_optimizer().set_shard_group(shard_group(comm));
   }
+  // A fit without ZeRO after one with it gathers the state back onto every rank (all ranks call fit alike).
+  if (optimizer_) optimizer_->inner_optimizer().set_shard_group(options.zero_stage == 1 ? shard_group(comm) : nullptr);
 }
 
 Model::FitLoop::FitLoop(Model& model, const Tensor& x_all, const Tensor& y_all, const FitOptions& options)

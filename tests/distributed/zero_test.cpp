@@ -30,13 +30,13 @@ using train_test::blobs;
 // The brief's bound: the same sums in the same float32 order, but for the clipping norm's.
 constexpr double kZeroTolerance = 1e-6;
 
-struct Setup {
+struct ZeroCase {
   int64_t accumulate = 1;
   std::optional<float> clipnorm;
   DType state = DType::kFloat32;
 };
 
-std::unique_ptr<Model> mlp(uint64_t seed, const Setup& s) {
+std::unique_ptr<Model> mlp(uint64_t seed, const ZeroCase& s) {
   auto m = std::make_unique<Model>("mlp", seed);
   m->emplace<Dense>(33, "relu");  // odd sizes: the shares split variables in the middle
   m->emplace<Dense>(17, "relu");
@@ -60,7 +60,7 @@ std::vector<float> optimizer_values(Model& m) {
   return all;
 }
 
-void expect_zero_equals_plain(const Setup& setup, const char* what) {
+void expect_zero_equals_plain(const ZeroCase& setup, const char* what) {
   Communicator& comm = world_communicator();
   auto [x, y] = blobs(480, 31);
   FitOptions o;
@@ -90,13 +90,19 @@ TEST(Zero1, TwoRanksEqualPlainDataParallel) {
 
 TEST(Zero1, GlobalClippingNormIsTheWholeGradients) {
   MIXTRAIN_REQUIRE_TWO_RANKS();
-  expect_zero_equals_plain({.clipnorm = 0.05f}, "clipnorm 0.05");  // small enough to clip most steps
+  ZeroCase clipped;
+  clipped.clipnorm = 0.05f;  // small enough to clip most steps
+  expect_zero_equals_plain(clipped, "clipnorm 0.05");
 }
 
 TEST(Zero1, AccumulationAndBfloat16StateShardToo) {
   MIXTRAIN_REQUIRE_TWO_RANKS();
-  expect_zero_equals_plain({.accumulate = 4}, "accumulate 4");
-  expect_zero_equals_plain({.state = DType::kBFloat16}, "bfloat16 optimizer state");
+  ZeroCase accumulating;
+  accumulating.accumulate = 4;
+  expect_zero_equals_plain(accumulating, "accumulate 4");
+  ZeroCase bfloat16_state;
+  bfloat16_state.state = DType::kBFloat16;
+  expect_zero_equals_plain(bfloat16_state, "bfloat16 optimizer state");
 }
 
 class Zero1LossScale : public ::testing::Test {
