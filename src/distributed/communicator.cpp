@@ -26,6 +26,24 @@ bool Communicator::moves_memory_of(const Device&) const { return false; }
 void Communicator::all_reduce_on_device(Tensor& t, ReduceOp) { fail_host_only(*this, t); }
 void Communicator::broadcast_on_device(Tensor& t, int) { fail_host_only(*this, t); }
 
+void Communicator::reduce_scatter(float* data, const std::vector<int64_t>& counts) {
+  MIXTRAIN_CHECK(static_cast<int>(counts.size()) == size(),
+                 "reduce_scatter: " << counts.size() << " block sizes for " << size() << " ranks");
+  int64_t n = 0;
+  for (int64_t c : counts) n += c;
+  all_reduce(data, n, ReduceOp::kSum);
+}
+
+void Communicator::all_gather(void* data, const std::vector<int64_t>& byte_counts) {
+  MIXTRAIN_CHECK(static_cast<int>(byte_counts.size()) == size(),
+                 "all_gather: " << byte_counts.size() << " block sizes for " << size() << " ranks");
+  auto* p = static_cast<char*>(data);
+  for (int r = 0; r < size(); ++r) {
+    broadcast(p, byte_counts[static_cast<size_t>(r)], r);
+    p += byte_counts[static_cast<size_t>(r)];
+  }
+}
+
 void SingleProcessCommunicator::all_reduce(float*, int64_t n, ReduceOp) {
   MIXTRAIN_CHECK(n >= 0, "all_reduce: negative element count " << n);
 }

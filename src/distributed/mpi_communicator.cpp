@@ -127,6 +127,32 @@ class MpiCommunicator : public Communicator {
     stats_.seconds += since(t);
   }
 
+  void reduce_scatter(float* data, const std::vector<int64_t>& counts) override {
+    const std::vector<int> c = int_counts(counts, "reduce_scatter");
+    const auto t = Clock::now();
+    int64_t offset = 0;
+    for (int r = 0; r < rank_; ++r) offset += c[static_cast<size_t>(r)];
+    // Into a block of its own, then back in place: MPI_IN_PLACE puts the result at the start of the buffer.
+    std::vector<float> mine(static_cast<size_t>(c[static_cast<size_t>(rank_)]));
+    check(MPI_Reduce_scatter(data, mine.data(), c.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+    std::copy(mine.begin(), mine.end(), data + offset);
+    ++stats_.calls;
+    for (int v : c) stats_.bytes += static_cast<int64_t>(v) * static_cast<int64_t>(sizeof(float));
+    stats_.seconds += since(t);
+  }
+
+  void all_gather(void* data, const std::vector<int64_t>& byte_counts) override {
+    const std::vector<int> c = int_counts(byte_counts, "all_gather");
+    std::vector<int> displs(c.size(), 0);
+    for (size_t r = 1; r < c.size(); ++r) displs[r] = displs[r - 1] + c[r - 1];
+    const auto t = Clock::now();
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, data, c.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+    ++stats_.calls;
+    stats_.bytes += c[static_cast<size_t>(rank_)];
+    stats_.seconds += since(t);
+  }
+
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -145,6 +171,22 @@ class MpiCommunicator : public Communicator {
     ++stats_.calls;
     stats_.bytes += n * static_cast<int64_t>(elem);
     stats_.seconds += since(t);
+  }
+
+  // One count per rank, each (and their sum: the displacements are int too) within MPI's int.
+  std::vector<int> int_counts(const std::vector<int64_t>& counts, const char* what) const {
+    MIXTRAIN_CHECK(static_cast<int>(counts.size()) == size_, what << ": " << counts.size() << " block sizes for "
+                                                                     << size_ << " ranks");
+    int64_t total = 0;
+    std::vector<int> out;
+    for (int64_t v : counts) {
+      MIXTRAIN_CHECK(v >= 0, what << ": negative block size " << v);
+      total += v;
+      out.push_back(static_cast<int>(v));
+    }
+    MIXTRAIN_CHECK(total <= std::numeric_limits<int>::max(),
+                   what << ": " << total << " elements or bytes exceed one MPI call's int count");
+    return out;
   }
 
   int rank_ = 0, size_ = 1;

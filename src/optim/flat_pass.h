@@ -58,6 +58,17 @@ struct FlatPasses {
   static Tensor clip_norm_tensor(const Optimizer& opt, const FlatPass& pass);
   // Bumps the version of every written variable and marks its compute copies current.
   static void mark_updated(const FlatPass& pass);
+
+  // ---- Sharded (Optimizer::set_shard_group; src/optim/optimizer_shard.cpp) ----
+  // Whether the step is skipped: the flag, or sharded, the flags of all ranks (written back into found_inf, so the
+  // loss-scale rule that reads it next moves every rank's scale alike).
+  static bool skips(const Optimizer& opt, const Tensor& found_inf);
+  // Global clipping's norm over all ranks' shares of the written gradients, float32 (1,) on the CPU.
+  static Tensor sharded_norm(const Optimizer& opt, const FlatPass& pass);
+  // Rows (begin, count, class) of the runs clipped to the share, with begins relative to it.
+  static std::vector<int64_t> rows_in_share(const std::vector<int64_t>& rows, const BufferShare& share);
+  // Every rank's updated share of the values and compute copies, into every rank's buffers.
+  static void gather_updated(const Optimizer& opt, const FlatPass& pass);
 };
 
 // Tests: while on, an arena on the CPU takes the device pass (the flag and the count read by the op's kernel), so

@@ -207,6 +207,10 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Var>& 
   const std::vector<std::string> keys = checked_keys(grads, vars);
   refuse_stochastic_rounding(vars);
   refuse_16bit_state();
+  if (shard_) {
+    MIXTRAIN_FAIL(kInvalidInput, name() << ".apply: a sharded optimizer (ZeRO-1) keeps slots in the arena's layout",
+                  "bind the variables to a ParameterArena and call apply_arena() (what fit() runs)");
+  }
   // Slots have the variable's shape, so checkpoints read naturally; restored ones are reshaped on first use.
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!grads[i].defined()) continue;
@@ -264,6 +268,7 @@ float* Optimizer::slot(const std::string& var_key, const std::string& slot) {
 }
 
 NamedTensors Optimizer::state() const {
+  check_state_gathered();
   NamedTensors out;
   out.emplace_back("iterations", scalar_int(settled_iterations()));
   out.emplace_back("learning_rate", Tensor::from_floats({1}, {learning_rate()}));

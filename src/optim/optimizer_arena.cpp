@@ -66,6 +66,12 @@ void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<s
   FlatSlots flat;
   flat.layout_id = arena.layout_id();
   flat.dtypes = dtypes;
+  if (shard_) {
+    bind_sharded_slots(arena, keys, flat);
+    flat.generation = slots_generation_;
+    flat_ = std::move(flat);
+    return;
+  }
   flat.buffers.resize(dtypes.size());
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
     for (size_t s = 0; s < names.size(); ++s) {
@@ -148,7 +154,14 @@ void Optimizer::apply_flat_gradients(ParameterArena& arena, const std::vector<Te
   }
   const Device device = arena_device(arena);
   if (!device.is_cpu()) optim_detail::FlatPasses::require_device_rule(*this, device);
-  if (flat_.layout_id != arena.layout_id() || flat_.generation != slots_generation_) bind_flat_slots(arena, keys);
+  MIXTRAIN_CHECK(!shard_ || (device.is_cpu() && !g_device_pass_on_cpu),
+                 name() << ".apply_arena: a sharded optimizer (ZeRO-1) updates an arena on the CPU only, not on "
+                        << device.str());
+  if (flat_.layout_id != arena.layout_id() || flat_.generation != slots_generation_) {
+    // Sharded, the other ranks' slots live there only: collect them before the old layout's buffers go.
+    if (shard_ && flat_.layout_id != arena.layout_id()) gather_shards();
+    bind_flat_slots(arena, keys);
+  }
   optim_detail::FlatPass pass{arena, flat_grads, std::move(grad_bufs), std::move(keys), std::move(written), gate};
   if (device.is_cpu() && !g_device_pass_on_cpu) {
     optim_detail::FlatPasses::cpu(*this, pass);
@@ -174,6 +187,10 @@ void FlatPasses::create_slots(Optimizer& opt, const FlatPass& pass) {
   const std::vector<std::string> names = opt.slot_names();
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!pass.written[i]) continue;
+    if (opt.shard_) {
+      opt.flat_.created[i] = 1;  // its slots are the zero regions of every rank's share
+      continue;
+    }
     const ParameterArena::Entry& e = pass.arena.entry(i);
     const size_t gi = static_cast<size_t>(std::find(dtypes.begin(), dtypes.end(), e.dtype) - dtypes.begin());
     for (size_t s = 0; s < names.size(); ++s) {
@@ -198,6 +215,7 @@ std::vector<Tensor> FlatPasses::written_grads(const FlatPass& pass) {
 }
 
 Tensor FlatPasses::clip_norm_tensor(const Optimizer& opt, const FlatPass& pass) {
+  if (opt.global_clipnorm_ && opt.shard_) return sharded_norm(opt, pass);
   // The norm of apply(), summed variable by variable in the same order; the op's kernel reads it where it is.
   return opt.global_clipnorm_ ? ops::global_norm(written_grads(pass)) : Tensor();
 }
@@ -252,6 +270,12 @@ std::vector<ops::FusedUpdateGroup> FlatPasses::fused_groups(Optimizer& opt, cons
   std::vector<std::vector<int64_t>> rows(dtypes.size());
   for (const FlatRun& r : runs(opt, pass)) rows[r.group].insert(rows[r.group].end(), {r.begin, r.end - r.begin, r.cls});
   Optimizer::FlatSlots& flat = opt.flat_;
+  // Sharded: this rank's share of each buffer, and the runs within it (slot buffers hold the share alone).
+  const auto part = [&](const Tensor& t, size_t gi) {
+    return opt.shard_ ? t.slice(0, flat.shares[gi].begin, flat.shares[gi].end) : t;
+  };
+  if (opt.shard_)
+    for (size_t gi = 0; gi < dtypes.size(); ++gi) rows[gi] = rows_in_share(rows[gi], flat.shares[gi]);
   flat.run_rows.resize(dtypes.size());
   flat.run_tensors.resize(dtypes.size());
   std::vector<ops::FusedUpdateGroup> groups(dtypes.size());
@@ -263,11 +287,11 @@ std::vector<ops::FusedUpdateGroup> FlatPasses::fused_groups(Optimizer& opt, cons
       flat.run_rows[gi] = rows[gi];
     }
     ops::FusedUpdateGroup& g = groups[gi];
-    g.values = arena.value_buffer(dtypes[gi]);
-    g.grads = pass.grad_bufs[gi];
+    g.values = part(arena.value_buffer(dtypes[gi]), gi);
+    g.grads = part(pass.grad_bufs[gi], gi);
     g.slots = flat.buffers[gi];
     if (dtypes[gi] == DType::kFloat32)
-      for (DType c : arena.compute_copy_dtypes()) g.copies.push_back(arena.compute_copy_buffer(c));
+      for (DType c : arena.compute_copy_dtypes()) g.copies.push_back(part(arena.compute_copy_buffer(c), gi));
     g.runs = flat.run_tensors[gi];
     g.run_count = run_count;
   }
@@ -281,8 +305,8 @@ void FlatPasses::cpu(Optimizer& opt, FlatPass& pass) {
     opt.settled_iterations();
     opt.drop_device_counter();
   }
-  // The flag is in host memory: a skipped step changes nothing (no slots, no versions).
-  if (gate.found_inf != nullptr && gate.found_inf->data<float>()[0] != 0.0f) {
+  // The flag is in host memory: a skipped step changes nothing (no slots, no versions). Sharded, it is the ranks'.
+  if (gate.found_inf != nullptr && skips(opt, *gate.found_inf)) {
     if (gate.skipped_steps_advance_iterations) ++opt.iterations_;
     return;
   }
@@ -307,6 +331,7 @@ void FlatPasses::cpu(Optimizer& opt, FlatPass& pass) {
   const Tensor norm = clip_norm_tensor(opt, pass);
   std::vector<ops::FusedUpdateGroup> groups = fused_groups(opt, pass);
   ops::fused_update(groups, step, nullptr, counter, norm.defined() ? &norm : nullptr);
+  if (opt.shard_) gather_updated(opt, pass);
 
   mark_updated(pass);
   ++opt.iterations_;

@@ -617,6 +617,9 @@ void CheckpointCallback::on_epoch_end(int epoch, const Logs& logs) {
 
 bool CheckpointCallback::save(const std::string& path, int completed_epochs, const std::string& when) {
   MIXTRAIN_CHECK(model_ != nullptr, "CheckpointCallback: no model (fit() sets it)");
+  // ZeRO-1: the whole state on every rank (a collective), then the file is rank 0's.
+  if (model_->compiled()) model_->optimizer().inner_optimizer().gather_shards();
+  if (!writes_) return false;
   if (!checkpoint_state_is_finite(*model_)) {
     ++skipped_saves_;
     std::cerr << "warning: " << when << ": weights or optimizer state contain NaN or Inf; checkpoint '" << path

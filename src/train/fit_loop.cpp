@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "mixtrain/distributed/data_parallel.h"
+#include "mixtrain/distributed/zero.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/report/progress_bar.h"
 #include "model_detail.h"
@@ -64,6 +65,15 @@ void Model::start_data_parallel(const FitOptions& options, Communicator& comm) {
   broadcast_rng(init_rng_, comm);
   broadcast_rng(shuffle_rng_, comm);
   broadcast_rng(dropout_rng_, comm);  // each step derives the rank's masks from it (train_step)
+  MIXTRAIN_CHECK(options.zero_stage == 0 || options.zero_stage == 1,
+                 "fit: zero_stage must be 0 or 1, got " << options.zero_stage);
+  if (options.zero_stage == 1) {
+    MIXTRAIN_CHECK(device().is_cpu(), "fit: ZeRO-1 runs on the CPU (MPI moves host memory), not on " << device().str());
+    MIXTRAIN_CHECK(optimizer_ && optimizer_->supports_arena(),
+                   "fit: ZeRO-1 shards the flat parameter arena's update, which this optimizer does not run");
+  }
+  // A fit without ZeRO after one with it gathers the state back onto every rank (all ranks call fit alike).
+  if (optimizer_) optimizer_->inner_optimizer().set_shard_group(options.zero_stage == 1 ? shard_group(comm) : nullptr);
 }
 
 Model::FitLoop::FitLoop(Model& model, const Tensor& x_all, const Tensor& y_all, const FitOptions& options)

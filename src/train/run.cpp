@@ -65,6 +65,12 @@ void validate_run_config(const RunConfig& cfg) {
                  "--warmup-steps must be >= 0, got " << cfg.warmup_steps);
   MIXTRAIN_CHECK(cfg.weight_decay >= 0, "--weight-decay must be >= 0, got " << cfg.weight_decay);
   MIXTRAIN_CHECK(cfg.clipnorm >= 0, "--clipnorm must be >= 0 (0: no clipping), got " << cfg.clipnorm);
+  MIXTRAIN_CHECK(cfg.zero_stage == 0 || cfg.zero_stage == 1,
+                 "--zero must be 0 or 1 (the ZeRO stage: 1 splits the optimizer state across the MPI ranks), got "
+                     << cfg.zero_stage);
+  MIXTRAIN_CHECK(cfg.zero_stage == 0 || cfg.master_rounding == "nearest",
+                 "--zero 1 does not shard --master-rounding stochastic (its random bits follow each weight's offset "
+                 "in the whole buffer); use --master-rounding nearest");
   MIXTRAIN_CHECK(cfg.gradient_accumulation_steps >= 1 && cfg.gradient_accumulation_steps <= cfg.batch_size,
                  "--accumulate must be in [1, --batch-size " << cfg.batch_size << "] (micro-batches per batch), got "
                                                              << cfg.gradient_accumulation_steps);
@@ -326,6 +332,7 @@ RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostr
   fo.steps_per_epoch = cfg.steps_per_epoch();
   fo.batch_size = cfg.batch_size;
   fo.communicator = cfg.communicator;
+  fo.zero_stage = cfg.zero_stage;
   fo.stop_request = cfg.stop_request;
   fo.verbose = 0;  // progress goes to `progress` alone, through the bar above; without it the run is silent
   const bool writes_checkpoints = cfg.communicator == nullptr || cfg.communicator->rank() == 0;
@@ -345,8 +352,11 @@ RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostr
     model_bytes += memory_stats(cfg.device).live_bytes - live_before_resume;  // the optimizer state it loaded
   }
   std::unique_ptr<CheckpointCallback> saver;
-  if (!cfg.save_path.empty() && writes_checkpoints) {
+  // ZeRO-1: every rank saves along (gathering the sharded optimizer state), rank 0 alone writes.
+  const bool sharded = cfg.zero_stage == 1 && cfg.communicator != nullptr && cfg.communicator->size() > 1;
+  if (!cfg.save_path.empty() && (writes_checkpoints || sharded)) {
     saver = std::make_unique<CheckpointCallback>(cfg.save_path, 1, run_config_json(cfg), cfg.save_every);
+    saver->set_writes(writes_checkpoints);
     fo.callbacks.push_back(saver.get());
   }
   // Scaled to the run, so a short run that fails or drifts gets the ladder too (said in the log and the report).

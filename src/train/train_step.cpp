@@ -4,6 +4,7 @@
 #include "layer_bucket_observer.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/distributed/data_parallel.h"
+#include "mixtrain/distributed/zero.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/ops/backend.h"
@@ -179,10 +180,10 @@ bool Model::start_overlapped_reduce(const StepShard& shard, bool flat, bool empt
   // is already in force, e.g. inspection's).
   if (!overlap_) overlap_ = std::make_shared<LayerBucketObserver>();
   // On a device, only where the communicator moves its memory (NCCL): staged through the host, the gradients are
-  // all-reduced once backward is done (all_reduce_gradients).
+  // all-reduced once backward is done (all_reduce_gradients). ZeRO-1 reduce-scatters once backward is done.
   const bool here = device().is_cpu() || (shard.comm && shard.comm->moves_memory_of(device()));
   const bool overlapped = shard.comm && flat && here && !empty_shards && observer() == nullptr &&
-                          overlap_->prepare(*this, arena_, bucket_bytes_);
+                          !optimizer_->inner_optimizer().sharded() && overlap_->prepare(*this, arena_, bucket_bytes_);
   if (overlapped) {
     Tensor grads = arena_.gradient_buffer(DType::kFloat32);
     if (device().is_cpu())
@@ -317,7 +318,10 @@ void Model::reduce_gradients(const StepShard& shard, const std::vector<Var>& var
       // The arena's buffer holds zeros for it: mark it written, as on the ranks that computed one.
       if (got_grad[i] > 0 && !v.has_grad()) v.set_grad(ops::full(v.shape(), v.dtype(), 0.0f, device()));
     }
-    all_reduce_gradients(arena_, *shard.comm, shard.weight, bucket_bytes_);
+    if (optimizer_->inner_optimizer().sharded())
+      reduce_scatter_gradients(arena_, *shard.comm, shard.weight);  // each rank sums the share it updates
+    else
+      all_reduce_gradients(arena_, *shard.comm, shard.weight, bucket_bytes_);
   } else {
     for (size_t i = 0; i < vars.size(); ++i)
       if (!grads[i].defined()) grads[i] = ops::full(vars[i].shape(), DType::kFloat32, 0.0f, device());

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "mixtrain/distributed/data_parallel.h"
+#include "mixtrain/distributed/zero.h"
 #include "mixtrain/kernels/gemm.h"
 #include "mixtrain/ops/cuda_backend.h"
 #include "mixtrain/ops/fp8_gemm.h"
@@ -265,7 +266,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
-                "optimizer-state", "attention", "fused-loss"},
+                "optimizer-state", "attention", "fused-loss", "zero"},
          {"memory-plan"});
   StepOptions o;
   RunConfig& cfg = o.run;
@@ -312,6 +313,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   cfg.gradient_accumulation_steps = a.integer("accumulate", 1);
   cfg.master_rounding = a.str("master-rounding", "nearest");
   cfg.optimizer_state = a.str("optimizer-state", "float32");
+  cfg.zero_stage = static_cast<int>(a.integer("zero", 0));  // under mpirun: the optimizer state split over the ranks
   validate_run_config(cfg);
   o.json_path = a.path("json");
   o.memory_plan = a.has("memory-plan");
@@ -354,7 +356,7 @@ StepBatch step_batch(const StepOptions& o, const Model& model, int64_t weights) 
 struct StepTiming {
   double median = 0;             // seconds per step
   int64_t step_peak_bytes = 0;   // beyond what the model, its optimizer state and the batch hold between steps
-  int64_t live_bytes = 0;        // what they hold between steps (all that is live then)
+  int64_t held_bytes = 0;        // what they hold between steps (allocator's live bytes after the warm-up)
   int64_t declined_plans = 0;    // GPU: cuBLASLt plans declined (warm-up and timed steps)
   int64_t fallback_products = 0; // GPU: products on the fallback kernel
   double comm_share = 0;         // data-parallel: time inside collectives over the timed steps' time
@@ -371,6 +373,8 @@ StepTiming time_steps(const StepOptions& o, Model& model, const StepBatch& batch
   model.to(cfg.device);
   const Tensor xs = ops::to_device(batch.x.slice_rows(shard.begin, shard.end), cfg.device),
                ys = ops::to_device(batch.y.slice_rows(shard.begin, shard.end), cfg.device);
+  // --zero 1: the optimizer's slots split over the ranks, the gradients reduce-scattered (distributed/zero.h).
+  if (job && cfg.zero_stage == 1) model.optimizer().inner_optimizer().set_shard_group(shard_group(*job));
   const ops::CudaGemmCounts gemm_before = ops::cuda_gemm_counts();  // the warm-up makes the GEMM plans
   for (int64_t i = 0; i < kWarmupSteps; ++i) model.train_step(xs, ys, job, cfg.batch_size);
   const int64_t live_before = memory_stats(cfg.device).live_bytes;
@@ -387,7 +391,7 @@ StepTiming time_steps(const StepOptions& o, Model& model, const StepBatch& batch
   }
   StepTiming r;
   r.step_peak_bytes = memory_stats(cfg.device).peak_bytes - live_before;
-  r.live_bytes = live_before;
+  r.held_bytes = live_before;
   const ops::CudaGemmCounts gemm_after = ops::cuda_gemm_counts();
   r.declined_plans = gemm_after.declined_plans - gemm_before.declined_plans;
   r.fallback_products = gemm_after.fallback_products - gemm_before.fallback_products;
@@ -431,10 +435,14 @@ void print_step(const StepOptions& o, const StepBatch& batch, int64_t weights, c
   // A device communicator's collectives are queued on the GPU: the host's share is their queueing only, and their
   // time on the GPU is inside the step's.
   const bool queued_on_device = job && job->moves_memory_of(cfg.device);
+  std::printf("memory%s: %.1f MiB held between steps (model, gradients, optimizer state, batch), %.1f MiB more at "
+              "the peak of a step\n",
+              job ? " (rank 0)" : "", static_cast<double>(t.held_bytes) / (1 << 20),
+              static_cast<double>(t.step_peak_bytes) / (1 << 20));
   if (job)
-    std::printf("data-parallel: %d ranks (%s), %.1f%% of step time %s (rank 0), %.2f MiB all-reduced per step per "
+    std::printf("data-parallel: %d ranks (%s)%s, %.1f%% of step time %s (rank 0), %.2f MiB all-reduced per step per "
                 "rank\n",
-                job->size(), job->backend().c_str(), 100.0 * t.comm_share,
+                job->size(), job->backend().c_str(), cfg.zero_stage == 1 ? ", ZeRO-1" : "", 100.0 * t.comm_share,
                 queued_on_device ? "queueing collectives on the GPU" : "in communication",
                 static_cast<double>(t.comm_bytes) / (1 << 20));
 }
@@ -455,6 +463,8 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
                          {"isa", kernels::gemm_isa()},
                          {"device", cfg.device.str()},
                          {"step_peak_memory_bytes", static_cast<double>(t.step_peak_bytes)},
+                         {"held_memory_bytes", static_cast<double>(t.held_bytes)},
+                         {"zero_stage", cfg.zero_stage},
                          {"samples_per_second", static_cast<double>(cfg.batch_size) / t.median},
                          {"ranks", job ? job->size() : 1},
                          {"communicator", job ? job->backend() : std::string("none")},
@@ -505,7 +515,7 @@ int bench_step(const std::vector<std::string>& argv) {
   const StepTiming t = time_steps(o, *model, batch, job);
   print_step(o, batch, weights, t, job);
   // Measured as the plan counts: what the model, its state and the batch hold between steps, and a step's peak.
-  const int64_t measured = t.live_bytes - live_at_start + t.step_peak_bytes;
+  const int64_t measured = t.held_bytes - live_at_start + t.step_peak_bytes;
   if (plan && writes_outputs()) std::printf("%s", memory_measured_text(*plan, measured).c_str());
   if (!o.json_path.empty()) {
     Json report = step_json(o, batch, weights, t, job);

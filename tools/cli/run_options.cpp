@@ -94,6 +94,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.weight_decay = static_cast<float>(a.number("weight-decay", cfg.weight_decay));
   cfg.clipnorm = static_cast<float>(a.number("clipnorm", cfg.clipnorm));
   cfg.gradient_accumulation_steps = a.integer("accumulate", cfg.gradient_accumulation_steps);
+  cfg.zero_stage = static_cast<int>(a.integer("zero", cfg.zero_stage));
   cfg.master_rounding = a.str("master-rounding", cfg.master_rounding);
   cfg.optimizer_state = a.str("optimizer-state", cfg.optimizer_state);
   cfg.context_length = a.integer("context", cfg.context_length);
@@ -126,7 +127,7 @@ const std::set<std::string>& run_flags() {
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
       "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
-      "optimizer-state", "attention", "fused-loss"};
+      "optimizer-state", "attention", "fused-loss", "zero"};
   return flags;
 }
 

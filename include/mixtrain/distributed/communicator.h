@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mixtrain/core/tensor.h"
 
@@ -59,6 +60,14 @@ class Communicator {
 
   // Copies root's bytes [data, data + bytes) to every rank.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+
+  // ZeRO's two collectives (distributed/zero.h). data holds the sum of counts elements on every rank, block r
+  // (counts[r] elements after the blocks of the ranks before it) being rank r's. reduce_scatter: this rank's block
+  // ends as the float32 sum over the ranks (the bits all_reduce gives it); the other blocks are left unspecified.
+  // The default all-reduces the whole buffer (right, and twice the traffic); MPI overrides it.
+  virtual void reduce_scatter(float* data, const std::vector<int64_t>& counts);
+  // all_gather, in bytes: every rank's block r ends as rank r's block. The default broadcasts block by block.
+  virtual void all_gather(void* data, const std::vector<int64_t>& byte_counts);
   virtual void barrier() = 0;
   // Ends every process of the job with this exit code (an error on one rank would otherwise leave the others
   // waiting in a collective forever).

@@ -17,6 +17,7 @@
 #include "mixtrain/ops/fused_update.h"
 #include "mixtrain/optim/parameter_arena.h"
 #include "mixtrain/optim/schedules.h"
+#include "mixtrain/optim/shard_group.h"
 
 namespace mixtrain {
 
@@ -159,6 +160,22 @@ class Optimizer {
   // Throws Error unless steps >= 1.
   virtual void set_gradient_accumulation_steps(int64_t steps);
 
+  // ---- ZeRO stage 1 (optim/shard_group.h) ----
+  // Splits the slots of the arena's variables across group's ranks: each keeps the slots of its buffer_share() of
+  // every dtype group and its update pass (apply_arena / apply_flat_gradients, on the CPU) updates only that share,
+  // with the gradients there already summed over the ranks (distributed/zero.h's reduce_scatter_gradients), then
+  // all-gathers the updated values and compute copies. The skip flag and global clipping's norm are summed over
+  // the ranks first, so every rank skips, clips and counts iterations as one process would. Every rank must call
+  // the update with the same variables, gradients written and gate. nullptr (the default) keeps everything on
+  // every rank; a group of one rank is taken as nullptr. Throws Error for a rule that rounds stochastically (its
+  // random bits follow the element's offset in the whole buffer) or one without update_span().
+  void set_shard_group(std::shared_ptr<ShardGroup> group);
+  bool sharded() const { return shard_ != nullptr; }
+  // Sharded: collects every rank's slots so that state() holds the whole state on every rank, as unsharded (the
+  // checkpoint format does not change). A collective: every rank calls it at the same point. The next update
+  // drops the other ranks' slots again. Nothing when not sharded.
+  void gather_shards();
+
   // "sgd", "adam", "adamw", "rmsprop".
   virtual std::string name() const = 0;
 
@@ -287,8 +304,21 @@ class Optimizer {
     // arena's device, uploaded again only when the runs change.
     std::vector<std::vector<int64_t>> run_rows;
     std::vector<Tensor> run_tensors;
+    // Sharded (set_shard_group): each group's share (its slot buffers hold only that), each group's capacity, and
+    // per arena variable its place, key and shape, and whether its slots exist (it has been updated or loaded).
+    std::vector<BufferShare> shares;
+    std::vector<int64_t> capacities;
+    std::vector<ParameterArena::Entry> entries;
+    std::vector<std::string> keys;
+    std::vector<Shape> shapes;
+    std::vector<char> created;
   };
   FlatSlots flat_;
+  std::shared_ptr<ShardGroup> shard_;
+  // Sharded: the share of one group of the arena, and the flat slots' binding that keeps only it.
+  void bind_sharded_slots(const ParameterArena& arena, const std::vector<std::string>& keys, FlatSlots& flat);
+  // Sharded: refuses state() while a created slot lives on another rank only.
+  void check_state_gathered() const;
 };
 
 // Creates "sgd", "adam", "adamw" or "rmsprop" with default hyperparameters and the given learning rate.

@@ -161,6 +161,9 @@ class CheckpointCallback : public Callback {
   int skipped_saves() const { return skipped_saves_; }
   // The last file written; empty before the first save.
   const std::string& last_saved_path() const { return last_saved_path_; }
+  // Data parallel with a sharded optimizer (ZeRO-1): every rank runs a callback, so that all of them gather the
+  // optimizer state at each save (Optimizer::gather_shards), and only the one that writes (rank 0) is given true.
+  void set_writes(bool writes) { writes_ = writes; }
 
  private:
   // Writes path unless the state holds NaN/Inf (then warns, naming what saved it and returns false).
@@ -168,6 +171,7 @@ class CheckpointCallback : public Callback {
 
   std::string path_;
   int period_;
+  bool writes_ = true;
   std::string config_;
   int64_t every_steps_;
   int64_t steps_per_epoch_ = 0;

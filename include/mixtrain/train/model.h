@@ -69,6 +69,11 @@ struct FitOptions {
   // and its moving statistics are averaged over the ranks before each validation. Validation is sharded.
   // The recovery ladder does not run data-parallel.
   Communicator* communicator = nullptr;
+  // ZeRO stage with that communicator: 0 (every rank keeps the whole optimizer state) or 1 (the optimizer's slots
+  // split across the ranks, distributed/zero.h: gradients reduce-scattered, each rank updating its share, the
+  // updated weights all-gathered). The model's arena on the CPU only. Nothing with one rank. The optimizer stays
+  // sharded after fit(): call optimizer().inner_optimizer().gather_shards() on every rank before reading state().
+  int zero_stage = 0;
   // Keras' verbose: 0 prints nothing; 1 (the default) a progress bar per epoch when the output is standard output
   // on a terminal, otherwise one summary line per epoch, as Keras does when not on a tty; 2 one summary line per
   // epoch. Each epoch starts with "Epoch N/M". Only rank 0 of a data-parallel run prints, and callbacks that

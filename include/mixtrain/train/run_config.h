@@ -53,6 +53,8 @@ struct RunConfig {
   // --accumulate N: each batch of batch_size rows is N micro-batches whose gradients make one update
   // (Optimizer::gradient_accumulation_steps); at most batch_size.
   int64_t gradient_accumulation_steps = 1;
+  // --zero: ZeRO stage of a data-parallel run (FitOptions::zero_stage), 0 or 1; nothing with one rank.
+  int zero_stage = 0;
   // --master-rounding: how Adam/AdamW round bfloat16 master weights (the "bfloat16" policy's variables):
   // "nearest", or "stochastic" (AdamOptions::stochastic_rounding, seeded by `seed`; docs/SCALING.md).
   std::string master_rounding = "nearest";
