@@ -51,7 +51,7 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 }  // namespace
 
 MemoryPlan plan_training_memory(const RunConfig& cfg, int64_t num_features, int64_t num_classes, int64_t batch,
-                                const StepSamples& samples, int64_t evaluation_rows) {
+                                const StepSamples& samples, int64_t evaluation_rows, int ranks) {
   MIXTRAIN_CHECK(batch > 0, "memory plan: the batch must have at least one row, got " << batch);
   MemoryPlan p;
   p.batch_size = batch;
@@ -71,6 +71,9 @@ MemoryPlan plan_training_memory(const RunConfig& cfg, int64_t num_features, int6
     p.probes.emplace_back(rows, step_peak(*model, cfg, rows, num_features, samples));
   for (const auto& slot : model->optimizer().state()) p.optimizer_state_bytes += slot.second.nbytes();
   p.compute_copy_bytes = std::max<int64_t>(0, kept - p.weight_bytes - p.gradient_bytes - p.optimizer_state_bytes);
+  // ZeRO-1 (distributed/zero.h): each rank keeps the slots of its share of the flat buffer, at most one element more
+  // than an even split; the trial model, on one process, holds them all.
+  if (cfg.zero_stage == 1 && ranks > 1) p.optimizer_state_bytes = (p.optimizer_state_bytes + ranks - 1) / ranks;
   const std::pair<int64_t, double> step_line = line_through(p.probes[0], p.probes[1]);
   p.step_fixed_bytes = step_line.first;
   p.step_bytes_per_row = step_line.second;
@@ -96,7 +99,7 @@ MemoryPlan plan_run_memory(const RunConfig& cfg, const DataSplits& data) {
   const int64_t ranks = cfg.communicator != nullptr ? cfg.communicator->size() : 1;
   return plan_training_memory(cfg, data.train.num_features(), std::max(data.train.num_classes, data.test.num_classes),
                               cfg.batch_size / ranks, StepSamples{data.train.sample_shape, data.train.y.rank() == 2},
-                              validation_batch_rows(cfg, data));
+                              validation_batch_rows(cfg, data), static_cast<int>(ranks));
 }
 
 std::string memory_plan_text(const MemoryPlan& plan) {

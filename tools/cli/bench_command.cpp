@@ -491,9 +491,10 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
 MemoryPlan step_memory_plan(const StepOptions& o, const Communicator* job) {
   const RunConfig& cfg = o.run;
   const int64_t rows = job ? cfg.batch_size / job->size() : cfg.batch_size;
+  const int ranks = job ? job->size() : 1;
   return o.transformer ? plan_training_memory(cfg, cfg.context_length, o.vocabulary, rows,
-                                              StepSamples{{cfg.context_length}, true})
-                       : plan_training_memory(cfg, kInputs, kClasses, rows);
+                                              StepSamples{{cfg.context_length}, true}, 0, ranks)
+                       : plan_training_memory(cfg, kInputs, kClasses, rows, {}, 0, ranks);
 }
 
 int bench_step(const std::vector<std::string>& argv) {

@@ -47,8 +47,9 @@ struct MemoryPlan {
 // fit() validates nothing). num_features and samples as find_max_batch_size takes them. Builds a trial model
 // (dropped before returning) and runs three trial steps (a quarter, a quarter and a half of the batch) and two
 // evaluations (a quarter and a half of evaluation_rows).
+// ranks: the data-parallel ranks; with cfg.zero_stage 1 each holds 1/ranks of the optimizer's slots.
 MemoryPlan plan_training_memory(const RunConfig& cfg, int64_t num_features, int64_t num_classes, int64_t batch,
-                                const StepSamples& samples = {}, int64_t evaluation_rows = 0);
+                                const StepSamples& samples = {}, int64_t evaluation_rows = 0, int ranks = 1);
 
 // The plan for run_training(cfg, data): this rank's share of the batch (cfg.communicator), the data's sample shape,
 // and fit()'s validation batches (validation_batch_rows).
