@@ -79,6 +79,9 @@ void validate_run_config(const RunConfig& cfg) {
   check_transformer_blocks(cfg.norm, cfg.mlp, cfg.positions);
   MIXTRAIN_CHECK(cfg.attention == "tiled" || cfg.attention == "full",
                  "--attention must be tiled or full, got '" << cfg.attention << "'");
+  check_remat(cfg.remat);
+  MIXTRAIN_CHECK(cfg.remat == "none" || cfg.model == "transformer" || cfg.model == "resnet",
+                 "--remat applies to --model transformer and resnet only, got --model " << cfg.model);
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
   check_master_rounding(cfg);
   const int64_t warmup = std::max<int64_t>(cfg.warmup_steps, 0);
@@ -404,6 +407,7 @@ std::string run_config_json(const RunConfig& cfg) {
   if (cfg.mlp != "gelu") j["mlp"] = cfg.mlp;
   if (cfg.positions != "learned") j["positions"] = cfg.positions;
   if (cfg.model == "transformer") j["fused_loss"] = cfg.fused_loss;
+  if (cfg.remat != "none") j["remat"] = cfg.remat;
   if (!cfg.vocabulary.empty()) {
     Json vocab = Json::array();
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
@@ -477,6 +481,8 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   const Json* fused = field("fused_loss");
   MIXTRAIN_CHECK(!fused || fused->is_bool(), source << ": 'fused_loss' must be true or false");
   cfg.fused_loss = fused && fused->as_bool();
+  str("remat", cfg.remat);  // absent (a checkpoint from before the option): none
+  check_remat(cfg.remat);
   if (const Json* v = field("vocabulary")) {
     MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
     for (const Json& c : v->as_array()) {

@@ -43,6 +43,8 @@ const char* kUsage =
     "           --attention tiled|full: training's attention on the CPU past 128 positions, tiled (no T x T\n"
     "           tensor, the default) or full (keeps the probabilities)\n"
     "           --fused-loss on|off (transformer: logits and loss over chunks of rows; default on)\n"
+    "           --remat blocks|none (transformer, resnet: keep only each block's input and recompute the\n"
+    "           block in backward; same gradients, less memory; default none)\n"
     "           --tokenizer char|bpe:N|unigram:N|FILE.model: the text's tokens (default char; text:PATH may be a\n"
     "           directory or PATH,PATH,...)\n"
     "           --device cpu|cuda|cuda:N: where the model trains (default cpu)\n"
