@@ -207,5 +207,11 @@ else
   echo "FAIL: training on $tmp/state.csv failed"; fails=$((fails+1))
 fi
 
+# --remat: its values, and the models whose blocks it recomputes.
+expect_error "--remat must be blocks or none, got 'full'" train --model transformer --remat full --epochs 1
+expect_error "--remat applies to --model transformer and resnet only, got --model cnn" train --model cnn \
+  --remat blocks --epochs 1
+expect_error "--remat must be blocks or none, got 'yes'" bench step --model resnet --remat yes
+
 [ $fails -eq 0 ] && echo "all bad-input cases passed"
 exit $fails
