@@ -59,6 +59,7 @@ const char* kUsage =
     "           adds the CPU's FP8 GEMM (float8_e4m3fn, float8_e5m2 operands, docs/FP8.md)\n"
     "           step [--model mlp|cnn|resnet] [--hidden 4096,4096] [--batch-size 256] [--policy P]\n"
     "           [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]\n"
+    "           [--remat blocks|none] (transformer, resnet)\n"
     "           [--json FILE] [--device cpu|cuda|cuda:N]: milliseconds per training step\n"
     "data-parallel: mpirun -np N mixtrain train|compare|bench step ... trains on N processes; --batch-size is\n"
     "           the global batch (divisible by N); rank 0 prints and writes files (docs/SCALING.md);\n"
