@@ -421,6 +421,21 @@ std::string run_config_json(const RunConfig& cfg) {
   return j.dump();
 }
 
+namespace {
+// A text model's code points as a checkpoint's configuration lists them; none when absent.
+std::vector<uint32_t> vocabulary_from_json(const Json* v, const std::string& source) {
+  std::vector<uint32_t> out;
+  if (!v) return out;
+  MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
+  for (const Json& c : v->as_array()) {
+    const int64_t cp = c.as_int64();
+    MIXTRAIN_CHECK(cp >= 0 && cp <= 0x10FFFF, source << ": vocabulary entry " << cp << " is not a code point");
+    out.push_back(static_cast<uint32_t>(cp));
+  }
+  return out;
+}
+}  // namespace
+
 RunConfig run_config_from_json(const std::string& text, const std::string& source) {
   const Json j = Json::parse(text, source);
   MIXTRAIN_CHECK(j.is_object(), source << ": the run configuration must be a JSON object");
@@ -482,15 +497,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   MIXTRAIN_CHECK(!fused || fused->is_bool(), source << ": 'fused_loss' must be true or false");
   cfg.fused_loss = fused && fused->as_bool();
   str("remat", cfg.remat);  // absent (a checkpoint from before the option): none
-  check_remat(cfg.remat);
-  if (const Json* v = field("vocabulary")) {
-    MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
-    for (const Json& c : v->as_array()) {
-      const int64_t cp = c.as_int64();
-      MIXTRAIN_CHECK(cp >= 0 && cp <= 0x10FFFF, source << ": vocabulary entry " << cp << " is not a code point");
-      cfg.vocabulary.push_back(static_cast<uint32_t>(cp));
-    }
-  }
+  cfg.vocabulary = vocabulary_from_json(field("vocabulary"), source);
   str("tokenizer", cfg.tokenizer);
   std::string tokenizer_model;
   str("tokenizer_model", tokenizer_model);
