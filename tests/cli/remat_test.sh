@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # --remat blocks end to end: a tiny transformer with dropout on the first 100,000 characters of Moby Dick trains 30
 # steps under mixed_float16 (loss scaling) with and without recomputation: the step losses and the validation loss
-# are the same bits; the checkpoint records "blocks" (and a run without it records nothing); a recomputing run
-# resumed after 15 steps ends bit-identical to the uninterrupted one; bench step of the transformer and the resnet
-# reports its choice and a smaller peak with it; a bad value and the flag on another model are one-line errors
-# with exit status 2. About a minute on 2 idle cores.
+# are the same bits, with the recovery ladder (--recover) watching too; the checkpoint records "blocks" (a run
+# without it records nothing); a recomputing run resumed after 15 steps ends bit-identical to the uninterrupted one;
+# bench step of the transformer and the resnet reports its choice and a smaller peak with it; a bad value and the
+# flag on another model are one-line errors with exit status 2. About a minute on 2 idle cores.
 set -u
 bin="$1"
 . "$(dirname "$0")/lib.sh"
@@ -43,6 +43,13 @@ echo "== recomputed and kept: the same bits"
 same_run "$tmp/kept.json" "$tmp/remat.json" || fail "recomputed and kept runs differ"
 [ "$(header_field "$tmp/remat.safetensors" remat)" = "blocks" ] || fail "--remat blocks is not recorded"
 [ "$(header_field "$tmp/kept.safetensors" remat)" = "" ] || fail "a run without --remat records one"
+
+echo "== the recovery ladder (--recover: an observer on every layer) sees the same run"
+"$bin" train "${small[@]}" --steps 15 --recover --remat blocks --json "$tmp/recover_remat.json" > /dev/null \
+  || fail "train --recover --remat blocks exited $?"
+"$bin" train "${small[@]}" --steps 15 --recover --json "$tmp/recover_kept.json" > /dev/null \
+  || fail "train --recover exited $?"
+same_run "$tmp/recover_kept.json" "$tmp/recover_remat.json" || fail "recomputed and kept runs under --recover differ"
 
 echo "== a recomputing run resumed after 15 steps"
 "$bin" train "${small[@]}" --steps 15 --remat blocks --save "$tmp/half.safetensors" > /dev/null \
