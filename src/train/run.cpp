@@ -82,6 +82,10 @@ void validate_run_config(const RunConfig& cfg) {
   check_remat(cfg.remat);
   MIXTRAIN_CHECK(cfg.remat == "none" || cfg.model == "transformer" || cfg.model == "resnet",
                  "--remat applies to --model transformer and resnet only, got --model " << cfg.model);
+  // A recomputed synchronized BatchNormalization all-reduces its statistics again, which a rank without rows in
+  // the batch (it exchanges zeros once) would not match.
+  MIXTRAIN_CHECK(cfg.remat == "none" || !cfg.synchronized_batch_norm,
+                 "--remat blocks does not work with --sync-batch-norm yet; use one or the other");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
   check_master_rounding(cfg);
   const int64_t warmup = std::max<int64_t>(cfg.warmup_steps, 0);

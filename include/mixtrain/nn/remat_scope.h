@@ -15,7 +15,9 @@
 // starts a segment of its own. RematScope(false) is none (so a flag can choose). Segments are layer calls that
 // run one after another; a graph that interleaves two scopes' calls gets more, smaller segments. A layer shared
 // between segments, or called on values from several, works too: a segment's inputs are whatever it reads from
-// outside. Not recorded in get_config() or save_model(): a model loaded from its file runs without it.
+// outside. Not recorded in get_config() or save_model(): a model loaded from its file runs without it. A
+// synchronized BatchNormalization (set_synchronized) in a segment all-reduces its statistics again when recomputed,
+// so every rank must hold rows of each batch (the CLI refuses --remat blocks with --sync-batch-norm).
 #pragma once
 
 namespace mixtrain {
