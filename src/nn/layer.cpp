@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/nn/remat_scope.h"
 #include "mixtrain/ops/losses.h"
 
 namespace mixtrain {
@@ -274,6 +275,7 @@ std::vector<SymbolicTensor> Layer::outputs(const std::vector<SymbolicTensor>& xs
                  "layer '" << name_ << "' (" << class_name() << "): compute_output_shapes() gave "
                            << node->shapes.size() << " shapes; num_outputs() says " << num_outputs());
   node->dtypes.assign(node->shapes.size(), compute_dtype());
+  node->remat_segment = current_remat_segment();
   std::vector<SymbolicTensor> out;
   for (size_t i = 0; i < node->shapes.size(); ++i) out.emplace_back(node, static_cast<int>(i));
   return out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include "mixtrain/autograd/remat.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -68,6 +69,7 @@ Network::Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor>
     }
   }
   (void)visiting;
+  plan_segments();
   assign_layer_names();
   input_shape_ = graph_inputs_.front().shape();
 }
@@ -147,17 +149,22 @@ Shape Network::output_shape() const {
 }
 
 std::vector<Var> Network::run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx) {
-  if (observer_) observer_->on_input(layer, inputs.front());
+  // A recomputation (RematScope) reports only gradients: the first run reported the values. Layers still see an
+  // observer, so they choose the same path (the attention's) as in the first run, but it hears nothing.
+  static LayerObserver silent;
+  const bool again = in_recomputation();
+  if (observer_ && !again) observer_->on_input(layer, inputs.front());
   // The network's observer is the one in force for its layers; without one, the caller's (if any) stays.
   CallContext layer_ctx = ctx;
   if (observer_) layer_ctx.observer = observer_;
+  if (again && layer_ctx.observer) layer_ctx.observer = &silent;
   if (layer_ctx.training && layer_ctx.rng == nullptr) layer_ctx.rng = &training_call_rng();
   std::vector<Var> ys = layer.outputs(inputs, layer_ctx);  // one call, however many outputs
   if (observer_) {
     LayerObserver* obs = observer_;
     const Layer* l = &layer;
     for (Var& y : ys) {
-      obs->on_output(layer, y);
+      if (!again) obs->on_output(layer, y);
       y = tap(y, [obs, l](const Tensor& dy) { obs->on_gradient(*l, dy); });
     }
   }
@@ -183,7 +190,7 @@ std::vector<Var> Network::call(const std::vector<Var>& inputs, const CallContext
   }
   MIXTRAIN_CHECK(inputs.size() == graph_inputs_.size(),
                  "model '" << name_ << "' takes " << graph_inputs_.size() << " inputs, got " << inputs.size());
-  std::map<const SymbolicNode*, std::vector<Var>> values;  // every output of each call
+  Values values;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const SymbolicTensor& in = graph_inputs_[i];
     const Var& v = inputs[i];
@@ -203,13 +210,7 @@ std::vector<Var> Network::call(const std::vector<Var>& inputs, const CallContext
   auto value_of = [&values](const SymbolicTensor& t) -> const Var& {
     return values.at(t.node()).at(static_cast<size_t>(t.output_index()));
   };
-  for (const Step& s : steps_) {
-    std::vector<Var> args;
-    for (const SymbolicTensor& in : s.inputs) args.push_back(value_of(in));
-    // Only the output's call is left out: a layer shared with other places still runs there.
-    const bool skip = s.node->layer.get() == ctx.stop_before && s.node == graph_outputs_.front().node();
-    values[s.node] = skip ? args : run_layer(*s.node->layer, args, ctx);
-  }
+  for (const Segment& segment : segments_) run_segment(segment, values, ctx);
   std::vector<Var> out;
   for (const SymbolicTensor& o : graph_outputs_) out.push_back(value_of(o));
   return out;

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixtrain/autograd/remat.h"
 #include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/elementwise.h"
@@ -47,6 +48,8 @@ Var BatchNormalization::call(const Var& x, const CallContext& ctx) {
 }
 
 void BatchNormalization::update_moving_statistics(const Tensor& mean, const Tensor& variance) {
+  // A recomputation (RematScope) sees the batch the first run saw and already counted.
+  if (in_recomputation()) return;
   const Device device = mean.device();
   if (!skipped_moving_updates_.defined()) {
     skipped_moving_updates_ = ops::full({1}, DType::kFloat32, 0.0f, device);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "mixtrain/autograd/remat.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/fp8_gemm.h"
 
@@ -42,7 +43,8 @@ Fp8Quantized Fp8TensorScale::quantize(const Tensor& x) {
   }
   const float scale = delayed_.scale();
   ops::Fp8Operand q = ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate);
-  delayed_.record(q.amax);
+  // A recomputation (autograd/remat.h) casts the same tensor again: its amax is in the history already.
+  if (!in_recomputation()) delayed_.record(q.amax);
   return {std::move(q.values), scale};
 }
 

@@ -3,6 +3,7 @@
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
 #include "mixtrain/nn/normalization.h"
+#include "mixtrain/nn/remat_scope.h"
 #include "mixtrain/nn/reshaping.h"
 #include "mixtrain/train/model_registry.h"
 #include "mixtrain/train/transformer_model.h"
@@ -93,9 +94,17 @@ std::unique_ptr<Model> build_resnet(const RunConfig& cfg, const ModelInputSpec& 
   SymbolicTensor h = (*make_layer<Reshape>(image))(x);
   h = conv_bn(h, 32, 3, "stem", 1, true);
   h = (*make_layer<MaxPooling2D>(2))(h);
-  h = residual_block(h, 32, "block_1");
+  // --remat blocks: each block keeps only its input; its Conv-BN layers run again in backward (nn/remat_scope.h).
+  const bool remat = cfg.remat == "blocks";
+  {
+    RematScope scope(remat);
+    h = residual_block(h, 32, "block_1");
+  }
   h = (*make_layer<MaxPooling2D>(2))(h);
-  h = residual_block(h, 64, "block_2");
+  {
+    RematScope scope(remat);
+    h = residual_block(h, 64, "block_2");
+  }
   h = (*make_layer<GlobalAveragePooling2D>())(h);
   auto head = make_layer<Dense>(in.num_classes, "linear", dtype_arg("float32"));
   head->set_name("logits");
@@ -121,6 +130,7 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.positions = cfg.positions;
   o.flash_attention = cfg.attention == "tiled";
   o.fused_loss = cfg.fused_loss;
+  o.remat = cfg.remat == "blocks";
   return build_transformer_lm(o, cfg.seed);
 }
 

@@ -85,6 +85,13 @@ void validate_run_config(const RunConfig& cfg) {
   check_transformer_blocks(cfg.norm, cfg.mlp, cfg.positions);
   MIXTRAIN_CHECK(cfg.attention == "tiled" || cfg.attention == "full",
                  "--attention must be tiled or full, got '" << cfg.attention << "'");
+  check_remat(cfg.remat);
+  MIXTRAIN_CHECK(cfg.remat == "none" || cfg.model == "transformer" || cfg.model == "resnet",
+                 "--remat applies to --model transformer and resnet only, got --model " << cfg.model);
+  // A recomputed synchronized BatchNormalization all-reduces its statistics again, which a rank without rows in
+  // the batch (it exchanges zeros once) would not match.
+  MIXTRAIN_CHECK(cfg.remat == "none" || !cfg.synchronized_batch_norm,
+                 "--remat blocks does not work with --sync-batch-norm yet; use one or the other");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
   check_master_rounding(cfg);
   const int64_t warmup = std::max<int64_t>(cfg.warmup_steps, 0);
@@ -421,6 +428,7 @@ std::string run_config_json(const RunConfig& cfg) {
   if (cfg.mlp != "gelu") j["mlp"] = cfg.mlp;
   if (cfg.positions != "learned") j["positions"] = cfg.positions;
   if (cfg.model == "transformer") j["fused_loss"] = cfg.fused_loss;
+  if (cfg.remat != "none") j["remat"] = cfg.remat;
   if (!cfg.vocabulary.empty()) {
     Json vocab = Json::array();
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
@@ -433,6 +441,21 @@ std::string run_config_json(const RunConfig& cfg) {
   }
   return j.dump();
 }
+
+namespace {
+// A text model's code points as a checkpoint's configuration lists them; none when absent.
+std::vector<uint32_t> vocabulary_from_json(const Json* v, const std::string& source) {
+  std::vector<uint32_t> out;
+  if (!v) return out;
+  MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
+  for (const Json& c : v->as_array()) {
+    const int64_t cp = c.as_int64();
+    MIXTRAIN_CHECK(cp >= 0 && cp <= 0x10FFFF, source << ": vocabulary entry " << cp << " is not a code point");
+    out.push_back(static_cast<uint32_t>(cp));
+  }
+  return out;
+}
+}  // namespace
 
 RunConfig run_config_from_json(const std::string& text, const std::string& source) {
   const Json j = Json::parse(text, source);
@@ -494,14 +517,8 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   const Json* fused = field("fused_loss");
   MIXTRAIN_CHECK(!fused || fused->is_bool(), source << ": 'fused_loss' must be true or false");
   cfg.fused_loss = fused && fused->as_bool();
-  if (const Json* v = field("vocabulary")) {
-    MIXTRAIN_CHECK(v->is_array(), source << ": 'vocabulary' must be an array of code points");
-    for (const Json& c : v->as_array()) {
-      const int64_t cp = c.as_int64();
-      MIXTRAIN_CHECK(cp >= 0 && cp <= 0x10FFFF, source << ": vocabulary entry " << cp << " is not a code point");
-      cfg.vocabulary.push_back(static_cast<uint32_t>(cp));
-    }
-  }
+  str("remat", cfg.remat);  // absent (a checkpoint from before the option): none
+  cfg.vocabulary = vocabulary_from_json(field("vocabulary"), source);
   str("tokenizer", cfg.tokenizer);
   std::string tokenizer_model;
   str("tokenizer_model", tokenizer_model);

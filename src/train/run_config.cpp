@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "mixtrain/core/error.h"
+
 namespace mixtrain {
 
 int RunConfig::fit_epochs() const {
@@ -13,6 +15,10 @@ int RunConfig::fit_epochs() const {
 int64_t RunConfig::steps_per_epoch() const {
   if (steps <= 0) return 0;
   return eval_interval > 0 ? std::min(eval_interval, steps) : std::max<int64_t>(1, steps / 10);
+}
+
+void check_remat(const std::string& remat) {
+  MIXTRAIN_CHECK(remat == "blocks" || remat == "none", "--remat must be blocks or none, got '" << remat << "'");
 }
 
 }  // namespace mixtrain

@@ -2,6 +2,7 @@
 
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
+#include "mixtrain/nn/remat_scope.h"
 #include "mixtrain/nn/swiglu.h"
 #include "mixtrain/nn/transformer_layers.h"
 
@@ -73,6 +74,7 @@ std::unique_ptr<Model> build_transformer_lm(const TransformerLMOptions& o, uint6
   h = maybe_dropout(h, o.dropout, "embedding_dropout");
   for (int64_t i = 1; i <= o.num_layers; ++i) {
     const std::string scope = "block_" + std::to_string(i);
+    RematScope remat(o.remat);
     SymbolicTensor a = norm(o, h, scope + "/ln_1");
     a = (*named<MultiHeadAttention>(scope + "/attention", attention_options(o)))(a);
     a = maybe_dropout(a, o.dropout, scope + "/attention_dropout");

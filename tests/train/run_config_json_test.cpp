@@ -93,6 +93,19 @@ TEST(RunConfigJson, KeepsTheFusedLossAndReadsAnOlderCheckpointAsOff) {
   EXPECT_EQ(run_config_json(mlp).find("fused_loss"), std::string::npos);
 }
 
+// --remat blocks is recorded; none is not written, and a checkpoint without the key (older, or none) reads as none.
+TEST(RunConfigJson, KeepsRematAndReadsItsAbsenceAsNone) {
+  RunConfig cfg;
+  cfg.model = "resnet";
+  EXPECT_EQ(cfg.remat, "none");
+  EXPECT_EQ(run_config_json(cfg).find("remat"), std::string::npos);
+  cfg.remat = "blocks";
+  EXPECT_EQ(run_config_from_json(run_config_json(cfg), "test").remat, "blocks");
+  EXPECT_EQ(run_config_from_json(R"({"model":"transformer","width":32})", "test").remat, "none");
+  EXPECT_THROW(run_config_from_json(R"({"model":"transformer","remat":"layers"})", "test"), Error);
+  EXPECT_THROW(run_config_from_json(R"({"model":"mlp","remat":"blocks"})", "test"), Error);
+}
+
 TEST(RunConfigJson, RefusesATokenizerModelThatIsNotBase64) {
   try {
     run_config_from_json(R"({"model":"transformer","tokenizer_model":"ab!d"})", "'x.safetensors' (config)");

@@ -266,7 +266,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
-                "optimizer-state", "attention", "fused-loss", "zero"},
+                "optimizer-state", "attention", "fused-loss", "zero", "remat"},
          {"memory-plan"});
   StepOptions o;
   RunConfig& cfg = o.run;
@@ -309,6 +309,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
     cfg.optimizer = a.str("optimizer", "adam");
     cfg.batch_size = a.integer("batch-size", 256);
   }
+  cfg.remat = a.str("remat", "none");
   // --accumulate N: each timed step is one update of the batch as N micro-batches.
   cfg.gradient_accumulation_steps = a.integer("accumulate", 1);
   cfg.master_rounding = a.str("master-rounding", "nearest");
@@ -483,6 +484,9 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
     j["layers"] = cfg.num_layers;
     j["heads"] = cfg.num_heads;
     j["attention"] = cfg.attention;
+  }
+  if (o.transformer || cfg.model == "resnet") {
+    j["remat"] = cfg.remat;
   }
   return j;
 }

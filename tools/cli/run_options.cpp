@@ -109,6 +109,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.positions = a.str("positions", cfg.positions);
   cfg.attention = a.str("attention", cfg.attention);
   cfg.fused_loss = a.on_off("fused-loss", cfg.fused_loss);
+  cfg.remat = a.str("remat", cfg.remat);
   if (!transformer)
     for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
                           "positions", "attention", "fused-loss"})
@@ -127,7 +128,7 @@ const std::set<std::string>& run_flags() {
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
       "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
-      "optimizer-state", "attention", "fused-loss", "zero"};
+      "optimizer-state", "attention", "fused-loss", "zero", "remat"};
   return flags;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -156,11 +157,24 @@ class Network {
     const SymbolicNode* node;
     std::vector<SymbolicTensor> inputs;
   };
+  // Consecutive steps [begin, end) run together: the calls of one RematScope (nn/remat_scope.h), recomputed in
+  // backward, with the values they read from outside (inputs) and those read after them (outputs); or a plain run.
+  struct Segment {
+    size_t begin = 0, end = 0;
+    bool remat = false;
+    std::vector<SymbolicTensor> inputs, outputs;
+  };
+  using Values = std::map<const SymbolicNode*, std::vector<Var>>;  // every output of each call
   // Every output of one layer call (one for most layers), each reported to the observer.
   std::vector<Var> run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx);
+  // Cuts steps_ into segments_ (network_remat.cpp).
+  void plan_segments();
+  void run_steps(size_t begin, size_t end, Values& values, const CallContext& ctx);
+  void run_segment(const Segment& segment, Values& values, const CallContext& ctx);
 
   std::vector<SymbolicTensor> graph_inputs_, graph_outputs_;
   std::vector<Step> steps_;
+  std::vector<Segment> segments_;
   Rng training_call_rng_;
 };
 

@@ -25,6 +25,7 @@ struct SymbolicNode {
   std::vector<Shape> shapes;  // per sample (no batch dimension), one per output
   std::vector<DType> dtypes;  // one per output
   std::string name;           // inputs only: the Input's name
+  int remat_segment = 0;      // the RematScope the call was made in (nn/remat_scope.h); 0: none
 };
 
 class SymbolicTensor {

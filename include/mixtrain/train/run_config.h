@@ -80,6 +80,9 @@ struct RunConfig {
   // --fused-loss: the transformer's logits Dense and loss fused over chunks of rows (TransformerLMOptions::fused_loss).
   // Stored in a transformer's checkpoints; one saved before the option reads as off (the layers then the loss).
   bool fused_loss = true;
+  // --remat blocks|none: the transformer's and the resnet's blocks recomputed in backward, keeping only each block's
+  // input (nn/remat_scope.h). Stored in checkpoints when "blocks"; one without it reads as "none".
+  std::string remat = "none";
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
   // A subword tokenizer (data/tokenizer.h, --tokenizer bpe:N|unigram:N|FILE.model) instead: SentencePiece's
@@ -107,5 +110,8 @@ struct RunConfig {
   // Steps per fit() epoch in a run by steps (0 otherwise).
   int64_t steps_per_epoch() const;
 };
+
+// Error naming --remat and its values unless remat is "blocks" or "none".
+void check_remat(const std::string& remat);
 
 }  // namespace mixtrain

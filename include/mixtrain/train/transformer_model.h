@@ -36,6 +36,9 @@ struct TransformerLMOptions {
   // Training and evaluation compute the "logits" Dense with the loss over chunks of rows (Model::set_fused_loss), so
   // the (batch, T, vocabulary) float32 logits never exist whole; the weights and predict() are the same either way.
   bool fused_loss = true;
+  // Each block in a RematScope (nn/remat_scope.h): training keeps only the blocks' inputs and recomputes each block
+  // in backward; the same gradients, bits included, in less memory and one more forward pass of the blocks.
+  bool remat = false;
 };
 
 // Error naming the option and the accepted values unless norm, mlp and positions are ones build accepts.

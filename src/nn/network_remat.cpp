@@ -1,0 +1,93 @@
+// How a graph runs its steps: in segments, those of a RematScope through remat() (autograd/remat.h).
+#include <algorithm>
+
+#include "mixtrain/autograd/remat.h"
+#include "mixtrain/nn/network.h"
+
+namespace mixtrain {
+
+namespace {
+
+void add_once(std::vector<SymbolicTensor>& list, const SymbolicTensor& t) {
+  if (std::find(list.begin(), list.end(), t) == list.end()) list.push_back(t);
+}
+
+}  // namespace
+
+void Network::plan_segments() {
+  segments_.clear();
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const int id = steps_[i].node->remat_segment;
+    if (!segments_.empty() && segments_.back().end == i &&
+        (id == 0 ? !segments_.back().remat : steps_[segments_.back().begin].node->remat_segment == id)) {
+      ++segments_.back().end;
+      continue;
+    }
+    segments_.push_back(Segment{i, i + 1, id != 0, {}, {}});
+  }
+  for (Segment& seg : segments_) {
+    if (!seg.remat) continue;
+    auto inside = [&](const SymbolicNode* n) {
+      for (size_t i = seg.begin; i < seg.end; ++i)
+        if (steps_[i].node == n) return true;
+      return false;
+    };
+    for (size_t i = seg.begin; i < seg.end; ++i)
+      for (const SymbolicTensor& in : steps_[i].inputs)
+        if (!inside(in.node())) add_once(seg.inputs, in);
+    // What later steps and the graph's outputs read of the segment's values.
+    for (size_t i = seg.end; i < steps_.size(); ++i)
+      for (const SymbolicTensor& in : steps_[i].inputs)
+        if (inside(in.node())) add_once(seg.outputs, in);
+    for (const SymbolicTensor& out : graph_outputs_)
+      if (inside(out.node())) add_once(seg.outputs, out);
+  }
+}
+
+void Network::run_steps(size_t begin, size_t end, Values& values, const CallContext& ctx) {
+  for (size_t i = begin; i < end; ++i) {
+    const Step& s = steps_[i];
+    std::vector<Var> args;
+    for (const SymbolicTensor& in : s.inputs)
+      args.push_back(values.at(in.node()).at(static_cast<size_t>(in.output_index())));
+    // Only the output's call is left out: a layer shared with other places still runs there.
+    const bool skip = s.node->layer.get() == ctx.stop_before && s.node == graph_outputs_.front().node();
+    values[s.node] = skip ? args : run_layer(*s.node->layer, args, ctx);
+  }
+}
+
+void Network::run_segment(const Segment& segment, Values& values, const CallContext& ctx) {
+  if (!segment.remat) {
+    run_steps(segment.begin, segment.end, values, ctx);
+    return;
+  }
+  // The generator the layers draw from, fixed now: remat() puts it back for the recomputation.
+  CallContext seg_ctx = ctx;
+  if (seg_ctx.training && seg_ctx.rng == nullptr) seg_ctx.rng = &training_call_rng();
+  std::vector<Var> inputs;
+  for (const SymbolicTensor& in : segment.inputs)
+    inputs.push_back(values.at(in.node()).at(static_cast<size_t>(in.output_index())));
+  auto run = [this, segment, seg_ctx](const std::vector<Var>& xs) {
+    Values local;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const SymbolicTensor& in = segment.inputs[i];
+      std::vector<Var>& slot = local[in.node()];
+      slot.resize(std::max(slot.size(), static_cast<size_t>(in.output_index()) + 1));
+      slot[static_cast<size_t>(in.output_index())] = xs[i];
+    }
+    run_steps(segment.begin, segment.end, local, seg_ctx);
+    std::vector<Var> ys;
+    for (const SymbolicTensor& out : segment.outputs)
+      ys.push_back(local.at(out.node()).at(static_cast<size_t>(out.output_index())));
+    return ys;
+  };
+  const std::vector<Var> ys = remat(run, inputs, seg_ctx.rng);
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const SymbolicTensor& out = segment.outputs[i];
+    std::vector<Var>& slot = values[out.node()];
+    slot.resize(std::max(slot.size(), out.node()->shapes.size()));
+    slot[static_cast<size_t>(out.output_index())] = ys[i];
+  }
+}
+
+}  // namespace mixtrain
