@@ -1,10 +1,13 @@
-// Where the packed (batch, length, heads * width) layout keeps each head, for the attention kernels
-// (attention.cpp, flash_attention.cpp).
+// The geometry of an attention call and where the packed (batch, length, heads * width) layout keeps each head,
+// shared by the attention kernels (attention.cpp, flash_attention.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/ops/attention.h"
+#include "../shared/attention_rows.h"
 
 namespace mixtrain::ops::cpu::attention_heads {
 
@@ -25,6 +28,44 @@ struct Heads {
     return base + static_cast<size_t>((pair / heads) * batch_stride + (pair % heads) * width) * es;
   }
 };
+
+// The shapes, dtype and options of one attention call, read once from its operands.
+struct Geometry {
+  int64_t b, t, s, h, dk, dv;
+  DType dt;
+  size_t es;  // bytes per element of dt
+  bool causal;
+  float scale, rate, inv_keep;
+  uint64_t seed;
+
+  int64_t pairs() const { return b * h; }
+  // Columns of row i that take part: all, or j <= i + S - T when causal.
+  int64_t row_end(int64_t i) const { return causal ? shared::causal_row_end(i, t, s) : s; }
+  // Columns [0, end) of key tile j0 (cols wide) that row i attends to.
+  int64_t tile_end(int64_t i, int64_t j0, int64_t cols) const {
+    return causal ? std::clamp<int64_t>(shared::causal_row_end(i, t, s) - j0, 0, cols) : cols;
+  }
+  // Flat index of (pair, row i, column j) in the (B, H, T, S) probabilities: the dropout mask's counter.
+  uint64_t index(int64_t pair, int64_t i, int64_t j) const { return static_cast<uint64_t>((pair * t + i) * s + j); }
+};
+
+inline Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  Geometry g{};
+  g.b = q.dim(0);
+  g.t = q.dim(1);
+  g.s = k.dim(1);
+  g.h = o.num_heads;
+  g.dk = q.dim(2) / g.h;
+  g.dv = v.dim(2) / g.h;
+  g.dt = q.dtype();
+  g.es = dtype_size(g.dt);
+  g.causal = o.causal;
+  g.scale = o.scale;
+  g.rate = o.dropout_rate;
+  g.inv_keep = 1.0f / (1.0f - o.dropout_rate);
+  g.seed = o.dropout_seed;
+  return g;
+}
 
 // Head rows (rows x width at row stride ld, dtype dt) widened into dense float32 (rows, width).
 inline void widen_head(const char* src, int64_t rows, int64_t width, int64_t ld, DType dt, float* dst) {

@@ -29,40 +29,6 @@ constexpr int64_t kRows = kFlashRows, kCols = kFlashColumns;
 // Multiply-adds of a whole call below which it runs on the calling thread alone.
 constexpr int64_t kParallelWorkMin = int64_t{1} << 17;
 
-struct Geometry {
-  int64_t b, t, s, h, dk, dv;
-  DType dt;
-  size_t es;
-  bool causal;
-  float scale, rate, inv_keep;
-  uint64_t seed;
-  int64_t pairs() const { return b * h; }
-  // Columns [0, end) of key tile j0 (cols wide) that row i attends to.
-  int64_t tile_end(int64_t i, int64_t j0, int64_t cols) const {
-    return causal ? std::clamp<int64_t>(shared::causal_row_end(i, t, s) - j0, 0, cols) : cols;
-  }
-  // Flat index of (pair, row i, column j) in the (B, H, T, S) probabilities: the dropout mask's counter.
-  uint64_t index(int64_t pair, int64_t i, int64_t j) const { return static_cast<uint64_t>((pair * t + i) * s + j); }
-};
-
-Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  Geometry g{};
-  g.b = q.dim(0);
-  g.t = q.dim(1);
-  g.s = k.dim(1);
-  g.h = o.num_heads;
-  g.dk = q.dim(2) / g.h;
-  g.dv = v.dim(2) / g.h;
-  g.dt = q.dtype();
-  g.es = dtype_size(g.dt);
-  g.causal = o.causal;
-  g.scale = o.scale;
-  g.rate = o.dropout_rate;
-  g.inv_keep = 1.0f / (1.0f - o.dropout_rate);
-  g.seed = o.dropout_seed;
-  return g;
-}
-
 // Runs fn(task, scratch) for tasks [0, n), across threads when the call is large enough, each thread with its own
 // Scratch. A task's result depends on its inputs alone, so the split does not change a bit. An exception must not
 // leave an OpenMP region: the first is carried out and rethrown.
