@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/attention.h"
@@ -67,11 +68,44 @@ inline Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return g;
 }
 
+// Elements per conversion call of widen_head and narrow_head: a head row is a few dozen elements, and a call per row
+// cost more than the row, so rows are gathered into (or scattered from) a dense chunk converted in one call.
+inline constexpr int64_t kConvertChunk = 4096;
+
 // Head rows (rows x width at row stride ld, dtype dt) widened into dense float32 (rows, width).
 inline void widen_head(const char* src, int64_t rows, int64_t width, int64_t ld, DType dt, float* dst) {
-  const size_t es = dtype_size(dt);
-  for (int64_t r = 0; r < rows; ++r)
-    convert_elements(src + static_cast<size_t>(r * ld) * es, dt, dst + r * width, DType::kFloat32, width);
+  const size_t es = dtype_size(dt), row_bytes = static_cast<size_t>(width) * es;
+  alignas(64) char chunk[kConvertChunk * 2];
+  const int64_t per = std::max<int64_t>(1, kConvertChunk / std::max<int64_t>(width, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += per) {
+    const int64_t n = std::min(per, rows - r0);
+    if (dt == DType::kFloat32 || es * static_cast<size_t>(n * width) > sizeof chunk) {
+      for (int64_t r = r0; r < r0 + n; ++r)
+        convert_elements(src + static_cast<size_t>(r * ld) * es, dt, dst + r * width, DType::kFloat32, width);
+      continue;
+    }
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(chunk + static_cast<size_t>(r) * row_bytes, src + static_cast<size_t>((r0 + r) * ld) * es, row_bytes);
+    convert_elements(chunk, dt, dst + r0 * width, DType::kFloat32, n * width);
+  }
+}
+
+// Dense float32 (rows, width) rounded once into head rows of dtype dt at row stride ld: widen_head's inverse.
+inline void narrow_head(const float* src, int64_t rows, int64_t width, DType dt, char* dst, int64_t ld) {
+  const size_t es = dtype_size(dt), row_bytes = static_cast<size_t>(width) * es;
+  alignas(64) char chunk[kConvertChunk * 2];
+  const int64_t per = std::max<int64_t>(1, kConvertChunk / std::max<int64_t>(width, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += per) {
+    const int64_t n = std::min(per, rows - r0);
+    if (dt == DType::kFloat32 || es * static_cast<size_t>(n * width) > sizeof chunk) {
+      for (int64_t r = r0; r < r0 + n; ++r)
+        convert_elements(src + r * width, DType::kFloat32, dst + static_cast<size_t>(r * ld) * es, dt, width);
+      continue;
+    }
+    convert_elements(src + r0 * width, DType::kFloat32, chunk, dt, n * width);
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(dst + static_cast<size_t>((r0 + r) * ld) * es, chunk + static_cast<size_t>(r) * row_bytes, row_bytes);
+  }
 }
 
 }  // namespace mixtrain::ops::cpu::attention_heads
