@@ -2,7 +2,7 @@
 # Side-by-side benchmark: mixtrain against peers measured in the same run, on the same threads.
 #
 #   bash bench/peers.sh [--out DIR] [--seconds S] [--steps N] [--threads T] [--rounds R]
-#                       [--sections gemm,mlp,cnn,transformer]
+#                       [--sections gemm,mlp,cnn,transformer,transformer512]
 #
 # Runs, one after the other, in each of R rounds (default 3; S seconds per GEMM case, N steps per step case):
 #   fma_peak                          this CPU's multiply-add ceiling per dtype (bench/fma_peak.cpp)
@@ -25,7 +25,14 @@
 #                                     float32, mixed_float16, mixed_bfloat16
 #   peer_torch.py step --model transformer
 #                                     the same transformer step in PyTorch: float32 and autocast bfloat16
-# --sections picks which of these run (default all): gemm (fma_peak, GEMMs), mlp, cnn, transformer.
+#   mixtrain bench step --model transformer, context 512
+#                                     a subword language model's shape (V 2048, as --tokenizer bpe:2048; T 512,
+#                                     D 256, 4 layers, 8 heads), batch 8: mixed_bfloat16 with mixtrain's defaults
+#                                     (tiled attention, the head and loss fused over chunks of rows)
+#   peer_torch.py step --model transformer, context 512
+#                                     the same step in PyTorch under autocast bfloat16
+# --sections picks which of these run (default all): gemm (fma_peak, GEMMs), mlp, cnn, transformer,
+# transformer512.
 # then prints ratios (the result; absolute numbers are notes): mixtrain GEMM vs oneDNN and PyTorch, as a share
 # of the measured peak of the fastest multiply-add that can compute its dtype (float32 FMAs for every dtype,
 # since 16-bit inputs can be widened; vdpbf16ps for bfloat16 and vfmadd231ph for float16 where the CPU has
@@ -48,7 +55,7 @@ seconds=1
 steps=10
 threads=2
 rounds=3
-sections="gemm,mlp,cnn,transformer"
+sections="gemm,mlp,cnn,transformer,transformer512"
 
 usage() { sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -69,10 +76,11 @@ for v in "$steps" "$threads" "$rounds"; do
 done
 [[ "$seconds" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "peers.sh: --seconds needs a positive number, got '$seconds'" >&2; exit 2; }
 IFS=, read -r -a section_list <<<"$sections"
-[[ ${#section_list[@]} -gt 0 ]] || { echo "peers.sh: --sections needs at least one of gemm, mlp, cnn, transformer" >&2; exit 2; }
+[[ ${#section_list[@]} -gt 0 ]] || {
+  echo "peers.sh: --sections needs at least one of gemm, mlp, cnn, transformer, transformer512" >&2; exit 2; }
 for s in "${section_list[@]}"; do
-  [[ "$s" =~ ^(gemm|mlp|cnn|transformer)$ ]] || {
-    echo "peers.sh: unknown section '$s' (valid: gemm, mlp, cnn, transformer)" >&2; exit 2; }
+  [[ "$s" =~ ^(gemm|mlp|cnn|transformer|transformer512)$ ]] || {
+    echo "peers.sh: unknown section '$s' (valid: gemm, mlp, cnn, transformer, transformer512)" >&2; exit 2; }
 done
 want() { [[ ",$sections," == *",$1,"* ]]; }  # is section $1 asked for?
 command -v python3 >/dev/null || { echo "peers.sh: python3 is needed to read the JSON results" >&2; exit 2; }
@@ -209,6 +217,18 @@ for round in $(seq 1 "$rounds"); do
           --vocabulary 83 --context 64 --width 128 --layers 2 --heads 4 --batch-size 32 --steps "$steps" \
           --threads "$threads" | tee "$work/torch_transformer_step_${variant}_r$round.jsonl"
       done
+    fi
+  fi
+  if want transformer512; then
+    # Issue 43's language-model shape; the pair its speed target names (mixed_bfloat16 vs autocast bfloat16).
+    lm_shape=(--vocabulary 2048 --context 512 --width 256 --layers 4 --heads 8 --batch-size 8 --steps "$steps")
+    echo "-- mixtrain bench step --model transformer, context 512"
+    "$mixtrain" bench step --model transformer "${lm_shape[@]}" --policy mixed_bfloat16 \
+      --json "$work/lm512_step_mixed_bfloat16_r$round.json"
+    if [[ $have_torch == 1 ]]; then
+      echo "-- PyTorch step --model transformer, context 512"
+      "${torch_env[@]}" "$python_torch" "$root/bench/peer_torch.py" step --model transformer \
+        --variant autocast_bfloat16 "${lm_shape[@]}" --threads "$threads" | tee "$work/torch_lm512_step_r$round.jsonl"
     fi
   fi
 done
@@ -396,6 +416,27 @@ if all(tr_step.values()):
     for p in ("mixed_float16", "mixed_bfloat16"):
         per_round = [f["ms_per_step"] / m["ms_per_step"] for f, m in zip(tr_step["float32"], tr_step[p])]
         print(f"round by round, mixtrain {p} vs mixtrain float32: " + ", ".join(f"{x:.2f}x" for x in per_round))
+
+lm = loads("lm512_step_mixed_bfloat16")
+torch_lm = [r for r in jsonl("torch_lm512_step") if r["what"] == "peer_torch_step"]
+if lm:
+    m_ms = min(r["ms_per_step"] for r in lm)
+    t_ms = min(r["ms_per_step"] for r in torch_lm) if torch_lm else None
+    shape = lm[0]
+    print()
+    print(f"Training step, transformer at context {shape['context']} (V {shape['vocabulary']}, D {shape['width']},"
+          f" {shape['layers']} layers, {shape['heads']} heads, {shape['weights']:,} weights), batch"
+          f" {shape['batch_size']}, AdamW with clipping (median ms/step, lowest over the rounds)")
+    if torch_lm and {r["weights"] for r in torch_lm} != {shape["weights"]}:
+        print("WARNING: PyTorch's transformer does not hold as many weights as mixtrain's: not the same model")
+    print("| mixtrain mixed_bfloat16 ms | PyTorch autocast bfloat16 ms | mixtrain speedup | target 1.5x met |")
+    print("| ---: | ---: | ---: | --- |")
+    print(f"| {m_ms:.0f} | {f'{t_ms:.0f}' if t_ms else 'not run'} | {ratio(t_ms, m_ms) if t_ms else '-'} |"
+          f" {('yes' if t_ms / m_ms >= 1.5 else 'no') if t_ms else '-'} |")
+    per_round = [t["ms_per_step"] / m["ms_per_step"] for m, t in zip(lm, torch_lm)]
+    if per_round:
+        print("round by round, mixtrain mixed_bfloat16 vs PyTorch autocast bfloat16: " +
+              ", ".join(f"{x:.2f}x" for x in per_round))
 
 if not (mix or step):
     sys.exit(0)  # the targets below are GEMM and MLP-step targets

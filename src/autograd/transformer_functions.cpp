@@ -24,6 +24,16 @@ Var embedding(const Tensor& ids, const Var& table, DType out_dtype) {
   if (rec) {
     const int64_t input_dim = table.shape()[0];
     record_backward(out, [ids, table, out, input_dim]() {
+      Var t = table;
+      // Into the table's own gradient buffer (an arena's view) when free, touching only rows: this batch's, and
+      // the ones the previous call there wrote (cleared), so the buffer still holds the dense gradient.
+      Tensor into = t.requires_grad() ? t.fresh_gradient_destination(DType::kFloat32) : Tensor();
+      if (into.defined() && into.device().is_cpu() && out.grad().device().is_cpu()) {
+        std::vector<int64_t> rows = ops::embedding_backward_into(out.grad(), ids, into, t.gradient_buffer_rows());
+        give_fresh(t, into);  // adopted as the gradient, without a copy
+        t.set_gradient_buffer_rows(std::move(rows));
+        return;
+      }
       give_fresh(table, ops::embedding_backward(out.grad(), ids, input_dim));
     });
   }

@@ -56,7 +56,17 @@ void Var::rebind_value(Tensor view) {
   impl_->value_rebound = true;
 }
 
+const std::vector<int64_t>* Var::gradient_buffer_rows() const {
+  return impl_->buffer_rows_known && impl_->grad_buffer.defined() ? &impl_->buffer_rows : nullptr;
+}
+
+void Var::set_gradient_buffer_rows(std::vector<int64_t> rows) {
+  impl_->buffer_rows = std::move(rows);
+  impl_->buffer_rows_known = true;
+}
+
 void Var::set_grad_buffer(Tensor view) {
+  forget_gradient_buffer_rows();
   if (!view.defined()) {
     // Detach; a gradient living in the old buffer is kept as it is (it stays valid storage).
     impl_->grad_buffer = Tensor();
@@ -82,6 +92,7 @@ Tensor Var::fresh_gradient_destination(DType dtype) const {
 }
 
 void Var::set_grad(Tensor g) {
+  forget_gradient_buffer_rows();
   if (g.defined() && impl_->grad_buffer.defined() && g.shape() == impl_->grad_buffer.shape() &&
       impl_->grad_buffer.dtype() == dtype() && impl_->grad_buffer.shape() == shape()) {
     if (!g.starts_with(impl_->grad_buffer)) {
@@ -110,6 +121,7 @@ void Var::accumulate_grad_owned(Tensor g) {
 void Var::accumulate_grad(const Tensor& g) {
   MIXTRAIN_CHECK(g.shape() == shape(), "gradient " << g.describe() << " does not match variable '" << impl_->name
                                                    << "' " << impl_->value.describe());
+  forget_gradient_buffer_rows();
   if (detail::GradientSink* sink = detail::active_gradient_sink(); sink && sink->takes(id())) {
     sink->add(id(), dtype(), g, /*owned=*/false);
     return;

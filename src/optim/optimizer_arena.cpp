@@ -34,7 +34,7 @@ std::vector<Tensor> group_gradients(const std::string& name, const ParameterAren
   const std::vector<DType> dtypes = arena.dtypes();
   std::vector<Tensor> grad_bufs;
   if (flat_grads.empty()) {
-    for (DType dt : dtypes) grad_bufs.push_back(arena.gradient_buffer(dt));
+    for (DType dt : dtypes) grad_bufs.push_back(arena.gradient_buffer_for_update(dt));
   } else {
     MIXTRAIN_CHECK(flat_grads.size() == dtypes.size(),
                    name << ".apply_flat_gradients: " << flat_grads.size() << " gradient buffers for " << dtypes.size()

@@ -88,11 +88,25 @@ Tensor ParameterArena::value_buffer(DType dtype) const {
 Tensor ParameterArena::gradient_buffer(DType dtype) const {
   const Group* g = find_group(dtype);
   if (!g) return Tensor();
+  for (size_t i = 0; i < vars_.size(); ++i)
+    if (entries_[i].dtype == dtype) Var(vars_[i]).forget_gradient_buffer_rows();
+  zero_unwritten_gradients();
+  return g->grads;
+}
+
+void ParameterArena::forget_gradient_buffer_rows() const {
+  for (const Var& v : vars_) Var(v).forget_gradient_buffer_rows();
+}
+
+Tensor ParameterArena::gradient_buffer_for_update(DType dtype) const {
+  const Group* g = find_group(dtype);
+  if (!g) return Tensor();
   zero_unwritten_gradients();
   return g->grads;
 }
 
 Tensor ParameterArena::gradient_view(size_t i) const {
+  Var(vars_.at(i)).forget_gradient_buffer_rows();
   zero_unwritten_gradients();
   return view(group(entry(i).dtype).grads, i);
 }

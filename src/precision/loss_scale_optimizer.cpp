@@ -195,7 +195,7 @@ void LossScaleOptimizer::apply_arena(ParameterArena& arena) {
   const std::vector<DType> dtypes = arena.dtypes();
   std::vector<Tensor> unscaled(dtypes.size());
   for (size_t g = 0; g < dtypes.size(); ++g) {
-    Tensor scaled = arena.gradient_buffer(dtypes[g]);  // (capacity,)
+    Tensor scaled = arena.gradient_buffer_for_update(dtypes[g]);  // (capacity,), unscaled in place
     if (dtypes[g] == DType::kFloat32) {
       ops::unscale_and_check(scaled, scale_state_, found_inf_);
       unscaled[g] = scaled;

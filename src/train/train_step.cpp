@@ -307,6 +307,7 @@ void Model::reduce_gradients(const StepShard& shard, const std::vector<Var>& var
                              bool flat, bool overlapped, std::vector<Tensor>& grads) {
   if (overlapped) {
     overlap_->reduce().wait();
+    arena_.forget_gradient_buffer_rows();  // the reduce wrote the rows other ranks' embeddings used
     // Written on some rank, not here: the reduced values are in the buffer; mark them as this variable's.
     for (size_t i = 0; i < vars.size(); ++i) {
       Var v = vars[i];

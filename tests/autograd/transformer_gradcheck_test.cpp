@@ -5,6 +5,7 @@
 // weight.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "mixtrain/autograd/functions.h"
@@ -45,6 +46,49 @@ TEST(TransformerGradCheck, EmbeddingTableWithRepeatedIds) {
     EXPECT_EQ(g[static_cast<size_t>(j)], 0.0f);        // id 0: never looked up
     EXPECT_EQ(g[static_cast<size_t>(10 + j)], 3.0f);   // id 2: three times
   }
+}
+
+// With a gradient buffer attached (as a ParameterArena attaches one), the table's gradient is written into it row by
+// row: stale contents of the rows no id names must not survive, and the rows written must match central finite
+// differences, on a first step (contents unknown) and on a second one with other ids (the first's rows cleared).
+TEST(TransformerGradCheck, EmbeddingTableGradientWrittenIntoItsBufferByRows) {
+  const Tensor value = random_tensor({6, 5}, 3);
+  Var table(value.clone(), true);
+  Tensor buffer = Tensor::full({6, 5}, DType::kFloat32, 9.0f);  // stale: what a previous step might have left
+  table.set_grad_buffer(buffer);
+  const std::vector<Tensor> steps = {Tensor::from_ints({2, 3}, {2, 1, 2, 3, 2, 1}),
+                                     Tensor::from_int64s({2, 2}, {4, 5, 4, 3})};
+  for (size_t step = 0; step < steps.size(); ++step) {
+    const Tensor& ids = steps[step];
+    auto loss = [&](const Var& t) { return head(embedding(ids, t, DType::kFloat32)); };
+    table.zero_grad();
+    backward(loss(table));
+    ASSERT_TRUE(table.grad().starts_with(buffer)) << "step " << step << ": not written into the buffer";
+    ASSERT_NE(table.gradient_buffer_rows(), nullptr);
+    const std::vector<int64_t> want_rows = step == 0 ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{3, 4, 5};
+    EXPECT_EQ(*table.gradient_buffer_rows(), want_rows);
+    const std::vector<float> g = buffer.to_floats();
+    double worst = 0.0;
+    for (int64_t e = 0; e < value.numel(); ++e) {
+      const float eps = 1e-2f;
+      auto at = [&](float delta) {
+        Tensor t = value.clone();
+        t.data<float>()[e] += delta;
+        return static_cast<double>(loss(Var(t)).value().to_floats()[0]);
+      };
+      const double numeric = (at(eps) - at(-eps)) / (2.0 * eps);
+      worst = std::max(worst, std::fabs(g[static_cast<size_t>(e)] - numeric) / std::max(1.0, std::fabs(numeric)));
+      if (std::find(want_rows.begin(), want_rows.end(), e / 5) == want_rows.end()) {
+        EXPECT_EQ(g[static_cast<size_t>(e)], 0.0f) << "step " << step << " element " << e;
+      }
+    }
+    EXPECT_LT(worst, kGradTolerance) << "step " << step;
+  }
+  // Any other write into the buffer (here a second gradient added to the first) forgets the rows.
+  table.zero_grad();
+  backward(head(embedding(steps[0], table, DType::kFloat32)));
+  table.accumulate_grad(Tensor::zeros({6, 5}, DType::kFloat32));
+  EXPECT_EQ(table.gradient_buffer_rows(), nullptr);
 }
 
 TEST(TransformerGradCheck, PositionEmbeddingInputAndTable) {

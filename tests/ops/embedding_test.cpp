@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -118,6 +119,63 @@ TEST(Embedding, BackwardScatterAddsRepeatedIdsInFloat32) {
         }
       }
     }
+}
+
+// embedding_backward_into touches rows only: the rows of ids get embedding_backward's bits, the rows it is told
+// to clear become zero, and a row in neither keeps whatever it held (a sentinel here, which a dense write would
+// have zeroed). Called twice into one buffer, as a training step's backward is, the second call given the first's
+// rows: the buffer then equals the second dense gradient exactly.
+TEST(Embedding, BackwardIntoTouchesOnlyTheRowsOfIdsAndTheRowsToClear) {
+  constexpr int64_t kInputDim = 23, kWidth = 9;
+  constexpr float kSentinel = 7.5f;
+  for (DType d : kFloatDTypes)
+    for (DType id_dtype : {DType::kInt32, DType::kInt64}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + " ids " + dtype_name(id_dtype));
+      // Step 1 uses ids in [0, 12) (repeated), step 2 ids in [8, 20): rows 0..7 must be cleared, 20..22 never touched.
+      const std::vector<int64_t> ids1 = random_ids(15, 12, 11);
+      std::vector<int64_t> ids2 = random_ids(14, 12, 12);
+      for (int64_t& id : ids2) id += 8;
+      const Tensor dy1 = random_tensor({3, 5, kWidth}, 13, d), dy2 = random_tensor({2, 7, kWidth}, 14, d);
+      const Tensor i1 = ids_tensor({3, 5}, ids1, id_dtype), i2 = ids_tensor({2, 7}, ids2, id_dtype);
+      Tensor buffer = Tensor::full({kInputDim, kWidth}, DType::kFloat32, kSentinel);
+
+      std::vector<int64_t> rows = embedding_backward_into(dy1, i1, buffer, nullptr);  // contents unknown
+      std::vector<int64_t> want_rows = ids1;
+      std::sort(want_rows.begin(), want_rows.end());
+      want_rows.erase(std::unique(want_rows.begin(), want_rows.end()), want_rows.end());
+      EXPECT_EQ(rows, want_rows);
+      const Tensor dense1 = embedding_backward(dy1, i1, kInputDim);
+      EXPECT_EQ(0, std::memcmp(buffer.raw(), dense1.raw(), dense1.nbytes()));
+
+      // Rows 20..22 hold zero (a gradient buffer's contract); a sentinel there shows they are left alone.
+      float* b = buffer.data<float>();
+      std::fill(b + 20 * kWidth, b + kInputDim * kWidth, kSentinel);
+      const std::vector<int64_t> rows2 = embedding_backward_into(dy2, i2, buffer, &rows);
+      const Tensor dense2 = embedding_backward(dy2, i2, kInputDim);
+      const float* want = dense2.data<float>();
+      for (int64_t r = 0; r < kInputDim; ++r)
+        for (int64_t j = 0; j < kWidth; ++j) {
+          const size_t o = static_cast<size_t>(r * kWidth + j);
+          if (r >= 20)
+            ASSERT_EQ(b[o], kSentinel) << "row " << r << " was written";
+          else
+            ASSERT_EQ(std::memcmp(&b[o], &want[o], sizeof(float)), 0) << "row " << r << " column " << j;
+        }
+      for (int64_t r : rows2) EXPECT_TRUE(r >= 8 && r < 20) << r;
+    }
+}
+
+TEST(Embedding, BackwardIntoRefusesAMismatchedTableAndRowsOutside) {
+  const Tensor ids = Tensor::from_ints({2}, {0, 3});
+  const Tensor dy = Tensor::zeros({2, 4}, DType::kFloat32);
+  Tensor wrong_width = Tensor::zeros({5, 3}, DType::kFloat32), half = Tensor::zeros({5, 4}, DType::kFloat16);
+  Tensor good = Tensor::zeros({5, 4}, DType::kFloat32);
+  EXPECT_THROW(embedding_backward_into(dy, ids, wrong_width, nullptr), Error);
+  EXPECT_THROW(embedding_backward_into(dy, ids, half, nullptr), Error);
+  const std::vector<int64_t> outside = {5};
+  EXPECT_THROW(embedding_backward_into(dy, ids, good, &outside), Error);
+  Tensor small = Tensor::zeros({3, 4}, DType::kFloat32);  // id 3 is beyond its rows
+  EXPECT_THROW(embedding_backward_into(dy, ids, small, nullptr), Error);
 }
 
 TEST(Embedding, ViewsAreReadAsTheirElements) {

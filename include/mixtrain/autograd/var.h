@@ -74,6 +74,14 @@ class Var {
   // GradientTape collects this Var's gradient; undefined otherwise. After writing into it, hand the same tensor to
   // accumulate_grad / accumulate_grad_owned / set_grad, which then adopt it without copying.
   Tensor fresh_gradient_destination(DType dtype) const;
+  // Which rows of the gradient buffer may be nonzero, for a backward op that writes a row-sparse gradient into it
+  // (ops::embedding_backward_into): the rows it wrote, noted by set_gradient_buffer_rows() after handing the buffer
+  // over, so that its next call clears those rows alone. nullptr when unknown: any other write into the buffer
+  // through this Var (a copy, a sum, a new buffer) forgets them, as must every writer of the buffer's storage from
+  // outside (ParameterArena::gradient_buffer does).
+  const std::vector<int64_t>* gradient_buffer_rows() const;
+  void set_gradient_buffer_rows(std::vector<int64_t> rows);
+  void forget_gradient_buffer_rows() { impl_->buffer_rows_known = false; }
 
   // A copy of the value in a 16-bit compute dtype kept by the owner of flat storage (the optimizer refreshes it in
   // its update pass), so layers need not convert the weight each step. set_compute_copy() attaches a buffer with
@@ -108,6 +116,8 @@ class Var {
     Tensor grad;          // undefined, or grad_buffer once written, or an owned tensor
     Tensor grad_buffer;   // flat storage for the gradient, when attached
     Tensor rebound_to;    // the view given to rebind_value()
+    std::vector<int64_t> buffer_rows;  // gradient_buffer_rows(), when buffer_rows_known
+    bool buffer_rows_known = false;
     bool value_rebound = false;
     std::vector<ComputeCopy> copies;
     bool requires_grad = false;

@@ -4,6 +4,8 @@
 // backward scatter-adds the output gradient into a float32 table gradient, repeated ids accumulating.
 #pragma once
 
+#include <vector>
+
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/kernel_list.h"
 
@@ -21,10 +23,20 @@ Tensor embedding(const Tensor& ids, const Tensor& table, DType out_dtype);
 // the thread count). dy is (..., output_dim) in any floating dtype.
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t input_dim);
 
+// The same gradient written into dtable (input_dim, output_dim) float32, contiguous, in host memory, touching only
+// rows, as a sparse gradient would (Keras' IndexedSlices, PyTorch's sparse=True) while dtable stays the dense
+// gradient an optimizer reads: the rows of ids get their sums (embedding_backward's bits); the rows of `clear` that no
+// id names are zeroed; every other row is left as it is, so it must already hold zero. clear == nullptr: dtable's
+// contents are unknown, and every row no id names is zeroed. Returns the rows of ids, increasing, each once: what may
+// be nonzero in dtable afterwards, the `clear` of the next call into the same buffer.
+std::vector<int64_t> embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor& dtable,
+                                             const std::vector<int64_t>* clear);
+
 namespace kernel {
 // ids arrive contiguous and in range; y (ids.numel(), output_dim) is preallocated.
 using EmbeddingFn = void(const Tensor& ids, const Tensor& table, Tensor& y);
-// dtable (input_dim, output_dim) float32 is preallocated and overwritten.
+// dtable (input_dim, output_dim) float32 is preallocated; the rows of ids are overwritten with their sums, and a
+// kernel may leave the other rows as they are (the entries zero them first).
 using EmbeddingBackwardFn = void(const Tensor& dy, const Tensor& ids, Tensor& dtable);
 
 // Throws the Error the entry raises for an id outside [0, input_dim) at `position` of the flattened ids, for a

@@ -67,8 +67,16 @@ class ParameterArena {
   // The whole flat buffers, 1-D of capacity(dtype) elements (undefined when the dtype is absent). Padding
   // between variables is zero. Writing into them writes the variables. A gradient buffer read after zero_grad()
   // holds zeros for every variable that has no gradient yet.
+  // A writer may put anything there, so gradient_buffer and gradient_view make the variables forget which rows a
+  // row-sparse gradient wrote (Var::gradient_buffer_rows): their next one clears their whole view.
   Tensor value_buffer(DType dtype) const;
   Tensor gradient_buffer(DType dtype) const;
+  // gradient_buffer for the update pass, which reads the gradients or scales them in place (unscaling: a zero stays
+  // zero), and so keeps the rows row-sparse gradients wrote known.
+  Tensor gradient_buffer_for_update(DType dtype) const;
+  // Makes every variable forget those rows: for a writer that took the buffer's storage earlier (an overlapped
+  // all-reduce writes it during backward).
+  void forget_gradient_buffer_rows() const;
   // Variable i's views, with its shape.
   Tensor value_view(size_t i) const { return view(group(entry(i).dtype).values, i); }
   Tensor gradient_view(size_t i) const;

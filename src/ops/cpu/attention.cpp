@@ -89,37 +89,6 @@ class Scratch {
   std::unique_ptr<T[]> p_;
 };
 
-struct Geometry {
-  int64_t b, t, s, h, dk, dv;
-  DType dt;
-  size_t es;  // bytes per element of dt
-  bool causal;
-  float scale, rate, inv_keep;
-  uint64_t seed;
-
-  int64_t pairs() const { return b * h; }
-  // Columns of row i that take part: all, or j <= i + S - T when causal.
-  int64_t row_end(int64_t i) const { return causal ? shared::causal_row_end(i, t, s) : s; }
-};
-
-Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  Geometry g{};
-  g.b = q.dim(0);
-  g.t = q.dim(1);
-  g.s = k.dim(1);
-  g.h = o.num_heads;
-  g.dk = q.dim(2) / g.h;
-  g.dv = v.dim(2) / g.h;
-  g.dt = q.dtype();
-  g.es = dtype_size(g.dt);
-  g.causal = o.causal;
-  g.scale = o.scale;
-  g.rate = o.dropout_rate;
-  g.inv_keep = 1.0f / (1.0f - o.dropout_rate);
-  g.seed = o.dropout_seed;
-  return g;
-}
-
 // Runs fn(pair, inner_parallel) for every pair: across threads when there are at least as many pairs as
 // threads (fn then runs single-threaded), else one after another with fn free to use the threads. An
 // exception (gemm refuses only arguments the entry has checked) must not leave an OpenMP region, so the

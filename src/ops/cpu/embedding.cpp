@@ -1,10 +1,11 @@
 // CPU kernels of the embedding lookup. Forward: each output row is its table row, converted once (a plain
-// copy when the dtypes agree). Backward: the positions are bucketed by id (a stable counting sort), then
-// each table row sums its positions' gradient rows in float32 in position order, rows in parallel: no two
-// threads write one row and no sum depends on the thread count. That order (ops/shared/embedding_rows.h) is the
-// CUDA kernel's too.
+// copy when the dtypes agree). Backward: the positions are grouped by id (a stable sort), then each row
+// that an id names sums its positions' gradient rows in float32 in position order, rows in parallel: no two
+// threads write one row and no sum depends on the thread count; rows no id names are not touched. That order
+// (ops/shared/embedding_rows.h) is the CUDA kernel's too.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "../shared/embedding_rows.h"
@@ -49,27 +50,32 @@ void embedding(const Tensor& ids, const Tensor& table, Tensor& y) {
 
 void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
   const std::vector<int64_t> id = ids_as_int64(ids);
-  const int64_t n = static_cast<int64_t>(id.size()), rows = dtable.dim(0), d = dtable.dim(1);
-  // start[r] .. start[r + 1]: the positions holding id r, in increasing order.
-  std::vector<int64_t> start(static_cast<size_t>(rows + 1), 0), order(static_cast<size_t>(n));
-  for (int64_t r : id) ++start[static_cast<size_t>(r + 1)];
-  for (int64_t r = 0; r < rows; ++r) start[static_cast<size_t>(r + 1)] += start[static_cast<size_t>(r)];
-  {
-    std::vector<int64_t> next(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(next[static_cast<size_t>(id[static_cast<size_t>(i)])]++)] = i;
-  }
+  const int64_t n = static_cast<int64_t>(id.size()), d = dtable.dim(1);
+  // The positions grouped by id, each id's in increasing order (a stable sort), and where each id's run starts:
+  // the work and the memory touched follow the positions, not the table's rows.
+  std::vector<int64_t> order(static_cast<size_t>(n)), run_start;
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return id[static_cast<size_t>(a)] < id[static_cast<size_t>(b)]; });
+  for (int64_t k = 0; k < n; ++k)
+    if (k == 0 || id[static_cast<size_t>(order[static_cast<size_t>(k)])] !=
+                      id[static_cast<size_t>(order[static_cast<size_t>(k - 1)])])
+      run_start.push_back(k);
+  const int64_t runs = static_cast<int64_t>(run_start.size());
+  run_start.push_back(n);
   const size_t ed = dtype_size(dy.dtype());
   const char* dp = static_cast<const char*>(dy.raw());
   float* out = static_cast<float*>(dtable.raw());
   const bool f32 = dy.dtype() == DType::kFloat32;
-#pragma omp parallel if (rows * d + n * d > kParallelMin)
+#pragma omp parallel if (runs * d + n * d > kParallelMin)
   {
     std::vector<float> buf(f32 ? 0 : static_cast<size_t>(d));
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      float* o = out + r * d;
+    for (int64_t u = 0; u < runs; ++u) {
+      const int64_t first = run_start[static_cast<size_t>(u)], last = run_start[static_cast<size_t>(u + 1)];
+      float* o = out + id[static_cast<size_t>(order[static_cast<size_t>(first)])] * d;
       std::fill(o, o + d, 0.0f);
-      for (int64_t k = start[static_cast<size_t>(r)]; k < start[static_cast<size_t>(r + 1)]; ++k) {
+      for (int64_t k = first; k < last; ++k) {
         const char* src = dp + static_cast<size_t>(order[static_cast<size_t>(k)] * d) * ed;
         const float* g = reinterpret_cast<const float*>(src);
         if (!f32) {

@@ -29,40 +29,6 @@ constexpr int64_t kRows = kFlashRows, kCols = kFlashColumns;
 // Multiply-adds of a whole call below which it runs on the calling thread alone.
 constexpr int64_t kParallelWorkMin = int64_t{1} << 17;
 
-struct Geometry {
-  int64_t b, t, s, h, dk, dv;
-  DType dt;
-  size_t es;
-  bool causal;
-  float scale, rate, inv_keep;
-  uint64_t seed;
-  int64_t pairs() const { return b * h; }
-  // Columns [0, end) of key tile j0 (cols wide) that row i attends to.
-  int64_t tile_end(int64_t i, int64_t j0, int64_t cols) const {
-    return causal ? std::clamp<int64_t>(shared::causal_row_end(i, t, s) - j0, 0, cols) : cols;
-  }
-  // Flat index of (pair, row i, column j) in the (B, H, T, S) probabilities: the dropout mask's counter.
-  uint64_t index(int64_t pair, int64_t i, int64_t j) const { return static_cast<uint64_t>((pair * t + i) * s + j); }
-};
-
-Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  Geometry g{};
-  g.b = q.dim(0);
-  g.t = q.dim(1);
-  g.s = k.dim(1);
-  g.h = o.num_heads;
-  g.dk = q.dim(2) / g.h;
-  g.dv = v.dim(2) / g.h;
-  g.dt = q.dtype();
-  g.es = dtype_size(g.dt);
-  g.causal = o.causal;
-  g.scale = o.scale;
-  g.rate = o.dropout_rate;
-  g.inv_keep = 1.0f / (1.0f - o.dropout_rate);
-  g.seed = o.dropout_seed;
-  return g;
-}
-
 // Runs fn(task, scratch) for tasks [0, n), across threads when the call is large enough, each thread with its own
 // Scratch. A task's result depends on its inputs alone, so the split does not change a bit. An exception must not
 // leave an OpenMP region: the first is carried out and rethrown.
@@ -85,8 +51,47 @@ void run_tasks(int64_t n, bool parallel, const Make& make, const Fn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-// x[0, n) * scale, then rounded into dt as a 16-bit GEMM output would hold the logits: bfloat16 in the lanes (round to
-// nearest even, NaN kept quiet, as convert_elements does), float16 through convert_elements with tmp (n elements).
+// Vectors of kWide floats for the AVX-512 variant of the backward's element-wise row loop (no sum runs across its
+// lanes, so its width changes no bit); bfloat16 bit patterns as wide as each vector.
+constexpr int kWide = 16;
+using WideLanes = float __attribute__((vector_size(kWide * sizeof(float))));
+using WideBits = uint32_t __attribute__((vector_size(kWide * sizeof(float))));
+using HalfBits = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+using WideHalfBits = uint16_t __attribute__((vector_size(kWide * sizeof(uint16_t))));
+
+template <typename V>
+constexpr int64_t kWidth = static_cast<int64_t>(sizeof(V) / sizeof(float));
+
+// x[0, n) (n <= V's width) into v, the missing lanes set to fill; and back.
+template <typename V>
+inline void load_vector(const float* x, int64_t n, float fill, V& v) {
+  if (n == kWidth<V>) {
+    std::memcpy(&v, x, sizeof v);
+    return;
+  }
+  v = V{} + fill;
+  for (int64_t l = 0; l < n; ++l) v[l] = x[l];
+}
+template <typename V>
+inline void store_vector(const V& v, int64_t n, float* x) {
+  if (n == kWidth<V>)
+    std::memcpy(x, &v, sizeof v);
+  else
+    for (int64_t l = 0; l < n; ++l) x[l] = v[l];
+}
+
+// v rounded to bfloat16 and back, in the lanes: round to nearest even, NaN kept quiet, as convert_elements does. u
+// gets the rounded value's bits (its upper 16 are the bfloat16).
+template <typename V, typename B>
+inline void round_bf16_vector(V& v, B& u) {
+  std::memcpy(&u, &v, sizeof u);
+  const auto nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  u = nan ? (u | 0x00400000u) & 0xFFFF0000u : (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&v, &u, sizeof v);
+}
+
+// x[0, n) * scale, then rounded into dt as a 16-bit GEMM output would hold the logits: bfloat16 in the lanes,
+// float16 through convert_elements with tmp (n elements).
 MIXTRAIN_CPU_BODY void logits_lanes(float* x, int64_t n, float scale, DType dt, char* tmp) {
   if (dt == DType::kBFloat16) {
     Lanes v;
@@ -95,10 +100,7 @@ MIXTRAIN_CPU_BODY void logits_lanes(float* x, int64_t n, float scale, DType dt, 
       const int64_t k = std::min<int64_t>(n - j, kLanes);
       load_lanes(x + j, k, 0.0f, v);
       v *= scale;
-      std::memcpy(&u, &v, sizeof u);
-      const auto nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-      u = nan ? (u | 0x00400000u) & 0xFFFF0000u : (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-      std::memcpy(&v, &u, sizeof v);
+      round_bf16_vector(v, u);
       store_lanes(v, k, x + j);
     }
     return;
@@ -154,30 +156,72 @@ MIXTRAIN_CPU_BODY void online_tile_body(float* s, const int64_t* ends, int64_t r
 }
 MIXTRAIN_CPU_VARIANTS(online_tile)
 
-// Backward's rows of one block: p = e^(s - lse) from the logits s (scaled and rounded here) over [0, end), zero beyond;
-// ds = p (dp - D) * scale from dp (already dropped) in place, zero beyond. lse and d are the rows' own.
+// Backward's rows of one block: p = e^(s - lse) from the logits s (scaled and rounded here) over [0, end), zero
+// beyond; ds = p (dp - D) * scale from dp (already dropped) in place, zero beyond. lse and d are the rows' own. p goes
+// over s, or, given pd (bfloat16 without dropout), rounded straight into pd, the product's operand: one pass over the
+// row, the float32 p never stored. bfloat16 logits are scaled and rounded in the same pass. V: the float vector (B its
+// bits, H as many bfloat16), as wide as the variant's registers.
+template <typename V, typename B, typename H>
 MIXTRAIN_CPU_BODY void score_grads_tile_body(float* p, float* dp, const int64_t* ends, int64_t rows, int64_t cols,
-                                             float scale, DType dt, char* tmp, const float* lse, const float* d) {
+                                             float scale, DType dt, char* tmp, const float* lse, const float* d,
+                                             uint16_t* pd) {
+  constexpr int64_t w = kWidth<V>;
+  const bool bf16 = dt == DType::kBFloat16;
   for (int64_t r = 0; r < rows; ++r) {
     float* x = p + r * cols;
     float* g = dp + r * cols;
+    uint16_t* out = pd ? pd + r * cols : nullptr;
     const int64_t end = ends[r];
-    logits_lanes(x, end, scale, dt, tmp);
-    Lanes v, e, dv;
-    for (int64_t j = 0; j < end; j += kLanes) {
-      const int64_t k = std::min<int64_t>(end - j, kLanes);
-      load_lanes(x + j, k, -INFINITY, v);
-      exp_lanes(v - lse[r], e);
-      store_lanes(e, k, x + j);
-      load_lanes(g + j, k, 0.0f, dv);
+    if (!bf16) logits_lanes(x, end, scale, dt, tmp);
+    V v, e, dv;
+    B u;
+    for (int64_t j = 0; j < end; j += w) {
+      const int64_t k = std::min<int64_t>(end - j, w);
+      load_vector(x + j, k, -INFINITY, v);
+      if (bf16) {  // logits_lanes' steps, lane by lane
+        v *= scale;
+        round_bf16_vector(v, u);
+      }
+      expf_poly::exp<V, B>(v - lse[r], e);
+      if (out) {
+        v = e;
+        round_bf16_vector(v, u);
+        const H h = __builtin_convertvector(u >> 16, H);
+        if (k == w)
+          std::memcpy(out + j, &h, sizeof h);
+        else
+          for (int64_t l = 0; l < k; ++l) out[j + l] = h[l];
+      } else {
+        store_vector(e, k, x + j);
+      }
+      load_vector(g + j, k, 0.0f, dv);
       dv = e * (dv - d[r]) * scale;  // shared::attention_score_grad's order
-      store_lanes(dv, k, g + j);
+      store_vector(dv, k, g + j);
     }
-    std::fill(x + end, x + cols, 0.0f);
+    if (out)
+      std::fill(out + end, out + cols, uint16_t{0});
+    else
+      std::fill(x + end, x + cols, 0.0f);
     std::fill(g + end, g + cols, 0.0f);
   }
 }
-MIXTRAIN_CPU_VARIANTS(score_grads_tile)
+template <class... Args>
+void score_grads_tile_baseline(Args&&... args) {
+  score_grads_tile_body<Lanes, LaneBits, HalfBits>(std::forward<Args>(args)...);
+}
+template <class... Args>
+__attribute__((target("avx2"))) void score_grads_tile_avx2(Args&&... args) {
+  score_grads_tile_body<Lanes, LaneBits, HalfBits>(std::forward<Args>(args)...);
+}
+template <class... Args>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void score_grads_tile_avx512(Args&&... args) {
+  score_grads_tile_body<WideLanes, WideBits, WideHalfBits>(std::forward<Args>(args)...);
+}
+template <class... Args>
+void score_grads_tile(Args&&... args) {
+  ::mixtrain::for_isa_level(&score_grads_tile_baseline<Args...>, &score_grads_tile_avx2<Args...>,
+                            &score_grads_tile_avx512<Args...>)(std::forward<Args>(args)...);
+}
 
 // p * keep / (1 - rate) over [0, end) of row i at key column j0 (in place): dropout on probabilities or their
 // gradients.
@@ -188,8 +232,7 @@ void drop_row(const Geometry& g, int64_t pair, int64_t i, int64_t j0, float* x, 
 
 // rows x width float32 (dense) rounded once into dst rows of dtype dt at row stride ld.
 void store_rows(const float* src, int64_t rows, int64_t width, DType dt, char* dst, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r)
-    convert_elements(src + r * width, DType::kFloat32, dst + static_cast<size_t>(r * ld) * dtype_size(dt), dt, width);
+  narrow_head(src, rows, width, dt, dst, ld);
 }
 
 // A scratch array left uninitialised (every element is written before it is read), sized once per thread and call.
@@ -282,41 +325,50 @@ struct BackwardScratch {
   Buffer<char> pd;              // (kRows, kCols) p_d in the compute dtype; the logits' rounding first
   Buffer<float> dk, dv;         // (kCols, dk), (kCols, dv) float32 sums of one key tile
   Buffer<float> d, dq, q, k;    // (T) rowsum(dout * out); (T, dk) dq sums; q, k widened (16-bit only)
-  Buffer<float> row_a, row_b;   // (dv) a row of dout and of out as float32
+  Buffer<float> row_a, row_b;   // (kRows, dv) rows of dout and of out as float32
 };
 
-// D[i] = rowsum(dout_i * out_i) in float32, for every row of the pair.
+// D[i] = rowsum(dout_i * out_i) in float32, for every row of the pair (widened kRows rows at a time).
 void row_dots(const Backward& f, int64_t pair, BackwardScratch& w) {
   const Geometry& g = f.g;
-  for (int64_t i = 0; i < g.t; ++i) {
-    convert_elements(f.doh.at(pair) + static_cast<size_t>(i * f.doh.row_stride) * g.es, g.dt, w.row_a.data(),
-                     DType::kFloat32, g.dv);
-    convert_elements(f.oh.at(pair) + static_cast<size_t>(i * f.oh.row_stride) * g.es, g.dt, w.row_b.data(),
-                     DType::kFloat32, g.dv);
-    float acc[kLanes] = {};
-    int64_t e = 0;
-    for (; e + kLanes <= g.dv; e += kLanes)
-      for (int l = 0; l < kLanes; ++l) acc[l] += w.row_a[static_cast<size_t>(e + l)] * w.row_b[static_cast<size_t>(e + l)];
-    float dot = 0.0f;
-    for (int l = 0; l < kLanes; ++l) dot += acc[l];
-    for (; e < g.dv; ++e) dot += w.row_a[static_cast<size_t>(e)] * w.row_b[static_cast<size_t>(e)];
-    w.d[static_cast<size_t>(i)] = dot;
+  for (int64_t i0 = 0; i0 < g.t; i0 += kRows) {
+    const int64_t rows = std::min(kRows, g.t - i0);
+    widen_head(f.doh.at(pair) + static_cast<size_t>(i0 * f.doh.row_stride) * g.es, rows, g.dv, f.doh.row_stride, g.dt,
+               w.row_a.data());
+    widen_head(f.oh.at(pair) + static_cast<size_t>(i0 * f.oh.row_stride) * g.es, rows, g.dv, f.oh.row_stride, g.dt,
+               w.row_b.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* a = w.row_a.data() + r * g.dv;
+      const float* b = w.row_b.data() + r * g.dv;
+      float acc[kLanes] = {};
+      int64_t e = 0;
+      for (; e + kLanes <= g.dv; e += kLanes)
+        for (int l = 0; l < kLanes; ++l) acc[l] += a[e + l] * b[e + l];
+      float dot = 0.0f;
+      for (int l = 0; l < kLanes; ++l) dot += acc[l];
+      for (; e < g.dv; ++e) dot += a[e] * b[e];
+      w.d[static_cast<size_t>(i0 + r)] = dot;
+    }
   }
 }
 
-// The rows of one (query tile, key tile) block: s -> p, dp -> ds, then p_d (as forward multiplied it) into pd.
+// The rows of one (query tile, key tile) block: s -> p, dp -> ds, then p_d (as forward multiplied it) into pd (in s
+// for float32).
 void backward_rows(const Backward& f, int64_t pair, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                    BackwardScratch& w) {
   const Geometry& g = f.g;
   int64_t ends[kRows];
   tile_ends(g, i0, rows, j0, cols, ends);
-  if (g.rate > 0.0f)
+  const bool dropout = g.rate > 0.0f;
+  if (dropout)
     for (int64_t r = 0; r < rows; ++r) drop_row(g, pair, i0 + r, j0, w.dp.data() + r * cols, ends[r]);
+  // bfloat16 without dropout: p_d is p, rounded into pd as it is computed.
+  uint16_t* direct = g.dt == DType::kBFloat16 && !dropout ? reinterpret_cast<uint16_t*>(w.pd.data()) : nullptr;
   score_grads_tile(w.s.data(), w.dp.data(), ends, rows, cols, g.scale, g.dt, w.pd.data(), f.lse + pair * g.t + i0,
-                   w.d.data() + i0);
-  if (g.rate > 0.0f)
+                   w.d.data() + i0, direct);
+  if (dropout)
     for (int64_t r = 0; r < rows; ++r) drop_row(g, pair, i0 + r, j0, w.s.data() + r * cols, ends[r]);
-  convert_elements(w.s.data(), DType::kFloat32, w.pd.data(), g.dt, rows * cols);
+  if (!direct && g.dt != DType::kFloat32) convert_elements(w.s.data(), DType::kFloat32, w.pd.data(), g.dt, rows * cols);
 }
 
 // One key tile of a pair against every query tile that sees it: dk, dv of the tile, and the tile's share of dq.
@@ -341,8 +393,9 @@ void backward_key_tile(const Backward& f, int64_t pair, int64_t j0, const float*
                   w.dp.data(), cols, false, nullptr);
     backward_rows(f, pair, i0, rows, j0, cols, w);
     // dv_tile += p_d^T dout_tile; dq_rows += ds k_tile; dk_tile += ds^T q_rows (ds float32, never rounded).
-    kernels::gemm(true, false, cols, g.dv, rows, g.dt, w.pd.data(), cols, dout, f.doh.row_stride, DType::kFloat32,
-                  w.dv.data(), g.dv, true, nullptr);
+    const void* pd = g.dt == DType::kFloat32 ? static_cast<const void*>(w.s.data()) : w.pd.data();
+    kernels::gemm(true, false, cols, g.dv, rows, g.dt, pd, cols, dout, f.doh.row_stride, DType::kFloat32, w.dv.data(),
+                  g.dv, true, nullptr);
     kernels::gemm(false, false, rows, g.dk, cols, DType::kFloat32, w.dp.data(), cols, k32 + j0 * ldk, ldk,
                   DType::kFloat32, w.dq.data() + i0 * g.dk, g.dk, true, nullptr);
     kernels::gemm(true, false, cols, g.dk, rows, DType::kFloat32, w.dp.data(), cols, q32 + i0 * ldq, ldq,
@@ -416,8 +469,8 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
                                Buffer<char>(tile * g.es),     Buffer<float>(sz(kCols * g.dk)),
                                Buffer<float>(sz(kCols * g.dv)), Buffer<float>(sz(g.t)),
                                Buffer<float>(sz(g.t * g.dk)), Buffer<float>(widen ? sz(g.t * g.dk) : 0),
-                               Buffer<float>(widen ? sz(g.s * g.dk) : 0), Buffer<float>(sz(g.dv)),
-                               Buffer<float>(sz(g.dv))};
+                               Buffer<float>(widen ? sz(g.s * g.dk) : 0), Buffer<float>(sz(kRows * g.dv)),
+                               Buffer<float>(sz(kRows * g.dv))};
       },
       [&](int64_t pair, BackwardScratch& w) { backward_pair(f, pair, w); });
 }
