@@ -61,9 +61,12 @@ ConvOperands reference_operands(bool block, const std::vector<float>& x, const s
   const int64_t xr = static_cast<int64_t>(x.size()) / cin, wr = static_cast<int64_t>(w.size()) / cout;
   const int64_t gr = static_cast<int64_t>(dy.size()) / cout;
   using mx_test::mx_dequantized;
-  return {mx_dequantized(x, xr, cin, ref::kE4M3, 448.0, false),   mx_dequantized(w, wr, cout, ref::kE4M3, 448.0, true),
-          mx_dequantized(dy, gr, cout, ref::kE5M2, 57344.0, false), mx_dequantized(w, wr, cout, ref::kE4M3, 448.0, false),
-          mx_dequantized(x, xr, cin, ref::kE4M3, 448.0, true),    mx_dequantized(dy, gr, cout, ref::kE5M2, 57344.0, true)};
+  return {mx_dequantized(x, xr, cin, ref::kE4M3, 448.0, false),
+          mx_dequantized(w, wr, cout, ref::kE4M3, 448.0, true),
+          mx_dequantized(dy, gr, cout, ref::kE5M2, 57344.0, false),
+          mx_dequantized(w, wr, cout, ref::kE4M3, 448.0, false),
+          mx_dequantized(x, xr, cin, ref::kE4M3, 448.0, true),
+          mx_dequantized(dy, gr, cout, ref::kE5M2, 57344.0, true)};
 }
 
 void check_conv(const Geometry& g, Fp8Recipe recipe = Fp8Recipe::kCurrent) {
@@ -94,7 +97,8 @@ void check_conv(const Geometry& g, Fp8Recipe recipe = Fp8Recipe::kCurrent) {
   auto xi = [&](int64_t n, int64_t r, int64_t col, int64_t ci) { return ((n * g.h + r) * g.w + col) * g.cin + ci; };
   auto wi = [&](int64_t i, int64_t j, int64_t ci, int64_t co) { return ((i * g.k + j) * g.cin + ci) * g.cout + co; };
   auto yi = [&](int64_t n, int64_t a, int64_t b, int64_t co) { return ((n * oh + a) * ow + b) * g.cout + co; };
-  std::vector<double> ry(cv.size()), ay(cv.size()), rdx(xv.size()), adx(xv.size()), rdw(o.w_y.size()), adw(o.w_y.size());
+  std::vector<double> ry(cv.size()), ay(cv.size()), rdx(xv.size()), adx(xv.size());
+  std::vector<double> rdw(o.w_y.size()), adw(o.w_y.size());
   std::vector<int> ndx(xv.size());
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t a = 0; a < oh; ++a)

@@ -79,7 +79,8 @@ TEST(MxBlockQuantize, ANonFiniteElementPoisonsOnlyItsBlock) {
   std::vector<float> v(2 * 40, 1.5f);
   v[3] = NAN;
   v[40 + 35] = INFINITY;
-  const std::vector<float> q = mx_block_quantize(Tensor::from_floats({2, 40}, v), DType::kFloat8E5M2, false).to_floats();
+  const std::vector<float> q =
+      mx_block_quantize(Tensor::from_floats({2, 40}, v), DType::kFloat8E5M2, false).to_floats();
   for (int64_t i = 0; i < 80; ++i) {
     const bool poisoned = i < 32 || i >= 72;
     EXPECT_EQ(std::isnan(q[i]), poisoned) << i;

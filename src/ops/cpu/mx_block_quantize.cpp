@@ -60,7 +60,7 @@ void quantize_panel(const float* in, int64_t h, int64_t cols, bool down, bool e5
       a = std::max(a, std::bit_cast<uint32_t>(in[r * cols + c]) & 0x7FFFFFFFu);
     }
   std::vector<BlockScale> scale(static_cast<size_t>(blocks));
-  for (int64_t b = 0; b < blocks; ++b) scale[static_cast<size_t>(b)] = block_scale(amax[static_cast<size_t>(b)], max_exp);
+  for (size_t b = 0; b < scale.size(); ++b) scale[b] = block_scale(amax[b], max_exp);
   std::vector<float> buf(static_cast<size_t>(n));
   std::vector<uint8_t> codes(static_cast<size_t>(n));
   for (int64_t r = 0; r < h; ++r)
