@@ -14,6 +14,17 @@ float inverse_product(float a, float b) {
 // The quantized operand's values in float32 (exact: every float8 value is a float32 value).
 Tensor widened(const Fp8Quantized& q) { return ops::cast(q.values, DType::kFloat32); }
 
+// t's copies for the products that read it, t viewed as (elements / last dimension, last dimension): blocks along
+// the last dimension (channels) in `rows`, down the leading ones in `columns`; each copy back in t's shape.
+Fp8Copies quantize_copies(Fp8TensorScale& scale, const Tensor& t) {
+  Fp8Copies c = scale.quantize_copies(t.reshape({t.numel() / t.dim(-1), t.dim(-1)}));
+  c.rows.values = c.rows.values.reshape(t.shape());
+  c.columns.values = c.columns.values.reshape(t.shape());
+  return c;
+}
+
+// The backward pass reads x's copy blocked down (N H W) (dkernel sums over positions) and the kernel's blocked along
+// cout (dx sums over output channels); under the per-tensor recipes the forward operands themselves.
 struct SavedOperands {
   Fp8Quantized x;  // (N, H, W, cin), bfloat16 values
   Fp8Quantized w;  // (kh, kw, cin, cout)
@@ -22,15 +33,20 @@ struct SavedOperands {
 void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const Var& out,
                          const ops::Conv2dOptions& options, const SavedOperands& s, Fp8GemmScales& scales) {
   const Tensor g = out.grad();  // (N, OH, OW, cout)
-  const Fp8Quantized gq = scales.grad.quantize(g);
-  ops::Conv2dGrads r = ops::conv2d_backward(widened(gq), widened(s.x), widened(s.w), options, x.requires_grad(),
-                                            /*need_bias=*/false);
+  // rows (blocks along cout) for dx, columns (blocks down positions) for dkernel: one tensor unless the recipe blocks.
+  const Fp8Copies gq = quantize_copies(scales.grad, g);
+  const bool one_copy = gq.rows.values.shares_storage(gq.columns.values);
+  ops::Conv2dGrads r = ops::conv2d_backward(widened(gq.columns), widened(s.x), widened(s.w), options,
+                                            x.requires_grad() && one_copy, /*need_bias=*/false);
   if (x.requires_grad()) {
-    ops::scale_in_place(r.dx, inverse_product(gq.scale, s.w.scale));
-    Var(x).accumulate_grad_owned(ops::cast(r.dx, x.dtype()));
+    // Under the block recipe dx reads the other copy of g: a second pass whose dkernel is not kept.
+    Tensor dx = one_copy ? r.dx
+                         : ops::conv2d_backward(widened(gq.rows), widened(s.x), widened(s.w), options, true, false).dx;
+    ops::scale_in_place(dx, inverse_product(gq.rows.scale, s.w.scale));
+    Var(x).accumulate_grad_owned(ops::cast(dx, x.dtype()));
   }
   if (kernel.requires_grad()) {
-    ops::scale_in_place(r.dkernel, inverse_product(s.x.scale, gq.scale));
+    ops::scale_in_place(r.dkernel, inverse_product(s.x.scale, gq.columns.scale));
     Var(kernel).accumulate_grad_owned(std::move(r.dkernel));
   }
   if (bias.defined() && bias.requires_grad()) Var(bias).accumulate_grad_owned(ops::sum_rows(g));
@@ -40,9 +56,12 @@ void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const
 Var fp8_conv2d(const Var& x, const Var& kernel, const Var& bias, const ops::Conv2dOptions& options,
                const std::shared_ptr<Fp8GemmScales>& scales) {
   const bool rec = should_record({&x, &kernel, &bias});
-  SavedOperands s{scales->input.quantize(x.value()), scales->weight.quantize(kernel.value())};
-  Tensor y = ops::conv2d(widened(s.x), widened(s.w), Tensor(), options);  // float32 sums
-  ops::scale_in_place(y, inverse_product(s.x.scale, s.w.scale));
+  // The forward product sums along x's channels and down the kernel's (kh kw cin) rows.
+  const Fp8Copies xq = quantize_copies(scales->input, x.value());
+  const Fp8Copies wq = quantize_copies(scales->weight, kernel.value());
+  SavedOperands s{xq.columns, wq.rows};
+  Tensor y = ops::conv2d(widened(xq.rows), widened(wq.columns), Tensor(), options);  // float32 sums
+  ops::scale_in_place(y, inverse_product(xq.rows.scale, wq.columns.scale));
   if (bias.defined()) y = ops::bias_add(y, bias.value());
   Var out(ops::cast(y, x.dtype()), rec);
   if (rec) {

@@ -15,6 +15,8 @@ float inverse_product(float a, float b) {
 // The leading dimensions of t as one: (..., d) -> (rows, d).
 Tensor as_rows(const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim(-1)}); }
 
+// What the backward pass reads: x's copy blocked down its columns (dW sums over rows) and the kernel's blocked along
+// its rows (dx sums over units); under the per-tensor recipes the forward operands themselves.
 struct SavedOperands {
   Fp8Quantized x;  // (rows, in)
   Fp8Quantized w;  // (in, units)
@@ -23,18 +25,18 @@ struct SavedOperands {
 void fp8_linear_backward(const Var& x, const Var& kernel, const Var& bias, const Var& out, const SavedOperands& s,
                          Fp8GemmScales& scales) {
   const Tensor g = as_rows(out.grad());  // (rows, units)
-  const Fp8Quantized gq = scales.grad.quantize(g);
+  const Fp8Copies gq = scales.grad.quantize_copies(g);  // rows for dx (sums over units), columns for dW (over rows)
   if (x.requires_grad()) {
-    Tensor dx = ops::scaled_matmul(gq.values, s.w.values, false, true, inverse_product(gq.scale, s.w.scale), Tensor(),
-                                   x.dtype());
+    Tensor dx = ops::scaled_matmul(gq.rows.values, s.w.values, false, true, inverse_product(gq.rows.scale, s.w.scale),
+                                   Tensor(), x.dtype());
     Var(x).accumulate_grad_owned(dx.reshape(x.shape()));
   }
   if (kernel.requires_grad()) {
     // The first gradient goes straight into the kernel's flat buffer where it has one (ParameterArena).
     Tensor into = kernel.fresh_gradient_destination(DType::kFloat32);
     if (into.defined() && !(into.is_contiguous() && into.shape() == kernel.shape())) into = Tensor();
-    Tensor dw = ops::scaled_matmul(s.x.values, gq.values, true, false, inverse_product(s.x.scale, gq.scale), Tensor(),
-                                   DType::kFloat32, into);
+    Tensor dw = ops::scaled_matmul(s.x.values, gq.columns.values, true, false,
+                                   inverse_product(s.x.scale, gq.columns.scale), Tensor(), DType::kFloat32, into);
     Var(kernel).accumulate_grad_owned(std::move(dw));
   }
   if (bias.defined() && bias.requires_grad()) Var(bias).accumulate_grad_owned(ops::reduce_sum(g, 0, false, DType::kFloat32));
@@ -51,10 +53,14 @@ Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shar
                  "fp8_linear: x " << x.value().describe() << " and kernel " << kernel.value().describe()
                                   << " do not multiply");
   const bool rec = should_record({&x, &kernel, &bias});
-  SavedOperands s{scales->input.quantize(as_rows(x.value())), scales->weight.quantize(kernel.value())};
+  // The forward product sums along x's rows and down the kernel's columns.
+  const Fp8Copies xq = scales->input.quantize_copies(as_rows(x.value()));
+  const Fp8Copies wq = scales->weight.quantize_copies(kernel.value());
+  SavedOperands s{xq.columns, wq.rows};
   std::vector<int64_t> dims = x.shape().dims();
   dims.back() = kernel.shape()[1];
-  const Tensor y = ops::scaled_matmul(s.x.values, s.w.values, false, false, inverse_product(s.x.scale, s.w.scale),
+  const Tensor y = ops::scaled_matmul(xq.rows.values, wq.columns.values, false, false,
+                                      inverse_product(xq.rows.scale, wq.columns.scale),
                                       bias.defined() ? bias.value() : Tensor(), x.dtype());
   Var out(y.reshape(Shape(dims)), rec);
   if (rec) {

@@ -43,6 +43,17 @@ Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale, std::optiona
   return q;
 }
 
+Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns) {
+  check_operand("mx_block_quantize", x);
+  MIXTRAIN_CHECK(x.rank() == 2, "mx_block_quantize: expected a matrix, got " << x.describe());
+  MIXTRAIN_CHECK(format == DType::kFloat8E4M3FN || format == DType::kFloat8E5M2,
+                 "mx_block_quantize: the format must be float8_e4m3fn or float8_e5m2, got " << dtype_name(format));
+  const Device device = common_device("mx_block_quantize", {&x});
+  Tensor values = Tensor::empty(x.shape(), DType::kBFloat16, device);
+  if (x.numel() > 0) kernel_for<Op::mx_block_quantize>(device)(x.contiguous(), format, along_columns, values);
+  return values;
+}
+
 Tensor scaled_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, const Tensor& bias,
                      DType out_dtype, const Tensor& c_into) {
   check_operand("scaled_matmul", a);

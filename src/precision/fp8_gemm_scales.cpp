@@ -7,6 +7,7 @@
 #include "mixtrain/autograd/remat.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/fp8_gemm.h"
+#include "mixtrain/precision/mx_block_scaling.h"
 
 namespace mixtrain {
 
@@ -20,11 +21,20 @@ std::atomic<Fp8Recipe>& recipe_slot() {
 Fp8Recipe parse_fp8_recipe(std::string_view name) {
   if (name == "delayed") return Fp8Recipe::kDelayed;
   if (name == "current") return Fp8Recipe::kCurrent;
-  MIXTRAIN_FAIL(kInvalidInput, "unknown FP8 recipe '" << name << "'; valid recipes: delayed, current",
-                "delayed scales from an amax history (the default), current from each tensor's own amax");
+  if (name == "block") return Fp8Recipe::kBlock;
+  MIXTRAIN_FAIL(kInvalidInput, "unknown FP8 recipe '" << name << "'; valid recipes: delayed, current, block",
+                "delayed scales from an amax history (the default), current from each tensor's own amax, block "
+                "(MXFP8) from each block of 32 elements' amax");
 }
 
-const char* fp8_recipe_name(Fp8Recipe recipe) { return recipe == Fp8Recipe::kDelayed ? "delayed" : "current"; }
+const char* fp8_recipe_name(Fp8Recipe recipe) {
+  switch (recipe) {
+    case Fp8Recipe::kDelayed: return "delayed";
+    case Fp8Recipe::kCurrent: return "current";
+    case Fp8Recipe::kBlock: return "block";
+  }
+  return "?";
+}
 
 void set_fp8_recipe(Fp8Recipe recipe) { recipe_slot().store(recipe); }
 
@@ -37,6 +47,8 @@ Fp8TensorScale::Fp8TensorScale(DType format, Fp8Recipe recipe, DelayedScalingOpt
 // amax would otherwise put infinities into an E5M2 gradient, and with no loss scaler to skip the update, into the
 // weights.
 Fp8Quantized Fp8TensorScale::quantize(const Tensor& x) {
+  MIXTRAIN_CHECK(recipe_ != Fp8Recipe::kBlock, "Fp8TensorScale::quantize: the block recipe quantizes a matrix along "
+                                               "a reduction dimension (quantize_copies)");
   if (recipe_ == Fp8Recipe::kCurrent) {
     const float scale = scale_from_amax(ops::fp8_amax(x), float8_format_max(format_), delayed_.options().margin, 1.0f);
     return {ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate).values, scale};
@@ -46,6 +58,13 @@ Fp8Quantized Fp8TensorScale::quantize(const Tensor& x) {
   // A recomputation (autograd/remat.h) casts the same tensor again: its amax is in the history already.
   if (!in_recomputation()) delayed_.record(q.amax);
   return {std::move(q.values), scale};
+}
+
+Fp8Copies Fp8TensorScale::quantize_copies(const Tensor& x) {
+  if (recipe_ == Fp8Recipe::kBlock)
+    return {{ops::mx_block_quantize(x, format_, false), 1.0f}, {ops::mx_block_quantize(x, format_, true), 1.0f}};
+  Fp8Quantized q = quantize(x);
+  return {q, q};
 }
 
 void Fp8TensorScale::update() {
@@ -149,6 +168,24 @@ void Fp8LayerScales::check_state(const DTypePolicy& policy, const Fp8State& stat
 
 void Fp8LayerScales::load_state(const DTypePolicy& policy, const Fp8State& state) {
   if (!state.empty()) scales_ = restored(policy, state);
+}
+
+Fp8CastView fp8_cast_view(const Fp8LayerScales& scales, const DTypePolicy& policy, std::string_view tensor,
+                          const std::vector<float>& x, int64_t cols) {
+  Fp8CastView v{tensor == "grad" ? policy.float8_backward_format() : policy.float8_forward_format()};
+  const int64_t n = static_cast<int64_t>(x.size());
+  if (scales.recipe() == Fp8Recipe::kBlock) {
+    v.stats = mx_cast_stats(x.data(), cols > 0 ? n / cols : 0, cols, v.format, tensor == "weight");
+    return v;
+  }
+  if (scales.recipe() == Fp8Recipe::kCurrent) {
+    v.scale = current_scale(x.data(), n, v.format);
+  } else if (const Fp8GemmScales* s = scales.get(); s && s->input.format() == policy.float8_forward_format()) {
+    const Fp8TensorScale& t = tensor == "input" ? s->input : tensor == "weight" ? s->weight : s->grad;
+    v.scale = t.delayed().scale();
+  }  // else: the layer has not quantized yet, and its first cast uses scale 1
+  v.stats = fp8_cast_stats(x.data(), n, v.format, v.scale);
+  return v;
 }
 
 }  // namespace mixtrain

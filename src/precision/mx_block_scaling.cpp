@@ -88,4 +88,19 @@ std::vector<float> mx_dequantize(const MxQuantized& q) {
   return out;
 }
 
+Fp8CastStats mx_cast_stats(const float* x, int64_t rows, int64_t cols, DType format, bool along_columns) {
+  Fp8CastStats out;
+  float block[kMxBlockSize];
+  for (const Block& b : blocks_of(rows, cols, along_columns)) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < b.count; ++j) {
+      block[j] = x[b.first + j * b.stride];
+      amax = std::max(amax, std::fabs(block[j]));
+    }
+    const uint8_t code = mx_block_scale(amax, format);
+    out.merge(fp8_cast_stats(block, b.count, format, code == 0xFF ? 1.0f : std::ldexp(1.0f, 127 - code)));
+  }
+  return out;
+}
+
 }  // namespace mixtrain

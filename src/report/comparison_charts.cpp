@@ -31,11 +31,12 @@ std::vector<Marker> recovery_markers(const ComparisonReport& report, bool per_st
       const RecoveryMark& m = run.recovery[k];
       if (m.action == "rollback") continue;
       std::string label = run.policy + ": ";
-      if (m.action == "layers_to_float32" || m.action == "model_to_float32") {
+      if (m.action == "layers_to_float32" || m.action == "model_to_float32" || m.action == "layers_to_bfloat16") {
         std::string layers;
         for (size_t l = 0; l < m.layers.size() && l < 3; ++l) layers += (l ? ", " : "") + m.layers[l];
         if (m.layers.size() > 3) layers += " +" + std::to_string(m.layers.size() - 3);
-        label += (m.action == "model_to_float32" ? "model" : layers) + " → float32";
+        label += (m.action == "model_to_float32" ? "model" : layers) +
+                 (m.action == "layers_to_bfloat16" ? " → bfloat16" : " → float32");
       } else {
         label += m.action;
       }

@@ -135,9 +135,9 @@ std::string recovery_clause(const PolicyRun& run) {
   int64_t back_to = -1;
   for (const RecoveryMark& m : run.recovery) {
     std::string a;
-    if (m.action == "layers_to_float32") {
+    if (m.action == "layers_to_float32" || m.action == "layers_to_bfloat16") {
       for (size_t i = 0; i < m.layers.size(); ++i) a += (i ? ", " : "") + m.layers[i];
-      a = "moved " + a + " to float32";
+      a = "moved " + a + (m.action == "layers_to_bfloat16" ? " to mixed_bfloat16" : " to float32");
     } else if (m.action == "model_to_float32") {
       a = "moved the whole model to float32";
     } else if (m.action == "enable_loss_scaling") {

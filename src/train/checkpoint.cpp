@@ -339,12 +339,18 @@ class CheckpointLoad {
   }
 
   void check_policies() {
-    const std::vector<std::string>& float32_layers = recovered_.float32_layers;
+    auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+      return std::find(names.begin(), names.end(), name) != names.end();
+    };
     for (const auto& l : model_.layers()) {
       const std::string* policy = meta("layer/" + l->name() + "/policy");
-      if (policy && *policy != l->dtype_policy().name() && *policy == "float32" &&
-          std::find(float32_layers.begin(), float32_layers.end(), l->name()) != float32_layers.end()) {
-        to_float32_.push_back(l.get());
+      // A layer the ladder moved: to float32, or (the FP8 rung) from a float8 policy to mixed_bfloat16.
+      const bool moved = policy && *policy != l->dtype_policy().name() &&
+                         ((*policy == "float32" && listed(recovered_.float32_layers, l->name())) ||
+                          (*policy == "mixed_bfloat16" && l->dtype_policy().uses_float8() &&
+                           listed(recovered_.bfloat16_layers, l->name())));
+      if (moved) {
+        moved_.emplace_back(l.get(), *policy);
         continue;
       }
       if (!policy || *policy != l->dtype_policy().name()) {
@@ -445,10 +451,11 @@ class CheckpointLoad {
       layer_states_[layer].emplace_back(entry, t.clone());
     }
     for (const auto& [layer, state] : layer_states_) {
-      if (std::find(to_float32_.begin(), to_float32_.end(), layer) != to_float32_.end())
-        CKPT_FAIL("layer '" << layer->name() << "' was saved under float32 but has state '" << state.front().first
-                            << "'",
-                  kDamagedHint);
+      for (const auto& [moved, policy] : moved_)
+        if (moved == layer)
+          CKPT_FAIL("layer '" << layer->name() << "' was saved under " << policy << " but has state '"
+                              << state.front().first << "'",
+                    kDamagedHint);
       try {
         layer->check_extra_state(state);
       } catch (const Error& e) {
@@ -498,7 +505,7 @@ class CheckpointLoad {
 
   // load_state is the only step that can still throw, and it leaves the optimizer unchanged when it does.
   void apply() {
-    for (Layer* l : to_float32_) l->set_dtype_policy(DTypePolicy::from_name("float32"));
+    for (const auto& [l, policy] : moved_) l->set_dtype_policy(DTypePolicy::from_name(policy));
     if (enable_loss_scaling_) model_.enable_dynamic_loss_scaling();
     if (restore_optimizer_) {
       try {
@@ -521,7 +528,7 @@ class CheckpointLoad {
   const std::string* format_ = nullptr;
   CheckpointInfo info_;
   RecoveryModelChanges recovered_;
-  std::vector<Layer*> to_float32_;
+  std::vector<std::pair<Layer*, std::string>> moved_;  // layers the recovery ladder moved, and their policies
   NamedTensors opt_state_;
   bool restore_optimizer_ = false;
   bool enable_loss_scaling_ = false;

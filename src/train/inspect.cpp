@@ -15,12 +15,6 @@ namespace mixtrain {
 
 namespace {
 
-// inspect's FP8 rows: each quantized operand of an FP8 layer cast with the scale the layer would use, from the
-// float32 values the shadow run sees.
-const Fp8TensorScale* scale_of(const Fp8GemmScales& s, std::string_view tensor) {
-  return tensor == "input" ? &s.input : tensor == "weight" ? &s.weight : &s.grad;
-}
-
 // values on the host in float32, contiguous.
 std::vector<float> host_floats(const Tensor& values) {
   const Tensor t = ops::to_device(values, Device::cpu()).to(DType::kFloat32).contiguous();
@@ -43,15 +37,10 @@ void add_fp8_inspection(const Layer& layer, const DTypePolicy& policy, const cha
                                                            : policy.float8_forward_format(),
                      1.0f, {}});
   Fp8TensorInspection& row = *std::find_if(out.begin(), out.end(), [&](const auto& r) { return r.tensor == tensor; });
-  const std::vector<float> x = host_floats(values);
-  const int64_t n = static_cast<int64_t>(x.size());
-  const Fp8LayerScales& scales = *layer.fp8_layer_scales();
-  if (scales.recipe() == Fp8Recipe::kCurrent) {
-    row.scale = current_scale(x.data(), n, row.format);
-  } else if (const Fp8GemmScales* s = scales.get(); s && s->input.format() == policy.float8_forward_format()) {
-    row.scale = scale_of(*s, tensor)->delayed().scale();
-  }  // else: the layer has not quantized yet, and its first cast uses scale 1
-  row.stats.merge(fp8_cast_stats(x.data(), n, row.format, row.scale));
+  const Fp8CastView v = fp8_cast_view(*layer.fp8_layer_scales(), policy, tensor, host_floats(values),
+                                      values.rank() > 0 ? values.dim(-1) : 1);
+  row.scale = v.scale;
+  row.stats.merge(v.stats);
 }
 
 class StatsObserver : public LayerObserver {

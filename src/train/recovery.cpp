@@ -10,6 +10,7 @@
 #include "mixtrain/core/half.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
 #include "mixtrain/train/float32_shadow.h"
 
 namespace mixtrain {
@@ -72,8 +73,18 @@ void add_column_rounding(const Tensor& t, DType d, LayerNumerics& n) {
 
 class NumericsObserver : public LayerObserver {
  public:
-  explicit NumericsObserver(std::map<const Layer*, LayerNumerics>& out) : out_(out) {}
-  void on_input(const Layer& l, const Var& x) override { add(l, x.value(), true); }
+  // float8: the layers under a float8 policy and that policy (the shadow runs them in float32).
+  NumericsObserver(std::map<const Layer*, LayerNumerics>& out, const std::map<const Layer*, DTypePolicy>& float8)
+      : out_(out), float8_(float8) {}
+  void on_input(const Layer& l, const Var& x) override {
+    add(l, x.value(), true);
+    auto f = float8_.find(&l);
+    if (f == float8_.end() || !is_float(x.value().dtype())) return;
+    const Tensor t = x.value();
+    const Fp8CastView v = fp8_cast_view(*l.fp8_layer_scales(), f->second, "input",
+                                        ops::to_device(t, Device::cpu()).to_floats(), t.rank() > 0 ? t.dim(-1) : 1);
+    out_.at(&l).fp8_input.merge(v.stats);
+  }
   void on_output(const Layer& l, const Var& y) override { add(l, y.value(), false); }
   void on_internal(const Layer& l, std::string_view, const Tensor& value) override {
     auto it = out_.find(&l);
@@ -91,6 +102,7 @@ class NumericsObserver : public LayerObserver {
     if (n.compute_dtype != DType::kFloat32) add_column_rounding(t, n.compute_dtype, n);
   }
   std::map<const Layer*, LayerNumerics>& out_;
+  const std::map<const Layer*, DTypePolicy>& float8_;
 };
 
 void merge_numerics(std::vector<LayerNumerics>& into, const std::vector<LayerNumerics>& from) {
@@ -101,6 +113,7 @@ void merge_numerics(std::vector<LayerNumerics>& into, const std::vector<LayerNum
     into[i].columns += from[i].columns;
     into[i].lost_columns += from[i].lost_columns;
     into[i].worst_noise_ratio = std::max(into[i].worst_noise_ratio, from[i].worst_noise_ratio);
+    into[i].fp8_input.merge(from[i].fp8_input);
   }
 }
 }  // namespace
@@ -133,13 +146,16 @@ std::vector<LayerNumerics> measure_layer_numerics(RecoveryTarget& model, const T
   MIXTRAIN_CHECK(x.defined() && x.rank() >= 1 && x.dim(0) > 0,
                  "measure_layer_numerics: x " << x.describe() << " needs at least one row");
   std::map<const Layer*, LayerNumerics> stats;
+  std::map<const Layer*, DTypePolicy> float8;
   for (auto& l : model.network().layers()) {
     LayerNumerics n;
     n.layer = l->name();
     n.compute_dtype = l->compute_dtype();
+    n.float8 = l->dtype_policy().uses_float8() && l->fp8_layer_scales() != nullptr;
+    if (n.float8) float8.emplace(l.get(), l->dtype_policy());
     stats.emplace(l.get(), n);
   }
-  NumericsObserver observer(stats);
+  NumericsObserver observer(stats, float8);
   Float32Shadow shadow(model.network(), &observer);
   {
     // Inference mode: no dropout draws and no moving-statistics updates, so training replays unchanged.
@@ -167,6 +183,13 @@ std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vect
       char buf[160];
       std::snprintf(buf, sizeof buf, "loses precision (%lld of %lld columns, rounding noise up to %.2g of the spread)",
                     static_cast<long long>(l.lost_columns), static_cast<long long>(l.columns), l.worst_noise_ratio);
+      why.push_back(buf);
+    }
+    const double saturated = l.fp8_input.saturated_fraction(), flushed = l.fp8_input.flushed_fraction();
+    if (l.float8 && (saturated >= kFp8SaturatedShare || flushed >= kFp8FlushedShare)) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "FP8 input saturates %.2g%%, flushes %.2g%% to zero", saturated * 100,
+                    flushed * 100);
       why.push_back(buf);
     }
     if (!why.empty()) out.emplace_back(l.layer, join(why));
@@ -322,14 +345,24 @@ bool RecoveryGuard::climb(RecoveryTarget& model, const std::function<std::pair<T
     blamed = layers_to_blame(stats, /*precision=*/drift);
   }
   if (!blamed.empty()) {
-    std::vector<std::string> culprits;
-    std::string details;
+    // The FP8 rung: a layer under a float8 policy moves to mixed_bfloat16 first, the others (and a layer the FP8
+    // rung moved that is blamed again) to float32.
+    std::vector<std::string> to_bf16, to_f32;
+    std::string bf16_details, f32_details;
     for (const auto& [name, cause] : blamed) {
-      culprits.push_back(name);
+      Layer* l = model.network().layer(name);
+      const bool float8 = l->dtype_policy().uses_float8();
+      (float8 ? to_bf16 : to_f32).push_back(name);
+      std::string& details = float8 ? bf16_details : f32_details;
       details += (details.empty() ? "" : "; ") + name + ": " + cause;
-      model.network().layer(name)->set_dtype_policy(DTypePolicy::from_name("float32"));
+      l->set_dtype_policy(DTypePolicy::from_name(float8 ? "mixed_bfloat16" : "float32"));
     }
-    record({global_step, "layers_to_float32", why + "; these layers do not fit 16 bits (" + details + ")", culprits});
+    if (!to_bf16.empty())
+      record({global_step, "layers_to_bfloat16", why + "; these layers do not fit 8 bits (" + bf16_details + ")",
+              to_bf16});
+    if (!to_f32.empty())
+      record({global_step, "layers_to_float32", why + "; these layers do not fit 16 bits (" + f32_details + ")",
+              to_f32});
     rung_ = std::max(rung_, 2);
   } else if (rung_ < 3) {
     std::vector<std::string> switched;

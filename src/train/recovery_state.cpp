@@ -16,8 +16,8 @@ namespace mixtrain {
 
 namespace {
 
-const char* const kActions[] = {"enable_loss_scaling", "rollback", "layers_to_float32", "model_to_float32",
-                                "give_up"};
+const char* const kActions[] = {"enable_loss_scaling", "rollback", "layers_to_bfloat16", "layers_to_float32",
+                                "model_to_float32", "give_up"};
 
 Json parse_object(const std::string& text) {
   Json j = Json::parse(text, "recovery state");
@@ -123,12 +123,17 @@ void RecoveryGuard::restore_state(const std::string& json) {
 RecoveryModelChanges recovery_model_changes(const std::string& state_json) {
   RecoveryModelChanges c;
   std::set<std::string> seen;
+  std::vector<std::string> bfloat16;  // in the order moved; those later moved on to float32 are left out below
   for (const RecoveryEvent& e : parse_events(parse_object(state_json))) {
     if (e.action == "enable_loss_scaling") c.enabled_loss_scaling = true;
+    if (e.action == "layers_to_bfloat16") bfloat16.insert(bfloat16.end(), e.layers.begin(), e.layers.end());
     if (e.action != "layers_to_float32" && e.action != "model_to_float32") continue;
     for (const std::string& l : e.layers)
       if (seen.insert(l).second) c.float32_layers.push_back(l);
   }
+  for (const std::string& l : bfloat16)
+    if (!seen.count(l) && std::find(c.bfloat16_layers.begin(), c.bfloat16_layers.end(), l) == c.bfloat16_layers.end())
+      c.bfloat16_layers.push_back(l);
   return c;
 }
 

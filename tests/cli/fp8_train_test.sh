@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `mixtrain train --model mlp --policy mixed_float8` with both FP8 recipes (and mixed_float8_e4m3) learns a small CSV
+# `mixtrain train --model mlp --policy mixed_float8` with the three FP8 recipes (and mixed_float8_e4m3) learns a small CSV
 # task as mixed_bfloat16 does; inspect shows the FP8 tensors, doctor says how FP8 runs, compare judges the float8
 # policies; a bad --fp8-recipe, or one given with a policy that quantizes nothing, is one line and exit status 2.
 set -u
@@ -24,9 +24,10 @@ run() {  # run NAME FLAGS...: trains, writes $tmp/NAME.json
 run bf16 --policy mixed_bfloat16
 run fp8 --policy mixed_float8
 run fp8_current --policy mixed_float8 --fp8-recipe current
+run fp8_block --policy mixed_float8 --fp8-recipe block
 run e4m3 --policy mixed_float8_e4m3 --accumulate 2
 ref=$(accuracy "$tmp/bf16.json")
-for name in fp8 fp8_current e4m3; do
+for name in fp8 fp8_current fp8_block e4m3; do
   [ -s "$tmp/$name.json" ] || continue
   a=$(accuracy "$tmp/$name.json")
   echo "$name test accuracy $a (mixed_bfloat16 $ref)"
@@ -69,7 +70,7 @@ expect_refusal() {  # expect_refusal PATTERN FLAGS...
   [ "$status" -eq 2 ] || fail "$*: exit status $status, expected 2"
   grep -q "$pattern" "$tmp/err" || { cat "$tmp/err"; fail "$*: the message does not say '$pattern'"; }
 }
-expect_refusal "valid recipes: delayed, current" --policy mixed_float8 --fp8-recipe block
+expect_refusal "valid recipes: delayed, current, block" --policy mixed_float8 --fp8-recipe mxfp8
 expect_refusal "applies to the float8 policies" --policy mixed_bfloat16 --fp8-recipe current
 expect_refusal "mixed_float8_e4m3" --policy mixed_float4
 exit "$fails"

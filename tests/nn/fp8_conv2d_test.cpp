@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../ops/mx_block_reference.h"
 #include "fp8_reference.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/nn/conv_layers.h"
@@ -41,13 +42,42 @@ double tolerance(double abs_sum, double value, int64_t terms, double out_unit) {
   return (terms + 2) * 0x1p-24 * abs_sum + out_unit * std::fabs(value) + 1e-30;
 }
 
-void check_conv(const Geometry& g) {
-  set_fp8_recipe(Fp8Recipe::kCurrent);
+// The quantized operands of each product and their scales. Per-tensor recipes: one copy of each tensor. The block
+// recipe: x blocked along its channels for y and down its (N H W) positions for dkernel, the kernel as
+// (kh kw cin, cout) down its rows for y and along cout for dx, dy along cout for dx and down its positions for
+// dkernel, all with scale 1.
+struct ConvOperands {
+  std::vector<double> x_y, w_y, g_dx, w_dx, x_dw, g_dw;
+  double sxw = 1, sgw = 1, sxg = 1;
+};
+
+ConvOperands reference_operands(bool block, const std::vector<float>& x, const std::vector<float>& w,
+                                const std::vector<float>& dy, int64_t cin, int64_t cout) {
+  if (!block) {
+    const RefOperand qx = quantize_ref(x, ref::kE4M3, 448.0f), qw = quantize_ref(w, ref::kE4M3, 448.0f);
+    const RefOperand qg = quantize_ref(dy, ref::kE5M2, 57344.0f);
+    return {qx.q, qw.q, qg.q, qw.q, qx.q, qg.q, qx.scale * qw.scale, qg.scale * qw.scale, qx.scale * qg.scale};
+  }
+  const int64_t xr = static_cast<int64_t>(x.size()) / cin, wr = static_cast<int64_t>(w.size()) / cout;
+  const int64_t gr = static_cast<int64_t>(dy.size()) / cout;
+  using mx_test::mx_dequantized;
+  return {mx_dequantized(x, xr, cin, ref::kE4M3, 448.0, false),
+          mx_dequantized(w, wr, cout, ref::kE4M3, 448.0, true),
+          mx_dequantized(dy, gr, cout, ref::kE5M2, 57344.0, false),
+          mx_dequantized(w, wr, cout, ref::kE4M3, 448.0, false),
+          mx_dequantized(x, xr, cin, ref::kE4M3, 448.0, true),
+          mx_dequantized(dy, gr, cout, ref::kE5M2, 57344.0, true)};
+}
+
+void check_conv(const Geometry& g, Fp8Recipe recipe = Fp8Recipe::kCurrent) {
+  set_fp8_recipe(recipe);
   Conv2D conv(g.cout, g.k, g.stride, g.same ? "same" : "valid", "linear", true, dtype_arg("mixed_float8"));
   Rng rng(7), values(8);
   conv.build({g.h, g.w, g.cin}, rng);
   std::vector<float> xv(g.n * g.h * g.w * g.cin), bv(g.cout);
   for (float& v : xv) v = values.uniform(-2, 2);
+  if (recipe == Fp8Recipe::kBlock)
+    for (float& v : xv) v = std::ldexp(v, static_cast<int>(values.uniform(-5, 3)));
   for (float& v : bv) v = values.uniform(-1, 1);
   Var(conv.bias()).mutable_value().copy_from(Tensor::from_floats({g.cout}, bv));
   Var x(Tensor::from_floats({g.n, g.h, g.w, g.cin}, xv, DType::kBFloat16), true);
@@ -61,14 +91,14 @@ void check_conv(const Geometry& g) {
   const Tensor c = Tensor::from_floats(y.shape(), cv, DType::kBFloat16);
   backward(sum(multiply(y, Var(c))));  // dy = c
 
-  const RefOperand qx = quantize_ref(x.value().to_floats(), ref::kE4M3, 448.0f);
-  const RefOperand qw = quantize_ref(conv.kernel().value().to_floats(), ref::kE4M3, 448.0f);
-  const RefOperand qg = quantize_ref(c.to_floats(), ref::kE5M2, 57344.0f);
-  const double sxw = qx.scale * qw.scale, sgw = qg.scale * qw.scale, sxg = qx.scale * qg.scale;
+  const ConvOperands o = reference_operands(recipe == Fp8Recipe::kBlock, x.value().to_floats(),
+                                            conv.kernel().value().to_floats(), c.to_floats(), g.cin, g.cout);
+  const double sxw = o.sxw, sgw = o.sgw, sxg = o.sxg;
   auto xi = [&](int64_t n, int64_t r, int64_t col, int64_t ci) { return ((n * g.h + r) * g.w + col) * g.cin + ci; };
   auto wi = [&](int64_t i, int64_t j, int64_t ci, int64_t co) { return ((i * g.k + j) * g.cin + ci) * g.cout + co; };
   auto yi = [&](int64_t n, int64_t a, int64_t b, int64_t co) { return ((n * oh + a) * ow + b) * g.cout + co; };
-  std::vector<double> ry(cv.size()), ay(cv.size()), rdx(xv.size()), adx(xv.size()), rdw(qw.q.size()), adw(qw.q.size());
+  std::vector<double> ry(cv.size()), ay(cv.size()), rdx(xv.size()), adx(xv.size());
+  std::vector<double> rdw(o.w_y.size()), adw(o.w_y.size());
   std::vector<int> ndx(xv.size());
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t a = 0; a < oh; ++a)
@@ -79,11 +109,13 @@ void check_conv(const Geometry& g) {
             if (r < 0 || col < 0) continue;
             for (int64_t ci = 0; ci < g.cin; ++ci)
               for (int64_t co = 0; co < g.cout; ++co) {
-                const double xq = qx.q[xi(n, r, col, ci)], wq = qw.q[wi(i, j, ci, co)], gq = qg.q[yi(n, a, b, co)];
-                ry[yi(n, a, b, co)] += xq * wq / sxw, ay[yi(n, a, b, co)] += std::fabs(xq * wq / sxw);
-                rdx[xi(n, r, col, ci)] += gq * wq / sgw, adx[xi(n, r, col, ci)] += std::fabs(gq * wq / sgw);
-                ++ndx[xi(n, r, col, ci)];
-                rdw[wi(i, j, ci, co)] += xq * gq / sxg, adw[wi(i, j, ci, co)] += std::fabs(xq * gq / sxg);
+                const int64_t ex = xi(n, r, col, ci), ew = wi(i, j, ci, co), ey = yi(n, a, b, co);
+                const double py = o.x_y[ex] * o.w_y[ew] / sxw, pdx = o.g_dx[ey] * o.w_dx[ew] / sgw;
+                const double pdw = o.x_dw[ex] * o.g_dw[ey] / sxg;
+                ry[ey] += py, ay[ey] += std::fabs(py);
+                rdx[ex] += pdx, adx[ex] += std::fabs(pdx);
+                ++ndx[ex];
+                rdw[ew] += pdw, adw[ew] += std::fabs(pdw);
               }
           }
   const int64_t taps = g.k * g.k * g.cin;
@@ -115,6 +147,13 @@ class Fp8Conv2DTest : public ::testing::Test {
 TEST_F(Fp8Conv2DTest, ValidStrideOneEqualsQuantizedFloat64Convolution) { check_conv({2, 5, 7, 3, 4, 3, 1, false}); }
 
 TEST_F(Fp8Conv2DTest, SameStrideTwoEqualsQuantizedFloat64Convolution) { check_conv({3, 7, 6, 5, 2, 3, 2, true}); }
+
+// Block recipe: channels 40 and 33 give a full and a short block along cin and cout, positions 2 x 7 x 6 = 84 three
+// blocks down (N H W); the inputs span magnitudes (2^-5 .. 2^3) so that blocks get different scales.
+TEST_F(Fp8Conv2DTest, BlockRecipeEqualsTheDequantizedFloat64Convolution) {
+  check_conv({2, 7, 6, 40, 33, 3, 1, true}, Fp8Recipe::kBlock);
+  check_conv({1, 5, 9, 3, 4, 3, 2, false}, Fp8Recipe::kBlock);
+}
 
 TEST_F(Fp8Conv2DTest, RollsItsHistoriesPerUpdateAndKeepsNoComputeCopy) {
   Conv2D conv(2, 3, 1, "valid", "relu", true, dtype_arg("mixed_float8"));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../ops/mx_block_reference.h"
 #include "fp8_reference.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/nn/layers.h"
@@ -136,10 +137,80 @@ TEST_F(Fp8DenseTest, DelayedScalingUsesTheHistoryRolledPerUpdate) {
   EXPECT_GT(s->grad.delayed().scale(), 1.0f) << "the gradient's amax was recorded in the backward pass";
 }
 
+// The block recipe (MXFP8): each product reads its operands blocked along its own reduction dimension, each copy
+// from the high-precision tensor (mx_block_reference.h, by the definition): y = x (along rows) w (down columns),
+// dx = dy (along rows) w^T (w along rows), dW = x^T (x down columns) dy (down columns); no per-tensor scale.
+// m = 40 rows make a full and a short block down the columns, k = 45 and n = 33 along the rows; the inputs span
+// 2^-6 .. 2^3 so that blocks get different scales.
+TEST_F(Fp8DenseTest, BlockRecipeEqualsTheDequantizedFloat64Products) {
+  using mx_test::mx_dequantized;
+  set_fp8_recipe(Fp8Recipe::kBlock);
+  const int64_t m = 40, k = 45, n = 33;
+  Dense d(n, "linear", dtype_arg("mixed_float8"));
+  Rng rng(3);
+  d.build({k}, rng);
+  Rng values(4);
+  std::vector<float> xv(m * k), cv(m * n);
+  for (float& v : xv) v = std::ldexp(values.uniform(-1, 1), static_cast<int>(values.uniform(-6, 4)));
+  for (float& c : cv) c = values.uniform(-1, 1) * 1e-3f;
+  Var x(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
+  const Tensor c = Tensor::from_floats({m, n}, cv, DType::kBFloat16);
+  Var y = d(x);
+  backward(sum(multiply(y, Var(c))));  // dy = c
+  EXPECT_TRUE(d.fp8_layer_scales()->state(d.dtype_policy()).empty()) << "the block recipe carries no state";
+
+  const std::vector<float> xs = x.value().to_floats(), ws = d.kernel().value().to_floats(), gs = c.to_floats();
+  const RefOperand x_rows{mx_dequantized(xs, m, k, ref::kE4M3, 448.0, false), 1.0};
+  const RefOperand x_cols{mx_dequantized(xs, m, k, ref::kE4M3, 448.0, true), 1.0};
+  const RefOperand w_cols{mx_dequantized(ws, k, n, ref::kE4M3, 448.0, true), 1.0};
+  const RefOperand w_rows{mx_dequantized(ws, k, n, ref::kE4M3, 448.0, false), 1.0};
+  const RefOperand g_rows{mx_dequantized(gs, m, n, ref::kE5M2, 57344.0, false), 1.0};
+  const RefOperand g_cols{mx_dequantized(gs, m, n, ref::kE5M2, 57344.0, true), 1.0};
+  const RefProduct fy = product_ref(x_rows, w_cols, m, k, n, false, false);
+  const std::vector<float> got_y = y.value().to_floats(), bias = d.bias().value().to_floats();
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double want = fy.c[i] + bias[i % n];
+    ASSERT_NEAR(got_y[i], want, tolerance(fy.abs_sum[i] + std::fabs(bias[i % n]), want, k, 0x1p-8)) << "y " << i;
+  }
+  const RefProduct fdx = product_ref(g_rows, w_rows, m, n, k, false, true);
+  const std::vector<float> got_dx = x.grad().to_floats();
+  for (int64_t i = 0; i < m * k; ++i)
+    ASSERT_NEAR(got_dx[i], fdx.c[i], tolerance(fdx.abs_sum[i], fdx.c[i], n, 0x1p-8)) << "dx " << i;
+  const RefProduct fdw = product_ref(x_cols, g_cols, k, m, n, true, false);
+  const std::vector<float> got_dw = d.kernel().grad().to_floats();
+  for (int64_t i = 0; i < k * n; ++i)
+    ASSERT_NEAR(got_dw[i], fdw.c[i], tolerance(fdw.abs_sum[i], fdw.c[i], m, 0x1p-24)) << "dw " << i;
+}
+
+// Per-tensor quantization is not what the block recipe computes: the same layer under the current recipe gives
+// another y (so the test above would fail if the recipe fell back to one scale per tensor).
+TEST_F(Fp8DenseTest, BlockRecipeDiffersFromPerTensorScaling) {
+  std::vector<float> xv(4 * 64);
+  Rng values(12);
+  for (float& v : xv) v = std::ldexp(values.uniform(-1, 1), static_cast<int>(values.uniform(-6, 4)));
+  const Var x(Tensor::from_floats({4, 64}, xv));
+  std::vector<std::vector<float>> outs;
+  for (Fp8Recipe r : {Fp8Recipe::kBlock, Fp8Recipe::kCurrent}) {
+    set_fp8_recipe(r);
+    Dense d(8, "linear", dtype_arg("mixed_float8"));
+    Rng rng(9);
+    d.build({64}, rng);
+    NoGradGuard ng;
+    outs.push_back(d(x).value().to_floats());
+  }
+  EXPECT_NE(outs[0], outs[1]);
+}
+
 TEST_F(Fp8DenseTest, TheRecipeNamesParse) {
   EXPECT_EQ(parse_fp8_recipe("delayed"), Fp8Recipe::kDelayed);
   EXPECT_EQ(parse_fp8_recipe("current"), Fp8Recipe::kCurrent);
-  EXPECT_THROW(parse_fp8_recipe("block"), Error);
+  EXPECT_EQ(parse_fp8_recipe("block"), Fp8Recipe::kBlock);
+  EXPECT_STREQ(fp8_recipe_name(Fp8Recipe::kBlock), "block");
+  EXPECT_THROW(parse_fp8_recipe("mxfp8"), Error);
+  EXPECT_THROW(parse_fp8_recipe("blocks"), Error);
+  // One scale per tensor is meaningless under the block recipe: asking for it is refused.
+  Fp8TensorScale block(DType::kFloat8E4M3FN, Fp8Recipe::kBlock);
+  EXPECT_THROW(block.quantize(Tensor::from_floats({2, 2}, {1, 2, 3, 4})), Error);
   EXPECT_EQ(fp8_recipe(), Fp8Recipe::kDelayed) << "delayed is the default, as in Transformer Engine";
 }
 

@@ -140,6 +140,34 @@ TEST_F(Fp8Checkpoint, KilledAndResumedMixedFloat8FitIsBitIdenticalHistoriesInclu
   }
 }
 
+// The block recipe keeps nothing between steps (each block's scale comes from the block itself): no layer state is
+// saved, a fit killed and resumed ends with the uninterrupted fit's bytes, and a delayed-recipe checkpoint's
+// histories are refused for layers built under the block recipe.
+TEST_F(Fp8Checkpoint, BlockRecipeSavesNoStateAndResumesBitIdentically) {
+  set_fp8_recipe(Fp8Recipe::kBlock);
+  const NamedTensors full = uninterrupted();
+  for (const auto& [name, t] : full) EXPECT_EQ(name.find("/fp8/"), std::string::npos) << name;
+  for (int64_t k : {3, 8}) {
+    const std::string ckpt = file("block" + std::to_string(k) + ".safetensors");
+    ASSERT_FALSE(run_until(ckpt, k, k, false).has_value());
+    for (const auto& [key, t] : load_safetensors(ckpt).tensors) EXPECT_NE(key.rfind("layer_state/", 0), 0u) << key;
+    const std::optional<NamedTensors> resumed = run_until(ckpt, k, 0, true);
+    ASSERT_TRUE(resumed.has_value());
+    EXPECT_EQ(differing(full, *resumed), std::vector<std::string>{}) << "killed after step " << k;
+  }
+  set_fp8_recipe(Fp8Recipe::kDelayed);
+  const std::string delayed = file("delayed.safetensors");
+  ASSERT_FALSE(run_until(delayed, 4, 4, false).has_value());
+  set_fp8_recipe(Fp8Recipe::kBlock);
+  auto block = make_model();
+  try {
+    load_checkpoint(delayed, *block);
+    ADD_FAILURE() << "histories for a block-recipe layer must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("block FP8 recipe"), std::string::npos) << e.what();
+  }
+}
+
 // A checkpoint without layer_state/ entries (as versions before them wrote) loads as before: the layers keep fresh
 // scales, so the resumed run departs from the uninterrupted one; this is what the entries prevent.
 TEST_F(Fp8Checkpoint, CheckpointWithoutHistoriesLoadsAndResumesWithFreshScales) {

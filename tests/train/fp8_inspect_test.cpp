@@ -51,6 +51,22 @@ const Fp8TensorInspection& row(const LayerInspection& l, const std::string& tens
   throw std::runtime_error("no fp8 row " + tensor);
 }
 
+// Under the block recipe each row of 8 features is one block whose scale 2^2 fits its 1000 (1000 <= 448 * 4):
+// nothing saturates, -1e-4 / 4 still flushes (1/8 of the input), and the scale column reads 1.
+TEST_F(Fp8Inspect, BlockRecipeCountsEachBlockAtItsOwnScale) {
+  set_fp8_recipe(Fp8Recipe::kBlock);
+  auto m = model();
+  auto [x, y] = data();
+  const std::vector<LayerInspection> layers = inspect_layers(*m, x, y, 2, 16);
+  const Fp8TensorInspection& in = row(layers[0], "input");
+  EXPECT_EQ(in.scale, 1.0f);
+  EXPECT_EQ(in.stats.amax, 1000.0f);
+  EXPECT_EQ(in.stats.count, kRows * kFeatures);
+  EXPECT_EQ(in.stats.saturated_fraction(), 0.0);
+  EXPECT_DOUBLE_EQ(in.stats.flushed_fraction(), 1.0 / kFeatures);
+  EXPECT_EQ(row(layers[0], "weight").stats.saturated_fraction(), 0.0);
+}
+
 TEST_F(Fp8Inspect, ReportsAmaxScaleAndTheSharesSaturatedAndFlushed) {
   auto m = model();
   auto [x, y] = data();

@@ -58,7 +58,7 @@ double trained_accuracy(const char* policy) {
 TEST_F(Fp8Training, AnMlpLearnsAsUnderMixedBfloat16WithEitherRecipe) {
   const double bf16 = trained_accuracy("mixed_bfloat16");
   ASSERT_GT(bf16, 0.9);
-  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent}) {
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
     set_fp8_recipe(recipe);
     for (const char* policy : {"mixed_float8", "mixed_float8_e4m3"}) {
       const double fp8 = trained_accuracy(policy);

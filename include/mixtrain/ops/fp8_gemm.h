@@ -29,6 +29,16 @@ struct Fp8Operand {
 Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale,
                         std::optional<Float8Overflow> overflow = std::nullopt);
 
+// x (rows, cols) (float32, float16 or bfloat16) in MXFP8, as precision/mx_block_scaling.h defines it: blocks of 32
+// consecutive elements along each row (along_columns false) or down each column, each with the scale 2^k, k the
+// smallest (at least -127) with the block's amax <= format max * 2^k, the elements the codes of x / 2^k in `format`
+// (float8_e4m3fn or float8_e5m2; nearest even, nothing saturates). Returned as the bfloat16 values code * 2^k, the
+// block scales applied as the codes widen: a GEMM of two such operands needs no scale in its epilogue. The widening
+// is exact while code * 2^k stays inside bfloat16's normal range (magnitudes 2^-126 to 2^128); a block's tiny
+// elements below it round (and a bfloat16 GEMM may read them as zero), an amax within 2^-3 of float32's largest can
+// round up to infinity. A block holding NaN or infinity reads back as NaN. Kept by the block recipe.
+Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns);
+
 // c (m, n) = alpha * op(a) op(b) + bias, op transposing when trans_* is set: a (m, k) or (k, m), b (k, n) or (n, k),
 // both 2-D, contiguous, one floating dtype. Products accumulate in float32; alpha multiplies the float32
 // accumulator, then the float32 bias (n,) (may be undefined) is added, then the result is rounded once into
@@ -42,6 +52,8 @@ using Fp8AmaxFn = void(const Tensor& x, Tensor& amax);
 // values (bfloat16, x's shape, contiguous) as fp8_quantize; amax (float32, (1,)) as Fp8AmaxFn.
 using Fp8QuantizeFn = void(const Tensor& x, DType format, float scale, Float8Overflow overflow, Tensor& values,
                            Tensor& amax);
+// values (bfloat16, (rows, cols), contiguous) = mx_block_quantize(x) for contiguous 2-D x.
+using MxBlockQuantizeFn = void(const Tensor& x, DType format, bool along_columns, Tensor& values);
 struct ScaledMatmulLayout {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
@@ -52,6 +64,7 @@ using ScaledMatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias
 }  // namespace kernel
 MIXTRAIN_KERNEL_SIGNATURE(fp8_amax, Fp8AmaxFn)
 MIXTRAIN_KERNEL_SIGNATURE(fp8_quantize, Fp8QuantizeFn)
+MIXTRAIN_KERNEL_SIGNATURE(mx_block_quantize, MxBlockQuantizeFn)
 MIXTRAIN_KERNEL_SIGNATURE(scaled_matmul, ScaledMatmulFn)
 
 }  // namespace mixtrain::ops

@@ -66,6 +66,7 @@
   X(fused_update, "fused_update") \
   X(fp8_amax, "fp8_amax") \
   X(fp8_quantize, "fp8_quantize") \
+  X(mx_block_quantize, "mx_block_quantize") \
   X(scaled_matmul, "scaled_matmul") \
   X(linear_cross_entropy, "linear_cross_entropy") \
   X(global_norm, "global_norm")

@@ -5,6 +5,10 @@
 //             (DelayedScaling, fp8_scaling.h), recorded at every cast and rolled by update(), once per optimizer
 //             update: micro-batches of one update share a history slot.
 //   current   each tensor's own amax, taken just before the cast.
+//   block     MXFP8 (ops::mx_block_quantize): blocks of 32 consecutive elements along the product's reduction
+//             dimension, each with its power-of-two (E8M0) scale; a tensor read along both of its dimensions (by the
+//             forward product and by a backward one) gets one copy blocked each way, each from the high-precision
+//             tensor. Nothing carries over between steps.
 #pragma once
 
 #include <memory>
@@ -19,9 +23,9 @@
 
 namespace mixtrain {
 
-enum class Fp8Recipe { kDelayed, kCurrent };
+enum class Fp8Recipe { kDelayed, kCurrent, kBlock };
 
-// "delayed" or "current"; other names throw Error (kInvalidInput) listing both.
+// "delayed", "current" or "block"; other names throw Error (kInvalidInput) listing them.
 Fp8Recipe parse_fp8_recipe(std::string_view name);
 const char* fp8_recipe_name(Fp8Recipe recipe);
 // The recipe FP8 layers take when they first quantize (delayed until set); process-wide, like the global policy.
@@ -31,7 +35,13 @@ Fp8Recipe fp8_recipe();
 // A tensor quantized for a GEMM: its float8 values widened to bfloat16 (ops::fp8_quantize) and the scale they carry.
 struct Fp8Quantized {
   Tensor values;  // the codes of x * scale, as bfloat16
-  float scale;
+  float scale;  // 1 under the block recipe: its block scales are already in the values
+};
+
+// A matrix quantized for products that sum along its rows (`rows`: blocks of 32 along each row) and down its
+// columns (`columns`). Under the per-tensor recipes both are one tensor with one scale.
+struct Fp8Copies {
+  Fp8Quantized rows, columns;
 };
 
 // One tensor's scale under a recipe.
@@ -40,7 +50,11 @@ class Fp8TensorScale {
   Fp8TensorScale(DType format, Fp8Recipe recipe, DelayedScalingOptions options = {});
   // x quantized with this tensor's scale (current: x's own amax; delayed: the history's scale, x's amax recorded),
   // saturating in both formats.
+  // Refused under the block recipe, which needs to know the reduction dimension (quantize_copies).
   Fp8Quantized quantize(const Tensor& x);
+  // x (rows, cols) quantized for both products that read it: under the block recipe one copy with blocks along the
+  // rows and one with blocks down the columns, each from x (scale 1); otherwise quantize(x) twice over.
+  Fp8Copies quantize_copies(const Tensor& x);
   // Rolls the delayed history (nothing under current scaling).
   void update();
   DType format() const { return format_; }
@@ -97,5 +111,19 @@ class Fp8LayerScales {
   Fp8Recipe recipe_;
   std::shared_ptr<Fp8GemmScales> scales_;
 };
+
+// What a layer's cast of one tensor ("input", "weight" or "grad") under `policy` would do to `x` now (host float32,
+// the tensor's values in row-major order, `cols` its last dimension): the scale it would use (delayed: the history's,
+// 1 before the layer's first update; current: x's own; block: 1, each block cast at its own) and the statistics of
+// the cast (fp8_cast_stats; under the block recipe the input and gradient blocked along their last dimension, the
+// kernel down its columns, as the forward and dx products read them). `inspect` shows them; the recovery ladder
+// blames a layer whose input saturates or flushes.
+struct Fp8CastView {
+  DType format;
+  float scale = 1.0f;
+  Fp8CastStats stats;
+};
+Fp8CastView fp8_cast_view(const Fp8LayerScales& scales, const DTypePolicy& policy, std::string_view tensor,
+                          const std::vector<float>& x, int64_t cols);
 
 }  // namespace mixtrain

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mixtrain/core/dtype.h"
+#include "mixtrain/precision/fp8_scaling.h"
 
 namespace mixtrain {
 
@@ -34,5 +35,9 @@ struct MxQuantized {
 MxQuantized mx_quantize(const float* x, int64_t rows, int64_t cols, DType format, bool along_columns);
 // The matrix the codes and scales stand for, (rows, cols) row-major.
 std::vector<float> mx_dequantize(const MxQuantized& q);
+
+// What `inspect` shows for a tensor cast in MXFP8 blocks (laid out as mx_quantize's): fp8_cast_stats of each block
+// at its own scale 1 / 2^k, merged. Nothing saturates by construction; the flushed share is what the blocks lose.
+Fp8CastStats mx_cast_stats(const float* x, int64_t rows, int64_t cols, DType format, bool along_columns);
 
 }  // namespace mixtrain

@@ -6,6 +6,10 @@
 //      (the current one and the last one whose loss or gradients were non-finite) in a float32 shadow of
 //      the model, as `mixtrain inspect` does, and switch to float32 only the layers to blame (see
 //      layers_to_blame), roll back, continue. Repeated while it finds new layers to switch.
+//      A layer under a float8 policy moves to mixed_bfloat16 instead (the FP8 rung: its GEMM runs on bfloat16
+//      operands), and to float32 only when it is blamed again. Besides the checks above, such a layer is blamed
+//      when its GEMM input, cast at the scale its recipe would use now, saturates or flushes to zero past
+//      kFp8SaturatedShare or kFp8FlushedShare.
 //   3. Still failing, or no layer to blame: switch the whole model to float32, roll back, continue.
 //   In float32 and still failing: stop training (nothing more to try) and say so.
 // Every action is printed and recorded. A rollback restores the snapshot bit for bit, except that after rungs 2
@@ -21,6 +25,7 @@
 #include "mixtrain/core/random.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
+#include "mixtrain/precision/fp8_scaling.h"
 #include "mixtrain/precision/range_stats.h"
 #include "mixtrain/train/fit_state.h"
 #include "mixtrain/train/history.h"
@@ -49,9 +54,10 @@ class RecoveryTarget {
 
 struct RecoveryEvent {
   int64_t step = 0;                 // global training step (1-based) at which the action was taken
-  std::string action;               // "enable_loss_scaling", "rollback", "layers_to_float32", "model_to_float32", "give_up"
+  // "enable_loss_scaling", "rollback", "layers_to_bfloat16", "layers_to_float32", "model_to_float32", "give_up"
+  std::string action;
   std::string reason;
-  std::vector<std::string> layers;  // layers switched, for layers_to_float32 / model_to_float32
+  std::vector<std::string> layers;  // layers switched, for layers_to_bfloat16 / layers_to_float32 / model_to_float32
   // rollback: the number of steps kept in the history, i.e. training resumes with global step resume_step + 1
   // (the replayed steps take the positions of the ones rolled back). -1 for the other actions.
   int64_t resume_step = -1;
@@ -103,7 +109,12 @@ struct LayerNumerics {
   int64_t columns = 0;          // columns with spread, inputs and outputs together
   int64_t lost_columns = 0;     // of which lose their signal
   double worst_noise_ratio = 0; // largest rounding RMS / standard deviation seen
+  // A layer under a float8 policy: its GEMM input cast as the layer would cast it now (fp8_cast_view).
+  bool float8 = false;
+  Fp8CastStats fp8_input;
 };
+inline constexpr double kFp8SaturatedShare = 0.01;  // 1% of the input clamped to the format's largest value
+inline constexpr double kFp8FlushedShare = 0.25;    // a quarter of the non-zero input flushed to zero
 inline constexpr double kSignalLossNoiseRatio = 0.5;  // rounding noise a quarter of the column's variance
 inline constexpr double kSignalLossColumns = 0.1;     // a layer loses precision when 10% of its columns do
 
@@ -119,10 +130,12 @@ std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vect
                                                                  bool precision);
 
 // What the recovery ladder changed in the model, read from a RecoveryGuard::state_json: the layers it switched to
-// float32 and whether it switched dynamic loss scaling on. load_checkpoint applies them before it compares the
-// saved layer policies and optimizer with the model's, so a recovered run resumes as it was.
+// float32 or (from a float8 policy) to mixed_bfloat16, and whether it switched dynamic loss scaling on.
+// load_checkpoint applies them before it compares the saved layer policies and optimizer with the model's, so a
+// recovered run resumes as it was.
 struct RecoveryModelChanges {
   std::vector<std::string> float32_layers;
+  std::vector<std::string> bfloat16_layers;  // float8 layers the FP8 rung moved to mixed_bfloat16 (and no further)
   bool enabled_loss_scaling = false;
 };
 // Throws Error (kInvalidInput) naming what is malformed.

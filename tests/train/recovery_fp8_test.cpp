@@ -1,0 +1,221 @@
+// The recovery ladder's FP8 rung: a layer under a float8 policy whose GEMM input saturates or flushes in its cast is
+// blamed, moves to mixed_bfloat16 first (float32 only when blamed again), and a checkpoint saved after the move loads
+// into a model built under the float8 policy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/nn/layers.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
+#include "mixtrain/train/callback.h"
+#include "mixtrain/train/checkpoint.h"
+#include "mixtrain/train/model.h"
+#include "mixtrain/train/recovery.h"
+#include "quiet_policy_test.h"
+
+namespace mixtrain {
+namespace {
+
+class RecoveryFp8Test : public QuietPolicyTest {
+ protected:
+  void TearDown() override {
+    set_fp8_recipe(Fp8Recipe::kDelayed);
+    QuietPolicyTest::TearDown();
+  }
+};
+
+// Rows of 4 features: three of unit scale and column 3 around `offset` (spread 2).
+Tensor rows(int64_t n, float offset, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> x(static_cast<size_t>(n * 4));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < 3; ++j) x[static_cast<size_t>(i * 4 + j)] = r.normal();
+    x[static_cast<size_t>(i * 4 + 3)] = offset + 2.0f * r.normal();
+  }
+  return Tensor::from_floats({n, 4}, x);
+}
+
+std::unique_ptr<Model> model(const char* policy, Fp8Recipe recipe) {
+  set_fp8_recipe(recipe);
+  set_global_policy(policy);
+  auto m = std::make_unique<Model>("m", 5);
+  m->emplace<Dense>(16, "relu");
+  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+  set_global_policy("float32");
+  m->compile(make_optimizer("adam", 1e-3f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  m->build_for(Shape{4});
+  return m;
+}
+
+// Inputs around 2000 pass E4M3's 448 at the delayed recipe's first scale (1, before any update): a quarter of the
+// values (column 3) saturate, and the layer is blamed for it. Current scaling casts the same values with their own
+// amax: nothing saturates, nothing is blamed; bfloat16 holds 2000, so the layer is not blamed under mixed_bfloat16.
+TEST_F(RecoveryFp8Test, ALayerWhoseFp8InputSaturatesIsBlamed) {
+  const Tensor x = rows(64, 2000.0f, 1);
+  auto delayed = model("mixed_float8", Fp8Recipe::kDelayed);
+  const std::vector<LayerNumerics> n = measure_layer_numerics(*delayed, x);
+  ASSERT_EQ(n.size(), 2u);
+  EXPECT_TRUE(n[0].float8);
+  EXPECT_FALSE(n[1].float8) << "the float32 output layer quantizes nothing";
+  EXPECT_NEAR(n[0].fp8_input.saturated_fraction(), 0.25, 0.01);
+  const auto blamed = layers_to_blame(n, /*precision=*/false);
+  ASSERT_EQ(blamed.size(), 1u);
+  EXPECT_EQ(blamed[0].first, delayed->layers()[0]->name());
+  EXPECT_NE(blamed[0].second.find("FP8 input saturates"), std::string::npos) << blamed[0].second;
+
+  auto current = model("mixed_float8", Fp8Recipe::kCurrent);
+  const std::vector<LayerNumerics> c = measure_layer_numerics(*current, x);
+  EXPECT_EQ(c[0].fp8_input.saturated_fraction(), 0.0);
+  EXPECT_TRUE(layers_to_blame(c, false).empty());
+  EXPECT_TRUE(layers_to_blame(measure_layer_numerics(*model("mixed_bfloat16", Fp8Recipe::kDelayed), x), false).empty());
+}
+
+// The ladder on failing steps: rung 1 (loss scaling), then the FP8 rung moves the saturating layer to
+// mixed_bfloat16, not to float32; failing again with nothing left to blame, the model goes to float32.
+TEST_F(RecoveryFp8Test, TheFp8RungMovesTheLayerToBfloat16First) {
+  const Tensor x = rows(64, 2000.0f, 1);
+  auto m = model("mixed_float8", Fp8Recipe::kDelayed);
+  std::ostringstream log;
+  RecoveryOptions o;
+  o.log = &log;
+  o.max_consecutive_failures = 1;
+  RecoveryGuard g(o);
+  g.snapshot(*m, FitPosition{});
+  const Logs failed{{"loss", NAN}};
+  const auto batch = [&] { return std::make_pair(x, Tensor()); };
+  g.after_step(*m, failed, batch, 1);
+  ASSERT_EQ(g.events().front().action, "enable_loss_scaling") << log.str();
+  g.after_step(*m, failed, batch, 2);
+  EXPECT_EQ(m->layers()[0]->dtype_policy().name(), "mixed_bfloat16") << log.str();
+  EXPECT_EQ(m->layers()[1]->dtype_policy().name(), "float32");
+  bool moved = false;
+  for (const RecoveryEvent& e : g.events()) {
+    EXPECT_NE(e.action, "layers_to_float32") << log.str();
+    if (e.action == "layers_to_bfloat16") {
+      moved = true;
+      EXPECT_EQ(e.layers, std::vector<std::string>{m->layers()[0]->name()});
+    }
+  }
+  EXPECT_TRUE(moved) << log.str();
+  RecoveryModelChanges changes = recovery_model_changes(g.state_json());
+  EXPECT_EQ(changes.bfloat16_layers, std::vector<std::string>{m->layers()[0]->name()});
+  EXPECT_TRUE(changes.float32_layers.empty());
+  g.after_step(*m, failed, batch, 3);
+  EXPECT_EQ(m->layers()[0]->dtype_policy().name(), "float32") << log.str();
+  EXPECT_EQ(g.events().back().action, "rollback");
+  changes = recovery_model_changes(g.state_json());
+  EXPECT_TRUE(changes.bfloat16_layers.empty()) << "a layer moved on to float32 is listed there only";
+  EXPECT_EQ(changes.float32_layers, std::vector<std::string>{m->layers()[0]->name()});
+}
+
+// The hostile case at the layer level: a Dense under mixed_float8 casts three updates' worth of unit-scale
+// inputs, then 3 of its 64 input channels jump 10^4 times larger. Under the delayed recipe the jumped batch is cast
+// with the scale the history gave (448 / the old amax, about 4): the jumped channels saturate (3/64 of the input),
+// the product loses them (relative error near 1) and the ladder would blame the layer. Current scaling casts the
+// batch with its own amax: nothing saturates and the product stays within a few percent of float64's.
+TEST_F(RecoveryFp8Test, AfterAJumpDelayedScalingSaturatesAndCurrentDoesNot) {
+  constexpr int64_t kRows = 32, kIn = 64, kOut = 8;
+  Rng values(3);
+  std::vector<float> xv(kRows * kIn);
+  for (float& v : xv) v = values.normal();
+  std::vector<float> jumped = xv;
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c : {5, 20, 40}) jumped[r * kIn + c] *= 1e4f;
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent}) {
+    set_fp8_recipe(recipe);
+    Dense d(kOut, "linear", dtype_arg("mixed_float8"));
+    Rng rng(1);
+    d.build({kIn}, rng);
+    for (int step = 0; step < 3; ++step) {
+      backward(sum(cast(d(Var(Tensor::from_floats({kRows, kIn}, xv))), DType::kFloat32)));
+      d.on_optimizer_update();
+    }
+    const Fp8CastView v = fp8_cast_view(*d.fp8_layer_scales(), d.dtype_policy(), "input", jumped, kIn);
+    std::vector<float> y;
+    {
+      NoGradGuard ng;
+      y = d(Var(Tensor::from_floats({kRows, kIn}, jumped))).value().to_floats();
+    }
+    const std::vector<float> w = d.kernel().value().to_floats(), b = d.bias().value().to_floats();
+    double err = 0, norm = 0;
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t o = 0; o < kOut; ++o) {
+        double want = b[o];
+        for (int64_t i = 0; i < kIn; ++i) want += static_cast<double>(jumped[r * kIn + i]) * w[i * kOut + o];
+        err += (y[r * kOut + o] - want) * (y[r * kOut + o] - want);
+        norm += want * want;
+      }
+    const double relative = std::sqrt(err / norm);
+    std::printf("%s after the jump: input saturated %.4f, relative error of y %.4f\n", fp8_recipe_name(recipe),
+                v.stats.saturated_fraction(), relative);
+    if (recipe == Fp8Recipe::kDelayed) {
+      EXPECT_NEAR(v.stats.saturated_fraction(), 3.0 / kIn, 0.003);
+      EXPECT_GT(relative, 0.5);
+    } else {
+      EXPECT_EQ(v.stats.saturated_fraction(), 0.0);
+      EXPECT_LT(relative, 0.05);
+    }
+  }
+}
+
+// Saves a checkpoint from inside fit() once the first layer runs under mixed_bfloat16.
+class SaveWhenMoved : public Callback {
+ public:
+  explicit SaveWhenMoved(std::string path) : path_(std::move(path)) {}
+  void on_train_batch_end(int64_t, const Logs&) override {
+    if (saved_ || model_->layers()[0]->dtype_policy().name() != "mixed_bfloat16") return;
+    save_checkpoint(path_, *model_, {});
+    saved_ = true;
+  }
+  bool saved_ = false;
+
+ private:
+  std::string path_;
+};
+
+// A fit whose loss "drifts" from the start (a reference it cannot meet) climbs at its second step; its first Dense
+// (inputs around 2000, past E4M3's range before its first update) is blamed and moves to mixed_bfloat16. The
+// checkpoint saved then loads into a fresh mixed_float8 model: the layer comes back under mixed_bfloat16.
+TEST_F(RecoveryFp8Test, ACheckpointLoadsALayerTheFp8RungMoved) {
+  const Tensor x = rows(256, 2000.0f, 2);
+  std::vector<int32_t> yv(256);
+  for (size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<int32_t>(i % 3);
+  const Tensor y = Tensor::from_ints({256}, yv);
+  auto m = model("mixed_float8", Fp8Recipe::kDelayed);
+  std::ostringstream log;
+  RecoveryOptions o;
+  o.log = &log;
+  o.max_consecutive_failures = 2;  // the replayed first step after the move drifts once: the callback then runs
+  o.drift_warmup_steps = 0;
+  o.snapshot_every = 1;
+  o.reference_step_loss.assign(100, 1e-6);
+  RecoveryGuard g(o);
+  const std::string path = ::testing::TempDir() + "/recovery_fp8_moved.ckpt";
+  SaveWhenMoved saver(path);
+  FitOptions f;
+  f.epochs = 1;
+  f.batch_size = 32;
+  f.recovery = &g;
+  f.callbacks = {&saver};
+  m->fit(x, y, f);
+  ASSERT_TRUE(saver.saved_) << log.str();
+  auto fresh = model("mixed_float8", Fp8Recipe::kDelayed);
+  ASSERT_EQ(fresh->layers()[0]->dtype_policy().name(), "mixed_float8");
+  const CheckpointInfo info = load_checkpoint(path, *fresh);
+  ASSERT_TRUE(info.fit_state.has_value());
+  EXPECT_EQ(fresh->layers()[0]->dtype_policy().name(), "mixed_bfloat16");
+  // A model the ladder did not move refuses the layer's other policy when the file names no such move.
+  auto plain = model("mixed_float8", Fp8Recipe::kDelayed);
+  const std::string moved_by_hand = ::testing::TempDir() + "/recovery_fp8_by_hand.ckpt";
+  plain->layers()[0]->set_dtype_policy(DTypePolicy::from_name("mixed_bfloat16"));
+  save_checkpoint(moved_by_hand, *plain, {});
+  EXPECT_THROW(load_checkpoint(moved_by_hand, *model("mixed_float8", Fp8Recipe::kDelayed)), Error);
+  std::remove(path.c_str());
+  std::remove(moved_by_hand.c_str());
+}
+
+}  // namespace
+}  // namespace mixtrain
