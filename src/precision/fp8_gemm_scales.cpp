@@ -172,7 +172,8 @@ void Fp8LayerScales::load_state(const DTypePolicy& policy, const Fp8State& state
 
 Fp8CastView fp8_cast_view(const Fp8LayerScales& scales, const DTypePolicy& policy, std::string_view tensor,
                           const std::vector<float>& x, int64_t cols) {
-  Fp8CastView v{tensor == "grad" ? policy.float8_backward_format() : policy.float8_forward_format()};
+  Fp8CastView v;
+  v.format = tensor == "grad" ? policy.float8_backward_format() : policy.float8_forward_format();
   const int64_t n = static_cast<int64_t>(x.size());
   if (scales.recipe() == Fp8Recipe::kBlock) {
     v.stats = mx_cast_stats(x.data(), cols > 0 ? n / cols : 0, cols, v.format, tensor == "weight");

@@ -119,7 +119,7 @@ class Fp8LayerScales {
 // kernel down its columns, as the forward and dx products read them). `inspect` shows them; the recovery ladder
 // blames a layer whose input saturates or flushes.
 struct Fp8CastView {
-  DType format;
+  DType format = DType::kFloat8E4M3FN;
   float scale = 1.0f;
   Fp8CastStats stats;
 };
