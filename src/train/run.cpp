@@ -107,12 +107,13 @@ void validate_run_config(const RunConfig& cfg) {
 namespace {
 
 // Bytes every weight holds at least while it trains: its float32 value and gradient, the optimizer's slots (Adam's
-// m and v, float32 or, with --optimizer-state bfloat16, bfloat16; RMSprop's mean square) and, under a mixed policy,
-// its 16-bit compute copy.
+// m and v, float32 or, with --optimizer-state bfloat16, bfloat16; RMSprop's mean square; with --zero 1 a rank holds
+// 1/ranks of them) and, under a mixed policy, its 16-bit compute copy.
 double bytes_per_weight(const RunConfig& cfg, bool mixed) {
   const double slots = (cfg.optimizer == "adam" || cfg.optimizer == "adamw") ? 2.0 : cfg.optimizer == "rmsprop" ? 1.0 : 0.0;
   const double slot_bytes = cfg.optimizer_state == "bfloat16" ? 2.0 : 4.0;
-  return 4.0 * 2.0 + slot_bytes * slots + (mixed ? 2.0 : 0.0);
+  const double ranks = cfg.zero_stage == 1 && cfg.communicator != nullptr ? cfg.communicator->size() : 1.0;
+  return 4.0 * 2.0 + slot_bytes * slots / ranks + (mixed ? 2.0 : 0.0);
 }
 
 }  // namespace

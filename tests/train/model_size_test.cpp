@@ -3,9 +3,12 @@
 // exceeds it where it is a lower bound (cnn, transformer); a model past the limit is refused without allocating.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "mixtrain/core/allocator.h"
+#include "mixtrain/distributed/communicator.h"
 #include "mixtrain/train/model_registry.h"
 #include "mixtrain/train/run.h"
 
@@ -133,6 +136,37 @@ TEST(ModelFitsMemory, CountsBfloat16OptimizerStateAtTwoBytesPerSlot) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("need at least 80.1 MiB"), std::string::npos) << e.what();
   }
+}
+
+// Rank 0 of two, for the check's arithmetic only: nothing is exchanged.
+class FirstOfTwoRanks : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "test"; }
+  void all_reduce(float*, int64_t, ReduceOp) override {}
+  void all_reduce(double*, int64_t, ReduceOp) override {}
+  std::unique_ptr<Request> start_all_reduce(float*, int64_t, ReduceOp) override { return nullptr; }
+  void broadcast(void*, int64_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+// With --zero 1 a rank keeps half of Adam's slots on two ranks: 12 bytes a weight instead of 16.
+TEST(ModelFitsMemory, CountsARanksShareOfTheSlotsUnderZero1) {
+  RunConfig cfg;
+  cfg.model = "mlp";
+  cfg.optimizer = "adam";
+  cfg.hidden = {1000000};
+  const ModelInputSpec in{4, {}, 2};
+  FirstOfTwoRanks two;
+  cfg.communicator = &two;
+  const LimitGuard limit(int64_t{96} << 20);
+  EXPECT_THROW(check_model_fits_memory(cfg, in, 0), Error);  // 7 million weights at 16 bytes: 106.8 MiB
+  cfg.zero_stage = 1;
+  EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 0));      // at 12 bytes: 80.1 MiB
+  cfg.communicator = nullptr;                                  // one process: nothing is split
+  EXPECT_THROW(check_model_fits_memory(cfg, in, 0), Error);
 }
 
 }  // namespace
