@@ -70,6 +70,7 @@ Network::Network(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor>
   }
   (void)visiting;
   plan_segments();
+  plan_releases();
   assign_layer_names();
   input_shape_ = graph_inputs_.front().shape();
 }

@@ -44,6 +44,22 @@ void Network::plan_segments() {
   }
 }
 
+void Network::plan_releases() {
+  // The last step reading each call's values; a graph output is read after every step.
+  std::map<const SymbolicNode*, size_t> last_read;
+  for (size_t i = 0; i < steps_.size(); ++i)
+    for (const SymbolicTensor& in : steps_[i].inputs) last_read[in.node()] = i;
+  for (const SymbolicTensor& out : graph_outputs_) last_read[out.node()] = steps_.size();
+  released_after_.assign(steps_.size(), {});
+  for (const auto& [node, step] : last_read)
+    if (step < steps_.size()) released_after_[step].push_back(node);
+}
+
+void Network::release_after(size_t step, Values& values) const {
+  if (step >= released_after_.size()) return;
+  for (const SymbolicNode* node : released_after_[step]) values.erase(node);
+}
+
 void Network::run_steps(size_t begin, size_t end, Values& values, const CallContext& ctx) {
   for (size_t i = begin; i < end; ++i) {
     const Step& s = steps_[i];
@@ -53,6 +69,8 @@ void Network::run_steps(size_t begin, size_t end, Values& values, const CallCont
     // Only the output's call is left out: a layer shared with other places still runs there.
     const bool skip = s.node->layer.get() == ctx.stop_before && s.node == graph_outputs_.front().node();
     values[s.node] = skip ? args : run_layer(*s.node->layer, args, ctx);
+    args.clear();
+    release_after(i, values);
   }
 }
 
@@ -88,6 +106,8 @@ void Network::run_segment(const Segment& segment, Values& values, const CallCont
     slot.resize(std::max(slot.size(), out.node()->shapes.size()));
     slot[static_cast<size_t>(out.output_index())] = ys[i];
   }
+  // The values last read inside the segment (its inputs among them), as run_steps drops them.
+  for (size_t i = segment.begin; i < segment.end; ++i) release_after(i, values);
 }
 
 }  // namespace mixtrain

@@ -4,6 +4,7 @@
 
 #include "mixtrain/autograd/gradcheck.h"
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/nn/layers.h"
 #include "mixtrain/nn/merging.h"
 #include "mixtrain/nn/network.h"
@@ -43,6 +44,34 @@ TEST_F(FunctionalTest, ResidualGraphRunsAndEqualsTheHandWrittenComputation) {
   // By hand: head(x + dense(x)).
   Var expected = (*head)(add(Var(in), (*dense)(Var(in))));
   EXPECT_EQ(y.value().to_floats(), expected.value().to_floats());
+}
+
+// A graph's forward holds only the values still to be read: under NoGradGuard a chain of eight Dense layers of 256
+// units with a residual skip over the whole chain peaks at a few layers' outputs, not all eight (each (64, 256)
+// float32 output is 64 KiB), and gives the same bits as the layers called by hand.
+TEST_F(FunctionalTest, AForwardWithoutGradientsDropsEachValueAfterItsLastRead) {
+  SymbolicTensor x = Input({256}, DType::kFloat32, "features");
+  SymbolicTensor h = x;
+  std::vector<std::shared_ptr<Dense>> chain;
+  for (int i = 0; i < 8; ++i) {
+    chain.push_back(make_layer<Dense>(256, "relu"));
+    h = (*chain.back())(h);
+  }
+  SymbolicTensor out = (*make_layer<Add>())({x, h});  // x is read again at the end: it must stay
+  Network net({x}, {out}, "chain");
+  Rng rng(5);
+  net.build({256}, rng);
+  const Tensor in = ramp({64, 256});
+  NoGradGuard no_grad;
+  const int64_t live = memory_stats(Device::cpu()).live_bytes;
+  reset_peak_memory(Device::cpu());
+  const Var y = net.call(Var(in));
+  const int64_t peak = memory_stats(Device::cpu()).peak_bytes - live;
+  const int64_t one_output = 64 * 256 * 4;
+  EXPECT_LE(peak, 4 * one_output) << "peak " << peak << " bytes";  // all eight kept: at least 9 outputs
+  Var expected = Var(in);
+  for (const auto& d : chain) expected = (*d)(expected);
+  EXPECT_EQ(y.value().to_floats(), add(Var(in), expected).value().to_floats());
 }
 
 TEST_F(FunctionalTest, TwoInputsConcatenatedAndASharedLayer) {

@@ -169,12 +169,19 @@ class Network {
   std::vector<Var> run_layer(Layer& layer, const std::vector<Var>& inputs, const CallContext& ctx);
   // Cuts steps_ into segments_ (network_remat.cpp).
   void plan_segments();
+  // Fills released_after_, and drops from values those released after `step` (network_remat.cpp).
+  void plan_releases();
+  void release_after(size_t step, Values& values) const;
   void run_steps(size_t begin, size_t end, Values& values, const CallContext& ctx);
   void run_segment(const Segment& segment, Values& values, const CallContext& ctx);
 
   std::vector<SymbolicTensor> graph_inputs_, graph_outputs_;
   std::vector<Step> steps_;
   std::vector<Segment> segments_;
+  // Per step: the calls whose values no later step and no graph output reads, dropped once it has run, so a call
+  // holds only the values still to be read (what backward needs, the tape keeps): under NoGradGuard (evaluate,
+  // predict) a deep graph's forward needs its live values, not every layer's output at once.
+  std::vector<std::vector<const SymbolicNode*>> released_after_;
   Rng training_call_rng_;
 };
 
