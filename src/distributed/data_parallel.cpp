@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/optim/shard_group.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 
@@ -11,9 +12,9 @@ namespace mixtrain {
 ShardRange shard_range(int64_t rows, int rank, int size) {
   MIXTRAIN_CHECK(size > 0 && rank >= 0 && rank < size, "shard_range: rank " << rank << " of " << size);
   MIXTRAIN_CHECK(rows >= 0, "shard_range: negative row count " << rows);
-  const int64_t base = rows / size, extra = rows % size;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
+  // Rows split as ZeRO splits a flat buffer among the ranks: equal parts, the first ones a row longer.
+  const BufferShare share = buffer_share(rows, rank, size);
+  return {share.begin, share.end};
 }
 
 namespace {
