@@ -9,7 +9,8 @@
 #
 # Options: --seconds N (per target, default 45), --rss-mb N (default 1024), --malloc-mb N (largest single
 # allocation, default 256), --timeout N (seconds per input, default 10), --jobs N (targets at once, default nproc),
-# --build-dir DIR (default build-fuzz), --no-build (run what is built).
+# --build-dir DIR (default build-sanitize: the sanitizer tests' build, scripts/sanitizer_build.sh), --no-build
+# (run what is built).
 # New inputs that reach new code go to out/fuzz/corpus/<target>/, not into the committed corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ all_targets=(idx csv text safetensors checkpoint args)
 # defect whose fix is pending elsewhere; empty: every finding fails.
 read -r -a report_only <<<"${MIXTRAIN_FUZZ_REPORT_ONLY:-}"
 
-seconds=45 rss_mb=1024 malloc_mb=256 timeout=10 jobs=$(nproc) build_dir=build-fuzz build=1 targets=()
+seconds=45 rss_mb=1024 malloc_mb=256 timeout=10 jobs=$(nproc) build_dir=build-sanitize build=1 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
@@ -40,24 +41,9 @@ for t in "${targets[@]}"; do
 done
 
 if [ "$build" = 1 ]; then
-  # clang and its sanitizer and libFuzzer runtimes come with scripts/setup.sh; clang's OpenMP runtime does not
-  # (g++ uses libgomp), so it is installed here the same way when missing.
-  missing=()
-  for p in clang libclang-rt-14-dev libomp-dev; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "fuzz.sh: installing ${missing[*]}"
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
-  # Release optimisation (fast enough to fuzz) with line tables, so reports name file:line; only what the fuzz
-  # targets need is built (no CUDA backend: nvcc's host compiler is g++, not this build's clang).
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
-    -DCMAKE_CXX_FLAGS="-gline-tables-only" -DMIXTRAIN_SANITIZE=ON -DMIXTRAIN_FUZZ=ON -DMIXTRAIN_TESTS=OFF \
-    -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_CUDA=OFF >/dev/null
+  # Only what the fuzz targets need is built; where scripts/sanitize.sh built first, that is the targets' own files.
+  . scripts/sanitizer_build.sh
+  configure_sanitizer_build "$build_dir"
   # shellcheck disable=SC2046  # one target name per word
   ninja -C "$build_dir" -j "$(nproc)" $(printf 'fuzz_%s ' "${targets[@]}")
 fi

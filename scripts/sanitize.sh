@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds mixtrain and its tests under AddressSanitizer + UndefinedBehaviorSanitizer (MIXTRAIN_SANITIZE=ON, with the
-# project's compiler, g++) and runs them through ctest with every report fatal (halt_on_error) and leak checking
-# on (detect_leaks=1). Arguments after the options go to ctest.
+# Builds mixtrain and its tests under AddressSanitizer + UndefinedBehaviorSanitizer (clang, -O1: the build that
+# scripts/fuzz.sh shares, configured by scripts/sanitizer_build.sh) and runs them through ctest with every report
+# fatal (halt_on_error) and leak checking on (detect_leaks=1). Arguments after the options go to ctest.
 #
 #   bash scripts/sanitize.sh                              # every test (slow: end-to-end trainings take minutes)
 #   bash scripts/sanitize.sh -R '^(Idx|Csv|Safetensors)\.'  # a subset
@@ -19,13 +19,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# -O1 with NDEBUG (Release's assertions setting) and line tables (-g1), so reports name file:line: the usual
-# sanitizer optimisation level, which g++ compiles about 2.4x faster than Release's -O3 under the sanitizers (52 s
-# against 22 s for tests/train/checkpoint_test.cpp) while the tests still run in reasonable time. No benchmarks:
-# they are not tests. No CUDA backend: the CUDA runtime and AddressSanitizer do not share an address space without
-# extra options, and the main build compiles it.
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-g1" \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DMIXTRAIN_SANITIZE=ON -DMIXTRAIN_BENCH=OFF -DMIXTRAIN_CUDA=OFF >/dev/null
+. scripts/sanitizer_build.sh
+configure_sanitizer_build "$build_dir"
 # shellcheck disable=SC2086  # targets is a list of names
 ninja -C "$build_dir" -j "$(nproc)" $targets
 
