@@ -1,6 +1,7 @@
 #include "mixtrain/distributed/communicator.h"
 
 #include <cstdlib>
+#include <cstring>
 
 #include "mixtrain/core/error.h"
 
@@ -41,6 +42,23 @@ void Communicator::all_gather(void* data, const std::vector<int64_t>& byte_count
   for (int r = 0; r < size(); ++r) {
     broadcast(p, byte_counts[static_cast<size_t>(r)], r);
     p += byte_counts[static_cast<size_t>(r)];
+  }
+}
+
+void Communicator::all_to_all(const void* send, void* recv, const std::vector<int64_t>& block_bytes) {
+  MIXTRAIN_CHECK(static_cast<int>(block_bytes.size()) == size(),
+                 "all_to_all: " << block_bytes.size() << " block sizes for " << size() << " ranks");
+  int64_t total = 0, offset = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (r < rank()) offset += block_bytes[static_cast<size_t>(r)];
+    total += block_bytes[static_cast<size_t>(r)];
+  }
+  const int64_t mine = block_bytes[static_cast<size_t>(rank())];
+  std::vector<char> buffer(static_cast<size_t>(total));
+  for (int s = 0; s < size(); ++s) {
+    if (s == rank()) std::memcpy(buffer.data(), send, static_cast<size_t>(total));
+    broadcast(buffer.data(), total, s);
+    std::memcpy(static_cast<char*>(recv) + s * mine, buffer.data() + offset, static_cast<size_t>(mine));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/distributed/bfloat16_exchange.h"
 #include "mixtrain/optim/shard_group.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
@@ -79,24 +80,37 @@ Rng rank_step_rng(Rng& shared, int rank, uint64_t stream) {
 
 namespace {
 // Scales and starts the buckets of one float32 buffer, then waits for all of them.
-void reduce_float32(float* p, int64_t n, Communicator& comm, float weight, int64_t bucket_bytes) {
+// Returns the bytes handed over.
+int64_t reduce_float32(float* p, int64_t n, Communicator& comm, float weight, int64_t bucket_bytes, DType wire) {
   const int64_t bucket = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
   std::vector<std::unique_ptr<Communicator::Request>> inflight;
+  int64_t bytes = 0;
   for (int64_t b = 0; b < n; b += bucket) {
     const int64_t len = std::min(bucket, n - b);
     // Scaling a bucket just before it leaves keeps it in cache for the send.
     if (weight != 1.0f)
       for (int64_t i = b; i < b + len; ++i) p[i] *= weight;
+    if (wire == DType::kBFloat16) {
+      bytes += all_reduce_bfloat16(p + b, len, comm);  // blocking: the float32 sums sit between its two collectives
+      continue;
+    }
     inflight.push_back(comm.start_all_reduce(p + b, len, ReduceOp::kSum));
+    bytes += len * static_cast<int64_t>(sizeof(float));
   }
   for (auto& r : inflight) r->wait();
+  return bytes;
 }
 
-int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucket_bytes) {
+int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucket_bytes, DType wire) {
   MIXTRAIN_CHECK(g.defined() && g.is_contiguous() && is_float(g.dtype()),
                  "all_reduce_gradients: needs a contiguous floating tensor, got " << g.describe());
+  MIXTRAIN_CHECK(wire == DType::kFloat32 || wire == DType::kBFloat16,
+                 "all_reduce_gradients: gradients travel as float32 or bfloat16, not " << dtype_name(wire));
+  MIXTRAIN_CHECK(wire == DType::kFloat32 || !on_device(g, comm),
+                 "all_reduce_gradients: the bfloat16 exchange runs on host communicators, not on "
+                     << comm.backend() << " for " << g.describe());
   if (g.device().is_cpu() && g.dtype() == DType::kFloat32) {
-    reduce_float32(g.data<float>(), g.numel(), comm, weight, bucket_bytes);
+    return reduce_float32(g.data<float>(), g.numel(), comm, weight, bucket_bytes, wire);
   } else if (on_device(g, comm)) {
     // Where g lives, queued behind the backward pass: the host path's float32 arithmetic (weighted, summed,
     // rounded once into g's dtype), in one call (a device collective needs no buckets to overlap the host's work).
@@ -109,28 +123,30 @@ int64_t reduce_tensor(Tensor& g, Communicator& comm, float weight, int64_t bucke
     // A float32 host copy is reduced (MPI has no 16-bit float type, and the communicators move host memory), then
     // rounded once back into g where it lives.
     Tensor f = ops::to_device(g, Device::cpu()).to(DType::kFloat32);  // never g itself
-    reduce_float32(f.data<float>(), f.numel(), comm, weight, bucket_bytes);
+    const int64_t bytes = reduce_float32(f.data<float>(), f.numel(), comm, weight, bucket_bytes, wire);
     g.copy_from(g.device().is_cpu() ? f : ops::to_device(f.to(g.dtype()), g.device()));
+    return bytes;
   }
   return g.numel() * static_cast<int64_t>(sizeof(float));
 }
 }  // namespace
 
-int64_t all_reduce_gradients(const ParameterArena& arena, Communicator& comm, float weight, int64_t bucket_bytes) {
+int64_t all_reduce_gradients(const ParameterArena& arena, Communicator& comm, float weight, int64_t bucket_bytes,
+                             DType wire) {
   MIXTRAIN_CHECK(bucket_bytes > 0, "all_reduce_gradients: bucket_bytes must be positive, got " << bucket_bytes);
   if (comm.size() == 1 && weight == 1.0f) return 0;
   int64_t bytes = 0;
   for (DType d : arena.dtypes()) {
     Tensor g = arena.gradient_buffer(d);
-    bytes += reduce_tensor(g, comm, weight, bucket_bytes);
+    bytes += reduce_tensor(g, comm, weight, bucket_bytes, wire);
   }
   return bytes;
 }
 
-int64_t all_reduce_gradients(std::vector<Tensor>& grads, Communicator& comm, float weight) {
+int64_t all_reduce_gradients(std::vector<Tensor>& grads, Communicator& comm, float weight, DType wire) {
   if (comm.size() == 1 && weight == 1.0f) return 0;
   int64_t bytes = 0;
-  for (Tensor& g : grads) bytes += reduce_tensor(g, comm, weight, kDefaultBucketBytes);
+  for (Tensor& g : grads) bytes += reduce_tensor(g, comm, weight, kDefaultBucketBytes, wire);
   return bytes;
 }
 

@@ -153,6 +153,26 @@ class MpiCommunicator : public Communicator {
     stats_.seconds += since(t);
   }
 
+  void all_to_all(const void* send, void* recv, const std::vector<int64_t>& block_bytes) override {
+    const std::vector<int> c = int_counts(block_bytes, "all_to_all");
+    const int mine = c[static_cast<size_t>(rank_)];
+    MIXTRAIN_CHECK(static_cast<int64_t>(mine) * size_ <= std::numeric_limits<int>::max(),
+                   "all_to_all: " << mine << " bytes from each of " << size_ << " ranks exceed one MPI call's int count");
+    std::vector<int> send_displs(c.size(), 0), recv_counts(c.size(), mine), recv_displs(c.size(), 0);
+    for (size_t r = 1; r < c.size(); ++r) {
+      send_displs[r] = send_displs[r - 1] + c[r - 1];
+      recv_displs[r] = recv_displs[r - 1] + mine;
+    }
+    const auto t = Clock::now();
+    check(MPI_Alltoallv(send, c.data(), send_displs.data(), MPI_BYTE, recv, recv_counts.data(), recv_displs.data(),
+                        MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+    ++stats_.calls;
+    for (size_t r = 0; r < c.size(); ++r)
+      if (static_cast<int>(r) != rank_) stats_.bytes += c[r];  // a rank's own block does not travel
+    stats_.seconds += since(t);
+  }
+
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);

@@ -1,6 +1,7 @@
 #include "mixtrain/distributed/zero.h"
 
 #include "mixtrain/core/error.h"
+#include "mixtrain/distributed/bfloat16_exchange.h"
 
 namespace mixtrain {
 
@@ -20,7 +21,9 @@ class CommunicatorShardGroup : public ShardGroup {
 
 std::shared_ptr<ShardGroup> shard_group(Communicator& comm) { return std::make_shared<CommunicatorShardGroup>(comm); }
 
-int64_t reduce_scatter_gradients(const ParameterArena& arena, Communicator& comm, float weight) {
+int64_t reduce_scatter_gradients(const ParameterArena& arena, Communicator& comm, float weight, DType wire) {
+  MIXTRAIN_CHECK(wire == DType::kFloat32 || wire == DType::kBFloat16,
+                 "reduce_scatter_gradients: gradients travel as float32 or bfloat16, not " << dtype_name(wire));
   int64_t bytes = 0;
   for (DType d : arena.dtypes()) {
     Tensor g = arena.gradient_buffer(d);
@@ -33,9 +36,13 @@ int64_t reduce_scatter_gradients(const ParameterArena& arena, Communicator& comm
       for (int64_t i = 0; i < f.numel(); ++i) p[i] *= weight;
     std::vector<int64_t> counts;
     for (int r = 0; r < comm.size(); ++r) counts.push_back(buffer_share(f.numel(), r, comm.size()).size());
-    comm.reduce_scatter(p, counts);
+    if (wire == DType::kBFloat16) {
+      bytes += reduce_scatter_bfloat16(p, counts, comm);
+    } else {
+      comm.reduce_scatter(p, counts);
+      bytes += f.numel() * static_cast<int64_t>(sizeof(float));
+    }
     if (g.dtype() != DType::kFloat32) g.copy_from(f.to(g.dtype()));
-    bytes += f.numel() * static_cast<int64_t>(sizeof(float));
   }
   return bytes;
 }

@@ -72,6 +72,7 @@ void Model::start_data_parallel(const FitOptions& options, Communicator& comm) {
     MIXTRAIN_CHECK(optimizer_ && optimizer_->supports_arena(),
                    "fit: ZeRO-1 shards the flat parameter arena's update, which this optimizer does not run");
   }
+  set_gradient_comm_dtype(options.grad_comm);  // refuses a model on a GPU under bfloat16
   // A fit without ZeRO after one with it gathers the state back onto every rank (all ranks call fit alike).
   if (optimizer_) optimizer_->inner_optimizer().set_shard_group(options.zero_stage == 1 ? shard_group(comm) : nullptr);
 }

@@ -165,8 +165,10 @@ ModelSizeEstimate estimate_cnn(const RunConfig& cfg, const ModelInputSpec& in) {
 }
 
 // build_resnet's weights exactly (each BatchNormalization holds 4 per channel: gamma, beta and the two moving
-// statistics) and every layer output it keeps for backward, per sample.
-ModelSizeEstimate estimate_resnet(const RunConfig&, const ModelInputSpec& in) {
+// statistics) and every layer output it keeps for backward, per sample. Under --remat blocks a block keeps its input
+// (the pooling before it, counted) and its output, and one block's outputs at a time live again while its backward
+// step recomputes it.
+ModelSizeEstimate estimate_resnet(const RunConfig& cfg, const ModelInputSpec& in) {
   const std::vector<int64_t> image = image_shape_of(in);
   const double channels = static_cast<double>(image.size() == 3 ? image[2] : 1);
   const auto conv_bn = [](double in_ch, double out_ch, double kernel) { return kernel * kernel * in_ch * out_ch + 4 * out_ch; };
@@ -178,8 +180,9 @@ ModelSizeEstimate estimate_resnet(const RunConfig&, const ModelInputSpec& in) {
   const double quarter = static_cast<double>(image[0] / 4) * static_cast<double>(image[1] / 4);
   // stem conv, BN, ReLU; pool; block 1: conv, BN, ReLU, conv, BN, add, ReLU; pool; block 2: the same seven plus the
   // shortcut's conv and BN, at 64 channels; global pooling and the logits.
-  e.activations_per_sample = 3 * full * 32 + half * 32 + 7 * half * 32 + quarter * 32 + 9 * quarter * 64 + 64 +
-                             static_cast<double>(in.num_classes);
+  const double block_1 = 7 * half * 32, block_2 = 9 * quarter * 64;
+  const double blocks = cfg.remat == "blocks" ? half * 32 + quarter * 64 + std::max(block_1, block_2) : block_1 + block_2;
+  e.activations_per_sample = 3 * full * 32 + half * 32 + quarter * 32 + blocks + 64 + static_cast<double>(in.num_classes);
   e.largest_activation_per_sample = full * 32;
   return e;
 }

@@ -71,6 +71,12 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.zero_stage == 0 || cfg.master_rounding == "nearest",
                  "--zero 1 does not shard --master-rounding stochastic (its random bits follow each weight's offset "
                  "in the whole buffer); use --master-rounding nearest");
+  MIXTRAIN_CHECK(cfg.grad_comm == "float32" || cfg.grad_comm == "bfloat16",
+                 "--grad-comm must be float32 or bfloat16 (the dtype gradients travel in between the ranks), got '"
+                     << cfg.grad_comm << "'");
+  MIXTRAIN_CHECK(cfg.grad_comm == "float32" || cfg.device.is_cpu(),
+                 "--grad-comm bfloat16 runs on the CPU (MPI moves host memory; NCCL's exchange is float32), not on --device "
+                     << cfg.device.str());
   MIXTRAIN_CHECK(cfg.gradient_accumulation_steps >= 1 && cfg.gradient_accumulation_steps <= cfg.batch_size,
                  "--accumulate must be in [1, --batch-size " << cfg.batch_size << "] (micro-batches per batch), got "
                                                              << cfg.gradient_accumulation_steps);
@@ -341,6 +347,7 @@ RunResult run_training(const RunConfig& given, const DataSplits& data, std::ostr
   fo.batch_size = cfg.batch_size;
   fo.communicator = cfg.communicator;
   fo.zero_stage = cfg.zero_stage;
+  fo.grad_comm = cfg.grad_comm == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
   fo.stop_request = cfg.stop_request;
   fo.verbose = 0;  // progress goes to `progress` alone, through the bar above; without it the run is silent
   const bool writes_checkpoints = cfg.communicator == nullptr || cfg.communicator->rank() == 0;

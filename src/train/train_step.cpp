@@ -146,6 +146,15 @@ Model::StepShard Model::step_shard(const Tensor& x, Communicator* comm, int64_t 
   return {comm, rows, global_rows, weight};
 }
 
+void Model::set_gradient_comm_dtype(DType wire) {
+  MIXTRAIN_CHECK(wire == DType::kFloat32 || wire == DType::kBFloat16,
+                 "set_gradient_comm_dtype: gradients travel as float32 or bfloat16, not " << dtype_name(wire));
+  MIXTRAIN_CHECK(wire == DType::kFloat32 || device().is_cpu(),
+                 "set_gradient_comm_dtype: the bfloat16 gradient exchange runs on the CPU (MPI moves host memory), "
+                 "not on " << device().str());
+  grad_comm_ = wire;
+}
+
 bool Model::bind_arena(const std::vector<Var>& vars) {
   // Parameters and gradients in flat buffers: (re)bound on the first step and after a dtype policy change
   // replaced values; the optimizer refreshes the 16-bit copies the layers read.
@@ -182,7 +191,9 @@ bool Model::start_overlapped_reduce(const StepShard& shard, bool flat, bool empt
   // On a device, only where the communicator moves its memory (NCCL): staged through the host, the gradients are
   // all-reduced once backward is done (all_reduce_gradients). ZeRO-1 reduce-scatters once backward is done.
   const bool here = device().is_cpu() || (shard.comm && shard.comm->moves_memory_of(device()));
+  // The bfloat16 exchange sums between its two collectives, so its buckets go after backward.
   const bool overlapped = shard.comm && flat && here && !empty_shards && observer() == nullptr &&
+                          grad_comm_ == DType::kFloat32 &&
                           !optimizer_->inner_optimizer().sharded() && overlap_->prepare(*this, arena_, bucket_bytes_);
   if (overlapped) {
     Tensor grads = arena_.gradient_buffer(DType::kFloat32);
@@ -320,13 +331,13 @@ void Model::reduce_gradients(const StepShard& shard, const std::vector<Var>& var
       if (got_grad[i] > 0 && !v.has_grad()) v.set_grad(ops::full(v.shape(), v.dtype(), 0.0f, device()));
     }
     if (optimizer_->inner_optimizer().sharded())
-      reduce_scatter_gradients(arena_, *shard.comm, shard.weight);  // each rank sums the share it updates
+      reduce_scatter_gradients(arena_, *shard.comm, shard.weight, grad_comm_);  // each rank sums its share
     else
-      all_reduce_gradients(arena_, *shard.comm, shard.weight, bucket_bytes_);
+      all_reduce_gradients(arena_, *shard.comm, shard.weight, bucket_bytes_, grad_comm_);
   } else {
     for (size_t i = 0; i < vars.size(); ++i)
       if (!grads[i].defined()) grads[i] = ops::full(vars[i].shape(), DType::kFloat32, 0.0f, device());
-    all_reduce_gradients(grads, *shard.comm, shard.weight);
+    all_reduce_gradients(grads, *shard.comm, shard.weight, grad_comm_);
     for (size_t i = 0; i < vars.size(); ++i)
       if (got_grad[i] == 0) grads[i] = Tensor();
   }

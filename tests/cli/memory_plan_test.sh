@@ -2,7 +2,8 @@
 # --memory-plan end to end: `train` on a slice of Moby Dick (a transformer past one attention tile, so the tiled
 # attention trains and the full one evaluates) and on Fashion-MNIST's MLP, and `bench step`, each print the plan
 # before the steps and the measured peak beside it after; --json carries both; the plan is within 10% of the
-# measurement. A switch takes no value. About half a minute on 2 idle cores.
+# measurement; `inspect` prints the plan `train` makes for the same flags. A switch takes no value. About half a
+# minute on 2 idle cores.
 set -u
 bin="$1"
 . "$(dirname "$0")/lib.sh"
@@ -39,6 +40,22 @@ echo "== train: the MLP on Fashion-MNIST with bfloat16 optimizer state and accum
 "$bin" train --hidden 128 --epochs 1 --batch-size 256 --policy mixed_bfloat16 --optimizer-state bfloat16 \
   --accumulate 2 --memory-plan --json "$tmp/m.json" > "$tmp/m.out" || fail "train exited $?"
 check_json "$tmp/m.json" || fail "the MLP's JSON"
+
+echo "== inspect: train's plan for the same flags, before the inspection"
+"$bin" inspect --hidden 128 --batch-size 256 --steps 1 --policy mixed_bfloat16 --optimizer-state bfloat16 \
+  --accumulate 2 --memory-plan --json "$tmp/i.json" > "$tmp/i.out" || fail "inspect exited $?"
+head -1 "$tmp/i.out" | grep -q "^memory plan: " || fail "inspect's plan is missing: $(cat "$tmp/i.out")"
+grep -q "^policy mixed_bfloat16, 1 batches" "$tmp/i.out" || fail "the inspection is missing: $(cat "$tmp/i.out")"
+python3 - "$tmp/i.json" "$tmp/m.json" <<'PY' || fail "inspect's plan is not train's"
+import json, sys
+i, m = (json.load(open(f))["memory_plan"] for f in sys.argv[1:])
+assert "measured_peak_bytes" not in i, i  # nothing was trained
+assert json.load(open(sys.argv[1]))["layers"], "no layers"
+for k in ("weight_bytes", "gradient_bytes", "optimizer_state_bytes", "compute_copy_bytes"):
+    assert i[k] == m[k], (k, i[k], m[k])
+assert abs(i["total_bytes"] / m["total_bytes"] - 1) <= 0.01, (i["total_bytes"], m["total_bytes"])
+print("inspect / train plan", round(i["total_bytes"] / m["total_bytes"], 4))
+PY
 
 echo "== bench step"
 "$bin" bench step --model mlp --hidden 256 --batch-size 64 --steps 1 --policy mixed_float16 --memory-plan \

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <string>
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/distributed/communicator.h"
+#include "mixtrain/train/model.h"
 #include "mixtrain/train/model_registry.h"
 #include "mixtrain/train/run.h"
 
@@ -167,6 +169,45 @@ TEST(ModelFitsMemory, CountsARanksShareOfTheSlotsUnderZero1) {
   EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 0));      // at 12 bytes: 80.1 MiB
   cfg.communicator = nullptr;                                  // one process: nothing is split
   EXPECT_THROW(check_model_fits_memory(cfg, in, 0), Error);
+}
+
+// --remat blocks keeps each residual block's input and output, and one block's activations at a time while its
+// backward step recomputes it: a batch refused with every activation counted is accepted under the same limit.
+TEST(ModelFitsMemory, CountsOneResidualBlockAtATimeUnderRemat) {
+  RunConfig cfg;
+  cfg.model = "resnet";
+  const ModelInputSpec in{784, {28, 28}, 10};
+  const std::optional<ModelSizeEstimate> kept = estimate_model_size(cfg, in);
+  cfg.remat = "blocks";
+  const std::optional<ModelSizeEstimate> recomputed = estimate_model_size(cfg, in);
+  ASSERT_TRUE(kept && recomputed);
+  EXPECT_EQ(recomputed->weights, kept->weights);
+  EXPECT_LT(recomputed->activations_per_sample, kept->activations_per_sample);
+  // A limit halfway between the two estimates' needs at 1,000 samples (float32: 4 bytes an element).
+  const double state = kept->weights * 16.0;  // value, gradient, Adam's two slots
+  const auto need = [&](const ModelSizeEstimate& e) {
+    return state + 1000.0 * 4.0 * (e.activations_per_sample + e.largest_activation_per_sample);
+  };
+  const LimitGuard limit(static_cast<int64_t>((need(*kept) + need(*recomputed)) / 2));
+  EXPECT_NO_THROW(check_model_fits_memory(cfg, in, 1000));
+  cfg.remat = "none";
+  EXPECT_THROW(check_model_fits_memory(cfg, in, 1000), Error);
+
+  // Still a lower bound: a recomputing step of 16 images holds at least the activations the estimate counts.
+  cfg.remat = "blocks";
+  const LimitGuard none(0);
+  auto model = build_model(cfg, 784, 10, {28, 28});
+  model->compile(make_optimizer("sgd", 0.01f), Loss("sparse_categorical_crossentropy", true));
+  const Tensor x = Tensor::full({16, 784}, DType::kFloat32, 0.5f);
+  Tensor y = Tensor::zeros({16}, DType::kInt32);
+  model->train_step(x, y);  // builds the model, binds the arena
+  const int64_t live = memory_stats().live_bytes;
+  reset_peak_memory();
+  model->train_step(x, y);
+  const double step_peak = static_cast<double>(memory_stats().peak_bytes - live);
+  EXPECT_GE(step_peak, 16.0 * 4.0 * recomputed->activations_per_sample);
+  std::cout << "resnet, 16 images, --remat blocks: step peak " << step_peak << " bytes, estimate "
+            << 16.0 * 4.0 * recomputed->activations_per_sample << "\n";
 }
 
 }  // namespace

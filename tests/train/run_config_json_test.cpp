@@ -78,6 +78,24 @@ TEST(RunConfigJson, KeepsTheOptimizerStateAndValidatesIt) {
   EXPECT_THROW(validate_run_config(float16), Error);
 }
 
+// --grad-comm: float32 or bfloat16, the bfloat16 exchange on the CPU only (MPI moves host memory; NCCL's exchange
+// stays float32). Not a checkpoint's: a run resumes under either.
+TEST(RunConfigJson, GradCommIsFloat32OrBfloat16OnTheCpuAndNotRecorded) {
+  RunConfig cfg;
+  EXPECT_EQ(cfg.grad_comm, "float32");
+  cfg.grad_comm = "bfloat16";
+  EXPECT_NO_THROW(validate_run_config(cfg));
+  EXPECT_EQ(run_config_json(cfg), run_config_json(RunConfig{}));
+  RunConfig on_gpu = cfg;
+  on_gpu.device = Device::cuda(0);
+  EXPECT_THROW(validate_run_config(on_gpu), Error);
+  on_gpu.grad_comm = "float32";
+  EXPECT_NO_THROW(validate_run_config(on_gpu));
+  RunConfig float16 = cfg;
+  float16.grad_comm = "float16";
+  EXPECT_THROW(validate_run_config(float16), Error);
+}
+
 // The fused loss is recorded for a transformer either way; a checkpoint written before it (no key) trained the
 // layers then the loss, and reads as off, though a new run's default is on.
 TEST(RunConfigJson, KeepsTheFusedLossAndReadsAnOlderCheckpointAsOff) {

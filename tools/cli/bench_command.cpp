@@ -266,7 +266,7 @@ constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
-                "optimizer-state", "attention", "fused-loss", "zero", "remat"},
+                "optimizer-state", "attention", "fused-loss", "zero", "remat", "grad-comm"},
          {"memory-plan"});
   StepOptions o;
   RunConfig& cfg = o.run;
@@ -315,6 +315,7 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   cfg.master_rounding = a.str("master-rounding", "nearest");
   cfg.optimizer_state = a.str("optimizer-state", "float32");
   cfg.zero_stage = static_cast<int>(a.integer("zero", 0));  // under mpirun: the optimizer state split over the ranks
+  cfg.grad_comm = a.str("grad-comm", "float32");             // under mpirun: the gradients' dtype between the ranks
   validate_run_config(cfg);
   o.json_path = a.path("json");
   o.memory_plan = a.has("memory-plan");
@@ -376,6 +377,7 @@ StepTiming time_steps(const StepOptions& o, Model& model, const StepBatch& batch
                ys = ops::to_device(batch.y.slice_rows(shard.begin, shard.end), cfg.device);
   // --zero 1: the optimizer's slots split over the ranks, the gradients reduce-scattered (distributed/zero.h).
   if (job && cfg.zero_stage == 1) model.optimizer().inner_optimizer().set_shard_group(shard_group(*job));
+  if (job) model.set_gradient_comm_dtype(cfg.grad_comm == "bfloat16" ? DType::kBFloat16 : DType::kFloat32);
   const ops::CudaGemmCounts gemm_before = ops::cuda_gemm_counts();  // the warm-up makes the GEMM plans
   for (int64_t i = 0; i < kWarmupSteps; ++i) model.train_step(xs, ys, job, cfg.batch_size);
   const int64_t live_before = memory_stats(cfg.device).live_bytes;
@@ -441,9 +443,10 @@ void print_step(const StepOptions& o, const StepBatch& batch, int64_t weights, c
               job ? " (rank 0)" : "", static_cast<double>(t.held_bytes) / (1 << 20),
               static_cast<double>(t.step_peak_bytes) / (1 << 20));
   if (job)
-    std::printf("data-parallel: %d ranks (%s)%s, %.1f%% of step time %s (rank 0), %.2f MiB all-reduced per step per "
-                "rank\n",
-                job->size(), job->backend().c_str(), cfg.zero_stage == 1 ? ", ZeRO-1" : "", 100.0 * t.comm_share,
+    std::printf("data-parallel: %d ranks (%s)%s%s, %.1f%% of step time %s (rank 0), %.2f MiB all-reduced per step "
+                "per rank\n",
+                job->size(), job->backend().c_str(), cfg.zero_stage == 1 ? ", ZeRO-1" : "",
+                cfg.grad_comm == "bfloat16" ? ", bfloat16 gradients" : "", 100.0 * t.comm_share,
                 queued_on_device ? "queueing collectives on the GPU" : "in communication",
                 static_cast<double>(t.comm_bytes) / (1 << 20));
 }
@@ -466,6 +469,7 @@ Json step_json(const StepOptions& o, const StepBatch& batch, int64_t weights, co
                          {"step_peak_memory_bytes", static_cast<double>(t.step_peak_bytes)},
                          {"held_memory_bytes", static_cast<double>(t.held_bytes)},
                          {"zero_stage", cfg.zero_stage},
+                         {"grad_comm", cfg.grad_comm},
                          {"samples_per_second", static_cast<double>(cfg.batch_size) / t.median},
                          {"ranks", job ? job->size() : 1},
                          {"communicator", job ? job->backend() : std::string("none")},

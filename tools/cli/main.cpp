@@ -66,7 +66,8 @@ const char* kUsage =
     "data-parallel: mpirun -np N mixtrain train|compare|bench step ... trains on N processes; --batch-size is\n"
     "           the global batch (divisible by N); rank 0 prints and writes files (docs/SCALING.md);\n"
     "           train|compare --sync-batch-norm: BatchNormalization with the global batch's statistics;\n"
-    "           --zero 1: the optimizer state split over the ranks (ZeRO stage 1)\n";
+    "           --zero 1: the optimizer state split over the ranks (ZeRO stage 1);\n"
+    "           --grad-comm bfloat16: gradients sent in bfloat16, summed in float32\n";
 
 // The job's communicator when an MPI launcher started this process (MPI starts only then), else null.
 mixtrain::Communicator* job = nullptr;

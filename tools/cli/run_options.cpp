@@ -95,6 +95,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.clipnorm = static_cast<float>(a.number("clipnorm", cfg.clipnorm));
   cfg.gradient_accumulation_steps = a.integer("accumulate", cfg.gradient_accumulation_steps);
   cfg.zero_stage = static_cast<int>(a.integer("zero", cfg.zero_stage));
+  cfg.grad_comm = a.str("grad-comm", cfg.grad_comm);
   cfg.master_rounding = a.str("master-rounding", cfg.master_rounding);
   cfg.optimizer_state = a.str("optimizer-state", cfg.optimizer_state);
   cfg.context_length = a.integer("context", cfg.context_length);
@@ -128,7 +129,7 @@ const std::set<std::string>& run_flags() {
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
       "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
-      "optimizer-state", "attention", "fused-loss", "zero", "remat"};
+      "optimizer-state", "attention", "fused-loss", "zero", "remat", "grad-comm"};
   return flags;
 }
 

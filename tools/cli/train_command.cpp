@@ -198,17 +198,20 @@ bool writes_outputs() {
 void check_global_batch(const RunConfig& cfg, Communicator* job) {
   // --zero 1 on one process: nothing to split, and the run is a plain one (so a checkpoint moves between both).
   if (!job && cfg.zero_stage == 1) std::printf("--zero 1: one process, nothing to split; training as without it\n");
+  if (!job && cfg.grad_comm == "bfloat16")
+    std::printf("--grad-comm bfloat16: one process, no gradients to exchange; training as without it\n");
   if (!job) return;
   MIXTRAIN_CHECK(cfg.batch_size % job->size() == 0,
                  "--batch-size " << cfg.batch_size << " is the global batch and must divide by the " << job->size()
                                  << " ranks of this job (each rank trains on batch-size / ranks rows per step); give "
                                  << (cfg.batch_size / job->size() + 1) * job->size() << " or "
                                  << std::max<int64_t>(1, cfg.batch_size / job->size()) * job->size());
-  std::printf("data-parallel: %d ranks (%s), global batch %lld = %d x %lld rows per rank%s%s\n", job->size(),
+  std::printf("data-parallel: %d ranks (%s), global batch %lld = %d x %lld rows per rank%s%s%s\n", job->size(),
               job->backend().c_str(), static_cast<long long>(cfg.batch_size), job->size(),
               static_cast<long long>(cfg.batch_size / job->size()),
               cfg.synchronized_batch_norm ? ", BatchNormalization synchronized over the ranks" : "",
-              cfg.zero_stage == 1 ? ", ZeRO-1: optimizer state split over the ranks" : "");
+              cfg.zero_stage == 1 ? ", ZeRO-1: optimizer state split over the ranks" : "",
+              cfg.grad_comm == "bfloat16" ? ", gradients exchanged in bfloat16" : "");
 }
 
 void resolve_batch_size(RunConfig& cfg, const RunOptions& o, const DataSplits& data) {

@@ -68,6 +68,11 @@ class Communicator {
   virtual void reduce_scatter(float* data, const std::vector<int64_t>& counts);
   // all_gather, in bytes: every rank's block r ends as rank r's block. The default broadcasts block by block.
   virtual void all_gather(void* data, const std::vector<int64_t>& byte_counts);
+  // all_to_all, in bytes: send holds size() blocks of block_bytes[r] bytes each, block r for rank r, in rank order;
+  // recv gets size() blocks of block_bytes[rank()] bytes, block s from rank s (the bfloat16 gradient exchange,
+  // distributed/bfloat16_exchange.h, hands each rank the pieces it sums). The default broadcasts every rank's
+  // whole send buffer (right, and size() times the traffic); MPI overrides it.
+  virtual void all_to_all(const void* send, void* recv, const std::vector<int64_t>& block_bytes);
   virtual void barrier() = 0;
   // Ends every process of the job with this exit code (an error on one rank would otherwise leave the others
   // waiting in a collective forever).

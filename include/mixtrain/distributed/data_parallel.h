@@ -54,11 +54,13 @@ inline constexpr int64_t kDefaultBucketBytes = int64_t{4} << 20;
 // behind the backward pass with no wait; with a host communicator it is downloaded, reduced on the host and
 // uploaded, with a wait for the device. Either way it gets the CPU path's arithmetic; the variable helpers above
 // take the same two paths.
-// Returns the bytes this rank handed to the all-reduce.
+// Returns the bytes this rank handed to the all-reduce. wire kBFloat16: each bucket travels in bfloat16 and is summed
+// in float32 (distributed/bfloat16_exchange.h; host buffers and host communicators only), half the bytes.
 int64_t all_reduce_gradients(const ParameterArena& arena, Communicator& comm, float weight,
-                             int64_t bucket_bytes = kDefaultBucketBytes);
+                             int64_t bucket_bytes = kDefaultBucketBytes, DType wire = DType::kFloat32);
 // The same for separate gradient tensors (optimizers without flat-buffer support); every rank must pass defined
 // tensors of the same shapes (zeros where a variable had no gradient).
-int64_t all_reduce_gradients(std::vector<Tensor>& grads, Communicator& comm, float weight);
+int64_t all_reduce_gradients(std::vector<Tensor>& grads, Communicator& comm, float weight,
+                             DType wire = DType::kFloat32);
 
 }  // namespace mixtrain

@@ -21,7 +21,9 @@ std::shared_ptr<ShardGroup> shard_group(Communicator& comm);
 // For each dtype group of the arena: every rank's gradient buffer weighted by `weight`, and this rank's
 // buffer_share() of it replaced by the sum over the ranks (the bits all_reduce_gradients gives those elements);
 // the rest of the buffer holds this rank's weighted gradients. 16-bit buffers travel as float32 and are rounded
-// back once. Host buffers only. Returns the bytes this rank handed over.
-int64_t reduce_scatter_gradients(const ParameterArena& arena, Communicator& comm, float weight);
+// back once. Host buffers only. Returns the bytes this rank handed over. wire kBFloat16: the values travel in
+// bfloat16 and the share is their float32 sum in rank order (distributed/bfloat16_exchange.h), half the bytes.
+int64_t reduce_scatter_gradients(const ParameterArena& arena, Communicator& comm, float weight,
+                                 DType wire = DType::kFloat32);
 
 }  // namespace mixtrain

@@ -74,6 +74,10 @@ struct FitOptions {
   // updated weights all-gathered). The model's arena on the CPU only. Nothing with one rank. The optimizer stays
   // sharded after fit(): call optimizer().inner_optimizer().gather_shards() on every rank before reading state().
   int zero_stage = 0;
+  // The dtype the gradients travel in between the ranks: float32 (the default) or bfloat16, half the bytes, each
+  // rank's values rounded once and summed in float32 in rank order (distributed/bfloat16_exchange.h). With
+  // zero_stage 1 the reduce-scatter travels in bfloat16. The model's arena on the CPU only. Nothing with one rank.
+  DType grad_comm = DType::kFloat32;
   // Keras' verbose: 0 prints nothing; 1 (the default) a progress bar per epoch when the output is standard output
   // on a terminal, otherwise one summary line per epoch, as Keras does when not on a tty; 2 one summary line per
   // epoch. Each epoch starts with "Epoch N/M". Only rank 0 of a data-parallel run prints, and callbacks that
@@ -246,6 +250,10 @@ class Model : public Network, public RecoveryTarget {
     bucket_bytes_ = bytes;
   }
   int64_t gradient_bucket_bytes() const { return bucket_bytes_; }
+  // The dtype gradients travel in when train_step is given a communicator (FitOptions::grad_comm; fit() sets it):
+  // float32 or bfloat16. Under bfloat16 the buckets are exchanged after the backward pass, not during it.
+  void set_gradient_comm_dtype(DType wire);
+  DType gradient_comm_dtype() const { return grad_comm_; }
 
   // Set by callbacks to end fit() after the current epoch (or step, for TerminateOnNaN).
   bool stop_training = false;
@@ -350,6 +358,7 @@ class Model : public Network, public RecoveryTarget {
   void start_data_parallel(const FitOptions& options, Communicator& comm);
   std::shared_ptr<LayerBucketObserver> overlap_;  // data-parallel buckets started during backward
   int64_t bucket_bytes_ = kDefaultBucketBytes;
+  DType grad_comm_ = DType::kFloat32;
 
   // fit()'s loop (src/train/fit_loop.h), while it runs (null otherwise), for fit_state().
   class FitLoop;

@@ -55,6 +55,8 @@ struct RunConfig {
   int64_t gradient_accumulation_steps = 1;
   // --zero: ZeRO stage of a data-parallel run (FitOptions::zero_stage), 0 or 1; nothing with one rank.
   int zero_stage = 0;
+  // --grad-comm: the dtype gradients travel in between the ranks (FitOptions::grad_comm), float32 or bfloat16.
+  std::string grad_comm = "float32";
   // --master-rounding: how Adam/AdamW round bfloat16 master weights (the "bfloat16" policy's variables):
   // "nearest", or "stochastic" (AdamOptions::stochastic_rounding, seeded by `seed`; docs/SCALING.md).
   std::string master_rounding = "nearest";
