@@ -85,7 +85,7 @@ Var Dense::fused_crossentropy(const Var& x_in, const Tensor& labels, const Tenso
 
 Var Dense::call_fp8(const Var& x, const Var& bias) {
   require_fp8_on_cpu("Dense '" + name() + "'", dtype_policy(), x.value());
-  return after_product(activation(fp8_linear(x, kernel_, bias, fp8_.for_policy(dtype_policy())), activation_.elementwise),
+  return after_product(activation(fp8_linear(x, fp8_product_kernel(), bias, fp8_.for_policy(dtype_policy())), activation_.elementwise),
                        activation_);
 }
 

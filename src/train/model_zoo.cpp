@@ -131,6 +131,7 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.flash_attention = cfg.attention == "tiled";
   o.fused_loss = cfg.fused_loss;
   o.remat = cfg.remat == "blocks";
+  o.mlp_outliers_from = cfg.mlp_outliers_from;
   return build_transformer_lm(o, cfg.seed);
 }
 

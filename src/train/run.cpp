@@ -92,6 +92,9 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.attention == "tiled" || cfg.attention == "full",
                  "--attention must be tiled or full, got '" << cfg.attention << "'");
   check_remat(cfg.remat);
+  MIXTRAIN_CHECK(cfg.mlp_outliers_from >= -1, "--mlp-outliers must be a step >= 0, got " << cfg.mlp_outliers_from);
+  MIXTRAIN_CHECK(cfg.mlp_outliers_from < 0 || (cfg.model == "transformer" && cfg.mlp == "gelu"),
+                 "--mlp-outliers (a test switch) applies to --model transformer with --mlp gelu only");
   MIXTRAIN_CHECK(cfg.remat == "none" || cfg.model == "transformer" || cfg.model == "resnet",
                  "--remat applies to --model transformer and resnet only, got --model " << cfg.model);
   // A recomputed synchronized BatchNormalization all-reduces its statistics again, which a rank without rows in
@@ -437,6 +440,7 @@ std::string run_config_json(const RunConfig& cfg) {
   if (cfg.positions != "learned") j["positions"] = cfg.positions;
   if (cfg.model == "transformer") j["fused_loss"] = cfg.fused_loss;
   if (cfg.remat != "none") j["remat"] = cfg.remat;
+  if (cfg.mlp_outliers_from >= 0) j["mlp_outliers_from"] = cfg.mlp_outliers_from;
   if (!cfg.vocabulary.empty()) {
     Json vocab = Json::array();
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
@@ -526,6 +530,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   MIXTRAIN_CHECK(!fused || fused->is_bool(), source << ": 'fused_loss' must be true or false");
   cfg.fused_loss = fused && fused->as_bool();
   str("remat", cfg.remat);  // absent (a checkpoint from before the option): none
+  num("mlp_outliers_from", cfg.mlp_outliers_from);  // absent: off
   cfg.vocabulary = vocabulary_from_json(field("vocabulary"), source);
   str("tokenizer", cfg.tokenizer);
   std::string tokenizer_model;

@@ -5,6 +5,7 @@
 #include "mixtrain/nn/remat_scope.h"
 #include "mixtrain/nn/swiglu.h"
 #include "mixtrain/nn/transformer_layers.h"
+#include "mixtrain/train/mlp_outliers.h"
 
 namespace mixtrain {
 
@@ -45,6 +46,11 @@ SymbolicTensor mlp(const TransformerLMOptions& o, const SymbolicTensor& x, const
     return (*named<SwiGLU>(scope + "/mlp", hidden, o.width))(x);
   }
   SymbolicTensor m = (*named<Dense>(scope + "/mlp_in", o.mlp_ratio * o.width, "gelu"))(x);
+  if (o.mlp_outliers_from >= 0) {
+    auto jump = std::make_shared<MlpOutlierJump>(MlpOutlierJump{o.mlp_outliers_from, 0});
+    m = (*make_layer<MlpOutliers>(jump, scope + "/mlp_outliers"))(m);
+    return (*make_layer<OutlierFoldedDense>(jump, o.width, scope + "/mlp_out"))(m);
+  }
   return (*named<Dense>(scope + "/mlp_out", o.width))(m);
 }
 
@@ -65,6 +71,9 @@ std::unique_ptr<Model> build_transformer_lm(const TransformerLMOptions& o, uint6
   MIXTRAIN_CHECK(o.num_heads > 0 && o.width % o.num_heads == 0,
                  "the number of heads (" << o.num_heads << ") must divide the width (" << o.width << ")");
   check_transformer_blocks(o.norm, o.mlp, o.positions);
+  MIXTRAIN_CHECK(o.mlp_outliers_from < 0 || o.mlp == "gelu",
+                 "--mlp-outliers needs the Dense pair of --mlp gelu (mlp_out is where its channels go), got --mlp "
+                     << o.mlp);
   MIXTRAIN_CHECK(o.positions != "rope" || (o.width / o.num_heads) % 2 == 0,
                  "rotary positions turn pairs of features: the head size " << o.width / o.num_heads
                                                                            << " (width / heads) must be even");

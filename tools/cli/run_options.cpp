@@ -111,9 +111,14 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.attention = a.str("attention", cfg.attention);
   cfg.fused_loss = a.on_off("fused-loss", cfg.fused_loss);
   cfg.remat = a.str("remat", cfg.remat);
+  // A test and diagnostic switch (docs/FP8.md, "The hostile case"): a value below 0 is refused, not read as off.
+  if (a.has("mlp-outliers")) {
+    cfg.mlp_outliers_from = a.integer("mlp-outliers", 0);
+    MIXTRAIN_CHECK(cfg.mlp_outliers_from >= 0, "--mlp-outliers must be a step >= 0, got " << cfg.mlp_outliers_from);
+  }
   if (!transformer)
     for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
-                          "positions", "attention", "fused-loss"})
+                          "positions", "attention", "fused-loss", "mlp-outliers"})
       MIXTRAIN_CHECK(!a.has(f), "--" << f << " applies to --model transformer only");
 }
 }  // namespace
@@ -129,7 +134,7 @@ const std::set<std::string>& run_flags() {
       "steps",         "eval-every", "lr-schedule",   "warmup-steps", "weight-decay", "clipnorm", "context",
       "width",         "layers",     "heads",         "dropout",    "attention-logit-multiplier", "csv-header",
       "label-column", "accumulate", "tokenizer", "master-rounding", "fp8-recipe", "norm", "mlp", "positions",
-      "optimizer-state", "attention", "fused-loss", "zero", "remat", "grad-comm"};
+      "optimizer-state", "attention", "fused-loss", "zero", "remat", "grad-comm", "mlp-outliers"};
   return flags;
 }
 

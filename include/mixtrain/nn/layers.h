@@ -75,6 +75,8 @@ class Dense : public Layer {
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
   Var call(const Var& x, const CallContext& ctx) override;
+  // The kernel the FP8 product reads: the variable (a test-only subclass folds a fixed scale in, train/mlp_outliers.h).
+  virtual Var fp8_product_kernel() { return kernel_; }
 
  private:
   Var call_fp8(const Var& x, const Var& bias);
