@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <tuple>
 
 #include "../train/blobs.h"
 #include "mixtrain/distributed/data_parallel.h"
@@ -70,7 +71,8 @@ TEST(DataParallelFit, TwoRanksTrainTheMlpToTheSingleProcessWeights) {
 TEST(DataParallelFit, BucketsStartedDuringBackwardGiveTheSameBitsAsOneBucket) {
   MIXTRAIN_REQUIRE_TWO_RANKS();
   Communicator& comm = world_communicator();
-  auto [x, y] = blobs(256, 18);
+  Tensor x, y;  // captured below: not a structured binding (clang 14 cannot capture those)
+  std::tie(x, y) = blobs(256, 18);
   auto run = [&](int64_t bucket_bytes) {
     auto m = std::make_unique<Model>("mlp", 4);
     m->emplace<Dense>(64, "relu");
