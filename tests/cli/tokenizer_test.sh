@@ -2,8 +2,8 @@
 # Subword tokenizers end to end (built with SentencePiece): a small transformer trained a few steps with
 # --tokenizer bpe:N and unigram:N on the first 100,000 characters of Moby Dick, then `generate` from the checkpoint
 # alone (the text gone) writing valid UTF-8, also for a prompt whose characters the text never used; the same
-# tokenizer from two trainings and from the .model file it came from; text from a directory and from a list of
-# files; one-line errors with exit status 2.
+# tokenizer from two trainings and from the .model file it came from; `compare` at context 256 with a subword
+# model's default batch and steps; text from a directory and from a list of files; one-line errors with exit status 2.
 set -u
 bin="$1"
 . "$(dirname "$0")/lib.sh"
