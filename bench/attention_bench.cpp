@@ -10,6 +10,7 @@
 //                    (the issue-43 step's shape), full (scaled_dot_product_attention, keeping the
 //                    probabilities) against tiled (flash_attention), T from 64 to 1024.
 //   BM_attention_backward: the backward of that op alone, full against tiled, T from 192 to 512.
+//   BM_attention_forward: the forward of that op alone, full against tiled, T from 192 to 1024.
 // Report ratios; an absolute time is only a note about this machine.
 #include <benchmark/benchmark.h>
 
@@ -119,6 +120,25 @@ void BM_attention_op(benchmark::State& state) {
   state.SetLabel(tiled ? "tiled" : "full");
 }
 
+// The forward alone, same shapes and arguments.
+void BM_attention_forward(benchmark::State& state) {
+  const bool tiled = state.range(0) == 1;
+  const int64_t t = state.range(1), b = 8, h = 8, d = 32;
+  const Tensor q = random_tensor({b, t, h * d}, 1, DType::kBFloat16), k = random_tensor({b, t, h * d}, 2, DType::kBFloat16);
+  const Tensor v = random_tensor({b, t, h * d}, 3, DType::kBFloat16);
+  ops::AttentionOptions o;
+  o.num_heads = h;
+  o.causal = true;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (auto _ : state) {
+    if (tiled)
+      benchmark::DoNotOptimize(ops::flash_attention(q, k, v, o).out.raw());
+    else
+      benchmark::DoNotOptimize(ops::scaled_dot_product_attention(q, k, v, o).out.raw());
+  }
+  state.SetLabel(tiled ? "tiled" : "full");
+}
+
 // The backward alone, same shapes and arguments (the forward runs once, outside the timing).
 void BM_attention_backward(benchmark::State& state) {
   const bool tiled = state.range(0) == 1;
@@ -141,6 +161,7 @@ void BM_attention_backward(benchmark::State& state) {
 }
 
 BENCHMARK(BM_attention_op)->ArgsProduct({{0, 1}, {64, 256, 512, 1024}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_attention_forward)->ArgsProduct({{0, 1}, {192, 256, 512, 1024}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attention_backward)->ArgsProduct({{0, 1}, {192, 256, 384, 512}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mha_step)->ArgsProduct({{0, 1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_mha_gemm_peer)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();

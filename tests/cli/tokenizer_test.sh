@@ -2,8 +2,8 @@
 # Subword tokenizers end to end (built with SentencePiece): a small transformer trained a few steps with
 # --tokenizer bpe:N and unigram:N on the first 100,000 characters of Moby Dick, then `generate` from the checkpoint
 # alone (the text gone) writing valid UTF-8, also for a prompt whose characters the text never used; the same
-# tokenizer from two trainings and from the .model file it came from; text from a directory and from a list of
-# files; one-line errors with exit status 2.
+# tokenizer from two trainings and from the .model file it came from; `compare` at context 256 with a subword
+# model's default batch and steps; text from a directory and from a list of files; one-line errors with exit status 2.
 set -u
 bin="$1"
 . "$(dirname "$0")/lib.sh"
@@ -81,6 +81,33 @@ grep -F "vocabulary of 400 tokens" "$tmp/file.out" || fail "the .model file's to
   fail "the checkpoint does not store the .model file's tokenizer"
 "$bin" train "${small[@]}" --steps 2 --save "$tmp/char.safetensors" > /dev/null
 [ -z "$(header_field "$tmp/char.safetensors" tokenizer_model)" ] || fail "a character model stored a subword model"
+
+echo "== compare with bpe:N at context 256: the subword defaults, three policies, finite losses"
+# The main job's --tokenizer bpe:2048 --context 256 variant, small: without --batch-size and --steps a subword model
+# takes 32 x 64 / 256 = 8 windows a step and two passes over its training tokens (ceil(windows / 16) steps). A third
+# of the text keeps it to about a dozen steps a policy.
+head -c 30000 "$tmp/moby.txt" > "$tmp/moby30k.txt"
+"$bin" compare --model transformer --data "text:$tmp/moby30k.txt" --tokenizer bpe:400 --context 256 --width 32 \
+  --layers 1 --heads 2 --seed 3 --baseline-seeds 1 --policies float32,mixed_float16,mixed_bfloat16 \
+  --out "$tmp/cmp" > "$tmp/cmp.out" || fail "compare --tokenizer bpe:400 --context 256 exited $?"
+grep -E "^(data|steps|validation):" "$tmp/cmp.out"
+python3 - "$tmp/cmp/report.json" "$tmp/cmp.out" <<'PY' || fail "compare --tokenizer bpe:400 --context 256: bad report"
+import json, math, re, sys
+rep = json.load(open(sys.argv[1]))
+out = open(sys.argv[2]).read()
+windows = int(re.search(r"— (\d+) training and \d+ validation windows of 256 tokens", out).group(1))
+steps = -(-windows // 16)
+assert f"steps: {steps}, two passes over the training tokens in batches of 8 windows" in out, out
+assert out.count("nats per token") == 3 and "nats per character" not in out, out
+runs = rep["policies"]
+assert sorted(runs) == ["float32", "mixed_bfloat16", "mixed_float16"], sorted(runs)
+for p, r in runs.items():
+    assert r["tokenizer"] == "bpe:400" and r["batch_size"] == 8 and r["steps"] == steps, (p, r["batch_size"], r["steps"])
+    losses = r["step_loss"] + [e["val_loss"] for e in r["epochs"]] + [r["test"]["loss"]]
+    assert len(r["step_loss"]) == steps and all(math.isfinite(v) for v in losses), (p, losses)
+    assert r["test"]["loss"] < math.log(400), (p, r["test"]["loss"])  # below a uniform guess over the pieces
+    assert r["verdict"] in ("baseline", "tracks", "no speedup", "deviates"), (p, r["verdict"])
+PY
 
 echo "== --data text:DIR and text:A,B: the files joined in order"
 mkdir "$tmp/parts"

@@ -1,6 +1,7 @@
-// The CPU kernels' block functions (elementwise, pooling, batch normalization, attention's softmax rows, loss
-// scaling's unscale) at every instruction-set level the CPU can run (core/isa_level.h): forcing a level selects
-// their baseline or AVX2 variant, and every level gives the bits of the baseline, in every floating dtype.
+// The CPU kernels' block functions (elementwise, pooling, batch normalization, attention's softmax rows and the tiled
+// kernel's online softmax, loss scaling's unscale) at every instruction-set level the CPU can run
+// (core/isa_level.h): forcing a level selects their baseline, AVX2 or AVX-512 variant, and every level gives the bits
+// of the baseline, in every floating dtype.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "mixtrain/ops/attention.h"
 #include "mixtrain/ops/batch_norm.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/flash_attention.h"
 #include "mixtrain/ops/loss_scale.h"
 #include "mixtrain/ops/pooling.h"
 
@@ -89,6 +91,11 @@ std::vector<std::vector<uint8_t>> run_kernels(DType dtype) {
   att.causal = true;
   att.scale = 0.35f;
   out.push_back(bytes_of(ops::scaled_dot_product_attention(q, k, v, att).probs));
+  // The tiled kernel's online softmax (its exponentials 16 lanes wide on AVX-512, 8 below): each row's log-sum-exp
+  // over two key tiles (128 + 23 keys), the same single-product logits, rows of every length mod 16.
+  const Tensor tq = random_tensor({2, 151, 2}, dtype, 12, 1.0f), tk = random_tensor({2, 151, 2}, dtype, 13, 1.0f),
+               tv = random_tensor({2, 151, 2}, dtype, 14, 1.0f);
+  out.push_back(bytes_of(ops::flash_attention(tq, tk, tv, att).lse));
 
   // Loss scaling's unscale and count, with an overflow to infinity in the tail and a NaN.
   Tensor unscaled = Tensor::empty({70001}, DType::kFloat32);

@@ -31,7 +31,9 @@ int generate_command(const std::vector<std::string>& args);
 // options.memory_budget (default: a share of the device's free memory), for cfg's policy; else nothing.
 void resolve_batch_size(RunConfig& cfg, const RunOptions& options, const DataSplits& data);
 Json recovery_to_json(const std::vector<RecoveryEvent>& events);
-void print_run_summary(const RunResult& r);
+// The run's closing lines; a language model's loss is in nats per unit ("character", or "token" under a subword
+// tokenizer: loss_unit).
+void print_run_summary(const RunResult& r, const char* unit = "character");
 
 // options.data: fashion-mnist | PATH (IDX images or CSV), normalised (options.normalize) with statistics of the
 // training split; or text for the transformer: moby-dick | text:PATH, windows of cfg.context_length tokens under
@@ -44,6 +46,7 @@ void require_writable_output(const std::string& path, const char* flag);
 // One line saying what was loaded; unit names a text's tokens ("characters", or "tokens" under a subword tokenizer).
 void print_data_line(const std::string& spec, const DataSplits& data, const std::string& unit = "characters");
 inline const char* token_unit(const RunConfig& cfg) { return cfg.tokenizer_model.empty() ? "characters" : "tokens"; }
+inline const char* loss_unit(const RunConfig& cfg) { return cfg.tokenizer_model.empty() ? "character" : "token"; }
 // The `train --json` object for one run.
 Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunResult& r);
 // Writes text to path through a temporary file and a rename, so a failure never leaves a partial file.

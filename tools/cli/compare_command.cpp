@@ -111,7 +111,7 @@ void run_baseline_seeds(const RunConfig& c, const CompareOptions& o, const DataS
     std::cout << "\n=== " << s.policy << " (seed " << s.seed << ", for the band) ===\n";
     runs.seed_configs[static_cast<size_t>(k - 1)] = s;
     runs.seed_results[static_cast<size_t>(k - 1)] = run_training(s, data, &std::cout, stdout_is_terminal());
-    print_run_summary(runs.seed_results[static_cast<size_t>(k - 1)]);
+    print_run_summary(runs.seed_results[static_cast<size_t>(k - 1)], loss_unit(s));
   }
 }
 
@@ -147,7 +147,7 @@ CompareRuns run_policies(const CompareOptions& o, const RunConfig& base, const D
       std::cout << memory_plan_text(*runs.plans[i]);
     }
     runs.results[i] = run_training(c, data, &std::cout, stdout_is_terminal());
-    print_run_summary(runs.results[i]);
+    print_run_summary(runs.results[i], loss_unit(c));
     if (runs.plans[i])
       std::cout << memory_measured_text(*runs.plans[i], runs.results[i].model_bytes + runs.results[i].peak_memory_bytes);
     if (i != baseline) continue;
@@ -247,6 +247,7 @@ int compare_command(const std::vector<std::string>& argv) {
   // what the model's seed draws.
   DataSplits data = load_data(o.run, base);
   print_data_line(data_spec, data, token_unit(base));
+  std::cout << resolve_default_steps(base, o.run, data);  // what a subword model's default steps are
   std::cout << "policies: ";
   for (const auto& p : o.policies) std::cout << p << " ";
   std::cout << "\n";

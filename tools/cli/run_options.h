@@ -39,6 +39,13 @@ const std::set<std::string>& run_flags();
 // Parses and checks the shared flags (Error naming the flag), then --device for `command` (usable_device_flag).
 // Also sets the process's memory limit (set_memory_limit) to 80% of the memory available now.
 RunOptions run_options_from(const Args& args, const char* command);
+// Once the text is loaded: a transformer trained with a subword tokenizer and neither --steps nor --epochs runs for
+// the default 1,000 steps or for two passes over its training tokens (half an epoch of the windows, which overlap by
+// three quarters), whichever is fewer, counted in batches of cfg.batch_size windows. Two passes are what the main
+// job's 1,000 steps of 32 windows of 64 characters make over Moby Dick; its 360,000 bpe:2048 tokens in windows of 256
+// would go by 23 times in 1,000 steps of 32 windows. Characters keep the 1,000 steps. Returns the line saying so when
+// the steps were set here, else an empty string.
+std::string resolve_default_steps(RunConfig& cfg, const RunOptions& options, const DataSplits& data);
 
 // Whether --data names a CSV file (.csv or .csv.gz), or text for the transformer (moby-dick, text:PATH).
 bool is_csv_data(const std::string& spec);

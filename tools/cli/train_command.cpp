@@ -319,9 +319,9 @@ void print_data_line(const std::string& spec, const DataSplits& data, const std:
             << " features, " << data.train.num_classes << " classes\n";
 }
 
-void print_run_summary(const RunResult& r) {
+void print_run_summary(const RunResult& r, const char* unit) {
   if (r.tokens_per_second > 0) {
-    std::printf("validation: loss %.4f nats per character - accuracy %.4f\n", r.test.loss, r.test.accuracy);
+    std::printf("validation: loss %.4f nats per %s - accuracy %.4f\n", r.test.loss, unit, r.test.accuracy);
     std::printf("speed: %.1f steps/s, %.0f tokens/s; peak memory %.1f MiB (%s compute)\n", r.steps_per_second,
                 r.tokens_per_second, static_cast<double>(r.peak_memory_bytes) / (1 << 20), r.compute_dtype.c_str());
   } else {
@@ -374,8 +374,7 @@ int train_command(const std::vector<std::string>& argv) {
   if (!cfg.save_path.empty() && writer) save_lock.emplace(cfg.save_path, "--save");
   // A checkpoint to resume that is a FIFO or device is refused before the data is read (a missing one is the
   // loader's to report, with its own message).
-  std::error_code ec;
-  if (!cfg.resume_path.empty() && std::filesystem::exists(cfg.resume_path, ec))
+  if (std::error_code ec; !cfg.resume_path.empty() && std::filesystem::exists(cfg.resume_path, ec))
     require_regular_file(cfg.resume_path, "--resume checkpoint");
   // An output never overwrites an input or the other output; --save may be --resume (resume and save back).
   require_distinct_paths(json_path, "--json", cfg.save_path, "--save");
@@ -386,6 +385,7 @@ int train_command(const std::vector<std::string>& argv) {
   adopt_resumed_eval_interval(cfg, writer ? &std::cout : nullptr);
   DataSplits data = load_data(o, cfg);
   print_data_line(data_spec, data, token_unit(cfg));
+  std::cout << resolve_default_steps(cfg, o, data);  // what a subword model's default steps are
   resolve_batch_size(cfg, o, data);
   if (o.batch_size_auto) check_global_batch(cfg, job);
   // Before training: where memory will go, for this rank's share of the batch.
@@ -396,7 +396,7 @@ int train_command(const std::vector<std::string>& argv) {
   }
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
   if (r.interrupted) return report_interrupted(cfg, r, stop.reason());
-  print_run_summary(r);
+  print_run_summary(r, loss_unit(cfg));
   if (plan && writer) std::cout << memory_measured_text(*plan, r.model_bytes + r.peak_memory_bytes);
   if (!json_path.empty() && writer) {
     Json report = run_to_json(cfg, data_spec, r);

@@ -117,12 +117,26 @@ void tile_ends(const Geometry& g, int64_t i0, int64_t rows, int64_t j0, int64_t 
   for (int64_t r = 0; r < rows; ++r) ends[r] = g.tile_end(i0 + r, j0, cols);
 }
 
+// kWidth<V> lanes of e added into sum kLanes at a time, in the order kLanes-wide chunks of the row would be: the
+// row's exponentials may run as wide as the registers while its sum keeps the bits of kLanes partial sums.
+template <typename V>
+inline void add_in_chunks(const V& e, Lanes& sum) {
+  Lanes chunk;
+  for (int64_t h = 0; h < kWidth<V>; h += kLanes) {
+    std::memcpy(&chunk, reinterpret_cast<const float*>(&e) + h, sizeof chunk);
+    sum += chunk;
+  }
+}
+
 // One key tile of the online softmax over the rows of a query tile: each row's logits s[0, end) (scaled and rounded
 // here) become p = e^(s - m_new), [end, cols) zero; the running maximum m and sum l move on; alpha[r] = e^(m_old -
 // m_new), the factor for the row's accumulator (1 for a row with no column here). A NaN logit is skipped by the
-// maximum but reaches the sum, so it poisons its row as in attention.h's softmax.
+// maximum but reaches the sum, so it poisons its row as in attention.h's softmax. V (B its bits): the exponentials'
+// vector, as wide as the variant's registers; lanes past end are e^-inf = 0 and add nothing to the kLanes sums.
+template <typename V, typename B>
 MIXTRAIN_CPU_BODY void online_tile_body(float* s, const int64_t* ends, int64_t rows, int64_t cols, float scale, DType dt,
                                         char* tmp, float* m, float* l, float* alpha) {
+  constexpr int64_t w = kWidth<V>;
   for (int64_t r = 0; r < rows; ++r) {
     float* x = s + r * cols;
     const int64_t end = ends[r];
@@ -140,13 +154,14 @@ MIXTRAIN_CPU_BODY void online_tile_body(float* s, const int64_t* ends, int64_t r
     for (int i = 1; i < kLanes; ++i) tile_max = mx[i] > tile_max ? mx[i] : tile_max;
     const float m_new = tile_max > m[r] ? tile_max : m[r];
     alpha[r] = std::exp(m[r] - m_new);
-    Lanes sum{}, e;
-    for (int64_t j = 0; j < end; j += kLanes) {
-      const int64_t k = std::min<int64_t>(end - j, kLanes);
-      load_lanes(x + j, k, -INFINITY, v);  // padding: e^-inf = 0 adds nothing
-      exp_lanes(v - m_new, e);
-      store_lanes(e, k, x + j);
-      sum += e;
+    Lanes sum{};
+    V x_wide, e;
+    for (int64_t j = 0; j < end; j += w) {
+      const int64_t k = std::min<int64_t>(end - j, w);
+      load_vector(x + j, k, -INFINITY, x_wide);  // padding: e^-inf = 0 adds nothing
+      expf_poly::exp<V, B>(x_wide - m_new, e);
+      store_vector(e, k, x + j);
+      add_in_chunks(e, sum);
     }
     float total = 0.0f;
     for (int i = 0; i < kLanes; ++i) total += sum[i];
@@ -154,7 +169,23 @@ MIXTRAIN_CPU_BODY void online_tile_body(float* s, const int64_t* ends, int64_t r
     m[r] = m_new;
   }
 }
-MIXTRAIN_CPU_VARIANTS(online_tile)
+template <class... Args>
+void online_tile_baseline(Args&&... args) {
+  online_tile_body<Lanes, LaneBits>(std::forward<Args>(args)...);
+}
+template <class... Args>
+__attribute__((target("avx2"))) void online_tile_avx2(Args&&... args) {
+  online_tile_body<Lanes, LaneBits>(std::forward<Args>(args)...);
+}
+template <class... Args>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void online_tile_avx512(Args&&... args) {
+  online_tile_body<WideLanes, WideBits>(std::forward<Args>(args)...);
+}
+template <class... Args>
+void online_tile(Args&&... args) {
+  ::mixtrain::for_isa_level(&online_tile_baseline<Args...>, &online_tile_avx2<Args...>,
+                            &online_tile_avx512<Args...>)(std::forward<Args>(args)...);
+}
 
 // Backward's rows of one block: p = e^(s - lse) from the logits s (scaled and rounded here) over [0, end), zero
 // beyond; ds = p (dp - D) * scale from dp (already dropped) in place, zero beyond. lse and d are the rows' own. p goes
