@@ -27,7 +27,7 @@ bool flat(const Tensor& t, int64_t n) { return t.defined() && t.rank() == 1 && t
 int slot_count(const UpdateConstants& rule) {
   switch (rule.kind) {
     case UpdateKind::kAdam:
-      return 2;
+      return rule.kahan_summation ? 3 : 2;
     case UpdateKind::kSgd:
       return rule.momentum > 0 ? 1 : 0;
     case UpdateKind::kRmsprop:
@@ -47,7 +47,10 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
   const int slots = step.span_rule != nullptr ? step.span_rule->slots : slot_count(step.rule);
   MIXTRAIN_CHECK(!step.rule.bfloat16_state || (step.span_rule == nullptr && step.rule.kind == UpdateKind::kAdam),
                  op << ": bfloat16 optimizer state is Adam's (a span rule and the other rules keep float32 slots)");
-  const DType slot_dtype = step.rule.bfloat16_state ? DType::kBFloat16 : DType::kFloat32;
+  MIXTRAIN_CHECK(!step.rule.kahan_summation || (step.span_rule == nullptr && step.rule.kind == UpdateKind::kAdam &&
+                                                 !step.rule.stochastic_rounding),
+                 op << ": Kahan compensation is Adam's, and rounds to nearest (not with stochastic rounding)");
+  const DType moment_dtype = step.rule.bfloat16_state ? DType::kBFloat16 : DType::kFloat32;
   MIXTRAIN_CHECK(iterations.defined() && iterations.dtype() == DType::kInt64 && iterations.numel() == 1 &&
                      iterations.is_contiguous(),
                  op << ": the iteration counter must be one int64, got " << describe_or_undefined(iterations));
@@ -81,7 +84,9 @@ void fused_update(std::vector<FusedUpdateGroup>& groups, const FusedUpdateStep& 
                       << " elements");
     MIXTRAIN_CHECK(static_cast<int>(g.slots.size()) == slots,
                    op << ": group " << gi << ": " << g.slots.size() << " slots given, the rule reads " << slots);
-    for (const Tensor& t : g.slots) {
+    for (size_t s = 0; s < g.slots.size(); ++s) {
+      const Tensor& t = g.slots[s];
+      const DType slot_dtype = s == 2 && step.rule.kahan_summation ? DType::kBFloat16 : moment_dtype;
       MIXTRAIN_CHECK(flat(t, n) && t.dtype() == slot_dtype,
                      op << ": group " << gi << ": the slot " << describe_or_undefined(t) << " must be 1-D contiguous "
                         << dtype_name(slot_dtype) << " with " << n << " elements");

@@ -11,9 +11,15 @@ Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate),
                  "adam: epsilon must be finite and > 0, got " << options.epsilon);
   MIXTRAIN_CHECK(options.optimizer_state == DType::kFloat32 || options.optimizer_state == DType::kBFloat16,
                  "adam: optimizer_state must be float32 or bfloat16, got " << dtype_name(options.optimizer_state));
+  MIXTRAIN_CHECK(!(options.kahan_summation && options.stochastic_rounding),
+                 "adam: kahan_summation and stochastic_rounding are two ways to round bfloat16 master weights; "
+                 "choose one");
 }
 
-std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
+std::vector<std::string> Adam::slot_names() const {
+  if (options_.kahan_summation) return {"m", "v", "kahan"};
+  return {"m", "v"};
+}
 
 void Adam::update_span(float* value, const float* grad, float* const* slots, int64_t n, int /*cls*/) {
   adam_step(value, grad, slots[0], slots[1], n);
@@ -24,6 +30,7 @@ std::optional<ops::UpdateConstants> Adam::fused_rule() const {
   rule.stochastic_rounding = options_.stochastic_rounding;
   rule.rounding_seed = options_.rounding_seed;
   rule.bfloat16_state = options_.optimizer_state == DType::kBFloat16;
+  rule.kahan_summation = options_.kahan_summation;
   return rule;
 }
 

@@ -190,7 +190,32 @@ void Optimizer::refuse_stochastic_rounding(const std::vector<Var>& vars) const {
   }
 }
 
+bool Optimizer::keeps_slot(const std::string& slot) const {
+  const std::vector<std::string> names = slot_names();
+  return std::find(names.begin(), names.end(), slot) != names.end();
+}
+
+void Optimizer::check_kahan_slots(const std::map<std::string, Tensor>& slots) const {
+  if (!keeps_slot("kahan")) return;
+  for (const auto& [key, t] : slots) {
+    if (key.size() < 2 || key.compare(key.size() - 2, 2, "/m") != 0) continue;
+    const std::string compensation = key.substr(0, key.size() - 2) + "/kahan";
+    if (slots.count(compensation) == 0) {
+      MIXTRAIN_FAIL(kInvalidInput,
+                    name() << ".load_state: the state has no Kahan compensation ('" << compensation
+                           << "') but this optimizer keeps one",
+                    "resume with the --master-rounding the state was saved with (nearest or stochastic)");
+    }
+  }
+}
+
 void Optimizer::refuse_16bit_state() const {
+  if (keeps_slot("kahan")) {
+    MIXTRAIN_FAIL(kInvalidInput,
+                  name() << ".apply: Kahan compensation lives in the arena's flat buffers, which the update variable "
+                            "by variable does not keep",
+                  "bind the variables to a ParameterArena and call apply_arena() (what fit() runs)");
+  }
   if (state_dtype() == DType::kFloat32) return;
   MIXTRAIN_FAIL(kInvalidInput,
                 name() << ".apply: the optimizer state is " << dtype_name(state_dtype())
@@ -308,7 +333,9 @@ void Optimizer::load_state(const NamedTensors& state) {
                            << "<variable>/<slot> with slot one of: " << valid << ")",
                     "the state was saved by a different optimizer");
     }
-    if (t.dtype() != state_dtype()) {
+    if (t.dtype() != slot_dtype(slot_name)) {
+      MIXTRAIN_CHECK(slot_name != "kahan", name() << ".load_state: the Kahan compensation '" << key << "' is "
+                                                  << t.describe() << ", not bfloat16");
       MIXTRAIN_FAIL(kInvalidInput,
                     name() << ".load_state: slot '" << key << "' is " << t.describe() << ", but this optimizer keeps "
                            << dtype_name(state_dtype()) << " state",
@@ -317,6 +344,7 @@ void Optimizer::load_state(const NamedTensors& state) {
     }
     slots[key] = t.clone();
   }
+  check_kahan_slots(slots);
   if (!iterations) {
     MIXTRAIN_FAIL(kInvalidInput, name() << ".load_state: no 'iterations' entry",
                   "pass the output of state() from the same kind of optimizer");

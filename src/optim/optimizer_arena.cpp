@@ -76,7 +76,7 @@ void Optimizer::bind_flat_slots(const ParameterArena& arena, const std::vector<s
   for (size_t gi = 0; gi < dtypes.size(); ++gi) {
     for (size_t s = 0; s < names.size(); ++s) {
       // Zeros: a variable's region stays zero until its first update, which is when Keras creates its slots.
-      flat.buffers[gi].push_back(ops::full({arena.capacity(dtypes[gi])}, state_dtype(), 0.0f, arena.device()));
+      flat.buffers[gi].push_back(ops::full({arena.capacity(dtypes[gi])}, slot_dtype(names[s]), 0.0f, arena.device()));
     }
   }
   const std::vector<Var>& vars = arena.vars();

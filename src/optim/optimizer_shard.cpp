@@ -32,6 +32,9 @@ void Optimizer::set_shard_group(std::shared_ptr<ShardGroup> group) {
   if (group) {
     MIXTRAIN_CHECK(updates_spans(), name() << ": ZeRO-1 shards the flat update, which this optimizer does not run");
     const std::optional<ops::UpdateConstants> rule = fused_rule();
+    MIXTRAIN_CHECK(!rule || !rule->kahan_summation,
+                   name() << ": ZeRO-1 does not shard Kahan compensation (use --master-rounding nearest with "
+                             "--zero 1)");
     if (rule && rule->stochastic_rounding) {
       MIXTRAIN_FAIL(kInvalidInput,
                     name() << ": ZeRO-1 does not shard stochastic rounding (its random bits follow each element's "

@@ -48,6 +48,7 @@ void add_rule(Json& c, const Optimizer& opt) {
     // Only when on, so files of float32 master weights read as before. The seed as a decimal string: a 64-bit
     // integer does not fit a JSON number exactly.
     if (adam->options().stochastic_rounding) c["rounding_seed"] = std::to_string(adam->options().rounding_seed);
+    if (adam->options().kahan_summation) c["kahan_summation"] = true;
     // Likewise only when not float32.
     if (adam->options().optimizer_state != DType::kFloat32)
       c["optimizer_state"] = dtype_name(adam->options().optimizer_state);
@@ -89,6 +90,7 @@ std::unique_ptr<Optimizer> rule_from(const Json& c) {
       o.stochastic_rounding = true;
       o.rounding_seed = seed_from(*seed);
     }
+    if (const Json* kahan = c.find("kahan_summation")) o.kahan_summation = kahan->as_bool();
     if (const Json* state = c.find("optimizer_state")) {
       MIXTRAIN_CHECK(state->as_string() == "bfloat16" || state->as_string() == "float32",
                      "optimizer config: optimizer_state '" << state->as_string() << "' is not float32 or bfloat16");

@@ -476,6 +476,12 @@ class CheckpointLoad {
     state->tensors.emplace_back(rest.substr(slash + 1), t);
   }
 
+  bool opt_state_has(const std::string& key) const {
+    for (const auto& entry : opt_state_)
+      if (entry.first == key) return true;
+    return false;
+  }
+
   void check_optimizer_slots() {
     std::map<std::string, Shape> trainable;
     for (const Var& w : model_.trainable_weights()) trainable[w.name()] = w.shape();
@@ -491,9 +497,19 @@ class CheckpointLoad {
                                       << it->second,
                   kRebuildHint);
       }
+      const Optimizer& rule = model_.optimizer().inner_optimizer();
+      const std::string slot = slash == std::string::npos ? key : key.substr(slash + 1);
+      if (slot == "kahan" && !rule.keeps_slot("kahan"))
+        CKPT_FAIL("optimizer state holds Kahan compensation ('" << key << "') but the optimizer keeps none",
+                  "resume with --master-rounding kahan, the rounding it was saved with");
+      if (slot == "m" && rule.keeps_slot("kahan") && !opt_state_has(var + "/kahan"))
+        CKPT_FAIL("optimizer state has no Kahan compensation ('" << var << "/kahan') but the optimizer keeps one",
+                  "resume with the --master-rounding it was saved with (nearest or stochastic)");
       // Refused rather than converted: rounding float32 moments to bfloat16 (or widening bfloat16 ones) would
       // continue another run than the one saved, and a resume promises the same bits.
-      const DType state = model_.optimizer().state_dtype();
+      const DType state = rule.slot_dtype(slot);
+      if (t.dtype() != state && slot == "kahan")
+        CKPT_FAIL("'" << key << "' is " << t.describe() << ", not bfloat16", kDamagedHint);
       if (t.dtype() != state) {
         CKPT_FAIL("optimizer state is " << dtype_name(t.dtype()) << " ('" << key << "') but the optimizer keeps "
                                         << dtype_name(state) << " state",

@@ -27,10 +27,12 @@ namespace mixtrain {
 
 namespace {
 // --master-rounding and --optimizer-state: stochastic rounding is Adam's and AdamW's, of bfloat16 variables or
-// bfloat16 moments; bfloat16 moments are Adam's and AdamW's.
+// bfloat16 moments; Kahan compensation Adam's and AdamW's, of bfloat16 variables; bfloat16 moments are Adam's and
+// AdamW's.
 void check_master_rounding(const RunConfig& cfg) {
-  MIXTRAIN_CHECK(cfg.master_rounding == "nearest" || cfg.master_rounding == "stochastic",
-                 "--master-rounding must be nearest or stochastic, got '" << cfg.master_rounding << "'");
+  MIXTRAIN_CHECK(cfg.master_rounding == "nearest" || cfg.master_rounding == "stochastic" ||
+                     cfg.master_rounding == "kahan",
+                 "--master-rounding must be nearest, stochastic or kahan, got '" << cfg.master_rounding << "'");
   MIXTRAIN_CHECK(cfg.optimizer_state == "float32" || cfg.optimizer_state == "bfloat16",
                  "--optimizer-state must be float32 or bfloat16, got '" << cfg.optimizer_state << "'");
   const bool bfloat16_state = cfg.optimizer_state == "bfloat16";
@@ -38,13 +40,18 @@ void check_master_rounding(const RunConfig& cfg) {
                  "--optimizer-state bfloat16 keeps Adam's moments; it needs --optimizer adam or adamw, got "
                      << cfg.optimizer);
   if (cfg.master_rounding == "nearest") return;
+  const DType variables = DTypePolicy::from_name(cfg.policy).variable_dtype();
+  MIXTRAIN_CHECK(cfg.master_rounding != "kahan" || variables == DType::kBFloat16,
+                 "--master-rounding kahan compensates bfloat16 master weights; --policy "
+                     << cfg.policy << " keeps the weights in " << dtype_name(variables) << " (use --policy bfloat16)");
   MIXTRAIN_CHECK(bfloat16_state || DTypePolicy::from_name(cfg.policy).variable_dtype() == DType::kBFloat16,
                  "--master-rounding stochastic rounds bfloat16 master weights or optimizer state; --policy "
                      << cfg.policy << " keeps the weights in "
                      << dtype_name(DTypePolicy::from_name(cfg.policy).variable_dtype())
                      << " (use --policy bfloat16 or --optimizer-state bfloat16)");
   MIXTRAIN_CHECK(cfg.optimizer == "adam" || cfg.optimizer == "adamw",
-                 "--master-rounding stochastic needs --optimizer adam or adamw, got " << cfg.optimizer);
+                 "--master-rounding " << cfg.master_rounding << " needs --optimizer adam or adamw, got "
+                                      << cfg.optimizer);
 }
 }  // namespace
 
@@ -69,8 +76,8 @@ void validate_run_config(const RunConfig& cfg) {
                  "--zero must be 0 or 1 (the ZeRO stage: 1 splits the optimizer state across the MPI ranks), got "
                      << cfg.zero_stage);
   MIXTRAIN_CHECK(cfg.zero_stage == 0 || cfg.master_rounding == "nearest",
-                 "--zero 1 does not shard --master-rounding stochastic (its random bits follow each weight's offset "
-                 "in the whole buffer); use --master-rounding nearest");
+                 "--zero 1 does not shard --master-rounding " << cfg.master_rounding
+                     << " (it shards the moments only); use --master-rounding nearest");
   MIXTRAIN_CHECK(cfg.grad_comm == "float32" || cfg.grad_comm == "bfloat16",
                  "--grad-comm must be float32 or bfloat16 (the dtype gradients travel in between the ranks), got '"
                      << cfg.grad_comm << "'");
@@ -202,6 +209,7 @@ std::unique_ptr<Optimizer> make_run_optimizer(const RunConfig& cfg, int64_t tota
   std::unique_ptr<Optimizer> opt;
   AdamOptions adam_options;
   adam_options.stochastic_rounding = cfg.master_rounding == "stochastic";
+  adam_options.kahan_summation = cfg.master_rounding == "kahan";
   adam_options.rounding_seed = cfg.seed;
   if (cfg.optimizer_state == "bfloat16") adam_options.optimizer_state = DType::kBFloat16;
   if (cfg.optimizer == "adamw") {

@@ -199,12 +199,33 @@ expect_error "--optimizer-state bfloat16 keeps Adam's moments; it needs --optimi
   --optimizer-state bfloat16 --optimizer sgd --epochs 1
 expect_error "--master-rounding stochastic rounds bfloat16 master weights or optimizer state" train \
   --master-rounding stochastic --policy mixed_bfloat16 --epochs 1
+# kahan: bfloat16 master weights only; compare's per-run settings are checked like the shared flags.
+expect_error "--master-rounding must be nearest, stochastic or kahan, got 'up'" train --master-rounding up --epochs 1
+expect_error "--master-rounding kahan compensates bfloat16 master weights; --policy mixed_bfloat16" train \
+  --master-rounding kahan --policy mixed_bfloat16 --epochs 1
+expect_error "--policies entry 'bfloat16:lr=1': unknown setting 'lr'" compare --policies float32,bfloat16:lr=1 --epochs 1
+expect_error "--policies entry 'bfloat16:kahan': expected KEY=VALUE" compare --policies float32,bfloat16:kahan --epochs 1
+expect_error "--master-rounding kahan compensates bfloat16 master weights; --policy float32" compare \
+  --policies float32:master-rounding=kahan,bfloat16 --epochs 1
 for i in $(seq 0 39); do echo "0.$((i % 10)),0.$((9 - i % 10)),$((i % 2))"; done >"$tmp/state.csv"
 if "$bin" train --data "$tmp/state.csv" --epochs 1 --batch-size 4 --save "$tmp/f32state.safetensors" >/dev/null 2>&1; then
   expect_error "optimizer state is float32" train --data "$tmp/state.csv" --epochs 2 --batch-size 4 \
     --optimizer-state bfloat16 --resume "$tmp/f32state.safetensors"
 else
   echo "FAIL: training on $tmp/state.csv failed"; fails=$((fails+1))
+fi
+
+# A checkpoint of bfloat16 weights saved without Kahan compensation, resumed with it (and the reverse): refused.
+if "$bin" train --data "$tmp/state.csv" --epochs 1 --batch-size 4 --policy bfloat16 \
+    --save "$tmp/nearest.safetensors" >/dev/null 2>&1 &&
+  "$bin" train --data "$tmp/state.csv" --epochs 1 --batch-size 4 --policy bfloat16 --master-rounding kahan \
+    --save "$tmp/kahan.safetensors" >/dev/null 2>&1; then
+  expect_error "has no Kahan compensation" train --data "$tmp/state.csv" --epochs 2 --batch-size 4 --policy bfloat16 \
+    --master-rounding kahan --resume "$tmp/nearest.safetensors"
+  expect_error "holds Kahan compensation" train --data "$tmp/state.csv" --epochs 2 --batch-size 4 --policy bfloat16 \
+    --resume "$tmp/kahan.safetensors"
+else
+  echo "FAIL: training bfloat16 weights on $tmp/state.csv failed"; fails=$((fails+1))
 fi
 
 # --remat: its values, and the models whose blocks it recomputes.

@@ -119,6 +119,12 @@ TEST(CudaBackend, FusedUpdateOnAGpuArenaGivesTheCpuBits) {
          o.rounding_seed = 21;
          return std::make_unique<AdamW>(1e-2f, 0.05f, o, std::vector<std::string>{"bias"});
        }},
+      {"adamw_kahan",
+       [] {
+         AdamOptions o;
+         o.kahan_summation = true;  // bfloat16 weights keep a compensation; float32 ones leave it at zero
+         return std::make_unique<AdamW>(1e-2f, 0.05f, o, std::vector<std::string>{"bias"});
+       }},
       {"sgd", [] { return std::make_unique<Sgd>(0.1f); }},
       {"sgd_nesterov", [] { return std::make_unique<Sgd>(0.05f, 0.8f, true); }},
       {"rmsprop", [] { return std::make_unique<RMSprop>(1e-3f); }},

@@ -3,7 +3,8 @@
 // the pass goes multithreaded, and with a length that no vector width divides; through an optimizer's update
 // variable by variable and through the fused update's CPU kernel (an arena's update); with Adam's bfloat16 moments and
 // bfloat16 master weights rounded to nearest or stochastically (the vectorised rounding pass,
-// src/ops/cpu/stochastic_round_span.cpp, against the scalar float_to_bfloat16_sr as well).
+// src/ops/cpu/stochastic_round_span.cpp, against the scalar float_to_bfloat16_sr as well) or with Kahan compensation
+// (src/ops/cpu/kahan_round_span.cpp, against the scalar kahan_widen and kahan_split as well).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,7 +20,9 @@
 #include "mixtrain/optim/parameter_arena.h"
 #include "mixtrain/optim/rmsprop.h"
 #include "mixtrain/optim/sgd.h"
+#include "ops/cpu/kahan_round_span.h"
 #include "ops/cpu/stochastic_round_span.h"
+#include "ops/shared/kahan_round.h"
 #include "ops/shared/stochastic_round.h"
 
 namespace mixtrain {
@@ -159,6 +162,62 @@ TEST(OptimizerIsaVariants, StochasticRoundingPassEqualsTheScalarFunctionAtEveryL
     ops::cpu::round_bfloat16_stochastic(x.data(), got.data(), static_cast<int64_t>(x.size()), seed, step, first);
     for (size_t j = 0; j < x.size(); ++j)
       ASSERT_EQ(got[j], expected[j]) << isa_level_name(l) << ": element " << j << " (" << x[j] << ")";
+  }
+}
+
+// bfloat16 master weights with Kahan compensation, float32 and bfloat16 moments, Adam and AdamW: the widening and
+// splitting passes (the compensation slot is among the state bytes compared).
+TEST(OptimizerIsaVariants, KahanCompensationOfBfloat16WeightsGivesTheSameBitsAtEveryLevel) {
+  for (DType state : {DType::kFloat32, DType::kBFloat16}) {
+    AdamOptions o;
+    o.kahan_summation = true;
+    o.optimizer_state = state;
+    const std::string what = std::string("adam kahan, ") + dtype_name(state) + " moments";
+    expect_same_bits_at_every_level(what.c_str(), [o] { return std::make_unique<Adam>(0.01f, o); }, true,
+                                    DType::kBFloat16);
+    expect_same_bits_at_every_level(what.c_str(), [o] { return std::make_unique<AdamW>(0.01f, 0.05f, o); }, true,
+                                    DType::kBFloat16);
+  }
+}
+
+// The Kahan passes against the scalar kahan_split and kahan_widen element by element: the split on the values whose
+// compensation the pass selects rather than computes (infinities, NaNs, the finite values that round past the
+// largest bfloat16), ties, zeros, subnormals and random values; the widening on random bit pairs and specials.
+TEST(OptimizerIsaVariants, KahanPassesEqualTheScalarFunctionsAtEveryLevel) {
+  std::vector<float> x = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, bits_float(0x7F800001u), bits_float(0xFFC12345u),
+                          3.4028235e38f, -3.4028235e38f, bits_float(0x7F7F8000u), bits_float(0x7F7FFFFFu),
+                          bits_float(0x3F808000u), bits_float(0x3F818000u), 1e-40f, -1e-45f, 1.0f, 1.00123f};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 10.0f);
+  while (x.size() < 1037) x.push_back(dist(rng));
+  std::vector<uint16_t> w_bits(x.size()), c_bits(x.size());
+  std::uniform_int_distribution<uint32_t> bits16(0, 0xFFFF);
+  for (size_t j = 0; j < x.size(); ++j) {
+    w_bits[j] = static_cast<uint16_t>(bits16(rng));
+    c_bits[j] = static_cast<uint16_t>(j < 8 ? 0x7F80u + j : bits16(rng));  // infinity and NaNs among them
+  }
+  std::vector<uint16_t> want_w(x.size()), want_c(x.size());
+  std::vector<float> want_wide(x.size());
+  for (size_t j = 0; j < x.size(); ++j) {
+    ops::shared::kahan_split(x[j], &want_w[j], &want_c[j]);
+    want_wide[j] = ops::shared::kahan_widen(w_bits[j], c_bits[j]);
+  }
+  ResetIsa reset;
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (IsaLevel l : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    if (set_isa_level_for_testing(l) != l) {
+      std::printf("[ note ] kahan passes: %s not supported here, not compared\n", isa_level_name(l));
+      continue;
+    }
+    std::vector<uint16_t> w(x.size()), c(x.size());
+    std::vector<float> wide(x.size());
+    ops::cpu::round_bfloat16_kahan(x.data(), w.data(), c.data(), n);
+    ops::cpu::widen_bfloat16_kahan(w_bits.data(), c_bits.data(), wide.data(), n);
+    for (size_t j = 0; j < x.size(); ++j) {
+      ASSERT_EQ(w[j], want_w[j]) << isa_level_name(l) << ": weight " << j << " (" << x[j] << ")";
+      ASSERT_EQ(c[j], want_c[j]) << isa_level_name(l) << ": compensation " << j << " (" << x[j] << ")";
+      ASSERT_EQ(float_bits(wide[j]), float_bits(want_wide[j])) << isa_level_name(l) << ": widened " << j;
+    }
   }
 }
 

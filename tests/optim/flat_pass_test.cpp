@@ -149,6 +149,12 @@ std::vector<Case> cases() {
          o->set_learning_rate_schedule(std::make_shared<ExponentialDecay>(1e-2, 1.0, 0.7));  // a new rate each step
          return o;
        }},
+      {"adamw_kahan",
+       [] {
+         AdamOptions o;
+         o.kahan_summation = true;  // bfloat16 weights keep a compensation; float32 ones leave it at zero
+         return std::make_unique<AdamW>(1e-2f, 0.05f, o, std::vector<std::string>{"bias"});
+       }},
       {"sgd", [] { return std::make_unique<Sgd>(0.1f); }},
       {"sgd_momentum", [] { return std::make_unique<Sgd>(0.05f, 0.9f); }},
       {"sgd_nesterov_schedule_clipnorm",

@@ -83,6 +83,19 @@ TEST(OptimizerConfig, Bfloat16StateIsKept) {
   EXPECT_THROW(optimizer_from_config(bad), Error);
 }
 
+TEST(OptimizerConfig, KahanSummationIsKept) {
+  AdamOptions o;
+  o.kahan_summation = true;
+  const AdamW opt(0.002f, 0.01f, o);
+  const Json config = optimizer_config(opt);
+  std::unique_ptr<Optimizer> rebuilt = optimizer_from_config(config);
+  EXPECT_TRUE(dynamic_cast<const AdamW&>(*rebuilt).options().kahan_summation);
+  EXPECT_TRUE(rebuilt->keeps_slot("kahan"));
+  EXPECT_EQ(optimizer_config(*rebuilt), config);
+  // Without it nothing new is written, so older files read as before.
+  EXPECT_EQ(optimizer_config(Adam(0.01f)).find("kahan_summation"), nullptr);
+}
+
 TEST(OptimizerConfig, SchedulesAndUnknownClassesAreRefused) {
   Adam scheduled;
   scheduled.set_learning_rate_schedule(std::make_shared<ExponentialDecay>(0.1, 100, 0.5));

@@ -108,6 +108,28 @@ TEST_F(MemoryPlanTest, KnowsAccumulationAndBfloat16State) {
   expect_plan_within_a_tenth(zoo.cfg, data);
 }
 
+// bfloat16 master weights with Kahan compensation: the plan's optimizer state holds the compensation, 2 bytes a
+// weight beside Adam's float32 moments, and the plan still lands within a tenth of the measured peak.
+TEST_F(MemoryPlanTest, CountsTheKahanCompensation) {
+  train_test::SmallZoo zoo = train_test::small_zoo("mlp", "bfloat16", 96, 64);
+  zoo.cfg.hidden = {96, 96};
+  zoo.cfg.optimizer = "adam";
+  const int64_t weights = 64 * 96 + 96 + 96 * 96 + 96 + 96 * 3 + 3;
+  const MemoryPlan nearest = plan_run_memory(zoo.cfg, splits_of(zoo));
+  zoo.cfg.master_rounding = "kahan";
+  const MemoryPlan kahan = plan_run_memory(zoo.cfg, splits_of(zoo));
+  EXPECT_GE(kahan.optimizer_state_bytes - nearest.optimizer_state_bytes, 2 * weights);
+  EXPECT_LE(kahan.optimizer_state_bytes - nearest.optimizer_state_bytes, 2 * weights + 6 * 64);
+  EXPECT_EQ(kahan.weight_bytes, nearest.weight_bytes);
+  // The whole plan against the measured peak, at the sizes of the accumulation case above.
+  train_test::SmallZoo run = train_test::small_zoo("mlp", "bfloat16", 256, 256);
+  run.cfg.epochs = 1;
+  run.cfg.batch_size = 64;
+  run.cfg.validation_split = 0.25;
+  run.cfg.master_rounding = "kahan";
+  expect_plan_within_a_tenth(run.cfg, splits_of(run));
+}
+
 // A transformer past one attention tile (the tiled attention trains) with the fused loss, validated on windows of
 // its own: the validation batch's full attention is the larger part here, and the plan says so.
 TEST_F(MemoryPlanTest, PlansTheTransformerWithTiledAttentionAndItsValidationBatches) {

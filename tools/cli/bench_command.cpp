@@ -1,7 +1,7 @@
 // mixtrain bench: speed of mixtrain's own kernels and training step on this machine.
 //   bench gemm [--sizes 512,1024,2048] [--seconds S] [--json FILE] [--device cpu|cuda|cuda:N] [--float8]
 //   bench step --model mlp --hidden 4096,4096 --batch-size 256 --policy P [--steps N] [--json FILE] [--device D]
-//              [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic]
+//              [--accumulate N] [--optimizer-state float32|bfloat16] [--master-rounding nearest|stochastic|kahan]
 //   mpirun -np N mixtrain bench step ...: the same global batch on N ranks, with communication's share
 //   bench step --model transformer [--context T --width D --layers L --heads H --vocabulary V
 //              --attention tiled|full] --batch-size B --policy P [--steps N] [--json FILE]

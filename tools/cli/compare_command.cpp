@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "policy_entry.h"
 #include "mixtrain/core/file_checks.h"
 #include "mixtrain/precision/hardware_check.h"
 #include "mixtrain/report/comparison.h"
@@ -68,7 +69,7 @@ std::vector<double> recovery_reference(const std::vector<const RunResult*>& seed
 // compare's flags: the shared ones (run_options.h) but --policy, and its own.
 struct CompareOptions {
   RunOptions run;
-  std::vector<std::string> policies;  // --policies, in the order they are reported
+  std::vector<std::string> policies;  // --policies' entries (policy_entry.h), in the order they are reported
   int seeds = kDefaultBaselineSeeds;  // --baseline-seeds: the baseline's runs, for its seed-to-seed band
   std::string out_dir;                // --out
   bool memory_plan = false;           // --memory-plan: each policy's plan before its run, measured after
@@ -86,7 +87,7 @@ CompareOptions compare_options_from(const std::vector<std::string>& argv) {
   o.run = run_options_from(a, "compare");
   for (const std::string& p : o.policies) {
     RunConfig c = o.run.run;
-    c.policy = p;
+    apply_policy_entry(c, p);
     validate_run_config(c);
   }
   o.out_dir = a.has("out") ? a.path("out") : "out/compare";
@@ -134,8 +135,8 @@ CompareRuns run_policies(const CompareOptions& o, const RunConfig& base, const D
   std::vector<double> reference;
   for (size_t i : run_order) {
     RunConfig c = base;
-    c.policy = policies[i];
-    std::cout << "\n=== " << c.policy << (i == baseline && o.seeds > 1 ? " (seed " + std::to_string(c.seed) + ")" : "")
+    apply_policy_entry(c, policies[i]);
+    std::cout << "\n=== " << policies[i] << (i == baseline && o.seeds > 1 ? " (seed " + std::to_string(c.seed) + ")" : "")
               << " ===\n";
     resolve_batch_size(c, o.run, data);  // per policy: 16-bit activations leave room for a larger batch
     if (c.recover && i != baseline && policies[baseline] == "float32" &&

@@ -52,9 +52,15 @@ struct UpdateConstants {
   // float32 as ever, rounded once back (to nearest, or stochastically under stochastic_rounding). Other rules
   // keep float32 slots.
   bool bfloat16_state = false;
+  // Adam: Kahan compensation of bfloat16 master weights (AdamOptions::kahan_summation): a third slot, always
+  // bfloat16, holds each weight's rounding error. A bfloat16 group's update runs on w + c in float32 and stores
+  // w = round(w + c) and c = round((w + c) - w) (ops/shared/kahan_round.h), so updates below half an ulp add up
+  // exactly, not on average. Other dtypes' weights ignore the slot (it stays zero). Not with stochastic_rounding.
+  bool kahan_summation = false;
 };
 
-// The slots the rule reads, in the optimizer's slot_names() order: Adam m, v; SGD its momentum (when > 0);
+// The slots the rule reads, in the optimizer's slot_names() order: Adam m, v (and the compensation under
+// kahan_summation); SGD its momentum (when > 0);
 // RMSprop velocity, then momentum (when > 0), then the average gradient (when centered).
 int slot_count(const UpdateConstants& rule);
 
@@ -87,7 +93,8 @@ struct FusedUpdateStep {
 struct FusedUpdateGroup {
   Tensor values;               // float32, float16 or bfloat16
   Tensor grads;                // float32 or values' dtype
-  std::vector<Tensor> slots;   // float32 (bfloat16 under rule.bfloat16_state), slot_count(rule) of them
+  std::vector<Tensor> slots;   // float32 (bfloat16 under rule.bfloat16_state; Adam's compensation bfloat16 always),
+                               // slot_count(rule) of them
   std::vector<Tensor> copies;  // float16 / bfloat16 compute copies of float32 values (at most one per dtype)
   Tensor runs;                 // int64 (runs, 3): begin, count, class of each run of elements to update
   int64_t run_count = 0;       // rows of runs (known on the host, so the device's table is never read back)

@@ -29,6 +29,12 @@ struct AdamOptions {
   // With optimizer_state bfloat16 it rounds the moments stochastically too, each from its own stream.
   bool stochastic_rounding = false;
   uint64_t rounding_seed = 0;
+  // bfloat16 master weights, the other way: a Kahan compensation slot "kahan" (bfloat16, in the arena's flat
+  // buffers) holds what rounding each bfloat16 weight lost; the update runs on weight + compensation in float32 and
+  // splits the result back (ops/shared/kahan_round.h), so small updates add up exactly instead of on average. 2
+  // bytes more per weight; float32 variables ignore it. Not with stochastic_rounding; the moments (optimizer_state
+  // bfloat16) round to nearest under it. Only the arena update keeps it: apply() refuses it.
+  bool kahan_summation = false;
   // The dtype of the moments m and v: float32 (the default, bit for bit as before) or bfloat16, which halves the
   // optimizer state's memory and the bytes the update moves (docs/SCALING.md). The update widens them to float32,
   // runs the float32 rule and rounds them back once: to nearest, or stochastically under stochastic_rounding. Only
@@ -42,6 +48,9 @@ class Adam : public Optimizer {
 
   std::string name() const override { return "adam"; }
   DType state_dtype() const override { return options_.optimizer_state; }
+  DType slot_dtype(const std::string& slot) const override {
+    return slot == "kahan" ? DType::kBFloat16 : options_.optimizer_state;
+  }
   const AdamOptions& options() const { return options_; }
 
  protected:

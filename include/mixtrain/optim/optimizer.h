@@ -182,6 +182,13 @@ class Optimizer {
   // The dtype of the slots: float32, or bfloat16 for Adam's moments under AdamOptions::optimizer_state (kept in
   // the arena's flat buffers, so only apply_arena() updates them). state() and load_state() use it.
   virtual DType state_dtype() const { return DType::kFloat32; }
+  // The dtype of the slot named `slot` (state_dtype(), but Adam's Kahan compensation "kahan", always bfloat16).
+  virtual DType slot_dtype(const std::string& slot) const {
+    (void)slot;
+    return state_dtype();
+  }
+  // Whether this optimizer keeps a slot of that name per variable ("m"; "kahan" only under Kahan summation).
+  bool keeps_slot(const std::string& slot) const;
 
   // Everything needed to resume bit-identically: "iterations" (int32, shape (1,)), "learning_rate" (float32, (1,):
   // learning_rate(), the scheduled value when a schedule is set), and one tensor of state_dtype() per slot keyed
@@ -252,8 +259,10 @@ class Optimizer {
   // apply() refuses bfloat16 variables when the rule rounds them stochastically (the arena update alone draws
   // by element offset; see AdamOptions::stochastic_rounding).
   void refuse_stochastic_rounding(const std::vector<Var>& vars) const;
-  // apply() refuses 16-bit state: its update variable by variable reads float32 slots.
+  // apply() refuses 16-bit state and Kahan compensation: its update variable by variable reads float32 slots.
   void refuse_16bit_state() const;
+  // load_state() refuses moments without their Kahan compensation when this optimizer keeps one.
+  void check_kahan_slots(const std::map<std::string, Tensor>& slots) const;
 
   // The schedule's value at iterations_ (without reading a device counter back), checked to be finite and >= 0.
   float scheduled_rate() const { return scheduled_rate_at(iterations_); }

@@ -5,7 +5,8 @@
 // variables of one update class that receive this update (with the zero padding between them, which every rule
 // keeps at zero). Per block: the gradient widened and scaled by the clipping factor when needed, the rule's span
 // (update_spans.cpp, or the optimizer's own span rule), and the new values rounded into the group's dtype and into
-// each compute copy while the block is still in cache. 16-bit values are widened to float32 per block, updated
+// each compute copy while the block is still in cache (bfloat16 values with Adam's Kahan compensation: widened as
+// w + c and split back, kahan_round_span.h). 16-bit values are widened to float32 per block, updated
 // and rounded once, as the optimizer's update variable by variable does; Adam's bfloat16 moments likewise, inside
 // the rule's own pass (adam_bfloat16_state.h). Every step is element-wise, so the bits equal that update's whatever
 // the blocking, and the device kernels' (fused_update_reference.cpp).
@@ -18,6 +19,7 @@
 #include "cpu_backend.h"
 #include "adam_bfloat16_state.h"
 #include "fused_update_step.h"
+#include "kahan_round_span.h"
 #include "stochastic_round_span.h"
 
 namespace mixtrain::ops::cpu {
@@ -125,21 +127,32 @@ void run_rule(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule
     return;
   }
   s.slot_ptrs.clear();
-  for (char* slot : gp.slots) s.slot_ptrs.push_back(reinterpret_cast<float*>(slot) + it.begin);
+  // The rule's float32 slots (not Adam's bfloat16 compensation, which update_block reads).
+  const size_t rule_slots = rule.rule.kahan_summation ? 2 : gp.slots.size();
+  for (size_t k = 0; k < rule_slots; ++k) s.slot_ptrs.push_back(reinterpret_cast<float*>(gp.slots[k]) + it.begin);
   rule(w, g, s.slot_ptrs.data(), it.count, it.cls);
 }
 
 void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& rule, bool scaled, float scale,
                   Scratch& s) {
   const size_t es = dtype_size(gp.dtype);
+  // Adam's Kahan compensation of bfloat16 weights (slot 2, ops/shared/kahan_round.h).
+  uint16_t* compensation = rule.rule.kahan_summation && gp.dtype == DType::kBFloat16
+                               ? reinterpret_cast<uint16_t*>(gp.slots[2]) + it.begin
+                               : nullptr;
   const float* g = nullptr;
   float* w = nullptr;
   if (gp.dtype == DType::kFloat32) {
     w = reinterpret_cast<float*>(gp.values) + it.begin;
   } else {
-    // A float16 / bfloat16 variable: updated in float32, rounded once.
+    // A float16 / bfloat16 variable: updated in float32 (with its Kahan compensation added), rounded once.
     s.wide_w.resize(static_cast<size_t>(it.count));
-    convert_elements(gp.values + it.begin * es, gp.dtype, s.wide_w.data(), DType::kFloat32, it.count);
+    if (compensation != nullptr) {
+      widen_bfloat16_kahan(reinterpret_cast<const uint16_t*>(gp.values) + it.begin, compensation, s.wide_w.data(),
+                           it.count);
+    } else {
+      convert_elements(gp.values + it.begin * es, gp.dtype, s.wide_w.data(), DType::kFloat32, it.count);
+    }
     w = s.wide_w.data();
   }
   if (gp.grad_dtype == DType::kFloat32) {
@@ -157,7 +170,9 @@ void update_block(const WorkItem& it, const GroupPointers& gp, const BlockRule& 
     g = s.wide_g.data();
   }
   run_rule(it, gp, rule, w, g, s);
-  if (gp.dtype == DType::kBFloat16) {
+  if (compensation != nullptr) {
+    round_bfloat16_kahan(s.wide_w.data(), reinterpret_cast<uint16_t*>(gp.values) + it.begin, compensation, it.count);
+  } else if (gp.dtype == DType::kBFloat16) {
     round_into_bfloat16(s.wide_w.data(), gp.values, it, rule);
   } else if (gp.dtype != DType::kFloat32) {
     convert_elements(s.wide_w.data(), DType::kFloat32, gp.values + it.begin * es, gp.dtype, it.count);

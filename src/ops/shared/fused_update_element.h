@@ -9,6 +9,7 @@
 #include "adam_update.h"
 #include "float16_convert.h"
 #include "host_device.h"
+#include "kahan_round.h"
 #include "mixtrain/ops/fused_update.h"
 #include "stochastic_round.h"
 
@@ -87,11 +88,16 @@ MIXTRAIN_HOST_DEVICE inline void adam_element(const UpdateGroupPointers& p, int6
 // Element i of the fused pass, in the CPU pass's order (src/optim/optimizer_arena.cpp): the value widened to
 // float32; the gradient widened and, under global clipping (scaled), times factor; AdamW's decay when `decay`;
 // the rule's update (c: Adam's coefficients of this step, lr its learning rate); the value rounded once into its
-// dtype (store_rounded) and into each compute copy. Adam's moments are read and rounded in their dtype.
+// dtype (store_rounded), or split with its Kahan compensation (kahan_round.h), and into each compute copy. Adam's
+// moments are read and rounded in their dtype.
 MIXTRAIN_HOST_DEVICE inline void fused_update_element(const UpdateGroupPointers& p, int64_t i, const UpdateConstants& k,
                                                       const AdamCoefficients& c, float lr, bool scaled, float factor,
                                                       bool decay, int64_t counter) {
-  float w = load_as_float(p.values, p.value_code, i);
+  // Kahan compensation (k.kahan_summation) of a bfloat16 weight: the update runs on w + c, slot 2.
+  uint16_t* compensation =
+      k.kahan_summation && p.value_code == kCodeBFloat16 ? static_cast<uint16_t*>(p.slots[2]) : nullptr;
+  float w = compensation != nullptr ? kahan_widen(static_cast<const uint16_t*>(p.values)[i], compensation[i])
+                                    : load_as_float(p.values, p.value_code, i);
   float g = load_as_float(p.grads, p.grad_code, i);
   if (scaled) g = mul_rn(g, factor);
   switch (k.kind) {
@@ -110,7 +116,11 @@ MIXTRAIN_HOST_DEVICE inline void fused_update_element(const UpdateGroupPointers&
       break;
     }
   }
-  store_rounded(p.values, p.value_code, i, w, k, counter, 0);
+  if (compensation != nullptr) {
+    kahan_split(w, static_cast<uint16_t*>(p.values) + i, compensation + i);
+  } else {
+    store_rounded(p.values, p.value_code, i, w, k, counter, 0);
+  }
   for (int n = 0; n < p.copy_count; ++n) store_from_float(p.copies[n], p.copy_codes[n], i, w);
 }
 
