@@ -17,9 +17,10 @@ Tensor as_rows(const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim
 
 // What the backward pass reads: x's copy blocked down its columns (dW sums over rows) and the kernel's blocked along
 // its rows (dx sums over units); under the per-tensor recipes the forward operands themselves.
+// Kept as FP8 codes under the per-tensor recipes (Fp8SavedOperand), so the layer's input itself is not kept.
 struct SavedOperands {
-  Fp8Quantized x;  // (rows, in)
-  Fp8Quantized w;  // (in, units)
+  Fp8SavedOperand x;  // (rows, in)
+  Fp8SavedOperand w;  // (in, units)
 };
 
 void fp8_linear_backward(const Var& x, const Var& kernel, const Var& bias, const Var& out, const SavedOperands& s,
@@ -27,7 +28,8 @@ void fp8_linear_backward(const Var& x, const Var& kernel, const Var& bias, const
   const Tensor g = as_rows(out.grad());  // (rows, units)
   const Fp8Copies gq = scales.grad.quantize_copies(g);  // rows for dx (sums over units), columns for dW (over rows)
   if (x.requires_grad()) {
-    Tensor dx = ops::scaled_matmul(gq.rows.values, s.w.values, false, true, inverse_product(gq.rows.scale, s.w.scale),
+    const Fp8Quantized w = s.w.widened();
+    Tensor dx = ops::scaled_matmul(gq.rows.values, w.values, false, true, inverse_product(gq.rows.scale, w.scale),
                                    Tensor(), x.dtype());
     Var(x).accumulate_grad_owned(dx.reshape(x.shape()));
   }
@@ -35,8 +37,9 @@ void fp8_linear_backward(const Var& x, const Var& kernel, const Var& bias, const
     // The first gradient goes straight into the kernel's flat buffer where it has one (ParameterArena).
     Tensor into = kernel.fresh_gradient_destination(DType::kFloat32);
     if (into.defined() && !(into.is_contiguous() && into.shape() == kernel.shape())) into = Tensor();
-    Tensor dw = ops::scaled_matmul(s.x.values, gq.columns.values, true, false,
-                                   inverse_product(s.x.scale, gq.columns.scale), Tensor(), DType::kFloat32, into);
+    const Fp8Quantized xq = s.x.widened();
+    Tensor dw = ops::scaled_matmul(xq.values, gq.columns.values, true, false,
+                                   inverse_product(xq.scale, gq.columns.scale), Tensor(), DType::kFloat32, into);
     Var(kernel).accumulate_grad_owned(std::move(dw));
   }
   if (bias.defined() && bias.requires_grad()) Var(bias).accumulate_grad_owned(ops::reduce_sum(g, 0, false, DType::kFloat32));
@@ -56,7 +59,8 @@ Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shar
   // The forward product sums along x's rows and down the kernel's columns.
   const Fp8Copies xq = scales->input.quantize_copies(as_rows(x.value()));
   const Fp8Copies wq = scales->weight.quantize_copies(kernel.value());
-  SavedOperands s{xq.columns, wq.rows};
+  SavedOperands s;
+  if (rec) s = {scales->input.saved(xq.columns), scales->weight.saved(wq.rows)};
   std::vector<int64_t> dims = x.shape().dims();
   dims.back() = kernel.shape()[1];
   const Tensor y = ops::scaled_matmul(xq.rows.values, wq.columns.values, false, false,

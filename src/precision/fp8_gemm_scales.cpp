@@ -7,6 +7,7 @@
 #include "mixtrain/autograd/remat.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/fp8_gemm.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/mx_block_scaling.h"
 
 namespace mixtrain {
@@ -65,6 +66,16 @@ Fp8Copies Fp8TensorScale::quantize_copies(const Tensor& x) {
     return {{ops::mx_block_quantize(x, format_, false), 1.0f}, {ops::mx_block_quantize(x, format_, true), 1.0f}};
   Fp8Quantized q = quantize(x);
   return {q, q};
+}
+
+Fp8Quantized Fp8SavedOperand::widened() const {
+  return {data.dtype() == DType::kBFloat16 ? data : ops::cast(data, DType::kBFloat16), scale};
+}
+
+// The values are codes widened exactly, so the cast back to the format is exact too (no rounding, no overflow).
+Fp8SavedOperand Fp8TensorScale::saved(const Fp8Quantized& q) const {
+  if (recipe_ == Fp8Recipe::kBlock) return {q.values, q.scale};
+  return {ops::cast(q.values, format_), q.scale};
 }
 
 void Fp8TensorScale::update() {

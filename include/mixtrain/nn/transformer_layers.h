@@ -102,6 +102,7 @@ class LayerNormalization : public Layer {
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
   bool autocasts_variables() const override { return false; }
+  bool backward_reads_output() const override { return false; }  // layer_norm's backward reads x, mean, rstd
   float epsilon() const { return epsilon_; }
   const Var& gamma() const { return gamma_; }
   const Var& beta() const { return beta_; }

@@ -44,6 +44,16 @@ struct Fp8Copies {
   Fp8Quantized rows, columns;
 };
 
+// An operand kept for the backward pass. Under the per-tensor recipes its FP8 codes (the format's dtype, one byte an
+// element) and its scale, as Transformer Engine's Linear saves its cast input instead of the high-precision one;
+// under the block recipe the widened bfloat16 values (its E8M0 block scales are inside them).
+struct Fp8SavedOperand {
+  Tensor data;  // float8 codes, or bfloat16 values under the block recipe
+  float scale = 1.0f;
+  // The operand widened back to bfloat16: exactly the Fp8Quantized it was kept from (every code is a bfloat16 value).
+  Fp8Quantized widened() const;
+};
+
 // One tensor's scale under a recipe.
 class Fp8TensorScale {
  public:
@@ -55,6 +65,8 @@ class Fp8TensorScale {
   // x (rows, cols) quantized for both products that read it: under the block recipe one copy with blocks along the
   // rows and one with blocks down the columns, each from x (scale 1); otherwise quantize(x) twice over.
   Fp8Copies quantize_copies(const Tensor& x);
+  // What the backward pass keeps of q, a quantize() or quantize_copies() result of this tensor (Fp8SavedOperand).
+  Fp8SavedOperand saved(const Fp8Quantized& q) const;
   // Rolls the delayed history (nothing under current scaling).
   void update();
   DType format() const { return format_; }
