@@ -47,15 +47,15 @@ Fp8TensorScale::Fp8TensorScale(DType format, Fp8Recipe recipe, DelayedScalingOpt
 // Both formats saturate, as Transformer Engine casts: under delayed scaling a tensor that grew past its history's
 // amax would otherwise put infinities into an E5M2 gradient, and with no loss scaler to skip the update, into the
 // weights.
-Fp8Quantized Fp8TensorScale::quantize(const Tensor& x) {
+Fp8Quantized Fp8TensorScale::quantize(const Tensor& x, const Tensor& into) {
   MIXTRAIN_CHECK(recipe_ != Fp8Recipe::kBlock, "Fp8TensorScale::quantize: the block recipe quantizes a matrix along "
                                                "a reduction dimension (quantize_copies)");
   if (recipe_ == Fp8Recipe::kCurrent) {
     const float scale = scale_from_amax(ops::fp8_amax(x), float8_format_max(format_), delayed_.options().margin, 1.0f);
-    return {ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate).values, scale};
+    return {ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate, into).values, scale};
   }
   const float scale = delayed_.scale();
-  ops::Fp8Operand q = ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate);
+  ops::Fp8Operand q = ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate, into);
   // A recomputation (autograd/remat.h) casts the same tensor again: its amax is in the history already.
   if (!in_recomputation()) delayed_.record(q.amax);
   return {std::move(q.values), scale};
@@ -76,6 +76,17 @@ Fp8Quantized Fp8SavedOperand::widened() const {
 Fp8SavedOperand Fp8TensorScale::saved(const Fp8Quantized& q) const {
   if (recipe_ == Fp8Recipe::kBlock) return {q.values, q.scale};
   return {ops::cast(q.values, format_), q.scale};
+}
+
+Fp8Copies Fp8TensorScale::quantize_copies_over(Tensor& x) {
+  if (x.dtype() != DType::kBFloat16 || !x.is_contiguous()) return quantize_copies(x);
+  if (recipe_ == Fp8Recipe::kBlock) {
+    // The row-blocked copy first, while x still holds the high-precision values.
+    Fp8Quantized rows{ops::mx_block_quantize(x, format_, false), 1.0f};
+    return {rows, {ops::mx_block_quantize(x, format_, true, x), 1.0f}};
+  }
+  Fp8Quantized q = quantize(x, x);
+  return {q, q};
 }
 
 void Fp8TensorScale::update() {

@@ -61,10 +61,14 @@ class Fp8TensorScale {
   // x quantized with this tensor's scale (current: x's own amax; delayed: the history's scale, x's amax recorded),
   // saturating in both formats.
   // Refused under the block recipe, which needs to know the reduction dimension (quantize_copies).
-  Fp8Quantized quantize(const Tensor& x);
+  // `into` as for ops::fp8_quantize (x itself may be given).
+  Fp8Quantized quantize(const Tensor& x, const Tensor& into = Tensor());
   // x (rows, cols) quantized for both products that read it: under the block recipe one copy with blocks along the
   // rows and one with blocks down the columns, each from x (scale 1); otherwise quantize(x) twice over.
   Fp8Copies quantize_copies(const Tensor& x);
+  // The same for a bfloat16 x read by nothing else afterwards (a gradient being consumed): one copy is written over
+  // x, so the pass holds one tensor of x's size fewer (the values are those of quantize_copies).
+  Fp8Copies quantize_copies_over(Tensor& x);
   // What the backward pass keeps of q, a quantize() or quantize_copies() result of this tensor (Fp8SavedOperand).
   Fp8SavedOperand saved(const Fp8Quantized& q) const;
   // Rolls the delayed history (nothing under current scaling).
