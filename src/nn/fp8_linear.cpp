@@ -26,15 +26,35 @@ struct SavedOperands {
   Fp8SavedOperand w;  // (in, units)
 };
 
-// y (rows, units) = x_q w_q / (s_x s_w) + bias in out_dtype, and what backward keeps when `keep`.
+// Rows of x quantized at once: about 1 MiB of bfloat16 values, a multiple of 32 rows (so that the block recipe's
+// blocks down the columns are whole).
+int64_t row_step(int64_t in) { return std::max<int64_t>(32, (int64_t{1} << 19) / std::max<int64_t>(in, 1) / 32 * 32); }
+
+// y (rows, units) = x_q w_q / (s_x s_w) + bias in out_dtype, and what backward keeps when `keep`. x is quantized,
+// multiplied and let go a block of rows at a time, so no quantized copy of all of x is held (an evaluation batch
+// holds x and y, as under mixed_bfloat16); each row of y is the same product as in one GEMM.
 Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp8GemmScales& scales, DType out_dtype,
                    bool keep, SavedOperands& saved) {
   // The forward product sums along x's rows and down the kernel's columns.
-  const Fp8Copies xq = scales.input.quantize_copies(x_rows);
   const Fp8Copies wq = scales.weight.quantize_copies(w);
-  if (keep) saved = {scales.input.saved(xq.columns), scales.weight.saved(wq.rows)};
-  return ops::scaled_matmul(xq.rows.values, wq.columns.values, false, false,
-                            inverse_product(xq.rows.scale, wq.columns.scale), bias, out_dtype);
+  const int64_t rows = x_rows.dim(0), in = x_rows.dim(1);
+  const bool block = scales.input.recipe() == Fp8Recipe::kBlock;
+  const DType format = scales.input.format();
+  const float scale = block ? 1.0f : scales.input.scale_for(x_rows);
+  Tensor y = Tensor::empty({rows, w.dim(1)}, out_dtype, x_rows.device());
+  Tensor kept_x = keep ? Tensor::empty({rows, in}, block ? DType::kBFloat16 : format, x_rows.device()) : Tensor();
+  for (int64_t r0 = 0, step = row_step(in); r0 < rows; r0 += step) {
+    const int64_t r1 = std::min(rows, r0 + step);
+    const Tensor part = x_rows.slice(0, r0, r1);
+    const Fp8Quantized q = block ? Fp8Quantized{ops::mx_block_quantize(part, format, false), 1.0f}
+                                 : scales.input.quantize_at(part, scale);
+    ops::scaled_matmul(q.values, wq.columns.values, false, false, inverse_product(q.scale, wq.columns.scale), bias,
+                       out_dtype, y.slice(0, r0, r1));
+    // Kept: the codes (the values convert back exactly), or the block recipe's copy blocked down the columns.
+    if (keep) kept_x.slice(0, r0, r1).copy_from(block ? ops::mx_block_quantize(part, format, true) : q.values);
+  }
+  if (keep) saved = {Fp8SavedOperand{kept_x, scale}, scales.weight.saved(wq.rows)};
+  return y;
 }
 
 // dW (in, units) = x_q^T g_q / (s_x s_g) in float32 (into `into` when defined), a block of x's columns at a time:

@@ -48,16 +48,22 @@ Fp8TensorScale::Fp8TensorScale(DType format, Fp8Recipe recipe, DelayedScalingOpt
 // amax would otherwise put infinities into an E5M2 gradient, and with no loss scaler to skip the update, into the
 // weights.
 Fp8Quantized Fp8TensorScale::quantize(const Tensor& x, const Tensor& into) {
+  return quantize_at(x, scale_for(x), into);
+}
+
+float Fp8TensorScale::scale_for(const Tensor& x) const {
   MIXTRAIN_CHECK(recipe_ != Fp8Recipe::kBlock, "Fp8TensorScale::quantize: the block recipe quantizes a matrix along "
                                                "a reduction dimension (quantize_copies)");
-  if (recipe_ == Fp8Recipe::kCurrent) {
-    const float scale = scale_from_amax(ops::fp8_amax(x), float8_format_max(format_), delayed_.options().margin, 1.0f);
-    return {ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate, into).values, scale};
-  }
-  const float scale = delayed_.scale();
-  ops::Fp8Operand q = ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate, into);
+  if (recipe_ == Fp8Recipe::kCurrent)
+    return scale_from_amax(ops::fp8_amax(x), float8_format_max(format_), delayed_.options().margin, 1.0f);
+  return delayed_.scale();
+}
+
+Fp8Quantized Fp8TensorScale::quantize_at(const Tensor& part, float scale, const Tensor& into) {
+  MIXTRAIN_CHECK(recipe_ != Fp8Recipe::kBlock, "Fp8TensorScale::quantize_at: not under the block recipe");
+  ops::Fp8Operand q = ops::fp8_quantize(part, format_, scale, Float8Overflow::kSaturate, into);
   // A recomputation (autograd/remat.h) casts the same tensor again: its amax is in the history already.
-  if (!in_recomputation()) delayed_.record(q.amax);
+  if (recipe_ == Fp8Recipe::kDelayed && !in_recomputation()) delayed_.record(q.amax);
   return {std::move(q.values), scale};
 }
 

@@ -63,6 +63,11 @@ class Fp8TensorScale {
   // Refused under the block recipe, which needs to know the reduction dimension (quantize_copies).
   // `into` as for ops::fp8_quantize (x itself may be given).
   Fp8Quantized quantize(const Tensor& x, const Tensor& into = Tensor());
+  // The two halves of quantize(), for a tensor quantized a part at a time: the scale a cast of x uses now (current:
+  // x's own amax; delayed: the history's), and a part of x quantized at that scale (under delayed, its amax
+  // recorded: the step's slot keeps the largest). Refused under the block recipe.
+  float scale_for(const Tensor& x) const;
+  Fp8Quantized quantize_at(const Tensor& part, float scale, const Tensor& into = Tensor());
   // x (rows, cols) quantized for both products that read it: under the block recipe one copy with blocks along the
   // rows and one with blocks down the columns, each from x (scale 1); otherwise quantize(x) twice over.
   Fp8Copies quantize_copies(const Tensor& x);
