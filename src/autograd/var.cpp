@@ -29,6 +29,13 @@ void Var::set_value(Tensor value) {
   bump_version();
 }
 
+void Var::release_value() {
+  if (!impl_->value.defined()) return;
+  impl_->released_shape = impl_->value.shape();
+  impl_->released_dtype = impl_->value.dtype();
+  impl_->value = Tensor();
+}
+
 bool Var::value_rebound() const {
   return impl_->value_rebound && impl_->value.starts_with(impl_->rebound_to) &&
          impl_->value.dtype() == impl_->rebound_to.dtype();

@@ -13,6 +13,7 @@ float inverse_product(float a, float b) {
 
 // The quantized operand's values in float32 (exact: every float8 value is a float32 value).
 Tensor widened(const Fp8Quantized& q) { return ops::cast(q.values, DType::kFloat32); }
+Tensor widened(const Fp8SavedOperand& q) { return ops::cast(q.data, DType::kFloat32); }
 
 // t's copies for the products that read it, t viewed as (elements / last dimension, last dimension): blocks along
 // the last dimension (channels) in `rows`, down the leading ones in `columns`; each copy back in t's shape.
@@ -25,9 +26,10 @@ Fp8Copies quantize_copies(Fp8TensorScale& scale, const Tensor& t) {
 
 // The backward pass reads x's copy blocked down (N H W) (dkernel sums over positions) and the kernel's blocked along
 // cout (dx sums over output channels); under the per-tensor recipes the forward operands themselves.
+// Kept as FP8 codes under the per-tensor recipes (Fp8SavedOperand), so the layer's input itself is not kept.
 struct SavedOperands {
-  Fp8Quantized x;  // (N, H, W, cin), bfloat16 values
-  Fp8Quantized w;  // (kh, kw, cin, cout)
+  Fp8SavedOperand x;  // (N, H, W, cin)
+  Fp8SavedOperand w;  // (kh, kw, cin, cout)
 };
 
 void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const Var& out,
@@ -59,7 +61,8 @@ Var fp8_conv2d(const Var& x, const Var& kernel, const Var& bias, const ops::Conv
   // The forward product sums along x's channels and down the kernel's (kh kw cin) rows.
   const Fp8Copies xq = quantize_copies(scales->input, x.value());
   const Fp8Copies wq = quantize_copies(scales->weight, kernel.value());
-  SavedOperands s{xq.columns, wq.rows};
+  SavedOperands s;
+  if (rec) s = {scales->input.saved(xq.columns), scales->weight.saved(wq.rows)};
   Tensor y = ops::conv2d(widened(xq.rows), widened(wq.columns), Tensor(), options);  // float32 sums
   ops::scale_in_place(y, inverse_product(xq.rows.scale, wq.columns.scale));
   if (bias.defined()) y = ops::bias_add(y, bias.value());

@@ -1,5 +1,8 @@
 #include "mixtrain/nn/fp8_linear.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/fp8_gemm.h"
 #include "mixtrain/ops/reduce.h"
@@ -16,30 +19,99 @@ float inverse_product(float a, float b) {
 Tensor as_rows(const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim(-1)}); }
 
 // What the backward pass reads: x's copy blocked down its columns (dW sums over rows) and the kernel's blocked along
-// its rows (dx sums over units); under the per-tensor recipes the forward operands themselves.
+// its rows (dx sums over units); under the per-tensor recipes the forward operands themselves. Kept as FP8 codes
+// under the per-tensor recipes (Fp8SavedOperand), so the layer's input itself is not kept.
 struct SavedOperands {
-  Fp8Quantized x;  // (rows, in)
-  Fp8Quantized w;  // (in, units)
+  Fp8SavedOperand x;  // (rows, in)
+  Fp8SavedOperand w;  // (in, units)
 };
+
+// Rows of x quantized at once: about 1 MiB of bfloat16 values, a multiple of 32 rows (so that the block recipe's
+// blocks down the columns are whole).
+int64_t row_step(int64_t in) { return std::max<int64_t>(32, (int64_t{1} << 19) / std::max<int64_t>(in, 1) / 32 * 32); }
+
+// y (rows, units) = x_q w_q / (s_x s_w) + bias in out_dtype, and what backward keeps when `keep`. x is quantized,
+// multiplied and let go a block of rows at a time, so no quantized copy of all of x is held (an evaluation batch
+// holds x and y, as under mixed_bfloat16); each row of y is the same product as in one GEMM.
+Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp8GemmScales& scales, DType out_dtype,
+                   bool keep, SavedOperands& saved) {
+  // The forward product sums along x's rows and down the kernel's columns.
+  const Fp8Copies wq = scales.weight.quantize_copies(w);
+  const int64_t rows = x_rows.dim(0), in = x_rows.dim(1);
+  const bool block = scales.input.recipe() == Fp8Recipe::kBlock;
+  const DType format = scales.input.format();
+  const float scale = block ? 1.0f : scales.input.scale_for(x_rows);
+  Tensor y = Tensor::empty({rows, w.dim(1)}, out_dtype, x_rows.device());
+  Tensor kept_x = keep ? Tensor::empty({rows, in}, block ? DType::kBFloat16 : format, x_rows.device()) : Tensor();
+  for (int64_t r0 = 0, step = row_step(in); r0 < rows; r0 += step) {
+    const int64_t r1 = std::min(rows, r0 + step);
+    const Tensor part = x_rows.slice(0, r0, r1);
+    const Fp8Quantized q = block ? Fp8Quantized{ops::mx_block_quantize(part, format, false), 1.0f}
+                                 : scales.input.quantize_at(part, scale);
+    ops::scaled_matmul(q.values, wq.columns.values, false, false, inverse_product(q.scale, wq.columns.scale), bias,
+                       out_dtype, y.slice(0, r0, r1));
+    // Kept: the codes (the values convert back exactly), or the block recipe's copy blocked down the columns.
+    if (keep) kept_x.slice(0, r0, r1).copy_from(block ? ops::mx_block_quantize(part, format, true) : q.values);
+  }
+  if (keep) saved = {Fp8SavedOperand{kept_x, scale}, scales.weight.saved(wq.rows)};
+  return y;
+}
+
+// dW (in, units) = x_q^T g_q / (s_x s_g) in float32 (into `into` when defined), a block of x's columns at a time:
+// only one block of the saved codes is widened to bfloat16 at once, so the pass holds x's codes and about 256 KiB
+// more, not x again in bfloat16. Each element of dW is the same one product over all rows as in one GEMM.
+Tensor weight_gradient(const Fp8SavedOperand& x, const Fp8Quantized& g, const Tensor& into) {
+  const int64_t rows = x.data.dim(0), in = x.data.dim(1), units = g.values.dim(1);
+  Tensor dw = into.defined() ? into : Tensor::empty({in, units}, DType::kFloat32, g.values.device());
+  const int64_t step = std::clamp<int64_t>((int64_t{128} << 10) / std::max<int64_t>(rows, 1) / 32 * 32, 32, in);
+  const float alpha = inverse_product(x.scale, g.scale);
+  for (int64_t i0 = 0; i0 < in; i0 += step) {
+    const int64_t i1 = std::min(in, i0 + step);
+    const Fp8SavedOperand block{x.data.slice(1, i0, i1), x.scale};
+    ops::scaled_matmul(block.widened().values.contiguous(), g.values, true, false, alpha, Tensor(), DType::kFloat32,
+                       dw.slice(0, i0, i1));
+  }
+  return dw;
+}
+
+// The gradients of fp8_product from g (rows, units): dx = g_q w_q^T / (s_g s_w) in dx_dtype (when dx_dtype is set),
+// dW = x_q^T g_q / (s_x s_g) in float32 (into dw_into when defined, when need_dw).
+struct ProductGrads {
+  Tensor dx, dw;
+};
+// g is consumed: its quantized values are written over it.
+ProductGrads fp8_product_backward(Tensor g, const SavedOperands& s, Fp8GemmScales& scales,
+                                  std::optional<DType> dx_dtype, bool need_dw, const Tensor& dw_into) {
+  const Fp8Copies gq = scales.grad.quantize_copies_over(g);  // rows for dx (sums over units), columns for dW (rows)
+  ProductGrads r;
+  if (dx_dtype) {
+    const Fp8Quantized w = s.w.widened();
+    r.dx = ops::scaled_matmul(gq.rows.values, w.values, false, true, inverse_product(gq.rows.scale, w.scale),
+                              Tensor(), *dx_dtype);
+  }
+  if (need_dw) r.dw = weight_gradient(s.x, gq.columns, dw_into);
+  return r;
+}
 
 void fp8_linear_backward(const Var& x, const Var& kernel, const Var& bias, const Var& out, const SavedOperands& s,
                          Fp8GemmScales& scales) {
   const Tensor g = as_rows(out.grad());  // (rows, units)
-  const Fp8Copies gq = scales.grad.quantize_copies(g);  // rows for dx (sums over units), columns for dW (over rows)
-  if (x.requires_grad()) {
-    Tensor dx = ops::scaled_matmul(gq.rows.values, s.w.values, false, true, inverse_product(gq.rows.scale, s.w.scale),
-                                   Tensor(), x.dtype());
-    Var(x).accumulate_grad_owned(dx.reshape(x.shape()));
-  }
-  if (kernel.requires_grad()) {
-    // The first gradient goes straight into the kernel's flat buffer where it has one (ParameterArena).
-    Tensor into = kernel.fresh_gradient_destination(DType::kFloat32);
-    if (into.defined() && !(into.is_contiguous() && into.shape() == kernel.shape())) into = Tensor();
-    Tensor dw = ops::scaled_matmul(s.x.values, gq.columns.values, true, false,
-                                   inverse_product(s.x.scale, gq.columns.scale), Tensor(), DType::kFloat32, into);
-    Var(kernel).accumulate_grad_owned(std::move(dw));
-  }
+  // dbias: the column sums of the unquantized gradient (Transformer Engine's bgrad), before g is overwritten.
   if (bias.defined() && bias.requires_grad()) Var(bias).accumulate_grad_owned(ops::reduce_sum(g, 0, false, DType::kFloat32));
+  // The first gradient goes straight into the kernel's flat buffer where it has one (ParameterArena).
+  Tensor into = kernel.requires_grad() ? kernel.fresh_gradient_destination(DType::kFloat32) : Tensor();
+  if (into.defined() && !(into.is_contiguous() && into.shape() == kernel.shape())) into = Tensor();
+  ProductGrads r = fp8_product_backward(g, s, scales, x.requires_grad() ? std::optional(x.dtype()) : std::nullopt,
+                                        kernel.requires_grad(), into);
+  if (x.requires_grad()) Var(x).accumulate_grad_owned(r.dx.reshape(x.shape()));
+  if (kernel.requires_grad()) Var(kernel).accumulate_grad_owned(std::move(r.dw));
+}
+
+// x's shape with its last dimension `units`.
+Shape with_units(const Var& x, int64_t units) {
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.back() = units;
+  return Shape(dims);
 }
 }  // namespace
 
@@ -53,21 +125,61 @@ Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shar
                  "fp8_linear: x " << x.value().describe() << " and kernel " << kernel.value().describe()
                                   << " do not multiply");
   const bool rec = should_record({&x, &kernel, &bias});
-  // The forward product sums along x's rows and down the kernel's columns.
-  const Fp8Copies xq = scales->input.quantize_copies(as_rows(x.value()));
-  const Fp8Copies wq = scales->weight.quantize_copies(kernel.value());
-  SavedOperands s{xq.columns, wq.rows};
-  std::vector<int64_t> dims = x.shape().dims();
-  dims.back() = kernel.shape()[1];
-  const Tensor y = ops::scaled_matmul(xq.rows.values, wq.columns.values, false, false,
-                                      inverse_product(xq.rows.scale, wq.columns.scale),
-                                      bias.defined() ? bias.value() : Tensor(), x.dtype());
-  Var out(y.reshape(Shape(dims)), rec);
+  SavedOperands s;
+  const Tensor y = fp8_product(as_rows(x.value()), kernel.value(), bias.defined() ? bias.value() : Tensor(), *scales,
+                               x.dtype(), rec, s);
+  Var out(y.reshape(with_units(x, kernel.shape()[1])), rec);
   if (rec) {
     record_backward(out, [x, kernel, bias, out, s = std::move(s), scales]() {
       fp8_linear_backward(x, kernel, bias, out, s, *scales);
     });
   }
+  return out;
+}
+
+Var fp8_fused_projection(const Var& x, const std::vector<Var>& kernels, const std::vector<Var>& biases,
+                         const std::shared_ptr<Fp8GemmScales>& scales) {
+  MIXTRAIN_CHECK(!kernels.empty() && kernels.size() == biases.size() && x.value().rank() >= 2,
+                 "fp8_fused_projection: expected kernels with one bias each (or undefined) and x (..., in), got "
+                     << kernels.size() << " kernels, " << biases.size() << " biases and " << x.value().describe());
+  const int64_t in = x.shape()[-1];
+  std::vector<int64_t> widths;
+  int64_t total = 0;
+  for (const Var& k : kernels) {
+    MIXTRAIN_CHECK(k.dtype() == DType::kFloat32 && k.value().numel() % in == 0 && k.shape()[0] <= in,
+                   "fp8_fused_projection: kernel " << k.value().describe() << " does not read " << in << " features");
+    widths.push_back(k.value().numel() / in);
+    total += widths.back();
+  }
+  // The float32 kernels side by side in one (in, total) matrix (quantized as one tensor, as Transformer Engine's
+  // fused QKV weight), the biases in one float32 vector (a missing one is zero).
+  Tensor w = Tensor::empty({in, total}, DType::kFloat32, x.value().device());
+  Tensor b;
+  for (size_t i = 0, at = 0; i < kernels.size(); at += widths[i], ++i) {
+    w.slice(1, at, at + widths[i]).copy_from(kernels[i].value().reshape({in, widths[i]}));
+    if (!biases[i].defined()) continue;
+    if (!b.defined()) b = Tensor::zeros({total}, DType::kFloat32);
+    b.slice(0, at, at + widths[i]).copy_from(biases[i].value().reshape({widths[i]}));
+  }
+  bool rec = should_record({&x});
+  for (size_t i = 0; i < kernels.size(); ++i) rec = rec || should_record({&kernels[i], &biases[i]});
+  SavedOperands s;
+  const Tensor y = fp8_product(as_rows(x.value()), w, b, *scales, x.dtype(), rec, s);
+  Var out(y.reshape(with_units(x, total)), rec);
+  if (!rec) return out;
+  record_backward(out, [x, kernels, biases, widths, out, s = std::move(s), scales]() {
+    const Tensor g = as_rows(out.grad());  // (rows, total)
+    const Tensor db = ops::reduce_sum(g, 0, false, DType::kFloat32);  // the unquantized gradient's column sums
+    ProductGrads r = fp8_product_backward(g, s, *scales, x.requires_grad() ? std::optional(x.dtype()) : std::nullopt,
+                                          true, Tensor());
+    if (x.requires_grad()) Var(x).accumulate_grad_owned(r.dx.reshape(x.shape()));
+    for (size_t i = 0, at = 0; i < kernels.size(); at += widths[i], ++i) {
+      if (kernels[i].requires_grad())
+        Var(kernels[i]).accumulate_grad_owned(r.dw.slice(1, at, at + widths[i]).contiguous().reshape(kernels[i].shape()));
+      if (biases[i].defined() && biases[i].requires_grad())
+        Var(biases[i]).accumulate_grad(db.slice(0, at, at + widths[i]).reshape(biases[i].shape()));
+    }
+  });
   return out;
 }
 

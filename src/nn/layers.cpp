@@ -91,6 +91,14 @@ Var Dense::call_fp8(const Var& x, const Var& bias) {
 
 void Dense::on_optimizer_update() { fp8_.update(); }
 
+// Under a float8 policy the output comes from fp8_linear (whose backward reads no output) through an activation
+// that differentiates from its input (relu, gelu) or none; sigmoid, tanh and softmax differentiate from the output.
+bool Dense::backward_reads_output() const {
+  const ops::Activation a = activation_.elementwise;
+  return !dtype_policy().uses_float8() || activation_.softmax ||
+         !(a == ops::Activation::kLinear || a == ops::Activation::kRelu || a == ops::Activation::kGelu);
+}
+
 void Dense::check_extra_state(const LayerState& state) const {
   try {
     fp8_.check_state(dtype_policy(), state);

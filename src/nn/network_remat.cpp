@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "mixtrain/autograd/remat.h"
+#include "mixtrain/autograd/tape.h"
 #include "mixtrain/nn/network.h"
 
 namespace mixtrain {
@@ -44,20 +45,57 @@ void Network::plan_segments() {
   }
 }
 
+namespace {
+// Whether another live value of the call is the same Var (a layer that passed its input through).
+bool held_elsewhere(const Var& v, const SymbolicNode* node,
+                    const std::map<const SymbolicNode*, std::vector<Var>>& values) {
+  for (const auto& [other, vars] : values)
+    if (other != node)
+      for (const Var& w : vars)
+        if (w.defined() && w.same(v)) return true;
+  return false;
+}
+}  // namespace
+
 void Network::plan_releases() {
   // The last step reading each call's values; a graph output is read after every step.
   std::map<const SymbolicNode*, size_t> last_read;
+  readers_.clear();
   for (size_t i = 0; i < steps_.size(); ++i)
-    for (const SymbolicTensor& in : steps_[i].inputs) last_read[in.node()] = i;
+    for (const SymbolicTensor& in : steps_[i].inputs) {
+      last_read[in.node()] = i;
+      readers_[in.node()].push_back(steps_[i].node);
+    }
   for (const SymbolicTensor& out : graph_outputs_) last_read[out.node()] = steps_.size();
   released_after_.assign(steps_.size(), {});
   for (const auto& [node, step] : last_read)
     if (step < steps_.size()) released_after_[step].push_back(node);
 }
 
+bool Network::unread_in_backward(const SymbolicNode* node) const {
+  // Asked when the value is released, not planned: a layer's answer follows its policy (the recovery ladder's moves).
+  if (!node->layer || node->remat_segment != 0 || node->layer->backward_reads_output()) return false;
+  auto it = readers_.find(node);
+  if (it == readers_.end()) return false;
+  for (const SymbolicNode* reader : it->second)
+    if (!reader->layer || reader->remat_segment != 0 || reader->layer->backward_reads_inputs()) return false;
+  return true;
+}
+
 void Network::release_after(size_t step, Values& values) const {
   if (step >= released_after_.size()) return;
-  for (const SymbolicNode* node : released_after_[step]) values.erase(node);
+  // While recording, a value no backward pass reads is let go by its Var too (its closures keep the Var for its
+  // gradient only): a float8 Dense's input lives on as the FP8 codes the layer saved, not in the compute dtype.
+  const bool recording = grad_enabled() && !in_recomputation();
+  for (const SymbolicNode* node : released_after_[step]) {
+    auto it = values.find(node);
+    if (it == values.end()) continue;
+    if (recording && unread_in_backward(node)) {
+      for (Var& v : it->second)
+        if (v.defined() && !held_elsewhere(v, node, values)) v.release_value();
+    }
+    values.erase(it);
+  }
 }
 
 void Network::run_steps(size_t begin, size_t end, Values& values, const CallContext& ctx) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "mixtrain/autograd/tape.h"
+#include "mixtrain/nn/fp8_linear.h"
 #include "mixtrain/nn/generation_cache.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/ops/flash_attention.h"
@@ -201,9 +203,7 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
                  "MultiHeadAttention '" << name() << "' expects (batch, sequence, " << d << "), got "
                                         << x.value().describe());
   // (batch, T, 3 * heads * key_dim): q, k and v side by side, from one product.
-  Var qkv = fused_projection(x, {query_kernel_, key_kernel_, value_kernel_},
-                             {read_weight(query_kernel_), read_weight(key_kernel_), read_weight(value_kernel_)},
-                             {query_bias_, key_bias_, value_bias_});
+  Var qkv = project(x, {query_kernel_, key_kernel_, value_kernel_}, {query_bias_, key_bias_, value_bias_}, qkv_fp8_);
   if (options_.rotary) {
     // q and k (the first 2 * heads * key_dim columns) turn; v is copied. A cached step's rows follow the cached ones.
     const int64_t w = options_.num_heads * options_.key_dim;
@@ -212,16 +212,76 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
   }
   Tensor logits;
   Var a;  // (batch, T, heads * key_dim)
+  bool backward_reads_a = true;
   if (ctx.cache) {
     a = cached_attention(qkv, ctx);
   } else if (options_.flash_attention && ctx.training && !ctx.observer &&
              ops::flash_attention_preferred(qkv.value().device(), qkv.shape()[1])) {
-    a = packed_flash_attention(qkv, attention_options(ctx));
+    a = packed_flash_attention(qkv, attention_options(ctx));  // its backward reads its output
   } else {
     a = packed_self_attention(qkv, attention_options(ctx), ctx.observer ? &logits : nullptr);
+    backward_reads_a = false;  // it differentiates from the probabilities it keeps
     if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);
   }
-  return fused_projection(a, {output_kernel_}, {read_weight(output_kernel_)}, {output_bias_});
+  Var y = project(a, {output_kernel_}, {output_bias_}, output_fp8_);
+  // The output projection under a float8 policy keeps FP8 codes of a: a's own value is not needed any more.
+  if (dtype_policy().uses_float8() && !backward_reads_a && grad_enabled()) a.release_value();
+  return y;
+}
+
+Var MultiHeadAttention::project(const Var& x, const std::vector<Var>& kernels, const std::vector<Var>& biases,
+                                Fp8LayerScales& fp8) {
+  if (dtype_policy().uses_float8()) {
+    require_fp8_on_cpu("MultiHeadAttention '" + name() + "'", dtype_policy(), x.value());
+    std::vector<Var> float32_biases;
+    for (const Var& b : biases) float32_biases.push_back(b.defined() ? cast(b, DType::kFloat32) : b);
+    return fp8_fused_projection(x, kernels, float32_biases, fp8.for_policy(dtype_policy()));
+  }
+  std::vector<Tensor> computes;
+  for (const Var& k : kernels) computes.push_back(read_weight(k));
+  return fused_projection(x, kernels, computes, biases);
+}
+
+void MultiHeadAttention::on_optimizer_update() {
+  qkv_fp8_.update();
+  output_fp8_.update();
+}
+
+namespace {
+constexpr const char* kQkvState = "query_key_value/";
+constexpr const char* kOutputState = "attention_output/";
+
+// The entries of `state` under `prefix`, the prefix taken off.
+Fp8State entries_under(const Layer::LayerState& state, const std::string& prefix) {
+  Fp8State out;
+  for (const auto& [key, t] : state)
+    if (key.rfind(prefix, 0) == 0) out.emplace_back(key.substr(prefix.size()), t);
+  return out;
+}
+}  // namespace
+
+Layer::LayerState MultiHeadAttention::extra_state() const {
+  LayerState out;
+  for (auto [prefix, fp8] : {std::pair{kQkvState, &qkv_fp8_}, std::pair{kOutputState, &output_fp8_}})
+    for (auto& [key, t] : fp8->state(dtype_policy())) out.emplace_back(prefix + key, t);
+  return out;
+}
+
+void MultiHeadAttention::check_extra_state(const LayerState& state) const {
+  try {
+    for (const auto& [key, t] : state)
+      MIXTRAIN_CHECK(key.rfind(kQkvState, 0) == 0 || key.rfind(kOutputState, 0) == 0,
+                     "unknown layer state entry '" << key << "'");
+    qkv_fp8_.check_state(dtype_policy(), entries_under(state, kQkvState));
+    output_fp8_.check_state(dtype_policy(), entries_under(state, kOutputState));
+  } catch (const Error& e) {
+    MIXTRAIN_FAIL(kInvalidInput, "MultiHeadAttention '" << name() << "': " << e.message(), e.hint());
+  }
+}
+
+void MultiHeadAttention::load_extra_state(const LayerState& state) {
+  qkv_fp8_.load_state(dtype_policy(), entries_under(state, kQkvState));
+  output_fp8_.load_state(dtype_policy(), entries_under(state, kOutputState));
 }
 
 }  // namespace mixtrain

@@ -26,14 +26,28 @@ float fp8_amax(const Tensor& x) {
   return amax.item();
 }
 
-Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale, std::optional<Float8Overflow> overflow) {
+namespace {
+// `into` checked for a quantization of x, or a new bfloat16 tensor of x's shape.
+Tensor values_tensor(const char* op, const Tensor& x, const Tensor& into, const Device& device) {
+  if (!into.defined()) return Tensor::empty(x.shape(), DType::kBFloat16, device);
+  MIXTRAIN_CHECK(into.dtype() == DType::kBFloat16 && into.shape() == x.shape() && into.is_contiguous() &&
+                     into.device() == device && (!into.shares_storage(x) ||
+                      (into.starts_with(x) && x.is_contiguous() && x.dtype() == DType::kBFloat16)),
+                 op << ": the output must be a contiguous bfloat16 tensor of x's shape (or x itself), got "
+                    << into.describe() << " for x " << x.describe());
+  return into;
+}
+}  // namespace
+
+Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale, std::optional<Float8Overflow> overflow,
+                        const Tensor& into) {
   check_operand("fp8_quantize", x);
   MIXTRAIN_CHECK(format == DType::kFloat8E4M3FN || format == DType::kFloat8E5M2,
                  "fp8_quantize: the format must be float8_e4m3fn or float8_e5m2, got " << dtype_name(format));
   MIXTRAIN_CHECK(std::isfinite(scale) && scale > 0.0f,
                  "fp8_quantize: the scale must be finite and positive, got " << scale);
   const Device device = common_device("fp8_quantize", {&x});
-  Fp8Operand q{Tensor::empty(x.shape(), DType::kBFloat16, device), 0.0f};
+  Fp8Operand q{values_tensor("fp8_quantize", x, into, device), 0.0f};
   if (x.numel() == 0) return q;
   Tensor amax = amax_scalar(device);
   const Float8Overflow o = overflow.value_or(format == DType::kFloat8E5M2 ? Float8Overflow::kNonSaturating
@@ -43,13 +57,13 @@ Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale, std::optiona
   return q;
 }
 
-Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns) {
+Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns, const Tensor& into) {
   check_operand("mx_block_quantize", x);
   MIXTRAIN_CHECK(x.rank() == 2, "mx_block_quantize: expected a matrix, got " << x.describe());
   MIXTRAIN_CHECK(format == DType::kFloat8E4M3FN || format == DType::kFloat8E5M2,
                  "mx_block_quantize: the format must be float8_e4m3fn or float8_e5m2, got " << dtype_name(format));
   const Device device = common_device("mx_block_quantize", {&x});
-  Tensor values = Tensor::empty(x.shape(), DType::kBFloat16, device);
+  Tensor values = values_tensor("mx_block_quantize", x, into, device);
   if (x.numel() > 0) kernel_for<Op::mx_block_quantize>(device)(x.contiguous(), format, along_columns, values);
   return values;
 }

@@ -7,6 +7,7 @@
 #include "mixtrain/autograd/remat.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/ops/fp8_gemm.h"
+#include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/mx_block_scaling.h"
 
 namespace mixtrain {
@@ -46,17 +47,23 @@ Fp8TensorScale::Fp8TensorScale(DType format, Fp8Recipe recipe, DelayedScalingOpt
 // Both formats saturate, as Transformer Engine casts: under delayed scaling a tensor that grew past its history's
 // amax would otherwise put infinities into an E5M2 gradient, and with no loss scaler to skip the update, into the
 // weights.
-Fp8Quantized Fp8TensorScale::quantize(const Tensor& x) {
+Fp8Quantized Fp8TensorScale::quantize(const Tensor& x, const Tensor& into) {
+  return quantize_at(x, scale_for(x), into);
+}
+
+float Fp8TensorScale::scale_for(const Tensor& x) const {
   MIXTRAIN_CHECK(recipe_ != Fp8Recipe::kBlock, "Fp8TensorScale::quantize: the block recipe quantizes a matrix along "
                                                "a reduction dimension (quantize_copies)");
-  if (recipe_ == Fp8Recipe::kCurrent) {
-    const float scale = scale_from_amax(ops::fp8_amax(x), float8_format_max(format_), delayed_.options().margin, 1.0f);
-    return {ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate).values, scale};
-  }
-  const float scale = delayed_.scale();
-  ops::Fp8Operand q = ops::fp8_quantize(x, format_, scale, Float8Overflow::kSaturate);
+  if (recipe_ == Fp8Recipe::kCurrent)
+    return scale_from_amax(ops::fp8_amax(x), float8_format_max(format_), delayed_.options().margin, 1.0f);
+  return delayed_.scale();
+}
+
+Fp8Quantized Fp8TensorScale::quantize_at(const Tensor& part, float scale, const Tensor& into) {
+  MIXTRAIN_CHECK(recipe_ != Fp8Recipe::kBlock, "Fp8TensorScale::quantize_at: not under the block recipe");
+  ops::Fp8Operand q = ops::fp8_quantize(part, format_, scale, Float8Overflow::kSaturate, into);
   // A recomputation (autograd/remat.h) casts the same tensor again: its amax is in the history already.
-  if (!in_recomputation()) delayed_.record(q.amax);
+  if (recipe_ == Fp8Recipe::kDelayed && !in_recomputation()) delayed_.record(q.amax);
   return {std::move(q.values), scale};
 }
 
@@ -64,6 +71,27 @@ Fp8Copies Fp8TensorScale::quantize_copies(const Tensor& x) {
   if (recipe_ == Fp8Recipe::kBlock)
     return {{ops::mx_block_quantize(x, format_, false), 1.0f}, {ops::mx_block_quantize(x, format_, true), 1.0f}};
   Fp8Quantized q = quantize(x);
+  return {q, q};
+}
+
+Fp8Quantized Fp8SavedOperand::widened() const {
+  return {data.dtype() == DType::kBFloat16 ? data : ops::cast(data, DType::kBFloat16), scale};
+}
+
+// The values are codes widened exactly, so the cast back to the format is exact too (no rounding, no overflow).
+Fp8SavedOperand Fp8TensorScale::saved(const Fp8Quantized& q) const {
+  if (recipe_ == Fp8Recipe::kBlock) return {q.values, q.scale};
+  return {ops::cast(q.values, format_), q.scale};
+}
+
+Fp8Copies Fp8TensorScale::quantize_copies_over(Tensor& x) {
+  if (x.dtype() != DType::kBFloat16 || !x.is_contiguous()) return quantize_copies(x);
+  if (recipe_ == Fp8Recipe::kBlock) {
+    // The row-blocked copy first, while x still holds the high-precision values.
+    Fp8Quantized rows{ops::mx_block_quantize(x, format_, false), 1.0f};
+    return {rows, {ops::mx_block_quantize(x, format_, true, x), 1.0f}};
+  }
+  Fp8Quantized q = quantize(x, x);
   return {q, q};
 }
 

@@ -9,6 +9,7 @@
 #include "../ops/mx_block_reference.h"
 #include "fp8_reference.h"
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/nn/layers.h"
 
 namespace mixtrain {
@@ -199,6 +200,51 @@ TEST_F(Fp8DenseTest, BlockRecipeDiffersFromPerTensorScaling) {
     outs.push_back(d(x).value().to_floats());
   }
   EXPECT_NE(outs[0], outs[1]);
+}
+
+// What one Dense keeps for its backward pass, in allocator bytes: its output and the saved operands. Under the
+// per-tensor recipes x and the kernel as FP8 codes (1 byte an element), so the layer's bfloat16 input need not be
+// kept; under the block recipe their bfloat16 copies blocked for the backward products (2 bytes). The gradients
+// computed with x's value let go of equal, bit for bit, those of the same step that kept it.
+struct KeptStep {
+  int64_t held_bytes;
+  std::vector<float> dx, dw;
+};
+KeptStep step_keeping(Fp8Recipe recipe, bool release_input) {
+  set_fp8_recipe(recipe);
+  const int64_t m = 48, k = 96, n = 40;
+  Dense d(n, "gelu", dtype_arg("mixed_float8"));
+  Rng rng(5);
+  d.build({k}, rng);
+  Rng values(6);
+  std::vector<float> xv(m * k), cv(m * n);
+  for (float& v : xv) v = values.uniform(-4, 4);
+  for (float& c : cv) c = values.uniform(-1, 1);
+  Var x(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
+  const int64_t before = memory_stats().live_bytes;
+  Var y = d(x);
+  KeptStep r;
+  if (release_input) x.release_value();
+  // gelu keeps its input, the product's (m, n) bfloat16 output, beside its own output y.
+  r.held_bytes = memory_stats().live_bytes - before + (release_input ? m * k * 2 : 0);
+  EXPECT_TRUE(!release_input || !x.value().defined());
+  backward(sum(multiply(y, Var(Tensor::from_floats({m, n}, cv, DType::kBFloat16)))));
+  r.dx = x.grad().to_floats();
+  r.dw = d.kernel().grad().to_floats();
+  return r;
+}
+
+TEST_F(Fp8DenseTest, KeepsItsInputAndKernelAsFp8CodesForTheBackwardPass) {
+  const int64_t m = 48, k = 96, n = 40;
+  const int64_t outputs = 2 * (m * n * 2);  // the product's output (read by gelu) and y, bfloat16
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
+    const int64_t element = recipe == Fp8Recipe::kBlock ? 2 : 1;  // codes, or the block recipe's bfloat16 copies
+    const KeptStep kept = step_keeping(recipe, false), released = step_keeping(recipe, true);
+    EXPECT_EQ(released.held_bytes, outputs + (m * k + k * n) * element) << fp8_recipe_name(recipe);
+    EXPECT_EQ(kept.held_bytes, released.held_bytes) << fp8_recipe_name(recipe);
+    EXPECT_EQ(released.dx, kept.dx) << fp8_recipe_name(recipe);
+    EXPECT_EQ(released.dw, kept.dw) << fp8_recipe_name(recipe);
+  }
 }
 
 TEST_F(Fp8DenseTest, TheRecipeNamesParse) {

@@ -26,8 +26,12 @@ class Var {
   // storage (rebind_value) is written in place, so the Var stays a view of that storage.
   void set_value(Tensor value);
 
-  const Shape& shape() const { return impl_->value.shape(); }
-  DType dtype() const { return impl_->value.dtype(); }
+  const Shape& shape() const { return impl_->value.defined() ? impl_->value.shape() : impl_->released_shape; }
+  DType dtype() const { return impl_->value.defined() ? impl_->value.dtype() : impl_->released_dtype; }
+  // Lets go of the value's storage while the Var lives on for its gradient, keeping its shape and dtype: for a
+  // value no later step reads, forward or backward (nn::Network releases one whose producer and readers say their
+  // backward passes do not read it). value() is undefined afterwards.
+  void release_value();
   const std::string& name() const { return impl_->name; }
   void set_name(std::string name) { impl_->name = std::move(name); }
 
@@ -113,6 +117,8 @@ class Var {
   };
   struct Impl {
     Tensor value;
+    Shape released_shape;  // shape() and dtype() after release_value()
+    DType released_dtype = DType::kFloat32;
     Tensor grad;          // undefined, or grad_buffer once written, or an owned tensor
     Tensor grad_buffer;   // flat storage for the gradient, when attached
     Tensor rebound_to;    // the view given to rebind_value()

@@ -74,6 +74,7 @@ class Conv2D : public Layer {
   std::vector<Var> regularization_losses() const override;
   void on_optimizer_update() override { fp8_.update(); }
   bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
+  bool backward_reads_inputs() const override { return !dtype_policy().uses_float8(); }  // FP8 codes kept
   // The FP8 amax histories and scales under the delayed recipe (Fp8LayerScales::state).
   LayerState extra_state() const override { return fp8_.state(dtype_policy()); }
   void check_extra_state(const LayerState& state) const override;

@@ -6,10 +6,11 @@
 //   or undefined -> (..., units) in x's dtype.
 //   dx = (g_q kernel_q^T) / (s_g s_w), in x's dtype; dkernel = (x_q^T g_q) / (s_x s_g), float32; dbias = the
 //   column sums of the unquantized gradient, in float32.
-// The quantized operands are kept for the backward pass (as bfloat16). CPU only.
+// The quantized operands are kept for the backward pass as FP8 codes (the block recipe: as bfloat16). CPU only.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "mixtrain/autograd/var.h"
 #include "mixtrain/precision/fp8_gemm_scales.h"
@@ -17,6 +18,13 @@
 namespace mixtrain {
 
 Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shared_ptr<Fp8GemmScales>& scales);
+
+// autograd's fused_projection under a float8 policy (the attention projections): the float32 kernels (leading
+// dimensions multiplying to x's width) side by side as one (in, sum of widths) kernel, quantized as one tensor with
+// `scales`, one FP8 product as fp8_linear; the kernel and bias gradients split back into the variables' shapes.
+// biases[i] float32 or undefined.
+Var fp8_fused_projection(const Var& x, const std::vector<Var>& kernels, const std::vector<Var>& biases,
+                         const std::shared_ptr<Fp8GemmScales>& scales);
 
 // Throws the one clear error for a float8 policy on a device other than the CPU (its ops have CPU kernels only).
 void require_fp8_on_cpu(const std::string& layer, const DTypePolicy& policy, const Tensor& x);

@@ -232,6 +232,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // training step keeps such copies in its ParameterArena: true but for Dense under a float8 policy, which quantizes
   // its float32 kernel itself.
   virtual bool reads_compute_copies() const { return true; }
+  // Whether the backward pass of call() reads the values of the layer's inputs / of its output (true unless a layer
+  // says otherwise). A Network lets go of a value once no later step reads it when its producer and all its readers
+  // say no (Network::release_after): Dense under a float8 policy keeps its input as FP8 codes instead.
+  virtual bool backward_reads_inputs() const { return true; }
+  virtual bool backward_reads_output() const { return true; }
 
   const std::vector<Var>& weights() const { return weights_; }
   std::vector<Var> trainable_weights() const;

@@ -56,6 +56,8 @@ class Dense : public Layer {
   std::vector<Var> regularization_losses() const override;
   void on_optimizer_update() override;
   bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
+  bool backward_reads_inputs() const override { return !dtype_policy().uses_float8(); }
+  bool backward_reads_output() const override;
   // The FP8 amax histories and scales under the delayed recipe (Fp8LayerScales::state).
   LayerState extra_state() const override { return fp8_.state(dtype_policy()); }
   void check_extra_state(const LayerState& state) const override;

@@ -182,6 +182,10 @@ class Network {
   // holds only the values still to be read (what backward needs, the tape keeps): under NoGradGuard (evaluate,
   // predict) a deep graph's forward needs its live values, not every layer's output at once.
   std::vector<std::vector<const SymbolicNode*>> released_after_;
+  // The steps reading each call's values, and whether no backward pass reads them: the producer's and every
+  // reader's layer say so (Layer::backward_reads_output / backward_reads_inputs), none in a RematScope.
+  std::map<const SymbolicNode*, std::vector<const SymbolicNode*>> readers_;
+  bool unread_in_backward(const SymbolicNode* node) const;
   Rng training_call_rng_;
 };
 

@@ -13,6 +13,7 @@
 
 #include "mixtrain/autograd/transformer_functions.h"
 #include "mixtrain/nn/layer.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
 
 namespace mixtrain {
 
@@ -102,6 +103,7 @@ class LayerNormalization : public Layer {
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   // Its parameters stay float32 inside call (Keras: autocast=False), so the normalization runs in float32.
   bool autocasts_variables() const override { return false; }
+  bool backward_reads_output() const override { return false; }  // layer_norm's backward reads x, mean, rstd
   float epsilon() const { return epsilon_; }
   const Var& gamma() const { return gamma_; }
   const Var& beta() const { return beta_; }
@@ -226,12 +228,26 @@ class MultiHeadAttention : public Layer {
   // (T, D) -> (T, D).
   Shape compute_output_shape(const Shape& input_shape) const override;
   const MultiHeadAttentionOptions& options() const { return options_; }
+  // Under a float8 policy the two projections (q, k, v as one product, then the output's) are FP8 GEMMs with their
+  // own scales (nn/fp8_linear.h), keeping FP8 codes of their inputs; attention itself stays in the compute dtype.
+  void on_optimizer_update() override;
+  bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
+  bool backward_reads_inputs() const override { return !dtype_policy().uses_float8(); }
+  bool backward_reads_output() const override { return !dtype_policy().uses_float8(); }
+  // The delayed recipe's histories and scales of both projections, under "query_key_value/" and
+  // "attention_output/" (Fp8LayerScales::state).
+  LayerState extra_state() const override;
+  void check_extra_state(const LayerState& state) const override;
+  void load_extra_state(const LayerState& state) override;
 
  protected:
   void build_impl(const Shape& input_shape, Rng& rng) override;
   Var call(const Var& x, const CallContext& ctx) override;
 
  private:
+  // The projection (q k v, or the output's) of x: fused_projection, or its FP8 product under a float8 policy.
+  Var project(const Var& x, const std::vector<Var>& kernels, const std::vector<Var>& biases, Fp8LayerScales& fp8);
+
   // The attention of this call (scale, causal rule, dropout drawn from ctx in training).
   ops::AttentionOptions attention_options(const CallContext& ctx) const;
   // qkv (batch, n, 3 * heads * key_dim) of the new positions -> (batch, n, heads * key_dim) through the cache
@@ -240,6 +256,7 @@ class MultiHeadAttention : public Layer {
 
   MultiHeadAttentionOptions options_;
   Var query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
+  Fp8LayerScales qkv_fp8_, output_fp8_;
 };
 
 }  // namespace mixtrain

@@ -25,9 +25,10 @@ struct Fp8Operand {
 // (float8_e4m3fn or float8_e5m2) to nearest even, then widened to bfloat16. Overflow as `overflow` says, by default
 // the format's (E4M3 saturates to 448, E5M2 overflows to infinity, as core/float8.h and Tensor::to cast); kSaturate
 // is what the FP8 layers use for both formats, as Transformer Engine's casts (CUDA's __NV_SATFINITE). scale must be
-// finite and positive. The values read as x when divided by scale.
+// finite and positive. The values read as x when divided by scale. `into`, when defined (bfloat16, x's shape,
+// contiguous; x itself may be given), receives the values instead of a new tensor.
 Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale,
-                        std::optional<Float8Overflow> overflow = std::nullopt);
+                        std::optional<Float8Overflow> overflow = std::nullopt, const Tensor& into = Tensor());
 
 // x (rows, cols) (float32, float16 or bfloat16) in MXFP8, as precision/mx_block_scaling.h defines it: blocks of 32
 // consecutive elements along each row (along_columns false) or down each column, each with the scale 2^k, k the
@@ -36,8 +37,9 @@ Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale,
 // block scales applied as the codes widen: a GEMM of two such operands needs no scale in its epilogue. The widening
 // is exact while code * 2^k stays inside bfloat16's normal range (magnitudes 2^-126 to 2^128); a block's tiny
 // elements below it round (and a bfloat16 GEMM may read them as zero), an amax within 2^-3 of float32's largest can
-// round up to infinity. A block holding NaN or infinity reads back as NaN. Kept by the block recipe.
-Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns);
+// round up to infinity. A block holding NaN or infinity reads back as NaN. Kept by the block recipe. `into` as for
+// fp8_quantize (x itself may be given).
+Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns, const Tensor& into = Tensor());
 
 // c (m, n) = alpha * op(a) op(b) + bias, op transposing when trans_* is set: a (m, k) or (k, m), b (k, n) or (n, k),
 // both 2-D, contiguous, one floating dtype. Products accumulate in float32; alpha multiplies the float32

@@ -44,6 +44,16 @@ struct Fp8Copies {
   Fp8Quantized rows, columns;
 };
 
+// An operand kept for the backward pass. Under the per-tensor recipes its FP8 codes (the format's dtype, one byte an
+// element) and its scale, as Transformer Engine's Linear saves its cast input instead of the high-precision one;
+// under the block recipe the widened bfloat16 values (its E8M0 block scales are inside them).
+struct Fp8SavedOperand {
+  Tensor data;  // float8 codes, or bfloat16 values under the block recipe
+  float scale = 1.0f;
+  // The operand widened back to bfloat16: exactly the Fp8Quantized it was kept from (every code is a bfloat16 value).
+  Fp8Quantized widened() const;
+};
+
 // One tensor's scale under a recipe.
 class Fp8TensorScale {
  public:
@@ -51,10 +61,21 @@ class Fp8TensorScale {
   // x quantized with this tensor's scale (current: x's own amax; delayed: the history's scale, x's amax recorded),
   // saturating in both formats.
   // Refused under the block recipe, which needs to know the reduction dimension (quantize_copies).
-  Fp8Quantized quantize(const Tensor& x);
+  // `into` as for ops::fp8_quantize (x itself may be given).
+  Fp8Quantized quantize(const Tensor& x, const Tensor& into = Tensor());
+  // The two halves of quantize(), for a tensor quantized a part at a time: the scale a cast of x uses now (current:
+  // x's own amax; delayed: the history's), and a part of x quantized at that scale (under delayed, its amax
+  // recorded: the step's slot keeps the largest). Refused under the block recipe.
+  float scale_for(const Tensor& x) const;
+  Fp8Quantized quantize_at(const Tensor& part, float scale, const Tensor& into = Tensor());
   // x (rows, cols) quantized for both products that read it: under the block recipe one copy with blocks along the
   // rows and one with blocks down the columns, each from x (scale 1); otherwise quantize(x) twice over.
   Fp8Copies quantize_copies(const Tensor& x);
+  // The same for a bfloat16 x read by nothing else afterwards (a gradient being consumed): one copy is written over
+  // x, so the pass holds one tensor of x's size fewer (the values are those of quantize_copies).
+  Fp8Copies quantize_copies_over(Tensor& x);
+  // What the backward pass keeps of q, a quantize() or quantize_copies() result of this tensor (Fp8SavedOperand).
+  Fp8SavedOperand saved(const Fp8Quantized& q) const;
   // Rolls the delayed history (nothing under current scaling).
   void update();
   DType format() const { return format_; }
