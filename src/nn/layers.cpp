@@ -85,8 +85,8 @@ Var Dense::fused_crossentropy(const Var& x_in, const Tensor& labels, const Tenso
 
 Var Dense::call_fp8(const Var& x, const Var& bias) {
   require_fp8_on_cpu("Dense '" + name() + "'", dtype_policy(), x.value());
-  return after_product(activation(fp8_linear(x, fp8_product_kernel(), bias, fp8_.for_policy(dtype_policy())), activation_.elementwise),
-                       activation_);
+  const Var product = fp8_linear(x, fp8_product_kernel(), bias, fp8_.for_policy(dtype_policy()));
+  return after_product(activation(product, activation_.elementwise), activation_);
 }
 
 void Dense::on_optimizer_update() { fp8_.update(); }
@@ -106,7 +106,6 @@ void Dense::check_extra_state(const LayerState& state) const {
     MIXTRAIN_FAIL(kInvalidInput, "Dense '" << name() << "': " << e.message(), e.hint());
   }
 }
-
 
 Activation::Activation(std::string_view activation, DTypeArg dtype, const std::string& name)
     : Layer("activation", std::move(dtype), name), activation_(parse_layer_activation(activation)) {}
