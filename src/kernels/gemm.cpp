@@ -405,7 +405,8 @@ void gemm_blocked(const GemmBackend& be, const Problem& p, int max_threads = 0) 
 #pragma omp barrier
       }
       if (out_of_memory) continue;  // sharing: every thread sees it after the barrier, so none waits alone
-      SharedB team{{shared_b, shared_b + max_slots * nc}, ti, tm};
+      // The second buffer's address only when there is a shared buffer: an offset from a null pointer is undefined.
+      SharedB team{{shared_b, sharing ? shared_b + max_slots * nc : nullptr}, ti, tm};
       if (be.thread_begin) be.thread_begin();
       run_slab(be, p, s, nc, a_panels, keep_a, b_panels, partial, sharing ? &team : nullptr);
       if (streams_c(p)) _mm_sfence();  // non-temporal stores are weakly ordered: done before C is read elsewhere
