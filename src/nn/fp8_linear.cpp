@@ -54,7 +54,9 @@ Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shar
                                   << " do not multiply");
   const bool rec = should_record({&x, &kernel, &bias});
   // The forward product sums along x's rows and down the kernel's columns.
-  const Fp8Copies xq = scales->input.quantize_copies(as_rows(x.value()));
+  const Tensor x_rows = as_rows(x.value());
+  const Fp8Copies xq = scales->input.quantize_copies(x_rows);
+  record_input_cast(*scales, x_rows, xq.rows);
   const Fp8Copies wq = scales->weight.quantize_copies(kernel.value());
   SavedOperands s{xq.columns, wq.rows};
   std::vector<int64_t> dims = x.shape().dims();
