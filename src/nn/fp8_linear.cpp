@@ -41,6 +41,7 @@ Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp
   const bool block = scales.input.recipe() == Fp8Recipe::kBlock;
   const DType format = scales.input.format();
   const float scale = block ? 1.0f : scales.input.scale_for(x_rows);
+  record_input_cast(scales, x_rows, scale);  // for the recovery ladder's FP8 rung, when it guards the run
   Tensor y = Tensor::empty({rows, w.dim(1)}, out_dtype, x_rows.device());
   Tensor kept_x = keep ? Tensor::empty({rows, in}, block ? DType::kBFloat16 : format, x_rows.device()) : Tensor();
   for (int64_t r0 = 0, step = row_step(in); r0 < rows; r0 += step) {

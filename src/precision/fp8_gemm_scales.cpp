@@ -1,5 +1,6 @@
 #include "mixtrain/precision/fp8_gemm_scales.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -110,7 +111,30 @@ const std::shared_ptr<Fp8GemmScales>& Fp8LayerScales::for_policy(const DTypePoli
   if (!scales_ || scales_->input.format() != policy.float8_forward_format() ||
       scales_->grad.format() != policy.float8_backward_format())
     scales_ = std::make_shared<Fp8GemmScales>(policy, recipe_);
+  scales_->input_record = input_record_;
   return scales_;
+}
+
+Fp8CastRecord Fp8LayerScales::take_input_record() const {
+  Fp8CastRecord r = *input_record_;
+  *input_record_ = Fp8CastRecord{r.on};
+  return r;
+}
+
+void Fp8CastRecord::add(const Fp8CastStats& stats) {
+  saturated = std::max(saturated, stats.saturated_fraction());
+  flushed = std::max(flushed, stats.flushed_fraction());
+  ++casts;
+}
+
+void record_input_cast(const Fp8GemmScales& scales, const Tensor& x, float scale) {
+  if (!scales.input_record || !scales.input_record->on) return;
+  const std::vector<float> v = x.to_floats();  // (rows, cols); the FP8 layers run on the CPU
+  const int64_t n = static_cast<int64_t>(v.size()), cols = x.rank() > 0 ? x.dim(-1) : 1;
+  const DType format = scales.input.format();
+  scales.input_record->add(scales.input.recipe() == Fp8Recipe::kBlock
+                               ? mx_cast_stats(v.data(), cols > 0 ? n / cols : 0, cols, format, false)
+                               : fp8_cast_stats(v.data(), n, format, scale));
 }
 
 void Fp8GemmScales::update() {

@@ -1,14 +1,16 @@
 #include "mixtrain/train/mlp_outliers.h"
 
+#include <cmath>
+
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/multiply.h"
 
 namespace mixtrain {
 
-std::vector<float> MlpOutlierJump::factors(int64_t channels, bool inverse) {
+std::vector<float> MlpOutlierJump::factors(int64_t channels, bool inverse) const {
   std::vector<float> f(static_cast<size_t>(channels), 1.0f);
-  for (int64_t c = 0; c < channels; c += kMlpOutlierEvery)
-    f[static_cast<size_t>(c)] = inverse ? 1.0f / kMlpOutlierFactor : kMlpOutlierFactor;
+  const float factor = std::ldexp(1.0f, inverse ? -log2 : log2);
+  for (int64_t c = 0; c < channels; c += kMlpOutlierEvery) f[static_cast<size_t>(c)] = factor;
   return f;
 }
 
@@ -35,7 +37,7 @@ MlpOutliers::MlpOutliers(std::shared_ptr<MlpOutlierJump> jump, const std::string
 
 Var MlpOutliers::call(const Var& x, const CallContext&) {
   if (!jump_->active()) return x;
-  return multiply_along(x, MlpOutlierJump::factors(x.shape()[-1], /*inverse=*/false), -1);
+  return multiply_along(x, jump_->factors(x.shape()[-1], /*inverse=*/false), -1);
 }
 
 Layer::LayerState MlpOutliers::extra_state() const {
@@ -62,14 +64,14 @@ OutlierFoldedDense::OutlierFoldedDense(std::shared_ptr<MlpOutlierJump> jump, int
     : Dense(units, "linear", std::nullopt, true, name), jump_(std::move(jump)) {}
 
 Var OutlierFoldedDense::call(const Var& x, const CallContext& ctx) {
-  // A product that is not quantized reads the input as it was before the jump: dividing by 2^14 is exact.
+  // A product that is not quantized reads the input as it was before the jump: dividing by 2^log2 is exact.
   if (!jump_->active() || dtype_policy().uses_float8()) return Dense::call(x, ctx);
-  return Dense::call(multiply_along(x, MlpOutlierJump::factors(x.shape()[-1], /*inverse=*/true), -1), ctx);
+  return Dense::call(multiply_along(x, jump_->factors(x.shape()[-1], /*inverse=*/true), -1), ctx);
 }
 
 Var OutlierFoldedDense::fp8_product_kernel() {
   if (!jump_->active()) return Dense::fp8_product_kernel();
-  return multiply_along(kernel(), MlpOutlierJump::factors(kernel().shape()[0], /*inverse=*/true), 0);
+  return multiply_along(kernel(), jump_->factors(kernel().shape()[0], /*inverse=*/true), 0);
 }
 
 }  // namespace mixtrain

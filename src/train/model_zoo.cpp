@@ -132,6 +132,7 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.fused_loss = cfg.fused_loss;
   o.remat = cfg.remat == "blocks";
   o.mlp_outliers_from = cfg.mlp_outliers_from;
+  o.mlp_outliers_log2 = cfg.mlp_outliers_log2;
   return build_transformer_lm(o, cfg.seed);
 }
 

@@ -105,6 +105,21 @@ class NumericsObserver : public LayerObserver {
   const std::map<const Layer*, DTypePolicy>& float8_;
 };
 
+// Sets each float8 layer's recorded shares from its record of casts, and clears every record: the next climb judges
+// the casts after this one.
+void take_fp8_records(RecoveryTarget& model, std::vector<LayerNumerics>& stats) {
+  const auto& layers = model.network().layers();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Fp8LayerScales* s = layers[i]->fp8_layer_scales();
+    if (s == nullptr) continue;
+    const Fp8CastRecord r = s->take_input_record();
+    if (i < stats.size() && stats[i].float8) {
+      stats[i].fp8_recorded_saturated = r.saturated;
+      stats[i].fp8_recorded_flushed = r.flushed;
+    }
+  }
+}
+
 void merge_numerics(std::vector<LayerNumerics>& into, const std::vector<LayerNumerics>& from) {
   for (size_t i = 0; i < into.size() && i < from.size(); ++i) {
     into[i].inputs.merge(from[i].inputs);
@@ -185,11 +200,13 @@ std::vector<std::pair<std::string, std::string>> layers_to_blame(const std::vect
                     static_cast<long long>(l.lost_columns), static_cast<long long>(l.columns), l.worst_noise_ratio);
       why.push_back(buf);
     }
-    const double saturated = l.fp8_input.saturated_fraction(), flushed = l.fp8_input.flushed_fraction();
+    const double saturated = std::max(l.fp8_input.saturated_fraction(), l.fp8_recorded_saturated);
+    const double flushed = std::max(l.fp8_input.flushed_fraction(), l.fp8_recorded_flushed);
     if (l.float8 && (saturated >= kFp8SaturatedShare || flushed >= kFp8FlushedShare)) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "FP8 input saturates %.2g%%, flushes %.2g%% to zero", saturated * 100,
-                    flushed * 100);
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "FP8 input saturates %.2g%%, flushes %.2g%% to zero (%.2g%%, %.2g%% now)",
+                    saturated * 100, flushed * 100, l.fp8_input.saturated_fraction() * 100,
+                    l.fp8_input.flushed_fraction() * 100);
       why.push_back(buf);
     }
     if (!why.empty()) out.emplace_back(l.layer, join(why));
@@ -214,6 +231,9 @@ std::string recovery_timing_text(const RecoveryOptions& options) {
 RecoveryGuard::RecoveryGuard(RecoveryOptions options) : options_(options) {}
 
 void RecoveryGuard::snapshot(RecoveryTarget& model, const FitPosition& position) {
+  // The FP8 layers record their input casts for the FP8 rung from the first snapshot on (cheap to repeat).
+  for (auto& l : model.network().layers())
+    if (const Fp8LayerScales* s = l->fp8_layer_scales()) s->record_input_casts(true);
   // Only a good state is worth returning to.
   if (!all_finite(model.network())) return;
   last_.position = position;
@@ -342,6 +362,7 @@ bool RecoveryGuard::climb(RecoveryTarget& model, const std::function<std::pair<T
     std::vector<LayerNumerics> stats = measure_layer_numerics(model, batch().first);
     if (drift && last_bad_batch_.first.defined())
       merge_numerics(stats, measure_layer_numerics(model, last_bad_batch_.first));
+    take_fp8_records(model, stats);
     blamed = layers_to_blame(stats, /*precision=*/drift);
   }
   if (!blamed.empty()) {

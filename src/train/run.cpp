@@ -20,6 +20,7 @@
 #include "mixtrain/precision/fp8_gemm_scales.h"
 #include "mixtrain/precision/loss_scale_optimizer.h"
 #include "mixtrain/train/checkpoint.h"
+#include "mixtrain/train/mlp_outliers.h"
 #include "mixtrain/train/model_registry.h"
 #include "mixtrain/train/transformer_model.h"
 
@@ -100,6 +101,8 @@ void validate_run_config(const RunConfig& cfg) {
                  "--attention must be tiled or full, got '" << cfg.attention << "'");
   check_remat(cfg.remat);
   MIXTRAIN_CHECK(cfg.mlp_outliers_from >= -1, "--mlp-outliers must be a step >= 0, got " << cfg.mlp_outliers_from);
+  MIXTRAIN_CHECK(cfg.mlp_outliers_log2 >= 1 && cfg.mlp_outliers_log2 <= kMlpOutlierMaxLog2,
+                 "--mlp-outliers STEP:LOG2: LOG2 must be 1 to 24, got " << cfg.mlp_outliers_log2);
   MIXTRAIN_CHECK(cfg.mlp_outliers_from < 0 || (cfg.model == "transformer" && cfg.mlp == "gelu"),
                  "--mlp-outliers (a test switch) applies to --model transformer with --mlp gelu only");
   MIXTRAIN_CHECK(cfg.remat == "none" || cfg.model == "transformer" || cfg.model == "resnet",
@@ -449,6 +452,7 @@ std::string run_config_json(const RunConfig& cfg) {
   if (cfg.model == "transformer") j["fused_loss"] = cfg.fused_loss;
   if (cfg.remat != "none") j["remat"] = cfg.remat;
   if (cfg.mlp_outliers_from >= 0) j["mlp_outliers_from"] = cfg.mlp_outliers_from;
+  if (cfg.mlp_outliers_from >= 0) j["mlp_outliers_log2"] = cfg.mlp_outliers_log2;
   if (!cfg.vocabulary.empty()) {
     Json vocab = Json::array();
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
@@ -539,6 +543,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   cfg.fused_loss = fused && fused->as_bool();
   str("remat", cfg.remat);  // absent (a checkpoint from before the option): none
   num("mlp_outliers_from", cfg.mlp_outliers_from);  // absent: off
+  num("mlp_outliers_log2", cfg.mlp_outliers_log2);  // absent (saved before the power could be chosen): 14
   cfg.vocabulary = vocabulary_from_json(field("vocabulary"), source);
   str("tokenizer", cfg.tokenizer);
   std::string tokenizer_model;

@@ -25,10 +25,12 @@ run() {  # run NAME FLAGS...: trains, writes $tmp/NAME.json
 for p in float32 mixed_bfloat16; do
   run "$p" --policy "$p" --steps 8 --eval-every 8
   run "${p}_jump" --policy "$p" --steps 8 --eval-every 8 --mlp-outliers 3
-  python3 - "$tmp/$p.json" "$tmp/${p}_jump.json" <<'PY' || fail "$p: the switch changed the training"
+  run "${p}_jump20" --policy "$p" --steps 8 --eval-every 8 --mlp-outliers 3:20
+  python3 - "$tmp/$p.json" "$tmp/${p}_jump.json" "$tmp/${p}_jump20.json" <<'PY' || fail "$p: the switch changed the training"
 import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-assert a["step_loss"] == b["step_loss"] and a["epochs"][-1]["val_loss"] == b["epochs"][-1]["val_loss"], (a["step_loss"], b["step_loss"])
+a, *others = (json.load(open(p)) for p in sys.argv[1:])
+for b in others:
+    assert a["step_loss"] == b["step_loss"] and a["epochs"][-1]["val_loss"] == b["epochs"][-1]["val_loss"], (a["step_loss"], b["step_loss"])
 PY
 done
 # Under mixed_float8 the jump reaches the FP8 product; a run saved at update 6 and resumed jumps where the
@@ -82,4 +84,6 @@ expect_refusal() {  # expect_refusal PATTERN FLAGS...
 expect_refusal "applies to --model transformer only" --model mlp --data "$tmp/text.csv" --mlp-outliers 3
 expect_refusal "needs the Dense pair of --mlp gelu\|with --mlp gelu only" "${tiny[@]}" --mlp swiglu --mlp-outliers 3
 expect_refusal "must be a step >= 0" "${tiny[@]}" --mlp-outliers -1
+expect_refusal "LOG2 must be an integer from 1 to 24" "${tiny[@]}" --mlp-outliers 3:25
+expect_refusal "LOG2 must be an integer from 1 to 24" "${tiny[@]}" --mlp-outliers 3:x
 exit "$fails"

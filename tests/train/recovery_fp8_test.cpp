@@ -111,6 +111,48 @@ TEST_F(RecoveryFp8Test, TheFp8RungMovesTheLayerToBfloat16First) {
   EXPECT_EQ(changes.float32_layers, std::vector<std::string>{m->layers()[0]->name()});
 }
 
+// The FP8 rung judges a layer by its casts in training since the last climb, not only by the batch it measures: a
+// guarded model casts one batch around 2000 (a quarter of it saturates at the delayed recipe's first scale), then the
+// ladder climbs on a unit-scale batch that casts cleanly. The recorded share blames the layer and moves it to
+// mixed_bfloat16; without the record nothing would be blamed and the whole model would go to float32. A model the
+// ladder does not guard records nothing (the record costs a pass over the input).
+TEST_F(RecoveryFp8Test, TheFp8RungJudgesTheCastsSinceTheLastClimb) {
+  const Tensor hot = rows(64, 2000.0f, 1), calm = rows(64, 0.0f, 2);
+  auto forward = [](Model& m, const Tensor& x) {
+    NoGradGuard ng;
+    m.network().call(Var(x), CallContext{});
+  };
+  auto unguarded = model("mixed_float8", Fp8Recipe::kDelayed);
+  forward(*unguarded, hot);
+  EXPECT_EQ(unguarded->layers()[0]->fp8_layer_scales()->take_input_record().casts, 0);
+
+  auto m = model("mixed_float8", Fp8Recipe::kDelayed);
+  std::ostringstream log;
+  RecoveryOptions o;
+  o.log = &log;
+  o.max_consecutive_failures = 1;
+  RecoveryGuard g(o);
+  g.snapshot(*m, FitPosition{});
+  const std::vector<LayerNumerics> now = measure_layer_numerics(*m, calm);
+  ASSERT_EQ(now[0].fp8_input.saturated_fraction(), 0.0);
+  ASSERT_LT(now[0].fp8_input.flushed_fraction(), kFp8FlushedShare);
+  forward(*m, hot);
+  const Logs failed{{"loss", NAN}};
+  const auto batch = [&] { return std::make_pair(calm, Tensor()); };
+  g.after_step(*m, failed, batch, 1);  // rung 1: loss scaling on
+  g.after_step(*m, failed, batch, 2);
+  EXPECT_EQ(m->layers()[0]->dtype_policy().name(), "mixed_bfloat16") << log.str();
+  bool moved = false;
+  for (const RecoveryEvent& e : g.events()) {
+    EXPECT_NE(e.action, "model_to_float32") << log.str();
+    if (e.action != "layers_to_bfloat16") continue;
+    moved = true;
+    EXPECT_NE(e.reason.find("saturates 25%"), std::string::npos) << e.reason;
+  }
+  EXPECT_TRUE(moved) << log.str();
+  EXPECT_EQ(m->layers()[0]->fp8_layer_scales()->take_input_record().casts, 0) << "the climb takes the record";
+}
+
 // The hostile case at the layer level: a Dense under mixed_float8 casts three updates' worth of unit-scale
 // inputs, then 3 of its 64 input channels jump 10^4 times larger. Under the delayed recipe the jumped batch is cast
 // with the scale the history gave (448 / the old amax, about 4): the jumped channels saturate (3/64 of the input),

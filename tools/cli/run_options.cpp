@@ -1,10 +1,12 @@
 #include "run_options.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/core/error.h"
 #include "mixtrain/train/batch_size.h"
+#include "mixtrain/train/mlp_outliers.h"
 
 namespace mixtrain::cli {
 
@@ -80,6 +82,25 @@ void apply_subword_batch(RunOptions& o, const Args& a) {
   if (o.run.model != "transformer" || o.tokenizer.kind == TokenizerSpec::Kind::kChar || a.has("batch-size")) return;
   o.run.batch_size = std::max<int64_t>(1, kTransformerTokensPerStep / std::max<int64_t>(1, o.run.context_length));
 }
+
+// --mlp-outliers STEP[:LOG2] into cfg: the update the jump starts at and the factor's power of two.
+void mlp_outliers_from(const std::string& text, RunConfig& cfg) {
+  const size_t colon = text.find(':');
+  auto integer = [](const std::string& s, int64_t& out) {
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return !s.empty() && ec == std::errc() && ptr == s.data() + s.size();
+  };
+  int64_t step = 0, log2 = kMlpOutlierLog2;
+  MIXTRAIN_CHECK(integer(text.substr(0, colon), step) && step >= 0,
+                 "--mlp-outliers must be a step >= 0, optionally :LOG2, got '" << text << "'");
+  MIXTRAIN_CHECK(colon == std::string::npos ||
+                     (integer(text.substr(colon + 1), log2) && log2 >= 1 && log2 <= kMlpOutlierMaxLog2),
+                 "--mlp-outliers STEP:LOG2: LOG2 must be an integer from 1 to " << kMlpOutlierMaxLog2 << ", got '"
+                                                                                << text << "'");
+  cfg.mlp_outliers_from = step;
+  cfg.mlp_outliers_log2 = static_cast<int>(log2);
+}
+
 void apply_sequence_flags(RunOptions& o, const Args& a) {
   RunConfig& cfg = o.run;
   const bool transformer = cfg.model == "transformer";
@@ -123,10 +144,7 @@ void apply_sequence_flags(RunOptions& o, const Args& a) {
   cfg.fused_loss = a.on_off("fused-loss", cfg.fused_loss);
   cfg.remat = a.str("remat", cfg.remat);
   // A test and diagnostic switch (docs/FP8.md, "The hostile case"): a value below 0 is refused, not read as off.
-  if (a.has("mlp-outliers")) {
-    cfg.mlp_outliers_from = a.integer("mlp-outliers", 0);
-    MIXTRAIN_CHECK(cfg.mlp_outliers_from >= 0, "--mlp-outliers must be a step >= 0, got " << cfg.mlp_outliers_from);
-  }
+  if (a.has("mlp-outliers")) mlp_outliers_from(a.str("mlp-outliers", ""), cfg);
   if (!transformer)
     for (const char* f : {"context", "width", "layers", "heads", "attention-logit-multiplier", "norm", "mlp",
                           "positions", "attention", "fused-loss", "mlp-outliers"})

@@ -90,12 +90,28 @@ class Fp8TensorScale {
   DelayedScaling delayed_;
 };
 
+// The largest shares of a GEMM input's casts saturated and flushed to zero (fp8_cast_stats, as fp8_cast_view counts
+// them) since it was last taken, kept while `on`: the recovery ladder's FP8 rung judges a layer by the damage done on
+// the steps before the one it measures (a delayed scale saturates on the step after a jump only). Off by default: a
+// pass over the input per cast.
+struct Fp8CastRecord {
+  bool on = false;
+  double saturated = 0, flushed = 0;  // shares of the worst casts
+  int64_t casts = 0;
+  void add(const Fp8CastStats& stats);
+};
+
 // The three scales of a GEMM y = x w: input and weight in the forward format, gradient in the backward format.
 struct Fp8GemmScales {
   Fp8GemmScales(const DTypePolicy& policy, Fp8Recipe recipe);
   void update();  // once per optimizer update
   Fp8TensorScale input, weight, grad;
+  std::shared_ptr<Fp8CastRecord> input_record;  // the layer's (Fp8LayerScales), or none
 };
+
+// Adds to scales.input_record, when it is on, the statistics of x (rows, cols) cast at `scale` (under the block
+// recipe at each block's own scale along the rows, and `scale` is not read).
+void record_input_cast(const Fp8GemmScales& scales, const Tensor& x, float scale);
 
 // Named float32 tensors: the state a layer keeps besides its variables (Layer::extra_state, nn/layer.h).
 using Fp8State = std::vector<std::pair<std::string, Tensor>>;
@@ -104,8 +120,12 @@ using Fp8State = std::vector<std::pair<std::string, Tensor>>;
 // runs under a float8 policy (and made anew when its policy changes to other formats).
 class Fp8LayerScales {
  public:
-  Fp8LayerScales() : recipe_(fp8_recipe()) {}
+  Fp8LayerScales() : recipe_(fp8_recipe()), input_record_(std::make_shared<Fp8CastRecord>()) {}
   const std::shared_ptr<Fp8GemmScales>& for_policy(const DTypePolicy& policy);
+  // The record of the input's casts (Fp8CastRecord): switched on and taken (returned and cleared) by the recovery
+  // ladder, through the const view a layer gives of its scales; it observes the casts and changes none.
+  void record_input_casts(bool on) const { input_record_->on = on; }
+  Fp8CastRecord take_input_record() const;
   void update() {
     if (scales_) scales_->update();
   }
@@ -131,6 +151,7 @@ class Fp8LayerScales {
 
   Fp8Recipe recipe_;
   std::shared_ptr<Fp8GemmScales> scales_;
+  std::shared_ptr<Fp8CastRecord> input_record_;
 };
 
 // What a layer's cast of one tensor ("input", "weight" or "grad") under `policy` would do to `x` now (host float32,

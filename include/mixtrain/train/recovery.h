@@ -9,7 +9,8 @@
 //      A layer under a float8 policy moves to mixed_bfloat16 instead (the FP8 rung: its GEMM runs on bfloat16
 //      operands), and to float32 only when it is blamed again. Besides the checks above, such a layer is blamed
 //      when its GEMM input, cast at the scale its recipe would use now, saturates or flushes to zero past
-//      kFp8SaturatedShare or kFp8FlushedShare.
+//      kFp8SaturatedShare or kFp8FlushedShare, or did so in a cast of training since the last climb (the layers
+//      record the largest shares of their casts while the ladder guards them: Fp8CastRecord).
 //   3. Still failing, or no layer to blame: switch the whole model to float32, roll back, continue.
 //   In float32 and still failing: stop training (nothing more to try) and say so.
 // Every action is printed and recorded. A rollback restores the snapshot bit for bit, except that after rungs 2
@@ -112,6 +113,9 @@ struct LayerNumerics {
   // A layer under a float8 policy: its GEMM input cast as the layer would cast it now (fp8_cast_view).
   bool float8 = false;
   Fp8CastStats fp8_input;
+  // The largest shares of the input's casts in training since the last climb (Fp8CastRecord; set by the ladder, not
+  // by measure_layer_numerics): a delayed scale saturates on the step after a jump only, before any climb.
+  double fp8_recorded_saturated = 0, fp8_recorded_flushed = 0;
 };
 inline constexpr double kFp8SaturatedShare = 0.01;  // 1% of the input clamped to the format's largest value
 inline constexpr double kFp8FlushedShare = 0.25;    // a quarter of the non-zero input flushed to zero

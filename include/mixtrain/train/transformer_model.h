@@ -40,8 +40,10 @@ struct TransformerLMOptions {
   // in backward; the same gradients, bits included, in less memory and one more forward pass of the blocks.
   bool remat = false;
   // >= 0: the test-only hostile case of FP8 scaling (train/mlp_outliers.h): from this optimizer update on, a few of
-  // each block's MLP hidden channels are 2^14 times larger, the inverse folded into mlp_out. Needs mlp "gelu".
+  // each block's MLP hidden channels are 2^mlp_outliers_log2 times larger, the inverse folded into mlp_out. Needs mlp
+  // "gelu".
   int64_t mlp_outliers_from = -1;
+  int mlp_outliers_log2 = 14;
 };
 
 // Error naming the option and the accepted values unless norm, mlp and positions are ones build accepts.
