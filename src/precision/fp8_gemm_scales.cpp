@@ -85,6 +85,12 @@ const std::shared_ptr<Fp8GemmScales>& Fp8LayerScales::for_policy(const DTypePoli
   return scales_;
 }
 
+std::vector<DelayedScaling*> Fp8LayerScales::delayed_scalings(const DTypePolicy& policy) {
+  if (recipe_ != Fp8Recipe::kDelayed || !policy.uses_float8()) return {};
+  Fp8GemmScales& s = *for_policy(policy);
+  return {&s.input.delayed(), &s.weight.delayed(), &s.grad.delayed()};
+}
+
 void Fp8GemmScales::update() {
   input.update();
   weight.update();
