@@ -137,6 +137,12 @@ void record_input_cast(const Fp8GemmScales& scales, const Tensor& x, float scale
                                : fp8_cast_stats(v.data(), n, format, scale));
 }
 
+std::vector<DelayedScaling*> Fp8LayerScales::delayed_scalings(const DTypePolicy& policy) {
+  if (recipe_ != Fp8Recipe::kDelayed || !policy.uses_float8()) return {};
+  Fp8GemmScales& s = *for_policy(policy);
+  return {&s.input.delayed(), &s.weight.delayed(), &s.grad.delayed()};
+}
+
 void Fp8GemmScales::update() {
   input.update();
   weight.update();

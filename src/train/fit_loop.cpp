@@ -7,6 +7,7 @@
 #include "mixtrain/distributed/data_parallel.h"
 #include "mixtrain/distributed/zero.h"
 #include "mixtrain/ops/elementwise.h"
+#include "fp8_amax_reduce.h"
 #include "mixtrain/report/progress_bar.h"
 #include "model_detail.h"
 
@@ -217,6 +218,9 @@ void Model::FitLoop::end_epoch() {
     epoch_logs_.emplace_back("val_loss", v.loss);
     for (const auto& [name, value] : v.metrics) epoch_logs_.emplace_back("val_" + name, value);
   }
+  // The sharded validation recorded each rank's FP8 amaxes into the next update's slot, which an epoch-end
+  // checkpoint saves from rank 0: made the ranks' largest now (the next update's max-reduce then changes nothing).
+  if (comm_) all_reduce_fp8_amaxes(model_.layers(), *comm_);
   // Callbacks add their entries (the learning-rate callbacks: "learning_rate") before History records them.
   for (Callback* cb : callbacks_) cb->on_epoch_logs(pos_.epoch, epoch_logs_);
   history_.epoch.push_back(pos_.epoch);

@@ -1,6 +1,7 @@
 // Model's training step: train_step() and queue_step(), its form that leaves the logs where the step ran.
 #include <utility>
 
+#include "fp8_amax_reduce.h"
 #include "layer_bucket_observer.h"
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/distributed/data_parallel.h"
@@ -128,6 +129,8 @@ Model::QueuedStep Model::queue_step(const Tensor& x_in, const Tensor& y_in, Comm
     }
     apply_update(vars, grads, flat, record, queued);
   }
+  // Each rank recorded its shard's FP8 amaxes: the histories roll with the global batch's, the same on every rank.
+  if (shard.comm) all_reduce_fp8_amaxes(layers_, *shard.comm);
   for (const auto& l : layers_) l->on_optimizer_update();
   for (Var v : vars) v.zero_grad();
   queued.rows = shard.comm ? shard.global_rows : shard.rows;

@@ -81,6 +81,7 @@ class Fp8TensorScale {
   DType format() const { return format_; }
   Fp8Recipe recipe() const { return recipe_; }
   const DelayedScaling& delayed() const { return delayed_; }
+  DelayedScaling& delayed() { return delayed_; }
   // DelayedScaling::restore of the delayed history and scale (a checkpoint's).
   void restore(const std::vector<float>& history, float scale) { delayed_.restore(history, scale); }
 
@@ -131,6 +132,10 @@ class Fp8LayerScales {
   }
   const Fp8GemmScales* get() const { return scales_.get(); }
   Fp8Recipe recipe() const { return recipe_; }
+  // The delayed histories of the input, the weight and the gradient under `policy` (made as the first call would
+  // make them), whose current step's amax the ranks of a data-parallel step max-reduce before update(); empty
+  // unless the recipe is delayed and `policy` quantizes.
+  std::vector<DelayedScaling*> delayed_scalings(const DTypePolicy& policy);
 
   // What a resumed run needs under the delayed recipe, per quantized tensor (input, weight, grad):
   //   "fp8/<tensor>/amax_history"  F32 (history length,), oldest first, the current step's slot last

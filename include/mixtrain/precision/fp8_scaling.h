@@ -68,6 +68,10 @@ class DelayedScaling {
   void record(float amax);
   void update();
 
+  // The amax recorded in the current step so far (0 before any record; NaN once a NaN was recorded). Data
+  // parallelism records the largest over the ranks before update(), so every rank's history stays the same.
+  float step_amax() const { return ring_[static_cast<size_t>(current_)]; }
+
   float scale() const { return scale_; }            // starts at 1
   float scale_inverse() const { return 1.0f / scale_; }
   // The history, oldest first, the current step's slot last.
