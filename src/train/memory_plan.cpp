@@ -102,6 +102,30 @@ MemoryPlan plan_run_memory(const RunConfig& cfg, const DataSplits& data) {
                               validation_batch_rows(cfg, data), static_cast<int>(ranks));
 }
 
+void check_plan_within_budget(const MemoryPlan& plan, int64_t budget_bytes, const std::string& budget_name) {
+  if (plan.total_bytes() <= budget_bytes) return;
+  const std::pair<const char*, int64_t> parts[] = {
+      {"the weights", plan.weight_bytes},
+      {"the gradients", plan.gradient_bytes},
+      {"the optimizer state", plan.optimizer_state_bytes},
+      {"the compute copies and caches", plan.compute_copy_bytes},
+      {"one step's activations and workspace", plan.step_bytes},
+      {"one validation batch", plan.evaluation_bytes},
+  };
+  const auto largest = std::max_element(std::begin(parts), std::end(parts),
+                                        [](const auto& a, const auto& b) { return a.second < b.second; });
+  // MiB with a decimal, not format_bytes: 4,150 MiB against a 4 GiB budget must not read "4.1 GiB, more than 4.0 GiB".
+  char what[240];
+  std::snprintf(what, sizeof what,
+                "the memory plan needs %.1f MiB at %lld rows per step, more than the %s of %.1f MiB (the largest part: "
+                "%s, %.1f MiB)",
+                mib(plan.total_bytes()), static_cast<long long>(plan.batch_size), budget_name.c_str(), mib(budget_bytes),
+                largest->first, mib(largest->second));
+  MIXTRAIN_FAIL(kInvalidInput, what,
+                "--remat blocks, --optimizer-state bfloat16, --zero 1 on several ranks, a smaller --batch-size or a "
+                "smaller model need less");
+}
+
 std::string memory_plan_text(const MemoryPlan& plan) {
   const double total = std::max<double>(1.0, static_cast<double>(plan.total_bytes()));
   std::ostringstream out;

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "mixtrain/core/error.h"
 #include "mixtrain/train/run.h"
 #include "quiet_policy_test.h"
 #include "small_zoo.h"
@@ -156,6 +157,34 @@ TEST_F(MemoryPlanTest, TextAndJsonCarryEveryPartAndTheMeasurement) {
   EXPECT_EQ(j.at("optimizer_state_bytes").as_int64(), plan.optimizer_state_bytes);
   EXPECT_EQ(j.at("measured_peak_bytes").as_int64(), 1234);
   EXPECT_EQ(j.at("probes").as_array().size(), 2u);
+}
+
+// The budget check against a plan written out part by part (not measured): the total is the state plus the larger
+// of a step and a validation batch, so the refusal must count the validation batch here, not the step.
+TEST(MemoryPlanBudget, RefusesAPlanOverTheBudgetNamingItsTotalAndLargestPart) {
+  MemoryPlan plan;
+  plan.batch_size = 16;
+  plan.weight_bytes = 3 << 20;
+  plan.gradient_bytes = 3 << 20;
+  plan.optimizer_state_bytes = 6 << 20;
+  plan.step_bytes = 10 << 20;
+  plan.evaluation_bytes = 20 << 20;  // the peak's part: 32 MiB in all
+  const int64_t total = int64_t{32} << 20;
+  ASSERT_EQ(plan.total_bytes(), total);
+  EXPECT_NO_THROW(check_plan_within_budget(plan, total, "--memory-budget"));
+  EXPECT_NO_THROW(check_plan_within_budget(plan, total * 2, "--memory-budget"));
+  EXPECT_THROW(check_plan_within_budget(plan, total - 1, "--memory-budget"), Error);
+  try {
+    check_plan_within_budget(plan, int64_t{31} << 20, "--memory-budget");
+    FAIL() << "a plan 1 MiB over the budget passed";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(what.find("needs 32.0 MiB at 16 rows per step, more than the --memory-budget of 31.0 MiB"),
+              std::string::npos) << what;
+    EXPECT_NE(what.find("one validation batch, 20.0 MiB"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "commands.h"
 #include "mixtrain/distributed/data_parallel.h"
@@ -260,13 +261,14 @@ struct StepOptions {
   int64_t vocabulary = 0;   // --vocabulary: the transformer's (0 for the other models)
   std::string json_path;    // --json
   bool memory_plan = false; // --memory-plan: the plan before the steps, the measurement beside it after
+  std::optional<int64_t> memory_budget;  // --memory-budget (with --memory-plan): a plan over it is refused
 };
 constexpr int64_t kWarmupSteps = 2;  // untimed: optimizer slots, caches
 
 StepOptions step_options_from(const std::vector<std::string>& argv) {
   Args a(argv, {"model", "hidden", "batch-size", "policy", "steps", "json", "optimizer", "seed", "context", "width",
                 "layers", "heads", "vocabulary", "device", "accumulate", "master-rounding", "fp8-recipe",
-                "optimizer-state", "attention", "fused-loss", "zero", "remat", "grad-comm"},
+                "optimizer-state", "attention", "fused-loss", "zero", "remat", "grad-comm", "memory-budget"},
          {"memory-plan"});
   StepOptions o;
   RunConfig& cfg = o.run;
@@ -319,6 +321,10 @@ StepOptions step_options_from(const std::vector<std::string>& argv) {
   validate_run_config(cfg);
   o.json_path = a.path("json");
   o.memory_plan = a.has("memory-plan");
+  if (a.has("memory-budget")) {
+    MIXTRAIN_CHECK(o.memory_plan, "--memory-budget needs --memory-plan (bench step refuses a run whose plan exceeds it)");
+    o.memory_budget = parse_memory_size(a.str("memory-budget", ""), "--memory-budget");
+  }
   return o;
 }
 
@@ -512,6 +518,7 @@ int bench_step(const std::vector<std::string>& argv) {
   if (o.memory_plan) {
     plan = step_memory_plan(o, data_parallel_job_on(o.run.device));
     if (writes_outputs()) std::printf("%s", memory_plan_text(*plan).c_str());
+    if (o.memory_budget) check_plan_within_budget(*plan, *o.memory_budget, "--memory-budget");
   }
   std::unique_ptr<Model> model = build_step_model(o);
   int64_t weights = 0;

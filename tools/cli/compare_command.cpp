@@ -146,6 +146,8 @@ CompareRuns run_policies(const CompareOptions& o, const RunConfig& base, const D
     if (o.memory_plan) {
       runs.plans[i] = plan_run_memory(c, data);
       std::cout << memory_plan_text(*runs.plans[i]);
+      if (o.run.memory_budget && !o.run.batch_size_auto)
+        check_plan_within_budget(*runs.plans[i], *o.run.memory_budget, "--memory-budget");
     }
     runs.results[i] = run_training(c, data, &std::cout, stdout_is_terminal());
     print_run_summary(runs.results[i], loss_unit(c));

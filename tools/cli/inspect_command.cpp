@@ -64,6 +64,7 @@ int inspect_command(const std::vector<std::string>& argv) {
   if (a.has("memory-plan")) {
     plan = plan_run_memory(cfg, data);
     std::cout << memory_plan_text(*plan) << "\n";
+    if (o.memory_budget && !o.batch_size_auto) check_plan_within_budget(*plan, *o.memory_budget, "--memory-budget");
   }
 
   auto model = build_model(cfg, data.train.num_features(), data.train.num_classes, data.train.sample_shape);

@@ -49,13 +49,16 @@ CsvOptions csv_options_from(const Args& a, const std::string& spec) {
   return o;
 }
 
-// --batch-size B|auto and --memory-budget SIZE (only with auto).
+// --batch-size B|auto and --memory-budget SIZE: with auto the budget of the batch search; with --memory-plan the
+// budget the plan must fit (a run whose plan exceeds it is refused); alone it would do nothing, so it is refused.
 void parse_batch_size(RunOptions& o, const Args& a) {
   o.batch_size_auto = a.str("batch-size", "") == "auto";
   // "auto" is resolved once the data set is known (resolve_batch_size).
   if (!o.batch_size_auto) o.run.batch_size = a.integer("batch-size", o.run.batch_size);
   if (a.has("memory-budget")) {
-    MIXTRAIN_CHECK(o.batch_size_auto, "--memory-budget needs --batch-size auto");
+    MIXTRAIN_CHECK(o.batch_size_auto || a.has("memory-plan"),
+                   "--memory-budget needs --batch-size auto (the largest batch within it) or --memory-plan (a run "
+                   "whose plan exceeds it is refused)");
     o.memory_budget = parse_memory_size(a.str("memory-budget", ""), "--memory-budget");
   }
 }

@@ -27,7 +27,7 @@ struct RunOptions {
   TokenizerSpec tokenizer;                 // --tokenizer char|bpe:N|unigram:N|FILE.model (text data only)
   // --batch-size auto: run.batch_size is resolved once the data set is known (resolve_batch_size), per policy.
   bool batch_size_auto = false;
-  std::optional<int64_t> memory_budget;    // --memory-budget in bytes (only with batch_size_auto)
+  std::optional<int64_t> memory_budget;    // --memory-budget in bytes (with batch_size_auto or --memory-plan)
   std::optional<Normalization> normalize;  // --normalize; unset: standard for CSV data, none otherwise
   CsvOptions csv;                          // --csv-header, --label-column (CSV data only)
   bool epochs_given = false;               // --epochs was given (inspect then trains first)

@@ -339,6 +339,18 @@ void print_run_summary(const RunResult& r, const char* unit) {
   }
 }
 
+// --memory-plan: before training, where memory will go, for this rank's share of the batch. With --memory-budget
+// and a batch given, a plan over the budget is refused before the model is built (with auto, the budget was the
+// batch search's, which the plan's batch already fits).
+std::optional<MemoryPlan> plan_memory(const Args& a, const RunOptions& o, const RunConfig& cfg, const DataSplits& data,
+                                      bool writer) {
+  if (!a.has("memory-plan")) return std::nullopt;
+  MemoryPlan plan = plan_run_memory(cfg, data);
+  if (writer) std::cout << memory_plan_text(plan) << std::flush;
+  if (o.memory_budget && !o.batch_size_auto) check_plan_within_budget(plan, *o.memory_budget, "--memory-budget");
+  return plan;
+}
+
 int train_command(const std::vector<std::string>& argv) {
   std::set<std::string> flags = run_flags();
   flags.insert({"json", "save", "save-every", "resume", "device"});
@@ -388,12 +400,7 @@ int train_command(const std::vector<std::string>& argv) {
   std::cout << resolve_default_steps(cfg, o, data);  // what a subword model's default steps are
   resolve_batch_size(cfg, o, data);
   if (o.batch_size_auto) check_global_batch(cfg, job);
-  // Before training: where memory will go, for this rank's share of the batch.
-  std::optional<MemoryPlan> plan;
-  if (a.has("memory-plan")) {
-    plan = plan_run_memory(cfg, data);
-    if (writer) std::cout << memory_plan_text(*plan) << std::flush;
-  }
+  const std::optional<MemoryPlan> plan = plan_memory(a, o, cfg, data, writer);
   RunResult r = run_training(cfg, data, &std::cout, stdout_is_terminal());
   if (r.interrupted) return report_interrupted(cfg, r, stop.reason());
   print_run_summary(r, loss_unit(cfg));

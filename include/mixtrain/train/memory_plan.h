@@ -58,6 +58,12 @@ MemoryPlan plan_run_memory(const RunConfig& cfg, const DataSplits& data);
 // text of a language model, or the rows split off for validation, in batches of max(batch, 256) (fit_loop.cpp).
 int64_t validation_batch_rows(const RunConfig& cfg, const DataSplits& data);
 
+// Refuses a run whose plan exceeds budget_bytes (Error, kInvalidInput: exit status 2 in the CLI) in one line naming
+// the plan's total, the budget (as `budget_name` calls it, e.g. "--memory-budget") and the plan's largest part; a
+// plan within the budget passes. The plan is the run's peak within a few percent (docs/SCALING.md), so a run it
+// passes trains within the budget, and one it refuses is refused before its model is built.
+void check_plan_within_budget(const MemoryPlan& plan, int64_t budget_bytes, const std::string& budget_name);
+
 // The plan as lines of text for the log: one per part, with MiB and its share of the total.
 std::string memory_plan_text(const MemoryPlan& plan);
 // One line setting a run's measured peak (the model's bytes and fit()'s peak above them) beside the plan.
