@@ -2,8 +2,8 @@
 # --memory-plan end to end: `train` on a slice of Moby Dick (a transformer past one attention tile, so the tiled
 # attention trains and the full one evaluates) and on Fashion-MNIST's MLP, and `bench step`, each print the plan
 # before the steps and the measured peak beside it after; --json carries both; the plan is within 10% of the
-# measurement; `inspect` prints the plan `train` makes for the same flags. A switch takes no value. About half a
-# minute on 2 idle cores.
+# measurement; `inspect` prints the plan `train` makes for the same flags; `compare` gives each --policies entry its
+# own optimizer settings (its plan shows them). A switch takes no value. About half a minute on 2 idle cores.
 set -u
 bin="$1"
 . "$(dirname "$0")/lib.sh"
@@ -62,6 +62,25 @@ echo "== bench step"
   --json "$tmp/b.json" > "$tmp/b.out" || fail "bench step exited $?"
 grep -q "^memory: measured peak" "$tmp/b.out" || fail "bench step's measurement is missing: $(cat "$tmp/b.out")"
 check_json "$tmp/b.json" || fail "bench step's JSON"
+
+echo "== compare: a --policies entry's own optimizer settings reach its run, and only its run"
+# Each policy's plan is printed before its run, in order. Adam's moments are 8 bytes a weight in float32, 4 in
+# bfloat16 (half); Kahan's compensation adds 2 bytes a weight over the whole arena (5/4). MiB to one decimal: 0.1.
+"$bin" compare --model transformer --data "text:$tmp/moby.txt" --context 32 --width 128 --layers 1 --heads 2 \
+  --batch-size 8 --steps 2 --eval-every 2 --seed 1 --baseline-seeds 1 --memory-plan --out "$tmp/pe" \
+  --policies float32,mixed_bfloat16:optimizer-state=bfloat16,bfloat16:master-rounding=kahan > "$tmp/pe.out" \
+  || fail "compare exited $?"
+python3 - "$tmp/pe.out" <<'PY' || fail "the entries' settings: $(grep -E '^===|optimizer state' "$tmp/pe.out")"
+import re, sys
+text = open(sys.argv[1]).read()
+runs = re.findall(r"^=== (\S+) ===", text, re.M)
+state = [float(v) for v in re.findall(r"^  optimizer state +([0-9.]+) MiB", text, re.M)]
+assert runs == ["float32", "mixed_bfloat16:optimizer-state=bfloat16", "bfloat16:master-rounding=kahan"], runs
+assert len(state) == 3 and state[0] >= 1.0, state
+assert abs(state[1] - state[0] / 2) <= 0.1, state
+assert abs(state[2] - state[0] * 5 / 4) <= 0.1, state
+print("optimizer state per entry (MiB):", state)
+PY
 
 echo "== a switch takes no value"
 "$bin" train --memory-plan yes --epochs 1 > /dev/null 2> "$tmp/err"; rc=$?
