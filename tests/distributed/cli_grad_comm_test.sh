@@ -6,22 +6,8 @@
 # seconds: the model is small (grad_comm_test.cpp holds the exchange to bfloat16's rounding bound).
 # Usage: cli_grad_comm_test.sh MIXTRAIN MPIEXEC
 set -eu
-bin="$1"
-mpiexec="$2"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-two=("$mpiexec" -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$bin")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-python3 - "$tmp/data.csv" <<'PY'
-import random, sys
-random.seed(5)
-with open(sys.argv[1], "w") as f:
-    f.write("a,b,c,d,e,f,label\n")
-    for i in range(320):
-        c = i % 3
-        row = [random.gauss(1.5 if j % 3 == c else 0.0, 1.0) for j in range(6)]
-        f.write(",".join(f"{v:.4f}" for v in row) + f",{c}\n")
-PY
+. "$(dirname "$0")/two_ranks_lib.sh"
+write_blobs_csv "$tmp/data.csv" 320
 flags=(train --data "$tmp/data.csv" --batch-size 32 --seed 3 --lr 0.003 --hidden 33,17 --lr-schedule constant
        --warmup-steps 0)
 

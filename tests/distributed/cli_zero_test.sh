@@ -6,22 +6,8 @@
 # without it; a bad --zero value and a refused combination exit 2 with one line.
 # Usage: cli_zero_test.sh MIXTRAIN MPIEXEC
 set -eu
-bin="$1"
-mpiexec="$2"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-two=("$mpiexec" -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 "$bin")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-python3 - "$tmp/data.csv" <<'PY'
-import random, sys
-random.seed(5)
-with open(sys.argv[1], "w") as f:
-    f.write("a,b,c,d,e,f,label\n")
-    for i in range(640):
-        c = i % 3
-        row = [random.gauss(1.5 if j % 3 == c else 0.0, 1.0) for j in range(6)]
-        f.write(",".join(f"{v:.4f}" for v in row) + f",{c}\n")
-PY
+. "$(dirname "$0")/two_ranks_lib.sh"
+write_blobs_csv "$tmp/data.csv" 640
 # A constant rate: the default schedule's length follows --epochs, which differs between the parts of a resume.
 flags=(train --data "$tmp/data.csv" --batch-size 32 --seed 3 --lr 0.003 --hidden 33,17 --lr-schedule constant
        --warmup-steps 0 --clipnorm 0.5)
