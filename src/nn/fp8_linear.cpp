@@ -4,8 +4,9 @@
 #include <optional>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/fp8_gemm.h"
-#include "mixtrain/ops/reduce.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
 
@@ -27,8 +28,9 @@ struct SavedOperands {
 };
 
 // Rows of x quantized at once: about 1 MiB of bfloat16 values, a multiple of 32 rows (so that the block recipe's
-// blocks down the columns are whole).
-int64_t row_step(int64_t in) { return std::max<int64_t>(32, (int64_t{1} << 19) / std::max<int64_t>(in, 1) / 32 * 32); }
+// blocks down the columns are whole), but at least 512 rows: each part is one GEMM that packs the whole kernel
+// again, which costs as much as the product itself below a few hundred rows.
+int64_t row_step(int64_t in) { return std::max<int64_t>(512, (int64_t{1} << 19) / std::max<int64_t>(in, 1) / 32 * 32); }
 
 // y (rows, units) = x_q w_q / (s_x s_w) + bias in out_dtype, and what backward keeps when `keep`. x is quantized,
 // multiplied and let go a block of rows at a time, so no quantized copy of all of x is held (an evaluation batch
@@ -52,7 +54,10 @@ Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp
     ops::scaled_matmul(q.values, wq.columns.values, false, false, inverse_product(q.scale, wq.columns.scale), bias,
                        out_dtype, y.slice(0, r0, r1));
     // Kept: the codes (the values convert back exactly), or the block recipe's copy blocked down the columns.
-    if (keep) kept_x.slice(0, r0, r1).copy_from(block ? ops::mx_block_quantize(part, format, true) : q.values);
+    if (keep) {
+      Tensor kept_part = kept_x.slice(0, r0, r1);
+      ops::cast_into(block ? ops::mx_block_quantize(part, format, true) : q.values, kept_part);
+    }
   }
   if (keep) saved = {Fp8SavedOperand{kept_x, scale}, scales.weight.saved(wq.rows)};
   return y;
@@ -64,7 +69,7 @@ Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp
 Tensor weight_gradient(const Fp8SavedOperand& x, const Fp8Quantized& g, const Tensor& into) {
   const int64_t rows = x.data.dim(0), in = x.data.dim(1), units = g.values.dim(1);
   Tensor dw = into.defined() ? into : Tensor::empty({in, units}, DType::kFloat32, g.values.device());
-  const int64_t step = std::clamp<int64_t>((int64_t{128} << 10) / std::max<int64_t>(rows, 1) / 32 * 32, 32, in);
+  const int64_t step = std::clamp<int64_t>((int64_t{1} << 19) / std::max<int64_t>(rows, 1) / 32 * 32, 256, in);
   const float alpha = inverse_product(x.scale, g.scale);
   for (int64_t i0 = 0; i0 < in; i0 += step) {
     const int64_t i1 = std::min(in, i0 + step);
@@ -98,7 +103,7 @@ void fp8_linear_backward(const Var& x, const Var& kernel, const Var& bias, const
                          Fp8GemmScales& scales) {
   const Tensor g = as_rows(out.grad());  // (rows, units)
   // dbias: the column sums of the unquantized gradient (Transformer Engine's bgrad), before g is overwritten.
-  if (bias.defined() && bias.requires_grad()) Var(bias).accumulate_grad_owned(ops::reduce_sum(g, 0, false, DType::kFloat32));
+  if (bias.defined() && bias.requires_grad()) Var(bias).accumulate_grad_owned(ops::sum_rows(g));
   // The first gradient goes straight into the kernel's flat buffer where it has one (ParameterArena).
   Tensor into = kernel.requires_grad() ? kernel.fresh_gradient_destination(DType::kFloat32) : Tensor();
   if (into.defined() && !(into.is_contiguous() && into.shape() == kernel.shape())) into = Tensor();
@@ -170,7 +175,7 @@ Var fp8_fused_projection(const Var& x, const std::vector<Var>& kernels, const st
   if (!rec) return out;
   record_backward(out, [x, kernels, biases, widths, out, s = std::move(s), scales]() {
     const Tensor g = as_rows(out.grad());  // (rows, total)
-    const Tensor db = ops::reduce_sum(g, 0, false, DType::kFloat32);  // the unquantized gradient's column sums
+    const Tensor db = ops::sum_rows(g);  // the unquantized gradient's column sums, as Dense's bias gradient
     ProductGrads r = fp8_product_backward(g, s, *scales, x.requires_grad() ? std::optional(x.dtype()) : std::nullopt,
                                           true, Tensor());
     if (x.requires_grad()) Var(x).accumulate_grad_owned(r.dx.reshape(x.shape()));

@@ -125,4 +125,13 @@ void float8_from_bfloat16(const bfloat16* src, uint8_t* dst, int64_t n, bool for
 void float8_to_float(const uint8_t* src, float* dst, int64_t n, bool format_e5m2);
 void float8_to_bfloat16(const uint8_t* src, bfloat16* dst, int64_t n, bool format_e5m2);
 
+// The FP8 GEMMs' cast of n elements (ops::fp8_quantize's block): each x[i] * scale (one float32 rounding) encoded as
+// float8_from_float does (nearest even, `overflow`) and widened back into values[i] (every code is a bfloat16
+// value); returns the largest |x[i]| as float32 bits (a NaN's bits lie above infinity's, so a NaN wins). One pass at
+// the AVX-512 level; elsewhere the scalar code, element by element: the same bits.
+uint32_t float8_scale_encode_widen(const float* x, int64_t n, float scale, bool format_e5m2, Float8Overflow overflow,
+                                   bfloat16* values);
+uint32_t float8_scale_encode_widen(const bfloat16* x, int64_t n, float scale, bool format_e5m2,
+                                   Float8Overflow overflow, bfloat16* values);
+
 }  // namespace mixtrain
