@@ -105,6 +105,11 @@ Var Conv2D::call(const Var& x, const CallContext&) {
                        activation_);
 }
 
+std::vector<Fp8Gemm> Conv2D::fp8_gemms() const {
+  const int64_t rows = kernel_.defined() ? kernel_.value().numel() / kernel_.shape()[3] : 0;
+  return {Fp8Gemm{"", &fp8_, {kernel_}, rows}};
+}
+
 void Conv2D::check_extra_state(const LayerState& state) const {
   try {
     fp8_.check_state(dtype_policy(), state);

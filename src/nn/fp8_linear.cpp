@@ -143,6 +143,18 @@ Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shar
   return out;
 }
 
+Tensor kernels_side_by_side(const std::vector<Var>& kernels, int64_t rows) {
+  int64_t total = 0;
+  for (const Var& k : kernels) total += k.value().numel() / rows;
+  Tensor w = Tensor::empty({rows, total}, DType::kFloat32, kernels.at(0).value().device());
+  for (size_t i = 0, at = 0; i < kernels.size(); ++i) {
+    const int64_t width = kernels[i].value().numel() / rows;
+    w.slice(1, at, at + width).copy_from(kernels[i].value().to(DType::kFloat32).reshape({rows, width}));
+    at += width;
+  }
+  return w;
+}
+
 Var fp8_fused_projection(const Var& x, const std::vector<Var>& kernels, const std::vector<Var>& biases,
                          const std::shared_ptr<Fp8GemmScales>& scales) {
   MIXTRAIN_CHECK(!kernels.empty() && kernels.size() == biases.size() && x.value().rank() >= 2,
@@ -159,10 +171,9 @@ Var fp8_fused_projection(const Var& x, const std::vector<Var>& kernels, const st
   }
   // The float32 kernels side by side in one (in, total) matrix (quantized as one tensor, as Transformer Engine's
   // fused QKV weight), the biases in one float32 vector (a missing one is zero).
-  Tensor w = Tensor::empty({in, total}, DType::kFloat32, x.value().device());
+  const Tensor w = kernels_side_by_side(kernels, in);
   Tensor b;
   for (size_t i = 0, at = 0; i < kernels.size(); at += widths[i], ++i) {
-    w.slice(1, at, at + widths[i]).copy_from(kernels[i].value().reshape({in, widths[i]}));
     if (!biases[i].defined()) continue;
     if (!b.defined()) b = Tensor::zeros({total}, DType::kFloat32);
     b.slice(0, at, at + widths[i]).copy_from(biases[i].value().reshape({widths[i]}));

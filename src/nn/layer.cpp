@@ -352,6 +352,11 @@ void Layer::check_extra_state(const LayerState& state) const {
                                           << "variables, but '" << state.front().first << "' is given for it");
 }
 
+const Fp8LayerScales* Layer::fp8_layer_scales() const {
+  const std::vector<Fp8Gemm> gemms = fp8_gemms();
+  return gemms.size() == 1 ? gemms[0].scales : nullptr;
+}
+
 std::vector<Var> Layer::trainable_weights() const {
   std::vector<Var> out;
   for (const Var& w : weights_)

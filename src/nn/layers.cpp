@@ -91,6 +91,10 @@ Var Dense::call_fp8(const Var& x, const Var& bias) {
 
 void Dense::on_optimizer_update() { fp8_.update(); }
 
+std::vector<Fp8Gemm> Dense::fp8_gemms() const {
+  return {Fp8Gemm{"", &fp8_, {kernel_}, kernel_.defined() ? kernel_.shape()[0] : 0}};
+}
+
 // Under a float8 policy the output comes from fp8_linear (whose backward reads no output) through an activation
 // that differentiates from its input (relu, gelu) or none; sigmoid, tanh and softmax differentiate from the output.
 bool Dense::backward_reads_output() const {

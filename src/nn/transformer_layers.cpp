@@ -11,6 +11,10 @@
 namespace mixtrain {
 
 namespace {
+// The names of the two FP8 GEMMs (Layer::fp8_gemms), and of their state's prefixes below.
+constexpr const char* kQkvGemm = "query_key_value";
+constexpr const char* kOutputGemm = "attention_output";
+
 // Writes uniform(-limit, limit) values into a freshly added float32 (or 16-bit) variable.
 void fill_uniform(Var& w, float limit, Rng& rng) {
   Tensor init = Tensor::empty(w.shape(), DType::kFloat32);
@@ -204,6 +208,10 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
                                         << x.value().describe());
   // (batch, T, 3 * heads * key_dim): q, k and v side by side, from one product.
   Var qkv = project(x, {query_kernel_, key_kernel_, value_kernel_}, {query_bias_, key_bias_, value_bias_}, qkv_fp8_);
+  if (ctx.observer) {
+    LayerObserver* obs = ctx.observer;
+    qkv = tap(qkv, [obs, this](const Tensor& g) { obs->on_fp8_operand(*this, kQkvGemm, "grad", g); });
+  }
   if (options_.rotary) {
     // q and k (the first 2 * heads * key_dim columns) turn; v is copied. A cached step's rows follow the cached ones.
     const int64_t w = options_.num_heads * options_.key_dim;
@@ -223,6 +231,7 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
     backward_reads_a = false;  // it differentiates from the probabilities it keeps
     if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);
   }
+  if (ctx.observer) ctx.observer->on_fp8_operand(*this, kOutputGemm, "input", a.value());
   Var y = project(a, {output_kernel_}, {output_bias_}, output_fp8_);
   // The output projection under a float8 policy keeps FP8 codes of a: a's own value is not needed any more.
   if (dtype_policy().uses_float8() && !backward_reads_a && grad_enabled()) a.release_value();
@@ -240,6 +249,14 @@ Var MultiHeadAttention::project(const Var& x, const std::vector<Var>& kernels, c
   std::vector<Tensor> computes;
   for (const Var& k : kernels) computes.push_back(read_weight(k));
   return fused_projection(x, kernels, computes, biases);
+}
+
+std::vector<Fp8Gemm> MultiHeadAttention::fp8_gemms() const {
+  const bool built = output_kernel_.defined();
+  return {Fp8Gemm{kQkvGemm, &qkv_fp8_, {query_kernel_, key_kernel_, value_kernel_},
+                  built ? query_kernel_.shape()[0] : 0, true, false},
+          Fp8Gemm{kOutputGemm, &output_fp8_, {output_kernel_},
+                  built ? output_kernel_.shape()[0] * output_kernel_.shape()[1] : 0, false, true}};
 }
 
 void MultiHeadAttention::on_optimizer_update() {

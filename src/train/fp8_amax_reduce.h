@@ -1,5 +1,6 @@
 // FP8 delayed scaling under data parallelism: each rank records the amaxes of its own shard, so before the histories
-// roll (Layer::on_optimizer_update) every delayed-scaling tensor's amax of the step becomes the largest over the
+// roll (Layer::on_optimizer_update) every delayed-scaling tensor's amax of the step, in every FP8 GEMM of every layer
+// (Layer::fp8_gemms: Dense's, Conv2D's, both of MultiHeadAttention's projections), becomes the largest over the
 // ranks, and every rank keeps the same histories and scales (Transformer Engine reduces its amaxes over the
 // data-parallel group the same way; docs/FP8.md).
 #pragma once

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/nn/fp8_linear.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/transfer.h"
 #include "mixtrain/precision/fp8_gemm_scales.h"
@@ -25,19 +26,27 @@ std::vector<float> host_floats(const Tensor& values) {
 
 // Whether `layer` quantizes GEMM operands under `policy` (its real one, before the shadow switched it).
 bool inspects_fp8(const Layer& layer, const DTypePolicy& policy) {
-  return policy.uses_float8() && layer.fp8_layer_scales() != nullptr;
+  return policy.uses_float8() && !layer.fp8_gemms().empty();
 }
 
-// Merges into out (made on first use: input, weight, grad) the statistics of `values` cast as `tensor` of `layer`.
-void add_fp8_inspection(const Layer& layer, const DTypePolicy& policy, const char* tensor, const Tensor& values,
-                        std::vector<Fp8TensorInspection>& out) {
+// A row's name: the tensor, after its GEMM's name when the layer names its GEMMs ("query_key_value/input").
+std::string fp8_row_name(const Fp8Gemm& gemm, std::string_view tensor) {
+  return gemm.name.empty() ? std::string(tensor) : gemm.name + "/" + std::string(tensor);
+}
+
+// Merges into out (made on first use: input, weight and grad of each of the layer's GEMMs) the statistics of
+// `values` cast as `tensor` of `gemm`.
+void add_fp8_inspection(const Layer& layer, const DTypePolicy& policy, const Fp8Gemm& gemm, std::string_view tensor,
+                        const Tensor& values, std::vector<Fp8TensorInspection>& out) {
   if (out.empty())
-    for (const char* name : {"input", "weight", "grad"})
-      out.push_back({name, std::string_view(name) == "grad" ? policy.float8_backward_format()
-                                                           : policy.float8_forward_format(),
-                     1.0f, {}});
-  Fp8TensorInspection& row = *std::find_if(out.begin(), out.end(), [&](const auto& r) { return r.tensor == tensor; });
-  const Fp8CastView v = fp8_cast_view(*layer.fp8_layer_scales(), policy, tensor, host_floats(values),
+    for (const Fp8Gemm& g : layer.fp8_gemms())
+      for (const char* name : {"input", "weight", "grad"})
+        out.push_back({fp8_row_name(g, name), std::string_view(name) == "grad" ? policy.float8_backward_format()
+                                                                                : policy.float8_forward_format(),
+                       1.0f, {}});
+  const std::string name = fp8_row_name(gemm, tensor);
+  Fp8TensorInspection& row = *std::find_if(out.begin(), out.end(), [&](const auto& r) { return r.tensor == name; });
+  const Fp8CastView v = fp8_cast_view(*gemm.scales, policy, tensor, host_floats(values),
                                       values.rank() > 0 ? values.dim(-1) : 1);
   row.scale = v.scale;
   row.stats.merge(v.stats);
@@ -49,14 +58,17 @@ class StatsObserver : public LayerObserver {
       : out_(out), real_(real) {}
   void on_input(const Layer& l, const Var& x) override {
     out_[&l].inputs.merge(range_stats(x.value(), dtype(l)));
-    if (inspects_fp8(l, real_.at(&l))) add_fp8_inspection(l, real_.at(&l), "input", x.value(), out_[&l].fp8);
+    add_fp8(l, "input", x.value(), [](const Fp8Gemm& g) { return g.reads_layer_input; });
   }
   void on_output(const Layer& l, const Var& y) override {
     out_[&l].activations.merge(range_stats(y.value(), dtype(l)));
   }
   void on_gradient(const Layer& l, const Tensor& dy) override {
     out_[&l].gradients.merge(range_stats(dy, dtype(l)));
-    if (inspects_fp8(l, real_.at(&l))) add_fp8_inspection(l, real_.at(&l), "grad", dy, out_[&l].fp8);
+    add_fp8(l, "grad", dy, [](const Fp8Gemm& g) { return g.gives_layer_output; });
+  }
+  void on_fp8_operand(const Layer& l, std::string_view gemm, std::string_view tensor, const Tensor& value) override {
+    add_fp8(l, tensor, value, [&](const Fp8Gemm& g) { return g.name == gemm; });
   }
   void on_internal(const Layer& l, std::string_view what, const Tensor& value) override {
     auto& internals = out_[&l].internals;
@@ -67,6 +79,13 @@ class StatsObserver : public LayerObserver {
 
  private:
   DType dtype(const Layer& l) const { return real_.at(&l).compute_dtype(); }
+  // The statistics of `value` cast as `tensor` of each of l's FP8 GEMMs that `reads` it, when l quantizes.
+  template <typename Reads>
+  void add_fp8(const Layer& l, std::string_view tensor, const Tensor& value, Reads reads) {
+    if (!inspects_fp8(l, real_.at(&l))) return;
+    for (const Fp8Gemm& g : l.fp8_gemms())
+      if (reads(g)) add_fp8_inspection(l, real_.at(&l), g, tensor, value, out_[&l].fp8);
+  }
 
   std::map<const Layer*, LayerInspection>& out_;
   const std::map<const Layer*, DTypePolicy>& real_;
@@ -117,12 +136,13 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
   }
   std::vector<LayerInspection> out;
   for (auto& l : model.layers()) {
-    // The kernel, as the FP8 layer quantizes it from its variable each step.
+    // Each GEMM's weight, as the FP8 layer quantizes it from its variables each step (MultiHeadAttention's query,
+    // key and value kernels side by side, as one tensor).
     const DTypePolicy& policy = real.at(l.get());  // the shadow still holds the layers in float32
     if (inspects_fp8(*l, policy))
-      for (const Var& w : l->weights())
-        if (w.name().size() >= 7 && w.name().substr(w.name().size() - 7) == "/kernel")
-          add_fp8_inspection(*l, policy, "weight", w.value(), stats.at(l.get()).fp8);
+      for (const Fp8Gemm& g : l->fp8_gemms())
+        add_fp8_inspection(*l, policy, g, "weight", kernels_side_by_side(g.kernels, g.weight_rows),
+                           stats.at(l.get()).fp8);
     out.push_back(stats.at(l.get()));
   }
   return out;
@@ -131,8 +151,10 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
 std::string format_inspection(const std::vector<LayerInspection>& layers) {
   // The name column widens to the longest "name (Class)", so scoped names ("block_1/attention") stay whole.
   int w = 22;
-  for (const LayerInspection& l : layers)
+  for (const LayerInspection& l : layers) {
     w = std::max(w, static_cast<int>(l.layer.size() + l.class_name.size() + 3));
+    for (const Fp8TensorInspection& f : l.fp8) w = std::max(w, static_cast<int>(f.tensor.size() + 8));
+  }
   std::string s;
   char line[1024];
   std::snprintf(line, sizeof line, "%-*s %-9s | %-10s %-9s %-9s %-5s %-5s | %-10s %-9s %-9s %-5s %-5s\n", w, "layer",

@@ -78,12 +78,10 @@ class NumericsObserver : public LayerObserver {
       : out_(out), float8_(float8) {}
   void on_input(const Layer& l, const Var& x) override {
     add(l, x.value(), true);
-    auto f = float8_.find(&l);
-    if (f == float8_.end() || !is_float(x.value().dtype())) return;
-    const Tensor t = x.value();
-    const Fp8CastView v = fp8_cast_view(*l.fp8_layer_scales(), f->second, "input",
-                                        ops::to_device(t, Device::cpu()).to_floats(), t.rank() > 0 ? t.dim(-1) : 1);
-    out_.at(&l).fp8_input.merge(v.stats);
+    add_fp8_input(l, x.value(), [](const Fp8Gemm& g) { return g.reads_layer_input; });
+  }
+  void on_fp8_operand(const Layer& l, std::string_view gemm, std::string_view tensor, const Tensor& value) override {
+    if (tensor == "input") add_fp8_input(l, value, [&](const Fp8Gemm& g) { return g.name == gemm; });
   }
   void on_output(const Layer& l, const Var& y) override { add(l, y.value(), false); }
   void on_internal(const Layer& l, std::string_view, const Tensor& value) override {
@@ -101,21 +99,50 @@ class NumericsObserver : public LayerObserver {
     (input ? n.inputs : n.outputs).merge(range_stats(t, n.compute_dtype));
     if (n.compute_dtype != DType::kFloat32) add_column_rounding(t, n.compute_dtype, n);
   }
+  // The cast of t as the input of each of l's FP8 GEMMs that `reads` it, when l is under a float8 policy.
+  template <typename Reads>
+  void add_fp8_input(const Layer& l, const Tensor& t, Reads reads) {
+    auto f = float8_.find(&l);
+    if (f == float8_.end() || !t.defined() || !is_float(t.dtype())) return;
+    const std::vector<Fp8Gemm> gemms = l.fp8_gemms();
+    const std::vector<float> host = ops::to_device(t, Device::cpu()).to_floats();
+    for (size_t i = 0; i < gemms.size(); ++i) {
+      if (!reads(gemms[i])) continue;
+      const Fp8CastView v = fp8_cast_view(*gemms[i].scales, f->second, "input", host, t.rank() > 0 ? t.dim(-1) : 1);
+      out_.at(&l).fp8_gemm_inputs.at(i).merge(v.stats);
+    }
+  }
   std::map<const Layer*, LayerNumerics>& out_;
   const std::map<const Layer*, DTypePolicy>& float8_;
 };
+
+// How near a cast comes to the FP8 rung's limits: the larger of its shares saturated and flushed, each over its
+// threshold (1 or more: the layer is blamed).
+double fp8_damage(const Fp8CastStats& s) {
+  return std::max(s.saturated_fraction() / kFp8SaturatedShare, s.flushed_fraction() / kFp8FlushedShare);
+}
+
+// Sets n.fp8_input to the GEMM input that comes nearest the limits (the first of equals).
+void pick_worst_fp8_input(LayerNumerics& n) {
+  n.fp8_input = {};
+  for (const Fp8CastStats& s : n.fp8_gemm_inputs)
+    if (n.fp8_input.count == 0 || fp8_damage(s) > fp8_damage(n.fp8_input)) n.fp8_input = s;
+}
 
 // Sets each float8 layer's recorded shares from its record of casts, and clears every record: the next climb judges
 // the casts after this one.
 void take_fp8_records(RecoveryTarget& model, std::vector<LayerNumerics>& stats) {
   const auto& layers = model.network().layers();
   for (size_t i = 0; i < layers.size(); ++i) {
-    const Fp8LayerScales* s = layers[i]->fp8_layer_scales();
-    if (s == nullptr) continue;
-    const Fp8CastRecord r = s->take_input_record();
+    double saturated = 0, flushed = 0;  // the worst of the layer's GEMMs
+    for (const Fp8Gemm& g : layers[i]->fp8_gemms()) {
+      const Fp8CastRecord r = g.scales->take_input_record();
+      saturated = std::max(saturated, r.saturated);
+      flushed = std::max(flushed, r.flushed);
+    }
     if (i < stats.size() && stats[i].float8) {
-      stats[i].fp8_recorded_saturated = r.saturated;
-      stats[i].fp8_recorded_flushed = r.flushed;
+      stats[i].fp8_recorded_saturated = saturated;
+      stats[i].fp8_recorded_flushed = flushed;
     }
   }
 }
@@ -128,7 +155,9 @@ void merge_numerics(std::vector<LayerNumerics>& into, const std::vector<LayerNum
     into[i].columns += from[i].columns;
     into[i].lost_columns += from[i].lost_columns;
     into[i].worst_noise_ratio = std::max(into[i].worst_noise_ratio, from[i].worst_noise_ratio);
-    into[i].fp8_input.merge(from[i].fp8_input);
+    for (size_t g = 0; g < into[i].fp8_gemm_inputs.size() && g < from[i].fp8_gemm_inputs.size(); ++g)
+      into[i].fp8_gemm_inputs[g].merge(from[i].fp8_gemm_inputs[g]);
+    pick_worst_fp8_input(into[i]);
   }
 }
 }  // namespace
@@ -166,8 +195,9 @@ std::vector<LayerNumerics> measure_layer_numerics(RecoveryTarget& model, const T
     LayerNumerics n;
     n.layer = l->name();
     n.compute_dtype = l->compute_dtype();
-    n.float8 = l->dtype_policy().uses_float8() && l->fp8_layer_scales() != nullptr;
+    n.float8 = l->dtype_policy().uses_float8() && !l->fp8_gemms().empty();
     if (n.float8) float8.emplace(l.get(), l->dtype_policy());
+    if (n.float8) n.fp8_gemm_inputs.resize(l->fp8_gemms().size());
     stats.emplace(l.get(), n);
   }
   NumericsObserver observer(stats, float8);
@@ -179,7 +209,10 @@ std::vector<LayerNumerics> measure_layer_numerics(RecoveryTarget& model, const T
     model.network().call(Var(ops::to_device(x, model.network().device())), CallContext{});
   }
   std::vector<LayerNumerics> out;
-  for (auto& l : model.network().layers()) out.push_back(stats.at(l.get()));
+  for (auto& l : model.network().layers()) {
+    out.push_back(stats.at(l.get()));
+    pick_worst_fp8_input(out.back());
+  }
   return out;
 }
 
@@ -233,7 +266,7 @@ RecoveryGuard::RecoveryGuard(RecoveryOptions options) : options_(options) {}
 void RecoveryGuard::snapshot(RecoveryTarget& model, const FitPosition& position) {
   // The FP8 layers record their input casts for the FP8 rung from the first snapshot on (cheap to repeat).
   for (auto& l : model.network().layers())
-    if (const Fp8LayerScales* s = l->fp8_layer_scales()) s->record_input_casts(true);
+    for (const Fp8Gemm& g : l->fp8_gemms()) g.scales->record_input_casts(true);
   // Only a good state is worth returning to.
   if (!all_finite(model.network())) return;
   last_.position = position;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `mixtrain train --model mlp --policy mixed_float8` with the three FP8 recipes (and mixed_float8_e4m3) learns a small CSV
-# task as mixed_bfloat16 does; inspect shows the FP8 tensors, doctor says how FP8 runs, compare judges the float8
-# policies; a bad --fp8-recipe, or one given with a policy that quantizes nothing, is one line and exit status 2.
+# task as mixed_bfloat16 does; inspect shows the FP8 tensors (a transformer's attention: both of its projections),
+# doctor says how FP8 runs, compare judges the float8 policies; a bad --fp8-recipe, or one given with a policy that
+# quantizes nothing, is one line and exit status 2.
 set -u
 bin="$1"
 source "$(dirname "$0")/lib.sh"
@@ -49,6 +50,29 @@ for l in layers[:2]:
     for r in rows.values():
         assert r["amax"] > 0 and r["scale"] > 1 and 0 <= r["saturated_fraction"] <= 1 and 0 <= r["flushed_fraction"] <= 1, r
 assert layers[-1]["fp8"] == [], "the float32 output layer quantizes nothing"
+PY
+# A transformer's attention quantizes two GEMMs: inspect lists both under block_1/attention, named after them.
+python3 - "$tmp/text.txt" <<'PY'
+import random, sys
+random.seed(7)
+words = ["the", "whale", "sea", "ship", "captain", "white", "water", "deep", "night", "storm"]
+open(sys.argv[1], "w").write(" ".join(random.choice(words) for _ in range(3000)))
+PY
+"$bin" inspect --model transformer --data "text:$tmp/text.txt" --context 16 --width 16 --layers 1 --heads 2 \
+  --batch-size 8 --steps 2 --policy mixed_float8 --json "$tmp/inspect_lm.json" >"$tmp/inspect_lm.log" 2>&1 \
+  || { cat "$tmp/inspect_lm.log"; fail "inspect --model transformer: exit status $?"; }
+grep -q '\[fp8 query_key_value/input\] *e4m3 *| amax' "$tmp/inspect_lm.log" \
+  || { cat "$tmp/inspect_lm.log"; fail "inspect shows no FP8 rows for the attention's projections"; }
+python3 - "$tmp/inspect_lm.json" <<'PY' || fail "inspect --json: the attention's FP8 entries"
+import json, sys
+layers = {l["layer"]: l for l in json.load(open(sys.argv[1]))["layers"]}
+rows = {r["tensor"]: r for r in layers["block_1/attention"]["fp8"]}
+want = [g + "/" + t for g in ("query_key_value", "attention_output") for t in ("input", "weight", "grad")]
+assert sorted(rows) == sorted(want), sorted(rows)
+for name, r in rows.items():
+    assert r["format"] == ("float8_e5m2" if name.endswith("grad") else "float8_e4m3fn"), (name, r)
+    assert r["amax"] > 0 and 0 <= r["saturated_fraction"] <= 1 and 0 <= r["flushed_fraction"] <= 1, (name, r)
+print("inspect lists the attention's FP8 rows:", ", ".join(sorted(rows)))
 PY
 # doctor says how FP8 runs here; compare judges the float8 policies against float32's band.
 "$bin" doctor --seconds 0.2 >"$tmp/doctor.log" 2>&1 || fail "doctor: exit status $?"

@@ -3,9 +3,12 @@
 // definitions (E4M3: magnitudes above 464 saturate, at or below 2^-10 flush), not from the converter.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/nn/transformer_layers.h"
 #include "mixtrain/precision/fp8_gemm_scales.h"
 #include "mixtrain/train/inspect.h"
 #include "mixtrain/train/model.h"
@@ -128,6 +131,110 @@ TEST_F(Fp8Inspect, UsesTheScaleTheLayerWouldCastWith) {
     EXPECT_EQ(in.stats.saturated, 0) << fp8_recipe_name(recipe);
     EXPECT_DOUBLE_EQ(in.stats.flushed_fraction(), 1.0 / kFeatures) << fp8_recipe_name(recipe);
   }
+}
+
+// MultiHeadAttention quantizes two GEMMs, and each gets its three rows named after it: the query, key and value
+// projection reads the layer's input (the data: 1/8 saturates and 1/8 flushes at scale 1, as Dense's above) and its
+// three kernels as one (D, 3 heads key_dim) weight, its gradient that of the fused product; the output projection
+// reads the attention's result and gives the layer's output, whose gradient it quantizes. After a step each row's
+// scale is its own GEMM's delayed scale.
+constexpr int64_t kT = 4, kHeads = 2, kKeyDim = 3;
+
+std::unique_ptr<Model> attention_model() {
+  auto m = std::make_unique<Model>("attention", 3);
+  m->emplace<MultiHeadAttention>(MultiHeadAttentionOptions()
+                                     .with_num_heads(kHeads)
+                                     .with_key_dim(kKeyDim)
+                                     .with_dtype("mixed_float8")
+                                     .with_name("block_1/attention"));
+  m->emplace<Flatten>();
+  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+  m->compile(make_optimizer("sgd", 1e-3f), Loss("sparse_categorical_crossentropy", true), {});
+  return m;
+}
+
+// data() as kRows / kT sequences of kT positions.
+std::pair<Tensor, Tensor> sequences() {
+  auto [x, y] = data();
+  const std::vector<int32_t> all = y.to_ints();
+  std::vector<int32_t> labels;
+  for (int64_t i = 0; i < kRows / kT; ++i) labels.push_back(all[static_cast<size_t>(i)]);
+  return {x.reshape({kRows / kT, kT, kFeatures}), Tensor::from_ints({kRows / kT}, labels)};
+}
+
+// amax of the float32 values of some variables.
+float amax_of(const std::vector<Var>& vars) {
+  float amax = 0;
+  for (const Var& v : vars)
+    for (float e : v.value().to_floats()) amax = std::max(amax, std::fabs(e));
+  return amax;
+}
+
+TEST_F(Fp8Inspect, AttentionReportsBothProjectionsUnderTheirNames) {
+  auto m = attention_model();
+  auto [x, y] = sequences();
+  const std::vector<LayerInspection> layers = inspect_layers(*m, x, y, 2, 4);
+  ASSERT_EQ(layers.size(), 3u);
+  std::vector<std::string> names;
+  for (const Fp8TensorInspection& f : layers[0].fp8) names.push_back(f.tensor);
+  EXPECT_EQ(names, (std::vector<std::string>{"query_key_value/input", "query_key_value/weight", "query_key_value/grad",
+                                             "attention_output/input", "attention_output/weight",
+                                             "attention_output/grad"}));
+  const int64_t width = kHeads * kKeyDim;
+  const Fp8TensorInspection& in = row(layers[0], "query_key_value/input");
+  EXPECT_EQ(in.format, DType::kFloat8E4M3FN);
+  EXPECT_EQ(in.stats.amax, 1000.0f);
+  EXPECT_EQ(in.stats.count, kRows * kFeatures);
+  EXPECT_DOUBLE_EQ(in.stats.saturated_fraction(), 1.0 / kFeatures);
+  EXPECT_DOUBLE_EQ(in.stats.flushed_fraction(), 1.0 / kFeatures);
+  std::vector<Var> qkv_kernels, output_kernel;
+  for (const Var& w : m->layers()[0]->weights()) {
+    const std::string& n = w.name();
+    if (n.ends_with("/query/kernel") || n.ends_with("/key/kernel") || n.ends_with("/value/kernel")) qkv_kernels.push_back(w);
+    if (n.ends_with("/attention_output/kernel")) output_kernel.push_back(w);
+  }
+  ASSERT_EQ(qkv_kernels.size(), 3u);
+  ASSERT_EQ(output_kernel.size(), 1u);
+  const Fp8TensorInspection& qkv_w = row(layers[0], "query_key_value/weight");
+  EXPECT_EQ(qkv_w.stats.count, kFeatures * 3 * width);
+  EXPECT_EQ(qkv_w.stats.amax, amax_of(qkv_kernels));
+  const Fp8TensorInspection& out_w = row(layers[0], "attention_output/weight");
+  EXPECT_EQ(out_w.stats.count, width * kFeatures);
+  EXPECT_EQ(out_w.stats.amax, amax_of(output_kernel));
+  const Fp8TensorInspection& a = row(layers[0], "attention_output/input");
+  EXPECT_EQ(a.format, DType::kFloat8E4M3FN);
+  EXPECT_EQ(a.stats.count, kRows * width);
+  EXPECT_GT(a.stats.amax, 0.0f);
+  const Fp8TensorInspection& qkv_g = row(layers[0], "query_key_value/grad");
+  EXPECT_EQ(qkv_g.format, DType::kFloat8E5M2);
+  EXPECT_EQ(qkv_g.stats.count, kRows * 3 * width);
+  EXPECT_GT(qkv_g.stats.amax, 0.0f);
+  const Fp8TensorInspection& out_g = row(layers[0], "attention_output/grad");
+  EXPECT_EQ(out_g.format, DType::kFloat8E5M2);
+  EXPECT_EQ(out_g.stats.count, kRows * kFeatures);
+  EXPECT_TRUE(layers[1].fp8.empty() && layers[2].fp8.empty());
+  const std::string table = format_inspection(layers);
+  EXPECT_NE(table.find("block_1/attention (MultiHeadAttention)"), std::string::npos) << table;
+  EXPECT_NE(table.find("[fp8 query_key_value/input]"), std::string::npos) << table;
+  EXPECT_NE(table.find("[fp8 attention_output/grad]"), std::string::npos) << table;
+
+  FitOptions o;
+  o.epochs = 1;
+  o.batch_size = kRows / kT;
+  o.verbose = 0;
+  o.shuffle = false;
+  m->fit(x, y, o);
+  const LayerInspection after = inspect_layers(*m, x, y, 1, kRows / kT)[0];
+  std::map<std::string, float> scales;
+  for (const auto& [key, t] : m->layers()[0]->extra_state())
+    if (key.ends_with("/scale")) scales[key] = t.to_floats()[0];
+  for (const char* gemm : {"query_key_value", "attention_output"})
+    for (const char* tensor : {"input", "weight", "grad"}) {
+      const std::string name = std::string(gemm) + "/" + tensor;
+      ASSERT_TRUE(scales.count(std::string(gemm) + "/fp8/" + tensor + "/scale")) << name;
+      EXPECT_EQ(row(after, name).scale, scales[std::string(gemm) + "/fp8/" + tensor + "/scale"]) << name;
+    }
+  EXPECT_EQ(row(after, "query_key_value/input").scale, 448.0f / 1000.0f);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/nn/transformer_layers.h"
 #include "mixtrain/precision/fp8_gemm_scales.h"
 #include "mixtrain/train/callback.h"
 #include "mixtrain/train/checkpoint.h"
@@ -257,6 +258,110 @@ TEST_F(RecoveryFp8Test, ACheckpointLoadsALayerTheFp8RungMoved) {
   EXPECT_THROW(load_checkpoint(moved_by_hand, *model("mixed_float8", Fp8Recipe::kDelayed)), Error);
   std::remove(path.c_str());
   std::remove(moved_by_hand.c_str());
+}
+
+// MultiHeadAttention under mixed_float8 on sequences of 4 positions of 4 features (rows() as sequences), then
+// Flatten and a float32 Dense. value_gain multiplies its value kernel: 1e4 makes the values, and so the attention's
+// result that the output projection casts, about 10^4 on unit-scale inputs, past E4M3's 448 at the first scale.
+std::unique_ptr<Model> attention_model(float value_gain) {
+  set_fp8_recipe(Fp8Recipe::kDelayed);
+  auto m = std::make_unique<Model>("m", 5);
+  m->emplace<MultiHeadAttention>(
+      MultiHeadAttentionOptions().with_num_heads(2).with_key_dim(2).with_dtype("mixed_float8").with_name("attention"));
+  m->emplace<Flatten>();
+  m->emplace<Dense>(3, "linear", dtype_arg("float32"));
+  m->compile(make_optimizer("adam", 1e-3f), Loss("sparse_categorical_crossentropy", true), {"accuracy"});
+  m->build_for(Shape{4, 4});
+  for (const Var& w : m->layers()[0]->weights())
+    if (w.name().ends_with("/value/kernel")) {
+      std::vector<float> v = w.value().to_floats();
+      for (float& e : v) e *= value_gain;
+      Var(w).set_value(Tensor::from_floats(w.shape(), v));
+    }
+  return m;
+}
+
+Tensor sequences(int64_t n, float offset, uint64_t seed) { return rows(n * 4, offset, seed).reshape({n, 4, 4}); }
+
+// The FP8 rung judges each of the attention's two GEMM inputs: inputs around 2000 saturate the query, key and value
+// projection's (a quarter of them, column 3); unit-scale inputs through a value kernel 10^4 times larger saturate
+// the output projection's input (the attention's result) while the layer's own input casts cleanly. Either way the
+// attention layer is blamed.
+TEST_F(RecoveryFp8Test, EitherAttentionProjectionsSaturatingInputBlamesTheLayer) {
+  struct Case {
+    const char* what;
+    float offset, value_gain;
+    size_t saturating;
+  };
+  for (const Case& c : {Case{"hot input", 2000.0f, 1.0f, 0}, Case{"hot values", 0.0f, 1e4f, 1}}) {
+    auto m = attention_model(c.value_gain);
+    const std::vector<LayerNumerics> n = measure_layer_numerics(*m, sequences(16, c.offset, 1));
+    ASSERT_EQ(n.size(), 3u) << c.what;
+    EXPECT_TRUE(n[0].float8) << c.what;
+    ASSERT_EQ(n[0].fp8_gemm_inputs.size(), 2u) << c.what;
+    const Fp8CastStats& hot = n[0].fp8_gemm_inputs[c.saturating];
+    const Fp8CastStats& cold = n[0].fp8_gemm_inputs[1 - c.saturating];
+    EXPECT_GE(hot.saturated_fraction(), kFp8SaturatedShare) << c.what;
+    EXPECT_GT(cold.count, 0) << c.what;
+    // The layer's own input is clean when only the values are large (around 2000 it may carry into the values too).
+    if (c.saturating == 1) {
+      EXPECT_EQ(cold.saturated_fraction(), 0.0) << c.what;
+    } else {
+      EXPECT_NEAR(hot.saturated_fraction(), 0.25, 0.01) << c.what;
+    }
+    EXPECT_GE(n[0].fp8_input.saturated_fraction(), hot.saturated_fraction()) << c.what << ": the worst of the two";
+    const auto blamed = layers_to_blame(n, /*precision=*/false);
+    ASSERT_EQ(blamed.size(), 1u) << c.what;
+    EXPECT_EQ(blamed[0].first, "attention") << c.what;
+    EXPECT_NE(blamed[0].second.find("FP8 input saturates"), std::string::npos) << blamed[0].second;
+  }
+  EXPECT_TRUE(layers_to_blame(measure_layer_numerics(*attention_model(1.0f), sequences(16, 0.0f, 1)), false).empty());
+}
+
+// The ladder moves the attention layer to mixed_bfloat16 on the record of its training casts (the output
+// projection's input, 10^4 at the first scale) though the batch it measures then casts cleanly (a model with an
+// ordinary value kernel): both projections' records are switched on by the snapshot and taken by the climb.
+TEST_F(RecoveryFp8Test, TheFp8RungMovesAnAttentionLayerToBfloat16) {
+  auto m = attention_model(1e4f);
+  std::ostringstream log;
+  RecoveryOptions o;
+  o.log = &log;
+  o.max_consecutive_failures = 1;
+  RecoveryGuard g(o);
+  g.snapshot(*m, FitPosition{});
+  {
+    NoGradGuard ng;
+    m->network().call(Var(sequences(16, 0.0f, 1)), CallContext{});  // the output projection's casts saturate
+  }
+  // Its value kernel back to an ordinary one: the climb's own measurement casts cleanly.
+  for (const Var& w : m->layers()[0]->weights())
+    if (w.name().ends_with("/value/kernel")) {
+      std::vector<float> v = w.value().to_floats();
+      for (float& e : v) e *= 1e-4f;
+      Var(w).set_value(Tensor::from_floats(w.shape(), v));
+    }
+  g.snapshot(*m, FitPosition{});  // what a rollback returns to: the ordinary kernel (the records stay on)
+  const Tensor calm = sequences(16, 0.0f, 2);
+  ASSERT_TRUE(layers_to_blame(measure_layer_numerics(*m, calm), false).empty());
+  const Logs failed{{"loss", NAN}};
+  const auto batch = [&] { return std::make_pair(calm, Tensor()); };
+  g.after_step(*m, failed, batch, 1);  // rung 1: loss scaling on
+  g.after_step(*m, failed, batch, 2);
+  EXPECT_EQ(m->layers()[0]->dtype_policy().name(), "mixed_bfloat16") << log.str();
+  EXPECT_EQ(m->layers()[2]->dtype_policy().name(), "float32");
+  bool moved = false;
+  for (const RecoveryEvent& e : g.events()) {
+    EXPECT_NE(e.action, "model_to_float32") << log.str();
+    if (e.action != "layers_to_bfloat16") continue;
+    moved = true;
+    EXPECT_EQ(e.layers, std::vector<std::string>{"attention"});
+  }
+  EXPECT_TRUE(moved) << log.str();
+  for (const Fp8Gemm& gemm : m->layers()[0]->fp8_gemms())
+    EXPECT_EQ(gemm.scales->take_input_record().casts, 0) << gemm.name << ": the climb takes the record";
+  // Under mixed_bfloat16 it runs and trains as before.
+  const Tensor y = m->network().call(Var(calm), CallContext{}).value();
+  EXPECT_EQ(y.shape(), (Shape{16, 3}));
 }
 
 }  // namespace

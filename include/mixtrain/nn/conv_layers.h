@@ -79,7 +79,9 @@ class Conv2D : public Layer {
   LayerState extra_state() const override { return fp8_.state(dtype_policy()); }
   void check_extra_state(const LayerState& state) const override;
   void load_extra_state(const LayerState& state) override { fp8_.load_state(dtype_policy(), state); }
-  const Fp8LayerScales* fp8_layer_scales() const override { return &fp8_; }
+  // Its one FP8 GEMM: the convolution, reading the layer's input and giving its output; the kernel read as
+  // (kh kw cin, filters).
+  std::vector<Fp8Gemm> fp8_gemms() const override;
   // The FP8 scales of the convolution; null until the layer first runs under a float8 policy.
   const Fp8GemmScales* fp8_scales() const { return fp8_.get(); }
 

@@ -64,6 +64,22 @@ enum class GenerationCacheSupport {
   kCachedPath,
 };
 
+// One GEMM a layer quantizes under a float8 policy (Layer::fp8_gemms) and where its three operands are found.
+struct Fp8Gemm {
+  // "" for a layer's only one (Dense, Conv2D); MultiHeadAttention's "query_key_value" and "attention_output". inspect
+  // names its rows "<name>/input" ("input" when empty).
+  std::string name;
+  const Fp8LayerScales* scales = nullptr;
+  // The float32 kernels the GEMM quantizes as one weight, side by side, each read as (weight_rows, its numel /
+  // weight_rows) (kernels_side_by_side, nn/fp8_linear.h); undefined before the layer is built.
+  std::vector<Var> kernels;
+  int64_t weight_rows = 0;
+  // Whether its input is the layer's input and its output's gradient the layer's output's; otherwise the layer
+  // reports that operand itself to the observer in force (LayerObserver::on_fp8_operand).
+  bool reads_layer_input = true;
+  bool gives_layer_output = true;
+};
+
 // A layer's `dtype` argument: a policy name ("float32", "mixed_float16", ...) or a policy. Empty: global policy.
 using DTypeArg = std::optional<DTypePolicy>;
 DTypeArg dtype_arg(std::string_view name);
@@ -225,9 +241,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual void check_extra_state(const LayerState& state) const;
   // Restores a state check_extra_state() accepted; an empty one leaves the layer as it is.
   virtual void load_extra_state(const LayerState& state) { (void)state; }
-  // The FP8 scales of a layer that quantizes its GEMM operands under a float8 policy (Dense, Conv2D), which
-  // inspect reads; null for the others.
-  virtual const Fp8LayerScales* fp8_layer_scales() const { return nullptr; }
+  // The GEMMs a layer quantizes under a float8 policy, each with its own scales (Dense's and Conv2D's one,
+  // MultiHeadAttention's two): what the data-parallel amax reduction, inspect's per-tensor table and the recovery
+  // ladder's FP8 rung read. Empty for the layers that quantize nothing.
+  virtual std::vector<Fp8Gemm> fp8_gemms() const { return {}; }
+  // The scales of a layer with exactly one FP8 GEMM (Dense, Conv2D); null for the others.
+  const Fp8LayerScales* fp8_layer_scales() const;
   // Whether call() reads the layer's variables through their 16-bit compute copies (read_weight, autocast), so a
   // training step keeps such copies in its ParameterArena: true but for Dense under a float8 policy, which quantizes
   // its float32 kernel itself.

@@ -45,6 +45,16 @@ class LayerObserver {
     (void)what;
     (void)value;
   }
+  // An operand of one of the layer's FP8 GEMMs (Layer::fp8_gemms) that is neither the layer's input nor its output's
+  // gradient, reported by the layer itself whatever its policy (a float32 shadow runs it in float32): `gemm` the
+  // GEMM's name, `tensor` "input" or "grad". MultiHeadAttention reports the attention's result entering
+  // "attention_output" and the gradient of the "query_key_value" product (this one in a recorded call only).
+  virtual void on_fp8_operand(const Layer& layer, std::string_view gemm, std::string_view tensor, const Tensor& value) {
+    (void)layer;
+    (void)gemm;
+    (void)tensor;
+    (void)value;
+  }
 };
 
 class Network;

@@ -234,6 +234,10 @@ class MultiHeadAttention : public Layer {
   bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
   bool backward_reads_inputs() const override { return !dtype_policy().uses_float8(); }
   bool backward_reads_output() const override { return !dtype_policy().uses_float8(); }
+  // Its two FP8 GEMMs: "query_key_value" (the layer's input, the three kernels side by side as (D, 3 heads
+  // key_dim)) and "attention_output" (the attention's result, the kernel as (heads key_dim, D), the layer's output).
+  // While an observer is in force a call reports the operands between them (LayerObserver::on_fp8_operand).
+  std::vector<Fp8Gemm> fp8_gemms() const override;
   // The delayed recipe's histories and scales of both projections, under "query_key_value/" and
   // "attention_output/" (Fp8LayerScales::state).
   LayerState extra_state() const override;

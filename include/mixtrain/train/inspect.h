@@ -13,7 +13,9 @@
 
 namespace mixtrain {
 
-// One quantized operand of an FP8 layer's GEMM ("input", "weight" or "grad"), cast as the layer would cast it: with
+// One quantized operand of an FP8 layer's GEMM ("input", "weight" or "grad"; for a layer of several GEMMs after the
+// GEMM's name, Layer::fp8_gemms: MultiHeadAttention's "query_key_value/input", ..., "attention_output/grad"), cast
+// as the layer would cast it: with
 // the delayed recipe's current scale (1 before the layer's first update), or under the current recipe with each
 // batch's own amax (`scale` then the last batch's).
 struct Fp8TensorInspection {
@@ -48,7 +50,8 @@ std::vector<LayerInspection> inspect_layers(Model& model, const Tensor& x, const
 // A fixed-width table, one row per layer: activation and gradient max |x|, overflow %, underflow %, NaN, inf;
 // then one row per internal value ("block_1/attention [attention_logits]"), for LayerNormalization layers one row
 // for their inputs ("[inputs]", whose statistics decide whether the normalization can run in 16 bits), and for FP8
-// layers one row per quantized tensor ("[fp8 input]": format, amax, scale, saturated %, flushed %).
+// layers one row per quantized tensor ("[fp8 input]", "[fp8 query_key_value/input]": format, amax, scale,
+// saturated %, flushed %).
 std::string format_inspection(const std::vector<LayerInspection>& layers);
 
 // Names of the layers whose inputs, activations or internal values do not fit their compute dtype (overflow,

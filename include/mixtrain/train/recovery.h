@@ -110,11 +110,14 @@ struct LayerNumerics {
   int64_t columns = 0;          // columns with spread, inputs and outputs together
   int64_t lost_columns = 0;     // of which lose their signal
   double worst_noise_ratio = 0; // largest rounding RMS / standard deviation seen
-  // A layer under a float8 policy: its GEMM input cast as the layer would cast it now (fp8_cast_view).
+  // A layer under a float8 policy: each of its GEMMs' input (Layer::fp8_gemms, in order: Dense's one,
+  // MultiHeadAttention's two) cast as the layer would cast it now (fp8_cast_view), and fp8_input the one of them that
+  // comes nearest its limits (the larger of its shares saturated and flushed, each over its threshold below).
   bool float8 = false;
+  std::vector<Fp8CastStats> fp8_gemm_inputs;
   Fp8CastStats fp8_input;
-  // The largest shares of the input's casts in training since the last climb (Fp8CastRecord; set by the ladder, not
-  // by measure_layer_numerics): a delayed scale saturates on the step after a jump only, before any climb.
+  // The largest shares of the GEMM inputs' casts in training since the last climb (Fp8CastRecord; set by the ladder,
+  // not by measure_layer_numerics): a delayed scale saturates on the step after a jump only, before any climb.
   double fp8_recorded_saturated = 0, fp8_recorded_flushed = 0;
 };
 inline constexpr double kFp8SaturatedShare = 0.01;  // 1% of the input clamped to the format's largest value
