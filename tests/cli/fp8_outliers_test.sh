@@ -23,6 +23,10 @@ run() {  # run NAME FLAGS...: trains, writes $tmp/NAME.json
   local name="$1"; shift
   "$bin" train "${tiny[@]}" --json "$tmp/$name.json" "$@" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "$name: exit status $?"; }
 }
+# One bfloat16 GEMM method for every run, as the runs compared bit for bit below need: each process otherwise picks
+# the fastest by timing it, and on a loaded machine two processes can pick different ones (whose sums round
+# differently).
+export MIXTRAIN_BF16_GEMM=widen
 # The fold is exact wherever the product is not quantized: the same step losses, bit for bit.
 for p in float32 mixed_bfloat16; do
   run "$p" --policy "$p" --steps 8 --eval-every 8
@@ -79,13 +83,25 @@ print("after the jump: delayed saturates", delayed[out]["saturated_fraction"], "
 PY
 # The ramp (STEP:LOG2:RISE): the factor climbs by 2^RISE an update, so a delayed scale, which learns an update's amax
 # at the next one, is behind on each update of the ramp. Inspected right after the ramp's first, second and third
-# updates (the epoch's last update is the ramp's first, second, third): delayed saturates mlp_out's input past the
-# FP8 rung's 1% on each, current on none (it flushes instead: one scale for values 2^15 apart).
-ramp_log2=15 ramp_rise=5
+# updates (the ramp starts 0, 1 or 2 updates before the end of the epoch inspect trains): delayed saturates mlp_out's
+# input past the FP8 rung's 1% on each, current on none (it flushes instead: one scale for values 2^15 apart).
+# A 400-word text (32 updates an epoch) keeps the six inspections short.
+python3 - "$tmp/short.txt" <<'PY'
+import random, sys
+random.seed(7)
+words = "the whale sea ship captain white harpoon deck sail storm crew ocean night wind".split()
+with open(sys.argv[1], "w") as f:
+    f.write(" ".join(random.choice(words) for _ in range(400)))
+PY
+short=(--model transformer --data "text:$tmp/short.txt" --context 16 --width 32 --layers 1 --heads 2 --batch-size 16
+       --seed 2)
+"$bin" train "${short[@]}" --policy float32 --epochs 1 --json "$tmp/short_count.json" >"$tmp/short_count.log" 2>&1 \
+  || { cat "$tmp/short_count.log"; fail "short: exit status $?"; }
+short_updates=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['step_loss']))" "$tmp/short_count.json")
 for k in 0 1 2; do
   for recipe in delayed current; do
-    "$bin" inspect "${tiny[@]}" --policy mixed_float8 --fp8-recipe "$recipe" --epochs 1 \
-      --mlp-outliers "$((updates - k)):$ramp_log2:$ramp_rise" --json "$tmp/ramp_${recipe}_$k.json" \
+    "$bin" inspect "${short[@]}" --policy mixed_float8 --fp8-recipe "$recipe" --epochs 1 \
+      --mlp-outliers "$((short_updates - k)):15:5" --json "$tmp/ramp_${recipe}_$k.json" \
       >"$tmp/ramp_$recipe.log" 2>&1 || { cat "$tmp/ramp_$recipe.log"; fail "inspect the ramp, $recipe"; }
   done
 done
