@@ -1,5 +1,6 @@
 #include "mixtrain/train/mlp_outliers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mixtrain/autograd/tape.h"
@@ -7,9 +8,16 @@
 
 namespace mixtrain {
 
+int MlpOutlierJump::current_log2() const {
+  if (!active()) return 0;
+  if (rise <= 0) return log2;
+  return static_cast<int>(std::min<int64_t>(log2, rise * (updates - from_update + 1)));
+}
+
 std::vector<float> MlpOutlierJump::factors(int64_t channels, bool inverse) const {
   std::vector<float> f(static_cast<size_t>(channels), 1.0f);
-  const float factor = std::ldexp(1.0f, inverse ? -log2 : log2);
+  const int k = current_log2();
+  const float factor = std::ldexp(1.0f, inverse ? -k : k);
   for (int64_t c = 0; c < channels; c += kMlpOutlierEvery) f[static_cast<size_t>(c)] = factor;
   return f;
 }

@@ -133,6 +133,7 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.remat = cfg.remat == "blocks";
   o.mlp_outliers_from = cfg.mlp_outliers_from;
   o.mlp_outliers_log2 = cfg.mlp_outliers_log2;
+  o.mlp_outliers_rise = cfg.mlp_outliers_rise;
   return build_transformer_lm(o, cfg.seed);
 }
 

@@ -129,22 +129,16 @@ void pick_worst_fp8_input(LayerNumerics& n) {
     if (n.fp8_input.count == 0 || fp8_damage(s) > fp8_damage(n.fp8_input)) n.fp8_input = s;
 }
 
-// Sets each float8 layer's recorded shares from its record of casts, and clears every record: the next climb judges
-// the casts after this one.
-void take_fp8_records(RecoveryTarget& model, std::vector<LayerNumerics>& stats) {
-  const auto& layers = model.network().layers();
-  for (size_t i = 0; i < layers.size(); ++i) {
-    double saturated = 0, flushed = 0;  // the worst of the layer's GEMMs
-    for (const Fp8Gemm& g : layers[i]->fp8_gemms()) {
-      const Fp8CastRecord r = g.scales->take_input_record();
-      saturated = std::max(saturated, r.saturated);
-      flushed = std::max(flushed, r.flushed);
-    }
-    if (i < stats.size() && stats[i].float8) {
-      stats[i].fp8_recorded_saturated = saturated;
-      stats[i].fp8_recorded_flushed = flushed;
-    }
+// Sets each float8 layer's recorded shares from the records of its casts since the last climb (taken from the layers
+// into `records` by RecoveryGuard::watch_fp8_casts), and clears them: the next climb judges the casts after this one.
+void take_fp8_records(std::map<std::string, Fp8CastRecord>& records, std::vector<LayerNumerics>& stats) {
+  for (LayerNumerics& n : stats) {
+    auto it = records.find(n.layer);
+    if (it == records.end() || !n.float8) continue;
+    n.fp8_recorded_saturated = it->second.saturated;
+    n.fp8_recorded_flushed = it->second.flushed;
   }
+  records.clear();
 }
 
 void merge_numerics(std::vector<LayerNumerics>& into, const std::vector<LayerNumerics>& from) {
@@ -308,6 +302,8 @@ const FitPosition& RecoveryGuard::restore(RecoveryTarget& model) {
   has_reference_ema_ = snap.has_reference_ema;
   consecutive_failures_ = 0;
   drifting_steps_ = 0;
+  fp8_saturated_steps_.clear();
+  fp8_saturated_streak_ = 0;
   last_bad_batch_ = {};
   if (restore_first_) last_ = first_;  // later snapshots belong to the abandoned run
   restore_first_ = false;
@@ -332,9 +328,37 @@ void RecoveryGuard::record_rollback(int64_t global_step) {
   record(std::move(e));
 }
 
+std::string RecoveryGuard::watch_fp8_casts(RecoveryTarget& model) {
+  std::string why;
+  fp8_saturated_streak_ = 0;
+  for (auto& l : model.network().layers()) {
+    const std::vector<Fp8Gemm> gemms = l->fp8_gemms();
+    if (gemms.empty()) continue;
+    Fp8CastRecord r;  // the worst of the layer's GEMM inputs (attention has two)
+    for (const Fp8Gemm& g : gemms) {
+      const Fp8CastRecord one = g.scales->take_input_record();
+      r.saturated = std::max(r.saturated, one.saturated);
+      r.flushed = std::max(r.flushed, one.flushed);
+      r.casts += one.casts;
+    }
+    Fp8CastRecord& since = fp8_records_[l->name()];
+    since.saturated = std::max(since.saturated, r.saturated);
+    since.flushed = std::max(since.flushed, r.flushed);
+    since.casts += r.casts;
+    int64_t& streak = fp8_saturated_steps_[l->name()];
+    if (r.casts > 0) streak = r.saturated >= kFp8SaturatedShare ? streak + 1 : 0;  // a step without casts leaves it
+    fp8_saturated_streak_ = std::max(fp8_saturated_streak_, streak);
+    if (why.empty() && streak >= kFp8SaturatedSteps)
+      why = l->name() + "'s FP8 input has saturated past " + std::to_string(static_cast<int>(kFp8SaturatedShare * 100)) +
+            "% on " + std::to_string(streak) + " steps in a row";
+  }
+  return why;
+}
+
 bool RecoveryGuard::after_step(RecoveryTarget& model, const Logs& step_logs,
                                const std::function<std::pair<Tensor, Tensor>()>& batch, int64_t global_step) {
   if (gave_up_) return false;
+  const std::string saturating = watch_fp8_casts(model);
   const std::optional<LossScaleReport> scaler = model.optimizer().loss_scale_report();
   const double loss = log_value(step_logs, "loss", NAN);
   const bool loss_finite = std::isfinite(loss);
@@ -344,7 +368,8 @@ bool RecoveryGuard::after_step(RecoveryTarget& model, const Logs& step_logs,
   const bool drifting = drifts(bad ? NAN : loss, global_step);
   if (!bad) {
     consecutive_failures_ = 0;
-    if (!drifting || drifting_steps_ < options_.max_consecutive_failures) return false;
+    if (!drifting || drifting_steps_ < options_.max_consecutive_failures)
+      return !saturating.empty() && climb(model, batch, global_step, saturating, /*drift=*/false);
     char why[200];
     std::snprintf(why, sizeof why,
                   "smoothed loss %.4g has stayed above the limit set by the float32 reference (%.4g) for %lld steps",
@@ -395,9 +420,11 @@ bool RecoveryGuard::climb(RecoveryTarget& model, const std::function<std::pair<T
     std::vector<LayerNumerics> stats = measure_layer_numerics(model, batch().first);
     if (drift && last_bad_batch_.first.defined())
       merge_numerics(stats, measure_layer_numerics(model, last_bad_batch_.first));
-    take_fp8_records(model, stats);
+    take_fp8_records(fp8_records_, stats);
     blamed = layers_to_blame(stats, /*precision=*/drift);
   }
+  fp8_saturated_steps_.clear();
+  fp8_saturated_streak_ = 0;
   if (!blamed.empty()) {
     // The FP8 rung: a layer under a float8 policy moves to mixed_bfloat16 first, the others (and a layer the FP8
     // rung moved that is blamed again) to float32.

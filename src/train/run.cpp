@@ -103,6 +103,8 @@ void validate_run_config(const RunConfig& cfg) {
   MIXTRAIN_CHECK(cfg.mlp_outliers_from >= -1, "--mlp-outliers must be a step >= 0, got " << cfg.mlp_outliers_from);
   MIXTRAIN_CHECK(cfg.mlp_outliers_log2 >= 1 && cfg.mlp_outliers_log2 <= kMlpOutlierMaxLog2,
                  "--mlp-outliers STEP:LOG2: LOG2 must be 1 to 24, got " << cfg.mlp_outliers_log2);
+  MIXTRAIN_CHECK(cfg.mlp_outliers_rise >= 0 && cfg.mlp_outliers_rise <= cfg.mlp_outliers_log2,
+                 "--mlp-outliers STEP:LOG2:RISE: RISE must be 1 to LOG2, got " << cfg.mlp_outliers_rise);
   MIXTRAIN_CHECK(cfg.mlp_outliers_from < 0 || (cfg.model == "transformer" && cfg.mlp == "gelu"),
                  "--mlp-outliers (a test switch) applies to --model transformer with --mlp gelu only");
   MIXTRAIN_CHECK(cfg.remat == "none" || cfg.model == "transformer" || cfg.model == "resnet",
@@ -304,7 +306,10 @@ void finish_result(const RunConfig& cfg, const DataSplits& data, Model& model, c
   r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;
   if (sequences) r.tokens_per_second = r.samples_per_second * static_cast<double>(data.train.x.dim(1));
   r.recovery = guard.events();
-  for (auto& l : model.layers()) r.layer_compute_dtypes.emplace_back(l->name(), dtype_name(l->compute_dtype()));
+  for (auto& l : model.layers()) {
+    r.layer_compute_dtypes.emplace_back(l->name(), dtype_name(l->compute_dtype()));
+    r.layer_policies.emplace_back(l->name(), l->dtype_policy().name());
+  }
   // Recovery may have switched loss scaling on during training.
   const std::optional<LossScaleReport> scaler = model.optimizer().loss_scale_report();
   if (scaler && !r.loss_scaled) {
@@ -453,6 +458,7 @@ std::string run_config_json(const RunConfig& cfg) {
   if (cfg.remat != "none") j["remat"] = cfg.remat;
   if (cfg.mlp_outliers_from >= 0) j["mlp_outliers_from"] = cfg.mlp_outliers_from;
   if (cfg.mlp_outliers_from >= 0) j["mlp_outliers_log2"] = cfg.mlp_outliers_log2;
+  if (cfg.mlp_outliers_rise > 0) j["mlp_outliers_rise"] = cfg.mlp_outliers_rise;
   if (!cfg.vocabulary.empty()) {
     Json vocab = Json::array();
     for (uint32_t c : cfg.vocabulary) vocab.push_back(static_cast<double>(c));
@@ -544,6 +550,7 @@ RunConfig run_config_from_json(const std::string& text, const std::string& sourc
   str("remat", cfg.remat);  // absent (a checkpoint from before the option): none
   num("mlp_outliers_from", cfg.mlp_outliers_from);  // absent: off
   num("mlp_outliers_log2", cfg.mlp_outliers_log2);  // absent (saved before the power could be chosen): 14
+  num("mlp_outliers_rise", cfg.mlp_outliers_rise);  // absent: 0, a jump
   cfg.vocabulary = vocabulary_from_json(field("vocabulary"), source);
   str("tokenizer", cfg.tokenizer);
   std::string tokenizer_model;

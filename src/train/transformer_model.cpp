@@ -47,7 +47,8 @@ SymbolicTensor mlp(const TransformerLMOptions& o, const SymbolicTensor& x, const
   }
   SymbolicTensor m = (*named<Dense>(scope + "/mlp_in", o.mlp_ratio * o.width, "gelu"))(x);
   if (o.mlp_outliers_from >= 0) {
-    auto jump = std::make_shared<MlpOutlierJump>(MlpOutlierJump{o.mlp_outliers_from, 0, o.mlp_outliers_log2});
+    auto jump = std::make_shared<MlpOutlierJump>(MlpOutlierJump{o.mlp_outliers_from, 0, o.mlp_outliers_log2,
+                                                                    o.mlp_outliers_rise});
     m = (*make_layer<MlpOutliers>(jump, scope + "/mlp_outliers"))(m);
     return (*make_layer<OutlierFoldedDense>(jump, o.width, scope + "/mlp_out"))(m);
   }

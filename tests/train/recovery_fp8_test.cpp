@@ -154,6 +154,44 @@ TEST_F(RecoveryFp8Test, TheFp8RungJudgesTheCastsSinceTheLastClimb) {
   EXPECT_EQ(m->layers()[0]->fp8_layer_scales()->take_input_record().casts, 0) << "the climb takes the record";
 }
 
+// The FP8 rung climbs on its own when a layer's input saturates on kFp8SaturatedSteps steps in a row, with finite
+// losses and no reference to drift from: a guarded model casts a batch around 2000 before each step at the delayed
+// recipe's first scale (no update teaches it the amax), so a quarter of the input saturates on every step. One
+// saturating step between calm ones (a jump the history absorbs) moves nothing, nor do two in a row; the third in a
+// row moves the layer to mixed_bfloat16 and rolls back to the last snapshot.
+TEST_F(RecoveryFp8Test, TheFp8RungClimbsWhenSaturationPersists) {
+  const Tensor hot = rows(64, 2000.0f, 1), calm = rows(64, 0.0f, 2);
+  auto forward = [](Model& m, const Tensor& x) {
+    NoGradGuard ng;
+    m.network().call(Var(x), CallContext{});
+  };
+  auto m = model("mixed_float8", Fp8Recipe::kDelayed);
+  std::ostringstream log;
+  RecoveryOptions o;
+  o.log = &log;
+  RecoveryGuard g(o);
+  g.snapshot(*m, FitPosition{});
+  const Logs fine{{"loss", 1.0}};
+  const auto batch = [&] { return std::make_pair(calm, Tensor()); };
+  int64_t step = 0;
+  for (const Tensor* x : {&hot, &calm, &hot, &hot, &calm, &hot, &hot}) {
+    forward(*m, *x);
+    EXPECT_FALSE(g.after_step(*m, fine, batch, ++step)) << "step " << step << ": " << log.str();
+    EXPECT_TRUE(g.events().empty()) << log.str();
+  }
+  EXPECT_FALSE(g.healthy()) << "a saturating streak is no state to snapshot";
+  forward(*m, hot);
+  EXPECT_TRUE(g.after_step(*m, fine, batch, ++step)) << log.str();
+  EXPECT_EQ(m->layers()[0]->dtype_policy().name(), "mixed_bfloat16") << log.str();
+  ASSERT_EQ(g.events().size(), 2u) << log.str();
+  EXPECT_EQ(g.events()[0].action, "layers_to_bfloat16");
+  EXPECT_EQ(g.events()[0].layers, std::vector<std::string>{m->layers()[0]->name()});
+  EXPECT_NE(g.events()[0].reason.find("on 3 steps in a row"), std::string::npos) << g.events()[0].reason;
+  EXPECT_EQ(g.events()[1].action, "rollback");
+  g.restore(*m);
+  EXPECT_TRUE(g.healthy());
+}
+
 // The hostile case at the layer level: a Dense under mixed_float8 casts three updates' worth of unit-scale
 // inputs, then 3 of its 64 input channels jump 10^4 times larger. Under the delayed recipe the jumped batch is cast
 // with the scale the history gave (448 / the old amax, about 4): the jumped channels saturate (3/64 of the input),

@@ -86,22 +86,28 @@ void apply_subword_batch(RunOptions& o, const Args& a) {
   o.run.batch_size = std::max<int64_t>(1, kTransformerTokensPerStep / std::max<int64_t>(1, o.run.context_length));
 }
 
-// --mlp-outliers STEP[:LOG2] into cfg: the update the jump starts at and the factor's power of two.
+// --mlp-outliers STEP[:LOG2[:RISE]] into cfg: the update the jump starts at, the factor's power of two, and the
+// power it climbs by an update (0: a jump).
 void mlp_outliers_from(const std::string& text, RunConfig& cfg) {
   const size_t colon = text.find(':');
+  const size_t second = colon == std::string::npos ? colon : text.find(':', colon + 1);
   auto integer = [](const std::string& s, int64_t& out) {
     const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return !s.empty() && ec == std::errc() && ptr == s.data() + s.size();
   };
-  int64_t step = 0, log2 = kMlpOutlierLog2;
+  int64_t step = 0, log2 = kMlpOutlierLog2, rise = 0;
   MIXTRAIN_CHECK(integer(text.substr(0, colon), step) && step >= 0,
-                 "--mlp-outliers must be a step >= 0, optionally :LOG2, got '" << text << "'");
+                 "--mlp-outliers must be a step >= 0, optionally :LOG2[:RISE], got '" << text << "'");
   MIXTRAIN_CHECK(colon == std::string::npos ||
-                     (integer(text.substr(colon + 1), log2) && log2 >= 1 && log2 <= kMlpOutlierMaxLog2),
+                     (integer(text.substr(colon + 1, second - colon - 1), log2) && log2 >= 1 &&
+                      log2 <= kMlpOutlierMaxLog2),
                  "--mlp-outliers STEP:LOG2: LOG2 must be an integer from 1 to " << kMlpOutlierMaxLog2 << ", got '"
                                                                                 << text << "'");
+  MIXTRAIN_CHECK(second == std::string::npos || (integer(text.substr(second + 1), rise) && rise >= 1 && rise <= log2),
+                 "--mlp-outliers STEP:LOG2:RISE: RISE must be an integer from 1 to LOG2, got '" << text << "'");
   cfg.mlp_outliers_from = step;
   cfg.mlp_outliers_log2 = static_cast<int>(log2);
+  cfg.mlp_outliers_rise = static_cast<int>(rise);
 }
 
 void apply_sequence_flags(RunOptions& o, const Args& a) {

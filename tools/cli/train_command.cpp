@@ -134,6 +134,9 @@ Json run_to_json(const RunConfig& cfg, const std::string& data_spec, const RunRe
   Json layers = Json::object();
   for (auto& [name, dtype] : r.layer_compute_dtypes) layers[name] = dtype;
   j["layer_compute_dtypes"] = layers;
+  Json policies = Json::object();
+  for (auto& [name, policy] : r.layer_policies) policies[name] = policy;
+  j["layer_policies"] = policies;
   if (r.loss_scaled)
     j["loss_scale"] = Json::object({{"initial", r.initial_scale},
                                     {"final", r.final_scale},

@@ -1,7 +1,10 @@
-// A test and diagnostic switch of the transformer (--mlp-outliers STEP[:LOG2], TransformerLMOptions::mlp_outliers_from
-// and mlp_outliers_log2): from optimizer update STEP on, one in kMlpOutlierEvery of each block's MLP hidden channels
-// (the GELU output, the input of block_i/mlp_out) is 2^LOG2 (by default 2^14, about 10^4) times larger than it was, with the inverse
-// folded into the matching rows of mlp_out's kernel inside its product. It builds the hostile case of per-tensor FP8
+// A test and diagnostic switch of the transformer (--mlp-outliers STEP[:LOG2[:RISE]], TransformerLMOptions::
+// mlp_outliers_from, mlp_outliers_log2 and mlp_outliers_rise): from optimizer update STEP on, one in kMlpOutlierEvery
+// of each block's MLP hidden channels (the GELU output, the input of block_i/mlp_out) is 2^LOG2 (by default 2^14, about
+// 10^4) times larger than it was, with the inverse folded into the matching rows of mlp_out's kernel inside its
+// product. With RISE the factor climbs there instead of jumping: 2^RISE at update STEP, 2^(2 RISE) at the next, and so
+// on up to 2^LOG2, so that a delayed scale, which learns each update's amax one update late, is behind on every update
+// of the ramp (the outlier channels saturate on each) while a current scale follows. It builds the hostile case of per-tensor FP8
 // scaling (docs/FP8.md): a few channels 10^4 above the rest of a GEMM input, switched on at a step, so that the
 // delayed recipe's amax history is stale at the jump (the channels saturate), and afterwards one scale has to hold
 // values 10^4 apart (the rest of the tensor sinks into E4M3's subnormals and flushes to zero).
@@ -35,9 +38,13 @@ inline constexpr int64_t kMlpOutlierEvery = 64;       // channels 0, 64, 128, ..
 struct MlpOutlierJump {
   int64_t from_update = 0;
   int64_t updates = 0;
-  int log2 = kMlpOutlierLog2;  // the outlier channels' factor is 2^log2
+  int log2 = kMlpOutlierLog2;  // the outlier channels' factor ends at 2^log2
+  int rise = 0;                // > 0: the factor's power grows by `rise` an update up to log2; 0: it jumps to log2
   bool active() const { return updates >= from_update; }
-  // The per-channel factor over `channels` features: 2^log2 (inverse: 2^-log2) on the outlier channels, 1 elsewhere.
+  // The power of two of the outlier channels' factor now: 0 before the jump, then log2 or the ramp's step.
+  int current_log2() const;
+  // The per-channel factor over `channels` features: 2^k (inverse: 2^-k), k = current_log2(), on the outlier
+  // channels, 1 elsewhere.
   std::vector<float> factors(int64_t channels, bool inverse) const;
 };
 

@@ -10,7 +10,9 @@
 //      operands), and to float32 only when it is blamed again. Besides the checks above, such a layer is blamed
 //      when its GEMM input, cast at the scale its recipe would use now, saturates or flushes to zero past
 //      kFp8SaturatedShare or kFp8FlushedShare, or did so in a cast of training since the last climb (the layers
-//      record the largest shares of their casts while the ladder guards them: Fp8CastRecord).
+//      record the largest shares of their casts while the ladder guards them: Fp8CastRecord). The FP8 rung also
+//      climbs on its own, before any loss drifts, when a layer's input saturates past kFp8SaturatedShare on
+//      kFp8SaturatedSteps steps in a row: a scale that stays behind its tensor (docs/FP8.md, the hostile case).
 //   3. Still failing, or no layer to blame: switch the whole model to float32, roll back, continue.
 //   In float32 and still failing: stop training (nothing more to try) and say so.
 // Every action is printed and recorded. A rollback restores the snapshot bit for bit, except that after rungs 2
@@ -20,12 +22,14 @@
 
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "mixtrain/core/random.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/optim/optimizer.h"
+#include "mixtrain/precision/fp8_gemm_scales.h"
 #include "mixtrain/precision/fp8_scaling.h"
 #include "mixtrain/precision/range_stats.h"
 #include "mixtrain/train/fit_state.h"
@@ -122,6 +126,11 @@ struct LayerNumerics {
 };
 inline constexpr double kFp8SaturatedShare = 0.01;  // 1% of the input clamped to the format's largest value
 inline constexpr double kFp8FlushedShare = 0.25;    // a quarter of the non-zero input flushed to zero
+// Steps in a row whose casts saturate a layer's FP8 input past kFp8SaturatedShare before the FP8 rung climbs without
+// a failure or a drift. A delayed scale saturates on the one step after a jump (its history learns the jump there);
+// saturating step after step, it is behind a tensor that keeps growing, and the values it clamps are wrong however
+// little the loss shows it yet.
+inline constexpr int64_t kFp8SaturatedSteps = 3;
 inline constexpr double kSignalLossNoiseRatio = 0.5;  // rounding noise a quarter of the column's variance
 inline constexpr double kSignalLossColumns = 0.1;     // a layer loses precision when 10% of its columns do
 
@@ -157,7 +166,7 @@ class RecoveryGuard {
   bool has_snapshot() const { return has_snapshot_; }
   int64_t snapshot_every() const { return options_.snapshot_every; }
   // True while no bad step happened since the last snapshot (a snapshot is only taken of a good state).
-  bool healthy() const { return consecutive_failures_ == 0 && drifting_steps_ == 0; }
+  bool healthy() const { return consecutive_failures_ == 0 && drifting_steps_ == 0 && fp8_saturated_streak_ == 0; }
   // Called by fit() after each step with that step's logs and batch; returns true when fit() must roll
   // back (call restore()). global_step is the 1-based position of the step in the training run (it
   // indexes the reference loss; after a rollback it repeats the replayed positions).
@@ -192,6 +201,9 @@ class RecoveryGuard {
   };
 
   void record(RecoveryEvent event);
+  // Takes each float8 layer's record of casts since the last call into fp8_records_ and counts the steps in a row
+  // whose casts saturated; returns why the FP8 rung must climb now (kFp8SaturatedSteps reached), or "".
+  std::string watch_fp8_casts(RecoveryTarget& model);
   void record_rollback(int64_t global_step);
   // The snapshot the next restore() returns to.
   const Snapshot& rollback_target() const;
@@ -215,6 +227,12 @@ class RecoveryGuard {
   double ema_ = 0, reference_ema_ = 0;  // smoothed loss of this run and of the reference
   bool has_ema_ = false, has_reference_ema_ = false;
   int rung_ = 0;
+  // Per float8 layer: the largest shares of its input's casts since the last climb, and the steps in a row whose
+  // casts saturated past kFp8SaturatedShare (the largest such streak in fp8_saturated_streak_). Not in state_json:
+  // a resumed run counts afresh.
+  std::map<std::string, Fp8CastRecord> fp8_records_;
+  std::map<std::string, int64_t> fp8_saturated_steps_;
+  int64_t fp8_saturated_streak_ = 0;
   bool gave_up_ = false;
   std::vector<RecoveryEvent> events_;
 };

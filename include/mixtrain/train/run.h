@@ -33,6 +33,9 @@ struct RunResult {
   std::vector<RecoveryEvent> recovery;   // actions of the recovery ladder, in order
   std::string recovery_timing;           // with cfg.recover: when its checks act (recovery_timing_text)
   std::vector<std::pair<std::string, std::string>> layer_compute_dtypes;  // after training (recovery may change them)
+  // The layers' dtype policies after training: what tells a float8 layer (computing in bfloat16 around its FP8
+  // GEMM) from one the recovery ladder's FP8 rung moved to mixed_bfloat16.
+  std::vector<std::pair<std::string, std::string>> layer_policies;
   int initial_epoch = 0;                 // > 0 when resumed from a checkpoint
   // Stopped by cfg.stop_request before the last step: no test evaluation or speed was measured.
   bool interrupted = false;

@@ -85,11 +85,13 @@ struct RunConfig {
   // --remat blocks|none: the transformer's and the resnet's blocks recomputed in backward, keeping only each block's
   // input (nn/remat_scope.h). Stored in checkpoints when "blocks"; one without it reads as "none".
   std::string remat = "none";
-  // --mlp-outliers STEP[:LOG2], a test and diagnostic switch (train/mlp_outliers.h, docs/FP8.md): from optimizer
-  // update STEP on, a few MLP hidden channels 2^LOG2 (default 2^14) times larger (the inverse folded into mlp_out).
-  // -1: off. Stored when on (a checkpoint without the power reads as 14).
+  // --mlp-outliers STEP[:LOG2[:RISE]], a test and diagnostic switch (train/mlp_outliers.h, docs/FP8.md): from
+  // optimizer update STEP on, a few MLP hidden channels 2^LOG2 (default 2^14) times larger (the inverse folded into
+  // mlp_out); with RISE the factor climbs there by 2^RISE an update. -1: off. Stored when on (a checkpoint without
+  // the power reads as 14, without the rise as 0: a jump).
   int64_t mlp_outliers_from = -1;
   int mlp_outliers_log2 = 14;
+  int mlp_outliers_rise = 0;
   // The character vocabulary (code points) of a text data set; stored in checkpoints for `generate`.
   std::vector<uint32_t> vocabulary;
   // A subword tokenizer (data/tokenizer.h, --tokenizer bpe:N|unigram:N|FILE.model) instead: SentencePiece's

@@ -41,9 +41,10 @@ struct TransformerLMOptions {
   bool remat = false;
   // >= 0: the test-only hostile case of FP8 scaling (train/mlp_outliers.h): from this optimizer update on, a few of
   // each block's MLP hidden channels are 2^mlp_outliers_log2 times larger, the inverse folded into mlp_out. Needs mlp
-  // "gelu".
+  // "gelu". mlp_outliers_rise > 0: the factor climbs to that power by 2^mlp_outliers_rise an update (a ramp).
   int64_t mlp_outliers_from = -1;
   int mlp_outliers_log2 = 14;
+  int mlp_outliers_rise = 0;
 };
 
 // Error naming the option and the accepted values unless norm, mlp and positions are ones build accepts.
