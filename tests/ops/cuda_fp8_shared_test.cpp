@@ -147,6 +147,60 @@ TEST(CudaSharedMath, Float8ValueTestAcceptsExactlyTheFormatsValues) {
   }
 }
 
+// The FP8 GEMM's codes in the "TN" layout, multiplied as cuBLASLt defines its product (column-major A (k, n) read
+// transposed, B (k, m), D (n, m) = alpha op(A) B, in float64 here), against the CPU's scaled_matmul of the same
+// bfloat16 values: every transposition, each format pair. Holds the layout reasoning of fp8_matmul.cu (which operand
+// is cuBLASLt's A, which codes are written across their storage) on the host; both sums are of the same exact
+// products, the CPU's in float32, so the bound is k * 2^-24 * alpha * sum |a_ik b_kj|.
+TEST(CudaSharedMath, Fp8GemmTnCodesMultiplyToTheCpuProduct) {
+  const DType pairs[][2] = {{DType::kFloat8E4M3FN, DType::kFloat8E4M3FN},
+                            {DType::kFloat8E5M2, DType::kFloat8E4M3FN},
+                            {DType::kFloat8E4M3FN, DType::kFloat8E5M2}};
+  const float alpha = 0.001f;
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{16, 32, 48}, {48, 16, 32}})
+    for (const auto& pair : pairs)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          Rng r(static_cast<uint64_t>(m + 2 * ta + tb));
+          std::vector<float> av(static_cast<size_t>(m * k)), bv(static_cast<size_t>(k * n));
+          for (float& x : av) x = r.uniform(-300.0f, 300.0f);
+          for (float& x : bv) x = r.uniform(-3.0f, 3.0f);
+          const Tensor a = fp8_quantize(Tensor::from_floats(ta ? Shape{k, m} : Shape{m, k}, av), pair[0], 1.0f,
+                                        Float8Overflow::kSaturate).values;
+          const Tensor b = fp8_quantize(Tensor::from_floats(tb ? Shape{n, k} : Shape{k, n}, bv), pair[1], 1.0f,
+                                        Float8Overflow::kSaturate).values;
+          const std::vector<float> as = a.to_floats(), bs = b.to_floats();
+          const cuda::TnSources tn = cuda::tn_sources(ta, tb);
+          const bool a_e5m2 = pair[0] == DType::kFloat8E5M2, b_e5m2 = pair[1] == DType::kFloat8E5M2;
+          std::vector<uint8_t> a_codes(static_cast<size_t>(m * k)), b_codes(static_cast<size_t>(n * k));
+          for (int64_t i = 0; i < m * k; ++i)
+            a_codes[static_cast<size_t>(i)] = shared::float8_code(
+                as[static_cast<size_t>(shared::tn_source_index(i, m, k, tn.a_transposed))], a_e5m2,
+                Float8Overflow::kNonSaturating);
+          for (int64_t i = 0; i < n * k; ++i)
+            b_codes[static_cast<size_t>(i)] = shared::float8_code(
+                bs[static_cast<size_t>(shared::tn_source_index(i, n, k, tn.b_transposed))], b_e5m2,
+                Float8Overflow::kNonSaturating);
+          const std::vector<float> c = scaled_matmul(a, b, ta, tb, alpha, Tensor(), DType::kFloat32).to_floats();
+          int64_t bad = 0;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double d = 0.0, abs_sum = 0.0;  // D (j, i) of cuBLASLt's column-major (n, m) result
+              for (int64_t p = 0; p < k; ++p) {
+                const double prod =
+                    static_cast<double>(shared::float8_value(b_codes[static_cast<size_t>(j * k + p)], b_e5m2)) *
+                    shared::float8_value(a_codes[static_cast<size_t>(i * k + p)], a_e5m2);
+                d += prod;
+                abs_sum += std::fabs(prod);
+              }
+              const double cv = c[static_cast<size_t>(i * n + j)];
+              bad += !(std::fabs(alpha * d - cv) <= static_cast<double>(k) * 0x1p-24 * alpha * abs_sum + 1e-30);
+            }
+          EXPECT_EQ(bad, 0) << m << "x" << n << "x" << k << (ta ? " a^T" : "") << (tb ? " b^T" : "") << " "
+                            << dtype_name(pair[0]) << " x " << dtype_name(pair[1]);
+        }
+}
+
 TEST(CudaSharedMath, Fp8GemmRouteTakesTheTensorCoresOnlyWhereCublasLtCan) {
   using cuda::choose_fp8_gemm_route;
   const cuda::Fp8Exactness e4m3{true, false}, e5m2{false, true}, both{true, true}, neither{false, false};

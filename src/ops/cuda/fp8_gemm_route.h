@@ -69,6 +69,13 @@ inline Fp8GemmRoute choose_fp8_gemm_route(int64_t m, int64_t n, int64_t k, Fp8Ex
   return r;
 }
 
+// Which operands' codes are written across their storage (shared::tn_source_index's `transposed`): cuBLASLt's FP8
+// GEMM reads op(a) as (m, k) and op(b)^T as (n, k), so a transposes when trans_a, b when it lies (k, n) (not trans_b).
+struct TnSources {
+  bool a_transposed, b_transposed;
+};
+inline TnSources tn_sources(bool trans_a, bool trans_b) { return {trans_a, !trans_b}; }
+
 // The products scaled_matmul ran on the GPU since the process started: on the FP8 GEMM (tensor_cores) or on the
 // 16-bit one (fp8_matmul.cu counts them; a GPU test checks that its FP8 products took the tensor cores).
 int64_t fp8_gemm_count(bool tensor_cores);

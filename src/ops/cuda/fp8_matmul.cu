@@ -55,8 +55,7 @@ __global__ void encode_kernel(const void* x, int x_code, int64_t rows, int64_t k
   const int64_t n = rows * k;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / k, c = i % k;
-    const float v = shared::load_as_float(x, x_code, transposed ? c * rows + r : i);
+    const float v = shared::load_as_float(x, x_code, shared::tn_source_index(i, rows, k, transposed));
     codes[i] = shared::float8_code(v, e5m2, Float8Overflow::kNonSaturating);
   }
 }
@@ -135,6 +134,15 @@ struct Fp8Problem {
   const float* scales;
 };
 
+// The largest power of two up to 256 that divides p's address: the alignment the heuristic is told (it assumes 256
+// bytes otherwise, and c may be a view into a larger buffer).
+uint32_t alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
 // Sets an attribute of the descriptor; false when cuBLASLt refuses it.
 template <typename T>
 bool set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
@@ -165,6 +173,12 @@ cublasStatus_t run_fp8(const Fp8Problem& p, int device) {
   const Pref pref(raw_pref);
   const uint64_t workspace = ctx.workspace_bytes;
   cublaslt().pref_set(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+  const uint32_t align_first = alignment_of(p.b_codes), align_second = alignment_of(p.a_codes),
+                 align_d = alignment_of(p.d);
+  cublaslt().pref_set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof align_first);
+  cublaslt().pref_set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof align_second);
+  cublaslt().pref_set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d);
+  cublaslt().pref_set(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d);
   // Split sums reduced in float32 only, so a 16-bit D is rounded once (as matmul.cpp asks).
   const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   if (p.d_dtype != DType::kFloat32)
@@ -185,8 +199,9 @@ cublasStatus_t run_fp8(const Fp8Problem& p, int device) {
 bool fp8_product(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::ScaledMatmulLayout& l,
                  const Fp8GemmRoute& route, float alpha, Tensor& c) {
   const int device = c.device().index;
-  const Tensor a_codes = encode(a, l.m, l.k, l.trans_a, route.a_e5m2);
-  const Tensor b_codes = encode(b, l.n, l.k, !l.trans_b, route.b_e5m2);
+  const TnSources tn = tn_sources(l.trans_a, l.trans_b);
+  const Tensor a_codes = encode(a, l.m, l.k, tn.a_transposed, route.a_e5m2);
+  const Tensor b_codes = encode(b, l.n, l.k, tn.b_transposed, route.b_e5m2);
   Tensor scales = Tensor::empty({2}, DType::kFloat32, c.device());
   const float host_scales[2] = {alpha, 1.0f};
   check_cuda(cudaMemcpy(scales.raw(), host_scales, sizeof host_scales, cudaMemcpyHostToDevice), "cudaMemcpy");

@@ -53,4 +53,11 @@ MIXTRAIN_HOST_DEVICE inline bool is_float8_value(float v, bool e5m2) {
   return bits_of(float8_value(float8_code(v, e5m2, Float8Overflow::kNonSaturating), e5m2)) == b;
 }
 
+// cuBLASLt's FP8 GEMM reads both operands with their rows along k (the "TN" layout): codes (rows, k) row-major.
+// Element i of those codes comes from element tn_source_index(i, ...) of the operand x: x itself when it lies
+// (rows, k), or (transposed) the (k, rows) row-major x read down its columns.
+MIXTRAIN_HOST_DEVICE inline int64_t tn_source_index(int64_t i, int64_t rows, int64_t k, bool transposed) {
+  return transposed ? (i % k) * rows + i / k : i;
+}
+
 }  // namespace mixtrain::ops::shared
