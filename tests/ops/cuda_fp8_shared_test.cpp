@@ -1,7 +1,8 @@
 // The FP8 element steps the CUDA kernels run (src/ops/shared/fp8_element.h), checked on the host against the CPU
 // ops: fp8_quantize's element and fp8_amax's key against ops::fp8_quantize / fp8_amax on every bfloat16 pattern
 // (every float8 code, every midpoint between codes and everything past the formats' ranges), in each input dtype,
-// format, overflow rule and three scales, and on odd lengths; the float8 cast's element against ops::cast in both
+// format, overflow rule and three scales, and on odd lengths; MXFP8's block step against ops::mx_block_quantize;
+// the float8 cast's element against ops::cast in both
 // directions; the test the FP8 GEMM uses to read an operand back as codes; and the FP8 GEMM's route rules
 // (src/ops/cuda/fp8_gemm_route.h). Bit for bit everywhere. Runs on every machine, with or without a GPU.
 #include <gtest/gtest.h>
@@ -145,6 +146,37 @@ TEST(CudaSharedMath, Float8ValueTestAcceptsExactlyTheFormatsValues) {
     for (float y : q.values.to_floats()) outside += !shared::is_float8_value(y, format == DType::kFloat8E5M2);
     EXPECT_EQ(outside, 0) << dtype_name(format);
   }
+}
+
+// MXFP8's block step (every block of the matrix, as the GPU kernel runs it) against the CPU's mx_block_quantize: odd
+// shapes, both directions and formats, each input dtype; magnitudes from float32's subnormals to near its largest
+// value, so scale exponents run from -127 up, with zero blocks, a NaN and an infinity placed.
+TEST(CudaSharedMath, MxBlockStepGivesTheCpuOpsBits) {
+  for (const auto& [rows, cols] : {std::array<int64_t, 2>{1, 1}, {7, 45}, {33, 31}, {17, 129}, {70, 64}}) {
+    Rng r(static_cast<uint64_t>(rows * 1000 + cols));
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& x : v) x = std::ldexp(r.uniform(-1.0f, 1.0f), static_cast<int>(r.uniform(-150.0f, 128.0f)));
+    if (v.size() > 40) v[3] = NAN, v[v.size() / 2] = -INFINITY;
+    if (v.size() > 100) std::fill(v.begin() + 64, v.begin() + 100, 0.0f);
+    for (size_t i = 5; i < v.size(); i += 37) v[i] = std::ldexp(r.uniform(-1.0f, 1.0f), -140);  // subnormal amaxes
+    for (DType in : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      const Tensor x = Tensor::from_floats({rows, cols}, v, in);
+      for (DType format : kFormats)
+        for (bool down : {false, true}) {
+          const Tensor expected = mx_block_quantize(x, format, down);
+          std::vector<uint16_t> out(static_cast<size_t>(rows * cols), 0xFFFFu);
+          const int64_t blocks = shared::mx_block_count(rows, cols, down);
+          for (int64_t b = 0; b < blocks; ++b)
+            shared::mx_quantize_block(x.raw(), shared::float_code(in), rows, cols, down, b,
+                                      format == DType::kFloat8E5M2, out.data());
+          int64_t differ = 0;
+          for (int64_t i = 0; i < rows * cols; ++i) differ += out[static_cast<size_t>(i)] != bits_at(expected, i);
+          EXPECT_EQ(differ, 0) << rows << "x" << cols << " " << dtype_name(in) << " -> " << dtype_name(format)
+                               << (down ? " down columns" : " along rows");
+        }
+    }
+  }
+  for (int k = -127; k <= 127; ++k) EXPECT_EQ(shared::power_of_two(k), std::ldexp(1.0f, k)) << k;
 }
 
 // The FP8 GEMM's codes in the "TN" layout, multiplied as cuBLASLt defines its product (column-major A (k, n) read

@@ -1,5 +1,5 @@
 // The FP8 pieces on a GPU against the CPU ops (skips without a GPU; scripts/gpu-check.sh runs the CudaBackend suite
-// with MIXTRAIN_REQUIRE_GPU=1): the float8 casts, fp8_amax and fp8_quantize bit for bit, and scaled_matmul on
+// with MIXTRAIN_REQUIRE_GPU=1): the float8 casts, fp8_amax, fp8_quantize and mx_block_quantize bit for bit, and scaled_matmul on
 // cuBLASLt's FP8 GEMM within the accumulation bound written below (the CPU's is a float32 sum in another order).
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -86,6 +87,20 @@ TEST(CudaBackend, Fp8AmaxAndQuantizeGiveTheCpusBits) {
   Tensor with_nan = random_tensor({77}, 4, DType::kFloat32);
   with_nan.data<float>()[40] = NAN;
   EXPECT_EQ(float_bits(fp8_amax(gpu(with_nan))), float_bits(fp8_amax(with_nan)));
+}
+
+TEST(CudaBackend, MxBlockQuantizeGivesTheCpusBits) {
+  REQUIRE_CUDA_BACKEND();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 45}, {33, 31}, {17, 129}, {1000, 257}})
+    for (DType in : kWide) {
+      Tensor x = random_tensor({rows, cols}, 21 + rows, DType::kFloat32, -1000.0f, 1000.0f);
+      if (rows * cols > 40) x.data<float>()[7] = NAN, x.data<float>()[30] = 0x1p-140f;
+      x = x.to(in);
+      for (DType format : kFormats)
+        for (bool down : {false, true})
+          EXPECT_TRUE(bit_equal(mx_block_quantize(gpu(x), format, down), mx_block_quantize(x, format, down)))
+              << rows << "x" << cols << " " << dtype_name(in) << " " << dtype_name(format) << (down ? " down" : "");
+    }
 }
 
 // The compute capability of the first GPU, as major * 10 + minor, from the backend's description.

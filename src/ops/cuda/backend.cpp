@@ -240,10 +240,9 @@ void register_kernels(Kernels& k, bool with_gemm) {
 #undef MIXTRAIN_CALL_CUDA_REGISTRATION
 }
 
-// MXFP8's block quantization runs on the CPU only so far (docs/FP8.md); fp8_amax, fp8_quantize and scaled_matmul
-// have CUDA kernels (fp8_quantize.cu, fp8_matmul.cu).
+// The FP8 pieces have CUDA kernels (fp8_quantize.cu, fp8_matmul.cu; docs/FP8.md).
 std::vector<Op> unsupported_ops() {
-  return {Op::mx_block_quantize, Op::linear_cross_entropy};
+  return {Op::linear_cross_entropy};
 }
 
 bool cast_converts(DType dtype) {

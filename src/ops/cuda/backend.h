@@ -49,7 +49,7 @@ MIXTRAIN_CUDA_GEMM_KERNEL_FILES(MIXTRAIN_DECLARE_CUDA_REGISTRATION)
 // Every CUDA kernel the build has, the GEMM's when with_gemm, registered into k: what install_backend installs, and
 // what tests/ops/backend_coverage_test.cpp checks on any machine.
 void register_kernels(Kernels& k, bool with_gemm);
-// The ops this backend does not implement, by design (MXFP8's mx_block_quantize of ops/fp8_gemm.h and the chunked
+// The ops this backend does not implement, by design (the chunked
 // linear_cross_entropy, whose callers fall back to linear then the loss, CPU only so far): on a GPU
 // tensor their entries name the op and the device. tests/ops/backend_coverage_test.cpp holds the backend to every op outside this list.
 std::vector<Op> unsupported_ops();

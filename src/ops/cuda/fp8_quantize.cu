@@ -1,4 +1,5 @@
-// The FP8 quantization kernels on the GPU (ops/fp8_gemm.h's fp8_amax and fp8_quantize): one grid-stride pass reads
+// The FP8 quantization kernels on the GPU (ops/fp8_gemm.h's fp8_amax, fp8_quantize and, at the end,
+// mx_block_quantize): one grid-stride pass reads
 // each element as float32 and, for a quantization, writes the bfloat16 value of its float8 code (the element step
 // of ops/shared/fp8_element.h, which the CPU's bits are tested against); each thread keeps the largest amax key
 // (|x|'s bits: an integer maximum, NaN winning) of its elements, a warp and then a block combine them, and one
@@ -70,11 +71,30 @@ void fp8_quantize(const Tensor& x, DType format, float scale, Float8Overflow ove
   quantize_pass(x, scale, format == DType::kFloat8E5M2, overflow, static_cast<uint16_t*>(values.raw()), amax);
 }
 
+// MXFP8: one thread per block of 32 (shared::mx_quantize_block, the CPU kernel's steps), its amax then its elements.
+__global__ void mx_block_kernel(const void* x, int x_code, int64_t rows, int64_t cols, bool down, int64_t blocks,
+                                bool e5m2, uint16_t* values) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    shared::mx_quantize_block(x, x_code, rows, cols, down, b, e5m2, values);
+}
+
+void mx_block_quantize(const Tensor& x, DType format, bool along_columns, Tensor& values) {
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  const int64_t blocks = shared::mx_block_count(rows, cols, along_columns);
+  if (!device::begin(x, blocks)) return;
+  mx_block_kernel<<<device::blocks_for(blocks), device::kThreads>>>(
+      x.raw(), shared::float_code(x.dtype()), rows, cols, along_columns, blocks, format == DType::kFloat8E5M2,
+      static_cast<uint16_t*>(values.raw()));
+  device::launched("mx_block_quantize");
+}
+
 }  // namespace
 
 void register_fp8_quantize_kernels(Kernels& k) {
   k.set<Op::fp8_amax>(&fp8_amax);
   k.set<Op::fp8_quantize>(&fp8_quantize);
+  k.set<Op::mx_block_quantize>(&mx_block_quantize);
 }
 
 }  // namespace mixtrain::ops::cuda
