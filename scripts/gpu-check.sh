@@ -46,6 +46,8 @@
 # arena (bit for bit against the CPU optimizer), the timed GEMM of `bench gemm --device` and doctor
 # (tests/ops/cuda_gemm_timing_test.cpp) and the GEMM kernel for the products cuBLASLt declines
 # (tests/ops/cuda_gemm_fallback_test.cpp, the CudaGemmFallback suite) included;
+# the FP8 pieces (float8 casts, fp8_amax, fp8_quantize, mx_block_quantize, scaled_matmul on cuBLASLt's FP8 GEMM:
+# tests/ops/cuda_fp8_test.cpp);
 # then every registered model trains on the GPU against the CPU (tests/train/gpu_training_test.cpp).
 # Without GoogleTest (the tests' framework) the tests are left out and mixtrain_gpu_bench's own check against the
 # CPU bits decides.

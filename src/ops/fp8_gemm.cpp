@@ -1,4 +1,4 @@
-// FP8 GEMM op entries: validation, output allocation, dispatch (kernels in cpu/fp8_gemm.cpp; none on CUDA yet).
+// FP8 GEMM op entries: validation, output allocation, dispatch (kernels in cpu/fp8_gemm.cpp and cuda/fp8_*.cu).
 #include "mixtrain/ops/fp8_gemm.h"
 
 #include <cmath>

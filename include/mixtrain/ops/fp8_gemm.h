@@ -2,7 +2,8 @@
 // scale and widened exactly to bfloat16 (every float8_e4m3fn and float8_e5m2 value is a bfloat16 value), so the
 // product runs on the bfloat16 GEMM (AMX, vdpbf16ps or widening) with float32 accumulation; the inverse scales are
 // applied to the float32 accumulator in the GEMM's epilogue, before the one rounding into the output's dtype.
-// CPU only: the CUDA backend lists these kernels as unsupported (its FP8 GEMM would be cuBLASLt's).
+// On CUDA too: scaled_matmul runs on cuBLASLt's FP8 GEMM where the operands and the GPU allow it
+// (src/ops/cuda/fp8_gemm_route.h).
 #pragma once
 
 #include <optional>

@@ -240,12 +240,14 @@ void register_kernels(Kernels& k, bool with_gemm) {
 #undef MIXTRAIN_CALL_CUDA_REGISTRATION
 }
 
-// The FP8 GEMM pieces run on the CPU only so far (docs/FP8.md); on a GPU the float8 policies are refused by the layer.
+// The FP8 pieces have CUDA kernels (fp8_quantize.cu, fp8_matmul.cu; docs/FP8.md).
 std::vector<Op> unsupported_ops() {
-  return {Op::fp8_amax, Op::fp8_quantize, Op::mx_block_quantize, Op::scaled_matmul, Op::linear_cross_entropy};
+  return {Op::linear_cross_entropy};
 }
 
-bool cast_converts(DType dtype) { return is_float(dtype); }
+bool cast_converts(DType dtype) {
+  return is_float(dtype) || dtype == DType::kFloat8E4M3FN || dtype == DType::kFloat8E5M2;
+}
 
 void hold_block(int device_index, const void* p, void* stream) {
   if (installed != nullptr) installed->hold(device_index, p, stream);

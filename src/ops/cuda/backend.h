@@ -33,11 +33,13 @@ CudaBackendStatus install_backend();
   X(pooling)                          \
   X(batch_norm)                       \
   X(convert)                          \
+  X(fp8_quantize)                     \
   X(square)                           \
   X(multiply)                         \
   X(rotary_embedding)
 #define MIXTRAIN_CUDA_GEMM_KERNEL_FILES(X) \
   X(matmul)                               \
+  X(fp8_matmul)                           \
   X(conv2d)                               \
   X(attention)
 #define MIXTRAIN_DECLARE_CUDA_REGISTRATION(file) void register_##file##_kernels(Kernels& k);
@@ -47,12 +49,12 @@ MIXTRAIN_CUDA_GEMM_KERNEL_FILES(MIXTRAIN_DECLARE_CUDA_REGISTRATION)
 // Every CUDA kernel the build has, the GEMM's when with_gemm, registered into k: what install_backend installs, and
 // what tests/ops/backend_coverage_test.cpp checks on any machine.
 void register_kernels(Kernels& k, bool with_gemm);
-// The ops this backend does not implement, by design (the FP8 GEMM pieces of ops/fp8_gemm.h and the chunked
+// The ops this backend does not implement, by design (the chunked
 // linear_cross_entropy, whose callers fall back to linear then the loss, CPU only so far): on a GPU
 // tensor their entries name the op and the device. tests/ops/backend_coverage_test.cpp holds the backend to every op outside this list.
 std::vector<Op> unsupported_ops();
-// Whether the CUDA cast (convert.cu) converts to and from dtype: float32, float16 and bfloat16. The float8 formats
-// (core/float8.h) convert on the CPU only so far (docs/FP8.md): a GPU cast of one is refused, naming both tensors.
+// Whether the CUDA cast (convert.cu) converts to and from dtype: float32, float16, bfloat16, float8_e4m3fn and
+// float8_e5m2. The E8M0 block scale converts on the CPU only (docs/FP8.md): a GPU cast of one is refused, naming both tensors.
 // tests/ops/backend_coverage_test.cpp holds this list against the CPU's.
 bool cast_converts(DType dtype);
 

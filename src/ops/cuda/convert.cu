@@ -1,11 +1,14 @@
-// Conversions between the floating dtypes on the GPU: tensor casts, and the final rounding of a float32 product
+// Conversions between the floating dtypes on the GPU: tensor casts (the float8 formats E4M3 and E5M2 included), and the final rounding of a float32 product
 // (plus its bias) into the output dtype for the GEMM paths cuBLASLt cannot write directly. The rounding rule is
 // core's, through ops/shared/float16_convert.h, so a cast gives the CPU's bits, NaN payloads included. A cast is a
 // kernel templated on both dtypes with 16-byte loads (vector_map.cuh); the strided copies and the rounding run one
-// thread per element. Every grid is as large as the tensor asks for.
+// thread per element, as do casts to or from a float8 format (core/float8.h's scalar rules through
+// ops/shared/fp8_element.h: decoding is exact, encoding rounds once to nearest even with the format's cast overflow,
+// so the bits are the CPU cast's). Every grid is as large as the tensor asks for.
 #include <cuda_runtime.h>
 
 #include "../shared/float16_convert.h"
+#include "../shared/fp8_element.h"
 #include "backend.h"
 #include "device_util.cuh"
 #include "mixtrain/ops/transfer.h"
@@ -28,6 +31,28 @@ __global__ void round_rows_kernel(const float* src, const float* bias, int64_t r
     float v = src ? src[i] : 0.0f;
     if (bias) v = shared::add_rn(v, bias[i % n]);
     shared::store_from_float(dst, dst_code, i, v);
+  }
+}
+
+// A cast's side: a float32 / float16 / bfloat16 array (float8 kNotFloat8) or float8 codes.
+enum Float8Side : int { kNotFloat8 = 0, kE4M3 = 1, kE5M2 = 2 };
+
+int float8_side(DType dt) {
+  return dt == DType::kFloat8E4M3FN ? kE4M3 : dt == DType::kFloat8E5M2 ? kE5M2 : kNotFloat8;
+}
+
+// A cast with a float8 format on either side: each element widened exactly to float32, then rounded once into dst.
+__global__ void float8_cast_kernel(const void* src, int src_code, int src_f8, void* dst, int dst_code, int dst_f8,
+                                   int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = src_f8 != kNotFloat8
+                        ? shared::float8_value(static_cast<const uint8_t*>(src)[i], src_f8 == kE5M2)
+                        : shared::load_as_float(src, src_code, i);
+    if (dst_f8 != kNotFloat8)
+      static_cast<uint8_t*>(dst)[i] = shared::float8_code(v, dst_f8 == kE5M2, shared::cast_overflow(dst_f8 == kE5M2));
+    else
+      shared::store_from_float(dst, dst_code, i, v);
   }
 }
 
@@ -124,13 +149,21 @@ void cast(const Tensor& src, Tensor& dst) {
   MIXTRAIN_CHECK(cast_converts(src.dtype()) && cast_converts(dst.dtype()) && src.numel() == dst.numel() &&
                      src.is_contiguous() && dst.is_contiguous() && src.device() == dst.device(),
                  "cast: cannot convert " << src.describe() << " into " << dst.describe()
-                                         << " (float32, float16 or bfloat16, contiguous, same element count and device;"
-                                            " float8 casts run on the CPU only so far)");
+                                         << " (float32, float16, bfloat16, float8_e4m3fn or float8_e5m2, contiguous,"
+                                            " same element count and device; float8_e8m0fnu casts run on the CPU)");
   const int64_t n = src.numel();
   if (n == 0) return;
   check_cuda(cudaSetDevice(src.device().index), "cudaSetDevice");
   if (src.dtype() == dst.dtype()) {
     check_cuda(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+    return;
+  }
+  const int src_f8 = float8_side(src.dtype()), dst_f8 = float8_side(dst.dtype());
+  if (src_f8 != kNotFloat8 || dst_f8 != kNotFloat8) {
+    float8_cast_kernel<<<device::blocks_uncapped(n), device::kThreads>>>(
+        src.raw(), src_f8 ? 0 : shared::float_code(src.dtype()), src_f8, dst.raw(),
+        dst_f8 ? 0 : shared::float_code(dst.dtype()), dst_f8, n);
+    device::launched("cast");
     return;
   }
   device::with_float_code(shared::float_code(src.dtype()), [&](auto from) {

@@ -29,4 +29,13 @@ struct CublasLtApi {
 // The loaded functions; only valid after load_cublaslt() (backend.h) returned true.
 const CublasLtApi& cublaslt();
 
+// A GPU's cuBLASLt handle and workspace (matmul.cpp's, made on first use and kept for the process), for the files
+// that build their own cuBLASLt calls (fp8_matmul.cu). Work on the legacy default stream is ordered, so they share it.
+struct CublasLtContext {
+  cublasLtHandle_t handle;
+  void* workspace;
+  size_t workspace_bytes;
+};
+CublasLtContext cublaslt_context(int device);
+
 }  // namespace mixtrain::ops::cuda

@@ -363,6 +363,11 @@ const void* epilogue_bias_copy(const Tensor& bias, DType d_dtype, Tensor& holder
 
 }  // namespace
 
+CublasLtContext cublaslt_context(int device) {
+  DeviceState& s = device_state(device);
+  return {s.handle, s.workspace.raw(), kWorkspaceBytes};
+}
+
 GemmPlanCacheStats gemm_plan_cache_stats() { return plan_cache().stats(); }
 
 int64_t gemm_plans_declined(GemmEpilogue epilogue) {
