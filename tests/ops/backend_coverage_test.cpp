@@ -43,7 +43,8 @@ TEST(BackendCoverage, TheCudaBackendHasEveryKernelItDoesNotListAsUnsupported) {
   cuda::register_kernels(no_gemm, /*with_gemm=*/false);
   EXPECT_EQ(missing(no_gemm, cuda::unsupported_ops()),
             (std::vector<std::string>{"bmm", "linear_activation", "conv2d", "conv2d_backward",
-                                      "scaled_dot_product_attention", "scaled_dot_product_attention_backward"}));
+                                      "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+                                      "linear_cross_entropy"}));
 #endif
 }
 

@@ -242,7 +242,7 @@ void register_kernels(Kernels& k, bool with_gemm) {
 
 // The FP8 GEMM pieces run on the CPU only so far (docs/FP8.md); on a GPU the float8 policies are refused by the layer.
 std::vector<Op> unsupported_ops() {
-  return {Op::fp8_amax, Op::fp8_quantize, Op::mx_block_quantize, Op::scaled_matmul, Op::linear_cross_entropy};
+  return {Op::fp8_amax, Op::fp8_quantize, Op::mx_block_quantize, Op::scaled_matmul};
 }
 
 bool cast_converts(DType dtype) { return is_float(dtype); }
