@@ -38,16 +38,18 @@
 # the same way; without either, an installed GoogleTest is used.
 #
 # What the GPU backend covers is listed in docs/ARCHITECTURE.md; the tests below (the CudaBackend, CudaSharedMath,
-# CudaGemmFallback, Cast, GemmTiming and SideStream suites, and the Doctor suite with every GPU measured) check every CUDA
+# CudaGemmFallback, CudaFlashAttention, CudaLinearCrossEntropy, Cast, GemmTiming and SideStream suites, and the Doctor suite with every GPU measured) check every CUDA
 # kernel against the CPU's, layer normalization, the embedding, the CNN ops (pooling, batch normalization, conv2d:
 # tests/ops/cuda_cnn_test.cpp), the losses, sum/mean, the accuracy and the counted unscale
 # (tests/ops/cuda_losses_test.cpp), attention and the backward passes given a gradient of another dtype
 # (tests/ops/cuda_attention_test.cpp), the fused optimizer update (SGD, RMSprop, Adam, AdamW) of a GPU parameter
 # arena (bit for bit against the CPU optimizer), the timed GEMM of `bench gemm --device` and doctor
-# (tests/ops/cuda_gemm_timing_test.cpp) and the GEMM kernel for the products cuBLASLt declines
-# (tests/ops/cuda_gemm_fallback_test.cpp, the CudaGemmFallback suite) included;
+# (tests/ops/cuda_gemm_timing_test.cpp), the GEMM kernel for the products cuBLASLt declines
+# (tests/ops/cuda_gemm_fallback_test.cpp, the CudaGemmFallback suite), the tiled attention (the CudaFlashAttention
+# suite, tests/ops/cuda_flash_attention_test.cpp: bit for bit against its host driver, and against the CPU kernel),
+# the chunked linear + cross-entropy (the CudaLinearCrossEntropy suite) and
 # the FP8 pieces (float8 casts, fp8_amax, fp8_quantize, mx_block_quantize, scaled_matmul on cuBLASLt's FP8 GEMM:
-# tests/ops/cuda_fp8_test.cpp);
+# tests/ops/cuda_fp8_test.cpp) included;
 # then every registered model trains on the GPU against the CPU (tests/train/gpu_training_test.cpp).
 # Without GoogleTest (the tests' framework) the tests are left out and mixtrain_gpu_bench's own check against the
 # CPU bits decides.
@@ -359,7 +361,7 @@ if [ "$tests" = ON ]; then
   gpu_tests=$(( $(left) - 240 ))
   gpu_tests=$(( gpu_tests > 180 ? 180 : (gpu_tests < 30 ? 30 : gpu_tests) ))
   if ! MIXTRAIN_REQUIRE_GPU=1 capped "$gpu_tests" build-gpu/tests/ops/ops_test \
-         --gtest_filter='CudaBackend.*:CudaSharedMath.*:CudaGemmFallback.*:Cast.*:Backend.*:BackendCoverage.*:GemmTiming.*:SideStream.*' \
+         --gtest_filter='CudaBackend.*:CudaSharedMath.*:CudaGemmFallback.*:CudaFlashAttention.*:CudaLinearCrossEntropy.*:Cast.*:Backend.*:BackendCoverage.*:GemmTiming.*:SideStream.*' \
          --gtest_output="json:$work/gpu-tests.json" >> "$log" 2>&1; then
     say "GPU tests FAILED"
     status=1

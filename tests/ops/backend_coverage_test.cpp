@@ -44,7 +44,7 @@ TEST(BackendCoverage, TheCudaBackendHasEveryKernelItDoesNotListAsUnsupported) {
   EXPECT_EQ(missing(no_gemm, cuda::unsupported_ops()),
             (std::vector<std::string>{"bmm", "linear_activation", "conv2d", "conv2d_backward",
                                       "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
-                                      "scaled_matmul"}));
+                                      "scaled_matmul", "linear_cross_entropy"}));
 #endif
 }
 

@@ -169,12 +169,12 @@ struct MultiHeadAttentionOptions {
   // between a query and a key, computed in float32 from double angles under every policy.
   bool rotary = false;
   float rotary_base = 10000.0f;  // the frequencies' base, Llama's
-  // Training calls on the CPU with T above 128 (ops::flash_attention_preferred) run the tiled attention
+  // Training calls on the CPU or a CUDA GPU with T above 128 (ops::flash_attention_preferred) run the tiled attention
   // (ops/flash_attention.h), which keeps a (batch, heads, T) float32 log-sum-exp for backward instead of the
-  // (batch, heads, T, T) probabilities. false keeps
-  // scaled_dot_product_attention there too. Evaluation, an observer's logits, the generation cache and other devices
-  // always use scaled_dot_product_attention (so cached and recomputed generation stay bit-identical). A kernel choice,
-  // not part of the layer's config: the weights and the mathematics are the same.
+  // (batch, heads, T, T) probabilities. false keeps scaled_dot_product_attention there too. Evaluation, an
+  // observer's logits, the generation cache and devices without the tiled kernels always use
+  // scaled_dot_product_attention (so cached and recomputed generation stay bit-identical). A kernel choice, not part
+  // of the layer's config: the weights and the mathematics are the same.
   bool flash_attention = true;
   DTypeArg dtype = std::nullopt;
   std::string name = "";  // the layer's name (Keras' name=); empty: named by its kind

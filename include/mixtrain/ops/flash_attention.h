@@ -23,12 +23,15 @@
 // ds = p (dp - D) * scale in float32; dv += p_d^T dout (p_d rounded into the compute dtype, as forward multiplied
 // it), dk += ds^T q and dq += ds k as float32 products (ds is never rounded to 16 bits), each gradient rounded once.
 // Work is split over (batch, head, query tile) in forward and over (batch, head) in backward, every tile in a fixed
-// order, so every result is bit-identical for any thread count. The kernel runs on the CPU (a tensor on another
-// device is refused: flash_attention_supported says where it runs).
+// order, so every result is bit-identical for any thread count. The kernels run on the CPU and, in a build with the
+// CUDA backend, on a GPU (src/ops/cuda/flash_attention.cu: the same steps one row per thread, over 64-column key
+// tiles, so within the tolerances above of the CPU's; docs/GPU.md), each a kernel of its backend's table; a tensor
+// on a device without them is refused (flash_attention_supported says where they run).
 #pragma once
 
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/ops/attention.h"
+#include "mixtrain/ops/kernel_list.h"
 
 namespace mixtrain::ops {
 
@@ -37,7 +40,11 @@ struct FlashAttentionOutput {
   Tensor lse;  // (B, H, T) float32: each row's log-sum-exp of its (rounded, scaled) logits, for backward
 };
 
-// Whether flash_attention runs on tensors of this device (the CPU).
+// Key columns per tile of the CPU kernel: up to one tile the full attention is the better choice (below).
+inline constexpr int64_t kFlashAttentionKeyTile = 128;
+
+// Whether flash_attention runs on tensors of this device: a backend there has its kernels (the CPU's, and the CUDA
+// backend's once loaded on a GPU).
 bool flash_attention_supported(const Device& device);
 // Whether flash_attention is the better choice for `keys` keys on this device: supported there, and more keys than
 // one key tile (128). Up to one tile scaled_dot_product_attention's (T, S) scratch per pair is no larger than the
@@ -58,5 +65,18 @@ void flash_attention_backward_into(const Tensor& dout, const Tensor& q, const Te
 // The same gradients in new tensors.
 AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& lse, const AttentionOptions& options);
+
+namespace kernel {
+// Validated operands: q, k, v (and dq, dk, dv) (B, L, W) with dense rows and any row and batch strides, every other
+// tensor contiguous and preallocated on their device; dout in q's dtype. out (B, T, H * dv) in q's dtype and lse
+// (B, H, T) float32 written; dq, dk, dv overwritten.
+using FlashAttentionFn = void(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                              Tensor& out, Tensor& lse);
+using FlashAttentionBackwardFn = void(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& out, const Tensor& lse, const AttentionOptions& options,
+                                      Tensor& dq, Tensor& dk, Tensor& dv);
+}  // namespace kernel
+MIXTRAIN_KERNEL_SIGNATURE(flash_attention, FlashAttentionFn)
+MIXTRAIN_KERNEL_SIGNATURE(flash_attention_backward, FlashAttentionBackwardFn)
 
 }  // namespace mixtrain::ops

@@ -63,6 +63,8 @@
   X(embedding_backward, "embedding_backward") \
   X(attention, "scaled_dot_product_attention") \
   X(attention_backward, "scaled_dot_product_attention_backward") \
+  X(flash_attention, "flash_attention") \
+  X(flash_attention_backward, "flash_attention_backward") \
   X(fused_update, "fused_update") \
   X(fp8_amax, "fp8_amax") \
   X(fp8_quantize, "fp8_quantize") \

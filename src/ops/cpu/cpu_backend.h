@@ -15,6 +15,7 @@
   X(fp8_gemm)                        \
   X(embedding)                       \
   X(fused_update)                    \
+  X(flash_attention)                 \
   X(mx_block_quantize)               \
   X(global_norm)                     \
   X(layer_norm)                      \

@@ -16,6 +16,7 @@
 #include "../shared/attention_rows.h"
 #include "attention_heads.h"
 #include "attention_lanes.h"
+#include "cpu_backend.h"
 #include "float_lanes.h"
 
 namespace mixtrain::ops::cpu {
@@ -504,6 +505,11 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
                                Buffer<float>(sz(kRows * g.dv))};
       },
       [&](int64_t pair, BackwardScratch& w) { backward_pair(f, pair, w); });
+}
+
+void register_flash_attention_kernels(Kernels& k) {
+  k.set<Op::flash_attention>(&flash_attention);
+  k.set<Op::flash_attention_backward>(&flash_attention_backward);
 }
 
 }  // namespace mixtrain::ops::cpu

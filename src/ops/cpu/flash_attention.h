@@ -4,12 +4,13 @@
 #pragma once
 
 #include "mixtrain/ops/attention.h"
+#include "mixtrain/ops/flash_attention.h"
 
 namespace mixtrain::ops::cpu {
 
 // The tile: query rows per task and key columns per step (fixed, so the results never depend on the threads).
 inline constexpr int64_t kFlashRows = 128;
-inline constexpr int64_t kFlashColumns = 128;
+inline constexpr int64_t kFlashColumns = kFlashAttentionKeyTile;
 
 // out (B, T, H * dv) in q's dtype, lse (B, H, T) float32.
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options, Tensor& out,

@@ -36,12 +36,14 @@ CudaBackendStatus install_backend();
   X(fp8_quantize)                     \
   X(square)                           \
   X(multiply)                         \
-  X(rotary_embedding)
+  X(rotary_embedding)                 \
+  X(flash_attention)
 #define MIXTRAIN_CUDA_GEMM_KERNEL_FILES(X) \
   X(matmul)                               \
   X(fp8_matmul)                           \
   X(conv2d)                               \
-  X(attention)
+  X(attention)                            \
+  X(linear_cross_entropy)
 #define MIXTRAIN_DECLARE_CUDA_REGISTRATION(file) void register_##file##_kernels(Kernels& k);
 MIXTRAIN_CUDA_KERNEL_FILES(MIXTRAIN_DECLARE_CUDA_REGISTRATION)
 MIXTRAIN_CUDA_GEMM_KERNEL_FILES(MIXTRAIN_DECLARE_CUDA_REGISTRATION)
@@ -49,8 +51,7 @@ MIXTRAIN_CUDA_GEMM_KERNEL_FILES(MIXTRAIN_DECLARE_CUDA_REGISTRATION)
 // Every CUDA kernel the build has, the GEMM's when with_gemm, registered into k: what install_backend installs, and
 // what tests/ops/backend_coverage_test.cpp checks on any machine.
 void register_kernels(Kernels& k, bool with_gemm);
-// The ops this backend does not implement, by design (the chunked
-// linear_cross_entropy, whose callers fall back to linear then the loss, CPU only so far): on a GPU
+// The ops this backend does not implement, by design (none now; an op left out later would be named here): on a GPU
 // tensor their entries name the op and the device. tests/ops/backend_coverage_test.cpp holds the backend to every op outside this list.
 std::vector<Op> unsupported_ops();
 // Whether the CUDA cast (convert.cu) converts to and from dtype: float32, float16, bfloat16, float8_e4m3fn and
