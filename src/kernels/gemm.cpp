@@ -552,22 +552,18 @@ int env_bf16_method() {
   return method;
 }
 
-// Seconds for the fastest of `runs` single-threaded GEMMs of `p` on `be`.
-double best_seconds(const GemmBackend& be, const Problem& p, int runs) {
-  double best = 1e30;
-  for (int r = 0; r < runs; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    gemm_blocked(be, p, 1);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
+// Seconds of one single-threaded GEMM of `p` on `be`.
+double seconds_of(const GemmBackend& be, const Problem& p) {
+  const auto start = std::chrono::steady_clock::now();
+  gemm_blocked(be, p, 1);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The fastest bfloat16 method on this CPU, by measurement: vdpbf16ps issues at twice the FMA rate on
 // some CPUs and half on others (AMD Zen 5, Intel Sapphire Rapids), which cpuid does not say, and AMX
 // tiles may be slower than either where the OS or hypervisor makes tile state expensive. Times every
 // method this CPU can run, packing included, on a 192 x 256 x 512 product on one thread (about 50 MFLOP
-// per run, a few ms in all), best of three after a warm-up. A method replaces the one chosen so far
+// per run, a few ms in all), the best of five interleaved rounds after a warm-up. A method replaces the one chosen so far
 // (starting from widening) only when 10% faster, so that a near tie, where timing noise could pick
 // either from one run to the next, keeps the simpler one.
 int calibrated_bf16_method() {
@@ -578,16 +574,25 @@ int calibrated_bf16_method() {
   std::vector<float> c(kM * kN);  // (m, n)
   const Problem p{false, false, kM, kN, kK, DType::kBFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
                   c.data(), kN, false, nullptr, {}};
+  // The methods' runs interleave (round by round, each method's best kept), so a moment when other processes
+  // take the core slows one run of one method, not all of a method's runs: on a loaded machine, back-to-back runs
+  // had two processes of one test pick different methods, and so different bits.
+  const std::vector<int> methods = [] {
+    std::vector<int> m;
+    for (int method : {kWiden, kDot, kAmx})
+      if (cpu_has_method(method)) m.push_back(method);
+    return m;
+  }();
+  std::vector<double> best(methods.size(), 1e30);
+  for (int method : methods) gemm_blocked(bf16_backend(method), p, 1);  // warm-up: packing buffers, caches, clocks
+  for (int round = 0; round < 5; ++round)
+    for (size_t i = 0; i < methods.size(); ++i) best[i] = std::min(best[i], seconds_of(bf16_backend(methods[i]), p));
   int chosen = kWiden;
   double chosen_seconds = 0;
-  for (int method : {kWiden, kDot, kAmx}) {
-    if (!cpu_has_method(method)) continue;
-    const GemmBackend& be = bf16_backend(method);
-    gemm_blocked(be, p, 1);  // warm-up: packing buffers, caches, clocks
-    const double t = best_seconds(be, p, 3);
-    if (method == kWiden || t * 1.1 < chosen_seconds) {
-      chosen = method;
-      chosen_seconds = t;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    if (methods[i] == kWiden || best[i] * 1.1 < chosen_seconds) {
+      chosen = methods[i];
+      chosen_seconds = best[i];
     }
   }
   return chosen;
@@ -676,8 +681,8 @@ bool f16_method_available(int method) {
 bool worth_splitting(const Problem& p) { return p.m >= 16 && p.n >= 16 && p.m * p.n * p.k >= kMinParallelMacs; }
 
 // Widening or the AMX split, whichever is faster on this CPU, by measurement (as calibrated_bf16_method: the
-// same shape with float16 values in [1, 2), one thread, best of three after a warm-up; the split replaces
-// widening only when 10% faster), the split included in the time. Both sum in float32. The AVX512-FP16 FMAs
+// same shape with float16 values in [1, 2), one thread, best of five interleaved rounds after a warm-up; the split
+// replaces widening only when 10% faster), the split included in the time. Both sum in float32. The AVX512-FP16 FMAs
 // (about 1.7x float32 on one thread of an Intel Xeon without AMX) sum partly in float16, outside gemm()'s
 // contract, so they are never chosen by themselves: MIXTRAIN_F16_GEMM=fp16 opts in.
 int calibrated_f16_method() {
@@ -689,18 +694,14 @@ int calibrated_f16_method() {
   std::vector<float> c(kM * kN);
   const Problem p{false, false, kM, kN, kK, DType::kFloat16, a.data(), kK, b.data(), kN, DType::kFloat32,
                   c.data(), kN, false, nullptr, {}};
-  auto best_of_three = [&](auto&& run) {
-    run();  // warm-up
-    double best = 1e30;
-    for (int r = 0; r < 3; ++r) {
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    return best;
-  };
-  const double widen = best_of_three([&] { gemm_blocked(active_backend(), p, 1); });
-  const double split = best_of_three([&] { gemm_blocked(cpu::kAmxF16Backend, p, 1); });
+  // Interleaved rounds, each method's best kept, as calibrated_bf16_method times them.
+  gemm_blocked(active_backend(), p, 1);  // warm-up
+  gemm_blocked(cpu::kAmxF16Backend, p, 1);
+  double widen = 1e30, split = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    widen = std::min(widen, seconds_of(active_backend(), p));
+    split = std::min(split, seconds_of(cpu::kAmxF16Backend, p));
+  }
   return split * 1.1 < widen ? kF16Amx : kF16Widen;
 }
 
