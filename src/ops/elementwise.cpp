@@ -50,6 +50,15 @@ Tensor activation(const Tensor& x, Activation a) {
   return y;
 }
 
+// Every backend's activation kernel is element-wise (each output reads its own input element only), so y may be x.
+void activation_in_place(Tensor& x, Activation a) {
+  if (a == Activation::kLinear) return;
+  check_float(x, activation_name(a), "the input");
+  MIXTRAIN_CHECK(x.is_contiguous(), "activation_in_place: x must be contiguous, got " << x.describe());
+  const Device device = common_device("activation", {&x});
+  kernel_for<Op::activation>(device)(x, a, x);
+}
+
 Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, Activation a) {
   if (a == Activation::kLinear) return cast(dy, x.dtype());
   // relu and gelu differentiate from the input, sigmoid and tanh from the output.

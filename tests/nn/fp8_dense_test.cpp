@@ -247,6 +247,43 @@ TEST_F(Fp8DenseTest, KeepsItsInputAndKernelAsFp8CodesForTheBackwardPass) {
   }
 }
 
+// Without gradients the activation goes over the product's own output: the layer's output holds the bits the
+// recorded call computes, and the call's peak is the product's alone (as with a linear activation), where applying
+// the activation as its own op held the product and the activation's output at once (2 m n bfloat16 values: more
+// than the product's own peak at this shape, whose quantized input is cut into parts of 512 rows).
+TEST_F(Fp8DenseTest, WithoutGradientsTheActivationOverwritesTheProduct) {
+  const int64_t m = 4096, k = 1024, n = 512;
+  Rng values(6);
+  std::vector<float> xv(m * k);
+  for (float& v : xv) v = values.uniform(-4, 4);
+  const Var x(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
+  for (Fp8Recipe recipe : {Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
+    set_fp8_recipe(recipe);
+    // The peak above what was held before the call, without gradients, for a Dense of this activation.
+    auto no_grad_peak = [&](Dense& d) {
+      NoGradGuard ng;
+      reset_peak_memory();
+      const int64_t before = memory_stats().live_bytes;
+      const Var y = d(x);
+      EXPECT_EQ(memory_stats().live_bytes - before, m * n * 2) << "only the bfloat16 output stays";
+      return std::pair{memory_stats().peak_bytes - before, y.value().to_floats()};
+    };
+    Dense linear(n, "linear", dtype_arg("mixed_float8"));
+    Rng rng(5);
+    linear.build({k}, rng);
+    const int64_t product_peak = no_grad_peak(linear).first;
+    for (const char* act : {"gelu", "relu"}) {
+      Dense d(n, act, dtype_arg("mixed_float8"));
+      Rng same(5);
+      d.build({k}, same);
+      const std::vector<float> recorded = d(x).value().to_floats();
+      const auto [peak, got] = no_grad_peak(d);
+      EXPECT_EQ(peak, product_peak) << act << " " << fp8_recipe_name(recipe);
+      EXPECT_EQ(got, recorded) << act << " " << fp8_recipe_name(recipe);
+    }
+  }
+}
+
 TEST_F(Fp8DenseTest, TheRecipeNamesParse) {
   EXPECT_EQ(parse_fp8_recipe("delayed"), Fp8Recipe::kDelayed);
   EXPECT_EQ(parse_fp8_recipe("current"), Fp8Recipe::kCurrent);

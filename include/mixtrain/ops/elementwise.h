@@ -19,6 +19,9 @@ const char* activation_name(Activation a);
 
 // y = f(x), same shape and dtype as x.
 Tensor activation(const Tensor& x, Activation a);
+// x = f(x) over x itself (contiguous, floating): activation's values without a second tensor of x's size, for an
+// output computed without gradients (as a GEMM's epilogue applies the activation where it writes).
+void activation_in_place(Tensor& x, Activation a);
 // dx = dy * f'(x), from the saved input x (relu, gelu; gelu is exact, with erf, as Keras' default) or the
 // saved output y (sigmoid, tanh). dx has dy's dtype (x's for the linear activation).
 Tensor activation_backward(const Tensor& dy, const Tensor& x, const Tensor& y, Activation a);
