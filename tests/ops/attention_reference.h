@@ -1,5 +1,6 @@
 // The float64 reference of scaled dot-product attention (ops/attention.h), forward and backward, and its error
-// bound, shared by the attention tests (attention_test.cpp, flash_attention_test.cpp).
+// bound, shared by the attention tests (attention_test.cpp, the flash_attention tests), with the tiled-attention
+// tests' cases.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,6 +22,32 @@ using testing::unit;
 struct Geo {
   int64_t b, t, s, h, dk, dv;
 };
+
+// A case of the tiled-attention tests: a shape, the causal mask and a dropout rate.
+struct Case {
+  Geo g;
+  bool causal;
+  float dropout;
+};
+
+// The case's options: its heads and mask, the scale 1 / sqrt(dk), dropout drawn from dropout_seed.
+inline AttentionOptions options_of(const Case& c, uint64_t dropout_seed) {
+  AttentionOptions o;
+  o.num_heads = c.g.h;
+  o.causal = c.causal;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(c.g.dk));
+  o.dropout_rate = c.dropout;
+  o.dropout_seed = dropout_seed;
+  return o;
+}
+
+// The case and dtype in a failure message.
+inline std::string name_of(DType dt, const Case& c) {
+  const Geo& g = c.g;
+  return std::string(dtype_name(dt)) + " B" + std::to_string(g.b) + " T" + std::to_string(g.t) + " S" +
+         std::to_string(g.s) + " H" + std::to_string(g.h) + " dk" + std::to_string(g.dk) + " dv" +
+         std::to_string(g.dv) + (c.causal ? " causal" : "") + (c.dropout > 0 ? " dropout" : "");
+}
 
 // The float64 attention of the (already rounded) inputs, with no intermediate rounding, and beside each
 // result the sum of the magnitudes of its terms: the scale its rounding errors are measured against.

@@ -23,11 +23,6 @@ using testing::subnormal_step;
 using testing::unit;
 using namespace attention_reference;
 
-struct Case {
-  Geo g;
-  bool causal;
-  float dropout;
-};
 const Case kCases[] = {
     {{1, 1, 1, 1, 1, 1}, false, 0.0f},   {{1, 1, 1, 1, 1, 1}, true, 0.0f},    {{2, 7, 7, 3, 5, 5}, true, 0.0f},
     {{2, 7, 17, 2, 4, 3}, false, 0.0f},  {{1, 17, 17, 2, 8, 8}, false, 0.3f}, {{2, 17, 17, 1, 7, 9}, true, 0.25f},

@@ -22,33 +22,13 @@ using testing::random_tensor;
 using testing::unit;
 using namespace attention_reference;
 
-struct Case {
-  Geo g;
-  bool causal;
-  float dropout;
-};
 const Case kCases[] = {
     {{1, 1, 1, 1, 8, 8}, false, 0.0f},     {{2, 7, 7, 3, 8, 8}, true, 0.0f},    {{1, 7, 17, 2, 16, 12}, false, 0.25f},
     {{2, 17, 17, 2, 32, 32}, true, 0.2f},  {{1, 129, 129, 1, 64, 48}, true, 0.1f}, {{2, 70, 259, 2, 8, 8}, false, 0.0f},
     {{1, 5, 33, 3, 8, 5}, true, 0.2f},     {{1, 0, 5, 2, 8, 8}, false, 0.0f},
 };
 
-AttentionOptions options_of(const Case& c) {
-  AttentionOptions o;
-  o.num_heads = c.g.h;
-  o.causal = c.causal;
-  o.scale = 1.0f / std::sqrt(static_cast<float>(c.g.dk));
-  o.dropout_rate = c.dropout;
-  o.dropout_seed = 99;
-  return o;
-}
-
-std::string name_of(DType dt, const Case& c) {
-  const Geo& g = c.g;
-  return std::string(dtype_name(dt)) + " B" + std::to_string(g.b) + " T" + std::to_string(g.t) + " S" +
-         std::to_string(g.s) + " H" + std::to_string(g.h) + " dk" + std::to_string(g.dk) + " dv" +
-         std::to_string(g.dv) + (c.causal ? " causal" : "") + (c.dropout > 0 ? " dropout" : "");
-}
+constexpr uint64_t kDropoutSeed = 99;
 
 // |got - want| <= units * (mag + |want|) + the dtype's subnormal step, element by element (got read back).
 void expect_near(const Tensor& got, const Tensor& want, const std::vector<double>& mag, double units, DType dt,
@@ -74,7 +54,7 @@ TEST(CudaFlashAttention, ForwardAndBackwardGiveTheHostDriversBits) {
   for (DType dt : kFloatDTypes)
     for (const Case& c : kCases) {
       const Geo& g = c.g;
-      const AttentionOptions o = options_of(c);
+      const AttentionOptions o = options_of(c, kDropoutSeed);
       const std::string what = name_of(dt, c);
       const Tensor q = random_tensor({g.b, g.t, g.h * g.dk}, 31, dt, -1.5f, 1.5f);
       const Tensor k = random_tensor({g.b, g.s, g.h * g.dk}, 32, dt, -1.5f, 1.5f);
@@ -105,7 +85,7 @@ TEST(CudaFlashAttention, MatchesTheCpuKernel) {
   for (DType dt : kFloatDTypes)
     for (const Case& c : kCases) {
       const Geo& g = c.g;
-      const AttentionOptions o = options_of(c);
+      const AttentionOptions o = options_of(c, kDropoutSeed);
       const std::string what = name_of(dt, c);
       using flash_rows_driver::quarter_tensor;  // both sides round the same logits
       const Tensor q = quarter_tensor({g.b, g.t, g.h * g.dk}, 41, dt), k = quarter_tensor({g.b, g.s, g.h * g.dk}, 42, dt);

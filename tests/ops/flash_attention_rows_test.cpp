@@ -22,11 +22,6 @@ using testing::random_tensor;
 using testing::unit;
 using namespace attention_reference;
 
-struct Case {
-  Geo g;
-  bool causal;
-  float dropout;
-};
 const Case kCases[] = {
     {{1, 1, 1, 1, 8, 8}, false, 0.0f},       {{2, 1, 1, 2, 8, 16}, true, 0.0f},
     {{2, 7, 7, 3, 8, 8}, true, 0.0f},        {{1, 7, 17, 2, 16, 12}, false, 0.25f},
@@ -35,22 +30,7 @@ const Case kCases[] = {
     {{1, 1, 129, 2, 8, 8}, true, 0.3f},
 };
 
-AttentionOptions options_of(const Case& c) {
-  AttentionOptions o;
-  o.num_heads = c.g.h;
-  o.causal = c.causal;
-  o.scale = 1.0f / std::sqrt(static_cast<float>(c.g.dk));
-  o.dropout_rate = c.dropout;
-  o.dropout_seed = 4321;
-  return o;
-}
-
-std::string name_of(DType dt, const Case& c) {
-  const Geo& g = c.g;
-  return std::string(dtype_name(dt)) + " B" + std::to_string(g.b) + " T" + std::to_string(g.t) + " S" +
-         std::to_string(g.s) + " H" + std::to_string(g.h) + " dk" + std::to_string(g.dk) + " dv" +
-         std::to_string(g.dv) + (c.causal ? " causal" : "") + (c.dropout > 0 ? " dropout" : "");
-}
+constexpr uint64_t kDropoutSeed = 4321;
 
 struct Inputs {
   Tensor q, k, v, dout;
@@ -66,7 +46,7 @@ TEST(FlashAttentionRows, HostDrivenKernelsMatchFloat64InEveryDType) {
   for (DType dt : kFloatDTypes)
     for (const Case& c : kCases) {
       const Geo& g = c.g;
-      const AttentionOptions o = options_of(c);
+      const AttentionOptions o = options_of(c, kDropoutSeed);
       const std::string what = name_of(dt, c);
       const Inputs in = inputs_of(g, dt);
       const Reference r = reference(g, in.q.to_floats(), in.k.to_floats(), in.v.to_floats(), in.dout.to_floats(), o);
@@ -91,7 +71,7 @@ TEST(FlashAttentionRows, HostDrivenKernelsMatchTheCpuKernel) {
   for (DType dt : kFloatDTypes)
     for (const Case& c : kCases) {
       const Geo& g = c.g;
-      const AttentionOptions o = options_of(c);
+      const AttentionOptions o = options_of(c, kDropoutSeed);
       const std::string what = name_of(dt, c);
       const Inputs in{quarter_tensor({g.b, g.t, g.h * g.dk}, 15, dt), quarter_tensor({g.b, g.s, g.h * g.dk}, 16, dt),
                       quarter_tensor({g.b, g.s, g.h * g.dv}, 17, dt), quarter_tensor({g.b, g.t, g.h * g.dv}, 18, dt)};

@@ -23,11 +23,6 @@ using testing::random_tensor;
 using testing::unit;
 using namespace attention_reference;
 
-struct Case {
-  Geo g;
-  bool causal;
-  float dropout;
-};
 // Small shapes, then ones that cross the 128-row and 128-column tiles at odd places.
 const Case kCases[] = {
     {{1, 1, 1, 1, 1, 1}, false, 0.0f},     {{1, 1, 1, 1, 1, 1}, true, 0.0f},      {{2, 7, 7, 3, 5, 5}, true, 0.0f},
@@ -37,22 +32,7 @@ const Case kCases[] = {
     {{2, 70, 259, 1, 8, 8}, false, 0.2f},  {{1, 257, 257, 1, 8, 8}, true, 0.15f},
 };
 
-AttentionOptions options_of(const Case& c) {
-  AttentionOptions o;
-  o.num_heads = c.g.h;
-  o.causal = c.causal;
-  o.scale = 1.0f / std::sqrt(static_cast<float>(c.g.dk));
-  o.dropout_rate = c.dropout;
-  o.dropout_seed = 1234;
-  return o;
-}
-
-std::string name_of(DType dt, const Case& c) {
-  const Geo& g = c.g;
-  return std::string(dtype_name(dt)) + " B" + std::to_string(g.b) + " T" + std::to_string(g.t) + " S" +
-         std::to_string(g.s) + " H" + std::to_string(g.h) + " dk" + std::to_string(g.dk) + (c.causal ? " causal" : "") +
-         (c.dropout > 0 ? " dropout" : "");
-}
+constexpr uint64_t kDropoutSeed = 1234;
 
 struct Inputs {
   Tensor q, k, v, dout;
@@ -67,7 +47,7 @@ TEST(FlashAttention, ForwardAndBackwardMatchFloat64InEveryDType) {
   for (DType dt : kFloatDTypes)
     for (const Case& c : kCases) {
       const Geo& g = c.g;
-      const AttentionOptions o = options_of(c);
+      const AttentionOptions o = options_of(c, kDropoutSeed);
       const std::string what = name_of(dt, c);
       const Inputs in = inputs_of(g, dt);
       const Reference r = reference(g, in.q.to_floats(), in.k.to_floats(), in.v.to_floats(), in.dout.to_floats(), o);
@@ -94,7 +74,7 @@ TEST(FlashAttention, MatchesTodaysAttention) {
   for (DType dt : kFloatDTypes)
     for (const Case& c : kCases) {
       const Geo& g = c.g;
-      const AttentionOptions o = options_of(c);
+      const AttentionOptions o = options_of(c, kDropoutSeed);
       const std::string what = name_of(dt, c);
       const Inputs in = inputs_of(g, dt);
       const Reference r = reference(g, in.q.to_floats(), in.k.to_floats(), in.v.to_floats(), in.dout.to_floats(), o);
