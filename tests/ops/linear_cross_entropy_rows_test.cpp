@@ -12,6 +12,7 @@
 
 #include "mixtrain/core/random.h"
 #include "mixtrain/ops/linear_cross_entropy.h"
+#include "linear_cross_entropy_problem.h"
 #include "op_test_util.h"
 #include "ops/shared/float16_convert.h"
 #include "ops/shared/linear_cross_entropy_row.h"
@@ -22,16 +23,9 @@ namespace {
 using testing::random_tensor;
 using testing::unit;
 
-struct Problem {
-  Tensor x, w, bias, labels;
-};
-
+using Problem = testing::LinearCrossEntropyProblem;
 Problem make_problem(int64_t n, int64_t d, int64_t v, DType dt, uint64_t seed) {
-  Rng r(seed + 3);
-  std::vector<int32_t> l(static_cast<size_t>(n));
-  for (int32_t& y : l) y = static_cast<int32_t>(r.next_u64() % static_cast<uint64_t>(v));
-  return {random_tensor({n, d}, seed, dt, -2, 2), random_tensor({d, v}, seed + 1, dt, -1, 1),
-          random_tensor({v}, seed + 2, DType::kFloat32, -1, 1), Tensor::from_ints({n}, l)};
+  return testing::make_linear_cross_entropy_problem(n, d, v, dt, seed, seed + 3);
 }
 
 struct Driven {
