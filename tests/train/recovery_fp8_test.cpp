@@ -51,6 +51,12 @@ std::unique_ptr<Model> model(const char* policy, Fp8Recipe recipe) {
   return m;
 }
 
+// x through the model without gradients: the casts a training step's forward pass makes, nothing recorded.
+void forward(Model& m, const Tensor& x) {
+  NoGradGuard ng;
+  m.network().call(Var(x), CallContext{});
+}
+
 // Inputs around 2000 pass E4M3's 448 at the delayed recipe's first scale (1, before any update): a quarter of the
 // values (column 3) saturate, and the layer is blamed for it. Current scaling casts the same values with their own
 // amax: nothing saturates, nothing is blamed; bfloat16 holds 2000, so the layer is not blamed under mixed_bfloat16.
@@ -119,10 +125,6 @@ TEST_F(RecoveryFp8Test, TheFp8RungMovesTheLayerToBfloat16First) {
 // ladder does not guard records nothing (the record costs a pass over the input).
 TEST_F(RecoveryFp8Test, TheFp8RungJudgesTheCastsSinceTheLastClimb) {
   const Tensor hot = rows(64, 2000.0f, 1), calm = rows(64, 0.0f, 2);
-  auto forward = [](Model& m, const Tensor& x) {
-    NoGradGuard ng;
-    m.network().call(Var(x), CallContext{});
-  };
   auto unguarded = model("mixed_float8", Fp8Recipe::kDelayed);
   forward(*unguarded, hot);
   EXPECT_EQ(unguarded->layers()[0]->fp8_layer_scales()->take_input_record().casts, 0);
@@ -161,10 +163,6 @@ TEST_F(RecoveryFp8Test, TheFp8RungJudgesTheCastsSinceTheLastClimb) {
 // row moves the layer to mixed_bfloat16 and rolls back to the last snapshot.
 TEST_F(RecoveryFp8Test, TheFp8RungClimbsWhenSaturationPersists) {
   const Tensor hot = rows(64, 2000.0f, 1), calm = rows(64, 0.0f, 2);
-  auto forward = [](Model& m, const Tensor& x) {
-    NoGradGuard ng;
-    m.network().call(Var(x), CallContext{});
-  };
   auto m = model("mixed_float8", Fp8Recipe::kDelayed);
   std::ostringstream log;
   RecoveryOptions o;
