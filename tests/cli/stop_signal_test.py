@@ -169,11 +169,16 @@ else:
     print("SIGHUP ignored at the start (nohup): the run went on to its end")
 
 # A second signal: a wide model makes each save long (a 50 MB checkpoint, fsynced); the first SIGTERM asks for
-# the save, the second is sent as soon as its temporary file appears, so it lands inside that save.
+# the save, the second is sent as soon as a temporary file appears, so it lands inside a save. Saves follow each
+# other closely (one every 8 short steps), and on a fast disk (a tmpfs /tmp) one takes only tens of milliseconds: so
+# nothing slow stands between seeing the temporary file and the second signal, and trials go on, up to 8, until one
+# has landed.
 wide = ["train", "--data", data, "--hidden", "2048,2048", "--batch-size", "16", "--epochs", "2", "--seed", "3",
         "--save-every", "8"]
 inside_save = 0
-for t in range(3):
+for t in range(8):
+    if t >= 3 and inside_save > 0:
+        break
     ckpt = os.path.join(tmp, f"wide{t}.safetensors")
     p = subprocess.Popen([mixtrain, *wide, "--save", ckpt], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
@@ -186,18 +191,17 @@ for t in range(3):
     while not temp_files() and p.poll() is None:
         time.sleep(0.0005)
     landed = bool(temp_files())
-    # The checkpoint as it is while a save is in progress, and its inode: a save that completes renames a new file
-    # (a new inode) over it, which can happen between these reads and the second signal; only a save that was cut
-    # must leave the checkpoint as it was.
-    ino = os.stat(ckpt).st_ino if os.path.exists(ckpt) else None
-    before = open(ckpt, "rb").read() if ino is not None else None
+    # The checkpoint's inode as the second signal is sent: a save writes a new file and renames it over the
+    # checkpoint (never writes it in place), so a save cut by the signal leaves this inode at the path, and one
+    # that completed before the signal took effect leaves another.
+    ino = os.stat(ckpt).st_ino if landed and os.path.exists(ckpt) else None
     sent = time.monotonic()
-    p.send_signal(signal.SIGTERM)
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
     err = p.communicate(timeout=60)[1]
     took = time.monotonic() - sent
     what = f"second signal {t + 1}"
-    renamed = ino is not None and os.path.exists(ckpt) and os.stat(ckpt).st_ino != ino
-    landed = landed and not renamed
+    landed = landed and ino is not None and os.path.exists(ckpt) and os.stat(ckpt).st_ino == ino
     if landed and p.returncode == -signal.SIGTERM:
         inside_save += 1
     elif p.returncode not in (-signal.SIGTERM, 143):
@@ -209,8 +213,6 @@ for t in range(3):
             read_safetensors(ckpt)  # complete: every tensor matches its checksum
         except Exception as e:  # noqa: BLE001 - any failure to read it is the finding
             failures.append(f"{what}: the checkpoint left is not complete: {e}")
-        if before is not None and landed and open(ckpt, "rb").read() != before:
-            failures.append(f"{what}: the checkpoint changed although the save was cut")
     print(f"{what}: exit {p.returncode} {took:.3f} s after the second signal; it landed inside the save: {landed}")
     for f in os.listdir(tmp):
         if f.startswith("wide"):
