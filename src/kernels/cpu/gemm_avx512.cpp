@@ -12,23 +12,31 @@ namespace {
 constexpr int kMR = kAvx512MR;
 constexpr int kNR = kAvx512NR;
 
-// Rows contiguous in memory (element (r, p) at data[p * ld + r]): each packed row is a straight copy.
+// Rows contiguous in memory (element (r, p) at data[p * ld + r]): each packed row is a straight copy. The panels
+// of a group are filled side by side, one source row at a time (about 512 contiguous bytes of it), rather than one
+// panel down all kc rows: one panel alone reads a few cache lines from each of kc rows a row stride apart, a new
+// page for every row of a wide matrix (a 4096 x 4096 float32 weight on a Zen 5 core: about 3x slower).
 template <DType D, int W>
 void pack_rows_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, float* dst) {
   constexpr int kGroups = (W + 15) / 16;
+  constexpr int64_t kPanelsPerPass = (512 + W * element_size(D) - 1) / (W * element_size(D));
   const int64_t size = element_size(D);
-  for (int64_t q0 = 0; q0 < rows; q0 += W) {
-    const int64_t used = min64(W, rows - q0);
-    const char* base = static_cast<const char*>(src.data) + (p0 * src.ld + r0 + q0) * size;
+  for (int64_t g0 = 0; g0 < rows; g0 += kPanelsPerPass * W) {
+    const int64_t panels = min64(kPanelsPerPass, (rows - g0 + W - 1) / W);
+    const char* base = static_cast<const char*>(src.data) + (p0 * src.ld + r0 + g0) * size;
     for (int64_t p = 0; p < kc; ++p) {
       const char* s = base + p * src.ld * size;
-      for (int g = 0; g < kGroups; ++g) {
-        const __mmask16 store_mask = first_lanes(W - 16 * g);
-        const __m512 v = load16<D>(s + 16 * g * size, store_mask & first_lanes(used - 16 * g));
-        _mm512_mask_storeu_ps(dst + p * W + 16 * g, store_mask, v);
+      for (int64_t q = 0; q < panels; ++q) {
+        const int64_t used = min64(W, rows - g0 - q * W);
+        float* row = dst + (q * kc + p) * W;
+        for (int g = 0; g < kGroups; ++g) {
+          const __mmask16 store_mask = first_lanes(W - 16 * g);
+          const __m512 v = load16<D>(s + (q * W + 16 * g) * size, store_mask & first_lanes(used - 16 * g));
+          _mm512_mask_storeu_ps(row + 16 * g, store_mask, v);
+        }
       }
     }
-    dst += kc * W;
+    dst += panels * kc * W;
   }
 }
 

@@ -28,7 +28,7 @@ inline __mmask16 first_lanes(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1u);
 }
 
-inline int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+constexpr int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 // Loads the lanes of `mask` (up to 16 consecutive elements of dtype D) as float32, zero elsewhere.
 // Masked-off lanes are not read, so a load at the end of a row cannot fault.
