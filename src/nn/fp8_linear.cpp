@@ -27,18 +27,24 @@ struct SavedOperands {
   Fp8SavedOperand w;  // (in, units)
 };
 
-// Rows of x quantized at once: about 1 MiB of bfloat16 values, a multiple of 32 rows (so that the block recipe's
-// blocks down the columns are whole), but at least 512 rows: each part is one GEMM that packs the whole kernel
-// again, which costs as much as the product itself below a few hundred rows.
-int64_t row_step(int64_t in) { return std::max<int64_t>(512, (int64_t{1} << 19) / std::max<int64_t>(in, 1) / 32 * 32); }
+// Rows of x quantized at once, a multiple of 32 rows (so that the block recipe's blocks down the columns are whole).
+// Recording: about 1 MiB of bfloat16 values, but at least 512 rows: each part is one GEMM that packs the whole
+// kernel again, which costs as much as the product itself below a few hundred rows. Without gradients (an
+// evaluation batch, whose peak is the forward's own) about 128 KiB, at least 128 rows: beside x and y the product
+// then holds little more than mixed_bfloat16's, at the price of more, smaller GEMMs (docs/FP8.md).
+int64_t row_step(int64_t in, bool keep) {
+  const int64_t elements = keep ? int64_t{1} << 19 : int64_t{1} << 16;
+  return std::max<int64_t>(keep ? 512 : 128, elements / std::max<int64_t>(in, 1) / 32 * 32);
+}
 
 // y (rows, units) = x_q w_q / (s_x s_w) + bias in out_dtype, and what backward keeps when `keep`. x is quantized,
 // multiplied and let go a block of rows at a time, so no quantized copy of all of x is held (an evaluation batch
 // holds x and y, as under mixed_bfloat16); each row of y is the same product as in one GEMM.
 Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp8GemmScales& scales, DType out_dtype,
                    bool keep, SavedOperands& saved) {
-  // The forward product sums along x's rows and down the kernel's columns.
-  const Fp8Copies wq = scales.weight.quantize_copies(w);
+  // The forward product sums along x's rows and down the kernel's columns; backward reads the kernel's other copy.
+  const Fp8Copies wq =
+      keep ? scales.weight.quantize_copies(w) : Fp8Copies{{Tensor(), 1.0f}, scales.weight.quantize_columns(w)};
   const int64_t rows = x_rows.dim(0), in = x_rows.dim(1);
   const bool block = scales.input.recipe() == Fp8Recipe::kBlock;
   const DType format = scales.input.format();
@@ -46,7 +52,7 @@ Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp
   record_input_cast(scales, x_rows, scale);  // for the recovery ladder's FP8 rung, when it guards the run
   Tensor y = Tensor::empty({rows, w.dim(1)}, out_dtype, x_rows.device());
   Tensor kept_x = keep ? Tensor::empty({rows, in}, block ? DType::kBFloat16 : format, x_rows.device()) : Tensor();
-  for (int64_t r0 = 0, step = row_step(in); r0 < rows; r0 += step) {
+  for (int64_t r0 = 0, step = row_step(in, keep); r0 < rows; r0 += step) {
     const int64_t r1 = std::min(rows, r0 + step);
     const Tensor part = x_rows.slice(0, r0, r1);
     const Fp8Quantized q = block ? Fp8Quantized{ops::mx_block_quantize(part, format, false), 1.0f}

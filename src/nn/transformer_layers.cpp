@@ -231,6 +231,9 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
     backward_reads_a = false;  // it differentiates from the probabilities it keeps
     if (ctx.observer) ctx.observer->on_internal(*this, "attention_logits", logits);
   }
+  // q, k and v are read by the attention alone (and by its backward, which keeps its own reference): let go of them
+  // before the output projection, so an evaluation batch does not hold them beside a and y.
+  qkv = Var();
   if (ctx.observer) ctx.observer->on_fp8_operand(*this, kOutputGemm, "input", a.value());
   Var y = project(a, {output_kernel_}, {output_bias_}, output_fp8_);
   // The output projection under a float8 policy keeps FP8 codes of a: a's own value is not needed any more.

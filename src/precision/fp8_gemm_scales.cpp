@@ -75,6 +75,11 @@ Fp8Copies Fp8TensorScale::quantize_copies(const Tensor& x) {
   return {q, q};
 }
 
+Fp8Quantized Fp8TensorScale::quantize_columns(const Tensor& x) {
+  if (recipe_ == Fp8Recipe::kBlock) return {ops::mx_block_quantize(x, format_, true), 1.0f};
+  return quantize(x);
+}
+
 Fp8Quantized Fp8SavedOperand::widened() const {
   return {data.dtype() == DType::kBFloat16 ? data : ops::cast(data, DType::kBFloat16), scale};
 }

@@ -7,6 +7,7 @@
 
 #include "fp8_reference.h"
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/nn/fp8_linear.h"
 #include "mixtrain/nn/transformer_layers.h"
 
@@ -152,6 +153,37 @@ TEST_F(Fp8AttentionTest, MultiHeadAttentionQuantizesBothProjectionsAndKeepsTheir
   Layer::LayerState bad = state;
   bad.emplace_back("query/fp8/input/scale", Tensor::from_floats({1}, {1.0f}));
   EXPECT_THROW(restored.check_extra_state(bad), Error);
+}
+
+// Without gradients q, k and v go once the attention has run: the output projection runs beside the attention's
+// output alone, so an evaluation batch never holds q, k, v, the attention's output and the projection's at once.
+// The allocator's peak above what was held before the call, under mixed_bfloat16 and mixed_float8 (each recipe), on
+// short sequences (the attention's own probabilities, batch x heads x T x T float32, a quarter of its output).
+TEST_F(Fp8AttentionTest, WithoutGradientsTheOutputProjectionRunsWithoutQKV) {
+  const int64_t batch = 256, t = 4, d = 128;
+  MultiHeadAttentionOptions o;
+  o.num_heads = 4;
+  o.key_dim = 32;
+  o.causal = true;
+  const Var x(Tensor::from_floats({batch, t, d}, uniform(batch * t * d, -2, 2, 9), DType::kBFloat16), true);
+  const int64_t column = batch * t * 2;  // bytes of one bfloat16 feature over all rows
+  const int64_t qkv_a_y = (3 * d + d + d) * column;
+  for (const char* policy : {"mixed_bfloat16", "mixed_float8"}) {
+    for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
+      set_fp8_recipe(recipe);
+      o.dtype = dtype_arg(policy);
+      MultiHeadAttention mha(o);
+      Rng rng(4);
+      mha.build({t, d}, rng);
+      NoGradGuard ng;
+      reset_peak_memory();
+      const int64_t before = memory_stats().live_bytes;
+      const Var y = mha(x);
+      const int64_t peak = memory_stats().peak_bytes - before;
+      EXPECT_LT(peak, qkv_a_y) << policy << " " << fp8_recipe_name(recipe);
+      EXPECT_EQ(y.value().to_floats().size(), static_cast<size_t>(batch * t * d));
+    }
+  }
 }
 
 }  // namespace

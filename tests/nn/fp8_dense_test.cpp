@@ -284,6 +284,40 @@ TEST_F(Fp8DenseTest, WithoutGradientsTheActivationOverwritesTheProduct) {
   }
 }
 
+// Without gradients x is quantized a part of about 128 KiB (at least 128 rows) at a time, not 1 MiB: beside x and y
+// the product holds the widened kernel and one part, where mixed_bfloat16's holds its kernel's bfloat16 copy. The
+// allocator's peak above what was held before the call, both policies on the same shapes, the same bits as the
+// recorded call (which quantizes parts of 1024 rows here).
+TEST_F(Fp8DenseTest, WithoutGradientsThePeakIsBfloat16sAndOnePart) {
+  const int64_t m = 4096, k = 512, n = 128;
+  Rng values(7);
+  std::vector<float> xv(m * k);
+  for (float& v : xv) v = values.uniform(-4, 4);
+  const Var x(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
+  auto no_grad_peak = [&](Dense& d) {
+    NoGradGuard ng;
+    reset_peak_memory();
+    const int64_t before = memory_stats().live_bytes;
+    const Var y = d(x);
+    return std::pair{memory_stats().peak_bytes - before, y.value().to_floats()};
+  };
+  Dense bf16(n, "linear", dtype_arg("mixed_bfloat16"));
+  Rng rng(5);
+  bf16.build({k}, rng);
+  const int64_t bf16_peak = no_grad_peak(bf16).first;
+  const int64_t part = 128 * k * 2 + 16;  // 128 rows of bfloat16 values, and the amax scalars
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
+    set_fp8_recipe(recipe);
+    Dense d(n, "linear", dtype_arg("mixed_float8"));
+    Rng same(5);
+    d.build({k}, same);
+    const std::vector<float> recorded = d(x).value().to_floats();
+    const auto [peak, got] = no_grad_peak(d);
+    EXPECT_LE(peak, bf16_peak + part) << fp8_recipe_name(recipe);
+    EXPECT_EQ(got, recorded) << fp8_recipe_name(recipe);
+  }
+}
+
 TEST_F(Fp8DenseTest, TheRecipeNamesParse) {
   EXPECT_EQ(parse_fp8_recipe("delayed"), Fp8Recipe::kDelayed);
   EXPECT_EQ(parse_fp8_recipe("current"), Fp8Recipe::kCurrent);

@@ -71,6 +71,9 @@ class Fp8TensorScale {
   // x (rows, cols) quantized for both products that read it: under the block recipe one copy with blocks along the
   // rows and one with blocks down the columns, each from x (scale 1); otherwise quantize(x) twice over.
   Fp8Copies quantize_copies(const Tensor& x);
+  // quantize_copies(x).columns alone (the same values), for a product that reads no other copy (a forward without
+  // gradients), so the block recipe's row-blocked copy is not made.
+  Fp8Quantized quantize_columns(const Tensor& x);
   // The same for a bfloat16 x read by nothing else afterwards (a gradient being consumed): one copy is written over
   // x, so the pass holds one tensor of x's size fewer (the values are those of quantize_copies).
   Fp8Copies quantize_copies_over(Tensor& x);
