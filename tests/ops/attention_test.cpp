@@ -244,6 +244,41 @@ TEST(Attention, ViewsAndInvalidArguments) {
 
 // Pairs across threads (8 pairs) and one pair with its rows across threads (160 x 160): the same bits for
 // 1, 2 and 3 threads.
+// Without the probabilities kept (evaluation, a generation step) the forward takes the query rows 128 at a time,
+// holding (128, S) scratch per pair instead of (T, S): the output and the reported logits are the bits of the call
+// that keeps them, past two blocks, causal or not, with dropout, for the queries alone as the last positions too,
+// on 1 and 2 threads (one pair: the rows' loop then runs across threads).
+TEST(Attention, WithoutKeptProbabilitiesTheRowBlocksGiveTheWholeCallsBits) {
+  const int64_t s = 300, h = 2, d = 8, w = h * d;
+  const int saved = omp_get_max_threads();
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
+    for (bool causal : {false, true})
+      for (int64_t t : {s, s - 40})
+        for (int64_t b : {1, 2}) {
+          if (!causal && t != s) continue;
+          Tensor q = random_tensor({b, t, w}, 51, dt, -1.5f, 1.5f), k = random_tensor({b, s, w}, 52, dt, -1.5f, 1.5f);
+          Tensor v = random_tensor({b, s, w}, 53, dt);
+          AttentionOptions o;
+          o.num_heads = h;
+          o.causal = causal;
+          o.scale = 0.4f;
+          o.dropout_rate = 0.1f;
+          o.dropout_seed = 5;
+          const AttentionOutput kept = scaled_dot_product_attention(q, k, v, o, true, true);
+          for (int threads : {1, 2}) {
+            omp_set_num_threads(threads);
+            const AttentionOutput unkept = scaled_dot_product_attention(q, k, v, o, false, true);
+            const std::string what = std::string(dtype_name(dt)) + (causal ? " causal" : "") + " T" +
+                                     std::to_string(t) + " B" + std::to_string(b) + " threads " +
+                                     std::to_string(threads);
+            EXPECT_FALSE(unkept.probs.defined()) << what;
+            EXPECT_EQ(unkept.out.to_floats(), kept.out.to_floats()) << what;
+            EXPECT_EQ(unkept.logits.to_floats(), kept.logits.to_floats()) << what;
+          }
+          omp_set_num_threads(saved);
+        }
+}
+
 TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
   struct Shape5 {
     int64_t b, t, h, d;

@@ -164,6 +164,30 @@ TEST(FlashAttention, ResultsDoNotDependOnTheThreadCountAndReadViews) {
   }
 }
 
+// The last n rows of a causal window asked for alone (queries as the last positions of the keys, as a generation
+// cache's step asks) give the bits those rows have in the whole window's call, for 1 to 2 key tiles past a tile
+// edge and query counts inside one tile and across two (all rows but the first): each row's online softmax sees the same key tiles in the
+// same order either way (a tile wholly masked for a row leaves its maximum, sum and accumulator as they were).
+TEST(FlashAttention, TheLastRowsAloneGiveTheirBitsInTheWholeWindow) {
+  const int64_t b = 2, h = 2, d = 16, w = h * d;
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t t : {129, 300}) {
+      const Tensor qkv = random_tensor({b, t, 3 * w}, 41, dt, -1.5f, 1.5f);
+      const Tensor q = qkv.slice(2, 0, w), k = qkv.slice(2, w, 2 * w), v = qkv.slice(2, 2 * w, 3 * w);
+      AttentionOptions o;
+      o.num_heads = h;
+      o.causal = true;
+      o.scale = 0.25f;
+      const Tensor whole = flash_attention(q, k, v, o).out;
+      for (int64_t n : {int64_t{1}, int64_t{5}, t - 1}) {
+        const Tensor last = flash_attention(q.slice(1, t - n, t), k, v, o).out;
+        EXPECT_EQ(last.to_floats(), whole.slice(1, t - n, t).contiguous().to_floats())
+            << dtype_name(dt) << " T " << t << " last " << n;
+      }
+    }
+  }
+}
+
 // Finite differences of L = sum(out * dout) in float32 against the backward's dq, dk, dv, on a causal shape with
 // two key tiles and two query tiles: central differences with step 1e-2 (error O(h^2) ~ 1e-4 plus float32 rounding
 // of L over 1e-2, ~1e-4), so 2e-3 absolute on gradients of order 0.1-1.

@@ -32,6 +32,8 @@ constexpr int64_t kParallelRowsMin = int64_t{1} << 14;
 // Multiply-adds of a whole call below which it runs on the calling thread alone: waking a thread team
 // costs more than such a call.
 constexpr int64_t kParallelWorkMin = int64_t{1} << 17;
+// Query rows a forward pass takes at once when the probabilities are not kept (see attention()).
+constexpr int64_t kQueryRowsUnkept = 128;
 
 // Softmax of x[0, n) in place, float32, n >= 1: the maximum and the sum are taken over kLanes interleaved
 // partial results combined in a fixed order.
@@ -139,47 +141,59 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   char* pp = probs.defined() ? static_cast<char*>(probs.raw()) : nullptr;
   float* lp = logits.defined() ? static_cast<float*>(logits.raw()) : nullptr;
 
+  // Query rows a pass: all of them when the probabilities are kept (they are the (T, S) output), else blocks of
+  // kQueryRowsUnkept, so an evaluation or a generation step holds (rows, S) scratch per running pair, linear in the
+  // context, not (T, S). Each row's logits, softmax and output are the same arithmetic either way (a GEMM's element
+  // does not depend on how many rows it is computed with), so the bits do not change.
+  const int64_t block_rows = pp ? g.t : std::min(g.t, kQueryRowsUnkept);
   for_each_pair(g, [&](int64_t pair, bool inner) {
-    // (T, S) float32 logits, then probabilities, of this pair.
-    Scratch<float> s32(ts);
+    const int64_t bs = block_rows * g.s;
+    // (rows, S) float32 logits, then probabilities, of this pair's block of rows.
+    Scratch<float> s32(bs);
     // The 16-bit probabilities when they are not kept, and the dropped ones when dropout is on.
-    Scratch<char> p_own(pp ? 0 : ts * static_cast<int64_t>(g.es)), pd(dropout ? ts * static_cast<int64_t>(g.es) : 0);
-    char* p16 = pp ? pp + static_cast<size_t>(pair * ts) * g.es : p_own.data();
+    Scratch<char> p_own(pp ? 0 : bs * static_cast<int64_t>(g.es)), pd(dropout ? bs * static_cast<int64_t>(g.es) : 0);
+    for (int64_t i0 = 0; i0 < g.t; i0 += block_rows) {
+      const int64_t rows = std::min(block_rows, g.t - i0);
+      char* p16 = pp ? pp + static_cast<size_t>(pair * ts) * g.es : p_own.data();
+      const char* q_rows = qh.at(pair) + static_cast<size_t>(i0 * qh.row_stride) * qh.es;
 
-    // s (T, S) = q_h (T, dk) x k_h^T (dk, S), float32 accumulation and result.
-    kernels::gemm(false, true, g.t, g.s, g.dk, g.dt, qh.at(pair), qh.row_stride, kh.at(pair), kh.row_stride,
-                  DType::kFloat32, s32.data(), g.s, false, nullptr);
+      // s (rows, S) = q_h (rows, dk) x k_h^T (dk, S), float32 accumulation and result.
+      kernels::gemm(false, true, rows, g.s, g.dk, g.dt, q_rows, qh.row_stride, kh.at(pair), kh.row_stride,
+                    DType::kFloat32, s32.data(), g.s, false, nullptr);
 
-#pragma omp parallel if (inner && ts > kParallelRowsMin)
-    {
-      std::vector<float> buf(dropout ? static_cast<size_t>(g.s) : 0);
+#pragma omp parallel if (inner && rows * g.s > kParallelRowsMin)
+      {
+        std::vector<float> buf(dropout ? static_cast<size_t>(g.s) : 0);
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < g.t; ++i) {
-        float* row = s32.data() + i * g.s;
-        char* prow = p16 + static_cast<size_t>(i * g.s) * g.es;
-        const int64_t end = g.row_end(i);
-        scale_row(row, end, g.scale);
-        if (lp) {
-          float* dst = lp + pair * logits_per_pair + (g.causal ? shared::causal_logits_before(i, g.t, g.s) : i * g.s);
-          std::copy(row, row + end, dst);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r;  // the row in the pair's (T, S)
+          float* row = s32.data() + r * g.s;
+          char* prow = p16 + static_cast<size_t>(r * g.s) * g.es;
+          const int64_t end = g.row_end(i);
+          scale_row(row, end, g.scale);
+          if (lp) {
+            float* dst = lp + pair * logits_per_pair + (g.causal ? shared::causal_logits_before(i, g.t, g.s) : i * g.s);
+            std::copy(row, row + end, dst);
+          }
+          if (g.dt != DType::kFloat32) {
+            // The logits as a 16-bit GEMM output holds them (prow serves as the 16-bit scratch).
+            convert_elements(row, DType::kFloat32, prow, g.dt, end);
+            convert_elements(prow, g.dt, row, DType::kFloat32, end);
+          }
+          // Softmax over the selected columns only: masked ones never enter the max or the sum.
+          softmax_row(row, end);
+          std::fill(row + end, row + g.s, 0.0f);
+          convert_elements(row, DType::kFloat32, prow, g.dt, g.s);
+          if (dropout)
+            dropped_row(g, prow, pd.data() + static_cast<size_t>(r * g.s) * g.es,
+                        static_cast<uint64_t>((pair * g.t + i) * g.s), buf.data());
         }
-        if (g.dt != DType::kFloat32) {
-          // The logits as a 16-bit GEMM output holds them (prow serves as the 16-bit scratch).
-          convert_elements(row, DType::kFloat32, prow, g.dt, end);
-          convert_elements(prow, g.dt, row, DType::kFloat32, end);
-        }
-        // Softmax over the selected columns only: masked ones never enter the max or the sum.
-        softmax_row(row, end);
-        std::fill(row + end, row + g.s, 0.0f);
-        convert_elements(row, DType::kFloat32, prow, g.dt, g.s);
-        if (dropout)
-          dropped_row(g, prow, pd.data() + static_cast<size_t>(i * g.s) * g.es,
-                      static_cast<uint64_t>((pair * g.t + i) * g.s), buf.data());
       }
+      // o_h (rows, dv) = p_d (rows, S) x v_h (S, dv), rounded once into the output.
+      kernels::gemm(false, false, rows, g.dv, g.s, g.dt, dropout ? pd.data() : p16, g.s, vh.at(pair), vh.row_stride,
+                    g.dt, oh.at(pair) + static_cast<size_t>(i0 * oh.row_stride) * oh.es, oh.row_stride, false,
+                    nullptr);
     }
-    // o_h (T, dv) = p_d (T, S) x v_h (S, dv), rounded once into the output.
-    kernels::gemm(false, false, g.t, g.dv, g.s, g.dt, dropout ? pd.data() : p16, g.s, vh.at(pair), vh.row_stride,
-                  g.dt, oh.at(pair), oh.row_stride, false, nullptr);
   });
 }
 
