@@ -79,7 +79,7 @@ TEST_F(FunctionalTest, AForwardWithoutGradientsDropsEachValueAfterItsLastRead) {
 // it: a LayerNormalization feeding a Dense under mixed_float8 (which keeps FP8 codes of its input), and that Dense's
 // gelu output feeding the next. The same graph with the normalization's output also a graph output keeps it: the
 // difference is its bytes, and the gradients are the same bits. Under mixed_bfloat16 the Dense reads its input in
-// backward, so the normalization's output stays (the gelu output is let go by both graphs: the next Dense makes it
+// backward, so nothing is let go (the gelu output only with set_recomputes_activations: the next Dense can make it
 // again from the pre-activation).
 struct GraphStep {
   int64_t held_bytes;
