@@ -66,7 +66,7 @@ Var linear(const Var& x, const Var& kernel, const Tensor& kernel_compute, const 
     record_backward(out, [x, kernel, kernel_compute, bias, out]() {
       // The kernel's first gradient goes straight into its flat buffer where it has one (ParameterArena).
       const Tensor dw_into = kernel.requires_grad() ? kernel.fresh_gradient_destination(DType::kFloat32) : Tensor();
-      auto g = ops::linear_backward(out.grad(), x.value(), kernel_compute, x.requires_grad(),
+      auto g = ops::linear_backward(out.grad(), x.value_for_backward(), kernel_compute, x.requires_grad(),
                                     bias.defined() && bias.requires_grad(), dw_into);
       give_fresh(x, g.dx);
       give_fresh(kernel, g.dw);
@@ -85,10 +85,15 @@ Var linear_activation(const Var& x, const Var& kernel, const Tensor& kernel_comp
                                                    a, /*keep_pre_activation=*/rec && a == ops::Activation::kGelu);
   Var out = output(std::move(r.y), rec);
   if (rec) {
+    // GELU's derivative reads the pre-activation, so the output can be made again from it, element-wise, with the
+    // bits the GEMM's post-op wrote (the same activation code): a reader that needs it in backward (the next
+    // Dense's weight gradient) may then let it go until then.
+    if (a == ops::Activation::kGelu) out.set_recompute([pre = r.pre_activation, a] { return ops::activation(pre, a); });
     record_backward(out, [x, kernel, kernel_compute, bias, out, pre = std::move(r.pre_activation), a]() {
       const Tensor dw_into = kernel.requires_grad() ? kernel.fresh_gradient_destination(DType::kFloat32) : Tensor();
-      auto g = ops::linear_activation_backward(out.grad(), x.value(), kernel_compute, out.value(), pre, a,
-                                               x.requires_grad(), bias.defined() && bias.requires_grad(), dw_into);
+      // out.value() is undefined when released: GELU's derivative reads pre, relu's (no pre kept) y.
+      auto g = ops::linear_activation_backward(out.grad(), x.value_for_backward(), kernel_compute, out.value(), pre,
+                                               a, x.requires_grad(), bias.defined() && bias.requires_grad(), dw_into);
       give_fresh(x, g.dx);
       give_fresh(kernel, g.dw);
       give_fresh(bias, g.dbias);

@@ -36,6 +36,11 @@ void Var::release_value() {
   impl_->value = Tensor();
 }
 
+Tensor Var::value_for_backward() const {
+  if (impl_->value.defined() || !impl_->recompute) return impl_->value;
+  return impl_->recompute();
+}
+
 bool Var::value_rebound() const {
   return impl_->value_rebound && impl_->value.starts_with(impl_->rebound_to) &&
          impl_->value.dtype() == impl_->rebound_to.dtype();

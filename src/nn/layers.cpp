@@ -102,12 +102,14 @@ std::vector<Fp8Gemm> Dense::fp8_gemms() const {
   return {Fp8Gemm{"", &fp8_, {kernel_}, kernel_.defined() ? kernel_.shape()[0] : 0}};
 }
 
-// Under a float8 policy the output comes from fp8_linear (whose backward reads no output) through an activation
-// that differentiates from its input (relu, gelu) or none; sigmoid, tanh and softmax differentiate from the output.
+// The product's backward reads no output; GELU differentiates from the pre-activation it keeps. ReLU reads its
+// output where it runs inside the product's GEMM (no pre-activation kept) and its input under a float8 policy
+// (fp8_linear's product, then the activation); sigmoid, tanh and softmax differentiate from the output.
 bool Dense::backward_reads_output() const {
   const ops::Activation a = activation_.elementwise;
-  return !dtype_policy().uses_float8() || activation_.softmax ||
-         !(a == ops::Activation::kLinear || a == ops::Activation::kRelu || a == ops::Activation::kGelu);
+  if (activation_.softmax) return true;
+  if (a == ops::Activation::kLinear || a == ops::Activation::kGelu) return false;
+  return !(a == ops::Activation::kRelu && dtype_policy().uses_float8());
 }
 
 void Dense::check_extra_state(const LayerState& state) const {

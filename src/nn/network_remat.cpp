@@ -72,13 +72,18 @@ void Network::plan_releases() {
     if (step < steps_.size()) released_after_[step].push_back(node);
 }
 
-bool Network::unread_in_backward(const SymbolicNode* node) const {
+bool Network::unread_in_backward(const SymbolicNode* node, const std::vector<Var>& vars) const {
   // Asked when the value is released, not planned: a layer's answer follows its policy (the recovery ladder's moves).
   if (!node->layer || node->remat_segment != 0 || node->layer->backward_reads_output()) return false;
   auto it = readers_.find(node);
   if (it == readers_.end()) return false;
-  for (const SymbolicNode* reader : it->second)
-    if (!reader->layer || reader->remat_segment != 0 || reader->layer->backward_reads_inputs()) return false;
+  // A reader whose backward reads its input may still let it go when it can have it made again.
+  const bool recomputable = recomputes_activations_ && std::all_of(vars.begin(), vars.end(), [](const Var& v) { return !v.defined() || v.recomputable(); });
+  for (const SymbolicNode* reader : it->second) {
+    if (!reader->layer || reader->remat_segment != 0) return false;
+    const Layer& l = *reader->layer;
+    if (l.backward_reads_inputs() && !(recomputable && l.backward_recomputes_inputs())) return false;
+  }
   return true;
 }
 
@@ -86,11 +91,11 @@ void Network::release_after(size_t step, Values& values) const {
   if (step >= released_after_.size()) return;
   // While recording, a value no backward pass reads is let go by its Var too (its closures keep the Var for its
   // gradient only): a float8 Dense's input lives on as the FP8 codes the layer saved, not in the compute dtype.
-  const bool recording = grad_enabled() && !in_recomputation();
+  const bool recording = releases_unread_values_ && grad_enabled() && !in_recomputation();
   for (const SymbolicNode* node : released_after_[step]) {
     auto it = values.find(node);
     if (it == values.end()) continue;
-    if (recording && unread_in_backward(node)) {
+    if (recording && unread_in_backward(node, it->second)) {
       for (Var& v : it->second)
         if (v.defined() && !held_elsewhere(v, node, values)) v.release_value();
     }

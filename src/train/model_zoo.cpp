@@ -131,6 +131,7 @@ std::unique_ptr<Model> build_transformer(const RunConfig& cfg, const ModelInputS
   o.flash_attention = cfg.attention == "tiled";
   o.fused_loss = cfg.fused_loss;
   o.remat = cfg.remat == "blocks";
+  o.recompute_activations = cfg.remat == "activations";
   o.mlp_outliers_from = cfg.mlp_outliers_from;
   o.mlp_outliers_log2 = cfg.mlp_outliers_log2;
   o.mlp_outliers_rise = cfg.mlp_outliers_rise;

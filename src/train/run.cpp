@@ -111,7 +111,11 @@ void validate_run_config(const RunConfig& cfg) {
                  "--remat applies to --model transformer and resnet only, got --model " << cfg.model);
   // A recomputed synchronized BatchNormalization all-reduces its statistics again, which a rank without rows in
   // the batch (it exchanges zeros once) would not match.
-  MIXTRAIN_CHECK(cfg.remat == "none" || !cfg.synchronized_batch_norm,
+  MIXTRAIN_CHECK(cfg.remat != "activations" || (cfg.model == "transformer" && cfg.mlp == "gelu" &&
+                                                 cfg.mlp_outliers_from < 0),
+                 "--remat activations makes the GELU MLP's hidden values again: it needs --model transformer with "
+                 "--mlp gelu (and no --mlp-outliers)");
+  MIXTRAIN_CHECK(cfg.remat != "blocks" || !cfg.synchronized_batch_norm,
                  "--remat blocks does not work with --sync-batch-norm yet; use one or the other");
   make_optimizer(cfg.optimizer, cfg.learning_rate);  // throws with the valid names
   check_master_rounding(cfg);

@@ -18,7 +18,8 @@ int64_t RunConfig::steps_per_epoch() const {
 }
 
 void check_remat(const std::string& remat) {
-  MIXTRAIN_CHECK(remat == "blocks" || remat == "none", "--remat must be blocks or none, got '" << remat << "'");
+  MIXTRAIN_CHECK(remat == "blocks" || remat == "activations" || remat == "none",
+                 "--remat must be blocks, activations or none, got '" << remat << "'");
 }
 
 }  // namespace mixtrain

@@ -100,6 +100,7 @@ std::unique_ptr<Model> build_transformer_lm(const TransformerLMOptions& o, uint6
   auto model = std::make_unique<Model>(std::vector<SymbolicTensor>{ids}, std::vector<SymbolicTensor>{logits},
                                        "transformer", seed);
   model->set_fused_loss(o.fused_loss);
+  model->set_recomputes_activations(o.recompute_activations);
   return model;
 }
 

@@ -1,5 +1,7 @@
 // linear_activation: its value and its gradients for the input, the float32 kernel and the float32 bias equal those
-// of activation(linear(...)) byte for byte in every compute dtype, and match central finite differences.
+// of activation(linear(...)) byte for byte in every compute dtype, and match central finite differences. A GELU
+// output let go of and made again from its pre-activation (Var::value_for_backward) for the next product's
+// backward gives the same bits and the same gradients.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,6 +97,72 @@ TEST(LinearActivation, GradientsMatchFiniteDifferences) {
         inputs);
     EXPECT_LT(r.max_rel_error, 5e-3) << ops::activation_name(a) << ": " << r.worst;
   }
+}
+
+// Two products as a GELU MLP runs them, x -> gelu(x k1 + b1) -> (.) k2 + b2, in `compute` dtype; with `release`,
+// the GELU output is let go of after the second product read it, so that product's backward reads it made again.
+struct MlpResult {
+  Tensor hidden, remade, dx, dk1, db1, dk2, db2;
+};
+MlpResult mlp_step(bool release, DType compute, const std::vector<Tensor>& w, const Tensor& x0, const Tensor& target) {
+  Var x(x0.to(compute), true), k1(w[0].clone(), true), b1(w[1].clone(), true), k2(w[2].clone(), true),
+      b2(w[3].clone(), true);
+  clear_tape();
+  Var h = linear_activation(x, k1, k1.value().to(compute), b1, ops::Activation::kGelu);
+  Var out = linear(h, k2, k2.value().to(compute), b2);
+  MlpResult r;
+  r.hidden = h.value();
+  if (release) h.release_value();
+  r.remade = h.value_for_backward();
+  backward(mean_squared_error(out, target.to(compute)));
+  return {r.hidden, r.remade, x.grad(), k1.grad(), b1.grad(), k2.grad(), b2.grad()};
+}
+
+TEST(LinearActivation, GeluOutputMadeAgainGivesItsBitsAndTheSameGradients) {
+  const Tensor x = random_tensor({37, 19}, 21, -2.0f, 2.0f), target = random_tensor({37, 11}, 22);
+  const std::vector<Tensor> w{random_tensor({19, 23}, 23), random_tensor({23}, 24), random_tensor({23, 11}, 25),
+                              random_tensor({11}, 26)};
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const MlpResult kept = mlp_step(false, d, w, x, target), released = mlp_step(true, d, w, x, target);
+    const std::string what = dtype_name(d);
+    EXPECT_TRUE(same_bytes(released.remade, kept.hidden)) << what;
+    EXPECT_NE(released.remade.raw(), released.hidden.raw()) << what << ": not made again";
+    EXPECT_TRUE(same_bytes(kept.remade, kept.hidden)) << what;
+    EXPECT_TRUE(same_bytes(released.dx, kept.dx)) << what;
+    EXPECT_TRUE(same_bytes(released.dk1, kept.dk1)) << what;
+    EXPECT_TRUE(same_bytes(released.db1, kept.db1)) << what;
+    EXPECT_TRUE(same_bytes(released.dk2, kept.dk2)) << what;
+    EXPECT_TRUE(same_bytes(released.db2, kept.db2)) << what;
+  }
+}
+
+TEST(LinearActivation, OnlyARecordedGeluOutputCanBeMadeAgain) {
+  Var x(random_tensor({5, 4}, 31), true), kernel(random_tensor({4, 6}, 32), true), bias(random_tensor({6}, 33), true);
+  clear_tape();
+  EXPECT_TRUE(linear_activation(x, kernel, kernel.value(), bias, ops::Activation::kGelu).recomputable());
+  // ReLU's derivative reads its output (no pre-activation is kept to make it from); a plain product has none.
+  EXPECT_FALSE(linear_activation(x, kernel, kernel.value(), bias, ops::Activation::kRelu).recomputable());
+  EXPECT_FALSE(linear(x, kernel, kernel.value(), bias).recomputable());
+  clear_tape();
+  NoGradGuard ng;
+  EXPECT_FALSE(linear_activation(x, kernel, kernel.value(), bias, ops::Activation::kGelu).recomputable());
+}
+
+// The second product's gradients through a GELU output let go of and made again, against finite differences (as
+// GradientsMatchFiniteDifferences).
+TEST(LinearActivation, GradientsThroughAGeluOutputMadeAgainMatchFiniteDifferences) {
+  const std::vector<Tensor> inputs{random_tensor({6, 7}, 41), random_tensor({7, 5}, 42), random_tensor({5}, 43),
+                                   random_tensor({5, 3}, 44), random_tensor({3}, 45)};
+  const Tensor target = random_tensor({6, 3}, 46);
+  const GradCheckResult r = check_gradients(
+      [&target](const std::vector<Var>& v) {
+        Var h = linear_activation(v[0], v[1], v[1].value(), v[2], ops::Activation::kGelu);
+        Var out = linear(h, v[3], v[3].value(), v[4]);
+        if (grad_enabled()) h.release_value();
+        return mean_squared_error(out, target);
+      },
+      inputs);
+  EXPECT_LT(r.max_rel_error, 5e-3) << r.worst;
 }
 
 }  // namespace

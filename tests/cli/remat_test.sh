@@ -3,7 +3,8 @@
 # steps under mixed_float16 (loss scaling) with and without recomputation: the step losses and the validation loss
 # are the same bits, with the recovery ladder (--recover) watching too; the checkpoint records "blocks" (a run
 # without it records nothing); a recomputing run resumed after 15 steps ends bit-identical to the uninterrupted one;
-# bench step of the transformer and the resnet reports its choice and a smaller peak with it; a bad value and the
+# bench step of the transformer and the resnet reports its choice and a smaller peak with it; --remat activations
+# (GELU outputs made again) gives the same bits, is recorded, and lowers the transformer's peak; a bad value and the
 # flag on another model are one-line errors with exit status 2. About a minute on 2 idle cores.
 set -u
 bin="$1"
@@ -44,6 +45,12 @@ same_run "$tmp/kept.json" "$tmp/remat.json" || fail "recomputed and kept runs di
 [ "$(header_field "$tmp/remat.safetensors" remat)" = "blocks" ] || fail "--remat blocks is not recorded"
 [ "$(header_field "$tmp/kept.safetensors" remat)" = "" ] || fail "a run without --remat records one"
 
+echo "== GELU outputs made again (--remat activations) and kept: the same bits"
+"$bin" train "${small[@]}" --steps 30 --remat activations --save "$tmp/act.safetensors" --json "$tmp/act.json" \
+  > /dev/null || fail "train --remat activations exited $?"
+same_run "$tmp/kept.json" "$tmp/act.json" || fail "runs with and without --remat activations differ"
+[ "$(header_field "$tmp/act.safetensors" remat)" = "activations" ] || fail "--remat activations is not recorded"
+
 echo "== the recovery ladder (--recover: an observer on every layer) sees the same run"
 "$bin" train "${small[@]}" --steps 15 --recover --remat blocks --json "$tmp/recover_remat.json" > /dev/null \
   || fail "train --recover --remat blocks exited $?"
@@ -73,6 +80,18 @@ assert blocks["step_peak_memory_bytes"] < none["step_peak_memory_bytes"], \
 print("peak", none["step_peak_memory_bytes"], "->", blocks["step_peak_memory_bytes"])
 PY
 done
+"$bin" bench step --model transformer --batch-size 8 --steps 1 --json "$tmp/none.json" > /dev/null \
+  || fail "bench step --model transformer exited $?"
+"$bin" bench step --model transformer --batch-size 8 --steps 1 --remat activations --json "$tmp/act.json" \
+  > /dev/null || fail "bench step --remat activations exited $?"
+python3 - "$tmp/none.json" "$tmp/act.json" <<'PY' || fail "bench step --remat activations: not in force"
+import json, sys
+none, act = (json.load(open(p)) for p in sys.argv[1:])
+assert act["remat"] == "activations", act["remat"]
+assert act["step_peak_memory_bytes"] < none["step_peak_memory_bytes"], \
+    (act["step_peak_memory_bytes"], none["step_peak_memory_bytes"])
+print("peak", none["step_peak_memory_bytes"], "->", act["step_peak_memory_bytes"], "(activations)")
+PY
 
 echo "== one-line errors, exit status 2"
 expect_usage_error() {
@@ -81,8 +100,13 @@ expect_usage_error() {
   [ "$rc" = 2 ] && grep -qF -- "$want" "$tmp/err" && [ "$(wc -l < "$tmp/err")" = 1 ] \
     || fail "mixtrain $*: exit $rc, $(cat "$tmp/err")"
 }
-expect_usage_error "--remat must be blocks or none, got 'layers'" train "${small[@]}" --remat layers --steps 1
-expect_usage_error "--remat must be blocks or none, got 'all'" bench step --model transformer --remat all
+expect_usage_error "--remat must be blocks, activations or none, got 'layers'" train "${small[@]}" --remat layers \
+  --steps 1
+expect_usage_error "--remat must be blocks, activations or none, got 'all'" bench step --model transformer --remat all
+expect_usage_error "--remat activations makes the GELU MLP's hidden values again: it needs --model transformer with" \
+  bench step --model resnet --remat activations
+expect_usage_error "--remat activations makes the GELU MLP's hidden values again: it needs --model transformer with" \
+  train "${small[@]}" --mlp swiglu --remat activations --steps 1
 expect_usage_error "--remat applies to --model transformer and resnet only, got --model mlp" train --model mlp \
   --data "text:$tmp/moby.txt" --remat blocks --steps 1
 expect_usage_error "--remat applies to --model transformer and resnet only, got --model mlp" bench step --remat blocks

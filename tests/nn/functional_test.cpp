@@ -79,7 +79,8 @@ TEST_F(FunctionalTest, AForwardWithoutGradientsDropsEachValueAfterItsLastRead) {
 // it: a LayerNormalization feeding a Dense under mixed_float8 (which keeps FP8 codes of its input), and that Dense's
 // gelu output feeding the next. The same graph with the normalization's output also a graph output keeps it: the
 // difference is its bytes, and the gradients are the same bits. Under mixed_bfloat16 the Dense reads its input in
-// backward, so nothing is let go.
+// backward, so nothing is let go (the gelu output only with set_recomputes_activations: the next Dense can make it
+// again from the pre-activation).
 struct GraphStep {
   int64_t held_bytes;
   std::vector<std::vector<float>> grads;
@@ -116,6 +117,25 @@ TEST_F(FunctionalTest, RecordingLetsGoOfAValueNoBackwardPassReads) {
     EXPECT_EQ(b.held_bytes - a.held_bytes, std::string(policy) == "mixed_float8" ? norm_output : 0) << policy;
     EXPECT_EQ(a.grads, b.grads) << policy;
   }
+}
+
+// What each layer of a transformer block says its backward pass reads, under a 16-bit policy.
+TEST_F(FunctionalTest, LayersSayWhatTheirBackwardPassesRead) {
+  set_global_policy("mixed_bfloat16");
+  EXPECT_FALSE(Add().backward_reads_inputs());
+  EXPECT_FALSE(Add().backward_reads_output());
+  EXPECT_FALSE(Dropout(0.1f).backward_reads_inputs());
+  EXPECT_FALSE(Dropout(0.1f).backward_reads_output());
+  MultiHeadAttentionOptions mha;
+  mha.num_heads = 2;
+  mha.key_dim = 4;
+  EXPECT_TRUE(MultiHeadAttention(mha).backward_reads_inputs());
+  EXPECT_FALSE(MultiHeadAttention(mha).backward_reads_output());  // the output projection's backward reads its input
+  for (const char* a : {"linear", "gelu"}) EXPECT_FALSE(Dense(4, a).backward_reads_output()) << a;
+  for (const char* a : {"relu", "tanh", "sigmoid", "softmax"}) EXPECT_TRUE(Dense(4, a).backward_reads_output()) << a;
+  EXPECT_TRUE(Dense(4, "gelu").backward_reads_inputs());
+  EXPECT_TRUE(Dense(4, "gelu").backward_recomputes_inputs());
+  EXPECT_FALSE(LayerNormalization().backward_recomputes_inputs());
 }
 
 TEST_F(FunctionalTest, TwoInputsConcatenatedAndASharedLayer) {

@@ -4,6 +4,9 @@
 // mixed_float8 with delayed scaling; the moving statistics and the FP8 amax histories advance once per step; an
 // observer hears each layer's values and gradients once, the same ones. Each test also checks that recomputation
 // is in force (far fewer recorded steps after the forward pass), so equal gradients are not equal by default.
+// A recording step lets go of the values no backward pass reads (Network::set_releases_unread_values) and, with
+// --remat activations, of each GELU output, which the next Dense's backward makes again from the pre-activation:
+// the same bits as keeping them all, and a lower step peak each.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/nn/network.h"
 #include "mixtrain/precision/fp8_gemm_scales.h"
@@ -207,6 +211,61 @@ TEST_F(Remat, ObserverHearsEachValueAndGradientOnce) {
   recomputed->set_observer(nullptr);
   ASSERT_FALSE(a.lines.empty());
   EXPECT_EQ(a.lines, b.lines);
+}
+
+TEST_F(Remat, ReleasedActivationsGiveTheBitsOfKeepingThem) {
+  for (const char* policy : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+    for (int64_t context : {24, 136}) {
+      for (const char* remat : {"none", "activations"}) {
+        SCOPED_TRACE(std::string(policy) + ", context " + std::to_string(context) + ", --remat " + remat);
+        auto kept = build(transformer_config(policy, "none", context), true);
+        auto released = build(transformer_config(policy, remat, context), true);
+        kept->set_releases_unread_values(false);
+        ASSERT_TRUE(released->releases_unread_values());
+        EXPECT_EQ(released->recomputes_activations(), std::string(remat) == "activations");
+        for (uint64_t step = 0; step < 3; ++step) {
+          const auto [x, y] = batch(true, context, 100 + step);
+          kept->train_step(x, y);
+          released->train_step(x, y);
+          const auto a = bytes_of(*kept), b = bytes_of(*released);
+          ASSERT_EQ(a.size(), b.size());
+          for (size_t i = 0; i < a.size(); ++i)
+            ASSERT_TRUE(a[i] == b[i]) << "step " << step << ": " << kept->weights()[i].name() << " differs";
+        }
+        EXPECT_EQ(kept->dropout_rng().state(), released->dropout_rng().state());
+      }
+    }
+  }
+}
+
+// The allocator's peak over one training step (after a first step has made the optimizer state), beyond what
+// lives between steps.
+int64_t step_peak(Model& m, const Tensor& x, const Tensor& y) {
+  m.train_step(x, y);
+  const int64_t live = memory_stats(Device::cpu()).live_bytes;
+  reset_peak_memory(Device::cpu());
+  m.train_step(x, y);
+  return memory_stats(Device::cpu()).peak_bytes - live;
+}
+
+TEST_F(Remat, ReleasedActivationsLowerTheStepPeak) {
+  // mixed_bfloat16, width 64, 136 positions (the tiled attention), 2 blocks, dropout 0.25: by default each block
+  // keeps the attention's and the MLP's outputs (read by the dropouts alone, rows x T x width bfloat16 values each)
+  // no more, nor the dropouts' outputs (read by the adds); --remat activations neither its MLP's GELU output
+  // (rows x T x 4 width).
+  RunConfig cfg = transformer_config("mixed_bfloat16", "none", 136);
+  cfg.width = 64;
+  auto kept = build(cfg, true), released = build(cfg, true);
+  kept->set_releases_unread_values(false);
+  cfg.remat = "activations";
+  auto recomputed = build(cfg, true);
+  const auto [x, y] = batch(true, 136, 7);
+  const int64_t kept_peak = step_peak(*kept, x, y), released_peak = step_peak(*released, x, y),
+                recomputed_peak = step_peak(*recomputed, x, y);
+  const int64_t block_output = kRows * 136 * 64 * 2, gelu_output = 4 * block_output;
+  EXPECT_GE(kept_peak - released_peak, 2 * 4 * block_output) << "kept " << kept_peak << ", released " << released_peak;
+  EXPECT_GE(released_peak - recomputed_peak, 2 * gelu_output)
+      << "released " << released_peak << ", recomputed " << recomputed_peak;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ class Var {
   // value no later step reads, forward or backward (nn::Network releases one whose producer and readers say their
   // backward passes do not read it). value() is undefined afterwards.
   void release_value();
+  // A way to make the value again after release_value(), from tensors the backward pass keeps anyway (a GELU
+  // Dense's output from its pre-activation): it must give the value's bits. A value with one may be released while
+  // a reader's backward pass still reads it, when that reader reads it through value_for_backward().
+  void set_recompute(std::function<Tensor()> recompute) { impl_->recompute = std::move(recompute); }
+  bool recomputable() const { return static_cast<bool>(impl_->recompute); }
+  // The value, or when it was released, the value made again (a temporary the caller lets go of when done).
+  Tensor value_for_backward() const;
   const std::string& name() const { return impl_->name; }
   void set_name(std::string name) { impl_->name = std::move(name); }
 
@@ -118,6 +126,7 @@ class Var {
   struct Impl {
     Tensor value;
     Shape released_shape;  // shape() and dtype() after release_value()
+    std::function<Tensor()> recompute;  // set_recompute()
     DType released_dtype = DType::kFloat32;
     Tensor grad;          // undefined, or grad_buffer once written, or an owned tensor
     Tensor grad_buffer;   // flat storage for the gradient, when attached

@@ -256,6 +256,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // say no (Network::release_after): Dense under a float8 policy keeps its input as FP8 codes instead.
   virtual bool backward_reads_inputs() const { return true; }
   virtual bool backward_reads_output() const { return true; }
+  // Whether the backward pass reads its inputs through Var::value_for_backward(), so that an input whose Var can
+  // make its value again (Var::recomputable: a GELU Dense's output) may be let go of all the same.
+  virtual bool backward_recomputes_inputs() const { return false; }
 
   const std::vector<Var>& weights() const { return weights_; }
   std::vector<Var> trainable_weights() const;

@@ -58,6 +58,7 @@ class Dense : public Layer {
   bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
   bool backward_reads_inputs() const override { return !dtype_policy().uses_float8(); }
   bool backward_reads_output() const override;
+  bool backward_recomputes_inputs() const override { return true; }
   // The FP8 amax histories and scales under the delayed recipe (Fp8LayerScales::state).
   LayerState extra_state() const override { return fp8_.state(dtype_policy()); }
   void check_extra_state(const LayerState& state) const override;
@@ -118,6 +119,9 @@ class Dropout : public Layer {
   Json get_config() const override;
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   float rate() const { return rate_; }
+  // Its backward reads the mask alone.
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
 
  protected:
   Var call(const Var& x, const CallContext& ctx) override;

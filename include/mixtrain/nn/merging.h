@@ -17,6 +17,9 @@ class Add : public Layer {
   GenerationCacheSupport generation_cache_support() const override { return GenerationCacheSupport::kPositionWise; }
   int num_inputs() const override { return kAnyInputs; }
   Shape compute_output_shape_multi(const std::vector<Shape>& input_shapes) const override;
+  // Its backward passes the gradient on to every input unchanged.
+  bool backward_reads_inputs() const override { return false; }
+  bool backward_reads_output() const override { return false; }
 
  protected:
   Var call_multi(const std::vector<Var>& xs, const CallContext& ctx) override;

@@ -111,6 +111,17 @@ class Network {
   // CallContext::observer.
   void set_observer(LayerObserver* observer) { observer_ = observer; }
   LayerObserver* observer() const { return observer_; }
+  // Whether a recording call lets go of each value no backward pass reads once no later step reads it: on by
+  // default. Off keeps every value the graph's steps read until the backward pass; the gradients are the same bits
+  // either way (what tests compare), only the step's memory differs.
+  void set_releases_unread_values(bool release) { releases_unread_values_ = release; }
+  bool releases_unread_values() const { return releases_unread_values_; }
+  // Whether it also lets go of a value a reader's backward pass reads but can make again (Var::recomputable with
+  // Layer::backward_recomputes_inputs: a GELU Dense's output read by a Dense, made again element-wise from the
+  // pre-activation): the same bits for one more GELU pass per such value in backward. Off by default
+  // (TransformerLMOptions::recompute_activations, --remat activations).
+  void set_recomputes_activations(bool recompute) { recomputes_activations_ = recompute; }
+  bool recomputes_activations() const { return recomputes_activations_; }
 
   // Why a cached generation step (CallContext::cache, nn/generation_cache.h) cannot run this network, naming the
   // first layer in the way (one that mixes positions without a cached path, or one with state in the cache that a
@@ -159,6 +170,8 @@ class Network {
   bool built_ = false;
   Shape input_shape_;
   LayerObserver* observer_ = nullptr;
+  bool releases_unread_values_ = true;
+  bool recomputes_activations_ = false;
   Device device_ = Device::cpu();
 
  private:
@@ -193,9 +206,11 @@ class Network {
   // predict) a deep graph's forward needs its live values, not every layer's output at once.
   std::vector<std::vector<const SymbolicNode*>> released_after_;
   // The steps reading each call's values, and whether no backward pass reads them: the producer's and every
-  // reader's layer say so (Layer::backward_reads_output / backward_reads_inputs), none in a RematScope.
+  // reader's layer say so (Layer::backward_reads_output / backward_reads_inputs), none in a RematScope. A reader
+  // whose backward reads the value through Var::value_for_backward() (Layer::backward_recomputes_inputs) counts as
+  // not reading it when every Var of the value can make it again (Var::recomputable) and recomputes_activations().
   std::map<const SymbolicNode*, std::vector<const SymbolicNode*>> readers_;
-  bool unread_in_backward(const SymbolicNode* node) const;
+  bool unread_in_backward(const SymbolicNode* node, const std::vector<Var>& vars) const;
   Rng training_call_rng_;
 };
 

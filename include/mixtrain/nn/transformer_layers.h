@@ -233,7 +233,8 @@ class MultiHeadAttention : public Layer {
   void on_optimizer_update() override;
   bool reads_compute_copies() const override { return !dtype_policy().uses_float8(); }
   bool backward_reads_inputs() const override { return !dtype_policy().uses_float8(); }
-  bool backward_reads_output() const override { return !dtype_policy().uses_float8(); }
+  // Its output is the output projection's, whose backward reads the projection's input, not its output.
+  bool backward_reads_output() const override { return false; }
   // Its two FP8 GEMMs: "query_key_value" (the layer's input, the three kernels side by side as (D, 3 heads
   // key_dim)) and "attention_output" (the attention's result, the kernel as (heads key_dim, D), the layer's output).
   // While an observer is in force a call reports the operands between them (LayerObserver::on_fp8_operand).

@@ -82,8 +82,10 @@ struct RunConfig {
   // --fused-loss: the transformer's logits Dense and loss fused over chunks of rows (TransformerLMOptions::fused_loss).
   // Stored in a transformer's checkpoints; one saved before the option reads as off (the layers then the loss).
   bool fused_loss = true;
-  // --remat blocks|none: the transformer's and the resnet's blocks recomputed in backward, keeping only each block's
-  // input (nn/remat_scope.h). Stored in checkpoints when "blocks"; one without it reads as "none".
+  // --remat blocks|activations|none: the transformer's and the resnet's blocks recomputed in backward, keeping only
+  // each block's input (nn/remat_scope.h); or the transformer's GELU MLP hidden values made again from their
+  // pre-activations (TransformerLMOptions::recompute_activations). Stored in checkpoints when not "none"; one without
+  // it reads as "none".
   std::string remat = "none";
   // --mlp-outliers STEP[:LOG2[:RISE]], a test and diagnostic switch (train/mlp_outliers.h, docs/FP8.md): from
   // optimizer update STEP on, a few MLP hidden channels 2^LOG2 (default 2^14) times larger (the inverse folded into

@@ -39,6 +39,10 @@ struct TransformerLMOptions {
   // Each block in a RematScope (nn/remat_scope.h): training keeps only the blocks' inputs and recomputes each block
   // in backward; the same gradients, bits included, in less memory and one more forward pass of the blocks.
   bool remat = false;
+  // Training lets go of each block's GELU output (the MLP's (batch, T, 4 width) hidden values) after mlp_out read it;
+  // mlp_out's backward makes it again from the pre-activation (Network::set_recomputes_activations): the same bits,
+  // a (batch, T, 4 width) tensor a block less, one more GELU pass a block in backward.
+  bool recompute_activations = false;
   // >= 0: the test-only hostile case of FP8 scaling (train/mlp_outliers.h): from this optimizer update on, a few of
   // each block's MLP hidden channels are 2^mlp_outliers_log2 times larger, the inverse folded into mlp_out. Needs mlp
   // "gelu". mlp_outliers_rise > 0: the factor climbs to that power by 2^mlp_outliers_rise an update (a ramp).
