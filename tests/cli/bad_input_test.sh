@@ -229,10 +229,10 @@ else
 fi
 
 # --remat: its values, and the models whose blocks it recomputes.
-expect_error "--remat must be blocks or none, got 'full'" train --model transformer --remat full --epochs 1
+expect_error "--remat must be blocks, activations or none, got 'full'" train --model transformer --remat full --epochs 1
 expect_error "--remat applies to --model transformer and resnet only, got --model cnn" train --model cnn \
   --remat blocks --epochs 1
-expect_error "--remat must be blocks or none, got 'yes'" bench step --model resnet --remat yes
+expect_error "--remat must be blocks, activations or none, got 'yes'" bench step --model resnet --remat yes
 expect_error "--remat blocks does not work with --sync-batch-norm yet" train --model resnet --remat blocks \
   --sync-batch-norm --epochs 1
 
