@@ -78,7 +78,9 @@ bool Network::unread_in_backward(const SymbolicNode* node, const std::vector<Var
   auto it = readers_.find(node);
   if (it == readers_.end()) return false;
   // A reader whose backward reads its input may still let it go when it can have it made again.
-  const bool recomputable = recomputes_activations_ && std::all_of(vars.begin(), vars.end(), [](const Var& v) { return !v.defined() || v.recomputable(); });
+  const bool recomputable = recomputes_activations_ && std::all_of(vars.begin(), vars.end(), [](const Var& v) {
+                              return !v.defined() || v.recomputable();
+                            });
   for (const SymbolicNode* reader : it->second) {
     if (!reader->layer || reader->remat_segment != 0) return false;
     const Layer& l = *reader->layer;

@@ -166,8 +166,9 @@ TEST(FlashAttention, ResultsDoNotDependOnTheThreadCountAndReadViews) {
 
 // The last n rows of a causal window asked for alone (queries as the last positions of the keys, as a generation
 // cache's step asks) give the bits those rows have in the whole window's call, for 1 to 2 key tiles past a tile
-// edge and query counts inside one tile and across two (all rows but the first): each row's online softmax sees the same key tiles in the
-// same order either way (a tile wholly masked for a row leaves its maximum, sum and accumulator as they were).
+// edge and query counts inside one tile and across two (all rows but the first): each row's online softmax sees the
+// same key tiles in the same order either way (a tile wholly masked for a row leaves its maximum, sum and
+// accumulator as they were).
 TEST(FlashAttention, TheLastRowsAloneGiveTheirBitsInTheWholeWindow) {
   const int64_t b = 2, h = 2, d = 16, w = h * d;
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {

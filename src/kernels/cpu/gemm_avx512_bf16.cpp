@@ -35,8 +35,8 @@ constexpr int kPanelsPerPass = 8;
 // kPanelsPerPass whole panels of 32 from rows contiguous in memory (see pack_rows_contiguous): each pair of source
 // rows, 32 columns at a time, interleaved by two word permutes into the slots of one panel.
 void pack_panels_rows_contiguous32(const uint16_t* base, int64_t ld, int64_t kc, float* dst) {
-  alignas(64) static constexpr uint16_t kLowHalf[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                        8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kLowHalf[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static constexpr uint16_t kHighHalf[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
                                                          24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i low = _mm512_load_si512(kLowHalf), high = _mm512_load_si512(kHighHalf);
