@@ -247,39 +247,51 @@ TEST_F(Fp8DenseTest, KeepsItsInputAndKernelAsFp8CodesForTheBackwardPass) {
   }
 }
 
+// x (m, k): values uniform in [-4, 4) from Rng(seed), in bfloat16, recorded.
+Var uniform_bfloat16_input(int64_t m, int64_t k, uint64_t seed) {
+  Rng values(seed);
+  std::vector<float> xv(m * k);
+  for (float& v : xv) v = values.uniform(-4, 4);
+  return Var(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
+}
+
+// A call of d on x without gradients: the allocator's peak above what was held before it, what it left held (its
+// output), and the output's values.
+struct NoGradCall {
+  int64_t peak, held;
+  std::vector<float> values;
+};
+NoGradCall call_without_gradients(Dense& d, const Var& x) {
+  NoGradGuard ng;
+  reset_peak_memory();
+  const int64_t before = memory_stats().live_bytes;
+  const Var y = d(x);
+  return {memory_stats().peak_bytes - before, memory_stats().live_bytes - before, y.value().to_floats()};
+}
+
 // Without gradients the activation goes over the product's own output: the layer's output holds the bits the
 // recorded call computes, and the call's peak is the product's alone (as with a linear activation), where applying
 // the activation as its own op held the product and the activation's output at once (2 m n bfloat16 values: more
 // than the product's own peak at this shape, whose quantized input is cut into parts of 512 rows).
 TEST_F(Fp8DenseTest, WithoutGradientsTheActivationOverwritesTheProduct) {
   const int64_t m = 4096, k = 1024, n = 512;
-  Rng values(6);
-  std::vector<float> xv(m * k);
-  for (float& v : xv) v = values.uniform(-4, 4);
-  const Var x(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
+  const Var x = uniform_bfloat16_input(m, k, 6);
   for (Fp8Recipe recipe : {Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
     set_fp8_recipe(recipe);
-    // The peak above what was held before the call, without gradients, for a Dense of this activation.
-    auto no_grad_peak = [&](Dense& d) {
-      NoGradGuard ng;
-      reset_peak_memory();
-      const int64_t before = memory_stats().live_bytes;
-      const Var y = d(x);
-      EXPECT_EQ(memory_stats().live_bytes - before, m * n * 2) << "only the bfloat16 output stays";
-      return std::pair{memory_stats().peak_bytes - before, y.value().to_floats()};
-    };
     Dense linear(n, "linear", dtype_arg("mixed_float8"));
     Rng rng(5);
     linear.build({k}, rng);
-    const int64_t product_peak = no_grad_peak(linear).first;
+    const NoGradCall product = call_without_gradients(linear, x);
+    EXPECT_EQ(product.held, m * n * 2) << "only the bfloat16 output stays";
     for (const char* act : {"gelu", "relu"}) {
       Dense d(n, act, dtype_arg("mixed_float8"));
       Rng same(5);
       d.build({k}, same);
       const std::vector<float> recorded = d(x).value().to_floats();
-      const auto [peak, got] = no_grad_peak(d);
-      EXPECT_EQ(peak, product_peak) << act << " " << fp8_recipe_name(recipe);
-      EXPECT_EQ(got, recorded) << act << " " << fp8_recipe_name(recipe);
+      const NoGradCall call = call_without_gradients(d, x);
+      EXPECT_EQ(call.held, m * n * 2) << "only the bfloat16 output stays";
+      EXPECT_EQ(call.peak, product.peak) << act << " " << fp8_recipe_name(recipe);
+      EXPECT_EQ(call.values, recorded) << act << " " << fp8_recipe_name(recipe);
     }
   }
 }
@@ -290,21 +302,11 @@ TEST_F(Fp8DenseTest, WithoutGradientsTheActivationOverwritesTheProduct) {
 // recorded call (which quantizes parts of 1024 rows here).
 TEST_F(Fp8DenseTest, WithoutGradientsThePeakIsBfloat16sAndOnePart) {
   const int64_t m = 4096, k = 512, n = 128;
-  Rng values(7);
-  std::vector<float> xv(m * k);
-  for (float& v : xv) v = values.uniform(-4, 4);
-  const Var x(Tensor::from_floats({m, k}, xv, DType::kBFloat16), /*requires_grad=*/true);
-  auto no_grad_peak = [&](Dense& d) {
-    NoGradGuard ng;
-    reset_peak_memory();
-    const int64_t before = memory_stats().live_bytes;
-    const Var y = d(x);
-    return std::pair{memory_stats().peak_bytes - before, y.value().to_floats()};
-  };
+  const Var x = uniform_bfloat16_input(m, k, 7);
   Dense bf16(n, "linear", dtype_arg("mixed_bfloat16"));
   Rng rng(5);
   bf16.build({k}, rng);
-  const int64_t bf16_peak = no_grad_peak(bf16).first;
+  const int64_t bf16_peak = call_without_gradients(bf16, x).peak;
   const int64_t part = 128 * k * 2 + 16;  // 128 rows of bfloat16 values, and the amax scalars
   for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
     set_fp8_recipe(recipe);
@@ -312,9 +314,9 @@ TEST_F(Fp8DenseTest, WithoutGradientsThePeakIsBfloat16sAndOnePart) {
     Rng same(5);
     d.build({k}, same);
     const std::vector<float> recorded = d(x).value().to_floats();
-    const auto [peak, got] = no_grad_peak(d);
-    EXPECT_LE(peak, bf16_peak + part) << fp8_recipe_name(recipe);
-    EXPECT_EQ(got, recorded) << fp8_recipe_name(recipe);
+    const NoGradCall call = call_without_gradients(d, x);
+    EXPECT_LE(call.peak, bf16_peak + part) << fp8_recipe_name(recipe);
+    EXPECT_EQ(call.values, recorded) << fp8_recipe_name(recipe);
   }
 }
 

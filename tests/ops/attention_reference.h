@@ -144,4 +144,36 @@ inline void expect_close(const std::vector<float>& got, const std::vector<double
     ASSERT_NEAR(got[i], want[i], tolerance(d, g, max_logit, mag[i], want[i])) << what << " element " << i;
 }
 
+// The dropout mask seen in an output: with q = 0 every probability of a row is 1 / S and with v the (S, S) identity
+// the output row is the row's dropped probabilities (dropout_mask_inputs makes q, k and v so, k from `k_seed`).
+struct DropoutMaskInputs {
+  Tensor q, k, v;
+};
+inline DropoutMaskInputs dropout_mask_inputs(int64_t t, int64_t s, int64_t dk, uint64_t k_seed) {
+  std::vector<float> eye(static_cast<size_t>(s * s), 0.0f);
+  for (int64_t j = 0; j < s; ++j) eye[static_cast<size_t>(j * s + j)] = 1.0f;
+  return {Tensor::from_floats({1, t, dk}, std::vector<float>(static_cast<size_t>(t * dk), 0.0f)),
+          testing::random_tensor({1, s, dk}, k_seed, DType::kFloat32), Tensor::from_floats({1, s, s}, eye)};
+}
+
+// Each output (1, t, s) of those inputs is zero exactly where attention_dropout_keep drops (i, j) at the flat index
+// i * s + j, and 1 / (s (1 - rate)) elsewhere; the share dropped is within share_tolerance of the rate.
+inline void expect_the_dropout_mask(const std::vector<std::vector<float>>& outputs, int64_t t, int64_t s,
+                                    uint64_t seed, float rate, double share_tolerance) {
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < s; ++j) {
+      const size_t at = static_cast<size_t>(i * s + j);
+      const bool keep = attention_dropout_keep(seed, static_cast<uint64_t>(i * s + j), rate);
+      for (const std::vector<float>& out : outputs) {
+        ASSERT_EQ(out[at] != 0.0f, keep) << i << "," << j;
+        if (keep) {
+          ASSERT_NEAR(out[at], 1.0 / (s * (1.0 - rate)), 1e-6) << i << "," << j;
+        }
+      }
+      dropped += !keep;
+    }
+  EXPECT_NEAR(static_cast<double>(dropped) / (t * s), rate, share_tolerance);
+}
+
 }  // namespace mixtrain::ops::attention_reference

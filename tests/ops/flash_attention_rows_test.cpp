@@ -108,28 +108,13 @@ TEST(FlashAttentionRows, HostDrivenKernelsMatchTheCpuKernel) {
 // kernels' hash at the same flat (batch, head, row, column) index; S = 140 crosses two 64-column tiles.
 TEST(FlashAttentionRows, DropsTheElementsTheCpuKernelsDrop) {
   const int64_t t = 19, s = 140;
-  std::vector<float> eye(static_cast<size_t>(s * s), 0.0f);
-  for (int64_t j = 0; j < s; ++j) eye[static_cast<size_t>(j * s + j)] = 1.0f;
-  const Tensor q = Tensor::from_floats({1, t, 8}, std::vector<float>(static_cast<size_t>(t * 8), 0.0f));
-  const Tensor k = random_tensor({1, s, 8}, 5, DType::kFloat32), v = Tensor::from_floats({1, s, s}, eye);
+  const DropoutMaskInputs in = dropout_mask_inputs(t, s, 8, 5);
   AttentionOptions o;
   o.dropout_rate = 0.4f;
   o.dropout_seed = 77;
-  const std::vector<float> out = flash_rows_driver::forward(q, k, v, o).out.to_floats();
-  const std::vector<float> cpu = flash_attention(q, k, v, o).out.to_floats();
-  int64_t dropped = 0;
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = 0; j < s; ++j) {
-      const size_t at = static_cast<size_t>(i * s + j);
-      const bool keep = attention_dropout_keep(77, static_cast<uint64_t>(i * s + j), 0.4f);
-      ASSERT_EQ(out[at] != 0.0f, keep) << i << "," << j;
-      ASSERT_EQ(cpu[at] != 0.0f, keep) << i << "," << j;
-      if (keep) {
-        ASSERT_NEAR(out[at], 1.0 / (s * 0.6), 1e-6) << i << "," << j;
-      }
-      dropped += !keep;
-    }
-  EXPECT_NEAR(static_cast<double>(dropped) / (t * s), 0.4, 0.03);
+  expect_the_dropout_mask({flash_rows_driver::forward(in.q, in.k, in.v, o).out.to_floats(),
+                           flash_attention(in.q, in.k, in.v, o).out.to_floats()},
+                          t, s, 77, 0.4f, 0.03);
 }
 
 // A causal row visits only the key tiles up to its last column: a huge value in a masked column changes nothing

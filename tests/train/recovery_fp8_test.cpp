@@ -39,6 +39,14 @@ Tensor rows(int64_t n, float offset, uint64_t seed) {
   return Tensor::from_floats({n, 4}, x);
 }
 
+// A guard's options that log to `log` and climb the ladder at the first failed step.
+RecoveryOptions climbing_at_the_first_failure(std::ostringstream& log) {
+  RecoveryOptions o;
+  o.log = &log;
+  o.max_consecutive_failures = 1;
+  return o;
+}
+
 std::unique_ptr<Model> model(const char* policy, Fp8Recipe recipe) {
   set_fp8_recipe(recipe);
   set_global_policy(policy);
@@ -86,10 +94,7 @@ TEST_F(RecoveryFp8Test, TheFp8RungMovesTheLayerToBfloat16First) {
   const Tensor x = rows(64, 2000.0f, 1);
   auto m = model("mixed_float8", Fp8Recipe::kDelayed);
   std::ostringstream log;
-  RecoveryOptions o;
-  o.log = &log;
-  o.max_consecutive_failures = 1;
-  RecoveryGuard g(o);
+  RecoveryGuard g(climbing_at_the_first_failure(log));
   g.snapshot(*m, FitPosition{});
   const Logs failed{{"loss", NAN}};
   const auto batch = [&] { return std::make_pair(x, Tensor()); };
@@ -131,10 +136,7 @@ TEST_F(RecoveryFp8Test, TheFp8RungJudgesTheCastsSinceTheLastClimb) {
 
   auto m = model("mixed_float8", Fp8Recipe::kDelayed);
   std::ostringstream log;
-  RecoveryOptions o;
-  o.log = &log;
-  o.max_consecutive_failures = 1;
-  RecoveryGuard g(o);
+  RecoveryGuard g(climbing_at_the_first_failure(log));
   g.snapshot(*m, FitPosition{});
   const std::vector<LayerNumerics> now = measure_layer_numerics(*m, calm);
   ASSERT_EQ(now[0].fp8_input.saturated_fraction(), 0.0);
@@ -360,10 +362,7 @@ TEST_F(RecoveryFp8Test, EitherAttentionProjectionsSaturatingInputBlamesTheLayer)
 TEST_F(RecoveryFp8Test, TheFp8RungMovesAnAttentionLayerToBfloat16) {
   auto m = attention_model(1e4f);
   std::ostringstream log;
-  RecoveryOptions o;
-  o.log = &log;
-  o.max_consecutive_failures = 1;
-  RecoveryGuard g(o);
+  RecoveryGuard g(climbing_at_the_first_failure(log));
   g.snapshot(*m, FitPosition{});
   {
     NoGradGuard ng;

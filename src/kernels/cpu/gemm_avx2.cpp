@@ -14,7 +14,7 @@ constexpr int kNR = 16;
 // Local helpers rather than std::min: see gemm_backend.h on inline functions in ISA files.
 inline int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 
-inline int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+constexpr int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 // Lane i is all ones when i < n: the mask for vmaskmovps.
 inline __m256i first_lanes(int64_t n) {
@@ -107,10 +107,10 @@ inline void transpose8(__m256 r[8]) {
 template <DType D, int W>
 void pack_rows_contiguous(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t kc, float* dst) {
   constexpr int kGroups = (W + 7) / 8;
+  constexpr int64_t kPanelsPerPass = (512 + W * element_size(D) - 1) / (W * element_size(D));
   const int64_t size = element_size(D);
-  const int64_t panels_per_pass = (512 + W * size - 1) / (W * size);
-  for (int64_t g0 = 0; g0 < rows; g0 += panels_per_pass * W) {
-    const int64_t panels = min64(panels_per_pass, (rows - g0 + W - 1) / W);
+  for (int64_t g0 = 0; g0 < rows; g0 += kPanelsPerPass * W) {
+    const int64_t panels = min64(kPanelsPerPass, (rows - g0 + W - 1) / W);
     const char* base = static_cast<const char*>(src.data) + (p0 * src.ld + r0 + g0) * size;
     for (int64_t p = 0; p < kc; ++p) {
       const char* s = base + p * src.ld * size;
