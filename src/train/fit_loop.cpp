@@ -24,6 +24,9 @@ void check_fit_options(const Model& model, const Tensor& x, const Tensor& y, con
   MIXTRAIN_CHECK(options.epochs > 0, "fit: epochs must be positive, got " << options.epochs);
   MIXTRAIN_CHECK(options.initial_epoch >= 0, "fit: initial_epoch must be >= 0, got " << options.initial_epoch);
   MIXTRAIN_CHECK(options.batch_size > 0, "fit: batch_size must be positive, got " << options.batch_size);
+  MIXTRAIN_CHECK(options.validation_batch_size >= 0,
+                 "fit: validation_batch_size must be >= 0 (0: the training batch's rows), got "
+                     << options.validation_batch_size);
   MIXTRAIN_CHECK(options.validation_split >= 0 && options.validation_split < 1,
                  "fit: validation_split must be in [0, 1), got " << options.validation_split);
   MIXTRAIN_CHECK(options.verbose >= 0 && options.verbose <= 2,
@@ -214,7 +217,8 @@ void Model::FitLoop::end_epoch() {
   // Per-rank BatchNormalization statistics: evaluate and save their mean, the same on every rank.
   if (comm_) average_variables(model_.non_trainable_weights(), *comm_);
   if (val_x_.defined()) {
-    EvaluateResult v = model_.evaluate(val_x_, val_y_, std::max<int64_t>(options_.batch_size, 256), comm_);
+    const int64_t ranks = comm_ ? comm_->size() : 1;
+    EvaluateResult v = model_.evaluate(val_x_, val_y_, options_.validation_rows_at_once(ranks), comm_);
     epoch_logs_.emplace_back("val_loss", v.loss);
     for (const auto& [name, value] : v.metrics) epoch_logs_.emplace_back("val_" + name, value);
   }

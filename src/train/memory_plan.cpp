@@ -92,7 +92,8 @@ int64_t validation_batch_rows(const RunConfig& cfg, const DataSplits& data) {
   const bool windows = data.train.y.rank() == 2;  // a language model validates on the second split
   const int64_t rows = windows ? data.test.size()
                                : data.train.size() - training_rows(data.train.size(), cfg.validation_split);
-  return std::min(rows, std::max<int64_t>(cfg.batch_size, 256));
+  const int64_t ranks = cfg.communicator != nullptr ? cfg.communicator->size() : 1;
+  return std::min(rows, FitOptions().with_batch_size(cfg.batch_size).validation_rows_at_once(ranks));
 }
 
 MemoryPlan plan_run_memory(const RunConfig& cfg, const DataSplits& data) {

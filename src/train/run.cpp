@@ -304,7 +304,9 @@ void finish_result(const RunConfig& cfg, const DataSplits& data, Model& model, c
   if (sequences && !val_loss.empty() && !val_acc.empty() && r.history.epoch.back() == fo.epochs - 1)
     r.test = {val_loss.back(), val_acc.back(), {{"accuracy", val_acc.back()}}};
   else
-    r.test = model.evaluate(data.test.x, data.test.y, 256, cfg.communicator);
+    r.test = model.evaluate(data.test.x, data.test.y,
+                            fo.validation_rows_at_once(cfg.communicator ? cfg.communicator->size() : 1),
+                            cfg.communicator);
   const double secs = r.history.train_seconds;
   r.steps_per_second = secs > 0 ? static_cast<double>(r.history.steps) / secs : 0;
   r.samples_per_second = secs > 0 ? static_cast<double>(r.history.samples) / secs : 0;

@@ -31,8 +31,9 @@ struct MemoryPlan {
   int64_t step_fixed_bytes = 0;       // the straight line step_bytes lies on: fixed + per_row * batch
   double step_bytes_per_row = 0;
   std::vector<std::pair<int64_t, int64_t>> probes;  // (trial batch rows, its step bytes measured)
-  // fit()'s validation passes, which run beside the training state at their own batch (max(batch, 256) rows): with
-  // a long context and full attention in evaluation they can hold more than a training step does.
+  // fit()'s validation passes, which run beside the training state at their own batch (a step's rows unless
+  // FitOptions::validation_batch_size says otherwise): with a long context and full attention in evaluation a
+  // batch can hold more than a training step does.
   int64_t evaluation_rows = 0;   // rows of one validation batch (0: no validation)
   int64_t evaluation_bytes = 0;  // its peak beyond the training state, on the line through two smaller trials
 
@@ -55,7 +56,8 @@ MemoryPlan plan_training_memory(const RunConfig& cfg, int64_t num_features, int6
 // and fit()'s validation batches (validation_batch_rows).
 MemoryPlan plan_run_memory(const RunConfig& cfg, const DataSplits& data);
 // The rows of one of fit()'s validation batches in run_training(cfg, data) (0: it validates nothing): the validation
-// text of a language model, or the rows split off for validation, in batches of max(batch, 256) (fit_loop.cpp).
+// text of a language model, or the rows split off for validation, in batches of this rank's share of the training
+// batch (FitOptions::validation_rows_at_once; the run sets no validation_batch_size).
 int64_t validation_batch_rows(const RunConfig& cfg, const DataSplits& data);
 
 // Refuses a run whose plan exceeds budget_bytes (Error, kInvalidInput: exit status 2 in the CLI) in one line naming

@@ -2,6 +2,7 @@
 // stack (Model m; m.emplace<Dense>(...)) or as a functional graph (Model(inputs, outputs)).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <initializer_list>
 #include <iosfwd>
@@ -44,6 +45,10 @@ struct FitOptions {
   double validation_split = 0.0;
   // Explicit validation data; takes precedence over validation_split.
   std::optional<std::pair<Tensor, Tensor>> validation_data;
+  // Rows each process evaluates at once in the validation pass. 0 (the default): a training step's rows on each
+  // process (batch_size / ranks), as Keras' fit(validation_batch_size=None) takes batch_size: a validation batch
+  // then holds less than a step, which keeps what the backward pass reads, so the step sets the run's peak memory.
+  int64_t validation_batch_size = 0;
   bool shuffle = true;
   // When positive, an epoch is this many steps whose batches are drawn uniformly at random, with replacement,
   // from the training rows (Keras' steps_per_epoch on a repeated, shuffled data set; how language models
@@ -97,6 +102,7 @@ struct FitOptions {
   FitOptions& with_resume(std::optional<FitState> v) { resume = std::move(v); return *this; }
   FitOptions& with_batch_size(int64_t v) { batch_size = v; return *this; }
   FitOptions& with_validation_split(double v) { validation_split = v; return *this; }
+  FitOptions& with_validation_batch_size(int64_t v) { validation_batch_size = v; return *this; }
   FitOptions& with_validation_data(Tensor x, Tensor y) {
     validation_data.emplace(std::move(x), std::move(y));
     return *this;
@@ -110,6 +116,12 @@ struct FitOptions {
   FitOptions& with_verbose(int v) { verbose = v; return *this; }
   FitOptions& with_verbose_out(std::ostream* v) { verbose_out = v; return *this; }
   FitOptions& with_stop_request(const StopRequest* v) { stop_request = v; return *this; }
+
+  // The rows each of `ranks` processes evaluates at once: validation_batch_size, or batch_size / ranks.
+  int64_t validation_rows_at_once(int64_t ranks) const {
+    if (validation_batch_size > 0) return validation_batch_size;
+    return std::max<int64_t>(1, batch_size / std::max<int64_t>(1, ranks));
+  }
 };
 
 // Keras' validation_split: the last floor(n * fraction) rows (taken before shuffling) validate, the rest train.
