@@ -42,16 +42,20 @@ int64_t row_step(int64_t in, bool keep) {
 // holds x and y, as under mixed_bfloat16); each row of y is the same product as in one GEMM.
 Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp8GemmScales& scales, DType out_dtype,
                    bool keep, SavedOperands& saved) {
-  // The forward product sums along x's rows and down the kernel's columns; backward reads the kernel's other copy.
-  const Fp8Copies wq =
-      keep ? scales.weight.quantize_copies(w) : Fp8Copies{{Tensor(), 1.0f}, scales.weight.quantize_columns(w)};
-  const int64_t rows = x_rows.dim(0), in = x_rows.dim(1);
+  // The forward product sums along x's rows and down the kernel's columns; backward reads the kernel's other copy
+  // (the block recipe's is kept below as codes with their scales, blocked along its rows).
   const bool block = scales.input.recipe() == Fp8Recipe::kBlock;
+  const Fp8Copies wq = keep && !block ? scales.weight.quantize_copies(w)
+                                      : Fp8Copies{{Tensor(), 1.0f}, scales.weight.quantize_columns(w)};
+  const int64_t rows = x_rows.dim(0), in = x_rows.dim(1);
   const DType format = scales.input.format();
   const float scale = block ? 1.0f : scales.input.scale_for(x_rows);
   record_input_cast(scales, x_rows, scale);  // for the recovery ladder's FP8 rung, when it guards the run
   Tensor y = Tensor::empty({rows, w.dim(1)}, out_dtype, x_rows.device());
-  Tensor kept_x = keep ? Tensor::empty({rows, in}, block ? DType::kBFloat16 : format, x_rows.device()) : Tensor();
+  Tensor kept_x = keep ? Tensor::empty({rows, in}, format, x_rows.device()) : Tensor();
+  // The block recipe's copy blocked down the columns is kept as codes and one E8M0 scale a block of 32 rows.
+  Tensor kept_scales = keep && block ? Tensor::empty({(rows + 31) / 32, in}, DType::kFloat8E8M0FNU, x_rows.device())
+                                     : Tensor();
   for (int64_t r0 = 0, step = row_step(in, keep); r0 < rows; r0 += step) {
     const int64_t r1 = std::min(rows, r0 + step);
     const Tensor part = x_rows.slice(0, r0, r1);
@@ -59,13 +63,26 @@ Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp
                                  : scales.input.quantize_at(part, scale);
     ops::scaled_matmul(q.values, wq.columns.values, false, false, inverse_product(q.scale, wq.columns.scale), bias,
                        out_dtype, y.slice(0, r0, r1));
-    // Kept: the codes (the values convert back exactly), or the block recipe's copy blocked down the columns.
-    if (keep) {
-      Tensor kept_part = kept_x.slice(0, r0, r1);
-      ops::cast_into(block ? ops::mx_block_quantize(part, format, true) : q.values, kept_part);
+    if (!keep) continue;
+    Tensor kept_part = kept_x.slice(0, r0, r1);
+    if (!block) {
+      ops::cast_into(q.values, kept_part);  // the codes: the values convert back exactly
+      continue;
     }
+    // Parts start on a multiple of 32 rows, so the part's blocks are the whole tensor's.
+    const ops::MxBlockCodes c = ops::mx_block_encode(part, format, true);
+    kept_part.copy_from(c.codes);
+    Tensor kept_part_scales = kept_scales.slice(0, r0 / 32, r0 / 32 + c.scales.dim(0));
+    kept_part_scales.copy_from(c.scales);
   }
-  if (keep) saved = {Fp8SavedOperand{kept_x, scale}, scales.weight.saved(wq.rows)};
+  if (!keep) return y;
+  saved.x = Fp8SavedOperand{kept_x, scale, kept_scales};
+  if (!block) {
+    saved.w = scales.weight.saved(wq.rows);
+    return y;
+  }
+  ops::MxBlockCodes w_rows = ops::mx_block_encode(w, scales.weight.format(), false);
+  saved.w = Fp8SavedOperand{std::move(w_rows.codes), 1.0f, std::move(w_rows.scales), /*blocks_down=*/false};
   return y;
 }
 
@@ -75,13 +92,12 @@ Tensor fp8_product(const Tensor& x_rows, const Tensor& w, const Tensor& bias, Fp
 Tensor weight_gradient(const Fp8SavedOperand& x, const Fp8Quantized& g, const Tensor& into) {
   const int64_t rows = x.data.dim(0), in = x.data.dim(1), units = g.values.dim(1);
   Tensor dw = into.defined() ? into : Tensor::empty({in, units}, DType::kFloat32, g.values.device());
-  const int64_t step = std::clamp<int64_t>((int64_t{1} << 19) / std::max<int64_t>(rows, 1) / 32 * 32, 256, in);
+  const int64_t step = std::min(in, std::max<int64_t>((int64_t{1} << 19) / std::max<int64_t>(rows, 1) / 32 * 32, 256));
   const float alpha = inverse_product(x.scale, g.scale);
   for (int64_t i0 = 0; i0 < in; i0 += step) {
     const int64_t i1 = std::min(in, i0 + step);
-    const Fp8SavedOperand block{x.data.slice(1, i0, i1), x.scale};
-    ops::scaled_matmul(block.widened().values.contiguous(), g.values, true, false, alpha, Tensor(), DType::kFloat32,
-                       dw.slice(0, i0, i1));
+    ops::scaled_matmul(x.columns(i0, i1).widened().values.contiguous(), g.values, true, false, alpha, Tensor(),
+                       DType::kFloat32, dw.slice(0, i0, i1));
   }
   return dw;
 }
@@ -91,11 +107,30 @@ Tensor weight_gradient(const Fp8SavedOperand& x, const Fp8Quantized& g, const Te
 struct ProductGrads {
   Tensor dx, dw;
 };
+// dx (rows, in) = g_q w_q^T / s_w in dx_dtype under the block recipe, a block of g's rows at a time: each part's
+// copy blocked along its rows is made, multiplied and let go, so the pass holds one part beside g, not a second g.
+// Each row of dx is the same product as in one GEMM.
+Tensor block_recipe_dx(const Tensor& g, const Fp8Quantized& w, DType format, DType dx_dtype) {
+  const int64_t rows = g.dim(0), units = g.dim(1);
+  Tensor dx = Tensor::empty({rows, w.values.dim(0)}, dx_dtype, g.device());
+  for (int64_t r0 = 0, step = row_step(units, true); r0 < rows; r0 += step) {
+    const int64_t r1 = std::min(rows, r0 + step);
+    ops::scaled_matmul(ops::mx_block_quantize(g.slice(0, r0, r1), format, false), w.values, false, true,
+                       inverse_product(1.0f, w.scale), Tensor(), dx_dtype, dx.slice(0, r0, r1));
+  }
+  return dx;
+}
+
 // g is consumed: its quantized values are written over it.
 ProductGrads fp8_product_backward(Tensor g, const SavedOperands& s, Fp8GemmScales& scales,
                                   std::optional<DType> dx_dtype, bool need_dw, const Tensor& dw_into) {
-  const Fp8Copies gq = scales.grad.quantize_copies_over(g);  // rows for dx (sums over units), columns for dW (rows)
   ProductGrads r;
+  if (scales.grad.recipe() == Fp8Recipe::kBlock) {
+    if (dx_dtype) r.dx = block_recipe_dx(g, s.w.widened(), scales.grad.format(), *dx_dtype);
+    if (need_dw) r.dw = weight_gradient(s.x, scales.grad.quantize_columns_over(g), dw_into);
+    return r;
+  }
+  const Fp8Copies gq = scales.grad.quantize_copies_over(g);  // rows for dx (sums over units), columns for dW (rows)
   if (dx_dtype) {
     const Fp8Quantized w = s.w.widened();
     r.dx = ops::scaled_matmul(gq.rows.values, w.values, false, true, inverse_product(gq.rows.scale, w.scale),

@@ -68,6 +68,46 @@ Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns, cons
   return values;
 }
 
+namespace {
+void check_mx_format(const char* op, DType format) {
+  MIXTRAIN_CHECK(format == DType::kFloat8E4M3FN || format == DType::kFloat8E5M2,
+                 op << ": the format must be float8_e4m3fn or float8_e5m2, got " << dtype_name(format));
+}
+
+// The block scales' shape for (rows, cols): block order as a row-major matrix.
+Shape mx_scales_shape(int64_t rows, int64_t cols, bool along_columns) {
+  return along_columns ? Shape{(rows + 31) / 32, cols} : Shape{rows, (cols + 31) / 32};
+}
+}  // namespace
+
+MxBlockCodes mx_block_encode(const Tensor& x, DType format, bool along_columns) {
+  check_operand("mx_block_encode", x);
+  MIXTRAIN_CHECK(x.rank() == 2, "mx_block_encode: expected a matrix, got " << x.describe());
+  check_mx_format("mx_block_encode", format);
+  const Device device = common_device("mx_block_encode", {&x});
+  MxBlockCodes q{Tensor::empty(x.shape(), format, device),
+                 Tensor::empty(mx_scales_shape(x.dim(0), x.dim(1), along_columns), DType::kFloat8E8M0FNU, device),
+                 along_columns};
+  if (x.numel() > 0) kernel_for<Op::mx_block_encode>(device)(x.contiguous(), format, along_columns, q.codes, q.scales);
+  return q;
+}
+
+Tensor mx_block_decode(const MxBlockCodes& q, const Tensor& into) {
+  MIXTRAIN_CHECK(q.codes.defined() && q.codes.rank() == 2 && q.scales.defined(),
+                 "mx_block_decode: expected a matrix of codes and its block scales");
+  check_mx_format("mx_block_decode", q.codes.dtype());
+  const Shape want = mx_scales_shape(q.codes.dim(0), q.codes.dim(1), q.along_columns);
+  MIXTRAIN_CHECK(q.scales.dtype() == DType::kFloat8E8M0FNU && q.scales.shape() == want,
+                 "mx_block_decode: the scales of " << q.codes.describe()
+                     << (q.along_columns ? " down its columns" : " along its rows") << " must be float8_e8m0fnu of shape "
+                     << want << ", got " << q.scales.describe());
+  const Device device = common_device("mx_block_decode", {&q.codes, &q.scales});
+  Tensor values = values_tensor("mx_block_decode", q.codes, into, device);
+  if (q.codes.numel() > 0)
+    kernel_for<Op::mx_block_decode>(device)(q.codes.contiguous(), q.scales.contiguous(), q.along_columns, values);
+  return values;
+}
+
 Tensor scaled_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, const Tensor& bias,
                      DType out_dtype, const Tensor& c_into) {
   check_operand("scaled_matmul", a);

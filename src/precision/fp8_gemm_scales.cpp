@@ -81,13 +81,26 @@ Fp8Quantized Fp8TensorScale::quantize_columns(const Tensor& x) {
 }
 
 Fp8Quantized Fp8SavedOperand::widened() const {
+  if (block_scales.defined()) return {ops::mx_block_decode({data, block_scales, blocks_down}), scale};
   return {data.dtype() == DType::kBFloat16 ? data : ops::cast(data, DType::kBFloat16), scale};
+}
+
+Fp8SavedOperand Fp8SavedOperand::columns(int64_t begin, int64_t end) const {
+  MIXTRAIN_CHECK(!block_scales.defined() || blocks_down,
+                 "Fp8SavedOperand::columns: the blocks run along the rows, so a column slice would cut them");
+  return {data.slice(1, begin, end), scale, block_scales.defined() ? block_scales.slice(1, begin, end) : Tensor()};
 }
 
 // The values are codes widened exactly, so the cast back to the format is exact too (no rounding, no overflow).
 Fp8SavedOperand Fp8TensorScale::saved(const Fp8Quantized& q) const {
   if (recipe_ == Fp8Recipe::kBlock) return {q.values, q.scale};
   return {ops::cast(q.values, format_), q.scale};
+}
+
+Fp8Quantized Fp8TensorScale::quantize_columns_over(Tensor& x) {
+  if (x.dtype() != DType::kBFloat16 || !x.is_contiguous()) return quantize_columns(x);
+  if (recipe_ == Fp8Recipe::kBlock) return {ops::mx_block_quantize(x, format_, true, x), 1.0f};
+  return quantize(x, x);
 }
 
 Fp8Copies Fp8TensorScale::quantize_copies_over(Tensor& x) {

@@ -11,6 +11,7 @@
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/core/allocator.h"
 #include "mixtrain/nn/layers.h"
+#include "mixtrain/ops/fp8_gemm.h"
 
 namespace mixtrain {
 namespace {
@@ -202,10 +203,10 @@ TEST_F(Fp8DenseTest, BlockRecipeDiffersFromPerTensorScaling) {
   EXPECT_NE(outs[0], outs[1]);
 }
 
-// What one Dense keeps for its backward pass, in allocator bytes: its output and the saved operands. Under the
-// per-tensor recipes x and the kernel as FP8 codes (1 byte an element), so the layer's bfloat16 input need not be
-// kept; under the block recipe their bfloat16 copies blocked for the backward products (2 bytes). The gradients
-// computed with x's value let go of equal, bit for bit, those of the same step that kept it.
+// What one Dense keeps for its backward pass, in allocator bytes: its output and the saved operands, x and the
+// kernel as FP8 codes (1 byte an element; under the block recipe with one E8M0 scale a block of 32, down x's columns
+// and along the kernel's rows, as the backward products read them), so the layer's bfloat16 input need not be kept.
+// The gradients computed with x's value let go of equal, bit for bit, those of the same step that kept it.
 struct KeptStep {
   int64_t held_bytes;
   std::vector<float> dx, dw;
@@ -238,9 +239,11 @@ TEST_F(Fp8DenseTest, KeepsItsInputAndKernelAsFp8CodesForTheBackwardPass) {
   const int64_t m = 48, k = 96, n = 40;
   const int64_t outputs = 2 * (m * n * 2);  // the product's output (read by gelu) and y, bfloat16
   for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
-    const int64_t element = recipe == Fp8Recipe::kBlock ? 2 : 1;  // codes, or the block recipe's bfloat16 copies
+    const bool block = recipe == Fp8Recipe::kBlock;
+    const int64_t x_bytes = m * k + (block ? (m + 31) / 32 * k : 0);  // codes, and the block scales
+    const int64_t w_bytes = k * n + (block ? k * ((n + 31) / 32) : 0);  // codes, and the block scales
     const KeptStep kept = step_keeping(recipe, false), released = step_keeping(recipe, true);
-    EXPECT_EQ(released.held_bytes, outputs + (m * k + k * n) * element) << fp8_recipe_name(recipe);
+    EXPECT_EQ(released.held_bytes, outputs + x_bytes + w_bytes) << fp8_recipe_name(recipe);
     EXPECT_EQ(kept.held_bytes, released.held_bytes) << fp8_recipe_name(recipe);
     EXPECT_EQ(released.dx, kept.dx) << fp8_recipe_name(recipe);
     EXPECT_EQ(released.dw, kept.dw) << fp8_recipe_name(recipe);
@@ -318,6 +321,48 @@ TEST_F(Fp8DenseTest, WithoutGradientsThePeakIsBfloat16sAndOnePart) {
     EXPECT_LE(call.peak, bf16_peak + part) << fp8_recipe_name(recipe);
     EXPECT_EQ(call.values, recorded) << fp8_recipe_name(recipe);
   }
+}
+
+// The backward pass's peak above what it starts with, and dx, for dy = g.
+struct BackwardPass {
+  int64_t peak;
+  Tensor dx;
+};
+BackwardPass backward_of(Fp8Recipe recipe, const Var& x_in, const Tensor& g) {
+  set_fp8_recipe(recipe);
+  Dense d(g.dim(1), "linear", dtype_arg("mixed_float8"));
+  Rng rng(5);
+  d.build({x_in.shape()[1]}, rng);
+  Var x(x_in.value(), /*requires_grad=*/true);
+  Var loss = sum(multiply(d(x), Var(g)));  // dy = g
+  reset_peak_memory();
+  const int64_t before = memory_stats().live_bytes;
+  backward(loss);
+  return {memory_stats().peak_bytes - before, x.grad()};
+}
+
+// Under the block recipe dx = g w^T reads g's copy blocked along its rows: it is made a part of rows at a time (1024
+// rows here, 1 MiB), so the backward pass holds at most one part more than the delayed recipe's, which quantizes g
+// over itself (measured: the same peak), where it held a whole second g (4 MiB; the peak was 2.4 MB above the
+// delayed recipe's); the copy blocked down the columns for dW is written over g. dx has the bits of one product of
+// the whole copy.
+TEST_F(Fp8DenseTest, UnderTheBlockRecipeBackwardHoldsOnePartOfTheGradientsRowCopy) {
+  const int64_t m = 4096, k = 128, n = 512;
+  const Var x = uniform_bfloat16_input(m, k, 8);
+  std::vector<float> gv(m * n);
+  Rng values(9);
+  for (float& v : gv) v = values.uniform(-1, 1) * 1e-3f;
+  const Tensor g = Tensor::from_floats({m, n}, gv, DType::kBFloat16);
+  const BackwardPass delayed = backward_of(Fp8Recipe::kDelayed, x, g), block = backward_of(Fp8Recipe::kBlock, x, g);
+  const int64_t part = 1024 * n * 2;
+  EXPECT_LE(block.peak, delayed.peak + part) << "block " << block.peak << ", delayed " << delayed.peak;
+  Dense d(n, "linear", dtype_arg("mixed_float8"));
+  Rng rng(5);
+  d.build({k}, rng);
+  const Tensor whole = ops::scaled_matmul(ops::mx_block_quantize(g, DType::kFloat8E5M2, false),
+                                          ops::mx_block_quantize(d.kernel().value(), DType::kFloat8E4M3FN, false),
+                                          false, true, 1.0f, Tensor(), DType::kBFloat16);
+  EXPECT_EQ(block.dx.to_floats(), whole.to_floats());
 }
 
 TEST_F(Fp8DenseTest, TheRecipeNamesParse) {

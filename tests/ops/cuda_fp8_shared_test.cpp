@@ -179,6 +179,43 @@ TEST(CudaSharedMath, MxBlockStepGivesTheCpuOpsBits) {
   for (int k = -127; k <= 127; ++k) EXPECT_EQ(shared::power_of_two(k), std::ldexp(1.0f, k)) << k;
 }
 
+// The stored form's block steps (every block, as the GPU's encode and decode kernels run them) against the CPU's
+// mx_block_encode and mx_block_decode: the same codes, scale bytes and decoded bits, on the inputs of the test above.
+TEST(CudaSharedMath, MxEncodeAndDecodeStepsGiveTheCpuOpsBytes) {
+  for (const auto& [rows, cols] : {std::array<int64_t, 2>{1, 1}, {7, 45}, {33, 31}, {17, 129}, {70, 64}}) {
+    Rng r(static_cast<uint64_t>(rows * 1000 + cols));
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& x : v) x = std::ldexp(r.uniform(-1.0f, 1.0f), static_cast<int>(r.uniform(-150.0f, 128.0f)));
+    if (v.size() > 40) v[3] = NAN, v[v.size() / 2] = -INFINITY;
+    if (v.size() > 100) std::fill(v.begin() + 64, v.begin() + 100, 0.0f);
+    const Tensor x = Tensor::from_floats({rows, cols}, v);
+    for (DType format : kFormats)
+      for (bool down : {false, true}) {
+        const MxBlockCodes want = mx_block_encode(x, format, down);
+        const Tensor want_values = mx_block_decode(want);
+        const int64_t blocks = shared::mx_block_count(rows, cols, down);
+        std::vector<uint8_t> codes(static_cast<size_t>(rows * cols), 0xAB), scales(static_cast<size_t>(blocks));
+        std::vector<uint16_t> values(static_cast<size_t>(rows * cols), 0xFFFFu);
+        const bool e5m2 = format == DType::kFloat8E5M2;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const shared::MxBlockSpan s = shared::mx_block_span(rows, cols, down, b);
+          scales[static_cast<size_t>(b)] =
+              shared::mx_encode_block(x.raw(), shared::float_code(DType::kFloat32), s, e5m2, codes.data() + s.first,
+                                      s.step);
+          shared::mx_decode_block(codes.data() + s.first, s.step, scales[static_cast<size_t>(b)], s, e5m2,
+                                  values.data());
+        }
+        const uint8_t* wc = static_cast<const uint8_t*>(want.codes.raw());
+        const uint8_t* ws = static_cast<const uint8_t*>(want.scales.raw());
+        int64_t differ = 0;
+        for (int64_t i = 0; i < rows * cols; ++i)
+          differ += codes[static_cast<size_t>(i)] != wc[i] || values[static_cast<size_t>(i)] != bits_at(want_values, i);
+        for (int64_t b = 0; b < blocks; ++b) differ += scales[static_cast<size_t>(b)] != ws[b];
+        EXPECT_EQ(differ, 0) << rows << "x" << cols << " " << dtype_name(format) << (down ? " down" : " along");
+      }
+  }
+}
+
 // The FP8 GEMM's codes in the "TN" layout, multiplied as cuBLASLt defines its product (column-major A (k, n) read
 // transposed, B (k, m), D (n, m) = alpha op(A) B, in float64 here), against the CPU's scaled_matmul of the same
 // bfloat16 values: every transposition, each format pair. Holds the layout reasoning of fp8_matmul.cu (which operand

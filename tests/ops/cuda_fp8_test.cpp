@@ -103,6 +103,26 @@ TEST(CudaBackend, MxBlockQuantizeGivesTheCpusBits) {
     }
 }
 
+// The stored form on the GPU: the CPU's codes and scale bytes, and the CPU's values decoded from them.
+TEST(CudaBackend, MxBlockEncodeAndDecodeGiveTheCpusBytes) {
+  REQUIRE_CUDA_BACKEND();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {33, 31}, {17, 129}, {1000, 257}})
+    for (DType in : kWide) {
+      Tensor x = random_tensor({rows, cols}, 23 + rows, DType::kFloat32, -1000.0f, 1000.0f);
+      if (rows * cols > 40) x.data<float>()[7] = NAN, x.data<float>()[30] = 0x1p-140f;
+      x = x.to(in);
+      for (DType format : kFormats)
+        for (bool down : {false, true}) {
+          const MxBlockCodes on_gpu = mx_block_encode(gpu(x), format, down), on_cpu = mx_block_encode(x, format, down);
+          const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " + dtype_name(in) + " " +
+                                   dtype_name(format) + (down ? " down" : "");
+          EXPECT_TRUE(bit_equal(on_gpu.codes, on_cpu.codes)) << what;
+          EXPECT_TRUE(bit_equal(on_gpu.scales, on_cpu.scales)) << what;
+          EXPECT_TRUE(bit_equal(mx_block_decode(on_gpu), mx_block_decode(on_cpu))) << what;
+        }
+    }
+}
+
 // The compute capability of the first GPU, as major * 10 + minor, from the backend's description.
 int first_gpu_capability() {
   const std::string& d = load_cuda_backend().devices.at(0);

@@ -3,7 +3,10 @@
 // float64 product of the dequantized matrices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mixtrain/core/error.h"
@@ -95,6 +98,84 @@ TEST(MxBlockQuantize, RefusesWhatItCannotQuantize) {
   EXPECT_THROW(mx_block_quantize(Tensor::from_floats({4}, {1, 2, 3, 4}), DType::kFloat8E4M3FN, false), Error);
   EXPECT_THROW(mx_block_quantize(m, DType::kBFloat16, false), Error);
   EXPECT_THROW(mx_block_quantize(m, DType::kFloat8E8M0FNU, false), Error);
+}
+
+// x's values over float32's whole range: exponents from its subnormals to near its largest, zero blocks, NaN and an
+// infinity (so block scales run from 2^-127 up and non-finite blocks occur), in `in`.
+Tensor every_range(int64_t rows, int64_t cols, DType in) {
+  Rng r(static_cast<uint64_t>(rows * 1000 + cols));
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (float& x : v) x = std::ldexp(r.uniform(-1.0f, 1.0f), static_cast<int>(r.uniform(-150.0f, 128.0f)));
+  if (v.size() > 40) v[3] = NAN, v[v.size() / 2] = -INFINITY;
+  if (v.size() > 100) std::fill(v.begin() + 64, v.begin() + 100, 0.0f);
+  return Tensor::from_floats({rows, cols}, v, in);
+}
+
+std::vector<uint16_t> bfloat16_bits(const Tensor& t) {
+  std::vector<uint16_t> b(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) b[static_cast<size_t>(i)] = t.data<bfloat16>()[i].bits;
+  return b;
+}
+
+// The stored form decodes to mx_block_quantize's bfloat16 bits, over float32's whole range (scales from 2^-127,
+// non-finite blocks, zeros), each input dtype, both formats and directions, ragged and parallel shapes; and the
+// codes and scale bytes themselves are the definition's: each element's code value times its block's 2^(byte -
+// 127), in float64, is the reference's dequantized value exactly (and NaN blocks carry the NaN byte).
+TEST(MxBlockEncode, DecodesToMxBlockQuantizesBitsAndIsTheDefinitionsCodesAndScales) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 45}, {33, 31}, {17, 129}, {70, 64}, {300, 257}})
+    for (DType in : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
+      for (DType format : {DType::kFloat8E4M3FN, DType::kFloat8E5M2})
+        for (bool down : {false, true}) {
+          const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " + dtype_name(in) + " " +
+                                   dtype_name(format) + (down ? " down" : " along");
+          const Tensor x = every_range(rows, cols, in);
+          const MxBlockCodes q = mx_block_encode(x, format, down);
+          ASSERT_EQ(q.codes.dtype(), format) << what;
+          ASSERT_EQ(q.codes.shape(), x.shape()) << what;
+          ASSERT_EQ(q.scales.dtype(), DType::kFloat8E8M0FNU) << what;
+          const Shape scales_shape = down ? Shape{(rows + 31) / 32, cols} : Shape{rows, (cols + 31) / 32};
+          ASSERT_EQ(q.scales.shape(), scales_shape) << what;
+          EXPECT_EQ(bfloat16_bits(mx_block_decode(q)), bfloat16_bits(mx_block_quantize(x, format, down))) << what;
+          const std::vector<double> want =
+              mx_dequantized(x.to_floats(), rows, cols, format_of(format), max_of(format), down);
+          const uint8_t* codes = static_cast<const uint8_t*>(q.codes.raw());
+          const uint8_t* scales = static_cast<const uint8_t*>(q.scales.raw());
+          int64_t differ = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+              const int64_t i = r * cols + c;
+              const uint8_t byte = scales[down ? (r / 32) * cols + c : r * q.scales.dim(1) + c / 32];
+              const double w = want[static_cast<size_t>(i)];
+              if (std::isnan(w)) {
+                differ += byte != 0xFF;
+                continue;
+              }
+              differ += std::ldexp(ref::value(format_of(format), codes[i]), byte - 127) != w;
+            }
+          EXPECT_EQ(differ, 0) << what;
+        }
+}
+
+// A column slice of the stored form (blocks down the columns: codes and scales sliced alike) decodes to the same
+// columns of the whole: how the weight gradient widens the kept input a block of columns at a time.
+TEST(MxBlockEncode, AColumnSliceDecodesToThoseColumns) {
+  const Tensor x = every_range(70, 300, DType::kBFloat16);
+  const MxBlockCodes q = mx_block_encode(x, DType::kFloat8E4M3FN, true);
+  const Tensor whole = mx_block_decode(q);
+  for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, 256}, {256, 300}, {17, 18}}) {
+    const Tensor part = mx_block_decode({q.codes.slice(1, c0, c1), q.scales.slice(1, c0, c1), true});
+    EXPECT_EQ(bfloat16_bits(part), bfloat16_bits(whole.slice(1, c0, c1).contiguous())) << c0 << ".." << c1;
+  }
+}
+
+TEST(MxBlockEncode, RefusesWhatItCannotEncodeOrDecode) {
+  const Tensor m = Tensor::from_floats({40, 2}, std::vector<float>(80, 1.0f));
+  EXPECT_THROW(mx_block_encode(Tensor::from_floats({4}, {1, 2, 3, 4}), DType::kFloat8E4M3FN, false), Error);
+  EXPECT_THROW(mx_block_encode(m, DType::kFloat8E8M0FNU, true), Error);
+  const MxBlockCodes q = mx_block_encode(m, DType::kFloat8E4M3FN, true);
+  EXPECT_THROW(mx_block_decode({q.codes, q.scales, false}), Error) << "scales of the other direction's shape";
+  EXPECT_THROW(mx_block_decode({q.codes, Tensor::zeros(q.scales.shape(), DType::kUInt8), true}), Error);
+  EXPECT_THROW(mx_block_decode({m, q.scales, true}), Error) << "values, not codes";
 }
 
 // y = A B with A blocked along its rows and B down its columns (the forward product), and dx = G W^T with both

@@ -42,6 +42,21 @@ Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale,
 // fp8_quantize (x itself may be given).
 Tensor mx_block_quantize(const Tensor& x, DType format, bool along_columns, const Tensor& into = Tensor());
 
+// MXFP8 as it is stored: the codes of x / 2^k in `format` ((rows, cols)) and each block's scale 2^k as a
+// float8_e8m0fnu (k + 127; 0xFF, NaN, for a block that held NaN or an infinity), row-major in block order: (rows,
+// ceil(cols / 32)) for blocks along the rows, (ceil(rows / 32), cols) down the columns. One byte an element and one
+// a block, where mx_block_quantize's values take two an element: what the block recipe keeps for backward.
+struct MxBlockCodes {
+  Tensor codes;   // (rows, cols), float8_e4m3fn or float8_e5m2
+  Tensor scales;  // float8_e8m0fnu, one per block
+  bool along_columns = false;
+};
+// x (rows, cols) (float32, float16 or bfloat16) encoded as mx_block_quantize quantizes it.
+MxBlockCodes mx_block_encode(const Tensor& x, DType format, bool along_columns);
+// The bfloat16 values code * 2^k of q: mx_block_quantize(x) bit for bit for q = mx_block_encode(x). q's codes and
+// scales may be column slices of a larger pair (blocks down the columns); `into` as for mx_block_quantize.
+Tensor mx_block_decode(const MxBlockCodes& q, const Tensor& into = Tensor());
+
 // c (m, n) = alpha * op(a) op(b) + bias, op transposing when trans_* is set: a (m, k) or (k, m), b (k, n) or (n, k),
 // both 2-D, contiguous, one floating dtype. Products accumulate in float32; alpha multiplies the float32
 // accumulator, then the float32 bias (n,) (may be undefined) is added, then the result is rounded once into
@@ -57,6 +72,10 @@ using Fp8QuantizeFn = void(const Tensor& x, DType format, float scale, Float8Ove
                            Tensor& amax);
 // values (bfloat16, (rows, cols), contiguous) = mx_block_quantize(x) for contiguous 2-D x.
 using MxBlockQuantizeFn = void(const Tensor& x, DType format, bool along_columns, Tensor& values);
+// codes (x's shape) and scales (one per block, block order), contiguous, = mx_block_encode(x) for contiguous 2-D x.
+using MxBlockEncodeFn = void(const Tensor& x, DType format, bool along_columns, Tensor& codes, Tensor& scales);
+// values (bfloat16, codes' shape, contiguous) = mx_block_decode of contiguous codes and scales.
+using MxBlockDecodeFn = void(const Tensor& codes, const Tensor& scales, bool along_columns, Tensor& values);
 struct ScaledMatmulLayout {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
@@ -68,6 +87,8 @@ using ScaledMatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias
 MIXTRAIN_KERNEL_SIGNATURE(fp8_amax, Fp8AmaxFn)
 MIXTRAIN_KERNEL_SIGNATURE(fp8_quantize, Fp8QuantizeFn)
 MIXTRAIN_KERNEL_SIGNATURE(mx_block_quantize, MxBlockQuantizeFn)
+MIXTRAIN_KERNEL_SIGNATURE(mx_block_encode, MxBlockEncodeFn)
+MIXTRAIN_KERNEL_SIGNATURE(mx_block_decode, MxBlockDecodeFn)
 MIXTRAIN_KERNEL_SIGNATURE(scaled_matmul, ScaledMatmulFn)
 
 }  // namespace mixtrain::ops

@@ -69,6 +69,8 @@
   X(fp8_amax, "fp8_amax") \
   X(fp8_quantize, "fp8_quantize") \
   X(mx_block_quantize, "mx_block_quantize") \
+  X(mx_block_encode, "mx_block_encode") \
+  X(mx_block_decode, "mx_block_decode") \
   X(scaled_matmul, "scaled_matmul") \
   X(linear_cross_entropy, "linear_cross_entropy") \
   X(global_norm, "global_norm")

@@ -45,13 +45,19 @@ struct Fp8Copies {
 };
 
 // An operand kept for the backward pass. Under the per-tensor recipes its FP8 codes (the format's dtype, one byte an
-// element) and its scale, as Transformer Engine's Linear saves its cast input instead of the high-precision one;
-// under the block recipe the widened bfloat16 values (its E8M0 block scales are inside them).
+// element) and its scale, as Transformer Engine's Linear saves its cast input instead of the high-precision one.
+// Under the block recipe its codes and their blocks' E8M0 scales (ops::MxBlockCodes), or, for a copy kept as it was
+// quantized (Conv2D's), the widened bfloat16 values.
 struct Fp8SavedOperand {
-  Tensor data;  // float8 codes, or bfloat16 values under the block recipe
+  Tensor data;  // float8 codes, or bfloat16 values
   float scale = 1.0f;
-  // The operand widened back to bfloat16: exactly the Fp8Quantized it was kept from (every code is a bfloat16 value).
+  Tensor block_scales;     // float8_e8m0fnu, one per block of 32 (the block recipe's codes)
+  bool blocks_down = true;  // the blocks run down data's columns, or along its rows
+  // The operand widened back to bfloat16: exactly the Fp8Quantized it was kept from (every code is a bfloat16 value;
+  // a block's codes times its power of two are mx_block_quantize's values).
   Fp8Quantized widened() const;
+  // Columns [begin, end) of the operand, with their block scales (blocks down the columns).
+  Fp8SavedOperand columns(int64_t begin, int64_t end) const;
 };
 
 // One tensor's scale under a recipe.
@@ -77,6 +83,8 @@ class Fp8TensorScale {
   // The same for a bfloat16 x read by nothing else afterwards (a gradient being consumed): one copy is written over
   // x, so the pass holds one tensor of x's size fewer (the values are those of quantize_copies).
   Fp8Copies quantize_copies_over(Tensor& x);
+  // quantize_columns(x) written over such an x (the values are those of quantize_columns).
+  Fp8Quantized quantize_columns_over(Tensor& x);
   // What the backward pass keeps of q, a quantize() or quantize_copies() result of this tensor (Fp8SavedOperand).
   Fp8SavedOperand saved(const Fp8Quantized& q) const;
   // Rolls the delayed history (nothing under current scaling).

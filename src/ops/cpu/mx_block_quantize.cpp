@@ -1,9 +1,10 @@
-// CPU kernel of MXFP8 block quantization (ops/fp8_gemm.h). A panel of rows is read as float32 (a whole 32-row
+// CPU kernels of MXFP8 block quantization (ops/fp8_gemm.h). A panel of rows is read as float32 (a whole 32-row
 // stripe for blocks down the columns, a few rows for blocks along them), each block's scale exponent is derived from
-// its amax's bits, the elements are divided by their block's power of two (exact), encoded with core's array
-// conversion (the same bits at every ISA level), decoded and multiplied back by the power of two, then rounded into
-// bfloat16 (exact unless a value leaves bfloat16's normal range). Panels are independent, so the result does not
-// depend on the thread count.
+// its amax's bits, the elements are divided by their block's power of two (exact) and encoded with core's array
+// conversion (the same bits at every ISA level): mx_block_encode stops there, keeping the codes and the scales'
+// E8M0 bytes. Decoding (mx_block_decode, and the second half of mx_block_quantize) multiplies each code's value back
+// by its block's power of two and rounds into bfloat16 (exact unless a value leaves bfloat16's normal range).
+// Panels are independent, so the result does not depend on the thread count.
 #include <omp.h>
 
 #include <algorithm>
@@ -33,68 +34,128 @@ int block_exponent(uint32_t amax_bits, int max_exp) {
   return std::max(e - max_exp + (m > 0.875f ? 1 : 0), -127);
 }
 
-// One block's multipliers: divide by 2^k before the cast (2^-k, a normal float32 for every k from -127 to 120) and
-// multiply by it after; a block holding NaN or infinity reads back as NaN.
-struct BlockScale {
-  float inverse, power;
-  bool finite;
-};
+// The E8M0 byte of a block scale (k + 127), kNonFinite for a block holding NaN or an infinity (ops::MxBlockCodes).
+constexpr uint8_t kNonFinite = 0xFF;
 
-BlockScale block_scale(uint32_t amax_bits, int max_exp) {
-  if (amax_bits >= kInfinityBits) return {1.0f, NAN, false};
-  const int k = block_exponent(amax_bits, max_exp);
-  return {std::ldexp(1.0f, -k), std::ldexp(1.0f, k), true};
+uint8_t scale_byte(uint32_t amax_bits, int max_exp) {
+  return amax_bits >= kInfinityBits ? kNonFinite : static_cast<uint8_t>(block_exponent(amax_bits, max_exp) + 127);
 }
 
-// Quantizes a (h, cols) float32 panel into out (bfloat16, same layout): blocks of 32 along each row, or (down) one
-// block per column over the panel's h <= 32 rows.
-void quantize_panel(const float* in, int64_t h, int64_t cols, bool down, bool e5m2, bfloat16* out) {
+// A (h, cols) panel's blocks: blocks of 32 along each row, or (down) one block per column over the panel's h <= 32
+// rows, numbered as the panel's part of the matrix's block order.
+struct Panel {
+  int64_t h, cols;
+  bool down;
+  int64_t per_row() const { return (cols + kBlock - 1) / kBlock; }
+  int64_t blocks() const { return down ? cols : h * per_row(); }
+  int64_t block_of(int64_t r, int64_t c) const { return down ? c : r * per_row() + c / kBlock; }
+};
+
+// Encodes a float32 panel: each block's scale byte into scales, each element / 2^k (exact; 1 for a non-finite
+// block) to its code into codes (the panel's layout).
+void encode_panel(const float* in, const Panel& p, bool e5m2, uint8_t* codes, uint8_t* scales) {
   const int max_exp = e5m2 ? 16 : 9;
-  const int64_t n = h * cols, per_row = (cols + kBlock - 1) / kBlock;
-  const int64_t blocks = down ? cols : h * per_row;
-  std::vector<uint32_t> amax(static_cast<size_t>(blocks), 0);
-  auto block_of = [&](int64_t r, int64_t c) { return down ? c : r * per_row + c / kBlock; };
-  for (int64_t r = 0; r < h; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      uint32_t& a = amax[static_cast<size_t>(block_of(r, c))];
-      a = std::max(a, std::bit_cast<uint32_t>(in[r * cols + c]) & 0x7FFFFFFFu);
+  const int64_t n = p.h * p.cols;
+  std::vector<uint32_t> amax(static_cast<size_t>(p.blocks()), 0);
+  for (int64_t r = 0; r < p.h; ++r)
+    for (int64_t c = 0; c < p.cols; ++c) {
+      uint32_t& a = amax[static_cast<size_t>(p.block_of(r, c))];
+      a = std::max(a, std::bit_cast<uint32_t>(in[r * p.cols + c]) & 0x7FFFFFFFu);
     }
-  std::vector<BlockScale> scale(static_cast<size_t>(blocks));
-  for (size_t b = 0; b < scale.size(); ++b) scale[b] = block_scale(amax[b], max_exp);
+  std::vector<float> inverse(amax.size());
+  for (size_t b = 0; b < amax.size(); ++b) {
+    scales[b] = scale_byte(amax[b], max_exp);
+    inverse[b] = scales[b] == kNonFinite ? 1.0f : std::ldexp(1.0f, 127 - static_cast<int>(scales[b]));
+  }
   std::vector<float> buf(static_cast<size_t>(n));
-  std::vector<uint8_t> codes(static_cast<size_t>(n));
-  for (int64_t r = 0; r < h; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      buf[r * cols + c] = in[r * cols + c] * scale[static_cast<size_t>(block_of(r, c))].inverse;
-  float8_from_float(buf.data(), codes.data(), n, e5m2, Float8Overflow::kSaturate);
-  float8_to_float(codes.data(), buf.data(), n, e5m2);
-  for (int64_t r = 0; r < h; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const BlockScale& s = scale[static_cast<size_t>(block_of(r, c))];
-      buf[r * cols + c] = s.finite ? buf[r * cols + c] * s.power : NAN;
+  for (int64_t r = 0; r < p.h; ++r)
+    for (int64_t c = 0; c < p.cols; ++c)
+      buf[r * p.cols + c] = in[r * p.cols + c] * inverse[static_cast<size_t>(p.block_of(r, c))];
+  float8_from_float(buf.data(), codes, n, e5m2, Float8Overflow::kSaturate);
+}
+
+// Widens a panel's codes: each code's value times its block's 2^k (NaN in a non-finite block), rounded to bfloat16.
+void decode_panel(const uint8_t* codes, const uint8_t* scales, const Panel& p, bool e5m2, bfloat16* out) {
+  const int64_t n = p.h * p.cols;
+  std::vector<float> power(static_cast<size_t>(p.blocks()));
+  for (size_t b = 0; b < power.size(); ++b)
+    power[b] = scales[b] == kNonFinite ? NAN : std::ldexp(1.0f, static_cast<int>(scales[b]) - 127);
+  std::vector<float> buf(static_cast<size_t>(n));
+  float8_to_float(codes, buf.data(), n, e5m2);
+  for (int64_t r = 0; r < p.h; ++r)
+    for (int64_t c = 0; c < p.cols; ++c) {
+      const float s = power[static_cast<size_t>(p.block_of(r, c))];
+      buf[r * p.cols + c] = std::isnan(s) ? NAN : buf[r * p.cols + c] * s;
     }
   convert_elements(buf.data(), DType::kFloat32, out, DType::kBFloat16, n);
 }
 
-void mx_block_quantize(const Tensor& x, DType format, bool along_columns, Tensor& values) {
-  const int64_t rows = x.dim(0), cols = x.dim(1);
-  const int64_t panel_rows = along_columns ? kBlock : std::max<int64_t>(1, kRowPanel / std::max<int64_t>(cols, 1));
-  const bool e5m2 = format == DType::kFloat8E5M2;
-  bfloat16* out = values.data<bfloat16>();
-  dispatch_float(x.dtype(), "mx_block_quantize", [&](auto tag) {
+// Rows a panel takes: a whole 32-row stripe for blocks down the columns, about kRowPanel elements along them.
+int64_t panel_rows(int64_t cols, bool down) {
+  return down ? kBlock : std::max<int64_t>(1, kRowPanel / std::max<int64_t>(cols, 1));
+}
+
+// Where a panel starting at row r0 begins in the block order.
+int64_t first_block(int64_t r0, int64_t cols, bool down) {
+  return down ? r0 / kBlock * cols : r0 * ((cols + kBlock - 1) / kBlock);
+}
+
+// Runs fn(r0, panel, the panel read as float32) over x's panels, in parallel for large x. Panels are independent,
+// so the result does not depend on the thread count.
+template <class Fn>
+void for_each_panel(const Tensor& x, bool down, const char* op, Fn fn) {
+  const int64_t rows = x.dim(0), cols = x.dim(1), step = panel_rows(cols, down);
+  dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.raw());
 #pragma omp parallel for if (rows * cols > (int64_t{1} << 16)) schedule(static)
-    for (int64_t r0 = 0; r0 < rows; r0 += panel_rows) {
-      const int64_t h = std::min(panel_rows, rows - r0);
-      std::vector<float> widened(static_cast<size_t>(h * cols));
-      const float* in = lanes::read(xp + r0 * cols, h * cols, widened.data());
-      quantize_panel(in, h, cols, along_columns, e5m2, out + r0 * cols);
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+      const Panel p{std::min(step, rows - r0), cols, down};
+      std::vector<float> widened(static_cast<size_t>(p.h * cols));
+      fn(r0, p, lanes::read(xp + r0 * cols, p.h * cols, widened.data()));
     }
   });
 }
+
+void mx_block_quantize(const Tensor& x, DType format, bool along_columns, Tensor& values) {
+  const bool e5m2 = format == DType::kFloat8E5M2;
+  const int64_t cols = x.dim(1);
+  bfloat16* out = values.data<bfloat16>();
+  for_each_panel(x, along_columns, "mx_block_quantize", [&](int64_t r0, const Panel& p, const float* in) {
+    std::vector<uint8_t> codes(static_cast<size_t>(p.h * cols)), scales(static_cast<size_t>(p.blocks()));
+    encode_panel(in, p, e5m2, codes.data(), scales.data());
+    decode_panel(codes.data(), scales.data(), p, e5m2, out + r0 * cols);
+  });
+}
+
+void mx_block_encode(const Tensor& x, DType format, bool along_columns, Tensor& codes, Tensor& scales) {
+  const bool e5m2 = format == DType::kFloat8E5M2;
+  const int64_t cols = x.dim(1);
+  uint8_t* c = static_cast<uint8_t*>(codes.raw());
+  uint8_t* s = static_cast<uint8_t*>(scales.raw());
+  for_each_panel(x, along_columns, "mx_block_encode", [&](int64_t r0, const Panel& p, const float* in) {
+    encode_panel(in, p, e5m2, c + r0 * cols, s + first_block(r0, cols, along_columns));
+  });
+}
+
+void mx_block_decode(const Tensor& codes, const Tensor& scales, bool along_columns, Tensor& values) {
+  const int64_t rows = codes.dim(0), cols = codes.dim(1), step = panel_rows(cols, along_columns);
+  const bool e5m2 = codes.dtype() == DType::kFloat8E5M2;
+  const uint8_t* c = static_cast<const uint8_t*>(codes.raw());
+  const uint8_t* s = static_cast<const uint8_t*>(scales.raw());
+  bfloat16* out = values.data<bfloat16>();
+#pragma omp parallel for if (rows * cols > (int64_t{1} << 16)) schedule(static)
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
+    const Panel p{std::min(step, rows - r0), cols, along_columns};
+    decode_panel(c + r0 * cols, s + first_block(r0, cols, along_columns), p, e5m2, out + r0 * cols);
+  }
+}
 }  // namespace
 
-void register_mx_block_quantize_kernels(Kernels& k) { k.set<Op::mx_block_quantize>(&mx_block_quantize); }
+void register_mx_block_quantize_kernels(Kernels& k) {
+  k.set<Op::mx_block_quantize>(&mx_block_quantize);
+  k.set<Op::mx_block_encode>(&mx_block_encode);
+  k.set<Op::mx_block_decode>(&mx_block_decode);
+}
 
 }  // namespace mixtrain::ops::cpu

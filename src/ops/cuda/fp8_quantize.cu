@@ -1,5 +1,5 @@
 // The FP8 quantization kernels on the GPU (ops/fp8_gemm.h's fp8_amax, fp8_quantize and, at the end,
-// mx_block_quantize): one grid-stride pass reads
+// mx_block_quantize, mx_block_encode and mx_block_decode): one grid-stride pass reads
 // each element as float32 and, for a quantization, writes the bfloat16 value of its float8 code (the element step
 // of ops/shared/fp8_element.h, which the CPU's bits are tested against); each thread keeps the largest amax key
 // (|x|'s bits: an integer maximum, NaN winning) of its elements, a warp and then a block combine them, and one
@@ -89,12 +89,54 @@ void mx_block_quantize(const Tensor& x, DType format, bool along_columns, Tensor
   device::launched("mx_block_quantize");
 }
 
+// MXFP8 in its stored form: one thread per block, its codes and scale byte (shared::mx_encode_block), or its values
+// back from them (shared::mx_decode_block).
+__global__ void mx_encode_kernel(const void* x, int x_code, int64_t rows, int64_t cols, bool down, int64_t blocks,
+                                 bool e5m2, uint8_t* codes, uint8_t* scales) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const shared::MxBlockSpan s = shared::mx_block_span(rows, cols, down, b);
+    scales[b] = shared::mx_encode_block(x, x_code, s, e5m2, codes + s.first, s.step);
+  }
+}
+
+__global__ void mx_decode_kernel(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, bool down,
+                                 int64_t blocks, bool e5m2, uint16_t* values) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const shared::MxBlockSpan s = shared::mx_block_span(rows, cols, down, b);
+    shared::mx_decode_block(codes + s.first, s.step, scales[b], s, e5m2, values);
+  }
+}
+
+void mx_block_encode(const Tensor& x, DType format, bool along_columns, Tensor& codes, Tensor& scales) {
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  const int64_t blocks = shared::mx_block_count(rows, cols, along_columns);
+  if (!device::begin(x, blocks)) return;
+  mx_encode_kernel<<<device::blocks_for(blocks), device::kThreads>>>(
+      x.raw(), shared::float_code(x.dtype()), rows, cols, along_columns, blocks, format == DType::kFloat8E5M2,
+      static_cast<uint8_t*>(codes.raw()), static_cast<uint8_t*>(scales.raw()));
+  device::launched("mx_block_encode");
+}
+
+void mx_block_decode(const Tensor& codes, const Tensor& scales, bool along_columns, Tensor& values) {
+  const int64_t rows = codes.dim(0), cols = codes.dim(1);
+  const int64_t blocks = shared::mx_block_count(rows, cols, along_columns);
+  if (!device::begin(codes, blocks)) return;
+  mx_decode_kernel<<<device::blocks_for(blocks), device::kThreads>>>(
+      static_cast<const uint8_t*>(codes.raw()), static_cast<const uint8_t*>(scales.raw()), rows, cols, along_columns,
+      blocks, codes.dtype() == DType::kFloat8E5M2, static_cast<uint16_t*>(values.raw()));
+  device::launched("mx_block_decode");
+}
+
 }  // namespace
 
 void register_fp8_quantize_kernels(Kernels& k) {
   k.set<Op::fp8_amax>(&fp8_amax);
   k.set<Op::fp8_quantize>(&fp8_quantize);
   k.set<Op::mx_block_quantize>(&mx_block_quantize);
+  k.set<Op::mx_block_encode>(&mx_block_encode);
+  k.set<Op::mx_block_decode>(&mx_block_decode);
 }
 
 }  // namespace mixtrain::ops::cuda

@@ -80,31 +80,64 @@ MIXTRAIN_HOST_DEVICE inline float power_of_two(int j) {
   return j >= -126 ? float_of(static_cast<uint32_t>(j + 127) << 23) : float_of(0x00400000u);
 }
 
-// Block `block` of the (rows, cols) row-major x (dtype code x_code) quantized into out (bfloat16 bits, x's layout):
-// blocks along rows are numbered row by row, ceil(cols / 32) a row; blocks down columns (down) band by band of 32
-// rows, cols a band. Each element: x / 2^k (exact), its code (saturating: nothing exceeds the max), decoded, times
-// 2^k, rounded to bfloat16; a block with NaN or an infinity reads back as NaN. The CPU kernel's operations in order.
-MIXTRAIN_HOST_DEVICE inline void mx_quantize_block(const void* x, int x_code, int64_t rows, int64_t cols, bool down,
-                                                   int64_t block, bool e5m2, uint16_t* out) {
+// Where block `block` of a (rows, cols) row-major matrix lies: blocks along rows are numbered row by row, ceil(cols /
+// 32) a row; blocks down columns (down) band by band of 32 rows, cols a band. In that numbering the block scales lie
+// as a row-major (rows, ceil(cols / 32)) or (ceil(rows / 32), cols) matrix.
+struct MxBlockSpan {
+  int64_t first, step, count;  // the block's elements: first + j * step, j < count
+};
+MIXTRAIN_HOST_DEVICE inline MxBlockSpan mx_block_span(int64_t rows, int64_t cols, bool down, int64_t block) {
   const int64_t per_row = (cols + kMxBlock - 1) / kMxBlock;
   const int64_t r0 = down ? (block / cols) * kMxBlock : block / per_row;
   const int64_t c0 = down ? block % cols : (block % per_row) * kMxBlock;
   const int64_t count = down ? (rows - r0 < kMxBlock ? rows - r0 : kMxBlock)
                              : (cols - c0 < kMxBlock ? cols - c0 : kMxBlock);
-  const int64_t first = r0 * cols + c0, step = down ? cols : 1;
+  return {r0 * cols + c0, down ? cols : 1, count};
+}
+
+// The E8M0 byte (core/float8.h's float8_e8m0fnu) of a block scale 2^k: k + 127; kMxNonFinite for a block that held NaN
+// or an infinity, which reads back as NaN.
+inline constexpr uint8_t kMxNonFinite = 0xFF;
+
+// The block's elements of x (dtype code x_code) encoded: each x / 2^k (exact) to its code (saturating: nothing
+// exceeds the max), element j's at codes[j * codes_step] (codes_step: s.step in a matrix of x's layout, 1 in a
+// block's own array); returns the block's scale byte.
+MIXTRAIN_HOST_DEVICE inline uint8_t mx_encode_block(const void* x, int x_code, MxBlockSpan s, bool e5m2,
+                                                    uint8_t* codes, int64_t codes_step) {
   uint32_t key = 0;
-  for (int64_t j = 0; j < count; ++j) {
-    const uint32_t kj = amax_key(load_as_float(x, x_code, first + j * step));
+  for (int64_t j = 0; j < s.count; ++j) {
+    const uint32_t kj = amax_key(load_as_float(x, x_code, s.first + j * s.step));
     key = kj > key ? kj : key;
   }
   const bool finite = key < 0x7F800000u;
   const int k = finite ? mx_block_exponent(key, e5m2 ? 16 : 9) : 0;
-  const float inverse = power_of_two(-k), power = power_of_two(k);
-  for (int64_t j = 0; j < count; ++j) {
-    const float v = load_as_float(x, x_code, first + j * step);
-    const float q = float8_value(float8_code(mul_rn(v, inverse), e5m2, Float8Overflow::kSaturate), e5m2);
-    out[first + j * step] = float_to_bf16_bits(finite ? mul_rn(q, power) : float_of(0x7FC00000u));
-  }
+  const float inverse = power_of_two(-k);
+  for (int64_t j = 0; j < s.count; ++j)
+    codes[j * codes_step] =
+        float8_code(mul_rn(load_as_float(x, x_code, s.first + j * s.step), inverse), e5m2, Float8Overflow::kSaturate);
+  return finite ? static_cast<uint8_t>(k + 127) : kMxNonFinite;
+}
+
+// The block's codes (element j's at codes[j * codes_step]) widened: each code's value times 2^k, rounded to
+// bfloat16, into out (bfloat16 bits, the block's places in x's layout).
+MIXTRAIN_HOST_DEVICE inline void mx_decode_block(const uint8_t* codes, int64_t codes_step, uint8_t scale,
+                                                 MxBlockSpan s, bool e5m2, uint16_t* out) {
+  const bool finite = scale != kMxNonFinite;
+  const float power = power_of_two(finite ? static_cast<int>(scale) - 127 : 0);
+  for (int64_t j = 0; j < s.count; ++j)
+    out[s.first + j * s.step] =
+        float_to_bf16_bits(finite ? mul_rn(float8_value(codes[j * codes_step], e5m2), power) : float_of(0x7FC00000u));
+}
+
+// Block `block` of the (rows, cols) row-major x quantized into out (bfloat16 bits, x's layout): the two steps above
+// through the block's own array of codes. The CPU kernel's operations in order; a block with NaN or an infinity
+// reads back as NaN.
+MIXTRAIN_HOST_DEVICE inline void mx_quantize_block(const void* x, int x_code, int64_t rows, int64_t cols, bool down,
+                                                   int64_t block, bool e5m2, uint16_t* out) {
+  const MxBlockSpan s = mx_block_span(rows, cols, down, block);
+  uint8_t codes[kMxBlock];
+  const uint8_t scale = mx_encode_block(x, x_code, s, e5m2, codes, 1);
+  mx_decode_block(codes, 1, scale, s, e5m2, out);
 }
 
 // The number of blocks of a (rows, cols) matrix.
