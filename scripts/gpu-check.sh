@@ -48,9 +48,10 @@
 # (tests/ops/cuda_gemm_fallback_test.cpp, the CudaGemmFallback suite), the tiled attention (the CudaFlashAttention
 # suite, tests/ops/cuda_flash_attention_test.cpp: bit for bit against its host driver, and against the CPU kernel),
 # the chunked linear + cross-entropy (the CudaLinearCrossEntropy suite) and
-# the FP8 pieces (float8 casts, fp8_amax, fp8_quantize, mx_block_quantize, scaled_matmul on cuBLASLt's FP8 GEMM:
-# tests/ops/cuda_fp8_test.cpp) included;
-# then every registered model trains on the GPU against the CPU (tests/train/gpu_training_test.cpp).
+# the FP8 pieces (float8 casts, fp8_amax, fp8_quantize, mx_block_quantize, mx_block_encode and mx_block_decode,
+# scaled_matmul on cuBLASLt's FP8 GEMM: tests/ops/cuda_fp8_test.cpp) included;
+# then every registered model trains on the GPU against the CPU (tests/train/gpu_training_test.cpp), mixed_float8
+# too (its products on FP8 tensor cores; skipped below compute capability 8.9).
 # Without GoogleTest (the tests' framework) the tests are left out and mixtrain_gpu_bench's own check against the
 # CPU bits decides.
 set -euo pipefail

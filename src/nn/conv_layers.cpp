@@ -97,7 +97,6 @@ Var Conv2D::call(const Var& x, const CallContext&) {
   Var bias = bias_;
   if (bias.defined() && bias.dtype() != DType::kFloat32) bias = cast(bias_, DType::kFloat32);
   if (dtype_policy().uses_float8()) {
-    require_fp8_on_cpu("Conv2D '" + name() + "'", dtype_policy(), x.value());
     const Var y = fp8_conv2d(x, kernel_, bias, options_, fp8_.for_policy(dtype_policy()));
     return after_product(activation(y, activation_.elementwise), activation_);
   }

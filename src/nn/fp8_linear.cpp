@@ -162,11 +162,6 @@ Shape with_units(const Var& x, int64_t units) {
 }
 }  // namespace
 
-void require_fp8_on_cpu(const std::string& layer, const DTypePolicy& policy, const Tensor& x) {
-  MIXTRAIN_CHECK(x.device().is_cpu(), layer << ": the policy " << policy.name() << " runs on the CPU only so far, got "
-                                            << x.describe() << " (docs/FP8.md); use mixed_bfloat16 on a GPU");
-}
-
 Var fp8_linear(const Var& x, const Var& kernel, const Var& bias, const std::shared_ptr<Fp8GemmScales>& scales) {
   MIXTRAIN_CHECK(x.value().rank() >= 2 && kernel.value().rank() == 2 && x.shape()[-1] == kernel.shape()[0],
                  "fp8_linear: x " << x.value().describe() << " and kernel " << kernel.value().describe()
@@ -216,7 +211,7 @@ Var fp8_fused_projection(const Var& x, const std::vector<Var>& kernels, const st
   Tensor b;
   for (size_t i = 0, at = 0; i < kernels.size(); at += widths[i], ++i) {
     if (!biases[i].defined()) continue;
-    if (!b.defined()) b = Tensor::zeros({total}, DType::kFloat32);
+    if (!b.defined()) b = ops::full({total}, DType::kFloat32, 0.0f, x.value().device());
     b.slice(0, at, at + widths[i]).copy_from(biases[i].value().reshape({widths[i]}));
   }
   bool rec = should_record({&x});

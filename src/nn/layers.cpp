@@ -84,7 +84,6 @@ Var Dense::fused_crossentropy(const Var& x_in, const Tensor& labels, const Tenso
 }
 
 Var Dense::call_fp8(const Var& x, const Var& bias) {
-  require_fp8_on_cpu("Dense '" + name() + "'", dtype_policy(), x.value());
   const Var product = fp8_linear(x, fp8_product_kernel(), bias, fp8_.for_policy(dtype_policy()));
   if (!product.requires_grad() && product.value().is_contiguous()) {
     // Without gradients the activation goes over the product, as mixed_bfloat16's GEMM applies it in its epilogue:

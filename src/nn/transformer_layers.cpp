@@ -244,7 +244,6 @@ Var MultiHeadAttention::call(const Var& x, const CallContext& ctx) {
 Var MultiHeadAttention::project(const Var& x, const std::vector<Var>& kernels, const std::vector<Var>& biases,
                                 Fp8LayerScales& fp8) {
   if (dtype_policy().uses_float8()) {
-    require_fp8_on_cpu("MultiHeadAttention '" + name() + "'", dtype_policy(), x.value());
     std::vector<Var> float32_biases;
     for (const Var& b : biases) float32_biases.push_back(b.defined() ? cast(b, DType::kFloat32) : b);
     return fp8_fused_projection(x, kernels, float32_biases, fp8.for_policy(dtype_policy()));

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "mixtrain/ops/backend.h"
+#include "mixtrain/ops/transfer.h"
 
 namespace mixtrain::ops {
 
@@ -23,7 +24,7 @@ float fp8_amax(const Tensor& x) {
   Tensor amax = amax_scalar(device);
   if (x.numel() == 0) return 0.0f;
   kernel_for<Op::fp8_amax>(device)(x.contiguous(), amax);
-  return amax.item();
+  return read_scalar(amax);  // on a GPU, a copy to the host
 }
 
 namespace {
@@ -53,7 +54,7 @@ Fp8Operand fp8_quantize(const Tensor& x, DType format, float scale, std::optiona
   const Float8Overflow o = overflow.value_or(format == DType::kFloat8E5M2 ? Float8Overflow::kNonSaturating
                                                                           : Float8Overflow::kSaturate);
   kernel_for<Op::fp8_quantize>(device)(x.contiguous(), format, scale, o, q.values, amax);
-  q.amax = amax.item();
+  q.amax = read_scalar(amax);
   return q;
 }
 
@@ -99,8 +100,8 @@ Tensor mx_block_decode(const MxBlockCodes& q, const Tensor& into) {
   const Shape want = mx_scales_shape(q.codes.dim(0), q.codes.dim(1), q.along_columns);
   MIXTRAIN_CHECK(q.scales.dtype() == DType::kFloat8E8M0FNU && q.scales.shape() == want,
                  "mx_block_decode: the scales of " << q.codes.describe()
-                     << (q.along_columns ? " down its columns" : " along its rows") << " must be float8_e8m0fnu of shape "
-                     << want << ", got " << q.scales.describe());
+                     << (q.along_columns ? " down its columns" : " along its rows")
+                     << " must be float8_e8m0fnu of shape " << want << ", got " << q.scales.describe());
   const Device device = common_device("mx_block_decode", {&q.codes, &q.scales});
   Tensor values = values_tensor("mx_block_decode", q.codes, into, device);
   if (q.codes.numel() > 0)

@@ -147,7 +147,8 @@ void Fp8CastRecord::add(const Fp8CastStats& stats) {
 
 void record_input_cast(const Fp8GemmScales& scales, const Tensor& x, float scale) {
   if (!scales.input_record || !scales.input_record->on) return;
-  const std::vector<float> v = x.to_floats();  // (rows, cols); the FP8 layers run on the CPU
+  // (rows, cols), read on the host: on a GPU a copy of x to the host for each cast, only while the guard records.
+  const std::vector<float> v = ops::to_device(x, Device::cpu()).to_floats();
   const int64_t n = static_cast<int64_t>(v.size()), cols = x.rank() > 0 ? x.dim(-1) : 1;
   const DType format = scales.input.format();
   scales.input_record->add(scales.input.recipe() == Fp8Recipe::kBlock

@@ -1,6 +1,7 @@
 // Dense under the float8 policies against an independent reference: each operand quantized by the format's definition
 // (tests/core/float8_reference.h: the code nearest to x * scale, the scale the recipe's formula gives), the product
-// of the quantized values in float64, divided by the scales. Also: the delayed recipe's history and the GPU refusal.
+// of the quantized values in float64, divided by the scales. Also: the delayed recipe's history and what the layer
+// keeps for its backward pass.
 #include <gtest/gtest.h>
 
 #include <cmath>

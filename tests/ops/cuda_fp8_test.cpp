@@ -123,15 +123,6 @@ TEST(CudaBackend, MxBlockEncodeAndDecodeGiveTheCpusBytes) {
     }
 }
 
-// The compute capability of the first GPU, as major * 10 + minor, from the backend's description.
-int first_gpu_capability() {
-  const std::string& d = load_cuda_backend().devices.at(0);
-  int major = 0, minor = 0;
-  const size_t at = d.find("compute capability ");
-  if (at == std::string::npos || std::sscanf(d.c_str() + at + 19, "%d.%d", &major, &minor) != 2) return 0;
-  return major * 10 + minor;
-}
-
 struct Operands {
   Tensor a, b;  // bfloat16 values of their formats, stored as trans_* says
 };

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -42,6 +43,15 @@ inline bool gpu_required() {
   } while (0)
 
 inline const Device kGpu = Device::cuda(0);
+
+// The compute capability of the first GPU, as major * 10 + minor, from the backend's description (0 if it gives none).
+inline int first_gpu_capability() {
+  const std::string& d = load_cuda_backend().devices.at(0);
+  int major = 0, minor = 0;
+  const size_t at = d.find("compute capability ");
+  if (at == std::string::npos || std::sscanf(d.c_str() + at + 19, "%d.%d", &major, &minor) != 2) return 0;
+  return major * 10 + minor;
+}
 
 // t on the first GPU (an undefined tensor stays undefined).
 inline Tensor gpu(const Tensor& t) { return t.defined() ? to_device(t, kGpu) : t; }

@@ -1,7 +1,7 @@
 // Training a model moved to a device (Model::to), checked on an emulated GPU (emulated_device.h): every op runs the
 // CPU's kernel on device tensors, so a run on the device must give the CPU run's bits, same seed, for float32 and
-// both mixed policies; the host reads a step makes are counted, and host code addressing device memory outside a
-// kernel fails the test.
+// the mixed policies (mixed_float8's FP8 layers included); the host reads a step makes are counted, and host code
+// addressing device memory outside a kernel fails the test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,6 +80,17 @@ std::vector<std::vector<float>> weight_values(const Model& m) {
   std::vector<std::vector<float>> out;
   for (const Var& v : m.weights()) out.push_back(ops::to_device(v.value(), Device::cpu()).to_floats());
   return out;
+}
+
+// An epoch's host reads beside its logs' one a window: none, except under a float8 policy, whose casts read each
+// amax back to the host (the delayed history lives there; docs/FP8.md, "On the GPU").
+void expect_log_reads_only(int64_t downloads, int64_t windows, const std::string& policy,
+                           const std::string& what = "") {
+  if (policy.find("float8") != std::string::npos) {
+    EXPECT_GT(downloads, windows) << what;
+  } else {
+    EXPECT_EQ(downloads, windows) << what;
+  }
 }
 
 FitOptions quiet_fit(int epochs) {
@@ -232,7 +243,7 @@ TEST_P(DeviceTrainingPolicies, RegularizedAndClippedTrainingGivesTheCpuBitsWithO
   const History h_cpu = on_cpu->fit(x, y, quiet_fit(1));
   g_counts = {};
   const History h_gpu = on_gpu->fit(x, y, quiet_fit(1));
-  EXPECT_EQ(g_counts.downloads, 1);
+  expect_log_reads_only(g_counts.downloads, 1, GetParam());
   EXPECT_EQ(g_counts.synchronizes, 0);
   EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
   EXPECT_EQ(h_gpu.history, h_cpu.history);
@@ -411,7 +422,7 @@ TEST_P(DeviceTrainingPolicies, TopKAccuracyOnTheDeviceIsTheCpus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, DeviceTrainingPolicies,
-                         ::testing::Values("float32", "mixed_float16", "mixed_bfloat16"),
+                         ::testing::Values("float32", "mixed_float16", "mixed_bfloat16", "mixed_float8"),
                          [](const auto& info) { return std::string(info.param); });
 
 // A callback that counts the batch ends it sees.
@@ -441,7 +452,8 @@ TEST_P(DeviceTrainingPolicies, AnEpochReadsItsLogsOncePerWindow) {
                                            : window == 4 ? std::vector<int64_t>{4, 6}
                                                          : std::vector<int64_t>{6};
     EXPECT_EQ(ends.steps, want_ends) << "window " << window;
-    EXPECT_EQ(g_counts.downloads, static_cast<int64_t>(want_ends.size())) << "window " << window;
+    expect_log_reads_only(g_counts.downloads, static_cast<int64_t>(want_ends.size()), GetParam(),
+                          "window " + std::to_string(window));
     EXPECT_EQ(g_counts.synchronizes, 0);
   }
   for (size_t i = 1; i < histories.size(); ++i) {
@@ -464,7 +476,7 @@ TEST_P(DeviceTrainingPolicies, AccumulatedUpdatesGiveTheCpuBitsWithOneReadPerWin
   const History h_cpu = on_cpu->fit(x, y, quiet_fit(1));
   g_counts = {};
   const History h_gpu = on_gpu->fit(x, y, quiet_fit(1));
-  EXPECT_EQ(g_counts.downloads, 1) << "one read of the epoch's window of 6 updates";
+  expect_log_reads_only(g_counts.downloads, 1, GetParam(), "one read of the epoch's window of 6 updates");
   EXPECT_EQ(g_counts.synchronizes, 0);
   EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
   EXPECT_EQ(h_gpu.step_loss_scale, h_cpu.step_loss_scale);
@@ -600,7 +612,7 @@ TEST_P(RegisteredModelsOnTheDevice, TrainingStepsGiveTheCpuBits) {
   const History h_cpu = models[0]->fit(x, y, o);
   g_counts = {};
   const History h_gpu = models[1]->fit(x, y, o);
-  EXPECT_EQ(g_counts.downloads, 1);
+  expect_log_reads_only(g_counts.downloads, 1, GetParam().policy);
   EXPECT_EQ(g_counts.synchronizes, 0);
   EXPECT_EQ(h_gpu.step_loss, h_cpu.step_loss);
   EXPECT_EQ(weight_values(*models[1]), weight_values(*models[0]));
@@ -634,7 +646,8 @@ TEST_P(RegisteredModelsOnTheDevice, TheCommandLinesRunGivesTheCpuResults) {
 INSTANTIATE_TEST_SUITE_P(Zoo, RegisteredModelsOnTheDevice,
                          ::testing::Values(ZooCase{"mlp", "mixed_float16"}, ZooCase{"cnn", "float32"},
                                            ZooCase{"cnn", "mixed_float16"}, ZooCase{"resnet", "mixed_bfloat16"},
-                                           ZooCase{"transformer", "float32"}, ZooCase{"transformer", "mixed_float16"}),
+                                           ZooCase{"transformer", "float32"}, ZooCase{"transformer", "mixed_float16"},
+                                           ZooCase{"cnn", "mixed_float8"}, ZooCase{"transformer", "mixed_float8"}),
                          [](const auto& info) {
                            std::string policy = info.param.policy;
                            return std::string(info.param.model) + "_" + policy;

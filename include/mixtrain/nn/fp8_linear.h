@@ -30,7 +30,4 @@ Var fp8_fused_projection(const Var& x, const std::vector<Var>& kernels, const st
 // matrix: the weight fp8_fused_projection quantizes, and what inspect counts as a layer's FP8 weight (Fp8Gemm).
 Tensor kernels_side_by_side(const std::vector<Var>& kernels, int64_t rows);
 
-// Throws the one clear error for a float8 policy on a device other than the CPU (its ops have CPU kernels only).
-void require_fp8_on_cpu(const std::string& layer, const DTypePolicy& policy, const Tensor& x);
-
 }  // namespace mixtrain
