@@ -108,7 +108,7 @@ Fp8Copies Fp8TensorScale::quantize_copies_over(Tensor& x) {
   if (recipe_ == Fp8Recipe::kBlock) {
     // The row-blocked copy first, while x still holds the high-precision values.
     Fp8Quantized rows{ops::mx_block_quantize(x, format_, false), 1.0f};
-    return {rows, {ops::mx_block_quantize(x, format_, true, x), 1.0f}};
+    return {rows, quantize_columns_over(x)};
   }
   Fp8Quantized q = quantize(x, x);
   return {q, q};

@@ -20,6 +20,7 @@
 #include "mixtrain/core/random.h"
 #include "mixtrain/ops/fp8_gemm.h"
 #include "mixtrain/ops/transfer.h"
+#include "mx_block_reference.h"
 #include "ops/cuda/fp8_gemm_route.h"
 #include "ops/shared/fp8_element.h"
 
@@ -153,12 +154,7 @@ TEST(CudaSharedMath, Float8ValueTestAcceptsExactlyTheFormatsValues) {
 // value, so scale exponents run from -127 up, with zero blocks, a NaN and an infinity placed.
 TEST(CudaSharedMath, MxBlockStepGivesTheCpuOpsBits) {
   for (const auto& [rows, cols] : {std::array<int64_t, 2>{1, 1}, {7, 45}, {33, 31}, {17, 129}, {70, 64}}) {
-    Rng r(static_cast<uint64_t>(rows * 1000 + cols));
-    std::vector<float> v(static_cast<size_t>(rows * cols));
-    for (float& x : v) x = std::ldexp(r.uniform(-1.0f, 1.0f), static_cast<int>(r.uniform(-150.0f, 128.0f)));
-    if (v.size() > 40) v[3] = NAN, v[v.size() / 2] = -INFINITY;
-    if (v.size() > 100) std::fill(v.begin() + 64, v.begin() + 100, 0.0f);
-    for (size_t i = 5; i < v.size(); i += 37) v[i] = std::ldexp(r.uniform(-1.0f, 1.0f), -140);  // subnormal amaxes
+    const std::vector<float> v = mx_test::every_range_values(rows, cols, /*subnormal_amaxes=*/true);
     for (DType in : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       const Tensor x = Tensor::from_floats({rows, cols}, v, in);
       for (DType format : kFormats)
@@ -183,12 +179,7 @@ TEST(CudaSharedMath, MxBlockStepGivesTheCpuOpsBits) {
 // mx_block_encode and mx_block_decode: the same codes, scale bytes and decoded bits, on the inputs of the test above.
 TEST(CudaSharedMath, MxEncodeAndDecodeStepsGiveTheCpuOpsBytes) {
   for (const auto& [rows, cols] : {std::array<int64_t, 2>{1, 1}, {7, 45}, {33, 31}, {17, 129}, {70, 64}}) {
-    Rng r(static_cast<uint64_t>(rows * 1000 + cols));
-    std::vector<float> v(static_cast<size_t>(rows * cols));
-    for (float& x : v) x = std::ldexp(r.uniform(-1.0f, 1.0f), static_cast<int>(r.uniform(-150.0f, 128.0f)));
-    if (v.size() > 40) v[3] = NAN, v[v.size() / 2] = -INFINITY;
-    if (v.size() > 100) std::fill(v.begin() + 64, v.begin() + 100, 0.0f);
-    const Tensor x = Tensor::from_floats({rows, cols}, v);
+    const Tensor x = Tensor::from_floats({rows, cols}, mx_test::every_range_values(rows, cols, false));
     for (DType format : kFormats)
       for (bool down : {false, true}) {
         const MxBlockCodes want = mx_block_encode(x, format, down);

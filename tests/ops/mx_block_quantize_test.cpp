@@ -100,15 +100,9 @@ TEST(MxBlockQuantize, RefusesWhatItCannotQuantize) {
   EXPECT_THROW(mx_block_quantize(m, DType::kFloat8E8M0FNU, false), Error);
 }
 
-// x's values over float32's whole range: exponents from its subnormals to near its largest, zero blocks, NaN and an
-// infinity (so block scales run from 2^-127 up and non-finite blocks occur), in `in`.
+// x over float32's whole range (mx_test::every_range_values), in `in`.
 Tensor every_range(int64_t rows, int64_t cols, DType in) {
-  Rng r(static_cast<uint64_t>(rows * 1000 + cols));
-  std::vector<float> v(static_cast<size_t>(rows * cols));
-  for (float& x : v) x = std::ldexp(r.uniform(-1.0f, 1.0f), static_cast<int>(r.uniform(-150.0f, 128.0f)));
-  if (v.size() > 40) v[3] = NAN, v[v.size() / 2] = -INFINITY;
-  if (v.size() > 100) std::fill(v.begin() + 64, v.begin() + 100, 0.0f);
-  return Tensor::from_floats({rows, cols}, v, in);
+  return Tensor::from_floats({rows, cols}, mx_test::every_range_values(rows, cols, false), in);
 }
 
 std::vector<uint16_t> bfloat16_bits(const Tensor& t) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../core/float8_reference.h"
+#include "mixtrain/core/random.h"
 
 namespace mixtrain::mx_test {
 
@@ -41,6 +42,20 @@ inline std::vector<double> mx_dequantized(const std::vector<float>& x, int64_t r
         out[at(i)] = finite ? std::ldexp(ref::value(f, *ref::encode(f, std::ldexp(x[at(i)], -k), true)), k) : NAN;
     }
   return out;
+}
+
+// Values of a (rows, cols) matrix over float32's whole range, for the MXFP8 tests: magnitudes 2^-150 to 2^127 (block
+// scales from 2^-127 up), a NaN and an infinity placed past 40 elements, a run of zeros past 100 (zero blocks), and,
+// with subnormal_amaxes, every 37th element from the 5th a float32 subnormal.
+inline std::vector<float> every_range_values(int64_t rows, int64_t cols, bool subnormal_amaxes) {
+  Rng r(static_cast<uint64_t>(rows * 1000 + cols));
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (float& x : v) x = std::ldexp(r.uniform(-1.0f, 1.0f), static_cast<int>(r.uniform(-150.0f, 128.0f)));
+  if (v.size() > 40) v[3] = NAN, v[v.size() / 2] = -INFINITY;
+  if (v.size() > 100) std::fill(v.begin() + 64, v.begin() + 100, 0.0f);
+  if (subnormal_amaxes)
+    for (size_t i = 5; i < v.size(); i += 37) v[i] = std::ldexp(r.uniform(-1.0f, 1.0f), -140);
+  return v;
 }
 
 }  // namespace mixtrain::mx_test
