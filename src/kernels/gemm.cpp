@@ -118,6 +118,7 @@ struct Problem {
   bool accumulate;
   const float* bias;
   GemmPostOp post;  // post.fn null: none
+  float alpha = 1.0f;  // C = alpha op(A) op(B) + bias (scaled_gemm; never with accumulate)
 };
 
 void* c_at(const Problem& p, int64_t i, int64_t j) {
@@ -138,6 +139,7 @@ void gemm_no_products(const Problem& p) {
       ep.out_dtype = p.c_dtype;
       ep.ld_out = p.ldc;
       ep.bias = p.bias ? p.bias + j : nullptr;
+      ep.alpha = p.alpha;
       cpu::scalar_epilogue(zeros, kChunk, 1, static_cast<int>(std::min<int64_t>(kChunk, p.n - j)), ep);
     }
     if (p.post.fn) p.post.fn(p.post.ctx, c_at(p, i, 0), p.ldc, i, 0, 1, p.n);  // the row just written
@@ -237,6 +239,7 @@ struct BlockTarget {
                                                      int64_t j) {
   ep = Epilogue{};
   ep.bias = (t.last && p.bias) ? p.bias + j : nullptr;
+  ep.alpha = t.last ? p.alpha : 1.0f;  // the whole sum is scaled once, as the bias is added once
   ep.stream_out = t.last && t.stream_c;
   void* c_tile = c_at(p, i, j);
   const void* old_c = (t.first && p.accumulate) ? c_tile : nullptr;
@@ -751,6 +754,13 @@ const GemmBackend& backend_for(const Problem& p) {
   return active_backend();
 }
 
+void run(const Problem& p) {
+  check_args(p);
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) return gemm_no_products(p);
+  gemm_blocked(backend_for(p), p);
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
@@ -763,11 +773,14 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_
 void gemm_with_post_op(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
                        int64_t lda, const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc,
                        bool accumulate, const float* bias, const GemmPostOp& post_op) {
-  const Problem p{trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, accumulate, bias, post_op};
-  check_args(p);
-  if (m == 0 || n == 0) return;
-  if (k == 0) return gemm_no_products(p);
-  gemm_blocked(backend_for(p), p);
+  run(Problem{trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, accumulate, bias, post_op});
+}
+
+void scaled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
+                 int64_t lda, const void* b, int64_t ldb, float alpha, const float* bias, DType c_dtype, void* c,
+                 int64_t ldc) {
+  run(Problem{trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, c_dtype, c, ldc, /*accumulate=*/false, bias,
+              GemmPostOp{nullptr, nullptr}, alpha});
 }
 
 const char* gemm_isa() { return active_backend().name; }

@@ -1,7 +1,9 @@
-// gemm_with_post_op(): on every instruction-set path and 16-bit method this CPU has, 1, 2 and 3 threads, every
-// transpose case and C dtype, with and without accumulation, k = 0 included, the post-op sees every element of C
-// exactly once, at the block's place in C, holding the final bits of the plain gemm(), and what it writes there
-// stays.
+// What the GEMM's epilogue does besides the sum, on every instruction-set path and 16-bit method this CPU has, 1, 2
+// and 3 threads, every transpose case and C dtype, k = 0 included:
+//  - gemm_with_post_op(), with and without accumulation: the post-op sees every element of C exactly once, at the
+//    block's place in C, holding the final bits of the plain gemm(), and what it writes there stays;
+//  - scaled_gemm(): each element is alpha times the float32 sum gemm() gives, then plus the bias, each operation
+//    rounded on its own, then rounded once into C's dtype.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -44,7 +46,24 @@ struct Matrix {
   }
   void* data() { return bytes.data(); }
   unsigned char* at(int64_t r, int64_t c) { return bytes.data() + (r * ld + c) * dtype_size(dtype); }
+  float get(int64_t r, int64_t c) {
+    float v;
+    std::memcpy(&v, at(r, c), sizeof v);
+    return v;  // float32 matrices only
+  }
 };
+
+// v rounded into `dtype` (to nearest even, as the GEMM's output conversion), as bytes.
+std::vector<unsigned char> rounded_bytes(float v, DType dtype) {
+  std::vector<unsigned char> out(dtype_size(dtype));
+  if (dtype == DType::kFloat32) {
+    std::memcpy(out.data(), &v, sizeof v);
+  } else {
+    const uint16_t bits = dtype == DType::kFloat16 ? float_to_half_bits(v) : float_to_bf16_bits(v);
+    std::memcpy(out.data(), &bits, sizeof bits);
+  }
+  return out;
+}
 
 // What the post-op under test records: a visit count per element, a dense copy of each block as handed over,
 // and any call that did not describe a block of C as the contract says.
@@ -158,6 +177,64 @@ void check_all(const std::string& path, const std::vector<DType>& ab_dtypes, boo
   omp_set_num_threads(saved);
 }
 
+// scaled_gemm() against gemm()'s float32 sums, on `threads` threads: alpha S + bias, two float32 roundings (a fused
+// multiply-add would give other bits for many elements), then one into C's dtype.
+void check_scaled(const std::string& path, Shape3 s, bool trans_a, bool trans_b, DType ab, DType c_dtype, float alpha,
+                  int threads, std::mt19937& rng) {
+  std::ostringstream where;
+  where << path << " m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << trans_a << " trans_b=" << trans_b
+        << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype) << " alpha=" << alpha << " threads=" << threads;
+  Matrix a(ab, trans_a ? s.k : s.m, trans_a ? s.m : s.k, 1);
+  Matrix b(ab, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 2);
+  a.fill_uniform(rng);
+  b.fill_uniform(rng);
+  std::vector<float> bias(static_cast<size_t>(s.n));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : bias) v = dist(rng);
+  Matrix sums(DType::kFloat32, s.m, s.n, 0);
+  Matrix c(c_dtype, s.m, s.n, 3);
+  c.fill_uniform(rng);  // never read (no accumulation); the padding must keep its bytes
+  const Matrix before = c;
+  omp_set_num_threads(threads);
+  gemm(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, DType::kFloat32, sums.data(), sums.ld,
+       false, nullptr);
+  scaled_gemm(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, alpha, bias.data(), c_dtype,
+              c.data(), c.ld);
+  const size_t e = dtype_size(c_dtype);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      volatile float scaled = alpha * sums.get(i, j);  // volatile: rounded to float32 before the bias is added
+      const std::vector<unsigned char> want = rounded_bytes(scaled + bias[static_cast<size_t>(j)], c_dtype);
+      if (std::memcmp(c.at(i, j), want.data(), e) != 0 && ++wrong <= 3)
+        ADD_FAILURE() << where.str() << ": element (" << i << ", " << j << ") is not alpha * sum + bias";
+    }
+    ASSERT_EQ(std::memcmp(c.at(i, s.n), before.bytes.data() + (i * c.ld + s.n) * e, (c.ld - s.n) * e), 0)
+        << where.str() << ": wrote past column n in row " << i;
+  }
+  EXPECT_EQ(wrong, 0) << where.str();
+}
+
+void check_all_scaled(const std::string& path, const std::vector<DType>& ab_dtypes, bool emulated) {
+  const int saved = omp_get_max_threads();
+  std::mt19937 rng(43);
+  for (const Shape3& s : shapes(emulated))
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        for (DType ab : ab_dtypes)
+          for (DType c_dtype : kFloatTypes)
+            for (int threads : {1, 2, 3}) {
+              // Inexact products either way; 7.3 sends some of a float16 C's sums past its largest value.
+              const float alpha = threads == 2 ? 7.3f : 1.0f / 3000.0f;
+              check_scaled(path, s, trans_a, trans_b, ab, c_dtype, alpha, threads, rng);
+              if (::testing::Test::HasFailure()) {
+                omp_set_num_threads(saved);
+                return;
+              }
+            }
+  omp_set_num_threads(saved);
+}
+
 // Paths with every input dtype widened to float32 ("scalar", "avx2", "avx512"), and the methods that keep 16-bit
 // inputs ("bf16:dot", "bf16:amx", "f16:fp16", "f16:amx", and their portable emulations).
 class GemmPostOpPath : public ::testing::TestWithParam<const char*> {
@@ -191,6 +268,10 @@ class GemmPostOpPath : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(GemmPostOpPath, SeesEveryElementOnceWithItsFinalBits) { check_all(GetParam(), ab_dtypes_, emulated_); }
+
+TEST_P(GemmPostOpPath, ScaledGemmIsAlphaTimesTheSumThenTheBias) {
+  check_all_scaled(GetParam(), ab_dtypes_, emulated_);
+}
 
 INSTANTIATE_TEST_SUITE_P(Path, GemmPostOpPath,
                          ::testing::Values("scalar", "avx2", "avx512", "bf16:dot", "bf16:amx", "bf16:amx_emulated",

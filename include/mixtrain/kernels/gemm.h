@@ -49,6 +49,14 @@ void gemm_with_post_op(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                        int64_t lda, const void* b, int64_t ldb, DType c_dtype, void* c, int64_t ldc,
                        bool accumulate, const float* bias, const GemmPostOp& post_op);
 
+// C (m, n) = alpha op(A) op(B) [+ bias], as gemm without accumulate otherwise: the float32 sum of the products is
+// multiplied by alpha, then the bias is added, each operation rounded to float32 on its own, and the result is
+// rounded once into C's dtype. The scale of a product of scaled operands (ops::scaled_matmul: FP8 codes carry
+// x * scale) applied inside the GEMM, so a 16-bit C needs no float32 copy of the product first.
+void scaled_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, DType ab_dtype, const void* a,
+                 int64_t lda, const void* b, int64_t ldb, float alpha, const float* bias, DType c_dtype, void* c,
+                 int64_t ldc);
+
 // Name of the instruction-set path in use: "avx512", "avx2", "scalar". The best path the CPU and the
 // operating system support, unless the shared instruction-set level (core/isa_level.h: MIXTRAIN_ISA) is lower.
 const char* gemm_isa();

@@ -149,12 +149,17 @@ inline void finish(const float* tile, int mr_used, int nr_used, const Epilogue& 
   const __m512 bias0 = ep.bias ? _mm512_loadu_ps(ep.bias) : _mm512_setzero_ps();
   const __m512 bias1 = ep.bias ? _mm512_loadu_ps(ep.bias + 16) : _mm512_setzero_ps();
   const bool stream = ep.stream_out && lines_aligned(ep.out, ep.ld_out, 2);
+  const __m512 alpha = _mm512_set1_ps(ep.alpha);
   for (int i = 0; i < mr_used; ++i) {
     __m512 v0 = _mm512_load_ps(tile + i * 32), v1 = _mm512_load_ps(tile + i * 32 + 16);
-    if (ep.add) {  // the same additions, in the same order, as tile_epilogue
+    if (ep.add) {  // the same operations, in the same order, as tile_epilogue
       const char* row = static_cast<const char*>(ep.add) + i * ep.ld_add * add_size;
       v0 = _mm512_add_ps(v0, load16(row, ep.add_dtype, 0xFFFF));
       v1 = _mm512_add_ps(v1, load16(row + 16 * add_size, ep.add_dtype, 0xFFFF));
+    }
+    if (ep.alpha != 1.0f) {
+      v0 = _mm512_mul_ps(v0, alpha);
+      v1 = _mm512_mul_ps(v1, alpha);
     }
     if (ep.bias) {
       v0 = _mm512_add_ps(v0, bias0);

@@ -144,7 +144,7 @@ void pack_a(const PackSource& src, int64_t r0, int64_t rows, int64_t p0, int64_t
 
 // The running sum a full tile starts from and ends in: when the sum so far (ep.add) is float32, the
 // accumulator tiles load it and keep adding to it, and when nothing else is left to do (float32 out, no
-// bias), they store straight into ep.out. So k blocks after the first cost a tile load and store rather
+// bias, no scale), they store straight into ep.out. So k blocks after the first cost a tile load and store rather
 // than a pass of the epilogue, and k blocks can be shallow enough for a B panel to stay in L1. Tiles cut
 // by C's edges (never full whatever the thread count) take the epilogue.
 struct TilePlan {
@@ -154,7 +154,7 @@ struct TilePlan {
 TilePlan plan_tile(int mr_used, int nr_used, const Epilogue& ep) {
   const bool full = mr_used == kMR && nr_used == kNR;
   const bool start_from_add = full && ep.add != nullptr && ep.add_dtype == DType::kFloat32;
-  const bool store_to_out = full && ep.out_dtype == DType::kFloat32 && ep.bias == nullptr &&
+  const bool store_to_out = full && ep.out_dtype == DType::kFloat32 && ep.bias == nullptr && ep.alpha == 1.0f &&
                             (ep.add == nullptr || start_from_add);
   return {start_from_add, store_to_out};
 }

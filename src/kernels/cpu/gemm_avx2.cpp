@@ -212,14 +212,19 @@ void micro_kernel(int64_t kc, const float* a, const float* b, int mr_used, int n
   }
   if (nr_used < kNR) return scalar_epilogue(tile, kNR, mr_used, nr_used, ep);  // right edge of C
 
-  // Epilogue: out = (tile + add) + bias, rounded once.
+  // Epilogue: out = alpha (tile + add) + bias, rounded once into out's dtype.
   const int64_t add_size = element_size(ep.add_dtype), out_size = element_size(ep.out_dtype);
+  const __m256 alpha = _mm256_set1_ps(ep.alpha);
   for (int i = 0; i < mr_used; ++i) {
     __m256 v0 = _mm256_load_ps(tile + i * kNR), v1 = _mm256_load_ps(tile + i * kNR + 8);
     if (ep.add) {
       const char* row = static_cast<const char*>(ep.add) + i * ep.ld_add * add_size;
       v0 = _mm256_add_ps(v0, load8(row, ep.add_dtype));
       v1 = _mm256_add_ps(v1, load8(row + 8 * add_size, ep.add_dtype));
+    }
+    if (ep.alpha != 1.0f) {
+      v0 = _mm256_mul_ps(v0, alpha);
+      v1 = _mm256_mul_ps(v1, alpha);
     }
     if (ep.bias) {
       v0 = _mm256_add_ps(v0, _mm256_loadu_ps(ep.bias));

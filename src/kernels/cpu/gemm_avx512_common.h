@@ -143,8 +143,8 @@ inline void prefetch_c_tile(int mr_used, const Epilogue& ep) {
   }
 }
 
-// Epilogue of a (12, 32) float32 tile in memory (row stride 32, 64-byte aligned): out = (tile + add) +
-// bias, rounded once; masks cut the right edge of C.
+// Epilogue of a (12, 32) float32 tile in memory (row stride 32, 64-byte aligned): out = alpha (tile + add) +
+// bias, rounded once into out's dtype; masks cut the right edge of C.
 inline void tile_epilogue(const float* tile, int mr_used, int nr_used, const Epilogue& ep) {
   constexpr int kNR = kAvx512NR;
   const int64_t add_size = element_size(ep.add_dtype), out_size = element_size(ep.out_dtype);
@@ -157,12 +157,17 @@ inline void tile_epilogue(const float* tile, int mr_used, int nr_used, const Epi
     bias0 = _mm512_maskz_loadu_ps(m0, ep.bias);
     bias1 = _mm512_maskz_loadu_ps(m1, ep.bias + 16);
   }
+  const __m512 alpha = _mm512_set1_ps(ep.alpha);
   for (int i = 0; i < mr_used; ++i) {
     __m512 v0 = _mm512_load_ps(tile + i * kNR), v1 = _mm512_load_ps(tile + i * kNR + 16);
     if (ep.add) {
       const char* row = static_cast<const char*>(ep.add) + i * ep.ld_add * add_size;
       v0 = _mm512_add_ps(v0, load16(row, ep.add_dtype, m0));
       v1 = _mm512_add_ps(v1, load16(row + 16 * add_size, ep.add_dtype, m1));
+    }
+    if (ep.alpha != 1.0f) {
+      v0 = _mm512_mul_ps(v0, alpha);
+      v1 = _mm512_mul_ps(v1, alpha);
     }
     if (ep.bias) {
       v0 = _mm512_add_ps(v0, bias0);

@@ -23,8 +23,9 @@ struct PackSource {
   bool k_contiguous;
 };
 
-// What happens to a finished float32 tile T (mr, nr): out = (T + add) + bias, rounded to out_dtype.
-// Pointers are already offset to the tile's first element; add and bias are optional (nullptr).
+// What happens to a finished float32 tile T (mr, nr): out = alpha (T + add) + bias, rounded to out_dtype, each
+// operation rounded to float32 on its own (no fused multiply-add). Pointers are already offset to the tile's first
+// element; add and bias are optional (nullptr); alpha 1 multiplies by nothing.
 struct Epilogue {
   const void* add;  // (mr, nr) with row stride ld_add: the partial sum so far, or the old C
   DType add_dtype;
@@ -33,6 +34,7 @@ struct Epilogue {
   DType out_dtype;
   int64_t ld_out;
   const float* bias;  // (nr), added to every row
+  float alpha = 1.0f;  // the sum's scale, before the bias (only on a product's last k block)
   // out is a large C (gemm.cpp: kStreamOutBytes) that leaves the caches before anything reads it again: a path may
   // write whole 64-byte-aligned lines of it with non-temporal stores, which skip reading each line in first. The
   // driver fences after the slab.

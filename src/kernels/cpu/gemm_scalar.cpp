@@ -70,6 +70,7 @@ void scalar_epilogue(const float* tile, int64_t ld_tile, int mr, int nr, const E
     for (int j = 0; j < nr; ++j) {
       float v = tile[i * ld_tile + j];
       if (ep.add) v += load_as_float(ep.add, ep.add_dtype, i * ep.ld_add + j);
+      if (ep.alpha != 1.0f) v *= ep.alpha;
       if (ep.bias) v += ep.bias[j];
       store_from_float(ep.out, ep.out_dtype, i * ep.ld_out + j, v);
     }

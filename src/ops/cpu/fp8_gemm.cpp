@@ -2,14 +2,13 @@
 // core's array conversion (vectorised where the CPU allows, the same bits at every level) and decodes the codes
 // straight into bfloat16; the amax of each block is kept and the blocks' are reduced, so the result does not depend
 // on the thread count. The block body is compiled for the baseline and AVX2 (float_lanes.h); a product and a
-// maximum round alike on both. The scaled product runs kernels::gemm into float32 and applies alpha and the bias
-// to each finished block while it is in cache (the epilogue), rounding once into the output's dtype.
+// maximum round alike on both. The scaled product is kernels::scaled_gemm: alpha and the bias applied to the float32
+// sums in the GEMM's epilogue, rounding once into the output's dtype.
 #include <omp.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -91,60 +90,12 @@ void fp8_quantize(const Tensor& x, DType format, float scale, Float8Overflow ove
   amax.data<float>()[0] = quantize_all(x, format == DType::kFloat8E5M2, scale, overflow, values.data<bfloat16>());
 }
 
-// The epilogue's state: c = alpha * acc + bias, from the float32 accumulator acc into c's dtype.
-struct Epilogue {
-  float* acc;  // (m, n) float32; c itself when c is float32
-  void* c;
-  DType c_dtype;
-  int64_t n;
-  float alpha;
-  const float* bias;
-};
-
-// One row's w results: dst = alpha * acc + bias (when bias is set), in float32; dst may be acc. Two loops so that
-// each vectorises (8 lanes under the AVX2 variant; one rounding per operation, no contraction, at every level).
-MIXTRAIN_CPU_BODY void scale_row_body(const float* acc, const float* bias, float alpha, int64_t w, float* dst) {
-  if (bias == nullptr) {
-    for (int64_t j = 0; j < w; ++j) dst[j] = alpha * acc[j];
-  } else {
-    for (int64_t j = 0; j < w; ++j) dst[j] = alpha * acc[j] + bias[j];
-  }
-}
-MIXTRAIN_CPU_VARIANTS(scale_row)
-
-void apply_epilogue(void* ctx, void*, int64_t, int64_t row, int64_t col, int64_t rows, int64_t cols) {
-  const Epilogue& e = *static_cast<const Epilogue*>(ctx);
-  float out[kBlock];
-  for (int64_t r = row; r < row + rows; ++r) {
-    for (int64_t c0 = col; c0 < col + cols; c0 += kBlock) {
-      const int64_t w = std::min(kBlock, col + cols - c0);
-      const float* acc = e.acc + r * e.n + c0;
-      // A float32 c is the accumulator itself: rewritten in place.
-      float* dst = e.c_dtype == DType::kFloat32 ? e.acc + r * e.n + c0 : out;
-      scale_row(acc, e.bias ? e.bias + c0 : nullptr, e.alpha, w, dst);
-      if (dst == out)
-        convert_elements(out, DType::kFloat32, static_cast<char*>(e.c) + (r * e.n + c0) * dtype_size(e.c_dtype),
-                         e.c_dtype, w);
-    }
-  }
-}
-
+// c = alpha * a b + bias, scaled and rounded into c's dtype inside the GEMM (kernels::scaled_gemm).
 void scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const kernel::ScaledMatmulLayout& l,
                    float alpha, Tensor& c) {
-  // A 16-bit c's float32 accumulator: left uninitialised (the GEMM writes every element before the epilogue reads
-  // it), not zero-filled, which cost a pass over (m, n) float32 per product.
-  std::unique_ptr<float[]> scratch;
-  float* acc = nullptr;
-  if (c.dtype() == DType::kFloat32) {
-    acc = c.data<float>();
-  } else {
-    scratch.reset(new float[static_cast<size_t>(l.m * l.n)]);
-    acc = scratch.get();
-  }
-  Epilogue e{acc, c.raw(), c.dtype(), l.n, alpha, bias.defined() ? bias.data<float>() : nullptr};
   const int64_t lda = l.trans_a ? l.m : l.k, ldb = l.trans_b ? l.k : l.n;
-  kernels::gemm_with_post_op(l.trans_a, l.trans_b, l.m, l.n, l.k, a.dtype(), a.raw(), lda, b.raw(), ldb,
-                             DType::kFloat32, acc, l.n, /*accumulate=*/false, nullptr, {&apply_epilogue, &e});
+  kernels::scaled_gemm(l.trans_a, l.trans_b, l.m, l.n, l.k, a.dtype(), a.raw(), lda, b.raw(), ldb, alpha,
+                       bias.defined() ? bias.data<float>() : nullptr, c.dtype(), c.raw(), l.n);
 }
 }  // namespace
 
