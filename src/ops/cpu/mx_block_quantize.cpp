@@ -1,7 +1,7 @@
 // CPU kernels of MXFP8 block quantization (ops/fp8_gemm.h). A panel of rows is read as float32 (a whole 32-row
 // stripe for blocks down the columns, a few rows for blocks along them), each block's scale exponent is derived from
-// its amax's bits, the elements are divided by their block's power of two (exact) and encoded with core's array
-// conversion (the same bits at every ISA level): mx_block_encode stops there, keeping the codes and the scales'
+// its amax's bits (shared::mx_block_exponent, the GPU's rule), the elements are divided by their block's power of
+// two (exact) and encoded with core's array conversion (the same bits at every ISA level): mx_block_encode stops there, keeping the codes and the scales'
 // E8M0 bytes. Decoding (mx_block_decode, and the second half of mx_block_quantize) multiplies each code's value back
 // by its block's power of two and rounds into bfloat16 (exact unless a value leaves bfloat16's normal range).
 // Panels are independent, so the result does not depend on the thread count.
@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "mixtrain/core/float8.h"
 #include "mixtrain/ops/fp8_gemm.h"
+#include "../shared/fp8_element.h"
 #include "cpu_backend.h"
 #include "float_lanes.h"
 
@@ -23,22 +25,12 @@ namespace {
 constexpr int64_t kBlock = 32;            // kMxBlockSize (precision/mx_block_scaling.h)
 constexpr int64_t kRowPanel = 8192;       // elements per panel for blocks along rows
 constexpr uint32_t kInfinityBits = 0x7F800000u;
+constexpr uint8_t kNonFinite = shared::kMxNonFinite;  // the E8M0 byte of a block holding NaN or an infinity
 
-// The exponent k of a block's scale 2^k: the smallest k (at least -127) with amax <= format max * 2^k. Both formats'
-// largest finite values are 0.875 * 2^max_exp (448 = 0.875 * 2^9, 57344 = 0.875 * 2^16), and amax = m 2^e with
-// m in [0.5, 1), so k = e - max_exp, one more when m > 0.875. Exact: no rounding anywhere.
-int block_exponent(uint32_t amax_bits, int max_exp) {
-  if (amax_bits == 0) return -127;
-  int e = 0;
-  const float m = std::frexp(std::bit_cast<float>(amax_bits), &e);
-  return std::max(e - max_exp + (m > 0.875f ? 1 : 0), -127);
-}
-
-// The E8M0 byte of a block scale (k + 127), kNonFinite for a block holding NaN or an infinity (ops::MxBlockCodes).
-constexpr uint8_t kNonFinite = 0xFF;
-
-uint8_t scale_byte(uint32_t amax_bits, int max_exp) {
-  return amax_bits >= kInfinityBits ? kNonFinite : static_cast<uint8_t>(block_exponent(amax_bits, max_exp) + 127);
+// A panel's working array, left uninitialised: every element is written before it is read (a zero fill cost a pass).
+template <class T>
+std::unique_ptr<T[]> scratch(int64_t n) {
+  return std::unique_ptr<T[]>(new T[static_cast<size_t>(n)]);
 }
 
 // A (h, cols) panel's blocks: blocks of 32 along each row, or (down) one block per column over the panel's h <= 32
@@ -48,46 +40,85 @@ struct Panel {
   bool down;
   int64_t per_row() const { return (cols + kBlock - 1) / kBlock; }
   int64_t blocks() const { return down ? cols : h * per_row(); }
-  int64_t block_of(int64_t r, int64_t c) const { return down ? c : r * per_row() + c / kBlock; }
 };
 
-// Encodes a float32 panel: each block's scale byte into scales, each element / 2^k (exact; 1 for a non-finite
-// block) to its code into codes (the panel's layout).
+// The loops over a panel, one per layout so that each vectorises (no block index computed per element); compiled
+// for the baseline and AVX2 (float_lanes.h). Integer maxima and products by a power of two give the same bits at
+// every level.
+//
+// amax[b] = the largest magnitude key (shared::amax_key) of block b's elements.
+MIXTRAIN_CPU_BODY void panel_amax_body(const float* in, const Panel& p, uint32_t* amax) {
+  if (p.down) {
+    for (int64_t c = 0; c < p.cols; ++c) amax[c] = 0;
+    for (int64_t r = 0; r < p.h; ++r)
+      for (int64_t c = 0; c < p.cols; ++c)
+        amax[c] = std::max(amax[c], std::bit_cast<uint32_t>(in[r * p.cols + c]) & 0x7FFFFFFFu);
+    return;
+  }
+  for (int64_t r = 0; r < p.h; ++r)
+    for (int64_t c0 = 0, b = r * p.per_row(); c0 < p.cols; c0 += kBlock, ++b) {
+      const float* x = in + r * p.cols + c0;
+      const int64_t w = std::min(kBlock, p.cols - c0);
+      uint32_t m = 0;
+      for (int64_t j = 0; j < w; ++j) m = std::max(m, std::bit_cast<uint32_t>(x[j]) & 0x7FFFFFFFu);
+      amax[b] = m;
+    }
+}
+MIXTRAIN_CPU_VARIANTS(panel_amax)
+
+// out = in times its block's factor, element by element (out may be in).
+MIXTRAIN_CPU_BODY void panel_scale_body(const float* in, const Panel& p, const float* factor, float* out) {
+  if (p.down) {
+    for (int64_t r = 0; r < p.h; ++r)
+      for (int64_t c = 0; c < p.cols; ++c) out[r * p.cols + c] = in[r * p.cols + c] * factor[c];
+    return;
+  }
+  for (int64_t r = 0; r < p.h; ++r)
+    for (int64_t c0 = 0, b = r * p.per_row(); c0 < p.cols; c0 += kBlock, ++b) {
+      const int64_t at = r * p.cols + c0, w = std::min(kBlock, p.cols - c0);
+      const float f = factor[b];
+      for (int64_t j = 0; j < w; ++j) out[at + j] = in[at + j] * f;
+    }
+}
+MIXTRAIN_CPU_VARIANTS(panel_scale)
+
+// Encodes a float32 panel: each block's scale byte (shared::mx_block_exponent's k + 127) into scales, each element
+// / 2^k (1 for a non-finite block) to its code into codes (the panel's layout).
 void encode_panel(const float* in, const Panel& p, bool e5m2, uint8_t* codes, uint8_t* scales) {
   const int max_exp = e5m2 ? 16 : 9;
   const int64_t n = p.h * p.cols;
-  std::vector<uint32_t> amax(static_cast<size_t>(p.blocks()), 0);
-  for (int64_t r = 0; r < p.h; ++r)
-    for (int64_t c = 0; c < p.cols; ++c) {
-      uint32_t& a = amax[static_cast<size_t>(p.block_of(r, c))];
-      a = std::max(a, std::bit_cast<uint32_t>(in[r * p.cols + c]) & 0x7FFFFFFFu);
-    }
+  std::vector<uint32_t> amax(static_cast<size_t>(p.blocks()));
+  panel_amax(in, p, amax.data());
   std::vector<float> inverse(amax.size());
   for (size_t b = 0; b < amax.size(); ++b) {
-    scales[b] = scale_byte(amax[b], max_exp);
-    inverse[b] = scales[b] == kNonFinite ? 1.0f : std::ldexp(1.0f, 127 - static_cast<int>(scales[b]));
+    const bool finite = amax[b] < kInfinityBits;
+    const int k = finite ? shared::mx_block_exponent(amax[b], max_exp) : 0;
+    scales[b] = finite ? static_cast<uint8_t>(k + 127) : kNonFinite;
+    inverse[b] = shared::power_of_two(-k);
   }
-  std::vector<float> buf(static_cast<size_t>(n));
-  for (int64_t r = 0; r < p.h; ++r)
-    for (int64_t c = 0; c < p.cols; ++c)
-      buf[r * p.cols + c] = in[r * p.cols + c] * inverse[static_cast<size_t>(p.block_of(r, c))];
-  float8_from_float(buf.data(), codes, n, e5m2, Float8Overflow::kSaturate);
+  const std::unique_ptr<float[]> buf = scratch<float>(n);
+  panel_scale(in, p, inverse.data(), buf.get());
+  float8_from_float(buf.get(), codes, n, e5m2, Float8Overflow::kSaturate);
 }
 
 // Widens a panel's codes: each code's value times its block's 2^k (NaN in a non-finite block), rounded to bfloat16.
 void decode_panel(const uint8_t* codes, const uint8_t* scales, const Panel& p, bool e5m2, bfloat16* out) {
   const int64_t n = p.h * p.cols;
   std::vector<float> power(static_cast<size_t>(p.blocks()));
-  for (size_t b = 0; b < power.size(); ++b)
-    power[b] = scales[b] == kNonFinite ? NAN : std::ldexp(1.0f, static_cast<int>(scales[b]) - 127);
-  std::vector<float> buf(static_cast<size_t>(n));
-  float8_to_float(codes, buf.data(), n, e5m2);
-  for (int64_t r = 0; r < p.h; ++r)
-    for (int64_t c = 0; c < p.cols; ++c) {
-      const float s = power[static_cast<size_t>(p.block_of(r, c))];
-      buf[r * p.cols + c] = std::isnan(s) ? NAN : buf[r * p.cols + c] * s;
-    }
-  convert_elements(buf.data(), DType::kFloat32, out, DType::kBFloat16, n);
+  bool all_finite = true;
+  for (size_t b = 0; b < power.size(); ++b) {
+    const bool finite = scales[b] != kNonFinite;
+    power[b] = shared::power_of_two(finite ? static_cast<int>(scales[b]) - 127 : 0);
+    all_finite = all_finite && finite;
+  }
+  const std::unique_ptr<float[]> buf = scratch<float>(n);
+  float8_to_float(codes, buf.get(), n, e5m2);
+  panel_scale(buf.get(), p, power.data(), buf.get());
+  // A non-finite block reads back as the quiet NaN whatever its codes held (a rare case, so a pass of its own).
+  for (int64_t r = 0; r < p.h && !all_finite; ++r)
+    for (int64_t c = 0; c < p.cols; ++c)
+      if (scales[p.down ? c : r * p.per_row() + c / kBlock] == kNonFinite) buf[r * p.cols + c] = NAN;
+  convert_elements(buf.get(), DType::kFloat32, out, DType::kBFloat16, n);
 }
 
 // Rows a panel takes: a whole 32-row stripe for blocks down the columns, about kRowPanel elements along them.
@@ -111,8 +142,8 @@ void for_each_panel(const Tensor& x, bool down, const char* op, Fn fn) {
 #pragma omp parallel for if (rows * cols > (int64_t{1} << 16)) schedule(static)
     for (int64_t r0 = 0; r0 < rows; r0 += step) {
       const Panel p{std::min(step, rows - r0), cols, down};
-      std::vector<float> widened(static_cast<size_t>(p.h * cols));
-      fn(r0, p, lanes::read(xp + r0 * cols, p.h * cols, widened.data()));
+      const std::unique_ptr<float[]> widened = scratch<float>(p.h * cols);
+      fn(r0, p, lanes::read(xp + r0 * cols, p.h * cols, widened.get()));
     }
   });
 }
@@ -122,9 +153,9 @@ void mx_block_quantize(const Tensor& x, DType format, bool along_columns, Tensor
   const int64_t cols = x.dim(1);
   bfloat16* out = values.data<bfloat16>();
   for_each_panel(x, along_columns, "mx_block_quantize", [&](int64_t r0, const Panel& p, const float* in) {
-    std::vector<uint8_t> codes(static_cast<size_t>(p.h * cols)), scales(static_cast<size_t>(p.blocks()));
-    encode_panel(in, p, e5m2, codes.data(), scales.data());
-    decode_panel(codes.data(), scales.data(), p, e5m2, out + r0 * cols);
+    const std::unique_ptr<uint8_t[]> codes = scratch<uint8_t>(p.h * cols), scales = scratch<uint8_t>(p.blocks());
+    encode_panel(in, p, e5m2, codes.get(), scales.get());
+    decode_panel(codes.get(), scales.get(), p, e5m2, out + r0 * cols);
   });
 }
 
