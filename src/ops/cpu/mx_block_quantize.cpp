@@ -2,10 +2,10 @@
 // stripe for blocks down the columns, a few rows for blocks along them), each block's scale exponent is derived from
 // its amax's bits (shared::mx_block_exponent, the GPU's rule), the elements are divided by their block's power of
 // two (exact) and encoded with core's array conversion (the same bits at every ISA level): mx_block_encode stops
-// there, keeping the codes and the scales' E8M0 bytes. Decoding (mx_block_decode, and the second half of mx_block_quantize) multiplies each code's value back
-// by its block's power of two and rounds into bfloat16 (exact unless a value leaves bfloat16's normal range): the
-// codes widened to bfloat16, then the power added to their exponent fields (decode_panel).
-// Panels are independent, so the result does not depend on the thread count.
+// there, keeping the codes and the scales' E8M0 bytes. Decoding (mx_block_decode, and the second half of
+// mx_block_quantize) multiplies each code's value back by its block's power of two and rounds into bfloat16 (exact
+// unless a value leaves bfloat16's normal range): the codes widened to bfloat16, then the power added to their
+// exponent fields (decode_panel). Panels are independent, so the result does not depend on the thread count.
 #include <omp.h>
 
 #include <algorithm>
