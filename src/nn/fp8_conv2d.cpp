@@ -11,9 +11,9 @@ float inverse_product(float a, float b) {
   return static_cast<float>(1.0 / (static_cast<double>(a) * static_cast<double>(b)));
 }
 
-// The quantized operand's values in float32 (exact: every float8 value is a float32 value).
-Tensor widened(const Fp8Quantized& q) { return ops::cast(q.values, DType::kFloat32); }
-Tensor widened(const Fp8SavedOperand& q) { return ops::cast(q.data, DType::kFloat32); }
+// The convolutions read the quantized operands as bfloat16 values (every float8 value, and under the block recipe
+// every code times its block's power of two, is one), on the bfloat16 GEMM, and give float32 sums, which the scales
+// divide before anything is rounded into 16 bits.
 
 // t's copies for the products that read it, t viewed as (elements / last dimension, last dimension): blocks along
 // the last dimension (channels) in `rows`, down the leading ones in `columns`; each copy back in t's shape.
@@ -38,12 +38,14 @@ void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const
   // rows (blocks along cout) for dx, columns (blocks down positions) for dkernel: one tensor unless the recipe blocks.
   const Fp8Copies gq = quantize_copies(scales.grad, g);
   const bool one_copy = gq.rows.values.shares_storage(gq.columns.values);
-  ops::Conv2dGrads r = ops::conv2d_backward(widened(gq.columns), widened(s.x), widened(s.w), options,
-                                            x.requires_grad() && one_copy, /*need_bias=*/false);
+  const Tensor saved_x = s.x.widened().values, saved_w = s.w.widened().values;
+  ops::Conv2dGrads r = ops::conv2d_backward(gq.columns.values, saved_x, saved_w, options,
+                                            x.requires_grad() && one_copy, /*need_bias=*/false, DType::kFloat32);
   if (x.requires_grad()) {
     // Under the block recipe dx reads the other copy of g: a second pass whose dkernel is not kept.
     Tensor dx = one_copy ? r.dx
-                         : ops::conv2d_backward(widened(gq.rows), widened(s.x), widened(s.w), options, true, false).dx;
+                         : ops::conv2d_backward(gq.rows.values, saved_x, saved_w, options, true, false,
+                                                DType::kFloat32).dx;
     ops::scale_in_place(dx, inverse_product(gq.rows.scale, s.w.scale));
     Var(x).accumulate_grad_owned(ops::cast(dx, x.dtype()));
   }
@@ -63,7 +65,7 @@ Var fp8_conv2d(const Var& x, const Var& kernel, const Var& bias, const ops::Conv
   const Fp8Copies wq = quantize_copies(scales->weight, kernel.value());
   SavedOperands s;
   if (rec) s = {scales->input.saved(xq.columns), scales->weight.saved(wq.rows)};
-  Tensor y = ops::conv2d(widened(xq.rows), widened(wq.columns), Tensor(), options);  // float32 sums
+  Tensor y = ops::conv2d(xq.rows.values, wq.columns.values, Tensor(), options, DType::kFloat32);  // float32 sums
   ops::scale_in_place(y, inverse_product(xq.rows.scale, wq.columns.scale));
   if (bias.defined()) y = ops::bias_add(y, bias.value());
   Var out(ops::cast(y, x.dtype()), rec);

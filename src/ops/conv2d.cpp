@@ -63,6 +63,16 @@ void check_conv_args(const Tensor& x, const Tensor& kernel, const char* op) {
 Window2d conv_geometry(const Shape& x_shape, const Shape& kernel_shape, const Conv2dOptions& o, const char* op) {
   return window_2d(x_shape, Size2(kernel_shape[0], kernel_shape[1]), o.strides, o.padding, op);
 }
+
+// An output dtype a convolution of x may round into: x's own, or float32.
+DType conv_output_dtype(const Tensor& x, std::optional<DType> wanted, const char* op) {
+  const DType dtype = wanted.value_or(x.dtype());
+  MIXTRAIN_CHECK(dtype == x.dtype() || dtype == DType::kFloat32,
+                 op << ": the output is the input's dtype (" << dtype_name(x.dtype()) << ") or float32, not "
+                    << dtype_name(dtype));
+  return dtype;
+}
+
 }  // namespace
 
 Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const Conv2dOptions& options) {
@@ -71,21 +81,24 @@ Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const
   return Shape{g.batch, g.h.out, g.w.out, kernel_shape[3]};
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options) {
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options,
+              std::optional<DType> y_dtype) {
   check_conv_args(x, kernel, "conv2d");
+  const DType out = conv_output_dtype(x, y_dtype, "conv2d");
   if (bias.defined())
     MIXTRAIN_CHECK(bias.dtype() == DType::kFloat32 && bias.rank() == 1 && bias.numel() == kernel.dim(3),
                    "conv2d: bias must be float32 (" << kernel.dim(3) << ",), got " << bias.describe());
   const Device device = common_device("conv2d", {&x, &kernel, &bias});
   const Window2d g = conv_geometry(x.shape(), kernel.shape(), options, "conv2d");
-  Tensor y = Tensor::empty({g.batch, g.h.out, g.w.out, kernel.dim(3)}, x.dtype(), device);
+  Tensor y = Tensor::empty({g.batch, g.h.out, g.w.out, kernel.dim(3)}, out, device);
   kernel_for<Op::conv2d>(device)(x.contiguous(), kernel.contiguous(), bias.defined() ? bias.contiguous() : bias, g, y);
   return y;
 }
 
 Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Conv2dOptions& options,
-                            bool need_x, bool need_bias) {
+                            bool need_x, bool need_bias, std::optional<DType> dx_dtype) {
   check_conv_args(x, kernel, "conv2d_backward");
+  const DType dx_out = conv_output_dtype(x, dx_dtype, "conv2d_backward");
   const Device device = common_device("conv2d_backward", {&dy, &x, &kernel});
   const Window2d g = conv_geometry(x.shape(), kernel.shape(), options, "conv2d_backward");
   const Shape y_shape{g.batch, g.h.out, g.w.out, kernel.dim(3)};
@@ -93,7 +106,7 @@ Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& ker
                  "conv2d_backward: gradient " << (dy.defined() ? dy.describe() : std::string("undefined"))
                                               << " does not match the output shape " << y_shape);
   Conv2dGrads grads;
-  if (need_x) grads.dx = Tensor::empty(x.shape(), x.dtype(), device);
+  if (need_x) grads.dx = Tensor::empty(x.shape(), dx_out, device);
   grads.dkernel = Tensor::empty(kernel.shape(), DType::kFloat32, device);
   if (need_bias) grads.dbias = Tensor::empty({kernel.dim(3)}, DType::kFloat32, device);
   kernel_for<Op::conv2d_backward>(device)(cast(dy, x.dtype()).contiguous(), x.contiguous(), kernel.contiguous(), g,

@@ -147,6 +147,34 @@ TEST(Conv2d, MatchesFloat64OnOddShapesInEveryDType) {
   check_case(cases[1], DType::kFloat32, false);
 }
 
+// y_dtype / dx_dtype float32 from 16-bit inputs: the float32 sums themselves, which rounded into the input's dtype
+// give the plain call's bits (one GEMM, one sum order, only the final rounding differs); the kernel's gradient is
+// the same. The 1x1 case multiplies x directly, the others go through the patches and col2im. A float16 output from
+// bfloat16 inputs is refused.
+TEST(Conv2d, Float32OutputsOfA16BitConvolutionAreItsUnroundedSums) {
+  const Case cases[] = {{{2, 7, 5, 3}, {3, 3}, 5, 1, Padding::kSame},
+                        {{3, 8, 9, 2}, {2, 3}, 7, 2, Padding::kValid},
+                        {{2, 5, 5, 7}, {1, 1}, 3, 1, Padding::kValid}};
+  for (DType d : {DType::kBFloat16, DType::kFloat16})
+    for (const Case& c : cases) {
+      const Tensor x = random_tensor(c.x, 1, d), w = random_tensor({c.kernel.h, c.kernel.w, c.x[3], c.cout}, 2, d);
+      const Tensor b = random_tensor({c.cout}, 3, DType::kFloat32);
+      const Conv2dOptions o{c.strides, c.padding};
+      const Tensor y = conv2d(x, w, b, o), y32 = conv2d(x, w, b, o, DType::kFloat32);
+      ASSERT_EQ(y32.dtype(), DType::kFloat32);
+      EXPECT_EQ(testing::bits_of(y32.to(d)), testing::bits_of(y)) << dtype_name(d) << " " << c.x.to_string();
+      const Tensor dy = random_tensor(y.shape(), 4, d);
+      const Conv2dGrads g = conv2d_backward(dy, x, w, o, true, false);
+      const Conv2dGrads g32 = conv2d_backward(dy, x, w, o, true, false, DType::kFloat32);
+      ASSERT_EQ(g32.dx.dtype(), DType::kFloat32);
+      EXPECT_EQ(testing::bits_of(g32.dx.to(d)), testing::bits_of(g.dx)) << dtype_name(d) << " " << c.x.to_string();
+      EXPECT_EQ(testing::bits_of(g32.dkernel), testing::bits_of(g.dkernel));
+    }
+  const Tensor x = random_tensor({1, 4, 4, 2}, 1, DType::kBFloat16), w = random_tensor({3, 3, 2, 2}, 2, DType::kBFloat16);
+  EXPECT_THROW(conv2d(x, w, Tensor(), {}, DType::kFloat16), Error);
+  EXPECT_THROW(conv2d_backward(conv2d(x, w, Tensor(), {}), x, w, {}, true, false, DType::kFloat16), Error);
+}
+
 TEST(Conv2d, LargeBatchIsComputedInChunks) {
   // 9 images of 64x64x16 with a 3x3 kernel: 590k patch elements per image, so a chunk of 2M elements
   // holds 3 images and both passes run over 3 chunks.

@@ -17,6 +17,13 @@ inline uint32_t bits(float f) {
   return u;
 }
 
+// A host tensor's bytes in row-major order, for bit-for-bit comparisons of whole tensors.
+inline std::vector<unsigned char> bits_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.raw());
+  return std::vector<unsigned char>(p, p + c.nbytes());
+}
+
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, float lo = -1.0f, float hi = 1.0f) {
   Rng r(seed);
   std::vector<float> v(static_cast<size_t>(shape.numel()));

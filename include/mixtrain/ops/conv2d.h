@@ -5,6 +5,7 @@
 // is rounded once.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "mixtrain/core/tensor.h"
@@ -51,8 +52,10 @@ struct Conv2dOptions {
 
 // y (N, OH, OW, cout) = conv(x (N, H, W, cin), kernel (kh, kw, cin, cout)) + bias (cout,).
 // x and kernel share a floating dtype (the compute dtype: the layer reads its float32 kernel in it);
-// bias is float32 or undefined. y has x's dtype.
-Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options);
+// bias is float32 or undefined. y has x's dtype, or y_dtype when given: x's or float32 (the float32 sums of a 16-bit
+// product, as FP8's Conv2D reads them to apply its scales before any rounding).
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options,
+              std::optional<DType> y_dtype = std::nullopt);
 
 struct Conv2dGrads {
   Tensor dx;      // (N, H, W, cin), x's dtype; each element summed in float32 and rounded once
@@ -60,18 +63,20 @@ struct Conv2dGrads {
   Tensor dbias;   // (cout,), float32 sums
 };
 // Gradients of conv2d given dy (N, OH, OW, cout, any floating dtype: converted to x's dtype first, as
-// linear_backward does). need_* skip work no one reads; dkernel is always computed.
+// linear_backward does). need_* skip work no one reads; dkernel is always computed. dx has x's dtype, or dx_dtype
+// when given (x's or float32, as conv2d's y_dtype).
 Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Conv2dOptions& options,
-                            bool need_x, bool need_bias);
+                            bool need_x, bool need_bias, std::optional<DType> dx_dtype = std::nullopt);
 
 // Output shape (N, OH, OW, cout) of conv2d, for layers' compute_output_shape (batch may be any value).
 Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const Conv2dOptions& options);
 
 namespace kernel {
 // Tensors arrive contiguous and validated; outputs are preallocated. bias may be undefined.
+// y is x's dtype or float32.
 using Conv2dFn = void(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
-// dy is in x's dtype. dx (when defined) gets x's gradient, dkernel (float32) the kernel's, dbias (when
-// defined, float32) the bias's; all are overwritten.
+// dy is in x's dtype. dx (when defined, x's dtype or float32) gets x's gradient, dkernel (float32) the kernel's,
+// dbias (when defined, float32) the bias's; all are overwritten.
 using Conv2dBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
                               Tensor& dkernel, Tensor& dbias);
 }  // namespace kernel

@@ -6,6 +6,7 @@
 // Backward: dkernel (K, cout) += col^T x dy over the chunks (float32 C, so no 16-bit rounding);
 //           dcol (rows, K) = dy x kernel^T in float32, and each dx element gathers its (at most kh * kw)
 //           patch entries in float32 and is rounded once (col2im).
+// y and dx are rounded into their own dtypes, x's or float32 (ops/conv2d.h).
 // A 1x1 kernel with stride 1 and no padding needs no unfolding: x itself is col.
 // The patch layout, col2im's summation order and dbias's blocks are ops/shared/conv_patches.h's, which the GPU
 // kernel follows element by element.
@@ -179,8 +180,8 @@ void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Win
       im2col(xp, d, es, n0, n1, static_cast<char*>(col.raw()));
       a = static_cast<const char*>(col.raw());
     }
-    kernels::gemm(false, false, rows, d.cout, d.k, dt, a, d.k, kernel.raw(), d.cout, dt,
-                  yp + static_cast<size_t>(n0 * d.oh * d.ow * d.cout) * es, d.cout, false, bp);
+    kernels::gemm(false, false, rows, d.cout, d.k, dt, a, d.k, kernel.raw(), d.cout, y.dtype(),
+                  yp + static_cast<size_t>(n0 * d.oh * d.ow * d.cout) * dtype_size(y.dtype()), d.cout, false, bp);
   }
 }
 
@@ -217,18 +218,18 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
     kernels::gemm(true, false, d.k, d.cout, rows, dt, a, d.k, dy_c, d.cout, DType::kFloat32, dw, d.cout,
                   /*accumulate=*/true, nullptr);
     if (!need_x) continue;
-    char* dx_c = static_cast<char*>(dx.raw()) + static_cast<size_t>(n0 * d.h * d.w * d.c) * es;
+    char* dx_c = static_cast<char*>(dx.raw()) + static_cast<size_t>(n0 * d.h * d.w * d.c) * dtype_size(dx.dtype());
     if (d.identity) {
       // dx (rows, cin) = dy (rows, cout) x kernel^T (cout, cin), rounded once.
-      kernels::gemm(false, true, rows, d.k, d.cout, dt, dy_c, d.cout, kernel.raw(), d.cout, dt, dx_c, d.k, false,
-                    nullptr);
+      kernels::gemm(false, true, rows, d.k, d.cout, dt, dy_c, d.cout, kernel.raw(), d.cout, dx.dtype(), dx_c, d.k,
+                    false, nullptr);
       continue;
     }
     // dcol (rows, K) = dy (rows, cout) x kernel^T (cout, K), kept in float32 until col2im's rounding.
     float* dc = static_cast<float*>(dcol.raw());
     kernels::gemm(false, true, rows, d.k, d.cout, dt, dy_c, d.cout, kernel.raw(), d.cout, DType::kFloat32, dc, d.k,
                   false, nullptr);
-    col2im(dc, d, n0, n1, dt, static_cast<char*>(dx.raw()));
+    col2im(dc, d, n0, n1, dx.dtype(), static_cast<char*>(dx.raw()));
   }
 }
 
