@@ -2,6 +2,7 @@
 
 #include "mixtrain/autograd/tape.h"
 #include "mixtrain/ops/elementwise.h"
+#include "mixtrain/ops/fp8_gemm.h"
 #include "mixtrain/ops/transfer.h"
 
 namespace mixtrain {
@@ -15,18 +16,32 @@ float inverse_product(float a, float b) {
 // every code times its block's power of two, is one), on the bfloat16 GEMM, and give float32 sums, which the scales
 // divide before anything is rounded into 16 bits.
 
+// t as (elements / last dimension, last dimension): x as (N H W, cin), the kernel as (kh kw cin, cout).
+Tensor as_matrix(const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim(-1)}); }
+
 // t's copies for the products that read it, t viewed as (elements / last dimension, last dimension): blocks along
 // the last dimension (channels) in `rows`, down the leading ones in `columns`; each copy back in t's shape.
 Fp8Copies quantize_copies(Fp8TensorScale& scale, const Tensor& t) {
-  Fp8Copies c = scale.quantize_copies(t.reshape({t.numel() / t.dim(-1), t.dim(-1)}));
+  Fp8Copies c = scale.quantize_copies(as_matrix(t));
   c.rows.values = c.rows.values.reshape(t.shape());
   c.columns.values = c.columns.values.reshape(t.shape());
   return c;
 }
 
+// The block recipe's copy of t the forward product reads (x blocked along its channels, the kernel down its rows),
+// and the other, which only backward reads, kept as codes with their E8M0 scales (ops::mx_block_encode).
+Fp8Quantized block_forward_copy(const Fp8TensorScale& scale, const Tensor& t, bool down) {
+  return {ops::mx_block_quantize(as_matrix(t), scale.format(), down).reshape(t.shape()), 1.0f};
+}
+Fp8SavedOperand block_saved_copy(const Fp8TensorScale& scale, const Tensor& t, bool down) {
+  ops::MxBlockCodes c = ops::mx_block_encode(as_matrix(t), scale.format(), down);
+  return {std::move(c.codes), 1.0f, std::move(c.scales), down};
+}
+
 // The backward pass reads x's copy blocked down (N H W) (dkernel sums over positions) and the kernel's blocked along
-// cout (dx sums over output channels); under the per-tensor recipes the forward operands themselves.
-// Kept as FP8 codes under the per-tensor recipes (Fp8SavedOperand), so the layer's input itself is not kept.
+// cout (dx sums over output channels); under the per-tensor recipes the forward operands themselves. Kept as FP8
+// codes (Fp8SavedOperand; under the block recipe with their blocks' scales), so the layer's input itself is not
+// kept.
 struct SavedOperands {
   Fp8SavedOperand x;  // (N, H, W, cin)
   Fp8SavedOperand w;  // (kh, kw, cin, cout)
@@ -38,7 +53,8 @@ void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const
   // rows (blocks along cout) for dx, columns (blocks down positions) for dkernel: one tensor unless the recipe blocks.
   const Fp8Copies gq = quantize_copies(scales.grad, g);
   const bool one_copy = gq.rows.values.shares_storage(gq.columns.values);
-  const Tensor saved_x = s.x.widened().values, saved_w = s.w.widened().values;
+  const Tensor saved_x = s.x.widened().values.reshape(x.shape());
+  const Tensor saved_w = s.w.widened().values.reshape(kernel.shape());
   ops::Conv2dGrads r = ops::conv2d_backward(gq.columns.values, saved_x, saved_w, options,
                                             x.requires_grad() && one_copy, /*need_bias=*/false, DType::kFloat32);
   if (x.requires_grad()) {
@@ -61,12 +77,22 @@ Var fp8_conv2d(const Var& x, const Var& kernel, const Var& bias, const ops::Conv
                const std::shared_ptr<Fp8GemmScales>& scales) {
   const bool rec = should_record({&x, &kernel, &bias});
   // The forward product sums along x's channels and down the kernel's (kh kw cin) rows.
-  const Fp8Copies xq = quantize_copies(scales->input, x.value());
-  const Fp8Copies wq = quantize_copies(scales->weight, kernel.value());
   SavedOperands s;
-  if (rec) s = {scales->input.saved(xq.columns), scales->weight.saved(wq.rows)};
-  Tensor y = ops::conv2d(xq.rows.values, wq.columns.values, Tensor(), options, DType::kFloat32);  // float32 sums
-  ops::scale_in_place(y, inverse_product(xq.rows.scale, wq.columns.scale));
+  Fp8Quantized xq, wq;
+  if (scales->input.recipe() == Fp8Recipe::kBlock) {
+    xq = block_forward_copy(scales->input, x.value(), false);
+    wq = block_forward_copy(scales->weight, kernel.value(), true);
+    if (rec)
+      s = {block_saved_copy(scales->input, x.value(), true), block_saved_copy(scales->weight, kernel.value(), false)};
+  } else {
+    xq = scales->input.quantize(as_matrix(x.value()));
+    wq = scales->weight.quantize(as_matrix(kernel.value()));
+    if (rec) s = {scales->input.saved(xq), scales->weight.saved(wq)};
+    xq.values = xq.values.reshape(x.shape());
+    wq.values = wq.values.reshape(kernel.shape());
+  }
+  Tensor y = ops::conv2d(xq.values, wq.values, Tensor(), options, DType::kFloat32);  // float32 sums
+  ops::scale_in_place(y, inverse_product(xq.scale, wq.scale));
   if (bias.defined()) y = ops::bias_add(y, bias.value());
   Var out(ops::cast(y, x.dtype()), rec);
   if (rec) {

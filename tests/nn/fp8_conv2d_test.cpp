@@ -9,6 +9,7 @@
 #include "../ops/mx_block_reference.h"
 #include "fp8_reference.h"
 #include "mixtrain/autograd/tape.h"
+#include "mixtrain/core/allocator.h"
 #include "mixtrain/nn/conv_layers.h"
 
 namespace mixtrain {
@@ -153,6 +154,33 @@ TEST_F(Fp8Conv2DTest, SameStrideTwoEqualsQuantizedFloat64Convolution) { check_co
 TEST_F(Fp8Conv2DTest, BlockRecipeEqualsTheDequantizedFloat64Convolution) {
   check_conv({2, 7, 6, 40, 33, 3, 1, true}, Fp8Recipe::kBlock);
   check_conv({1, 5, 9, 3, 4, 3, 2, false}, Fp8Recipe::kBlock);
+}
+
+// What a recorded call keeps for backward, above what was live before it: the bfloat16 output and the saved
+// operands, x and the kernel as codes (one byte an element); under the block recipe each with its blocks' E8M0 scale
+// bytes (x down its N H W positions, the kernel along cout), where until 2026-12-07 it kept their bfloat16 values.
+// The backward pass then gives the gradients the float64 reference checks (BlockRecipeEquals... above).
+TEST_F(Fp8Conv2DTest, KeepsItsInputAndKernelAsCodesUnderEveryRecipe) {
+  const int64_t n = 2, h = 9, w = 8, cin = 33, cout = 40, k = 3;
+  const int64_t positions = n * (h - k + 1) * (w - k + 1), x_codes = n * h * w * cin, w_codes = k * k * cin * cout;
+  const int64_t x_scales = (n * h * w + 31) / 32 * cin, w_scales = k * k * cin * ((cout + 31) / 32);
+  for (Fp8Recipe recipe : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kBlock}) {
+    set_fp8_recipe(recipe);
+    Conv2D conv(cout, k, 1, "valid", "linear", true, dtype_arg("mixed_float8"));
+    Rng rng(3);
+    conv.build({h, w, cin}, rng);
+    Rng values(4);
+    std::vector<float> xv(static_cast<size_t>(x_codes));
+    for (float& v : xv) v = values.uniform(-2, 2);
+    const Var x(Tensor::from_floats({n, h, w, cin}, xv, DType::kBFloat16), /*requires_grad=*/true);
+    conv(x);  // the scales made, the GEMM's buffers warm
+    const int64_t before = memory_stats().live_bytes;
+    const Var y = conv(x);
+    const int64_t held = memory_stats().live_bytes - before;
+    const bool block = recipe == Fp8Recipe::kBlock;
+    EXPECT_EQ(held, positions * cout * 2 + x_codes + w_codes + (block ? x_scales + w_scales : 0))
+        << fp8_recipe_name(recipe);
+  }
 }
 
 TEST_F(Fp8Conv2DTest, RollsItsHistoriesPerUpdateAndKeepsNoComputeCopy) {

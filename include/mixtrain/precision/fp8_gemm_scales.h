@@ -46,8 +46,8 @@ struct Fp8Copies {
 
 // An operand kept for the backward pass. Under the per-tensor recipes its FP8 codes (the format's dtype, one byte an
 // element) and its scale, as Transformer Engine's Linear saves its cast input instead of the high-precision one.
-// Under the block recipe its codes and their blocks' E8M0 scales (ops::MxBlockCodes), or, for a copy kept as it was
-// quantized (Conv2D's), the widened bfloat16 values.
+// Under the block recipe its codes and their blocks' E8M0 scales (ops::MxBlockCodes: Dense's and Conv2D's), or, for
+// a copy kept as it was quantized (Fp8TensorScale::saved of a block copy), the widened bfloat16 values.
 struct Fp8SavedOperand {
   Tensor data;  // float8 codes, or bfloat16 values
   float scale = 1.0f;
