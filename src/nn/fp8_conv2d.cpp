@@ -91,10 +91,12 @@ Var fp8_conv2d(const Var& x, const Var& kernel, const Var& bias, const ops::Conv
     xq.values = xq.values.reshape(x.shape());
     wq.values = wq.values.reshape(kernel.shape());
   }
-  Tensor y = ops::conv2d(xq.values, wq.values, Tensor(), options, DType::kFloat32);  // float32 sums
-  ops::scale_in_place(y, inverse_product(xq.scale, wq.scale));
-  if (bias.defined()) y = ops::bias_add(y, bias.value());
-  Var out(ops::cast(y, x.dtype()), rec);
+  // The float32 sums divided by the scales, the bias added, one rounding into bfloat16 (float32 for a float32 x).
+  const std::optional<DType> y_dtype =
+      x.dtype() == DType::kBFloat16 ? std::nullopt : std::optional<DType>(DType::kFloat32);
+  const Tensor y = ops::conv2d(xq.values, wq.values, bias.defined() ? bias.value() : Tensor(), options, y_dtype,
+                               inverse_product(xq.scale, wq.scale));
+  Var out(y.dtype() == x.dtype() ? y : ops::cast(y, x.dtype()), rec);
   if (rec) {
     record_backward(out, [x, kernel, bias, out, options, s = std::move(s), scales]() {
       fp8_conv2d_backward(x, kernel, bias, out, options, s, *scales);

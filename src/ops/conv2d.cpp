@@ -82,7 +82,7 @@ Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options,
-              std::optional<DType> y_dtype) {
+              std::optional<DType> y_dtype, float alpha) {
   check_conv_args(x, kernel, "conv2d");
   const DType out = conv_output_dtype(x, y_dtype, "conv2d");
   if (bias.defined())
@@ -91,7 +91,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
   const Device device = common_device("conv2d", {&x, &kernel, &bias});
   const Window2d g = conv_geometry(x.shape(), kernel.shape(), options, "conv2d");
   Tensor y = Tensor::empty({g.batch, g.h.out, g.w.out, kernel.dim(3)}, out, device);
-  kernel_for<Op::conv2d>(device)(x.contiguous(), kernel.contiguous(), bias.defined() ? bias.contiguous() : bias, g, y);
+  kernel_for<Op::conv2d>(device)(x.contiguous(), kernel.contiguous(), bias.defined() ? bias.contiguous() : bias, g,
+                                 alpha, y);
   return y;
 }
 

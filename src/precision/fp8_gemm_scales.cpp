@@ -93,8 +93,8 @@ Fp8SavedOperand Fp8SavedOperand::columns(int64_t begin, int64_t end) const {
 
 // The values are codes widened exactly, so the cast back to the format is exact too (no rounding, no overflow).
 Fp8SavedOperand Fp8TensorScale::saved(const Fp8Quantized& q) const {
-  if (recipe_ == Fp8Recipe::kBlock) return {q.values, q.scale};
-  return {ops::cast(q.values, format_), q.scale};
+  if (recipe_ == Fp8Recipe::kBlock) return {q.values, q.scale, Tensor()};
+  return {ops::cast(q.values, format_), q.scale, Tensor()};
 }
 
 Fp8Quantized Fp8TensorScale::quantize_columns_over(Tensor& x) {

@@ -148,8 +148,8 @@ TEST(Conv2d, MatchesFloat64OnOddShapesInEveryDType) {
 }
 
 // y_dtype / dx_dtype float32 from 16-bit inputs: the float32 sums themselves, which rounded into the input's dtype
-// give the plain call's bits (one GEMM, one sum order, only the final rounding differs); the kernel's gradient is
-// the same. The 1x1 case multiplies x directly, the others go through the patches and col2im. A float16 output from
+// give the plain call's bits (one GEMM, one sum order, only the final rounding differs), and alpha scales those sums
+// before the bias; the kernel's gradient is the same. The 1x1 case multiplies x directly, the others go through the patches and col2im. A float16 output from
 // bfloat16 inputs is refused.
 TEST(Conv2d, Float32OutputsOfA16BitConvolutionAreItsUnroundedSums) {
   const Case cases[] = {{{2, 7, 5, 3}, {3, 3}, 5, 1, Padding::kSame},
@@ -163,6 +163,17 @@ TEST(Conv2d, Float32OutputsOfA16BitConvolutionAreItsUnroundedSums) {
       const Tensor y = conv2d(x, w, b, o), y32 = conv2d(x, w, b, o, DType::kFloat32);
       ASSERT_EQ(y32.dtype(), DType::kFloat32);
       EXPECT_EQ(testing::bits_of(y32.to(d)), testing::bits_of(y)) << dtype_name(d) << " " << c.x.to_string();
+      // alpha: the sums times alpha, then plus the bias, each rounded to float32, then one rounding into d.
+      const float alpha = 1.0f / 3000.0f;
+      const std::vector<float> sums = conv2d(x, w, Tensor(), o, DType::kFloat32).to_floats(), bv = b.to_floats();
+      std::vector<float> want(sums.size());
+      for (size_t i = 0; i < sums.size(); ++i) {
+        volatile float scaled = alpha * sums[i];  // volatile: rounded before the bias is added
+        want[i] = scaled + bv[i % bv.size()];
+      }
+      EXPECT_EQ(testing::bits_of(conv2d(x, w, b, o, std::nullopt, alpha)),
+                testing::bits_of(Tensor::from_floats(y.shape(), want, d)))
+          << dtype_name(d) << " " << c.x.to_string();
       const Tensor dy = random_tensor(y.shape(), 4, d);
       const Conv2dGrads g = conv2d_backward(dy, x, w, o, true, false);
       const Conv2dGrads g32 = conv2d_backward(dy, x, w, o, true, false, DType::kFloat32);

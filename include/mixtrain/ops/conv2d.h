@@ -53,9 +53,10 @@ struct Conv2dOptions {
 // y (N, OH, OW, cout) = conv(x (N, H, W, cin), kernel (kh, kw, cin, cout)) + bias (cout,).
 // x and kernel share a floating dtype (the compute dtype: the layer reads its float32 kernel in it);
 // bias is float32 or undefined. y has x's dtype, or y_dtype when given: x's or float32 (the float32 sums of a 16-bit
-// product, as FP8's Conv2D reads them to apply its scales before any rounding).
+// product). alpha scales the float32 sums before the bias is added (each operation rounded to float32, then y rounded
+// once): FP8's Conv2D divides its operands' scales out that way, before anything is rounded into 16 bits.
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Conv2dOptions& options,
-              std::optional<DType> y_dtype = std::nullopt);
+              std::optional<DType> y_dtype = std::nullopt, float alpha = 1.0f);
 
 struct Conv2dGrads {
   Tensor dx;      // (N, H, W, cin), x's dtype; each element summed in float32 and rounded once
@@ -73,8 +74,9 @@ Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const
 
 namespace kernel {
 // Tensors arrive contiguous and validated; outputs are preallocated. bias may be undefined.
-// y is x's dtype or float32.
-using Conv2dFn = void(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y);
+// y (x's dtype or float32) = alpha * the float32 sums + bias, rounded once.
+using Conv2dFn = void(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, float alpha,
+                      Tensor& y);
 // dy is in x's dtype. dx (when defined, x's dtype or float32) gets x's gradient, dkernel (float32) the kernel's,
 // dbias (when defined, float32) the bias's; all are overwritten.
 using Conv2dBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,

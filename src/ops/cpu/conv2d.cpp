@@ -2,7 +2,7 @@
 //
 // Forward:  col (rows, K) = patches of x, rows = images * OH * OW, K = kh * kw * cin in (ki, kj, c) order,
 //           which is the row order of the Keras kernel (kh, kw, cin, cout) read as a (K, cout) matrix;
-//           y (rows, cout) = col x kernel + bias, float32 accumulation, rounded once.
+//           y (rows, cout) = alpha (col x kernel) + bias, float32 accumulation, rounded once.
 // Backward: dkernel (K, cout) += col^T x dy over the chunks (float32 C, so no 16-bit rounding);
 //           dcol (rows, K) = dy x kernel^T in float32, and each dx element gathers its (at most kh * kw)
 //           patch entries in float32 and is rounded once (col2im).
@@ -162,7 +162,7 @@ void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, DType 
 
 }  // namespace
 
-void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y) {
+void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, float alpha, Tensor& y) {
   const ConvDims d = dims_of(g, kernel);
   const DType dt = x.dtype();
   const size_t es = dtype_size(dt);
@@ -180,8 +180,8 @@ void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Win
       im2col(xp, d, es, n0, n1, static_cast<char*>(col.raw()));
       a = static_cast<const char*>(col.raw());
     }
-    kernels::gemm(false, false, rows, d.cout, d.k, dt, a, d.k, kernel.raw(), d.cout, y.dtype(),
-                  yp + static_cast<size_t>(n0 * d.oh * d.ow * d.cout) * dtype_size(y.dtype()), d.cout, false, bp);
+    kernels::scaled_gemm(false, false, rows, d.cout, d.k, dt, a, d.k, kernel.raw(), d.cout, alpha, bp, y.dtype(),
+                         yp + static_cast<size_t>(n0 * d.oh * d.ow * d.cout) * dtype_size(y.dtype()), d.cout);
   }
 }
 

@@ -92,10 +92,10 @@ void unfold(const Tensor& x, const Window2d& g, int64_t k, int64_t n0, int64_t n
   device::launched("conv2d im2col");
 }
 
-// One product c (m, n) = op(a) op(b) [+ bias] through bmm's kernel; a, b row-major with row strides lda, ldb.
+// One product c (m, n) = alpha op(a) op(b) [+ bias] through bmm's kernel; a, b row-major with row strides lda, ldb.
 void gemm(const Tensor& a, bool trans_a, int64_t lda, const Tensor& b, bool trans_b, int64_t ldb, int64_t m,
-          int64_t n, int64_t k, const Tensor& bias, Tensor c) {
-  bmm(a, b, bias, kernel::BmmLayout{trans_a, trans_b, m, n, k, lda, ldb, {}, {}, {}}, c);
+          int64_t n, int64_t k, const Tensor& bias, Tensor c, float alpha = 1.0f) {
+  scaled_bmm(a, b, bias, kernel::BmmLayout{trans_a, trans_b, m, n, k, lda, ldb, {}, {}, {}}, alpha, c);
 }
 
 // Rows [r0, r1) of t read as a (rows, cols) matrix: a view, no copy.
@@ -105,7 +105,7 @@ Tensor rows_of(const Tensor& t, int64_t cols, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, Tensor& y) {
+void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, float alpha, Tensor& y) {
   const int64_t cout = kernel.dim(3), k = g.h.window * g.w.window * g.channels;
   const int64_t per_row = g.h.out * g.w.out;  // output rows per image
   if (y.numel() == 0) return;
@@ -124,7 +124,7 @@ void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Win
       unfold(x, g, k, n0, n1, col);
       a = col;
     }
-    gemm(a, false, k, kernel, false, cout, r1 - r0, cout, k, bias, rows_of(y, cout, r0, r1));
+    gemm(a, false, k, kernel, false, cout, r1 - r0, cout, k, bias, rows_of(y, cout, r0, r1), alpha);
   }
 }
 
