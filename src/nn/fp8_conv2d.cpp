@@ -55,15 +55,18 @@ void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const
   const bool one_copy = gq.rows.values.shares_storage(gq.columns.values);
   const Tensor saved_x = s.x.widened().values.reshape(x.shape());
   const Tensor saved_w = s.w.widened().values.reshape(kernel.shape());
+  // dx = (g_q w_q^T) / (s_g s_w), scaled in float32 and rounded once into bfloat16 (float32 for a float32 x).
+  const float dx_alpha = inverse_product(gq.rows.scale, s.w.scale);
+  const std::optional<DType> dx_dtype =
+      x.dtype() == DType::kBFloat16 ? std::nullopt : std::optional<DType>(DType::kFloat32);
   ops::Conv2dGrads r = ops::conv2d_backward(gq.columns.values, saved_x, saved_w, options,
-                                            x.requires_grad() && one_copy, /*need_bias=*/false, DType::kFloat32);
+                                            x.requires_grad() && one_copy, /*need_bias=*/false, dx_dtype, dx_alpha);
   if (x.requires_grad()) {
     // Under the block recipe dx reads the other copy of g: a second pass whose dkernel is not kept.
     Tensor dx = one_copy ? r.dx
-                         : ops::conv2d_backward(gq.rows.values, saved_x, saved_w, options, true, false,
-                                                DType::kFloat32).dx;
-    ops::scale_in_place(dx, inverse_product(gq.rows.scale, s.w.scale));
-    Var(x).accumulate_grad_owned(ops::cast(dx, x.dtype()));
+                         : ops::conv2d_backward(gq.rows.values, saved_x, saved_w, options, true, false, dx_dtype,
+                                                dx_alpha).dx;
+    Var(x).accumulate_grad_owned(dx.dtype() == x.dtype() ? dx : ops::cast(dx, x.dtype()));
   }
   if (kernel.requires_grad()) {
     ops::scale_in_place(r.dkernel, inverse_product(s.x.scale, gq.columns.scale));

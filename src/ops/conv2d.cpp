@@ -97,7 +97,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const C
 }
 
 Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Conv2dOptions& options,
-                            bool need_x, bool need_bias, std::optional<DType> dx_dtype) {
+                            bool need_x, bool need_bias, std::optional<DType> dx_dtype, float dx_alpha) {
   check_conv_args(x, kernel, "conv2d_backward");
   const DType dx_out = conv_output_dtype(x, dx_dtype, "conv2d_backward");
   const Device device = common_device("conv2d_backward", {&dy, &x, &kernel});
@@ -111,7 +111,7 @@ Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& ker
   grads.dkernel = Tensor::empty(kernel.shape(), DType::kFloat32, device);
   if (need_bias) grads.dbias = Tensor::empty({kernel.dim(3)}, DType::kFloat32, device);
   kernel_for<Op::conv2d_backward>(device)(cast(dy, x.dtype()).contiguous(), x.contiguous(), kernel.contiguous(), g,
-                                          grads.dx, grads.dkernel, grads.dbias);
+                                          dx_alpha, grads.dx, grads.dkernel, grads.dbias);
   return grads;
 }
 

@@ -148,8 +148,8 @@ TEST(Conv2d, MatchesFloat64OnOddShapesInEveryDType) {
 }
 
 // y_dtype / dx_dtype float32 from 16-bit inputs: the float32 sums themselves, which rounded into the input's dtype
-// give the plain call's bits (one GEMM, one sum order, only the final rounding differs), and alpha scales those sums
-// before the bias; the kernel's gradient is the same. The 1x1 case multiplies x directly, the others go through the patches and col2im. A float16 output from
+// give the plain call's bits (one GEMM, one sum order, only the final rounding differs), and alpha (dx_alpha) scales
+// those sums before the bias and the rounding; the kernel's gradient is the same. The 1x1 case multiplies x directly, the others go through the patches and col2im. A float16 output from
 // bfloat16 inputs is refused.
 TEST(Conv2d, Float32OutputsOfA16BitConvolutionAreItsUnroundedSums) {
   const Case cases[] = {{{2, 7, 5, 3}, {3, 3}, 5, 1, Padding::kSame},
@@ -180,6 +180,12 @@ TEST(Conv2d, Float32OutputsOfA16BitConvolutionAreItsUnroundedSums) {
       ASSERT_EQ(g32.dx.dtype(), DType::kFloat32);
       EXPECT_EQ(testing::bits_of(g32.dx.to(d)), testing::bits_of(g.dx)) << dtype_name(d) << " " << c.x.to_string();
       EXPECT_EQ(testing::bits_of(g32.dkernel), testing::bits_of(g.dkernel));
+      const std::vector<float> dx_sums = g32.dx.to_floats();
+      std::vector<float> dx_want(dx_sums.size());
+      for (size_t i = 0; i < dx_sums.size(); ++i) dx_want[i] = alpha * dx_sums[i];
+      EXPECT_EQ(testing::bits_of(conv2d_backward(dy, x, w, o, true, false, std::nullopt, alpha).dx),
+                testing::bits_of(Tensor::from_floats(x.shape(), dx_want, d)))
+          << dtype_name(d) << " " << c.x.to_string();
     }
   const Tensor x = random_tensor({1, 4, 4, 2}, 1, DType::kBFloat16), w = random_tensor({3, 3, 2, 2}, 2, DType::kBFloat16);
   EXPECT_THROW(conv2d(x, w, Tensor(), {}, DType::kFloat16), Error);

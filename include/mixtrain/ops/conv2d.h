@@ -65,9 +65,11 @@ struct Conv2dGrads {
 };
 // Gradients of conv2d given dy (N, OH, OW, cout, any floating dtype: converted to x's dtype first, as
 // linear_backward does). need_* skip work no one reads; dkernel is always computed. dx has x's dtype, or dx_dtype
-// when given (x's or float32, as conv2d's y_dtype).
+// when given (x's or float32, as conv2d's y_dtype), and is dx_alpha times its float32 sums, rounded once (conv2d's
+// alpha: FP8's Conv2D divides its scales out of dx that way).
 Conv2dGrads conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Conv2dOptions& options,
-                            bool need_x, bool need_bias, std::optional<DType> dx_dtype = std::nullopt);
+                            bool need_x, bool need_bias, std::optional<DType> dx_dtype = std::nullopt,
+                            float dx_alpha = 1.0f);
 
 // Output shape (N, OH, OW, cout) of conv2d, for layers' compute_output_shape (batch may be any value).
 Shape conv2d_output_shape(const Shape& x_shape, const Shape& kernel_shape, const Conv2dOptions& options);
@@ -77,10 +79,10 @@ namespace kernel {
 // y (x's dtype or float32) = alpha * the float32 sums + bias, rounded once.
 using Conv2dFn = void(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Window2d& g, float alpha,
                       Tensor& y);
-// dy is in x's dtype. dx (when defined, x's dtype or float32) gets x's gradient, dkernel (float32) the kernel's,
-// dbias (when defined, float32) the bias's; all are overwritten.
-using Conv2dBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
-                              Tensor& dkernel, Tensor& dbias);
+// dy is in x's dtype. dx (when defined, x's dtype or float32) gets x's gradient times dx_alpha, dkernel (float32)
+// the kernel's, dbias (when defined, float32) the bias's; all are overwritten.
+using Conv2dBackwardFn = void(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g,
+                              float dx_alpha, Tensor& dx, Tensor& dkernel, Tensor& dbias);
 }  // namespace kernel
 MIXTRAIN_KERNEL_SIGNATURE(conv2d, Conv2dFn)
 MIXTRAIN_KERNEL_SIGNATURE(conv2d_backward, Conv2dBackwardFn)

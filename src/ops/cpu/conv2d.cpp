@@ -121,10 +121,10 @@ void im2col(const char* x, const ConvDims& d, size_t es, int64_t n0, int64_t n1,
   }
 }
 
-// dx rows of images [n0, n1) <- the sum of their patch gradients dcol (float32, rows as im2col's), each
-// element summed in float32 and rounded once into dx's dtype. Parallel over input rows (image, ih): each
+// dx rows of images [n0, n1) <- alpha times the sum of their patch gradients dcol (float32, rows as im2col's), each
+// element summed and scaled in float32 and rounded once into dx's dtype. Parallel over input rows (image, ih): each
 // gathers from the output rows whose windows cover it, so no two threads write the same element.
-void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, DType dx_dtype, char* dx) {
+void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, float alpha, DType dx_dtype, char* dx) {
   const int64_t rows = (n1 - n0) * d.h;
   const size_t es = dtype_size(dx_dtype);
   const int64_t row_elems = d.w * d.c;
@@ -155,6 +155,8 @@ void col2im(const float* dcol, const ConvDims& d, int64_t n0, int64_t n1, DType 
           for (int64_t i = 0; i < len; ++i) a[i] += s[i];
         }
       }
+      if (alpha != 1.0f)
+        for (int64_t i = 0; i < row_elems; ++i) acc[i] *= alpha;
       if (dx_dtype != DType::kFloat32) convert_elements(acc, DType::kFloat32, dst, dx_dtype, row_elems);
     }
   }
@@ -185,8 +187,8 @@ void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Win
   }
 }
 
-void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
-                     Tensor& dkernel, Tensor& dbias) {
+void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, float dx_alpha,
+                     Tensor& dx, Tensor& dkernel, Tensor& dbias) {
   const ConvDims d = dims_of(g, kernel);
   const DType dt = x.dtype();
   const size_t es = dtype_size(dt);
@@ -221,15 +223,15 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
     char* dx_c = static_cast<char*>(dx.raw()) + static_cast<size_t>(n0 * d.h * d.w * d.c) * dtype_size(dx.dtype());
     if (d.identity) {
       // dx (rows, cin) = dy (rows, cout) x kernel^T (cout, cin), rounded once.
-      kernels::gemm(false, true, rows, d.k, d.cout, dt, dy_c, d.cout, kernel.raw(), d.cout, dx.dtype(), dx_c, d.k,
-                    false, nullptr);
+      kernels::scaled_gemm(false, true, rows, d.k, d.cout, dt, dy_c, d.cout, kernel.raw(), d.cout, dx_alpha, nullptr,
+                           dx.dtype(), dx_c, d.k);
       continue;
     }
     // dcol (rows, K) = dy (rows, cout) x kernel^T (cout, K), kept in float32 until col2im's rounding.
     float* dc = static_cast<float*>(dcol.raw());
     kernels::gemm(false, true, rows, d.k, d.cout, dt, dy_c, d.cout, kernel.raw(), d.cout, DType::kFloat32, dc, d.k,
                   false, nullptr);
-    col2im(dc, d, n0, n1, dx.dtype(), static_cast<char*>(dx.raw()));
+    col2im(dc, d, n0, n1, dx_alpha, dx.dtype(), static_cast<char*>(dx.raw()));
   }
 }
 

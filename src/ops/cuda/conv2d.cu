@@ -51,13 +51,15 @@ __global__ void im2col_kernel(const T* x, Window2d g, int64_t n0, int64_t rows, 
   });
 }
 
-// dx elements of images [n0, n0 + count) from the chunk's dcol (rows, K) float32, rounded once.
-__global__ void col2im_kernel(const float* dcol, Window2d g, int64_t n0, int64_t count, void* dx, int dx_code) {
+// dx elements of images [n0, n0 + count) from the chunk's dcol (rows, K) float32, times alpha, rounded once.
+__global__ void col2im_kernel(const float* dcol, Window2d g, int64_t n0, int64_t count, float alpha, void* dx,
+                              int dx_code) {
   const int64_t c = g.channels, per_image = g.h.in * g.w.in * c;
   device::for_each_index(count * per_image, [&](int64_t i) {
     const int64_t ch = i % c, p = i / c;
     const int64_t iw = p % g.w.in, ih = (p / g.w.in) % g.h.in, ln = p / (g.w.in * g.h.in);
-    shared::store_from_float(dx, dx_code, n0 * per_image + i, shared::col2im_value(dcol, g, ln, ih, iw, ch));
+    const float sum = shared::col2im_value(dcol, g, ln, ih, iw, ch);
+    shared::store_from_float(dx, dx_code, n0 * per_image + i, alpha == 1.0f ? sum : shared::mul_rn(sum, alpha));
   });
 }
 
@@ -128,8 +130,8 @@ void conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, const Win
   }
 }
 
-void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, Tensor& dx,
-                     Tensor& dkernel, Tensor& dbias) {
+void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, const Window2d& g, float dx_alpha,
+                     Tensor& dx, Tensor& dkernel, Tensor& dbias) {
   const int64_t cout = kernel.dim(3), k = g.h.window * g.w.window * g.channels;
   const int64_t per_row = g.h.out * g.w.out, rows = g.batch * per_row;
   const Device device = x.device();
@@ -175,13 +177,13 @@ void conv2d_backward(const Tensor& dy, const Tensor& x, const Tensor& kernel, co
     const int64_t image = g.h.in * g.w.in * g.channels;
     if (identity) {
       // dx (rows, cin) = dy (rows, cout) x kernel^T (cout, cin), rounded once.
-      gemm(dy_c, false, cout, kernel, true, cout, r1 - r0, k, cout, Tensor(), rows_of(dx, k, r0, r1));
+      gemm(dy_c, false, cout, kernel, true, cout, r1 - r0, k, cout, Tensor(), rows_of(dx, k, r0, r1), dx_alpha);
       continue;
     }
     // dcol (rows, K) = dy (rows, cout) x kernel^T (cout, K), float32 until col2im's rounding.
     gemm(dy_c, false, cout, kernel, true, cout, r1 - r0, k, cout, Tensor(), dcol.reshape({-1, k}).slice(0, 0, r1 - r0));
     col2im_kernel<<<device::blocks_for((n1 - n0) * image), device::kThreads>>>(
-        dcol.data<float>(), g, n0, n1 - n0, dx.raw(), shared::float_code(dx.dtype()));
+        dcol.data<float>(), g, n0, n1 - n0, dx_alpha, dx.raw(), shared::float_code(dx.dtype()));
     device::launched("conv2d_backward col2im");
   }
 }
