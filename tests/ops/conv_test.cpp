@@ -147,10 +147,10 @@ TEST(Conv2d, MatchesFloat64OnOddShapesInEveryDType) {
   check_case(cases[1], DType::kFloat32, false);
 }
 
-// y_dtype / dx_dtype float32 from 16-bit inputs: the float32 sums themselves, which rounded into the input's dtype
-// give the plain call's bits (one GEMM, one sum order, only the final rounding differs), and alpha (dx_alpha) scales
-// those sums before the bias and the rounding; the kernel's gradient is the same. The 1x1 case multiplies x directly, the others go through the patches and col2im. A float16 output from
-// bfloat16 inputs is refused.
+// y_dtype / dx_dtype float32 from 16-bit inputs: the float32 sums themselves, which rounded into the input's dtype give
+// the plain call's bits (one GEMM, one sum order, only the final rounding differs), and alpha (dx_alpha) scales those
+// sums before the bias and the rounding; the kernel's gradient is the same. The 1x1 case multiplies x directly, the
+// others go through the patches and col2im. A float16 output from bfloat16 inputs is refused.
 TEST(Conv2d, Float32OutputsOfA16BitConvolutionAreItsUnroundedSums) {
   const Case cases[] = {{{2, 7, 5, 3}, {3, 3}, 5, 1, Padding::kSame},
                         {{3, 8, 9, 2}, {2, 3}, 7, 2, Padding::kValid},
@@ -187,7 +187,8 @@ TEST(Conv2d, Float32OutputsOfA16BitConvolutionAreItsUnroundedSums) {
                 testing::bits_of(Tensor::from_floats(x.shape(), dx_want, d)))
           << dtype_name(d) << " " << c.x.to_string();
     }
-  const Tensor x = random_tensor({1, 4, 4, 2}, 1, DType::kBFloat16), w = random_tensor({3, 3, 2, 2}, 2, DType::kBFloat16);
+  const Tensor x = random_tensor({1, 4, 4, 2}, 1, DType::kBFloat16);
+  const Tensor w = random_tensor({3, 3, 2, 2}, 2, DType::kBFloat16);
   EXPECT_THROW(conv2d(x, w, Tensor(), {}, DType::kFloat16), Error);
   EXPECT_THROW(conv2d_backward(conv2d(x, w, Tensor(), {}), x, w, {}, true, false, DType::kFloat16), Error);
 }
