@@ -16,6 +16,12 @@ float inverse_product(float a, float b) {
 // every code times its block's power of two, is one), on the bfloat16 GEMM, and give float32 sums, which the scales
 // divide before anything is rounded into 16 bits.
 
+// The dtype the convolutions round y and dx into: the bfloat16 operands' own for a bfloat16 x (nullopt), float32 for
+// any other x (cast to x's dtype after).
+std::optional<DType> output_dtype(const Var& x) {
+  return x.dtype() == DType::kBFloat16 ? std::nullopt : std::optional<DType>(DType::kFloat32);
+}
+
 // t as (elements / last dimension, last dimension): x as (N H W, cin), the kernel as (kh kw cin, cout).
 Tensor as_matrix(const Tensor& t) { return t.reshape({t.numel() / t.dim(-1), t.dim(-1)}); }
 
@@ -57,8 +63,7 @@ void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const
   const Tensor saved_w = s.w.widened().values.reshape(kernel.shape());
   // dx = (g_q w_q^T) / (s_g s_w), scaled in float32 and rounded once into bfloat16 (float32 for a float32 x).
   const float dx_alpha = inverse_product(gq.rows.scale, s.w.scale);
-  const std::optional<DType> dx_dtype =
-      x.dtype() == DType::kBFloat16 ? std::nullopt : std::optional<DType>(DType::kFloat32);
+  const std::optional<DType> dx_dtype = output_dtype(x);
   ops::Conv2dGrads r = ops::conv2d_backward(gq.columns.values, saved_x, saved_w, options,
                                             x.requires_grad() && one_copy, /*need_bias=*/false, dx_dtype, dx_alpha);
   if (x.requires_grad()) {
@@ -66,7 +71,7 @@ void fp8_conv2d_backward(const Var& x, const Var& kernel, const Var& bias, const
     Tensor dx = one_copy ? r.dx
                          : ops::conv2d_backward(gq.rows.values, saved_x, saved_w, options, true, false, dx_dtype,
                                                 dx_alpha).dx;
-    Var(x).accumulate_grad_owned(dx.dtype() == x.dtype() ? dx : ops::cast(dx, x.dtype()));
+    Var(x).accumulate_grad_owned(ops::cast(dx, x.dtype()));
   }
   if (kernel.requires_grad()) {
     ops::scale_in_place(r.dkernel, inverse_product(s.x.scale, gq.columns.scale));
@@ -95,11 +100,10 @@ Var fp8_conv2d(const Var& x, const Var& kernel, const Var& bias, const ops::Conv
     wq.values = wq.values.reshape(kernel.shape());
   }
   // The float32 sums divided by the scales, the bias added, one rounding into bfloat16 (float32 for a float32 x).
-  const std::optional<DType> y_dtype =
-      x.dtype() == DType::kBFloat16 ? std::nullopt : std::optional<DType>(DType::kFloat32);
+  const std::optional<DType> y_dtype = output_dtype(x);
   const Tensor y = ops::conv2d(xq.values, wq.values, bias.defined() ? bias.value() : Tensor(), options, y_dtype,
                                inverse_product(xq.scale, wq.scale));
-  Var out(y.dtype() == x.dtype() ? y : ops::cast(y, x.dtype()), rec);
+  Var out(ops::cast(y, x.dtype()), rec);
   if (rec) {
     record_backward(out, [x, kernel, bias, out, options, s = std::move(s), scales]() {
       fp8_conv2d_backward(x, kernel, bias, out, options, s, *scales);

@@ -103,34 +103,55 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
-// Runs one product with the post-op and without it, on `threads` threads, and checks the post-op's view.
-void check_post_op(const std::string& path, Shape3 s, bool trans_a, bool trans_b, DType ab, DType c_dtype,
-                   bool accumulate, int threads, std::mt19937& rng) {
-  std::ostringstream where;
-  where << path << " m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << trans_a << " trans_b=" << trans_b
-        << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype) << " accumulate=" << accumulate
-        << " threads=" << threads;
-  Matrix a(ab, trans_a ? s.k : s.m, trans_a ? s.m : s.k, 1);
-  Matrix b(ab, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 2);
-  a.fill_uniform(rng);
-  b.fill_uniform(rng);
-  std::vector<float> bias(static_cast<size_t>(s.n));
+// One product of the sweep: where it runs, its shape, layout and dtypes, and its team size.
+struct Case {
+  std::string path;
+  Shape3 s;
+  bool trans_a, trans_b;
+  DType ab, c_dtype;
+  int threads;
+  std::string where() const {
+    std::ostringstream w;
+    w << path << " m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << trans_a << " trans_b=" << trans_b
+      << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype) << " threads=" << threads;
+    return w.str();
+  }
+};
+
+// A and B (uniform in [-1, 1], padded rows) and a float32 bias for c's product.
+struct Operands {
+  Matrix a, b;
+  std::vector<float> bias;
+};
+Operands random_operands(const Case& c, std::mt19937& rng) {
+  Operands o{Matrix(c.ab, c.trans_a ? c.s.k : c.s.m, c.trans_a ? c.s.m : c.s.k, 1),
+             Matrix(c.ab, c.trans_b ? c.s.n : c.s.k, c.trans_b ? c.s.k : c.s.n, 2),
+             std::vector<float>(static_cast<size_t>(c.s.n))};
+  o.a.fill_uniform(rng);
+  o.b.fill_uniform(rng);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (float& v : bias) v = dist(rng);
-  Matrix plain(c_dtype, s.m, s.n, 3);
+  for (float& v : o.bias) v = dist(rng);
+  return o;
+}
+
+// Runs one product with the post-op and without it and checks the post-op's view.
+void check_post_op(const Case& cs, bool accumulate, std::mt19937& rng) {
+  const std::string where = cs.where() + " accumulate=" + (accumulate ? "1" : "0");
+  const Shape3 s = cs.s;
+  Operands o = random_operands(cs, rng);
+  Matrix plain(cs.c_dtype, s.m, s.n, 3);
   plain.fill_uniform(rng);  // the old C when accumulating, and padding that must keep its bytes
   Matrix fused = plain;
   Matrix before = plain;
 
-  omp_set_num_threads(threads);
-  gemm(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, plain.data(), plain.ld,
-       accumulate, bias.data());
+  gemm(cs.trans_a, cs.trans_b, s.m, s.n, s.k, cs.ab, o.a.data(), o.a.ld, o.b.data(), o.b.ld, cs.c_dtype, plain.data(),
+       plain.ld, accumulate, o.bias.data());
   Recorder rec(&fused);
-  gemm_with_post_op(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, c_dtype, fused.data(),
-                    fused.ld, accumulate, bias.data(), GemmPostOp{&record_and_negate, &rec});
+  gemm_with_post_op(cs.trans_a, cs.trans_b, s.m, s.n, s.k, cs.ab, o.a.data(), o.a.ld, o.b.data(), o.b.ld, cs.c_dtype,
+                    fused.data(), fused.ld, accumulate, o.bias.data(), GemmPostOp{&record_and_negate, &rec});
 
-  ASSERT_EQ(rec.bad_calls.load(), 0) << where.str() << ": a block outside C, or not where its row and column say";
-  const size_t e = dtype_size(c_dtype);
+  ASSERT_EQ(rec.bad_calls.load(), 0) << where << ": a block outside C, or not where its row and column say";
+  const size_t e = dtype_size(cs.c_dtype);
   int64_t wrong_visits = 0, wrong_seen = 0, wrong_after = 0;
   for (int64_t i = 0; i < s.m; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
@@ -142,11 +163,40 @@ void check_post_op(const std::string& path, Shape3 s, bool trans_a, bool trans_b
     }
     const size_t pad = static_cast<size_t>(fused.ld - s.n) * e;
     ASSERT_EQ(std::memcmp(fused.at(i, s.n), before.at(i, s.n), pad), 0)
-        << where.str() << ": wrote past column n in row " << i;
+        << where << ": wrote past column n in row " << i;
   }
-  EXPECT_EQ(wrong_visits, 0) << where.str() << ": elements not visited exactly once";
-  EXPECT_EQ(wrong_seen, 0) << where.str() << ": the post-op saw other bits than gemm() leaves in C";
-  EXPECT_EQ(wrong_after, 0) << where.str() << ": the post-op's writes did not stay";
+  EXPECT_EQ(wrong_visits, 0) << where << ": elements not visited exactly once";
+  EXPECT_EQ(wrong_seen, 0) << where << ": the post-op saw other bits than gemm() leaves in C";
+  EXPECT_EQ(wrong_after, 0) << where << ": the post-op's writes did not stay";
+}
+
+// scaled_gemm() against gemm()'s float32 sums: alpha S + bias, two float32 roundings (a fused multiply-add would give
+// other bits for many elements), then one into C's dtype.
+void check_scaled(const Case& cs, float alpha, std::mt19937& rng) {
+  const std::string where = cs.where() + " alpha=" + std::to_string(alpha);
+  const Shape3 s = cs.s;
+  Operands o = random_operands(cs, rng);
+  Matrix sums(DType::kFloat32, s.m, s.n, 0);
+  Matrix c(cs.c_dtype, s.m, s.n, 3);
+  c.fill_uniform(rng);  // never read (no accumulation); the padding must keep its bytes
+  const Matrix before = c;
+  gemm(cs.trans_a, cs.trans_b, s.m, s.n, s.k, cs.ab, o.a.data(), o.a.ld, o.b.data(), o.b.ld, DType::kFloat32,
+       sums.data(), sums.ld, false, nullptr);
+  scaled_gemm(cs.trans_a, cs.trans_b, s.m, s.n, s.k, cs.ab, o.a.data(), o.a.ld, o.b.data(), o.b.ld, alpha,
+              o.bias.data(), cs.c_dtype, c.data(), c.ld);
+  const size_t e = dtype_size(cs.c_dtype);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      volatile float scaled = alpha * sums.get(i, j);  // volatile: rounded to float32 before the bias is added
+      const std::vector<unsigned char> want = rounded_bytes(scaled + o.bias[static_cast<size_t>(j)], cs.c_dtype);
+      if (std::memcmp(c.at(i, j), want.data(), e) != 0 && ++wrong <= 3)
+        ADD_FAILURE() << where << ": element (" << i << ", " << j << ") is not alpha * sum + bias";
+    }
+    ASSERT_EQ(std::memcmp(c.at(i, s.n), before.bytes.data() + (i * c.ld + s.n) * e, (c.ld - s.n) * e), 0)
+        << where << ": wrote past column n in row " << i;
+  }
+  EXPECT_EQ(wrong, 0) << where;
 }
 
 // The shapes: odd edges, several row chunks (m past mc), several column blocks (n past nc = 2048), several k
@@ -158,81 +208,40 @@ std::vector<Shape3> shapes(bool emulated) {
           {33, 257, 1000}, {1, 1000, 257}, {1000, 1, 33}, {17, 2100, 33},  {130, 33, 1100}, {5, 19, 0}};
 }
 
-void check_all(const std::string& path, const std::vector<DType>& ab_dtypes, bool emulated) {
+// check(case) for every shape, transpose case, input and C dtype, on 1, 2 and 3 threads, until one fails; the
+// thread count is put back afterwards.
+template <class Check>
+void for_each_case(const std::string& path, const std::vector<DType>& ab_dtypes, bool emulated, Check check) {
   const int saved = omp_get_max_threads();
-  std::mt19937 rng(42);
-  for (const Shape3& s : shapes(emulated))
-    for (bool trans_a : {false, true})
-      for (bool trans_b : {false, true})
-        for (DType ab : ab_dtypes)
-          for (DType c_dtype : kFloatTypes)
-            for (bool accumulate : {false, true})
-              for (int threads : {1, 2, 3}) {
-                check_post_op(path, s, trans_a, trans_b, ab, c_dtype, accumulate, threads, rng);
-                if (::testing::Test::HasFatalFailure()) {
-                  omp_set_num_threads(saved);
-                  return;
-                }
-              }
-  omp_set_num_threads(saved);
-}
-
-// scaled_gemm() against gemm()'s float32 sums, on `threads` threads: alpha S + bias, two float32 roundings (a fused
-// multiply-add would give other bits for many elements), then one into C's dtype.
-void check_scaled(const std::string& path, Shape3 s, bool trans_a, bool trans_b, DType ab, DType c_dtype, float alpha,
-                  int threads, std::mt19937& rng) {
-  std::ostringstream where;
-  where << path << " m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << trans_a << " trans_b=" << trans_b
-        << " ab=" << dtype_name(ab) << " c=" << dtype_name(c_dtype) << " alpha=" << alpha << " threads=" << threads;
-  Matrix a(ab, trans_a ? s.k : s.m, trans_a ? s.m : s.k, 1);
-  Matrix b(ab, trans_b ? s.n : s.k, trans_b ? s.k : s.n, 2);
-  a.fill_uniform(rng);
-  b.fill_uniform(rng);
-  std::vector<float> bias(static_cast<size_t>(s.n));
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (float& v : bias) v = dist(rng);
-  Matrix sums(DType::kFloat32, s.m, s.n, 0);
-  Matrix c(c_dtype, s.m, s.n, 3);
-  c.fill_uniform(rng);  // never read (no accumulation); the padding must keep its bytes
-  const Matrix before = c;
-  omp_set_num_threads(threads);
-  gemm(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, DType::kFloat32, sums.data(), sums.ld,
-       false, nullptr);
-  scaled_gemm(trans_a, trans_b, s.m, s.n, s.k, ab, a.data(), a.ld, b.data(), b.ld, alpha, bias.data(), c_dtype,
-              c.data(), c.ld);
-  const size_t e = dtype_size(c_dtype);
-  int64_t wrong = 0;
-  for (int64_t i = 0; i < s.m; ++i) {
-    for (int64_t j = 0; j < s.n; ++j) {
-      volatile float scaled = alpha * sums.get(i, j);  // volatile: rounded to float32 before the bias is added
-      const std::vector<unsigned char> want = rounded_bytes(scaled + bias[static_cast<size_t>(j)], c_dtype);
-      if (std::memcmp(c.at(i, j), want.data(), e) != 0 && ++wrong <= 3)
-        ADD_FAILURE() << where.str() << ": element (" << i << ", " << j << ") is not alpha * sum + bias";
-    }
-    ASSERT_EQ(std::memcmp(c.at(i, s.n), before.bytes.data() + (i * c.ld + s.n) * e, (c.ld - s.n) * e), 0)
-        << where.str() << ": wrote past column n in row " << i;
-  }
-  EXPECT_EQ(wrong, 0) << where.str();
-}
-
-void check_all_scaled(const std::string& path, const std::vector<DType>& ab_dtypes, bool emulated) {
-  const int saved = omp_get_max_threads();
-  std::mt19937 rng(43);
   for (const Shape3& s : shapes(emulated))
     for (bool trans_a : {false, true})
       for (bool trans_b : {false, true})
         for (DType ab : ab_dtypes)
           for (DType c_dtype : kFloatTypes)
             for (int threads : {1, 2, 3}) {
-              // Inexact products either way; 7.3 sends some of a float16 C's sums past its largest value.
-              const float alpha = threads == 2 ? 7.3f : 1.0f / 3000.0f;
-              check_scaled(path, s, trans_a, trans_b, ab, c_dtype, alpha, threads, rng);
+              omp_set_num_threads(threads);
+              check(Case{path, s, trans_a, trans_b, ab, c_dtype, threads});
               if (::testing::Test::HasFailure()) {
                 omp_set_num_threads(saved);
                 return;
               }
             }
   omp_set_num_threads(saved);
+}
+
+void check_all(const std::string& path, const std::vector<DType>& ab_dtypes, bool emulated) {
+  std::mt19937 rng(42);
+  for_each_case(path, ab_dtypes, emulated, [&](const Case& c) {
+    for (bool accumulate : {false, true}) check_post_op(c, accumulate, rng);
+  });
+}
+
+void check_all_scaled(const std::string& path, const std::vector<DType>& ab_dtypes, bool emulated) {
+  std::mt19937 rng(43);
+  for_each_case(path, ab_dtypes, emulated, [&](const Case& c) {
+    // Inexact products either way; 7.3 sends some of a float16 C's sums past its largest value.
+    check_scaled(c, c.threads == 2 ? 7.3f : 1.0f / 3000.0f, rng);
+  });
 }
 
 // Paths with every input dtype widened to float32 ("scalar", "avx2", "avx512"), and the methods that keep 16-bit

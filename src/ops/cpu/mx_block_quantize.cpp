@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <vector>
 
 #include "mixtrain/core/float8.h"
